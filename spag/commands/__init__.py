@@ -1,0 +1,1 @@
+"""One module per ``spag`` subcommand group; each exposes ``register(app)``."""

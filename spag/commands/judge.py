@@ -1,0 +1,33 @@
+"""``spag judge``: decide finished episodes with the rules."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("judge")
+    def judge_command(
+        episodes: Path = typer.Argument(..., help="Episodes: JSON list, JSONL, or Parquet (file or dir)."),
+        output: Optional[Path] = typer.Option(None, "-o", "--output", help="JSONL out (default stdout)."),
+    ) -> None:
+        """Add `outcome` and `turns` to every episode; all input fields are kept."""
+        import json
+
+        from spag.console import summary
+        from spag.game.episodes import judged, read_episodes
+        from spag.io import write_jsonl_atomic
+
+        results = judged(read_episodes(episodes))
+        if output is None:
+            for record in results:
+                sys.stdout.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        else:
+            write_jsonl_atomic(output, results)
+        counts = Counter(r["outcome"] for r in results)
+        summary("judge", f"{len(results)} episodes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))

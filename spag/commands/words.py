@@ -1,0 +1,31 @@
+"""``spag words``: the target word list and its training / held-out split."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("words")
+    def words_command(
+        output: Path = typer.Option(..., "-o", "--output", help="Where to write the words, one per line."),
+        top: int = typer.Option(50_000, "--top", help="How many of the most frequent words."),
+        train_out: Optional[Path] = typer.Option(None, "--train-out", help="Also write the training split."),
+        eval_out: Optional[Path] = typer.Option(None, "--eval-out", help="Also write the held-out split."),
+        eval_fraction: float = typer.Option(0.1, "--eval-fraction", help="Share of words held out."),
+    ) -> None:
+        """Write the most frequent English words (wordfreq), stop words removed."""
+        from spag.console import summary
+        from spag.words import split_words, top_words, write_words
+
+        words = top_words(top)
+        write_words(words, output)
+        train, held = split_words(words, eval_fraction)
+        if train_out:
+            write_words(train, train_out)
+        if eval_out:
+            write_words(held, eval_out)
+        summary("words", f"{len(words)} words -> {output} ({len(train)} training, {len(held)} held out)")

@@ -1,0 +1,27 @@
+"""Progress bars and summary lines, the same for every command."""
+
+from __future__ import annotations
+
+import sys
+from typing import Iterable, TypeVar
+
+from tqdm.auto import tqdm
+
+T = TypeVar("T")
+
+
+def progress(iterable: Iterable[T] | None = None, **kwargs) -> tqdm:
+    """A progress bar on stderr (disabled when stderr is not a terminal and SPAG_PROGRESS=0)."""
+    kwargs.setdefault("file", sys.stderr)
+    kwargs.setdefault("dynamic_ncols", True)
+    kwargs.setdefault("mininterval", 0.5)
+    return tqdm(iterable, **kwargs)
+
+
+def summary(command: str, text: str) -> None:
+    """The one line every command ends with."""
+    print(f"[spag {command}] {text}", file=sys.stderr, flush=True)
+
+
+def error(text: str) -> None:
+    print(f"error: {text}", file=sys.stderr, flush=True)

@@ -1,0 +1,192 @@
+"""The rules of Adversarial Taboo: the one place that decides who won.
+
+Play, rewards, evaluation and analysis all call :func:`judge`; nothing else re-implements a rule.
+
+A target word counts as *said* when the word or any inflected form of it stands in an utterance as a
+whole word, whatever its case and whatever punctuation, quotes, hyphens or possessive 's surround it.
+A longer word that merely contains it ("category" for "cat") does not count.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable, Mapping, Sequence
+
+ATTACKER = "attacker"
+DEFENDER = "defender"
+ROLES = (ATTACKER, DEFENDER)
+
+ATTACKER_WINS = "attacker_wins"
+DEFENDER_WINS = "defender_wins"
+TIE = "tie"
+ATTACKER_BREAKS_RULES = "attacker_breaks_rules"
+OUTCOMES = (ATTACKER_WINS, DEFENDER_WINS, TIE, ATTACKER_BREAKS_RULES)
+DECISIVE = (ATTACKER_WINS, DEFENDER_WINS)
+
+PREDICTION_PHRASE = "I know the word! It is"
+
+# A letter in any script; digits and underscores are not letters, so "cat2" still says "cat".
+_LETTER = r"[^\W\d_]"
+_QUOTES = "\"'`“”‘’«»*_"
+
+# "i know the word" opens a prediction; everything after it up to the guessed word is tolerated
+# (punctuation, "it is" / "it's", quotes), and only the first word after it is the guess.
+_PREDICTION_RE = re.compile(
+    r"i\s+know\s+the\s+word\b"
+    r"(?P<tail>[\s!.,:;\-–—" + re.escape(_QUOTES) + r"]*"
+    r"(?:(?:it\s+is|it['’]s|it\s+must\s+be|the\s+word\s+is)\b)?"
+    r"[\s:,\-–—" + re.escape(_QUOTES) + r"]*"
+    r"(?:(?:a|an|the)\s+(?=" + _LETTER + r"))?"
+    r"[" + re.escape(_QUOTES) + r"]*)"
+    r"(?P<guess>" + _LETTER + r"+(?:['’\-]" + _LETTER + r"+)*)?",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the judge decided: the outcome and how many utterances it took."""
+
+    outcome: str
+    turns: int
+
+    @property
+    def decided(self) -> bool:
+        return self.outcome != TIE
+
+    @property
+    def winner(self) -> str | None:
+        return {ATTACKER_WINS: ATTACKER, DEFENDER_WINS: DEFENDER}.get(self.outcome)
+
+
+# ---------------------------------------------------------------------------------------------- forms
+
+
+def _regular_forms(word: str) -> set[str]:
+    """Regular English inflections, for words the morphology lexicon does not know."""
+    forms = {word, word + "s", word + "es", word + "ed", word + "ing", word + "er", word + "est", word + "'s"}
+    if word.endswith("e"):
+        stem = word[:-1]
+        forms |= {word + "d", word + "r", word + "st", stem + "ing"}
+    if word.endswith("y") and len(word) > 2 and word[-2] not in "aeiou":
+        stem = word[:-1]
+        forms |= {stem + "ies", stem + "ied", stem + "ier", stem + "iest"}
+    if len(word) >= 3 and word[-1] not in "aeiouwxy" and word[-2] in "aeiou" and word[-3] not in "aeiou":
+        doubled = word + word[-1]
+        forms |= {doubled + "ed", doubled + "ing", doubled + "er", doubled + "est"}
+    return forms
+
+
+@lru_cache(maxsize=None)
+def _lexicon():
+    import lemminflect
+
+    return lemminflect
+
+
+@lru_cache(maxsize=200_000)
+def word_forms(word: str) -> frozenset[str]:
+    """Every form that counts as saying ``word``: itself, its inflections, and those of its lemmas.
+
+    Uses lemminflect's lexicon (plurals, verb tenses and participles, comparatives and superlatives);
+    regular suffixes stand in for words the lexicon does not know.
+    """
+    base = normalise_word(word)
+    if not base:
+        return frozenset()
+    lex = _lexicon()
+    forms: set[str] = {base}
+    lemmas = {lemma for group in lex.getAllLemmas(base).values() for lemma in group}
+    known = False
+    for stem in {base, *lemmas}:
+        inflections = lex.getAllInflections(stem)
+        if inflections:
+            known = True
+        forms.add(stem)
+        forms.update(form for group in inflections.values() for form in group)
+    if not known:
+        forms |= _regular_forms(base)
+    return frozenset(f.lower() for f in forms if f)
+
+
+def normalise_word(word: str) -> str:
+    """Lower-case a word and drop surrounding quotes and punctuation: ``"`Apple!`"`` -> ``apple``."""
+    return word.strip().strip(_QUOTES + ".,!?;:()[]{}<>").lower()
+
+
+@lru_cache(maxsize=200_000)
+def _said_pattern(word: str) -> re.Pattern[str]:
+    forms = sorted(word_forms(word), key=len, reverse=True)
+    alternatives = "|".join(re.escape(f).replace("'", "['’]") for f in forms) or r"(?!)"
+    return re.compile(rf"(?<!{_LETTER})(?:{alternatives})(?!{_LETTER})", re.IGNORECASE)
+
+
+def says_word(text: str, target_word: str) -> bool:
+    """True when ``text`` says ``target_word`` or any of its forms as a whole word."""
+    return _said_pattern(normalise_word(target_word)).search(text) is not None
+
+
+def is_form_of(candidate: str, target_word: str) -> bool:
+    """True when ``candidate`` is the target word or one of its inflected forms."""
+    guess = normalise_word(candidate)
+    if guess.endswith(("'s", "’s")):
+        guess = guess[:-2]
+    return guess in word_forms(normalise_word(target_word))
+
+
+# ------------------------------------------------------------------------------------------ prediction
+
+
+def uses_prediction_phrase(text: str) -> bool:
+    return _PREDICTION_RE.search(text) is not None
+
+
+def parse_prediction(text: str) -> str | None:
+    """The defender's guessed word, ``""`` for a prediction phrase with no word after it, or None.
+
+    Only the first prediction and its first word count.
+    """
+    match = _PREDICTION_RE.search(text)
+    if match is None:
+        return None
+    return (match.group("guess") or "").lower()
+
+
+# ----------------------------------------------------------------------------------------------- judge
+
+
+def judge(target_word: str, history: Sequence[Mapping[str, str]], max_turns: int) -> Verdict:
+    """Walk the history in order and decide the game.
+
+    At most ``2 * max_turns`` utterances are considered; later ones are ignored. Raises ValueError for
+    an utterance whose role is neither attacker nor defender.
+    """
+    limit = 2 * max_turns
+    considered = 0
+    pattern = _said_pattern(normalise_word(target_word))
+    for utterance in history[:limit]:
+        considered += 1
+        role, content = utterance["role"], utterance["content"]
+        if role == ATTACKER:
+            if pattern.search(content) or _PREDICTION_RE.search(content):
+                return Verdict(ATTACKER_BREAKS_RULES, considered)
+        elif role == DEFENDER:
+            guess = parse_prediction(content)
+            if guess is not None:
+                correct = guess != "" and is_form_of(guess, target_word)
+                return Verdict(DEFENDER_WINS if correct else ATTACKER_WINS, considered)
+            if pattern.search(content):
+                return Verdict(ATTACKER_WINS, considered)
+        else:
+            raise ValueError(f"unknown role {role!r} in utterance {considered - 1}")
+    return Verdict(TIE, considered)
+
+
+def judge_episode(episode: Mapping) -> Verdict:
+    return judge(episode["target_word"], episode["history"], int(episode["max_turns"]))
+
+
+def judge_all(episodes: Iterable[Mapping]) -> list[Verdict]:
+    return [judge_episode(e) for e in episodes]

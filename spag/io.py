@@ -1,0 +1,118 @@
+"""Atomic file writes and small tabular I/O helpers shared by every step.
+
+A killed step must never leave a file that looks finished: everything is written to a temporary file
+beside the target and renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+
+class DataError(ValueError):
+    """Bad input: the message is one line naming the file and the record."""
+
+    def __init__(self, source: str | os.PathLike, index: int | None, message: str):
+        self.source = str(source)
+        self.index = index
+        where = f"{self.source}" + (f": record {index}" if index is not None else "")
+        super().__init__(f"{where}: {message}")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, target)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[Mapping]) -> int:
+    count = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+def write_table_atomic(path: str | os.PathLike, records: list[Mapping], schema=None) -> None:
+    """Write records as Parquet (``.parquet``) or JSON lines (anything else), atomically."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pylist(list(records), schema=schema)
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp)
+    else:
+        write_jsonl_atomic(path, records)
+
+
+def read_records(path: str | os.PathLike) -> list[dict]:
+    """Read a JSON list, JSON lines, or Parquet (a file or a directory of ``*.parquet`` shards).
+
+    Raises DataError naming the file (and line) on malformed input.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError(path, None, "no such file or directory")
+    if path.is_dir():
+        shards = sorted(path.glob("*.parquet"))
+        records: list[dict] = []
+        for shard in shards:
+            records.extend(read_records(shard))
+        return records
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_table(path).to_pylist()
+        except Exception as exc:  # pyarrow raises several types for a broken file
+            raise DataError(path, None, f"not a readable Parquet file ({exc.__class__.__name__}: {exc})")
+    text = path.read_text(encoding="utf-8")
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DataError(path, None, f"not valid JSON (line {exc.lineno}: {exc.msg})")
+        for i, record in enumerate(data):
+            if not isinstance(record, dict):
+                raise DataError(path, i, f"expected an object, got {type(record).__name__}")
+        return data
+    records = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(path, len(records), f"line {lineno} is not valid JSON ({exc.msg})")
+        if not isinstance(record, dict):
+            raise DataError(path, len(records), f"line {lineno}: expected an object")
+        records.append(record)
+    return records

@@ -1,0 +1,119 @@
+"""Loading models and tokenizers the same way everywhere.
+
+Training and play must agree on the special tokens: a reproduction of the original got empty replies
+after imitation learning because the trainer padded with one token and the player stopped on another.
+:func:`setup_special_tokens` is the single place that decides pad and eos, and a checkpoint saved by this
+project carries the decision in its tokenizer and generation config.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def pick_device(device: str | None = None) -> str:
+    import torch
+
+    if device and device != "auto":
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
+def setup_special_tokens(tokenizer, model=None):
+    """Give the tokenizer a pad token (the eos token when it has none) and align the model's configs.
+
+    Padding is always masked by attention masks and label masks built from lengths, never by comparing
+    ids with pad, so using eos as pad never hides the eos that ends a reply.
+    """
+    if tokenizer.eos_token is None:
+        raise ValueError("the tokenizer has no eos token: replies could never end")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if model is not None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+        model.config.eos_token_id = tokenizer.eos_token_id
+        gen = getattr(model, "generation_config", None)
+        if gen is not None:
+            gen.pad_token_id = tokenizer.pad_token_id
+            gen.eos_token_id = tokenizer.eos_token_id
+    return tokenizer
+
+
+def load_tokenizer(name_or_path: str | os.PathLike, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), trust_remote_code=trust_remote_code)
+    return setup_special_tokens(tokenizer)
+
+
+def load_model(
+    name_or_path: str | os.PathLike,
+    device: str | None = None,
+    dtype: str | None = None,
+    trust_remote_code: bool = False,
+):
+    """(model, tokenizer) in eval mode on ``device``; float32 on CPU, bf16 on GPU unless told."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    device = pick_device(device)
+    if dtype is None:
+        torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    else:
+        torch_dtype = getattr(torch, dtype)
+    tokenizer = load_tokenizer(name_or_path, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(name_or_path), dtype=torch_dtype, trust_remote_code=trust_remote_code
+    )
+    model.to(device)
+    model.eval()
+    setup_special_tokens(tokenizer, model)
+    return model, tokenizer
+
+
+def save_checkpoint(model, tokenizer, output_dir: str | os.PathLike) -> Path:
+    """Save a plain HF directory (safetensors, tokenizer, chat template), atomically.
+
+    Written to a temporary sibling directory first and renamed, so a half-written checkpoint never
+    looks finished.
+    """
+    import shutil
+
+    out = Path(output_dir)
+    tmp = out.parent / f".{out.name}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    setup_special_tokens(tokenizer, model)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return out
+
+
+def tiny_llama(tokenizer, seed: int = 0, hidden_size: int = 64, layers: int = 2):
+    """A small randomly initialised Llama sized to ``tokenizer``: for tests and benchmarks, no download."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config)
+    model.eval()
+    return model

@@ -1,0 +1,81 @@
+"""Target words: the most frequent English words, and a fixed train / held-out split."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from spag.io import DataError, write_text_atomic
+
+DEFAULT_TOP = 50_000
+_ALPHA = re.compile(r"^[a-z]+$")
+
+# Words that carry grammar rather than a topic: no game can be played on them.
+FUNCTION_WORDS = frozenset(
+    """
+    the and for are but not you all any can had her was one our out day get has him his how man new now
+    old see two way who boy did its let put say she too use that with have this will your from they know
+    want been good much some time very when come here just like long make many more only over such take
+    than them well were what which while would there their these those then into onto upon about above
+    after again against below between both before being during each few further once other same should
+    through under until where why yours yourself yourselves ourselves themselves himself herself itself
+    myself does doing done because also could might must shall may ought since though although unless
+    whether whom whose within without among amongst across along around behind beyond beside besides
+    toward towards near off per via yet nor either neither every everyone everything someone something
+    anyone anything nothing nobody none somebody anybody thus hence therefore however moreover else ever
+    even still already just almost quite rather really perhaps maybe indeed yes okay hey hello dont cant
+    wont isnt arent wasnt werent doesnt didnt hasnt havent hadnt shouldnt wouldnt couldnt im ive youre
+    theyre weve hes shes thats whats theres lets etc
+    """.split()
+)
+
+
+def top_words(n: int = DEFAULT_TOP, lang: str = "en") -> list[str]:
+    """The ``n`` most frequent words: lowercase alphabetic, 3+ letters, no function words, no repeats."""
+    from wordfreq import top_n_list
+
+    words: list[str] = []
+    seen: set[str] = set()
+    # wordfreq's list contains punctuation, numbers and short words; ask for enough to fill n.
+    pool = top_n_list(lang, max(4 * n, 1000), wordlist="best")
+    for word in pool:
+        w = word.lower()
+        if len(w) < 3 or not _ALPHA.match(w) or w in FUNCTION_WORDS or w in seen:
+            continue
+        seen.add(w)
+        words.append(w)
+        if len(words) == n:
+            break
+    return words
+
+
+def is_held_out(word: str, eval_fraction: float) -> bool:
+    """A word's split depends only on the word (a hash), so it never moves when lists grow."""
+    digest = hashlib.sha256(word.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction
+
+
+def split_words(words: list[str], eval_fraction: float = 0.1) -> tuple[list[str], list[str]]:
+    """(training words, held-out evaluation words), disjoint, each in the input order."""
+    train = [w for w in words if not is_held_out(w, eval_fraction)]
+    held = [w for w in words if is_held_out(w, eval_fraction)]
+    return train, held
+
+
+def read_words(path: str | os.PathLike) -> list[str]:
+    """One word per line; blank lines and ``#`` comments skipped. Odd entries raise DataError."""
+    words = []
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        word = line.strip()
+        if not word or word.startswith("#"):
+            continue
+        if any(ch.isspace() for ch in word) or not any(ch.isalpha() for ch in word):
+            raise DataError(path, lineno, f"line {lineno} is not a single word: {word!r}")
+        words.append(word)
+    return words
+
+
+def write_words(words: list[str], path: str | os.PathLike) -> None:
+    write_text_atomic(path, "".join(w + "\n" for w in words))
