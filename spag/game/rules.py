@@ -116,16 +116,33 @@ def normalise_word(word: str) -> str:
     return word.strip().strip(_QUOTES + ".,!?;:()[]{}<>").lower()
 
 
+class _WordMatcher:
+    """A target word's forms, compiled once: a cheap substring screen, then the whole-word regex."""
+
+    __slots__ = ("screens", "pattern")
+
+    def __init__(self, word: str):
+        forms = sorted(word_forms(word), key=len, reverse=True)
+        # Any whole-word hit contains one of these lower-case pieces (text before an apostrophe).
+        self.screens = tuple(sorted({f.split("'")[0] for f in forms if f.split("'")[0]}))
+        alternatives = "|".join(re.escape(f).replace("'", "['’]") for f in forms) or r"(?!)"
+        self.pattern = re.compile(rf"(?<!{_LETTER})(?:{alternatives})(?!{_LETTER})", re.IGNORECASE)
+
+    def said_in(self, text: str, lowered: str | None = None) -> bool:
+        low = text.lower() if lowered is None else lowered
+        if not any(piece in low for piece in self.screens):
+            return False
+        return self.pattern.search(text) is not None
+
+
 @lru_cache(maxsize=200_000)
-def _said_pattern(word: str) -> re.Pattern[str]:
-    forms = sorted(word_forms(word), key=len, reverse=True)
-    alternatives = "|".join(re.escape(f).replace("'", "['’]") for f in forms) or r"(?!)"
-    return re.compile(rf"(?<!{_LETTER})(?:{alternatives})(?!{_LETTER})", re.IGNORECASE)
+def _matcher(word: str) -> _WordMatcher:
+    return _WordMatcher(word)
 
 
 def says_word(text: str, target_word: str) -> bool:
     """True when ``text`` says ``target_word`` or any of its forms as a whole word."""
-    return _said_pattern(normalise_word(target_word)).search(text) is not None
+    return _matcher(normalise_word(target_word)).said_in(text)
 
 
 def is_form_of(candidate: str, target_word: str) -> bool:
@@ -139,15 +156,19 @@ def is_form_of(candidate: str, target_word: str) -> bool:
 # ------------------------------------------------------------------------------------------ prediction
 
 
-def uses_prediction_phrase(text: str) -> bool:
-    return _PREDICTION_RE.search(text) is not None
+def uses_prediction_phrase(text: str, lowered: str | None = None) -> bool:
+    low = text.lower() if lowered is None else lowered
+    return "know" in low and _PREDICTION_RE.search(text) is not None
 
 
-def parse_prediction(text: str) -> str | None:
+def parse_prediction(text: str, lowered: str | None = None) -> str | None:
     """The defender's guessed word, ``""`` for a prediction phrase with no word after it, or None.
 
     Only the first prediction and its first word count.
     """
+    low = text.lower() if lowered is None else lowered
+    if "know" not in low:
+        return None
     match = _PREDICTION_RE.search(text)
     if match is None:
         return None
@@ -165,19 +186,20 @@ def judge(target_word: str, history: Sequence[Mapping[str, str]], max_turns: int
     """
     limit = 2 * max_turns
     considered = 0
-    pattern = _said_pattern(normalise_word(target_word))
+    matcher = _matcher(normalise_word(target_word))
     for utterance in history[:limit]:
         considered += 1
         role, content = utterance["role"], utterance["content"]
+        low = content.lower()
         if role == ATTACKER:
-            if pattern.search(content) or _PREDICTION_RE.search(content):
+            if matcher.said_in(content, low) or uses_prediction_phrase(content, low):
                 return Verdict(ATTACKER_BREAKS_RULES, considered)
         elif role == DEFENDER:
-            guess = parse_prediction(content)
+            guess = parse_prediction(content, low)
             if guess is not None:
                 correct = guess != "" and is_form_of(guess, target_word)
                 return Verdict(DEFENDER_WINS if correct else ATTACKER_WINS, considered)
-            if pattern.search(content):
+            if matcher.said_in(content, low):
                 return Verdict(ATTACKER_WINS, considered)
         else:
             raise ValueError(f"unknown role {role!r} in utterance {considered - 1}")

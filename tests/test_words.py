@@ -1,0 +1,40 @@
+"""Target words: frequent, clean, deterministic, and split into disjoint training and held-out sets."""
+
+import pytest
+
+from spag.io import DataError
+from spag.words import FUNCTION_WORDS, read_words, split_words, top_words, write_words
+
+
+def test_top_words_are_clean_and_deterministic():
+    words = top_words(3000)
+    assert len(words) == 3000
+    assert words == top_words(3000)
+    assert len(set(words)) == len(words)
+    assert all(w.isalpha() and w.islower() and len(w) >= 3 for w in words)
+    assert not set(words) & FUNCTION_WORDS
+    assert "the" not in words and "and" not in words
+    assert top_words(100) == words[:100]
+
+
+def test_split_is_disjoint_stable_and_roughly_sized():
+    words = top_words(5000)
+    train, held = split_words(words, 0.1)
+    assert not set(train) & set(held)
+    assert sorted(train + held) == sorted(words)
+    assert 0.07 < len(held) / len(words) < 0.13
+    # a word's side never depends on the rest of the list
+    train_small, held_small = split_words(words[:500], 0.1)
+    assert set(held_small) == set(held) & set(words[:500])
+
+
+def test_read_words_rejects_odd_entries(tmp_path):
+    path = tmp_path / "words.txt"
+    write_words(["apple", "river"], path)
+    assert read_words(path) == ["apple", "river"]
+    path.write_text("apple\n\n# comment\nice cream\n")
+    with pytest.raises(DataError, match="line 4"):
+        read_words(path)
+    path.write_text("apple\n1234\n")
+    with pytest.raises(DataError, match="line 2"):
+        read_words(path)
