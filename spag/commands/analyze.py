@@ -1,5 +1,142 @@
-"""Placeholder: filled by its issue."""
+"""``spag analyze``: DuckDB SQL over the episodes of every epoch (named queries or raw SQL)."""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import typer
+
+FORMATS = ("table", "csv", "json")
 
 
-def register(app) -> None:  # pragma: no cover - replaced by the real command module
-    pass
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def format_table(columns: list[str], rows: list[tuple]) -> str:
+    """A plain aligned text table: numbers right-aligned, floats to 4 decimals."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    numeric = [
+        all(isinstance(row[i], (int, float)) or row[i] is None for row in rows) and bool(rows)
+        for i in range(len(columns))
+    ]
+
+    def line(values):
+        return "  ".join(
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)
+        ).rstrip()
+
+    out = [line(columns), line(["-" * w for w in widths])]
+    out += [line(r) for r in cells]
+    return "\n".join(out) + "\n"
+
+
+def _jsonable(value):
+    import datetime
+    import decimal
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    return value
+
+
+def format_rows(columns: list[str], rows: list[tuple], fmt: str) -> str:
+    if fmt == "table":
+        return format_table(columns, rows)
+    if fmt == "csv":
+        import csv
+        import io
+
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([["" if v is None else v for v in row] for row in rows])
+        return buffer.getvalue()
+    import json
+
+    return (
+        json.dumps(
+            [{c: _jsonable(v) for c, v in zip(columns, row)} for row in rows], ensure_ascii=False, indent=1
+        )
+        + "\n"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("analyze")
+    def analyze_command(
+        episodes: Optional[str] = typer.Argument(
+            None,
+            help="Episode Parquet files: a glob (quote it), a folder, or a file. "
+            "Default: data/**/episodes/*.parquet",
+        ),
+        query: Optional[str] = typer.Option(None, "--query", "-q", help="A named query (see --list)."),
+        sql: Optional[str] = typer.Option(
+            None, "--sql", help="SQL over the `episodes` view, or a .sql file."
+        ),
+        fmt: str = typer.Option("table", "--format", "-f", help="Output: table, csv or json."),
+        param: List[str] = typer.Option(
+            [], "--param", "-p", help="A query parameter, NAME=VALUE (repeatable)."
+        ),
+        list_queries: bool = typer.Option(False, "--list", help="List the named queries and exit."),
+    ) -> None:
+        """SQL over the judged episodes of every epoch; prints the result (default: the win_rate query).
+
+        The `episodes` view has the files' columns plus outcome, turns, epoch, run and source_file;
+        macros rate(x, n), wilson_low(x, n), wilson_high(x, n); a `words` table (zipf, band) on demand.
+        """
+        from spag.analyze import DEFAULT_GLOB, AnalyzeError, execute, named_queries, parse_value
+        from spag.console import error, summary
+
+        if list_queries:
+            for query_def in named_queries().values():
+                defaults = ", ".join(f"{k}={'null' if v is None else v}" for k, v in query_def.params.items())
+                sys.stdout.write(
+                    f"{query_def.name:<14} {query_def.description}"
+                    + (f" [params: {defaults}]" if defaults else "")
+                    + "\n"
+                )
+            return
+        if query and sql:
+            error("give either --query or --sql, not both")
+            raise typer.Exit(2)
+        if fmt not in FORMATS:
+            error(f"unknown --format {fmt!r} (table, csv or json)")
+            raise typer.Exit(2)
+        params = {}
+        for item in param:
+            name, sep, value = item.partition("=")
+            if not sep or not name.strip():
+                error(f"--param expects NAME=VALUE, got {item!r}")
+                raise typer.Exit(2)
+            params[name.strip()] = parse_value(value.strip())
+
+        glob = episodes or DEFAULT_GLOB
+        try:
+            result = execute(sql or query or "win_rate", glob, params)
+        except AnalyzeError as exc:
+            error(str(exc))
+            raise typer.Exit(2)
+        sys.stdout.write(format_rows(result.columns, result.rows, fmt))
+        summary(
+            "analyze",
+            f"{result.label}: {len(result.rows)} rows from {result.files} episode files "
+            f"({glob}) in {result.seconds:.2f} s",
+        )

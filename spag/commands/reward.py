@@ -1,5 +1,78 @@
-"""Placeholder: filled by its issue."""
+"""``spag reward`` and ``spag imitation-data``: judged episodes -> training rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+EPISODES_HELP = "Episodes: a JSON list, JSON lines, or Parquet (a file or a directory of shards)."
+OUTPUT_HELP = "Rows out: .parquet or .jsonl (written atomically)."
 
 
-def register(app) -> None:  # pragma: no cover - replaced by the real command module
-    pass
+def _fail(message: str) -> None:
+    from spag.console import error
+
+    error(message)
+    raise typer.Exit(2)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("reward")
+    def reward_command(
+        episodes: Path = typer.Argument(..., help=EPISODES_HELP),
+        output: Path = typer.Option(..., "-o", "--output", help=OUTPUT_HELP),
+        decay: float = typer.Option(
+            0.8, "--decay", help="Reward decay d: the k-th winning move gets (1/d)^k."
+        ),
+        sft: Optional[str] = typer.Option(
+            None,
+            "--sft",
+            help="General instruction data to mix in (Alpaca, prompt/completion or query/target rows), "
+            "or 'builtin' for the small set shipped with spag.",
+        ),
+        sft_limit: Optional[int] = typer.Option(None, "--sft-limit", min=0, help="Keep a random N SFT rows."),
+        seed: int = typer.Option(0, "--seed", help="Seed for the training-template draw and the SFT sample."),
+        strict: bool = typer.Option(
+            False, "--strict", help="Reject the input (exit 2) if any record is bad."
+        ),
+    ) -> None:
+        """SPAG training rows: the winners' moves in decisive games, with decayed rewards and role weights."""
+        from spag.console import summary
+        from spag.io import DataError
+        from spag.rewards import build_reward_set
+
+        if decay <= 0:
+            _fail(f"--decay must be positive, got {decay}")
+        if sft_limit is not None and sft is None:
+            _fail("--sft-limit needs --sft")
+        try:
+            stats = build_reward_set(
+                episodes, output, decay=decay, sft=sft, seed=seed, strict=strict, sft_limit=sft_limit
+            )
+        except DataError as exc:
+            _fail(str(exc))
+        summary("reward", f"{stats.line()} -> {output}")
+
+    @app.command("imitation-data")
+    def imitation_command(
+        episodes: Path = typer.Argument(
+            ..., help=EPISODES_HELP + " Also the original project's GPT-4 episodes and its query/target file."
+        ),
+        output: Path = typer.Option(..., "-o", "--output", help=OUTPUT_HELP),
+        seed: int = typer.Option(0, "--seed", help="Seed for the training-template draw."),
+        strict: bool = typer.Option(
+            False, "--strict", help="Reject the input (exit 2) if any record is bad."
+        ),
+    ) -> None:
+        """The imitation set: a teacher's winning moves in decisive games, both roles, reward 1."""
+        from spag.console import summary
+        from spag.io import DataError
+        from spag.rewards import build_imitation_set
+
+        try:
+            stats = build_imitation_set(episodes, output, seed=seed, strict=strict)
+        except DataError as exc:
+            _fail(str(exc))
+        summary("imitation-data", f"{stats.line(with_sft=False)} -> {output}")

@@ -1,0 +1,234 @@
+"""DuckDB over the episode Parquet files of every epoch: one ``episodes`` view, a few macros, word bands.
+
+The ``episodes`` view has every column of the files (Parquet shards read by name, so shards written by
+different versions combine) plus:
+
+- ``outcome``, ``turns``: the judged outcome. ``spag play`` judges each episode as it writes it and
+  stores both columns; for files (or rows) without them the view asks the judge itself through a Python
+  UDF (``spag_judge``), so no rule is ever re-implemented in SQL. Episodes the judge cannot read (an
+  unknown role, say) get a NULL outcome: ``WHERE outcome IS NULL`` finds them.
+- ``attacker_model``, ``defender_model``: NULL where a file does not have them.
+- ``source_file``: the Parquet file the episode came from.
+- ``epoch``: the number in the last ``epoch_<n>`` component of the file's path (``data/epoch_2/...`` -> 2);
+  NULL for episodes outside an epoch (the teacher's, for instance).
+- ``run``: the folder that holds the ``episodes`` folder (``data/teacher/episodes/x.parquet`` ->
+  ``teacher``, ``data/epoch_2/episodes/...`` -> ``epoch_2``), else the file's own folder.
+
+Macros: ``rate(x, n)`` (x / n, NULL when n = 0) and ``wilson_low(x, n)`` / ``wilson_high(x, n)``, the
+95% Wilson score interval of a proportion x / n.
+
+A ``words`` table (``target_word, zipf, band, band_order``) is built on demand, for the distinct target
+words only, from wordfreq's Zipf frequency: per-row Python calls would be far too slow on a million
+episodes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path, PurePath
+
+DEFAULT_GLOB = "data/**/episodes/*.parquet"
+
+# Zipf frequency = log10(occurrences per billion words); 7 is "the", 3 about once per million words.
+FREQUENCY_BANDS = (
+    (5.0, "very common (zipf >= 5)"),
+    (4.0, "common (4-5)"),
+    (3.0, "uncommon (3-4)"),
+    (-math.inf, "rare (< 3)"),
+)
+
+_Z = 1.959963984540054  # the 97.5% normal quantile: a two-sided 95% interval
+
+_MACROS = f"""
+CREATE OR REPLACE TEMP MACRO rate(x, n) AS x::DOUBLE / NULLIF(n, 0);
+CREATE OR REPLACE TEMP MACRO wilson_low(x, n) AS CASE WHEN n > 0 THEN
+    ((x::DOUBLE / n + {_Z}^2 / (2 * n))
+     - {_Z} * sqrt((x::DOUBLE / n) * (1 - x::DOUBLE / n) / n + {_Z}^2 / (4 * n * n)))
+    / (1 + {_Z}^2 / n) END;
+CREATE OR REPLACE TEMP MACRO wilson_high(x, n) AS CASE WHEN n > 0 THEN
+    ((x::DOUBLE / n + {_Z}^2 / (2 * n))
+     + {_Z} * sqrt((x::DOUBLE / n) * (1 - x::DOUBLE / n) / n + {_Z}^2 / (4 * n * n)))
+    / (1 + {_Z}^2 / n) END;
+"""
+
+_EPOCH = re.compile(r"epoch_(\d+)")
+
+
+class AnalyzeError(ValueError):
+    """A one-line message for the command line (no episodes found, a query that fails)."""
+
+
+def file_labels(path: str) -> tuple[int | None, str]:
+    """(epoch, run) of an episode file, from its path; see the module docstring."""
+    epochs = _EPOCH.findall(str(path).replace("\\", "/"))
+    epoch = int(epochs[-1]) if epochs else None
+    parent = PurePath(path).parent
+    run = parent.parent.name if parent.name == "episodes" and parent.parent.name else parent.name
+    return epoch, run
+
+
+def find_files(con, glob: str) -> list[str]:
+    """The Parquet files a glob (or a folder, searched recursively, or one file) names."""
+    pattern = f"{glob.rstrip('/')}/**/*.parquet" if Path(glob).is_dir() else glob
+    files = [row[0] for row in con.execute("SELECT file FROM glob(?) ORDER BY file", [pattern]).fetchall()]
+    files = [f for f in files if f.endswith(".parquet")]
+    if not files:
+        raise AnalyzeError(f"no episode files match {glob!r} (expected Parquet files, e.g. {DEFAULT_GLOB!r})")
+    return files
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _judge_udf(target_word: str, history_json: str, max_turns: int):
+    from spag.game.rules import judge
+
+    try:
+        history = json.loads(history_json)
+        verdict = judge(target_word, history, int(max_turns))
+    except (ValueError, KeyError, TypeError):
+        return None
+    return {"outcome": verdict.outcome, "turns": verdict.turns}
+
+
+def _file_columns(files: list[str]) -> list[set[str]]:
+    import pyarrow.parquet as pq
+
+    columns = []
+    for file in files:
+        try:
+            columns.append(set(pq.read_schema(file).names))
+        except Exception as exc:  # pyarrow raises several types for a broken file
+            raise AnalyzeError(f"{file}: not a readable Parquet file ({exc.__class__.__name__}: {exc})")
+    return columns
+
+
+def register_episodes(con, glob: str = DEFAULT_GLOB) -> list[str]:
+    """Create the ``episodes`` view (and ``spag_files``) on ``con``; returns the files it reads."""
+    import duckdb
+
+    files = find_files(con, glob)
+    per_file = _file_columns(files)
+    needs_judge = [f for f, cols in zip(files, per_file) if not {"outcome", "turns"} <= cols]
+    for file, cols in zip(files, per_file):
+        missing = {"target_word", "history"} - cols if file in needs_judge else {"target_word"} - cols
+        if missing:
+            raise AnalyzeError(f"{file}: not an episode file (no {', '.join(sorted(missing))} column)")
+
+    file_list = "[" + ", ".join(_sql_string(f) for f in files) + "]"
+    raw = f"read_parquet({file_list}, union_by_name = true, filename = 'source_file')"
+    types = dict(
+        con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {raw})").fetchall()
+    )
+
+    fill = [
+        f"NULL::{kind} AS {name}"
+        for name, kind in (
+            ("outcome", "VARCHAR"),
+            ("turns", "BIGINT"),
+            ("attacker_model", "VARCHAR"),
+            ("defender_model", "VARCHAR"),
+        )
+        if name not in types
+    ]
+    base = f"SELECT *{''.join(', ' + f for f in fill)} FROM {raw}"
+
+    if needs_judge:
+        con.create_function(
+            "spag_judge",
+            _judge_udf,
+            [duckdb.sqltype("VARCHAR"), duckdb.sqltype("VARCHAR"), duckdb.sqltype("INTEGER")],
+            duckdb.sqltype("STRUCT(outcome VARCHAR, turns INTEGER)"),
+        )
+        history = "history" if types.get("history") == "VARCHAR" else "to_json(history)::VARCHAR"
+        max_turns = "coalesce(max_turns, 5)::INTEGER" if "max_turns" in types else "5"
+        base = f"""
+            SELECT * EXCLUDE (_verdict) REPLACE (
+                coalesce(outcome, _verdict.outcome) AS outcome,
+                coalesce(turns, _verdict.turns) AS turns)
+            FROM (SELECT *, CASE WHEN outcome IS NULL OR turns IS NULL
+                              THEN spag_judge(target_word, {history}, {max_turns}) END AS _verdict
+                  FROM ({base}))"""
+
+    con.execute("CREATE OR REPLACE TEMP TABLE spag_files (source_file VARCHAR, epoch INTEGER, run VARCHAR)")
+    con.executemany("INSERT INTO spag_files VALUES (?, ?, ?)", [(f, *file_labels(f)) for f in files])
+    con.execute(f"""
+        CREATE OR REPLACE TEMP VIEW episodes AS
+        SELECT e.*, f.epoch, f.run FROM ({base}) e JOIN spag_files f USING (source_file)""")
+    return files
+
+
+def frequency_band(zipf: float) -> tuple[str, int]:
+    """(band name, band order) of a Zipf frequency; order 0 is the most common band."""
+    for order, (lower, name) in enumerate(FREQUENCY_BANDS):
+        if zipf >= lower:
+            return name, order
+    raise AssertionError("the last band has no lower bound")
+
+
+_PLAIN_WORD = re.compile(r"^[a-z]+$")
+
+
+def zipf_frequencies(words: list[str]) -> list[float]:
+    """wordfreq's ``zipf_frequency(word, "en")`` of each word, fast enough for 50k distinct words.
+
+    For a plain lower-case word, zipf_frequency tokenises it to itself and reads wordfreq's frequency
+    table; we read that table directly and skip the tokeniser (a test checks the two agree). Any other
+    word goes through zipf_frequency itself.
+    """
+    from wordfreq import freq_to_zipf, get_frequency_dict, zipf_frequency
+
+    table = get_frequency_dict("en")
+    out = []
+    for word in words:
+        if _PLAIN_WORD.match(word):
+            freq = table.get(word)
+            out.append(round(freq_to_zipf(freq), 2) if freq else 0.0)
+        else:
+            out.append(zipf_frequency(word, "en"))
+    return out
+
+
+def register_words(con) -> int:
+    """Create the ``words`` table for the distinct target words in ``episodes``; returns its size."""
+    import pyarrow as pa
+
+    words = [
+        row[0]
+        for row in con.execute(
+            "SELECT DISTINCT target_word FROM episodes WHERE target_word IS NOT NULL"
+        ).fetchall()
+    ]
+    zipf = zipf_frequencies(words)
+    bands = [frequency_band(z) for z in zipf]
+    table = pa.table(
+        {
+            "target_word": pa.array(words, pa.string()),
+            "zipf": pa.array(zipf, pa.float64()),
+            "band": pa.array([b[0] for b in bands], pa.string()),
+            "band_order": pa.array([b[1] for b in bands], pa.int32()),
+        }
+    )
+    con.register("_spag_words", table)
+    con.execute("CREATE OR REPLACE TEMP TABLE words AS SELECT * FROM _spag_words")
+    con.unregister("_spag_words")
+    return len(words)
+
+
+def connect(glob: str = DEFAULT_GLOB, words: bool = False):
+    """An in-memory DuckDB connection with the ``episodes`` view and the macros (and ``words``)."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        con.execute(_MACROS)
+        register_episodes(con, glob)
+        if words:
+            register_words(con)
+    except BaseException:
+        con.close()
+        raise
+    return con

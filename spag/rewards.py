@@ -1,0 +1,491 @@
+"""Rewards and training sets: judged episodes become the rows the trainers learn from.
+
+A row is ``prompt, completion, reward, weight, role, kind, target_word, turn, episode``:
+
+- ``prompt`` is the user-message text asking ``role`` for its next utterance, given the game so far (the
+  history *before* that utterance), rendered with a training template drawn at random (seeded);
+- ``completion`` is the utterance itself, stripped;
+- ``reward`` is the utterance's share of its game's reward; ``weight`` re-balances the two roles;
+- ``kind`` is ``game`` for game rows and ``sft`` for general instruction rows (reward 0, weight 1).
+
+Only decisive games teach anything: the judge (:mod:`spag.game.rules`, never re-implemented here) says
+who won, and the winner's utterances up to the deciding one become rows. Ties and fouls give nothing.
+
+Reward of the winner's k-th utterance (k = 1..n) in one game, with decay d (0.8 in the paper)::
+
+    r_k = (1/d)^k / sum_j (1/d)^j          so later moves weigh more and each game sums to 1.
+
+Role weights, with A attacker-won and D defender-won games that gave rows::
+
+    w_attacker = (A + D) / (2A),   w_defender = (A + D) / (2D)       (0 for a side with no wins)
+
+so the attacker's rows together carry (A + D)/2 of weighted reward, and so do the defender's: each role
+learns with coefficient 1/2 in expectation however lopsided the games were.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from spag.game.episodes import validate_episode
+from spag.game.prompts import training_prompt
+from spag.game.rules import ATTACKER, DEFENDER, OUTCOMES, ROLES, judge_episode
+from spag.io import DataError, read_records, write_table_atomic
+
+GAME = "game"
+SFT = "sft"
+BUILTIN = "builtin"
+DEFAULT_DECAY = 0.8
+
+ROW_COLUMNS = ("prompt", "completion", "reward", "weight", "role", "kind", "target_word", "turn", "episode")
+
+
+def row_schema():
+    """The Parquet schema of a training row (explicit, so empty or all-null columns keep their type)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("prompt", pa.string()),
+            ("completion", pa.string()),
+            ("reward", pa.float64()),
+            ("weight", pa.float64()),
+            ("role", pa.string()),
+            ("kind", pa.string()),
+            ("target_word", pa.string()),
+            ("turn", pa.int64()),
+            ("episode", pa.string()),
+        ]
+    )
+
+
+# ------------------------------------------------------------------------------------------- the maths
+
+
+def utterance_rewards(n: int, decay: float = DEFAULT_DECAY) -> list[float]:
+    """Rewards of a winner's n utterances: proportional to (1/decay)^k, k = 1..n, summing to 1."""
+    if decay <= 0:
+        raise ValueError(f"decay must be positive, got {decay}")
+    if n <= 0:
+        return []
+    # decay^(n-k) is (1/decay)^k scaled by decay^n: the same shares, without overflow for long games.
+    raw = [decay ** (n - k) for k in range(1, n + 1)]
+    total = sum(raw)
+    return [r / total for r in raw]
+
+
+def role_weights(attacker_games: int, defender_games: int) -> tuple[float, float]:
+    """(attacker weight, defender weight) so that each role learns with coefficient 1/2 in expectation."""
+    games = attacker_games + defender_games
+    attacker = games / (2 * attacker_games) if attacker_games else 0.0
+    defender = games / (2 * defender_games) if defender_games else 0.0
+    return attacker, defender
+
+
+# ------------------------------------------------------------------------------------------- the stats
+
+
+@dataclass
+class RowStats:
+    """What became of every input record, for the summary line and the DVC metrics."""
+
+    records: int = 0
+    outcomes: Counter = field(default_factory=Counter)  # judged outcome of every valid episode
+    used: int = 0  # decisive games that gave rows
+    no_rows: int = 0  # ties, fouls, and decisive games where the winner never spoke
+    bad: int = 0  # records skipped as malformed
+    instruction_rows: int = 0  # ready-made prompt/completion rows taken over as they were
+    rows: Counter = field(default_factory=Counter)  # rows per role ("sft" for general instruction rows)
+    attacker_games: int = 0
+    defender_games: int = 0
+    attacker_weight: float = 0.0
+    defender_weight: float = 0.0
+    sft_rows: int = 0
+    sft_bad: int = 0
+    sft_source: str | None = None
+
+    def as_dict(self) -> dict:
+        return {
+            "records": self.records,
+            "outcomes": dict(self.outcomes),
+            "used": self.used,
+            "no_rows": self.no_rows,
+            "bad": self.bad,
+            "instruction_rows": self.instruction_rows,
+            "rows": dict(self.rows),
+            "attacker_games": self.attacker_games,
+            "defender_games": self.defender_games,
+            "attacker_weight": self.attacker_weight,
+            "defender_weight": self.defender_weight,
+            "sft_rows": self.sft_rows,
+            "sft_bad": self.sft_bad,
+            "sft_source": self.sft_source,
+        }
+
+    def line(self, with_sft: bool = True) -> str:
+        outcomes = ", ".join(f"{o} {self.outcomes[o]}" for o in OUTCOMES if self.outcomes[o])
+        parts = [
+            (
+                f"{self.records} records: {self.used} games used, {self.no_rows} gave no rows (tie/foul), "
+                f"{self.bad} skipped as bad"
+            )
+        ]
+        if self.instruction_rows:
+            parts.append(f"{self.instruction_rows} ready-made rows")
+        parts.append(f"outcomes: {outcomes or 'none'}")
+        rows = ", ".join(f"{k} {v}" for k, v in sorted(self.rows.items())) or "none"
+        parts.append(f"rows: {rows}")
+        parts.append(f"weights: attacker {self.attacker_weight:.4g}, defender {self.defender_weight:.4g}")
+        if with_sft and self.sft_source:
+            skipped = f" ({self.sft_bad} skipped as bad)" if self.sft_bad else ""
+            parts.append(f"sft: {self.sft_rows} rows from {self.sft_source}{skipped}")
+        elif with_sft:
+            parts.append("sft: none (no --sft given, the SFT term has no data)")
+        return "; ".join(parts)
+
+
+# ----------------------------------------------------------------------------------------- game rows
+
+
+def _episode_id(episode: Mapping, index: int) -> str:
+    ident = episode.get("id")
+    return str(ident if ident is not None else index)
+
+
+def _game_rows(
+    episodes: Sequence[Mapping],
+    indices: Sequence[int] | None,
+    seed: int,
+    rewards_for,
+    stats: RowStats,
+) -> list[dict]:
+    """Rows from the winners' utterances; ``rewards_for(n)`` gives the rewards of a winner's n moves."""
+    from spag.console import progress
+
+    rng = random.Random(seed)
+    rows: list[dict] = []
+    for position, episode in enumerate(progress(episodes, desc="episodes", unit="ep", disable=None)):
+        index = indices[position] if indices is not None else position
+        verdict = judge_episode(episode)
+        stats.outcomes[verdict.outcome] += 1
+        winner = verdict.winner
+        history = episode["history"]
+        moves = [t for t, u in enumerate(history[: verdict.turns]) if u["role"] == winner] if winner else []
+        if not moves:
+            stats.no_rows += 1
+            continue
+        stats.used += 1
+        if winner == ATTACKER:
+            stats.attacker_games += 1
+        else:
+            stats.defender_games += 1
+        target, max_turns = episode["target_word"], int(episode["max_turns"])
+        for turn, reward in zip(moves, rewards_for(len(moves))):
+            before = [{"role": u["role"], "content": u["content"]} for u in history[:turn]]
+            rows.append(
+                {
+                    "prompt": training_prompt(winner, target, before, max_turns, rng),
+                    "completion": history[turn]["content"].strip(),
+                    "reward": float(reward),
+                    "weight": 0.0,  # set once every game has been counted
+                    "role": winner,
+                    "kind": GAME,
+                    "target_word": target,
+                    "turn": turn,
+                    "episode": _episode_id(episode, index),
+                }
+            )
+    return rows
+
+
+def _apply_role_weights(rows: list[dict], stats: RowStats) -> None:
+    stats.attacker_weight, stats.defender_weight = role_weights(stats.attacker_games, stats.defender_games)
+    weight = {ATTACKER: stats.attacker_weight, DEFENDER: stats.defender_weight}
+    for row in rows:
+        if row["kind"] == GAME and row["role"] in weight:
+            row["weight"] = weight[row["role"]]
+        stats.rows[row["role"] or "unknown"] += 1
+
+
+def reward_rows(
+    episodes: Sequence[Mapping],
+    decay: float = DEFAULT_DECAY,
+    seed: int = 0,
+    indices: Sequence[int] | None = None,
+) -> tuple[list[dict], RowStats]:
+    """SPAG training rows from validated episodes: decayed, normalised rewards and role weights.
+
+    ``indices`` gives each episode's position in its source file (for the ``episode`` column when an
+    episode has no ``id``); by default its position in ``episodes``.
+    """
+    if decay <= 0:
+        raise ValueError(f"decay must be positive, got {decay}")
+    stats = RowStats(records=len(episodes))
+    rows = _game_rows(episodes, indices, seed, lambda n: utterance_rewards(n, decay), stats)
+    _apply_role_weights(rows, stats)
+    return rows, stats
+
+
+def imitation_rows(
+    episodes: Sequence[Mapping],
+    seed: int = 0,
+    indices: Sequence[int] | None = None,
+) -> tuple[list[dict], RowStats]:
+    """The imitation set from a teacher's episodes: every winning utterance, reward 1, role weights."""
+    stats = RowStats(records=len(episodes))
+    rows = _game_rows(episodes, indices, seed, lambda n: [1.0] * n, stats)
+    _apply_role_weights(rows, stats)
+    return rows, stats
+
+
+# ------------------------------------------------------------------------------ ready-made instruction rows
+
+_ROLE_IN_PROMPT = re.compile(r"\byour?\s+are\s+(?:the\s+|an?\s+)?(attacker|defender)\b", re.IGNORECASE)
+
+
+def infer_role(prompt: str) -> str | None:
+    """The role a ready-made game prompt addresses ("You are the attacker ..."), or None if unclear."""
+    found = {m.group(1).lower() for m in _ROLE_IN_PROMPT.finditer(prompt)}
+    return found.pop() if len(found) == 1 else None
+
+
+def _prompt_completion(record: Mapping, index: int, source: str) -> tuple[str, str]:
+    """The (prompt, completion) of an instruction record in any of the accepted shapes."""
+    if "instruction" in record:  # Alpaca: instruction, optional input, output
+        instruction, extra, output = (
+            record.get("instruction"),
+            record.get("input") or "",
+            record.get("output"),
+        )
+        if not isinstance(instruction, str) or not instruction.strip():
+            raise DataError(source, index, "missing or empty 'instruction'")
+        if not isinstance(extra, str):
+            raise DataError(source, index, "'input' is not a string")
+        prompt = instruction.strip() + ("\n\n" + extra.strip() if extra.strip() else "")
+        completion = output
+        name = "output"
+    elif "prompt" in record or "completion" in record:
+        prompt, completion, name = record.get("prompt"), record.get("completion"), "completion"
+    elif "query" in record or "target" in record:
+        prompt, completion, name = record.get("query"), record.get("target"), "target"
+    else:
+        raise DataError(
+            source, index, "expected instruction/output, prompt/completion or query/target fields"
+        )
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise DataError(source, index, "missing or empty prompt")
+    if not isinstance(completion, str) or not completion.strip():
+        raise DataError(source, index, f"missing or empty '{name}'")
+    return prompt, completion.strip()
+
+
+def _report(error: DataError, errors: list[DataError] | None) -> None:
+    """Skip-and-report when the caller collects errors; otherwise the first bad record raises."""
+    if errors is None:
+        raise error
+    errors.append(error)
+
+
+def sft_rows(
+    records: Iterable[Mapping], source: str = "<sft>", errors: list[DataError] | None = None
+) -> list[dict]:
+    """General instruction rows: kind ``sft``, reward 0, weight 1, no role."""
+    rows = []
+    for index, record in enumerate(records):
+        try:
+            prompt, completion = _prompt_completion(record, index, source)
+        except DataError as error:
+            _report(error, errors)
+            continue
+        rows.append(
+            {
+                "prompt": prompt,
+                "completion": completion,
+                "reward": 0.0,
+                "weight": 1.0,
+                "role": None,
+                "kind": SFT,
+                "target_word": None,
+                "turn": None,
+                "episode": None,
+            }
+        )
+    return rows
+
+
+def builtin_sft_path() -> Path:
+    """The small general instruction set shipped with the package, so the pipeline runs offline."""
+    from importlib.resources import files
+
+    return Path(str(files("spag.data") / "general_sft.jsonl"))
+
+
+def load_sft(
+    source: str | os.PathLike,
+    limit: int | None = None,
+    seed: int = 0,
+    errors: list[DataError] | None = None,
+) -> list[dict]:
+    """General instruction rows from a file (Alpaca, prompt/completion or query/target) or ``"builtin"``.
+
+    With ``limit``, a seeded random sample of that many rows, in file order. Bad rows raise DataError
+    unless an ``errors`` list is given to collect them.
+    """
+    path = builtin_sft_path() if str(source) == BUILTIN else Path(source)
+    rows = sft_rows(read_records(path), str(path), errors)
+    if limit is not None and 0 <= limit < len(rows):
+        keep = sorted(random.Random(seed).sample(range(len(rows)), limit))
+        rows = [rows[i] for i in keep]
+    return rows
+
+
+# -------------------------------------------------------------------------------------------- reading
+
+
+def _check_episode(record: Mapping, index: int, source: str) -> dict:
+    episode = validate_episode(record, index, source)
+    if not episode["history"]:
+        raise DataError(source, index, "empty 'history': no utterance was played")
+    return episode
+
+
+def read_episode_records(
+    path: str | os.PathLike, errors: list[DataError] | None = None, ready_made: list[dict] | None = None
+) -> tuple[list[dict], list[int], int]:
+    """Valid episodes in ``path``, their positions in it, and how many records it holds.
+
+    Bad records are skipped into ``errors``.
+    Without ``errors`` the first bad record raises DataError. With ``ready_made``, records that are
+    already training rows (query/target or prompt/completion, no history) are collected there as
+    ``(index, record)`` instead of being rejected.
+    """
+    source = str(path)
+    episodes, indices = [], []
+    records = read_records(path)
+    for index, record in enumerate(records):
+        if (
+            ready_made is not None
+            and isinstance(record, Mapping)
+            and "history" not in record
+            and ({"query", "target"} <= record.keys() or {"prompt", "completion"} <= record.keys())
+        ):
+            ready_made.append((index, record))
+            continue
+        try:
+            episodes.append(_check_episode(record, index, source))
+            indices.append(index)
+        except DataError as error:
+            _report(error, errors)
+    return episodes, indices, len(records)
+
+
+def _instruction_game_rows(
+    items: list[tuple[int, Mapping]], source: str, errors: list[DataError] | None
+) -> list[dict]:
+    """Ready-made imitation rows (the original project's instruction file): reward 1, weight 1."""
+    rows = []
+    for index, record in items:
+        try:
+            prompt, completion = _prompt_completion(record, index, source)
+        except DataError as error:
+            _report(error, errors)
+            continue
+        role = record.get("role") if record.get("role") in ROLES else infer_role(prompt)
+        target = record.get("target_word")
+        rows.append(
+            {
+                "prompt": prompt,
+                "completion": completion,
+                "reward": 1.0,
+                "weight": 1.0,
+                "role": role,
+                "kind": GAME,
+                "target_word": target if isinstance(target, str) else None,
+                "turn": None,
+                "episode": _episode_id(record, index),
+            }
+        )
+    return rows
+
+
+def _raise_if_strict(errors: list[DataError], strict: bool, what: str) -> None:
+    for error in errors:
+        print(f"{'error' if strict else 'skipped'}: {error}", file=sys.stderr)
+    if strict and errors:
+        raise DataError(what, None, f"{len(errors)} bad record(s); nothing written (--strict)")
+
+
+OUTPUT_SUFFIXES = (".parquet", ".jsonl")
+
+
+def check_output(output: str | os.PathLike) -> None:
+    if Path(output).suffix not in OUTPUT_SUFFIXES:
+        raise DataError(output, None, "the output must end in .parquet or .jsonl")
+
+
+def write_rows(rows: list[dict], output: str | os.PathLike) -> None:
+    """Write rows atomically: Parquet for ``.parquet``, JSON lines for ``.jsonl``."""
+    check_output(output)
+    write_table_atomic(output, rows, schema=row_schema() if Path(output).suffix == ".parquet" else None)
+
+
+def build_reward_set(
+    episodes_path: str | os.PathLike,
+    output: str | os.PathLike,
+    decay: float = DEFAULT_DECAY,
+    sft: str | os.PathLike | None = None,
+    seed: int = 0,
+    strict: bool = False,
+    sft_limit: int | None = None,
+    control: bool = False,
+) -> RowStats:
+    """``spag reward``: episodes file -> SPAG training rows (+ general SFT rows) written to ``output``.
+
+    ``control`` keeps the general SFT rows only: the ablation arm that trains without game rows.
+    """
+    check_output(output)
+    errors: list[DataError] = []
+    episodes, indices, count = read_episode_records(episodes_path, errors)
+    sft_errors: list[DataError] = []
+    general = load_sft(sft, sft_limit, seed, sft_errors) if sft is not None else []
+    _raise_if_strict(errors + sft_errors, strict, str(episodes_path))
+    rows, stats = reward_rows(episodes, decay, seed, indices)
+    if control:
+        rows = []
+        stats.rows.clear()
+    stats.records, stats.bad, stats.sft_bad = count, len(errors), len(sft_errors)
+    if sft is not None:
+        stats.sft_source = str(sft)
+        stats.sft_rows = len(general)
+        stats.rows[SFT] += len(general)
+    write_rows(rows + general, output)
+    return stats
+
+
+def build_imitation_set(
+    episodes_path: str | os.PathLike,
+    output: str | os.PathLike,
+    seed: int = 0,
+    strict: bool = False,
+) -> RowStats:
+    """``spag imitation-data``: a teacher's episodes (or ready-made query/target rows) -> imitation rows."""
+    check_output(output)
+    errors: list[DataError] = []
+    ready_made: list[tuple[int, dict]] = []
+    episodes, indices, count = read_episode_records(episodes_path, errors, ready_made)
+    made = _instruction_game_rows(ready_made, str(episodes_path), errors)
+    _raise_if_strict(errors, strict, str(episodes_path))
+    rows, stats = imitation_rows(episodes, seed, indices)
+    stats.records, stats.bad = count, len(errors)
+    stats.instruction_rows = len(made)
+    for row in made:
+        stats.rows[row["role"] or "unknown"] += 1
+    write_rows(rows + made, output)
+    return stats

@@ -1,0 +1,23 @@
+"""Stage `reward@N`: judged self-play episodes -> weighted training rows, mixed with general SFT data.
+
+With `spag.control: true` the game rows are dropped: the control arm trains on the SFT data alone.
+"""
+
+from common import METRICS, epoch_arg, epoch_dir, params
+
+from spag.io import write_json_atomic
+from spag.rewards import build_reward_set
+
+p = params()
+epoch = epoch_arg()
+cfg = p["reward"]
+stats = build_reward_set(
+    epoch_dir(epoch) / "episodes",
+    epoch_dir(epoch) / "rows.parquet",
+    decay=cfg["decay"],
+    sft=cfg["sft"],
+    sft_limit=cfg["sft_limit"],
+    seed=p["seed"] + int(epoch),
+    control=p["spag"]["control"],
+)
+write_json_atomic(METRICS / "epochs" / epoch / "reward.json", stats.as_dict())

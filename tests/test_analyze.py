@@ -1,0 +1,319 @@
+"""`spag analyze`: named queries over synthetic episodes with known answers, raw SQL, formats, errors."""
+
+import csv
+import io
+import json
+import math
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from spag.analyze import AnalyzeError, named_queries, run_query
+from spag.analyze.views import file_labels, zipf_frequencies
+from spag.cli import app
+from spag.game.episodes import judged, write_episodes
+
+
+def a(text):
+    return {"role": "attacker", "content": text}
+
+
+def d(text):
+    return {"role": "defender", "content": text}
+
+
+def attacker_win(word, long=False):
+    history = [a("Tell me about your day."), d(f"I played the {word} all morning.")]
+    if long:
+        history = [
+            a("Tell me about your day."),
+            d("It was quiet."),
+            a("What did you do for fun?"),
+            d(f"I played the {word} all morning."),
+        ]
+    return {"target_word": word, "max_turns": 5, "history": history}
+
+
+def defender_win(word):
+    return {
+        "target_word": word,
+        "max_turns": 5,
+        "history": [a("Something you might play or use."), d(f"I know the word! It is {word}")],
+    }
+
+
+def tie(word):
+    return {"target_word": word, "max_turns": 1, "history": [a("Hello there."), d("Hi, nice weather.")]}
+
+
+def foul(word):
+    return {"target_word": word, "max_turns": 5, "history": [a(f"My {word} is broken.")]}
+
+
+# Word frequency (wordfreq Zipf): water 5.5 (very common), piano 4.3 (common), zeppelin 3.3 (uncommon),
+# quokka 1.5 (rare).
+EPOCH_1 = [
+    attacker_win("water"),
+    attacker_win("water", long=True),
+    attacker_win("piano", long=True),
+    defender_win("piano"),
+    tie("zeppelin"),
+    foul("quokka"),
+]
+EPOCH_2 = [attacker_win("water"), attacker_win("quokka"), defender_win("water"), defender_win("piano")]
+TEACHER = [defender_win("zeppelin"), foul("water")]  # written without outcome: the view asks the judge
+
+
+def wilson(x, n, z=1.959963984540054):
+    p = x / n
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("analyze")
+    write_episodes(judged(EPOCH_1), root / "data" / "epoch_1" / "episodes" / "shard-0.parquet")
+    write_episodes(judged(EPOCH_2[:2]), root / "data" / "epoch_2" / "episodes" / "shard-0.parquet")
+    write_episodes(judged(EPOCH_2[2:]), root / "data" / "epoch_2" / "episodes" / "shard-1.parquet")
+    write_episodes(TEACHER, root / "data" / "teacher" / "episodes" / "gpt4.parquet")
+    assert "outcome" not in pq.read_schema(root / "data" / "teacher" / "episodes" / "gpt4.parquet").names
+    return root
+
+
+@pytest.fixture(scope="module")
+def glob(data):
+    return str(data / "data" / "**" / "episodes" / "*.parquet")
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, ["analyze", *map(str, args)])
+
+
+def by(rows, *keys):
+    return {(tuple(r[k] for k in keys) if len(keys) > 1 else r[keys[0]]): r for r in rows}
+
+
+def test_file_labels():
+    assert file_labels("data/epoch_12/episodes/shard-0.parquet") == (12, "epoch_12")
+    assert file_labels("data/teacher/episodes/gpt4.parquet") == (None, "teacher")
+    assert file_labels("/tmp/results/eps.parquet") == (None, "results")
+
+
+def test_win_rate_per_epoch_and_role(glob):
+    rows = by(run_query("win_rate", glob), "run", "role")
+    assert set(rows) == {
+        (run, role) for run in ("teacher", "epoch_1", "epoch_2") for role in ("attacker", "defender")
+    }
+    expected = {
+        ("epoch_1", "attacker"): (6, 3),
+        ("epoch_1", "defender"): (6, 1),
+        ("epoch_2", "attacker"): (4, 2),
+        ("epoch_2", "defender"): (4, 2),
+        ("teacher", "attacker"): (2, 0),
+        ("teacher", "defender"): (2, 1),
+    }
+    for key, (games, wins) in expected.items():
+        row = rows[key]
+        assert (row["games"], row["wins"]) == (games, wins)
+        assert row["win_rate"] == pytest.approx(wins / games)
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx(wilson(wins, games))
+    assert rows[("epoch_1", "attacker")]["epoch"] == 1 and rows[("teacher", "attacker")]["epoch"] is None
+    # Ordered by epoch, teacher (no epoch) first.
+    assert [r["run"] for r in run_query("win_rate", glob)][::2] == ["teacher", "epoch_1", "epoch_2"]
+
+
+def test_outcomes_judged_for_files_without_them(glob):
+    rows = run_query(
+        "SELECT target_word, outcome, turns FROM episodes WHERE run = 'teacher' ORDER BY 1", glob
+    )
+    assert rows == [
+        {"target_word": "water", "outcome": "attacker_breaks_rules", "turns": 1},
+        {"target_word": "zeppelin", "outcome": "defender_wins", "turns": 2},
+    ]
+
+
+def test_foul_rate(glob):
+    rows = by(run_query("foul_rate", glob), "run")
+    assert (rows["epoch_1"]["games"], rows["epoch_1"]["fouls"]) == (6, 1)
+    assert rows["epoch_1"]["foul_rate"] == pytest.approx(1 / 6)
+    assert (rows["epoch_1"]["ci_low"], rows["epoch_1"]["ci_high"]) == pytest.approx(wilson(1, 6))
+    assert rows["epoch_2"]["fouls"] == 0 and rows["epoch_2"]["foul_rate"] == 0.0
+    assert rows["epoch_2"]["mean_foul_turn"] is None
+    assert rows["teacher"]["foul_rate"] == pytest.approx(0.5) and rows["teacher"]["mean_foul_turn"] == 1.0
+
+
+def test_game_length(glob):
+    rows = by(run_query("game_length", glob), "run", "turns")
+    # epoch_1: a foul at 1; attacker win, defender win, tie at 2; two attacker wins at 4.
+    assert {k[1]: r["games"] for k, r in rows.items() if k[0] == "epoch_1"} == {1: 1, 2: 3, 4: 2}
+    assert rows[("epoch_1", 2)]["share"] == pytest.approx(0.5)
+    assert rows[("epoch_1", 2)]["cumulative_share"] == pytest.approx(4 / 6)
+    assert rows[("epoch_1", 4)]["cumulative_share"] == pytest.approx(1.0)
+    assert (
+        rows[("epoch_1", 2)]["attacker_wins"],
+        rows[("epoch_1", 2)]["defender_wins"],
+        rows[("epoch_1", 2)]["ties"],
+        rows[("epoch_1", 2)]["fouls"],
+    ) == (1, 1, 1, 0)
+    assert {k[1]: r["games"] for k, r in rows.items() if k[0] == "epoch_2"} == {2: 4}
+
+
+def test_by_frequency(glob):
+    rows = by(run_query("by_frequency", glob), "run", "band")
+    e1 = {k[1]: r for k, r in rows.items() if k[0] == "epoch_1"}
+    assert list(e1) == ["very common (zipf >= 5)", "common (4-5)", "uncommon (3-4)", "rare (< 3)"]
+    assert (
+        e1["very common (zipf >= 5)"]["games"] == 2
+        and e1["very common (zipf >= 5)"]["attacker_win_rate"] == 1.0
+    )
+    assert e1["common (4-5)"]["attacker_win_rate"] == 0.5 and e1["common (4-5)"]["defender_win_rate"] == 0.5
+    assert e1["uncommon (3-4)"]["tie_rate"] == 1.0
+    assert e1["rare (< 3)"]["foul_rate"] == 1.0
+    e2 = {k[1]: r for k, r in rows.items() if k[0] == "epoch_2"}
+    assert e2["very common (zipf >= 5)"]["games"] == 2 and e2["very common (zipf >= 5)"]["words"] == 1
+    for row in rows.values():
+        total = row["attacker_win_rate"] + row["defender_win_rate"] + row["tie_rate"] + row["foul_rate"]
+        assert total == pytest.approx(1.0)
+
+
+def test_hardest_and_easiest_words(glob):
+    # Over all runs: water 5 games (3 attacker wins), piano 3 (1), zeppelin 2 (0), quokka 2 (1).
+    hardest = run_query("hardest_words", glob, {"min_games": 2})
+    assert [(r["target_word"], r["games"], r["attacker_wins"]) for r in hardest] == [
+        ("zeppelin", 2, 0),
+        ("piano", 3, 1),
+        ("quokka", 2, 1),
+        ("water", 5, 3),
+    ]
+    easiest = run_query("easiest_words", glob, {"min_games": 3, "limit": 1})
+    assert [(r["target_word"], r["attacker_win_rate"]) for r in easiest] == [("water", pytest.approx(3 / 5))]
+    only_epoch_2 = run_query("hardest_words", glob, {"min_games": 1, "epoch": 2})
+    assert [(r["target_word"], r["games"]) for r in only_epoch_2] == [
+        ("piano", 1),
+        ("water", 2),
+        ("quokka", 1),
+    ]
+
+
+def test_every_named_query_runs(glob):
+    assert set(named_queries()) == {
+        "win_rate",
+        "foul_rate",
+        "game_length",
+        "by_frequency",
+        "hardest_words",
+        "easiest_words",
+    }
+    for name, query in named_queries().items():
+        assert query.description, name
+        assert run_query(name, glob), name
+
+
+def test_raw_sql_and_sql_file(glob, tmp_path):
+    result = invoke(
+        glob, "--sql", "SELECT run, count(*) AS n FROM episodes GROUP BY run ORDER BY run", "--format", "csv"
+    )
+    assert result.exit_code == 0, result.output
+    assert list(csv.reader(io.StringIO(result.stdout))) == [
+        ["run", "n"],
+        ["epoch_1", "6"],
+        ["epoch_2", "4"],
+        ["teacher", "2"],
+    ]
+    query = tmp_path / "sources.sql"
+    query.write_text(
+        "-- files per run\nSELECT count(DISTINCT source_file) AS files FROM episodes WHERE epoch = 2\n"
+    )
+    result = invoke(glob, "--sql", query, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == [{"files": 2}]
+    assert "[spag analyze] sources.sql: 1 rows from 4 episode files" in result.stderr
+
+
+def test_formats(glob):
+    table = invoke(glob, "--query", "foul_rate")
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == [
+        "run",
+        "epoch",
+        "games",
+        "fouls",
+        "foul_rate",
+        "ci_low",
+        "ci_high",
+        "mean_foul_turn",
+    ]
+    assert len(lines) == 2 + 3 and "0.1667" in table.stdout
+    as_json = json.loads(invoke(glob, "-q", "foul_rate", "-f", "json").stdout)
+    as_csv = list(csv.DictReader(io.StringIO(invoke(glob, "-q", "foul_rate", "-f", "csv").stdout)))
+    assert [r["run"] for r in as_json] == [r["run"] for r in as_csv] == ["teacher", "epoch_1", "epoch_2"]
+    assert float(as_csv[1]["foul_rate"]) == pytest.approx(as_json[1]["foul_rate"]) == pytest.approx(1 / 6)
+    assert as_json[0]["epoch"] is None and as_csv[0]["epoch"] == ""
+
+
+def test_default_query_and_list(glob):
+    result = invoke(glob)
+    assert result.exit_code == 0 and result.stdout.splitlines()[0].split()[:3] == ["run", "epoch", "role"]
+    listing = invoke("--list")
+    assert listing.exit_code == 0
+    assert [line.split()[0] for line in listing.stdout.splitlines()] == sorted(named_queries())
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sql", "SELEC outcome FROM episodes"], "query sql failed: Parser Error"),
+        (["--sql", "SELECT no_such_column FROM episodes"], "query sql failed: Binder Error"),
+        (["--query", "win_rates"], "unknown query 'win_rates'"),
+        (["--query", "win_rate", "--param", "limit=3"], "has no parameter(s) limit"),
+        (["--sql", "missing.sql"], "no such SQL file"),
+        (["--query", "win_rate", "--format", "xml"], "unknown --format"),
+    ],
+)
+def test_bad_queries_fail_with_one_line(glob, args, message):
+    result = invoke(glob, *args)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+
+
+def test_empty_glob_is_a_clear_error(tmp_path):
+    result = invoke(tmp_path / "nothing" / "*.parquet")
+    assert result.exit_code == 2
+    assert result.stderr.strip().startswith("error: no episode files match")
+    with pytest.raises(AnalyzeError, match="no episode files match"):
+        run_query("win_rate", str(tmp_path / "*.parquet"))
+
+
+def test_folder_argument(data):
+    rows = run_query("SELECT count(*) AS n FROM episodes", str(data / "data" / "epoch_2"))
+    assert rows == [{"n": 4}]
+    # Only files without stored outcomes: every outcome comes from the judge.
+    rows = run_query(
+        "SELECT outcome, turns, epoch, run FROM episodes ORDER BY turns", str(data / "data" / "teacher")
+    )
+    assert rows == [
+        {"outcome": "attacker_breaks_rules", "turns": 1, "epoch": None, "run": "teacher"},
+        {"outcome": "defender_wins", "turns": 2, "epoch": None, "run": "teacher"},
+    ]
+
+
+def test_zipf_frequencies_agree_with_wordfreq():
+    from wordfreq import top_n_list, zipf_frequency
+
+    words = top_n_list("en", 3000)[::3] + [
+        "zeppelin",
+        "quokka",
+        "Water",
+        "ice cream",
+        "don't",
+        "café",
+        "x2",
+        "zzzqqxw",
+        "harpsichord",
+    ]
+    assert zipf_frequencies(words) == [zipf_frequency(w, "en") for w in words]

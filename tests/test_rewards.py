@@ -1,0 +1,460 @@
+"""Rewards and training sets: hand-computed rewards and weights, prompts, bad input, SFT mixing, outputs."""
+
+import json
+from fractions import Fraction
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from spag.cli import app
+from spag.game.rules import says_word
+from spag.io import DataError
+from spag.rewards import (
+    ROW_COLUMNS,
+    build_imitation_set,
+    build_reward_set,
+    imitation_rows,
+    infer_role,
+    load_sft,
+    reward_rows,
+    role_weights,
+    utterance_rewards,
+)
+
+
+def a(text):
+    return {"role": "attacker", "content": text}
+
+
+def d(text):
+    return {"role": "defender", "content": text}
+
+
+# The attacker wins on its third move: the defender says "pianos" (a form of the target word).
+ATTACKER_WIN_3 = {
+    "id": "g-attacker",
+    "target_word": "piano",
+    "max_turns": 5,
+    "history": [
+        a("  Let's talk about music you can play at home.  \n"),
+        d("I like the guitar and singing along."),
+        a("Think bigger, something with black and white keys."),
+        d("An organ in a church?"),
+        a("Smaller than that, found in many living rooms and concert halls."),
+        d("Oh, those upright pianos are lovely."),
+    ],
+}
+# The defender guesses right on its second move.
+DEFENDER_WIN_2 = {
+    "target_word": "bread",
+    "max_turns": 5,
+    "history": [
+        a("What do you have for breakfast?"),
+        d("Usually some eggs and coffee."),
+        a("Anything baked with the eggs, maybe toasted?"),
+        d("I know the word! It is bread."),
+        a("this utterance comes after the end and must be ignored"),
+    ],
+}
+# The attacker wins on its first move: the defender guesses wrong.
+ATTACKER_WIN_1 = {
+    "target_word": "river",
+    "max_turns": 5,
+    "history": [a("Where does a fish swim on its way to the sea?"), d("I know the word! It is ocean")],
+}
+TIE = {
+    "target_word": "castle",
+    "max_turns": 1,
+    "history": [a("Tell me about old buildings."), d("Some are tall.")],
+}
+FOUL = {"target_word": "apple", "max_turns": 5, "history": [a("An apple a day keeps the doctor away.")]}
+
+
+def all_equal(values, expected):
+    return len(values) > 0 and values == pytest.approx([expected] * len(values))
+
+
+def rows_of(rows, role):
+    return [r for r in rows if r["role"] == role]
+
+
+# ---------------------------------------------------------------------------------------------- maths
+
+
+def test_utterance_rewards_hand_computed():
+    # (5/4)^k for k = 1, 2, 3 is proportional to 80, 100, 125, i.e. 16, 20, 25 (sum 61).
+    assert utterance_rewards(3, 0.8) == pytest.approx([16 / 61, 20 / 61, 25 / 61])
+    assert utterance_rewards(2, 0.8) == pytest.approx([4 / 9, 5 / 9])
+    # decay 0.5: 2, 4, 8 -> 1/7, 2/7, 4/7; decay 1: uniform.
+    assert utterance_rewards(3, 0.5) == pytest.approx([1 / 7, 2 / 7, 4 / 7])
+    assert utterance_rewards(4, 1.0) == pytest.approx([0.25] * 4)
+    assert utterance_rewards(1, 0.3) == [1.0]
+    assert utterance_rewards(0, 0.8) == []
+    with pytest.raises(ValueError):
+        utterance_rewards(2, 0.0)
+
+
+def test_role_weight_formula():
+    assert role_weights(2, 1) == (pytest.approx(3 / 4), pytest.approx(3 / 2))
+    assert role_weights(1, 3) == (pytest.approx(2.0), pytest.approx(2 / 3))
+    assert role_weights(4, 0) == (pytest.approx(0.5), 0.0)
+    assert role_weights(0, 0) == (0.0, 0.0)
+
+
+def test_rewards_and_weights_on_mixed_games():
+    episodes = [ATTACKER_WIN_3, DEFENDER_WIN_2, ATTACKER_WIN_1, TIE, FOUL]
+    rows, stats = reward_rows(episodes, decay=0.8, seed=1)
+    attacker, defender = rows_of(rows, "attacker"), rows_of(rows, "defender")
+
+    # Game 0: attacker moves at utterances 0, 2, 4 -> 16/61, 20/61, 25/61; game 2: one move -> 1.
+    assert [(r["episode"], r["turn"]) for r in attacker] == [
+        ("g-attacker", 0),
+        ("g-attacker", 2),
+        ("g-attacker", 4),
+        ("2", 0),
+    ]
+    assert [r["reward"] for r in attacker] == pytest.approx([16 / 61, 20 / 61, 25 / 61, 1.0])
+    # Game 1: defender moves at utterances 1 and 3 (the deciding guess); the utterance after is ignored.
+    assert [(r["episode"], r["turn"]) for r in defender] == [("1", 1), ("1", 3)]
+    assert [r["reward"] for r in defender] == pytest.approx([4 / 9, 5 / 9])
+
+    # A = 2 attacker-won games, D = 1 defender-won game: weights 3/4 and 3/2.
+    assert all_equal([r["weight"] for r in attacker], 0.75)
+    assert all_equal([r["weight"] for r in defender], 1.5)
+    # Each role carries (A + D) / 2 of weighted reward.
+    assert sum(r["reward"] * r["weight"] for r in attacker) == pytest.approx(1.5)
+    assert sum(r["reward"] * r["weight"] for r in defender) == pytest.approx(1.5)
+
+    assert stats.used == 3 and stats.no_rows == 2 and stats.bad == 0
+    assert stats.outcomes == {"attacker_wins": 2, "defender_wins": 1, "tie": 1, "attacker_breaks_rules": 1}
+    assert stats.rows == {"attacker": 4, "defender": 2}
+    assert all(r["kind"] == "game" for r in rows)
+    assert set(rows[0]) == set(ROW_COLUMNS)
+
+
+def test_other_decay_values():
+    rows, _ = reward_rows([ATTACKER_WIN_3], decay=0.5)
+    assert [r["reward"] for r in rows] == pytest.approx([1 / 7, 2 / 7, 4 / 7])
+    rows, _ = reward_rows([ATTACKER_WIN_3], decay=1.0)
+    assert [r["reward"] for r in rows] == pytest.approx([1 / 3] * 3)
+    # Exact fractions for an unusual decay: (1/0.6)^k = (5/3)^k -> 9 : 15 : 25.
+    expected = [Fraction(9, 49), Fraction(15, 49), Fraction(25, 49)]
+    rows, _ = reward_rows([ATTACKER_WIN_3], decay=0.6)
+    assert [r["reward"] for r in rows] == pytest.approx([float(f) for f in expected])
+
+
+def test_only_one_side_winning():
+    rows, stats = reward_rows([ATTACKER_WIN_3, ATTACKER_WIN_1], decay=0.8)
+    assert {r["role"] for r in rows} == {"attacker"}
+    assert all_equal([r["weight"] for r in rows], 0.5)  # (2 + 0) / (2 * 2)
+    assert stats.attacker_weight == pytest.approx(0.5) and stats.defender_weight == 0.0
+
+    rows, stats = reward_rows([DEFENDER_WIN_2])
+    assert {r["role"] for r in rows} == {"defender"}
+    assert all_equal([r["weight"] for r in rows], 0.5)
+    assert stats.attacker_weight == 0.0
+
+
+def test_fouls_and_ties_yield_nothing():
+    rows, stats = reward_rows([TIE, FOUL, TIE])
+    assert rows == []
+    assert stats.used == 0 and stats.no_rows == 3
+    assert stats.attacker_weight == 0.0 and stats.defender_weight == 0.0
+
+
+def test_prompt_holds_the_history_before_only_and_completion_is_stripped():
+    rows, _ = reward_rows([ATTACKER_WIN_3, DEFENDER_WIN_2], seed=3)
+    history = ATTACKER_WIN_3["history"]
+    for row in rows_of(rows, "attacker"):
+        turn = row["turn"]
+        assert row["completion"] == history[turn]["content"].strip()
+        for earlier in history[:turn]:
+            assert earlier["content"].strip() in row["prompt"]
+        for later in history[turn:]:
+            assert later["content"].strip() not in row["prompt"]
+        assert "piano" in row["prompt"]  # the attacker is told the target word
+    assert rows[0]["completion"] == "Let's talk about music you can play at home."
+
+    for row in rows_of(rows, "defender"):
+        later = DEFENDER_WIN_2["history"][row["turn"] :]
+        assert all(u["content"] not in row["prompt"] for u in later)
+        # The defender is never told the target word, and the history before never says it.
+        assert not says_word(row["prompt"], "bread")
+        assert "defender" in row["prompt"]
+
+
+def test_templates_are_seeded():
+    first, _ = reward_rows([ATTACKER_WIN_3, DEFENDER_WIN_2], seed=7)
+    again, _ = reward_rows([ATTACKER_WIN_3, DEFENDER_WIN_2], seed=7)
+    other, _ = reward_rows([ATTACKER_WIN_3, DEFENDER_WIN_2], seed=8)
+    assert [r["prompt"] for r in first] == [r["prompt"] for r in again]
+    assert [r["prompt"] for r in first] != [r["prompt"] for r in other]
+
+
+def test_imitation_rows_reward_one_and_role_weights():
+    rows, stats = imitation_rows([ATTACKER_WIN_3, DEFENDER_WIN_2, ATTACKER_WIN_1, TIE, FOUL])
+    assert {r["reward"] for r in rows} == {1.0}
+    assert len(rows_of(rows, "attacker")) == 4 and len(rows_of(rows, "defender")) == 2
+    assert all_equal([r["weight"] for r in rows_of(rows, "attacker")], 0.75)
+    assert all_equal([r["weight"] for r in rows_of(rows, "defender")], 1.5)
+    assert stats.used == 3 and stats.no_rows == 2
+
+
+# ------------------------------------------------------------------------------------------------ SFT
+
+
+def test_load_sft_shapes(tmp_path):
+    alpaca = tmp_path / "alpaca.json"
+    alpaca.write_text(
+        json.dumps(
+            [
+                {"instruction": "Add the numbers.", "input": "2 and 3", "output": " 5 "},
+                {"instruction": "Name a colour.", "input": "", "output": "Blue."},
+            ]
+        )
+    )
+    rows = load_sft(alpaca)
+    assert [(r["prompt"], r["completion"]) for r in rows] == [
+        ("Add the numbers.\n\n2 and 3", "5"),
+        ("Name a colour.", "Blue."),
+    ]
+    assert all(
+        r["kind"] == "sft" and r["reward"] == 0.0 and r["weight"] == 1.0 and r["role"] is None for r in rows
+    )
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(
+        json.dumps({"prompt": "Say hi.", "completion": "Hi!"})
+        + "\n"
+        + json.dumps({"query": "Say bye.", "target": "Bye!"})
+        + "\n"
+    )
+    assert [(r["prompt"], r["completion"]) for r in load_sft(pairs)] == [
+        ("Say hi.", "Hi!"),
+        ("Say bye.", "Bye!"),
+    ]
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        json.dumps({"instruction": "No answer", "output": ""}) + "\n" + json.dumps({"x": 1}) + "\n"
+    )
+    with pytest.raises(DataError, match="record 0"):
+        load_sft(bad)
+    errors = []
+    assert load_sft(bad, errors=errors) == [] and len(errors) == 2
+
+
+def test_builtin_sft_set_and_limit():
+    rows = load_sft("builtin")
+    assert 150 <= len(rows) <= 300
+    assert len({r["prompt"] for r in rows}) == len(rows)
+    sample = load_sft("builtin", limit=10, seed=1)
+    assert len(sample) == 10 and all(r in rows for r in sample)
+    assert sample == load_sft("builtin", limit=10, seed=1)
+    assert sample != load_sft("builtin", limit=10, seed=2)
+
+
+def test_builtin_sft_file_matches_its_generator():
+    # The computed answers (arithmetic, primes, sorting...) are right because the generator computes them.
+    from spag.data.build_general_sft import generate
+    from spag.rewards import builtin_sft_path
+
+    shipped = [json.loads(line) for line in builtin_sft_path().read_text().splitlines()]
+    assert shipped == generate()
+
+
+# ------------------------------------------------------------------------------------------ files, CLI
+
+
+def write_jsonl(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(x) for x in args])
+
+
+def test_build_reward_set_parquet_with_sft(tmp_path):
+    episodes = tmp_path / "episodes.parquet"
+    pq.write_table(pa.Table.from_pylist([ATTACKER_WIN_3, DEFENDER_WIN_2, TIE]), episodes)
+    alpaca = tmp_path / "alpaca.json"
+    alpaca.write_text(json.dumps([{"instruction": "Name a colour.", "input": "", "output": "Blue."}]))
+    out = tmp_path / "rows.parquet"
+    stats = build_reward_set(episodes, out, decay=0.8, sft=alpaca, seed=0)
+    table = pq.read_table(out)
+    assert table.column_names == list(ROW_COLUMNS)
+    assert (
+        str(table.schema.field("turn").type) == "int64" and str(table.schema.field("reward").type) == "double"
+    )
+    rows = table.to_pylist()
+    assert [r["kind"] for r in rows] == ["game"] * 5 + ["sft"]
+    assert rows[-1]["role"] is None and rows[-1]["turn"] is None and rows[-1]["reward"] == 0.0
+    # One attacker-won and one defender-won game: both weights are 1.
+    assert {r["weight"] for r in rows} == {1.0}
+    assert stats.sft_rows == 1 and stats.records == 3 and stats.used == 2 and stats.no_rows == 1
+
+
+def test_reward_cli_jsonl_summary_without_sft(tmp_path):
+    episodes = tmp_path / "episodes.json"
+    episodes.write_text(json.dumps([ATTACKER_WIN_1, DEFENDER_WIN_2, FOUL]))
+    out = tmp_path / "rows.jsonl"
+    result = invoke("reward", episodes, "-o", out, "--decay", "0.5")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["reward"] for r in rows] == pytest.approx([1.0, 1 / 3, 2 / 3])
+    summary = result.stderr.strip().splitlines()[-1]
+    assert summary.startswith("[spag reward] 3 records: 2 games used, 1 gave no rows")
+    assert "attacker 1, defender 2" in summary and "weights: attacker 1, defender 1" in summary
+    assert "SFT term has no data" in summary
+
+
+def test_reward_cli_builtin_sft(tmp_path):
+    episodes = write_jsonl(tmp_path / "e.jsonl", [DEFENDER_WIN_2])
+    out = tmp_path / "rows.jsonl"
+    result = invoke("reward", episodes, "-o", out, "--sft", "builtin", "--sft-limit", "20")
+    assert result.exit_code == 0, result.output
+    kinds = [json.loads(line)["kind"] for line in out.read_text().splitlines()]
+    assert kinds.count("sft") == 20 and kinds.count("game") == 2
+    assert "sft: 20 rows from builtin" in result.stderr
+
+
+BAD = [
+    DEFENDER_WIN_2,
+    {"target_word": "cat", "max_turns": 5},  # no history
+    {"target_word": "cat", "history": [{"role": "referee", "content": "hi"}]},  # unknown role
+    {"target_word": "  ", "history": [a("hello")]},  # empty target word
+    {"target_word": "dog", "history": []},  # nothing played
+    ATTACKER_WIN_1,
+]
+
+
+def test_bad_records_skipped_and_reported(tmp_path):
+    episodes = write_jsonl(tmp_path / "e.jsonl", BAD)
+    out = tmp_path / "rows.parquet"
+    result = invoke("reward", episodes, "-o", out)
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.strip().splitlines()
+    skipped = [line for line in lines if line.startswith("skipped:")]
+    assert len(skipped) == 4
+    for index, needle in zip((1, 2, 3, 4), ("history", "unknown role", "target_word", "empty 'history'")):
+        assert f"record {index}:" in skipped[index - 1] and needle in skipped[index - 1]
+    assert lines[-1].startswith("[spag reward] 6 records: 2 games used, 0 gave no rows (tie/foul), 4 skipped")
+    rows = pq.read_table(out).to_pylist()
+    assert sorted({r["episode"] for r in rows}) == ["0", "5"]  # indices in the source file
+
+
+def test_bad_records_rejected_under_strict(tmp_path):
+    episodes = write_jsonl(tmp_path / "e.jsonl", BAD)
+    out = tmp_path / "rows.parquet"
+    result = invoke("reward", episodes, "-o", out, "--strict")
+    assert result.exit_code == 2
+    assert "4 bad record(s)" in result.stderr
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.jsonl"]
+
+
+def test_unreadable_file_is_one_line_exit_2(tmp_path):
+    episodes = tmp_path / "e.json"
+    episodes.write_text("[{not json")
+    result = invoke("reward", episodes, "-o", tmp_path / "out.jsonl")
+    assert result.exit_code == 2
+    assert result.stderr.strip().count("\n") == 0 and "e.json" in result.stderr
+
+
+# ------------------------------------------------------------------------------------- imitation data
+
+
+def test_imitation_data_from_original_gpt4_episodes(tmp_path):
+    # The original results file: a JSON list, max_turns sometimes missing (default 5).
+    original = [
+        {k: v for k, v in ep.items() if k not in ("max_turns", "id")}
+        for ep in (ATTACKER_WIN_3, DEFENDER_WIN_2, FOUL)
+    ]
+    src = tmp_path / "gpt4_game_top30k_results.json"
+    src.write_text(json.dumps(original))
+    out = tmp_path / "imitation.parquet"
+    result = invoke("imitation-data", src, "-o", out)
+    assert result.exit_code == 0, result.output
+    rows = pq.read_table(out).to_pylist()
+    assert [(r["role"], r["turn"], r["episode"]) for r in rows] == [
+        ("attacker", 0, "0"),
+        ("attacker", 2, "0"),
+        ("attacker", 4, "0"),
+        ("defender", 1, "1"),
+        ("defender", 3, "1"),
+    ]
+    assert {r["reward"] for r in rows} == {1.0}
+    assert all(" of 5)" in r["prompt"] for r in rows)  # "(round k of 5)": the default max_turns
+    assert "[spag imitation-data] 3 records: 2 games used, 1 gave no rows" in result.stderr
+
+
+def test_imitation_data_from_ready_made_instruction_rows(tmp_path):
+    src = tmp_path / "train_imitation_gpt4.json"
+    src.write_text(
+        json.dumps(
+            [
+                {
+                    "query": "Rules... You are the attacker. The target word is `pear`.",
+                    "target": " A green fruit. ",
+                },
+                {
+                    "query": "Rules... Your are the defender. Provide your response.",
+                    "target": "Is it a fruit?",
+                },
+                {
+                    "query": "Rules mention the attacker and the defender.",
+                    "target": "Hello",
+                    "role": "defender",
+                },
+                {"query": "Rules mention the attacker and the defender.", "target": "Hello"},
+                {"query": "", "target": "nothing asked"},
+            ]
+        )
+    )
+    out = tmp_path / "imitation.jsonl"
+    stats = build_imitation_set(src, out)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["role"] for r in rows] == ["attacker", "defender", "defender", None]
+    assert rows[0]["completion"] == "A green fruit."
+    assert all(r["kind"] == "game" and r["reward"] == 1.0 and r["weight"] == 1.0 for r in rows)
+    assert stats.records == 5 and stats.instruction_rows == 4 and stats.bad == 1
+
+
+def test_infer_role():
+    assert infer_role("You are the attacker. The target word is x.") == "attacker"
+    assert infer_role("you are a defender") == "defender"
+    assert infer_role("The attacker and the defender talk.") is None
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-o", "rows.csv"], "must end in .parquet or .jsonl"),
+        (["-o", "rows.jsonl", "--decay", "0"], "--decay must be positive"),
+        (["-o", "rows.jsonl", "--sft-limit", "5"], "--sft-limit needs --sft"),
+        (["-o", "rows.jsonl", "--sft", "no-such-file.json"], "no such file"),
+    ],
+)
+def test_bad_arguments_exit_2(tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "e.jsonl", [DEFENDER_WIN_2])
+    result = invoke("reward", "e.jsonl", *args)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.jsonl"]
+
+
+def test_control_arm_keeps_only_sft_rows(tmp_path):
+    episodes = tmp_path / "episodes.parquet"
+    pq.write_table(pa.Table.from_pylist([ATTACKER_WIN_3, DEFENDER_WIN_2, TIE]), episodes)
+    alpaca = tmp_path / "alpaca.json"
+    alpaca.write_text(json.dumps([{"instruction": "Name a colour.", "input": "", "output": "Blue."}]))
+    out = tmp_path / "rows.parquet"
+    stats = build_reward_set(episodes, out, sft=alpaca, control=True)
+    rows = pq.read_table(out).to_pylist()
+    assert [r["kind"] for r in rows] == ["sft"]
+    assert stats.used == 2 and stats.rows == {"sft": 1}
