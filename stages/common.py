@@ -37,3 +37,34 @@ def epoch_arg() -> str:
 def previous_model(p: dict, epoch: str) -> Path:
     epochs = {str(k): v for k, v in p["spag"]["epochs"].items()}
     return model_dir(epochs[epoch]["previous"])
+
+
+# Training knobs that params.yaml may set, mapped to `spag train` options.
+_TRAIN_KNOBS = ("learning_rate", "batch_size", "grad_accum", "max_length", "warmup_ratio", "kl_coeff",
+                "clip_range", "sft_coeff", "deepspeed", "gradient_checkpointing", "lora_r")
+
+
+def train(method: str, model: Path, data: Path, output: Path, live_dir: Path, cfg: dict, seed: int) -> None:
+    """Run `spag train` in-process, or under ``cfg["launcher"]`` (e.g. accelerate launch) on several GPUs."""
+    knobs = {k: cfg[k] for k in _TRAIN_KNOBS if cfg.get(k) is not None}
+    epochs = cfg.get("epochs", cfg.get("epochs_per_iteration", 1))
+    ref_cache = DATA / "cache" / "reference"
+    if not cfg.get("launcher"):
+        from spag.train.trainer import run_training
+
+        run_training(method, str(model), data, output, epochs=epochs, seed=seed, live_dir=live_dir,
+                     ref_cache_dir=ref_cache, logging_steps=1, **knobs)
+        return
+    import shlex
+    import subprocess
+
+    args = [*shlex.split(cfg["launcher"]), "-m", "spag.cli", "train", "--method", method, "--model", str(model),
+            "--data", str(data), "-o", str(output), "--epochs", str(epochs), "--seed", str(seed),
+            "--live-dir", str(live_dir), "--ref-cache-dir", str(ref_cache)]
+    for key, value in knobs.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            args += [flag] if value else []
+        else:
+            args += [flag, str(value)]
+    subprocess.run(args, check=True)
