@@ -453,20 +453,29 @@ def build_reward_set(
     check_output(output)
     errors: list[DataError] = []
     episodes, indices, count = read_episode_records(episodes_path, errors)
-    sft_errors: list[DataError] = []
-    general = load_sft(sft, sft_limit, seed, sft_errors) if sft is not None else []
-    _raise_if_strict(errors + sft_errors, strict, str(episodes_path))
+    _raise_if_strict(errors, strict, str(episodes_path))
     rows, stats = reward_rows(episodes, decay, seed, indices)
     if control:
         rows = []
         stats.rows.clear()
-    stats.records, stats.bad, stats.sft_bad = count, len(errors), len(sft_errors)
-    if sft is not None:
-        stats.sft_source = str(sft)
-        stats.sft_rows = len(general)
-        stats.rows[SFT] += len(general)
+    stats.records, stats.bad = count, len(errors)
+    general = _mix_sft(stats, sft, sft_limit, seed, strict)
     write_rows(rows + general, output)
     return stats
+
+
+def _mix_sft(stats: RowStats, sft, sft_limit: int | None, seed: int, strict: bool) -> list[dict]:
+    """The general SFT rows to append (none without ``sft``), counted in ``stats``."""
+    if sft is None:
+        return []
+    sft_errors: list[DataError] = []
+    general = load_sft(sft, sft_limit, seed, sft_errors)
+    _raise_if_strict(sft_errors, strict, str(sft))
+    stats.sft_bad = len(sft_errors)
+    stats.sft_source = str(sft)
+    stats.sft_rows = len(general)
+    stats.rows[SFT] += len(general)
+    return general
 
 
 def build_imitation_set(
@@ -474,8 +483,14 @@ def build_imitation_set(
     output: str | os.PathLike,
     seed: int = 0,
     strict: bool = False,
+    sft: str | os.PathLike | None = None,
+    sft_limit: int | None = None,
 ) -> RowStats:
-    """``spag imitation-data``: a teacher's episodes (or ready-made query/target rows) -> imitation rows."""
+    """``spag imitation-data``: a teacher's episodes (or ready-made query/target rows) -> imitation rows.
+
+    ``sft`` mixes general instruction rows in, as ``spag reward`` does, so that imitation does not
+    erode the model's general abilities (and has data even when the teacher won no game).
+    """
     check_output(output)
     errors: list[DataError] = []
     ready_made: list[tuple[int, dict]] = []
@@ -487,5 +502,6 @@ def build_imitation_set(
     stats.instruction_rows = len(made)
     for row in made:
         stats.rows[row["role"] or "unknown"] += 1
-    write_rows(rows + made, output)
+    general = _mix_sft(stats, sft, sft_limit, seed, strict)
+    write_rows(rows + made + general, output)
     return stats

@@ -47,7 +47,7 @@ _TRAIN_KNOBS = ("learning_rate", "batch_size", "grad_accum", "max_length", "warm
 def train(method: str, model: Path, data: Path, output: Path, live_dir: Path, cfg: dict, seed: int) -> None:
     """Run `spag train` in-process, or under ``cfg["launcher"]`` (e.g. accelerate launch) on several GPUs."""
     knobs = {k: cfg[k] for k in _TRAIN_KNOBS if cfg.get(k) is not None}
-    epochs = cfg.get("epochs", cfg.get("epochs_per_iteration", 1))
+    epochs = cfg["epochs_per_iteration"] if "epochs_per_iteration" in cfg else cfg["epochs"]
     ref_cache = DATA / "cache" / "reference"
     if not cfg.get("launcher"):
         from spag.train.trainer import run_training

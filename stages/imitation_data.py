@@ -1,4 +1,5 @@
-"""Stage `imitation_data`: the winners' moves in the teacher's decisive games, both roles."""
+"""Stage `imitation_data`: the winners' moves in the teacher's decisive games, both roles, plus a share
+of general SFT data."""
 
 from common import DATA, METRICS, params
 
@@ -6,7 +7,9 @@ from spag.io import write_json_atomic
 from spag.rewards import build_imitation_set
 
 p = params()
-stats = build_imitation_set(DATA / "teacher" / "episodes", DATA / "imitation" / "rows.parquet", seed=p["seed"])
-counts = stats.as_dict()
-write_json_atomic(METRICS / "imitation" / "data.json", counts)
-print(f"imitation set: {counts}")
+stats = build_imitation_set(DATA / "teacher" / "episodes", DATA / "imitation" / "rows.parquet", seed=p["seed"],
+                            sft=p["reward"]["sft"], sft_limit=p["reward"]["sft_limit"])
+write_json_atomic(METRICS / "imitation" / "data.json", stats.as_dict())
+print(f"teacher games won by the attacker: {stats.attacker_games}, by the defender: {stats.defender_games}")
+if not stats.attacker_games or not stats.defender_games:
+    print("warning: the imitation set lacks wins of one role; give the teacher more words or examples")

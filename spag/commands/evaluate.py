@@ -1,5 +1,197 @@
-"""Placeholder: filled by its issue."""
+"""``spag evaluate``, ``spag benchmark``, ``spag compare``, ``spag tournament``: measuring checkpoints.
+
+- evaluate: win rates of a model against an opponent in both roles on held-out words.
+- benchmark: reasoning benchmarks through lm-eval (the paper's suite, or the offline local suite).
+- compare: B - A between two benchmark runs, with paired-bootstrap intervals.
+- tournament: every pair of models plays both roles; win-rate matrix and Elo ratings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
 
 
-def register(app) -> None:  # pragma: no cover - replaced by the real command module
-    pass
+def _play_config(max_turns: int, temperature: float, top_k: int, max_new_tokens: int, seed: int,
+                 batch_size: int):
+    from spag.play import PlayConfig
+
+    return PlayConfig(max_turns=max_turns, temperature=temperature, top_k=top_k,
+                      max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size)
+
+
+def _held_out_words(words: Path, train_words: Optional[Path], limit: Optional[int]) -> list[str]:
+    from spag.evaluate.games import check_held_out
+    from spag.io import DataError
+    from spag.words import read_words
+
+    if not words.exists():
+        raise DataError(words, None, "no such file")
+    chosen = read_words(words)
+    if limit is not None:
+        chosen = chosen[:limit]
+    if not chosen:
+        raise DataError(words, None, "no words to play")
+    if train_words is not None:
+        if not train_words.exists():
+            raise DataError(train_words, None, "no such file")
+        check_held_out(chosen, read_words(train_words), str(words), str(train_words))
+    return chosen
+
+
+def _interval(section: dict, name: str) -> str:
+    low, rate, high = (section[f"{name}_rate{end}"] for end in ("_low", "", "_high"))
+    return f"{rate:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("evaluate")
+    def evaluate_command(
+        model: str = typer.Option(..., "--model", help="The model under evaluation (HF dir or name)."),
+        opponent: str = typer.Option(..., "--opponent", help="The model it plays against."),
+        words: Path = typer.Option(..., "--words", help="Held-out target words, one per line."),
+        output: Path = typer.Option(..., "-o", "--output", help="Metrics JSON."),
+        train_words: Optional[Path] = typer.Option(
+            None, "--train-words", help="Training words: refuse to evaluate on any of them."),
+        episodes_out: Optional[Path] = typer.Option(
+            None, "--episodes-out", help="A .parquet file for all episodes, or a folder (a file per role)."),
+        max_turns: int = typer.Option(5, "--max-turns", help="Rounds per game (the paper: 5)."),
+        seed: int = typer.Option(0, "--seed"),
+        limit: Optional[int] = typer.Option(None, "--limit", help="Play only the first N words."),
+        max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Per utterance."),
+        temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (the paper's evaluation)."),
+        top_k: int = typer.Option(50, "--top-k", help="Only used when sampling."),
+        batch_size: int = typer.Option(32, "--batch-size", help="Games generated together."),
+        backend: str = typer.Option("hf", "--backend", help="Player backend: hf, vllm, openai."),
+        resume: bool = typer.Option(False, "--resume", help="Keep the games already in --episodes-out."),
+    ) -> None:
+        """Play MODEL against OPPONENT in both roles; win, loss, tie and foul rates with 95% intervals.
+
+        As defender, the opponent's rule breaks count as wins (and are also counted as opponent_foul).
+        """
+        from spag.console import summary
+        from spag.evaluate.games import evaluate_models
+        from spag.io import write_json_atomic
+
+        chosen = _held_out_words(words, train_words, limit)
+        config = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size)
+        metrics = evaluate_models(model, opponent, chosen, config, episodes_out=episodes_out, backend=backend,
+                                  resume=resume)
+        write_json_atomic(output, metrics)
+        summary("evaluate", f"{metrics['model']} vs {metrics['opponent']}, {metrics['games']} games: "
+                            f"win as attacker {_interval(metrics['attacker'], 'win')}, "
+                            f"as defender {_interval(metrics['defender'], 'win')}, "
+                            f"overall {_interval(metrics['overall'], 'win')} -> {output}")
+
+    @app.command("benchmark")
+    def benchmark_command(
+        model: str = typer.Option(..., "--model", help="HF checkpoint dir or name."),
+        output: Path = typer.Option(..., "-o", "--output", help="Metrics JSON."),
+        tasks: List[str] = typer.Option(
+            [], "--tasks", help="lm-eval tasks, repeated or comma-separated; 'name:metric,filter' (one "
+                                  "per --tasks) picks the metric. Default: the suite's list."),
+
+        suite: str = typer.Option("auto", "--suite", help="auto | paper | local (offline, shipped)."),
+        limit: Optional[int] = typer.Option(None, "--limit", help="Documents per task (all by default)."),
+        batch_size: str = typer.Option("8", "--batch-size", help="An integer or 'auto'."),
+        num_fewshot: Optional[int] = typer.Option(None, "--num-fewshot", help="Override every task's shots."),
+        samples_out: Optional[Path] = typer.Option(
+            None, "--samples-out", help="Per-sample results (default: OUTPUT's name + .samples.jsonl)."),
+        device: Optional[str] = typer.Option(None, "--device", help="cuda, cpu, ... (default: best)."),
+        apply_chat_template: bool = typer.Option(False, "--chat-template", help="Wrap prompts in the chat "
+                                                                                "template."),
+        seed: int = typer.Option(0, "--seed"),
+    ) -> None:
+        """Reasoning benchmarks through lm-eval; each score and their geometric mean."""
+        import sys
+
+        from spag.console import error, summary
+        from spag.evaluate.benchmark import BenchmarkError, run_benchmark
+
+        # Repeated or comma-separated; a spec with a metric ("bbh:exact_match,get-answer") is one task.
+        names = [t.strip() for spec in tasks for t in ([spec] if ":" in spec else spec.split(","))
+                 if t.strip()]
+        names = names or None
+        size: int | str = int(batch_size) if batch_size.isdigit() else batch_size
+        try:
+            metrics = run_benchmark(model, tasks=names, suite=suite, limit=limit, output=output,
+                                    batch_size=size, num_fewshot=num_fewshot, device=device,
+                                    apply_chat_template=apply_chat_template, seed=seed,
+                                    samples_out=samples_out,
+                                    say=lambda text: print(text, file=sys.stderr, flush=True))
+        except BenchmarkError as exc:
+            error(str(exc))
+            raise typer.Exit(2)
+        scores = ", ".join(f"{name} {100 * r['score']:.1f}" for name, r in metrics["tasks"].items())
+        summary("benchmark", f"{metrics['suite']} suite: {scores}; geometric mean "
+                             f"{100 * metrics['geometric_mean']:.1f} -> {output}")
+
+    @app.command("compare")
+    def compare_command(
+        a: Path = typer.Argument(..., help="Benchmark result of checkpoint A (spag benchmark -o)."),
+        b: Path = typer.Argument(..., help="Benchmark result of checkpoint B."),
+        output: Optional[Path] = typer.Option(None, "-o", "--output", help="Comparison JSON."),
+        resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples."),
+        seed: int = typer.Option(0, "--seed"),
+    ) -> None:
+        """B - A per benchmark and for the geometric mean, with paired-bootstrap 95% intervals."""
+        import sys
+
+        from spag.console import summary
+        from spag.evaluate.compare import compare_benchmarks, format_table
+        from spag.io import write_json_atomic
+
+        result = compare_benchmarks(a, b, resamples=resamples, seed=seed,
+                                    say=lambda text: print(text, file=sys.stderr, flush=True))
+        print(format_table(result))
+        if output is not None:
+            write_json_atomic(output, result)
+        geo = result["geometric_mean"]
+        verdict = ("the interval excludes 0" if geo["excludes_zero"]
+                   else "within noise (the interval contains 0)")
+        summary("compare", f"geometric mean B-A {100 * geo['diff']:+.2f} points "
+                           f"[{100 * geo['diff_low']:+.2f}, {100 * geo['diff_high']:+.2f}]: {verdict}"
+                + (f" -> {output}" if output else ""))
+
+    @app.command("tournament")
+    def tournament_command(
+        models_args: Optional[List[str]] = typer.Argument(None, metavar="[MODELS]...",
+                                                          help="Models (also accepted after --models)."),
+        models: Optional[List[str]] = typer.Option(None, "--models", help="Models: --models M1 M2 M3 ..."),
+        words: Path = typer.Option(..., "--words", help="Held-out target words, one per line."),
+        output: Path = typer.Option(..., "-o", "--output", help="Metrics JSON."),
+        heatmap: Optional[Path] = typer.Option(None, "--heatmap", help="PNG of the win-rate matrix."),
+        train_words: Optional[Path] = typer.Option(None, "--train-words", help="Refuse these words."),
+        episodes_out: Optional[Path] = typer.Option(
+            None, "--episodes-out", help="A .parquet file for all episodes, or a folder (a file per pair)."),
+        max_turns: int = typer.Option(5, "--max-turns"),
+        seed: int = typer.Option(0, "--seed"),
+        limit: Optional[int] = typer.Option(None, "--limit", help="Play only the first N words."),
+        max_new_tokens: int = typer.Option(256, "--max-new-tokens"),
+        temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+        top_k: int = typer.Option(50, "--top-k"),
+        batch_size: int = typer.Option(32, "--batch-size"),
+        backend: str = typer.Option("hf", "--backend"),
+        resamples: int = typer.Option(1000, "--resamples", help="Bootstrap resamples for the Elo intervals."),
+        resume: bool = typer.Option(False, "--resume", help="Keep the games already in --episodes-out."),
+    ) -> None:
+        """Round robin: every pair plays both roles on the same words; win rates and Elo (mean 1000)."""
+        from spag.console import summary
+        from spag.evaluate.tournament import run_tournament
+        from spag.io import write_json_atomic
+
+        everyone = list(models or []) + list(models_args or [])
+        if len(everyone) < 2:
+            raise typer.BadParameter("name at least two models", param_hint="--models")
+        chosen = _held_out_words(words, train_words, limit)
+        config = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size)
+        metrics = run_tournament(everyone, chosen, config, backend=backend, episodes_out=episodes_out,
+                                 heatmap=heatmap, resamples=resamples, seed=seed, resume=resume)
+        write_json_atomic(output, metrics)
+        ranking = sorted(metrics["elo"].items(), key=lambda kv: -kv[1]["rating"])
+        table = ", ".join(f"{name} {r['rating']:.0f} [{r['low']:.0f}, {r['high']:.0f}]"
+                          for name, r in ranking)
+        summary("tournament", f"{metrics['games']} games; Elo {table} -> {output}"
+                + (f", heatmap {heatmap}" if heatmap else ""))

@@ -1,5 +1,79 @@
-"""Placeholder: filled by its issue."""
+"""``spag play``: collect self-play episodes, one game per target word."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
 
 
-def register(app) -> None:  # pragma: no cover - replaced by the real command module
-    pass
+def register(app: typer.Typer) -> None:
+    @app.command("play")
+    def play_command(
+        attacker: str = typer.Option(..., "--attacker", help="Attacker model: HF id, local checkpoint, or 'human'."),
+        defender: str = typer.Option(..., "--defender", help="Defender model: HF id, local checkpoint, or 'human'."),
+        words_file: Path = typer.Option(..., "--words", help="Target words, one per line."),
+        output: Path = typer.Option(..., "-o", "--output",
+                                    help="Episodes: a directory of Parquet shards, or one .parquet file."),
+        backend: str = typer.Option("hf", "--backend", help="hf | vllm | openai"),
+        max_turns: int = typer.Option(5, "--max-turns", help="Rounds per game (2 utterances each)."),
+        limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N words."),
+        temperature: float = typer.Option(1.2, "--temperature", help="Sampling temperature; 0 is greedy."),
+        top_k: int = typer.Option(50, "--top-k", help="Top-k sampling (0: off)."),
+        max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Longest reply, in tokens."),
+        min_new_tokens: int = typer.Option(2, "--min-new-tokens", help="Shortest reply before it may end."),
+        batch_size: int = typer.Option(32, "--batch-size", help="Games played together."),
+        seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+        resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in OUTPUT."),
+        examples: bool = typer.Option(False, "--examples", help="Worked examples in the prompt (weak teachers)."),
+        export_json: Optional[Path] = typer.Option(None, "--export-json",
+                                                   help="Also write the episodes in the original JSON list format."),
+        device: Optional[str] = typer.Option(None, "--device", help="hf backend: cpu, cuda, cuda:1 ..."),
+        dtype: Optional[str] = typer.Option(None, "--dtype", help="hf/vllm: float32, bfloat16, float16."),
+        base_url: Optional[str] = typer.Option(None, "--base-url", help="openai backend: endpoint URL."),
+        api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env",
+                                        help="openai backend: environment variable holding the API key."),
+        concurrency: int = typer.Option(8, "--concurrency", help="openai backend: parallel requests."),
+        tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", help="vllm backend: GPUs per model."),
+        trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub."),
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    ) -> None:
+        """Play Adversarial Taboo between two models and store the judged episodes."""
+        from spag.console import error, summary
+        from spag.play import PlayConfig, PlayStats, export_json as write_json, rank_and_world, run_games
+        from spag.players import BACKENDS, PlayerError
+        from spag.words import read_words
+
+        if backend not in BACKENDS or backend == "human":
+            error(f"--backend must be one of hf, vllm, openai (got {backend!r})")
+            raise typer.Exit(2)
+        words = read_words(words_file)
+        if limit is not None:
+            words = words[:limit]
+        if "human" in (attacker, defender):
+            batch_size = 1  # one game at a time when a person is typing
+        try:
+            config = PlayConfig(max_turns=max_turns, temperature=temperature, top_k=top_k,
+                                max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, seed=seed,
+                                batch_size=batch_size, examples=examples)
+        except ValueError as exc:
+            error(str(exc))
+            raise typer.Exit(2)
+        stats = PlayStats()
+        try:
+            episodes = run_games(attacker, defender, words, config, backend=backend, output=output,
+                                 resume=resume, show_progress=progress, stats=stats, device=device,
+                                 dtype=dtype, base_url=base_url, api_key_env=api_key_env,
+                                 concurrency=concurrency, tensor_parallel_size=tensor_parallel_size,
+                                 trust_remote_code=trust_remote_code)
+        except PlayerError as exc:
+            error(str(exc))
+            raise typer.Exit(1)
+        rank, world = rank_and_world()
+        if export_json is not None:
+            target = export_json if world == 1 else export_json.with_name(
+                f"{export_json.stem}.r{rank}{export_json.suffix}")
+            write_json(episodes, target)
+        where = f"rank {rank}/{world}: " if world > 1 else ""
+        summary("play", f"{where}{stats.line()} -> {output}")

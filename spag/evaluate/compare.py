@@ -1,0 +1,145 @@
+"""Is B better than A? A paired bootstrap over the per-sample results of two benchmark runs.
+
+Both checkpoints answered the same documents, so the comparison is paired: each bootstrap resample
+draws documents with replacement, the same documents for A and for B, and recomputes each benchmark's
+accuracy and the geometric mean over benchmarks. The 95% interval of B - A is the 2.5th to 97.5th
+percentile of the resampled differences; a difference whose interval excludes 0 is unlikely to be
+noise from the choice of documents. (It says nothing about noise from training itself: a second
+training run with another seed can still move the score.)
+
+A group benchmark such as MMLU is resampled over all its documents together, so its resampled score is
+the size-weighted mean that lm-eval reports. Only documents present in both runs are compared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from spag.io import DataError
+
+
+def read_benchmark(path: str | os.PathLike) -> tuple[dict, dict[str, dict[tuple[str, int], float]]]:
+    """(metrics, {benchmark: {(task, doc_id): correct}}) of a ``spag benchmark`` output."""
+    from spag.evaluate.benchmark import samples_path
+    from spag.io import read_records
+
+    path = Path(path)
+    if not path.exists():
+        raise DataError(path, None, "no such file")
+    try:
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(path, None, f"not valid JSON (line {exc.lineno}: {exc.msg})")
+    if not isinstance(metrics, dict) or not isinstance(metrics.get("tasks"), dict):
+        raise DataError(path, None, "not a benchmark result (no 'tasks')")
+    named = metrics.get("samples_file")
+    samples_file = path.parent / named if named else samples_path(path)
+    if not samples_file.exists():
+        raise DataError(samples_file, None, f"per-sample results of {path} not found")
+    per_benchmark: dict[str, dict[tuple[str, int], float]] = {}
+    for i, record in enumerate(read_records(samples_file)):
+        try:
+            key = (str(record["task"]), int(record["doc_id"]))
+            correct = float(record["correct"])
+            benchmark = str(record.get("benchmark", record["task"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(samples_file, i, f"needs task, doc_id and a numeric correct ({exc})")
+        per_benchmark.setdefault(benchmark, {})[key] = correct
+    return metrics, per_benchmark
+
+
+def _geometric_mean(scores: np.ndarray) -> np.ndarray:
+    """Row-wise geometric mean over the last axis; 0 where any score is 0."""
+    with np.errstate(divide="ignore"):
+        logs = np.log(scores)
+    return np.where((scores > 0).all(axis=-1), np.exp(logs.mean(axis=-1)), 0.0)
+
+
+def paired_bootstrap(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], resamples: int = 2000,
+                     seed: int = 0, chunk: int = 100) -> dict:
+    """B - A per benchmark and for the geometric mean, with 95% percentile intervals.
+
+    ``a[name]`` and ``b[name]`` are per-document scores in the same document order.
+    """
+    names = list(a)
+    if not names:
+        raise ValueError("no benchmarks to compare")
+    rng = np.random.default_rng(seed)
+    means_a = {name: np.empty(resamples) for name in names}
+    means_b = {name: np.empty(resamples) for name in names}
+    for name in names:
+        va, vb = np.asarray(a[name], dtype=float), np.asarray(b[name], dtype=float)
+        if va.shape != vb.shape or va.size == 0:
+            raise ValueError(f"{name}: A and B need the same, non-empty documents")
+        for start in range(0, resamples, chunk):
+            stop = min(start + chunk, resamples)
+            idx = rng.integers(0, va.size, size=(stop - start, va.size))  # the same documents for A and B
+            means_a[name][start:stop] = va[idx].mean(axis=1)
+            means_b[name][start:stop] = vb[idx].mean(axis=1)
+
+    def summary(point_a: float, point_b: float, diffs: np.ndarray, n: int | None) -> dict:
+        low, high = (np.percentile(diffs, [2.5, 97.5]) if resamples else (float("nan"), float("nan")))
+        out = {"a": point_a, "b": point_b, "diff": point_b - point_a, "diff_low": float(low),
+               "diff_high": float(high), "excludes_zero": bool(low > 0 or high < 0)}
+        if n is not None:
+            out["n"] = n
+        return out
+
+    tasks = {}
+    for name in names:
+        pa, pb = float(np.mean(a[name])), float(np.mean(b[name]))
+        tasks[name] = summary(pa, pb, means_b[name] - means_a[name], len(a[name]))
+    stack_a = np.stack([means_a[n] for n in names], axis=-1)
+    stack_b = np.stack([means_b[n] for n in names], axis=-1)
+    points_a = np.array([tasks[n]["a"] for n in names])
+    points_b = np.array([tasks[n]["b"] for n in names])
+    geo = summary(float(_geometric_mean(points_a)), float(_geometric_mean(points_b)),
+                  _geometric_mean(stack_b) - _geometric_mean(stack_a), None)
+    return {"tasks": tasks, "geometric_mean": geo, "resamples": resamples, "seed": seed}
+
+
+def compare_benchmarks(path_a: str | os.PathLike, path_b: str | os.PathLike, resamples: int = 2000,
+                       seed: int = 0, say=print) -> dict:
+    """Paired comparison of two ``spag benchmark`` outputs (B - A); see the module docstring."""
+    metrics_a, samples_a = read_benchmark(path_a)
+    metrics_b, samples_b = read_benchmark(path_b)
+    if metrics_a.get("suite") != metrics_b.get("suite"):
+        say(f"compare: the runs used different suites ({metrics_a.get('suite')} vs {metrics_b.get('suite')})")
+    common = [name for name in samples_a if name in samples_b]
+    for name in sorted(set(samples_a) ^ set(samples_b)):
+        say(f"compare: {name} is in only one of the runs; left out")
+    if not common:
+        raise DataError(path_b, None, f"no benchmark in common with {path_a}")
+    a, b = {}, {}
+    for name in common:
+        docs = sorted(set(samples_a[name]) & set(samples_b[name]))
+        if not docs:
+            raise DataError(path_b, None, f"{name}: no document in common with {path_a}")
+        dropped = len(samples_a[name]) + len(samples_b[name]) - 2 * len(docs)
+        if dropped:
+            say(f"compare: {name}: {dropped} documents answered in only one run; compared on {len(docs)}")
+        a[name] = np.array([samples_a[name][d] for d in docs])
+        b[name] = np.array([samples_b[name][d] for d in docs])
+    result = paired_bootstrap(a, b, resamples=resamples, seed=seed)
+    return {"a": str(path_a), "b": str(path_b), **result}
+
+
+def format_table(result: Mapping) -> str:
+    """A plain-text table: score of A, of B, B - A with its interval, and a mark where it excludes 0."""
+    rows = [(name, r) for name, r in result["tasks"].items()] + [("geometric mean", result["geometric_mean"])]
+    width = max(len(name) for name, _ in rows)
+    header = f"{'benchmark':<{width}}  {'A':>7}  {'B':>7}  {'B-A':>7}  {'95% interval':>19}  {'n':>6}"
+    lines = [header, "-" * len(header)]
+    for name, r in rows:
+        mark = " *" if r["excludes_zero"] else ""
+        n = str(r.get("n", ""))
+        lines.append(f"{name:<{width}}  {100 * r['a']:7.2f}  {100 * r['b']:7.2f}  {100 * r['diff']:+7.2f}  "
+                     f"[{100 * r['diff_low']:+7.2f}, {100 * r['diff_high']:+7.2f}]  {n:>6}{mark}")
+    lines.append(f"(scores in %; * the 95% paired-bootstrap interval excludes 0; "
+                 f"{result['resamples']} resamples)")
+    return "\n".join(lines)

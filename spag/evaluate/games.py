@@ -1,0 +1,190 @@
+"""Game win rates: how often a model wins Adversarial Taboo against an opponent, per role.
+
+The outcome of every episode comes from the judge (``spag.game.rules``); this module only counts.
+
+How outcomes count for the model under evaluation:
+
+- as attacker: ``attacker_wins`` is a win, ``defender_wins`` a loss, ``attacker_breaks_rules`` the
+  model's own foul (reported apart from losses, so the four rates add up to 1), ``tie`` a tie.
+- as defender: ``defender_wins`` is a win, ``attacker_wins`` a loss, ``tie`` a tie, and the opponent's
+  foul (``attacker_breaks_rules``) counts as a **win** for the model, as in the paper, where breaking
+  the rules loses the game for the attacker. It is also reported on its own as ``opponent_foul`` so that
+  a defender that wins only through its opponent's fouls can be told apart. The defender's win, loss
+  and tie rates add up to 1; the defender has no fouls under the rules.
+- overall (both roles): wins over all games, the model's fouls over all games, and so on.
+
+Every rate comes with a 95% Wilson score interval (``<name>_low``, ``<name>_high``), which stays inside
+[0, 1] and behaves at 0 of n and n of n, where the normal approximation does not.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS, TIE
+
+Z_95 = 1.959963984540054  # the standard normal quantile at 0.975
+
+# outcome -> what it is for the model, per role
+_AS_ATTACKER = {ATTACKER_WINS: "win", DEFENDER_WINS: "loss", TIE: "tie", ATTACKER_BREAKS_RULES: "foul"}
+_AS_DEFENDER = {DEFENDER_WINS: "win", ATTACKER_WINS: "loss", TIE: "tie", ATTACKER_BREAKS_RULES: "win"}
+RESULTS = {ATTACKER: ("win", "loss", "tie", "foul"), DEFENDER: ("win", "loss", "tie", "opponent_foul")}
+_PLURAL = {"win": "wins", "loss": "losses", "tie": "ties", "foul": "fouls", "opponent_foul": "opponent_fouls"}
+
+
+def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval for a binomial proportion; (0, 1) when there are no trials."""
+    if n < 0 or successes < 0 or successes > n:
+        raise ValueError(f"need 0 <= successes <= n, got {successes} of {n}")
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    z2 = z * z
+    denominator = 1 + z2 / n
+    centre = (p + z2 / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denominator
+    # Clamp the rounding error at the ends (0 of n must give exactly 0 as the lower bound).
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return low, high
+
+
+def rate_fields(name: str, count: int, n: int) -> dict[str, float]:
+    """``{name}_rate``, ``{name}_rate_low``, ``{name}_rate_high`` for ``count`` of ``n``."""
+    low, high = wilson_interval(count, n)
+    return {f"{name}_rate": count / n if n else 0.0, f"{name}_rate_low": low, f"{name}_rate_high": high}
+
+
+def role_result(outcome: str, role: str) -> str:
+    """What an outcome is for the player in ``role``: win, loss, tie or foul (attacker only)."""
+    table = _AS_ATTACKER if role == ATTACKER else _AS_DEFENDER
+    try:
+        return table[outcome]
+    except KeyError:
+        raise ValueError(f"unknown outcome {outcome!r}") from None
+
+
+def score(outcome: str, role: str) -> float:
+    """The game's points for the player in ``role``: 1 for a win, 1/2 for a tie, 0 otherwise."""
+    return {"win": 1.0, "tie": 0.5}.get(role_result(outcome, role), 0.0)
+
+
+def tally_role(outcomes: Iterable[str], role: str) -> dict[str, float | int]:
+    """Counts and rates (with Wilson intervals) of one role's outcomes."""
+    if role not in (ATTACKER, DEFENDER):
+        raise ValueError(f"unknown role {role!r}")
+    outcomes = list(outcomes)
+    counts = Counter(role_result(o, role) for o in outcomes)
+    if role == DEFENDER:
+        counts["opponent_foul"] = sum(1 for o in outcomes if o == ATTACKER_BREAKS_RULES)
+    n = len(outcomes)
+    summary: dict[str, float | int] = {"games": n}
+    for name in RESULTS[role]:
+        summary[_PLURAL[name]] = counts[name]
+        summary.update(rate_fields(name, counts[name], n))
+    return summary
+
+
+def tally_games(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping]) -> dict:
+    """The metrics of one model from its judged episodes in each role.
+
+    ``as_attacker``: episodes where the model attacked; ``as_defender``: where it defended. Each needs
+    an ``outcome`` from the judge.
+    """
+    attack = [_outcome(e, i) for i, e in enumerate(as_attacker)]
+    defend = [_outcome(e, i) for i, e in enumerate(as_defender)]
+    attacker, defender = tally_role(attack, ATTACKER), tally_role(defend, DEFENDER)
+    n = len(attack) + len(defend)
+    wins, losses, ties = (attacker[k] + defender[k] for k in ("wins", "losses", "ties"))
+    fouls = attacker["fouls"]
+    overall: dict[str, float | int] = {"games": n, "wins": wins, "losses": losses, "ties": ties,
+                                       "fouls": fouls}
+    for name, count in (("win", wins), ("loss", losses), ("tie", ties), ("foul", fouls)):
+        overall.update(rate_fields(name, count, n))
+    # Points per game (a tie is half a win): the quantity the tournament's ratings are fitted to.
+    overall["score"] = (wins + 0.5 * ties) / n if n else 0.0
+    return {"attacker": attacker, "defender": defender, "overall": overall, "games": n}
+
+
+def _outcome(episode: Mapping, index: int) -> str:
+    outcome = episode.get("outcome")
+    if outcome is None:
+        raise ValueError(f"episode {index} has not been judged (no 'outcome')")
+    return outcome
+
+
+# ------------------------------------------------------------------------------------ playing the games
+
+
+def check_held_out(words: list[str], train_words: Iterable[str], source: str = "<words>",
+                   train_source: str = "<train words>") -> None:
+    """Refuse evaluation words that the model trained on: raise DataError naming a few of them."""
+    from spag.game.rules import normalise_word
+    from spag.io import DataError
+
+    seen = {normalise_word(w) for w in train_words}
+    overlap = [w for w in words if normalise_word(w) in seen]
+    if overlap:
+        shown = ", ".join(overlap[:5]) + (", ..." if len(overlap) > 5 else "")
+        raise DataError(source, None, f"{len(overlap)} of {len(words)} evaluation words are also training "
+                                      f"words in {train_source} ({shown}); evaluate on held-out words")
+
+
+def model_name(model) -> str:
+    """A label for a model: the path or name as given, or the player's own name."""
+    if isinstance(model, (str, os.PathLike)):
+        return str(model)
+    return str(getattr(model, "name", None) or type(model).__name__)
+
+
+def evaluate_models(model, opponent, words: list[str], config=None, episodes_out=None, *,
+                    backend: str = "hf", resume: bool = False, show_progress: bool = True,
+                    **player_options) -> dict:
+    """Play ``model`` against ``opponent`` in both roles on ``words`` and return the metrics.
+
+    ``model`` and ``opponent`` are paths/names, loaded once each with ``load_player(backend,
+    **player_options)`` (once in all when they are the same), or ready players. ``config`` is a
+    ``spag.play.PlayConfig`` (default: greedy decoding, as the paper evaluates). ``episodes_out``: a
+    folder that gets ``as_attacker.parquet`` and ``as_defender.parquet``, written as games finish (so
+    ``resume=True`` continues an interrupted run), or one ``.parquet`` file written at the end.
+    """
+    from spag.play import PlayConfig, play_games
+    from spag.players import load_player
+
+    if not words:
+        raise ValueError("no evaluation words")
+    if config is None:
+        config = PlayConfig(temperature=0.0)
+
+    def load(m):
+        return load_player(str(m), backend, **player_options) if isinstance(m, (str, os.PathLike)) else m
+
+    player = load(model)
+    rival = player if model_name(opponent) == model_name(model) else load(opponent)
+
+    attack_out = defend_out = single_file = None
+    if episodes_out is not None:
+        episodes_out = Path(episodes_out)
+        if episodes_out.suffix == ".parquet":
+            if resume:
+                raise ValueError("resuming needs a folder for --episodes-out, not one .parquet file")
+            single_file = episodes_out
+        else:
+            attack_out = episodes_out / "as_attacker.parquet"
+            defend_out = episodes_out / "as_defender.parquet"
+    as_attacker = play_games(player, rival, words, config, output=attack_out, resume=resume,
+                             show_progress=show_progress)
+    as_defender = play_games(rival, player, words, config, output=defend_out, resume=resume,
+                             show_progress=show_progress)
+    if single_file is not None:
+        from spag.game.episodes import write_episodes
+
+        write_episodes(list(as_attacker) + list(as_defender), single_file)
+
+    metrics = tally_games(as_attacker, as_defender)
+    return {"model": model_name(model), "opponent": model_name(opponent), **metrics,
+            "max_turns": int(config.max_turns), "temperature": float(config.temperature)}

@@ -1,0 +1,1 @@
+"""The local lm-eval task suite (YAML + JSONL) and its generator."""

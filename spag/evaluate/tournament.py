@@ -1,0 +1,269 @@
+"""A round robin between checkpoints: win-rate matrix, Elo ratings with bootstrap intervals, heatmap.
+
+Every pair of models plays both roles on the same held-out words. A game gives its winner 1 point and
+the loser 0, a tie 1/2 each; a rule break by the attacker is a win for the defender (see
+``spag.evaluate.games``).
+
+Ratings follow the Bradley-Terry model on the Elo scale: the expected score of i against j is
+``1 / (1 + 10 ** ((R_j - R_i) / 400))``. They are fitted by maximum likelihood to all games at once (not
+by the order-dependent online Elo update), with ties as half a win. To keep the estimate finite when a
+model wins every game, each pair of models is given one extra drawn game (a weak prior towards equal
+strength, worth one game against the many real ones). Ratings are shifted so that their mean is 1000.
+The 95% intervals are percentiles of the ratings refitted on games resampled with replacement.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+ELO_SCALE = 400.0
+ELO_MEAN = 1000.0
+
+
+@dataclass(frozen=True)
+class Game:
+    """One game between models ``a`` and ``b`` (indices), with ``a``'s points: 1, 1/2 or 0."""
+
+    a: int
+    b: int
+    score_a: float
+
+
+def _pair_tables(games_a: np.ndarray, games_b: np.ndarray, scores: np.ndarray, k: int):
+    """(points[i, j] of i against j, games[i, j] between i and j), both k x k."""
+    points = np.zeros((k, k))
+    played = np.zeros((k, k))
+    np.add.at(points, (games_a, games_b), scores)
+    np.add.at(points, (games_b, games_a), 1.0 - scores)
+    np.add.at(played, (games_a, games_b), 1.0)
+    np.add.at(played, (games_b, games_a), 1.0)
+    return points, played
+
+
+def fit_bradley_terry(points: np.ndarray, played: np.ndarray, prior_draws: float = 1.0,
+                      tol: float = 1e-9, max_iter: int = 100) -> np.ndarray:
+    """Elo-scale ratings (mean 1000) maximising the Bradley-Terry likelihood of the pair tables.
+
+    ``points[i, j]``: i's points against j (ties as halves); ``played[i, j]``: their games.
+    ``prior_draws`` drawn games are added between every pair of models that met. The log-likelihood
+    ``sum_ij points_ij * log sigmoid(t_i - t_j)`` is concave in the natural-log strengths t, so Newton's
+    method (with the steps capped, and t kept at mean 0) reaches the maximum in a few iterations.
+    """
+    k = points.shape[0]
+    met = (played > 0) & ~np.eye(k, dtype=bool)
+    points = points + 0.5 * prior_draws * met
+    played = played + prior_draws * met
+    wins = points.sum(axis=1)
+    theta = np.zeros(k)
+    for _ in range(max_iter):
+        p = 1.0 / (1.0 + np.exp(theta[None, :] - theta[:, None]))  # p[i, j]: i beats j
+        gradient = wins - (played * p).sum(axis=1)
+        curvature = played * p * (1.0 - p)
+        hessian = curvature - np.diag(curvature.sum(axis=1))  # negative semi-definite, null space 1
+        step = np.linalg.lstsq(-hessian, gradient, rcond=None)[0]
+        step = np.clip(step - step.mean(), -2.0, 2.0)
+        theta = theta + step
+        if np.max(np.abs(step)) < tol:
+            break
+    ratings = ELO_SCALE * theta / math.log(10)
+    return ratings - ratings.mean() + ELO_MEAN
+
+
+def elo_ratings(games: Sequence[Game], k: int, resamples: int = 1000, seed: int = 0,
+                prior_draws: float = 1.0) -> dict[str, np.ndarray]:
+    """Ratings and their 95% bootstrap intervals: ``{"rating", "low", "high"}`` arrays of length k."""
+    if not games:
+        raise ValueError("no games to rate")
+    a = np.array([g.a for g in games])
+    b = np.array([g.b for g in games])
+    s = np.array([g.score_a for g in games], dtype=float)
+    rating = fit_bradley_terry(*_pair_tables(a, b, s, k), prior_draws=prior_draws)
+    rng = np.random.default_rng(seed)
+    samples = np.empty((resamples, k))
+    for r in range(resamples):
+        idx = rng.integers(0, len(games), size=len(games))
+        samples[r] = fit_bradley_terry(*_pair_tables(a[idx], b[idx], s[idx], k), prior_draws=prior_draws)
+    if resamples:
+        low, high = np.percentile(samples, [2.5, 97.5], axis=0)
+    else:
+        low = high = np.full(k, math.nan)
+    return {"rating": rating, "low": low, "high": high}
+
+
+def expected_score(rating_a: float, rating_b: float) -> float:
+    return 1.0 / (1.0 + 10 ** ((rating_b - rating_a) / ELO_SCALE))
+
+
+# ------------------------------------------------------------------------------------ from episodes
+
+
+def games_from_episodes(episodes: Sequence[Mapping], names: Sequence[str]) -> list[Game]:
+    """One Game per judged episode, from its ``attacker_model``, ``defender_model`` and ``outcome``."""
+    from spag.evaluate.games import score
+    from spag.game.rules import ATTACKER
+
+    index = {name: i for i, name in enumerate(names)}
+    games = []
+    for n, episode in enumerate(episodes):
+        try:
+            attacker, defender = index[episode["attacker_model"]], index[episode["defender_model"]]
+        except KeyError as exc:
+            raise ValueError(f"episode {n}: model {exc.args[0]!r} is not in the tournament") from None
+        games.append(Game(attacker, defender, score(episode["outcome"], ATTACKER)))
+    return games
+
+
+def win_matrices(games: Sequence[Game], names: Sequence[str]) -> dict[str, dict[str, dict[str, float]]]:
+    """Row model against column model over both roles: ``win_rate`` (ties count 0), ``score``
+    (ties count 1/2) and ``games_played``. The diagonal is left out."""
+    k = len(names)
+    wins = np.zeros((k, k))
+    points = np.zeros((k, k))
+    played = np.zeros((k, k))
+    for g in games:
+        played[g.a, g.b] += 1
+        played[g.b, g.a] += 1
+        points[g.a, g.b] += g.score_a
+        points[g.b, g.a] += 1 - g.score_a
+        wins[g.a, g.b] += g.score_a == 1.0
+        wins[g.b, g.a] += g.score_a == 0.0
+    out: dict[str, dict[str, dict[str, float]]] = {"win_rate": {}, "score": {}, "games_played": {}}
+    for i, row in enumerate(names):
+        for table in out.values():
+            table[row] = {}
+        for j, col in enumerate(names):
+            if i == j or played[i, j] == 0:
+                continue
+            out["win_rate"][row][col] = float(wins[i, j] / played[i, j])
+            out["score"][row][col] = float(points[i, j] / played[i, j])
+            out["games_played"][row][col] = int(played[i, j])
+    return out
+
+
+def tournament_metrics(episodes: Sequence[Mapping], names: Sequence[str], resamples: int = 1000,
+                       seed: int = 0) -> dict:
+    """The tournament's metrics: Elo with intervals, win-rate and score matrices, game counts."""
+    games = games_from_episodes(episodes, names)
+    elo = elo_ratings(games, len(names), resamples=resamples, seed=seed)
+    matrices = win_matrices(games, names)
+    return {
+        "models": list(names),
+        "games": len(games),
+        "elo": {name: {"rating": float(elo["rating"][i]), "low": float(elo["low"][i]),
+                       "high": float(elo["high"][i])} for i, name in enumerate(names)},
+        **matrices,
+        "resamples": resamples,
+    }
+
+
+def unique_names(models: Sequence[str]) -> list[str]:
+    """Short labels for model paths: the last path part, made unique by adding parents when needed."""
+    from pathlib import Path
+
+    parts = [Path(str(m).rstrip("/")).parts or (str(m),) for m in models]
+    depth = 1
+    while True:
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names) or depth >= max(len(p) for p in parts):
+            break
+        depth += 1
+    if len(set(names)) != len(names):
+        raise ValueError(f"the same model is listed twice: {models}")
+    return names
+
+
+# ------------------------------------------------------------------------------------------- heatmap
+
+
+def save_heatmap(matrix: Mapping[str, Mapping[str, float]], names: Sequence[str], path,
+                 title: str = "Win rate of row model against column model (both roles)") -> None:
+    """A PNG heatmap of a row-vs-column matrix, values written in the cells; written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from spag.io import atomic_path
+
+    k = len(names)
+    grid = np.full((k, k), np.nan)
+    for i, row in enumerate(names):
+        for j, col in enumerate(names):
+            if col in matrix.get(row, {}):
+                grid[i, j] = matrix[row][col]
+    size = 1.6 + 0.9 * k
+    fig, ax = plt.subplots(figsize=(size + 1.5, size))
+    image = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="RdYlGn")
+    ax.set_xticks(range(k), labels=names, rotation=45, ha="right")
+    ax.set_yticks(range(k), labels=names)
+    ax.set_xlabel("opponent")
+    ax.set_ylabel("model")
+    for i in range(k):
+        for j in range(k):
+            text = "—" if i == j else ("" if np.isnan(grid[i, j]) else f"{grid[i, j]:.2f}")
+            ax.text(j, i, text, ha="center", va="center", fontsize=9)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------- the games
+
+
+def run_tournament(models: Sequence[str], words: list[str], config=None, *, backend: str = "hf",
+                   episodes_out=None, heatmap=None, resamples: int = 1000, seed: int = 0,
+                   resume: bool = False, show_progress: bool = True, **player_options) -> dict:
+    """Every ordered pair of distinct models plays all ``words`` (so each pair meets in both roles).
+
+    Each model is loaded once (``load_player(model, backend, **player_options)``), named by
+    :func:`unique_names`. ``episodes_out``: a ``.parquet`` file for all episodes, or a folder
+    with one Parquet file per ordered pair (``<attacker>__vs__<defender>.parquet``; those files let
+    an interrupted tournament resume). Returns the metrics of :func:`tournament_metrics`.
+    """
+    from pathlib import Path
+
+    from spag.play import PlayConfig, play_games
+    from spag.players import load_player
+
+    if len(models) < 2:
+        raise ValueError("a tournament needs at least two models")
+    if not words:
+        raise ValueError("no evaluation words")
+    if config is None:
+        config = PlayConfig(temperature=0.0)
+    names = unique_names(models)
+    players = [load_player(str(m), backend, name=name, **player_options) for m, name in zip(models, names)]
+    folder = None
+    if episodes_out is not None and Path(episodes_out).suffix != ".parquet":
+        folder = Path(episodes_out)
+    elif resume:
+        raise ValueError("resuming needs a folder for --episodes-out, not one .parquet file")
+    episodes: list[dict] = []
+    for i, attacker in enumerate(players):
+        for j, defender in enumerate(players):
+            if i == j:
+                continue
+            shard = folder / f"{_safe(names[i])}__vs__{_safe(names[j])}.parquet" if folder else None
+            played = play_games(attacker, defender, words, config, output=shard, resume=resume,
+                                show_progress=show_progress)
+            # The labels in the metrics are the tournament's names, whatever the players call themselves.
+            episodes.extend({**e, "attacker_model": names[i], "defender_model": names[j]} for e in played)
+    if episodes_out is not None and folder is None:
+        from spag.game.episodes import write_episodes
+
+        write_episodes(episodes, episodes_out)
+    metrics = tournament_metrics(episodes, names, resamples=resamples, seed=seed)
+    if heatmap is not None:
+        save_heatmap(metrics["win_rate"], names, heatmap)
+    return metrics
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)

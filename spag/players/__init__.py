@@ -1,0 +1,62 @@
+"""Players: one interface (:class:`Player`), several backends.
+
+``load_player(model, backend)`` returns a player for an HF id or local checkpoint (``hf``), a vLLM
+engine (``vllm``, GPU), an OpenAI-compatible endpoint (``openai``), or a person at the terminal
+(``human``, also chosen by the model name ``human``). Backends are imported only when used.
+"""
+
+from __future__ import annotations
+
+from spag.players.base import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    STOP_STRINGS,
+    Player,
+    PlayerError,
+    Reply,
+    clean_reply,
+    derive_seed,
+)
+
+BACKENDS = ("hf", "vllm", "openai", "human")
+
+__all__ = [
+    "BACKENDS", "FINISH_LENGTH", "FINISH_STOP", "STOP_STRINGS", "Player", "PlayerError", "Reply",
+    "clean_reply", "derive_seed", "load_player",
+]
+
+_HF_OPTIONS = {"device", "dtype", "trust_remote_code", "max_batch", "prefill_tokens", "prefix_cache_gb",
+               "name"}
+_VLLM_OPTIONS = {"dtype", "trust_remote_code", "tensor_parallel_size", "gpu_memory_utilization", "name", "seed"}
+_OPENAI_OPTIONS = {"base_url", "api_key_env", "concurrency", "timeout", "max_retries", "backoff", "max_backoff",
+                   "api", "extensions", "name"}
+
+
+def _pick(options: dict, allowed: set[str]) -> dict:
+    """Options meant for this backend; ``None`` values mean "the backend's default"."""
+    return {k: v for k, v in options.items() if k in allowed and v is not None}
+
+
+def load_player(model: str, backend: str = "hf", **options) -> Player:
+    """A player for ``model`` on ``backend``. Options a backend does not use are ignored.
+
+    options: device, dtype, trust_remote_code, max_batch, prefill_tokens (hf); tensor_parallel_size,
+    gpu_memory_utilization (vllm); base_url, api_key_env, concurrency, timeout, max_retries, api (openai).
+    """
+    if model == "human" or backend == "human":
+        from spag.players.human import HumanPlayer
+
+        return HumanPlayer(**({"name": options["name"]} if options.get("name") else {}))
+    if backend == "hf":
+        from spag.players.hf import HFPlayer
+
+        return HFPlayer.from_pretrained(model, **_pick(options, _HF_OPTIONS))
+    if backend == "vllm":
+        from spag.players.vllm import VLLMPlayer
+
+        return VLLMPlayer.from_pretrained(model, **_pick(options, _VLLM_OPTIONS))
+    if backend == "openai":
+        from spag.players.openai import OpenAIPlayer
+
+        return OpenAIPlayer(model, **_pick(options, _OPENAI_OPTIONS))
+    raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")

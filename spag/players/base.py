@@ -1,0 +1,121 @@
+"""The one interface every player implements, and what a reply looks like.
+
+A player turns prompts into replies. A *prompt* here is the text of one user message, as built by
+:func:`spag.game.prompts.build_prompt`; each backend renders it into its own model input (the HF and
+vLLM backends with :func:`spag.game.prompts.to_model_input` and the model's own tokenizer, the OpenAI
+backend as a chat message, the human backend by printing it). So a player never needs to know how
+another player's model formats its input, and attacker and defender can be different models.
+
+A backend returns the raw text of each reply, already cut where the speaker's turn ended (end-of-turn
+token, a stop string, or ``max_new_tokens``); :func:`clean_reply` then removes what a small model tends
+to invent around its message (a role prefix, the other player's next line).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Protocol, Sequence, runtime_checkable
+
+FINISH_STOP = "stop"      # the model ended its turn (end-of-turn token or a stop string)
+FINISH_LENGTH = "length"  # cut at max_new_tokens: the model did not end its turn by itself
+
+# Lines where a model starts writing the next speaker's part. Literal strings for backends that only
+# take literal stops (OpenAI allows four); the regex below catches the rest when the reply is cleaned.
+STOP_STRINGS = ("\nattacker:", "\ndefender:", "\nAttacker:", "\nDefender:")
+
+_SPEAKERS = r"attacker|defender|you|other player|user|assistant|system|human|ai"
+_NEXT_SPEAKER_RE = re.compile(
+    r"\n[ \t]*(?:\d+\.[ \t]*)?[\[(*_]*(?:" + _SPEAKERS + r")[\])*_]*[ \t]*[:\]]", re.IGNORECASE
+)
+_ROLE_PREFIX_RE = re.compile(
+    r"^\s*(?:\d+\.\s*)?[\[(*_]*(?:" + _SPEAKERS + r"|me)[\])*_]*\s*[:\]][\])*_]*\s*", re.IGNORECASE
+)
+_CHAT_MARKERS_RE = re.compile(r"<\|im_(?:start|end)\|>|<\|(?:start|end)\|>|</?s>")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One generated reply: its text, how many tokens it cost, and why it ended."""
+
+    text: str
+    n_tokens: int
+    finish_reason: str = FINISH_STOP
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == FINISH_LENGTH
+
+
+@runtime_checkable
+class Player(Protocol):
+    """Anything that can speak in the game: a model behind some backend, or a person.
+
+    ``generate`` takes user-message texts (see the module docstring) and returns one Reply per prompt, in
+    order. ``temperature == 0`` means greedy decoding. ``seed`` is one seed for the call or one per prompt;
+    per-prompt seeds make a game's sampling independent of which other games share its batch.
+    ``min_new_tokens`` keeps the model from ending its turn before saying anything; ``stop`` are literal
+    strings that end a reply (they are not part of the returned text).
+    """
+
+    name: str
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        max_new_tokens: int = 256,
+        min_new_tokens: int = 1,
+        seed: int | Sequence[int] | None = None,
+        stop: Sequence[str] = (),
+    ) -> list[Reply]: ...
+
+
+class PlayerError(RuntimeError):
+    """A backend could not produce a reply (endpoint down, bad model name, ...); the message says why."""
+
+
+def per_prompt_seeds(seed: int | Sequence[int] | None, n: int) -> list[int | None]:
+    """Expand a call's ``seed`` argument to one seed (or None) per prompt."""
+    if seed is None or isinstance(seed, int):
+        return [seed] * n if seed is None else [int(seed) + i for i in range(n)]
+    seeds = [None if s is None else int(s) for s in seed]
+    if len(seeds) != n:
+        raise ValueError(f"got {len(seeds)} seeds for {n} prompts")
+    return seeds
+
+
+def derive_seed(*keys: object) -> int:
+    """A stable 31-bit seed from any keys (the run's seed, a word's index, an utterance number, ...)."""
+    digest = hashlib.sha256("\x1f".join(map(str, keys)).encode("utf-8")).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def cut_at_next_speaker(text: str) -> tuple[str, bool]:
+    """``text`` up to where it starts another speaker's line, and whether it was cut."""
+    match = _NEXT_SPEAKER_RE.search(text)
+    if match is None:
+        return text, False
+    return text[: match.start()], True
+
+
+def clean_reply(text: str) -> str:
+    """The utterance a reply stands for: no chat markers, no invented role prefix, no other player's line.
+
+    ``"Attacker: Think of fruit.\\nDefender: Apple?"`` becomes ``"Think of fruit."``.
+    """
+    marker = _CHAT_MARKERS_RE.search(text)
+    if marker is not None:  # a chat-template marker means the turn ended there
+        text = text[: marker.start()]
+    text = text.strip()
+    # A model may open with one or more role labels ("Attacker: You: ..."); drop them all.
+    while True:
+        stripped = _ROLE_PREFIX_RE.sub("", text, count=1)
+        if stripped == text:
+            break
+        text = stripped
+    text, _ = cut_at_next_speaker(text)
+    return text.strip()

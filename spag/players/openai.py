@@ -1,0 +1,119 @@
+"""Any OpenAI-compatible endpoint as a player: GPT-4 as the teacher, or a model behind ``vllm serve``.
+
+Requests run in a bounded pool of threads; a request that fails for a reason worth retrying (a 5xx
+or 429 answer, a timeout, a dropped connection) is retried with exponential backoff, and one that keeps
+failing raises :class:`PlayerError` naming the endpoint and the last reason. The API key is read from
+the environment (``OPENAI_API_KEY`` or the variable named by ``api_key_env``) and never written out.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Sequence
+
+from spag.players.base import FINISH_LENGTH, FINISH_STOP, PlayerError, Reply, cut_at_next_speaker, per_prompt_seeds
+
+_OPENAI_STOP_LIMIT = 4  # the OpenAI API takes at most four stop strings
+
+
+class OpenAIPlayer:
+    """A model behind ``/v1/chat/completions`` (``api="chat"``) or ``/v1/completions``.
+
+    ``extensions`` sends ``top_k`` and ``min_tokens``, which vLLM and most compatible servers accept but
+    the OpenAI API rejects; it defaults to on for any ``base_url`` and off for OpenAI itself.
+    """
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 concurrency: int = 8, timeout: float = 60.0, max_retries: int = 4, backoff: float = 1.0,
+                 max_backoff: float = 30.0, api: str = "chat", extensions: bool | None = None,
+                 name: str | None = None):
+        try:
+            import openai
+        except ImportError as exc:
+            raise PlayerError("the openai backend needs the openai package: pip install 'spag[api]'") from exc
+        if api not in ("chat", "completions"):
+            raise ValueError(f"api must be 'chat' or 'completions', got {api!r}")
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            if base_url is None:
+                raise PlayerError(f"no API key: set the environment variable {api_key_env}")
+            api_key = "not-needed"  # local servers usually ignore the key, but the client wants one
+        self.model = model
+        self.name = name or model
+        self.base_url = base_url or "https://api.openai.com/v1"
+        self.api = api
+        self.concurrency = max(1, int(concurrency))
+        self.max_retries = max(0, int(max_retries))
+        self.backoff, self.max_backoff = backoff, max_backoff
+        self.extensions = base_url is not None if extensions is None else extensions
+        self._errors = openai
+        # Retries are ours (with our backoff and our error message), so the client's are switched off.
+        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
+
+    def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,
+                 min_new_tokens: int = 1, seed=None, stop: Sequence[str] = ()) -> list[Reply]:
+        if not prompts:
+            return []
+        seeds = per_prompt_seeds(seed, len(prompts))
+        settings = dict(temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
+                        min_new_tokens=min_new_tokens, stop=list(stop)[:_OPENAI_STOP_LIMIT])
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts))) as pool:
+            futures = [pool.submit(self._with_retries, p, s, settings) for p, s in zip(prompts, seeds)]
+            return [f.result() for f in futures]
+
+    # ---------------------------------------------------------------------------------------- one call
+
+    def _with_retries(self, prompt: str, seed: int | None, settings: dict) -> Reply:
+        errors = self._errors
+        reason = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                time.sleep(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
+            try:
+                return self._request(prompt, seed, **settings)
+            except errors.APIStatusError as exc:
+                reason = f"HTTP {exc.status_code}"
+                if exc.status_code < 500 and exc.status_code not in (408, 409, 429):
+                    raise PlayerError(f"{self.base_url}: request rejected ({reason}: {_short(exc)})") from exc
+            except errors.APITimeoutError:
+                reason = "timed out"
+            except errors.APIConnectionError as exc:
+                reason = f"connection failed ({_short(exc)})"
+        raise PlayerError(f"{self.base_url}: request failed after {self.max_retries + 1} attempts "
+                          f"(last: {reason})")
+
+    def _request(self, prompt: str, seed: int | None, *, temperature, top_k, max_new_tokens, min_new_tokens,
+                 stop) -> Reply:
+        kwargs = dict(model=self.model, max_tokens=max_new_tokens, temperature=max(temperature, 0.0))
+        if seed is not None:
+            kwargs["seed"] = seed
+        if stop:
+            kwargs["stop"] = stop
+        if self.extensions:
+            extra = {"min_tokens": min(min_new_tokens, max_new_tokens)}
+            if top_k and temperature > 0:
+                extra["top_k"] = top_k
+            kwargs["extra_body"] = extra
+        if self.api == "chat":
+            response = self._client.chat.completions.create(
+                messages=[{"role": "user", "content": prompt}], **kwargs)
+            choice = response.choices[0]
+            text = choice.message.content or ""
+        else:
+            from spag.game.prompts import to_model_input
+
+            response = self._client.completions.create(prompt=to_model_input(None, prompt), **kwargs)
+            choice = response.choices[0]
+            text = choice.text or ""
+        usage = getattr(response, "usage", None)
+        n_tokens = usage.completion_tokens if usage is not None and usage.completion_tokens else len(text.split())
+        text, _ = cut_at_next_speaker(text)
+        finish = FINISH_LENGTH if choice.finish_reason == "length" else FINISH_STOP
+        return Reply(text=text, n_tokens=int(n_tokens), finish_reason=finish)
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+    return text[:200]

@@ -1,0 +1,244 @@
+"""Training rows to token ids, and token ids to padded batches.
+
+A row's model input is ``to_model_input(tokenizer, prompt)`` followed by the completion and the
+tokenizer's eos; the loss sees only the completion and that eos. The prompt and the completion are
+tokenised separately, as at play time, where the model's reply starts right after the prompt's tokens.
+
+Truncation to ``max_length`` keeps the end of the prompt (the game so far and whose turn it is) and the
+whole completion, cutting the prompt from the LEFT. Only a completion that alone does not fit is cut, at
+its tail, keeping one prompt token before it; :class:`EncodedRows` counts such rows so the caller can say
+so.
+
+Batches are padded on the LEFT with explicit position ids, so every completion ends at the last column
+and the model can be asked for the logits of the last few positions only (``logits_to_keep``): the
+vocabulary projection and log-softmax then run on the replies, not on the long prompts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from spag.game.prompts import has_chat_template, to_model_input
+from spag.io import DataError, read_records
+
+GAME = "game"
+SFT = "sft"
+KINDS = (GAME, SFT)
+REQUIRED_COLUMNS = ("prompt", "completion")
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+def _number(record: Mapping, key: str, default: float | None, source, index: int) -> float | None:
+    value = record.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DataError(source, index, f"{key!r} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise DataError(source, index, f"{key!r} must be finite, got {value!r}")
+    return value
+
+
+def validate_row(record: Mapping, index: int, source: str | os.PathLike = "<rows>") -> dict:
+    """A clean copy of one training row, or a one-line DataError naming the record."""
+    if not isinstance(record, Mapping):
+        raise DataError(source, index, f"expected an object, got {type(record).__name__}")
+    for key in REQUIRED_COLUMNS:
+        if key not in record:
+            raise DataError(source, index, f"missing field {key!r}")
+        if not isinstance(record[key], str):
+            raise DataError(source, index, f"{key!r} must be a string, got {type(record[key]).__name__}")
+    if not record["prompt"].strip():
+        raise DataError(source, index, "empty prompt")
+    kind = record.get("kind") or GAME
+    if kind not in KINDS:
+        raise DataError(source, index, f"unknown kind {kind!r} (expected game or sft)")
+    weight = _number(record, "weight", 1.0, source, index)
+    if weight < 0:
+        raise DataError(source, index, f"negative weight {weight}")
+    reward = _number(record, "reward", None, source, index)
+    return {
+        "prompt": record["prompt"],
+        "completion": record["completion"],
+        "reward": reward,
+        "weight": weight,
+        "kind": kind,
+        "role": record.get("role"),
+    }
+
+
+def read_rows(path: str | os.PathLike) -> list[dict]:
+    """Read and validate training rows (Parquet file or shard dir, JSONL, or JSON list)."""
+    records = read_records(path)
+    if not records:
+        raise DataError(path, None, "no training rows")
+    return [validate_row(record, i, path) for i, record in enumerate(records)]
+
+
+def check_rows_for_method(rows: Sequence[Mapping], method: str, source: str | os.PathLike) -> None:
+    """SPAG needs a reward on every game row; imitation uses every row as a target."""
+    if method == "offline-po":
+        for i, row in enumerate(rows):
+            if row["kind"] == GAME and row["reward"] is None:
+                raise DataError(source, i, "game row without a reward (offline-po needs one)")
+
+
+# ------------------------------------------------------------------------------------------ encoding
+
+
+def prompt_adds_special_tokens(tokenizer) -> bool:
+    """A chat template writes its own special tokens; the plain layout gets the tokenizer's (e.g. BOS)."""
+    return not has_chat_template(tokenizer)
+
+
+@dataclass
+class EncodedRows:
+    """Token ids of every row and where its completion starts, plus per-row numbers for the loss."""
+
+    input_ids: list[list[int]]
+    completion_lengths: list[int]
+    weights: list[float]
+    rewards: list[float]
+    is_game: list[bool]
+    max_length: int
+    prompts_truncated: int = 0
+    completions_truncated: int = 0
+    ref_logprobs: list[float] | None = field(default=None)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def num_tokens(self) -> int:
+        return sum(len(ids) for ids in self.input_ids)
+
+    def fingerprint(self) -> str:
+        """sha256 of the exact token sequences and completion boundaries: what the reference sees."""
+        digest = hashlib.sha256()
+        for ids, n in zip(self.input_ids, self.completion_lengths):
+            digest.update(np.asarray(ids, dtype=np.int64).tobytes())
+            digest.update(np.asarray([-1, n, -1], dtype=np.int64).tobytes())
+        return digest.hexdigest()
+
+
+def truncate(prompt_ids: list[int], completion_ids: list[int], max_length: int) -> tuple[list[int], list[int]]:
+    """Fit prompt + completion in ``max_length``: cut the prompt from the left, then the completion's tail."""
+    if max_length < 2:
+        raise ValueError("max_length must be at least 2")
+    if len(prompt_ids) + len(completion_ids) <= max_length:
+        return prompt_ids, completion_ids
+    if len(completion_ids) <= max_length - 1:
+        keep = max_length - len(completion_ids)
+        return prompt_ids[-keep:], completion_ids
+    # One prompt token stays so that the first completion token is still predicted from something.
+    return prompt_ids[-1:], completion_ids[: max_length - 1]
+
+
+def encode_rows(rows: Sequence[Mapping], tokenizer, max_length: int, batch_size: int = 512,
+                show_progress: bool = True) -> EncodedRows:
+    """Tokenise rows the way training and the reference pass both see them."""
+    from spag.console import progress
+
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has no eos token")
+    eos = tokenizer.eos_token_id
+    add_special = prompt_adds_special_tokens(tokenizer)
+    out = EncodedRows([], [], [], [], [], max_length)
+    bar = progress(total=len(rows), desc="tokenising", unit="row", disable=not show_progress)
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        prompts = [to_model_input(tokenizer, row["prompt"]) for row in chunk]
+        prompt_ids = tokenizer(prompts, add_special_tokens=add_special)["input_ids"]
+        completion_ids = tokenizer([row["completion"] for row in chunk], add_special_tokens=False)["input_ids"]
+        for row, p_ids, c_ids in zip(chunk, prompt_ids, completion_ids):
+            c_ids = list(c_ids) + [eos]
+            p_kept, c_kept = truncate(list(p_ids), c_ids, max_length)
+            out.prompts_truncated += len(p_kept) < len(p_ids)
+            out.completions_truncated += len(c_kept) < len(c_ids)
+            out.input_ids.append(p_kept + c_kept)
+            out.completion_lengths.append(len(c_kept))
+            out.weights.append(float(row["weight"]))
+            out.rewards.append(float(row["reward"] or 0.0))
+            out.is_game.append(row["kind"] == GAME)
+        bar.update(len(chunk))
+    bar.close()
+    return out
+
+
+# ------------------------------------------------------------------------------------------ batches
+
+
+class RowDataset:
+    """Indexable view of :class:`EncodedRows` that the HF Trainer's sampler and collator understand."""
+
+    def __init__(self, encoded: EncodedRows):
+        self.encoded = encoded
+
+    def __len__(self) -> int:
+        return len(self.encoded)
+
+    def __getitem__(self, i: int) -> dict:
+        e = self.encoded
+        item = {
+            "input_ids": e.input_ids[i],
+            "completion_length": e.completion_lengths[i],
+            "weight": e.weights[i],
+            "reward": e.rewards[i],
+            "is_game": e.is_game[i],
+        }
+        if e.ref_logprobs is not None:
+            item["ref_logp"] = e.ref_logprobs[i]
+        return item
+
+
+def collate(items: Sequence[Mapping], pad_token_id: int) -> dict:
+    """Left-pad a list of rows into tensors.
+
+    ``attention_mask`` and ``completion_mask`` are built from lengths, never by comparing ids with the pad
+    id (pad may equal eos). ``logits_to_keep`` is the number of trailing positions whose logits the loss
+    needs: the longest completion plus the position just before it.
+    """
+    import torch
+
+    width = max(len(item["input_ids"]) for item in items)
+    batch = len(items)
+    input_ids = torch.full((batch, width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((batch, width), dtype=torch.long)
+    completion_mask = torch.zeros((batch, width), dtype=torch.long)
+    for row, item in enumerate(items):
+        ids = item["input_ids"]
+        input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[row, width - len(ids):] = 1
+        completion_mask[row, width - item["completion_length"]:] = 1
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    out = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "completion_mask": completion_mask,
+        "logits_to_keep": min(width, max(item["completion_length"] for item in items) + 1),
+        "weight": torch.tensor([float(item["weight"]) for item in items], dtype=torch.float32),
+        "reward": torch.tensor([float(item["reward"]) for item in items], dtype=torch.float32),
+        "is_game": torch.tensor([bool(item["is_game"]) for item in items], dtype=torch.bool),
+    }
+    if all("ref_logp" in item for item in items):
+        out["ref_logp"] = torch.tensor([float(item["ref_logp"]) for item in items], dtype=torch.float32)
+    return out
+
+
+class Collator:
+    """Picklable collate function bound to a pad id (for DataLoader workers)."""
+
+    def __init__(self, pad_token_id: int):
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, items: Sequence[Mapping]) -> dict:
+        return collate(items, self.pad_token_id)

@@ -1,0 +1,175 @@
+"""The training objectives as pure functions of tensors: imitation learning and SPAG.
+
+Every loss works on sequence-level log-likelihoods, one number per row::
+
+    log π(y|x) = mean over the completion tokens (and the closing eos) of log π(token | everything before)
+
+computed by :func:`completion_logprobs` from the model's logits. With ``w`` the row's weight, β the KL
+coefficient, ε the clip range and α the SFT coefficient:
+
+``sft``         w · (−log π)
+``sft-kl``      w · [ −log π + β · π · (log π − log π_ref) ]         (imitation learning, β = 0.1)
+``offline-po``  game rows:  r = exp(log π − log π_ref),   A = reward − β · (log π − log π_ref)
+                            −min(r·A, clip(r, 1−ε, 1+ε)·A)           weighted mean over game rows
+                sft rows:   α · (−log π)                              weighted mean over sft rows
+                                                                      (SPAG, β = 0.2, ε = 0.2, α = 0.5)
+
+In ``sft-kl``, π · (log π − log π_ref) is a one-sample estimate of KL(π ‖ π_ref) on the sequence, with π the
+mean token likelihood exp(log π) as in the original code.
+
+Reductions (why they differ):
+
+- ``sft`` and ``sft-kl`` sum w·l over the batch and divide by the NUMBER OF ROWS, as the original code does.
+  This is an unbiased estimate of the dataset average of w·l whatever the batch size, so the absolute scale
+  of the weights is kept: a row of weight 2 counts twice as much as a row of weight 1 in any batch.
+- ``offline-po`` divides each term by the sum of weights of its rows in the batch (Σ w·l / Σ w), so the
+  policy term and the SFT term stay on comparable scales however many rows of each kind a batch holds;
+  a batch without rows of one kind contributes 0 for that term.
+
+Every function returns ``(loss, stats)``: a scalar tensor with gradient, and a dict of detached scalar
+tensors for logging (KL, clip fraction, mean ratio, per-term losses). A statistic about game rows is only
+present when the batch has game rows, and likewise for sft rows, so averaging it over batches is not
+diluted by batches that had nothing to say.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+SFT = "sft"
+SFT_KL = "sft-kl"
+OFFLINE_PO = "offline-po"
+METHODS = (SFT, SFT_KL, OFFLINE_PO)
+
+
+def completion_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+    """Mean log-likelihood of the completion tokens of each row: ``[batch]``.
+
+    ``logits`` may cover only the last K positions of ``input_ids`` (``[batch, K, vocab]``, as a model
+    returns with ``logits_to_keep=K``); the logits at position t predict the token at t + 1.
+    ``completion_mask`` is 1 on completion tokens (the reply and its eos) and 0 on prompt and padding, so
+    neither prompt nor padding ever enters log π. Rows are expected to hold at least one completion token.
+    """
+    kept = logits.shape[1]
+    input_ids = input_ids[:, -kept:]
+    completion_mask = completion_mask[:, -kept:]
+    targets = input_ids[:, 1:]
+    mask = completion_mask[:, 1:].to(torch.bool)
+    predicted = logits[:, :-1]
+    # Only the completion positions go through log-softmax: prompts are long, replies short.
+    token_logprobs = -F.cross_entropy(predicted[mask].float(), targets[mask], reduction="none")
+    row_of_token = torch.nonzero(mask, as_tuple=True)[0]
+    sums = torch.zeros(logits.shape[0], dtype=token_logprobs.dtype, device=logits.device)
+    sums = sums.index_add(0, row_of_token, token_logprobs)
+    counts = mask.sum(dim=1).clamp(min=1).to(sums.dtype)
+    return sums / counts
+
+
+def _weighted_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Σ w·v / Σ w; 0 (still attached to the graph) when there is nothing to average."""
+    total = weights.sum()
+    if values.numel() == 0 or total <= 0:
+        return (values * weights).sum() * 0.0
+    return (values * weights).sum() / total
+
+
+def sft_loss(logp: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Weighted negative log-likelihood: Σ w·(−log π) / number of rows."""
+    loss = (weights * -logp).sum() / logp.numel()
+    stats = {"nll": (-logp).mean().detach()}
+    return loss, stats
+
+
+def sft_kl_loss(
+    logp: torch.Tensor, ref_logp: torch.Tensor, weights: torch.Tensor, kl_coeff: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Imitation learning: Σ w·[−log π + β · π · (log π − log π_ref)] / number of rows."""
+    log_ratio = logp - ref_logp
+    kl_term = logp.exp() * log_ratio
+    per_row = -logp + kl_coeff * kl_term
+    loss = (weights * per_row).sum() / logp.numel()
+    stats = {
+        "nll": (-logp).mean().detach(),
+        "kl": log_ratio.mean().detach(),
+        "kl_term": kl_term.mean().detach(),
+    }
+    return loss, stats
+
+
+def offline_po_loss(
+    logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    rewards: torch.Tensor,
+    weights: torch.Tensor,
+    is_game: torch.Tensor,
+    kl_coeff: float,
+    clip_range: float,
+    sft_coeff: float,
+    detach_advantage: bool = True,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """SPAG's offline policy optimisation with the SFT term on general instruction rows.
+
+    ``is_game`` is a boolean mask: True for game rows (reward from self-play), False for sft rows.
+
+    The advantage A = reward − β·(log π − log π_ref) is treated as a constant with respect to the
+    gradient (``detach_advantage=True``, PPO-style): the KL penalty lowers the advantage of rows that drift
+    from the reference, and the gradient is −A·∇r on the unclipped branch and 0 where the clip binds. The
+    original code left log π attached inside A, which adds β·r·∇log π to the gradient; pass
+    ``detach_advantage=False`` to reproduce that.
+    """
+    game = is_game.to(torch.bool)
+    sft = ~game
+    stats: dict[str, torch.Tensor] = {}
+
+    g_logp, g_ref, g_w = logp[game], ref_logp[game], weights[game]
+    log_ratio = g_logp - g_ref
+    ratio = log_ratio.exp()
+    advantage = rewards[game] - kl_coeff * log_ratio
+    if detach_advantage:
+        advantage = advantage.detach()
+    clipped = ratio.clamp(1.0 - clip_range, 1.0 + clip_range)
+    po_per_row = -torch.minimum(ratio * advantage, clipped * advantage)
+    po_term = _weighted_mean(po_per_row, g_w)
+
+    s_nll = -logp[sft]
+    sft_term = _weighted_mean(s_nll, weights[sft])
+
+    loss = po_term + sft_coeff * sft_term
+
+    if game.any():
+        stats["loss_po"] = po_term.detach()
+        stats["kl"] = log_ratio.mean().detach()
+        stats["ratio_mean"] = ratio.mean().detach()
+        stats["clip_fraction"] = ((ratio - 1.0).abs() > clip_range).float().mean().detach()
+        stats["advantage_mean"] = advantage.mean().detach()
+    if sft.any():
+        stats["loss_sft"] = sft_term.detach()
+    return loss, stats
+
+
+def compute_loss(
+    method: str,
+    logp: torch.Tensor,
+    batch: dict[str, torch.Tensor],
+    ref_logp: torch.Tensor | None,
+    kl_coeff: float,
+    clip_range: float,
+    sft_coeff: float,
+    detach_advantage: bool = True,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Dispatch on ``method`` with the per-row tensors of a collated batch (weight, reward, is_game)."""
+    weights = batch["weight"].to(logp.dtype)
+    if method == SFT:
+        return sft_loss(logp, weights)
+    if ref_logp is None:
+        raise ValueError(f"method {method!r} needs reference log-probs")
+    ref_logp = ref_logp.to(logp.dtype)
+    if method == SFT_KL:
+        return sft_kl_loss(logp, ref_logp, weights, kl_coeff)
+    if method == OFFLINE_PO:
+        return offline_po_loss(
+            logp, ref_logp, batch["reward"].to(logp.dtype), weights, batch["is_game"], kl_coeff, clip_range,
+            sft_coeff, detach_advantage=detach_advantage,
+        )
+    raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")

@@ -1,0 +1,247 @@
+"""Reference log-probabilities: computed once before training, cached beside the data.
+
+Both trainers compare the policy with a frozen reference model (the base model for imitation learning,
+the previous checkpoint for SPAG). Its log-likelihood of each row never changes during training, so it is
+computed in one pass before training (eval mode, no gradient, rows sorted by length to waste little
+padding), stored, and training then holds a single model in memory.
+
+The cache file is keyed by
+
+- the exact token sequences and completion boundaries of the rows (:meth:`EncodedRows.fingerprint`), which
+  covers the data's content, the tokenizer, the chat template, ``max_length`` and the truncation: the
+  reference sees exactly what training sees;
+- the reference model: its resolved path, its config, and for every weight file its name, size and the
+  sha256 of its first and last MiB (a cheap fingerprint that changes when the weights are rewritten);
+- the numeric setting of the pass (dtype and autocast).
+
+A change of any of them gives a different file name, so a stale cache is never read. Weights and rewards
+are not part of the key: they do not change what the reference model says about a row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from spag.io import DataError, atomic_path
+
+CACHE_VERSION = 1
+_EDGE = 1 << 20
+
+
+def _file_edges_digest(path: Path) -> str:
+    size = path.stat().st_size
+    digest = hashlib.sha256(f"{path.name}:{size}".encode())
+    with open(path, "rb") as f:
+        digest.update(f.read(_EDGE))
+        if size > 2 * _EDGE:
+            f.seek(size - _EDGE)
+            digest.update(f.read(_EDGE))
+    return digest.hexdigest()
+
+
+def model_fingerprint(name_or_path: str | os.PathLike) -> str:
+    """A cheap identity of a model directory: path, config and weight-file edges."""
+    path = Path(name_or_path)
+    digest = hashlib.sha256()
+    if not path.is_dir():
+        # A hub id or an unusual layout: only the name can be used.
+        digest.update(f"name:{name_or_path}".encode())
+        return digest.hexdigest()
+    digest.update(f"path:{path.resolve()}".encode())
+    config = path / "config.json"
+    if config.exists():
+        digest.update(config.read_bytes())
+    weights = sorted(p for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".gguf"))
+    for weight_file in weights:
+        digest.update(_file_edges_digest(weight_file).encode())
+    return digest.hexdigest()
+
+
+def cache_key(tokens_fingerprint: str, ref_fingerprint: str, precision: str) -> str:
+    payload = json.dumps(
+        {"version": CACHE_VERSION, "tokens": tokens_fingerprint, "ref": ref_fingerprint, "precision": precision},
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def cache_path(data: str | os.PathLike, key: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """``<data>.ref-<key>.parquet`` beside the data (beside a shard directory, never inside it)."""
+    data = Path(data)
+    folder = Path(cache_dir) if cache_dir is not None else data.parent
+    return folder / f"{data.name}.ref-{key[:16]}.parquet"
+
+
+def read_cache(path: Path, key: str, num_rows: int) -> list[float] | None:
+    """The cached log-probs, or None when the file is missing or does not match (then recompute)."""
+    if not path.exists():
+        return None
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException):  # unreadable or half-written: recompute
+        return None
+    meta = table.schema.metadata or {}
+    if meta.get(b"spag_ref_key", b"").decode() != key or table.num_rows != num_rows:
+        return None
+    return table.column("ref_logprob").to_pylist()
+
+
+def write_cache(path: Path, key: str, logprobs: list[float], info: dict) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"row": pa.array(range(len(logprobs)), pa.int64()),
+                      "ref_logprob": pa.array(logprobs, pa.float64())})
+    metadata = {b"spag_ref_key": key.encode(), b"spag_ref_info": json.dumps(info).encode()}
+    table = table.replace_schema_metadata(metadata)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def _accepts(model, argument: str) -> bool:
+    import inspect
+
+    try:
+        return argument in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def model_forward_logprobs(model, batch: dict, supports_logits_to_keep: bool | None = None):
+    """log π of each row of a collated batch (the one forward used by training and the reference pass)."""
+    from spag.train.losses import completion_logprobs
+
+    if supports_logits_to_keep is None:
+        supports_logits_to_keep = _accepts(model, "logits_to_keep")
+    kwargs = {"logits_to_keep": batch["logits_to_keep"]} if supports_logits_to_keep else {}
+    outputs = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+        use_cache=False,
+        **kwargs,
+    )
+    return completion_logprobs(outputs.logits, batch["input_ids"], batch["completion_mask"])
+
+
+def compute_reference_logprobs(model, encoded, pad_token_id: int, batch_size: int = 8, device=None,
+                               autocast_dtype=None, indices=None, show_progress: bool = True) -> dict[int, float]:
+    """log π_ref of the rows ``indices`` (all by default), longest first, without gradient."""
+    import torch
+
+    from spag.console import progress
+    from spag.train.data import RowDataset, collate
+
+    dataset = RowDataset(encoded)
+    if indices is None:
+        indices = range(len(dataset))
+    # Longest first: the largest batch comes first, so an out-of-memory shows up at once.
+    order = sorted(indices, key=lambda i: len(encoded.input_ids[i]), reverse=True)
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    supports = _accepts(model, "logits_to_keep")
+    results: dict[int, float] = {}
+    bar = progress(total=len(order), desc="reference log-probs", unit="row", disable=not show_progress)
+    autocast = (torch.autocast(device_type=device.type, dtype=autocast_dtype) if autocast_dtype is not None
+                else contextlib.nullcontext())
+    with torch.no_grad(), autocast:
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            batch = collate([dataset[i] for i in chunk], pad_token_id)
+            batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
+            logp = model_forward_logprobs(model, batch, supports).float().cpu().tolist()
+            results.update(zip(chunk, logp))
+            bar.update(len(chunk))
+    bar.close()
+    model.train(was_training)
+    return results
+
+
+@contextlib.contextmanager
+def _without_zero3_init():
+    """Load the reference as a whole model even when a ZeRO-3 config is active for the policy."""
+    from transformers.integrations import deepspeed as hf_ds
+
+    ref = hf_ds._hf_deepspeed_config_weak_ref
+    hf_ds._hf_deepspeed_config_weak_ref = None
+    try:
+        yield
+    finally:
+        hf_ds._hf_deepspeed_config_weak_ref = ref
+
+
+def load_reference_model(name_or_path, device, trust_remote_code: bool = False):
+    """The frozen reference model in float32 eval mode on ``device``, never partitioned by ZeRO-3."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with _without_zero3_init():
+        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=torch.float32,
+                                                     trust_remote_code=trust_remote_code)
+    model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def reference_logprobs(
+    data: str | os.PathLike,
+    encoded,
+    ref: str | os.PathLike,
+    pad_token_id: int,
+    batch_size: int = 8,
+    cache_dir: str | os.PathLike | None = None,
+    autocast_dtype=None,
+    trust_remote_code: bool = False,
+    state=None,
+    show_progress: bool = True,
+) -> tuple[list[float], Path, bool]:
+    """Reference log-probs of every row: from the cache when it matches, else computed and cached.
+
+    Returns ``(logprobs, cache_file, reused)``. With several processes (``state``, an accelerate
+    PartialState) each computes a share of the rows; the main process writes the cache.
+    """
+    import torch
+
+    precision = f"float32+autocast:{autocast_dtype}" if autocast_dtype is not None else "float32"
+    key = cache_key(encoded.fingerprint(), model_fingerprint(ref), precision)
+    path = cache_path(data, key, cache_dir)
+    cached = read_cache(path, key, len(encoded))
+    if cached is not None:
+        return cached, path, True
+
+    num_processes = getattr(state, "num_processes", 1) if state is not None else 1
+    rank = getattr(state, "process_index", 0) if state is not None else 0
+    device = state.device if state is not None else torch.device("cpu")
+    model = load_reference_model(ref, device, trust_remote_code=trust_remote_code)
+    mine = range(rank, len(encoded), num_processes)
+    results = compute_reference_logprobs(model, encoded, pad_token_id, batch_size=batch_size, device=device,
+                                         autocast_dtype=autocast_dtype, indices=mine,
+                                         show_progress=show_progress and rank == 0)
+    del model
+    if num_processes > 1:
+        import torch.distributed as dist
+
+        gathered: list = [None] * num_processes
+        dist.all_gather_object(gathered, results)
+        results = {i: v for part in gathered for i, v in part.items()}
+    logprobs = [results[i] for i in range(len(encoded))]
+    bad = [i for i, v in enumerate(logprobs) if not np.isfinite(v)]
+    if bad:
+        raise DataError(data, bad[0], f"reference log-prob is not finite ({logprobs[bad[0]]})")
+    if rank == 0:
+        info = {"ref": str(ref), "precision": precision, "rows": len(encoded)}
+        write_cache(path, key, logprobs, info)
+    if num_processes > 1:
+        state.wait_for_everyone()
+    return logprobs, path, False

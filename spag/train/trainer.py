@@ -1,0 +1,533 @@
+"""Imitation learning and SPAG offline policy optimisation on the HF Trainer.
+
+:class:`SpagTrainer` is a thin subclass of ``transformers.Trainer`` (TRL style): ``compute_loss`` runs the
+model once, takes the completion log-likelihoods and hands them to the pure loss functions of
+:mod:`spag.train.losses`. Everything else (optimiser, cosine schedule, warm-up, gradient accumulation,
+gradient checkpointing, bf16/tf32, DeepSpeed, checkpoints and resuming) is the HF Trainer's.
+
+:func:`run_training` is the whole step as one call, used by ``spag train`` and the DVC stages:
+
+1. read and validate the rows, tokenise them (prompt cut from the left to fit ``max_length``);
+2. reference log-probs: from the cache beside the data, or one pass of the reference model before
+   training (so training holds one model), or on the fly with ``ref_on_the_fly=True`` (two models);
+3. train, logging loss, KL, clip fraction, mean ratio and per-term losses to dvclive;
+4. save a plain HF directory (LoRA merged unless asked otherwise) with ``training_summary.json``, then
+   remove the intermediate checkpoints unless ``keep_checkpoints``.
+
+The output directory only becomes a model directory at the very end, by a rename, so a killed run never
+leaves something that looks finished; ``resume=True`` continues from the latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from spag.train.losses import METHODS, OFFLINE_PO, SFT, SFT_KL
+
+# Defaults of the paper's setting (PAPER.md): imitation 5e-6, SPAG 2e-6; KL 0.1 / 0.2; clip 0.2; SFT 0.5.
+DEFAULT_LEARNING_RATE = {SFT: 5e-6, SFT_KL: 5e-6, OFFLINE_PO: 2e-6}
+DEFAULT_KL_COEFF = {SFT: 0.0, SFT_KL: 0.1, OFFLINE_PO: 0.2}
+SUMMARY_FILE = "training_summary.json"
+CHECKPOINTS = "checkpoints"
+
+
+@dataclass
+class TrainConfig:
+    """Every knob of a training run; ``None`` means "the paper's default for this method"."""
+
+    learning_rate: float | None = None
+    epochs: float = 1.0
+    max_steps: int = -1
+    batch_size: int = 2
+    grad_accum: int = 8
+    warmup_ratio: float = 0.03
+    lr_scheduler: str = "cosine"
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    max_length: int = 2048
+    kl_coeff: float | None = None
+    clip_range: float = 0.2
+    sft_coeff: float = 0.5
+    detach_advantage: bool = True
+    gradient_checkpointing: bool = False
+    bf16: bool | None = None
+    tf32: bool | None = None
+    device: str | None = None
+    lora_r: int = 0
+    lora_alpha: int = 16
+    lora_dropout: float = 0.05
+    lora_target_modules: str = "all-linear"
+    merge_lora: bool = True
+    seed: int = 42
+    deepspeed: str | None = None
+    resume: bool = False
+    ref_on_the_fly: bool = False
+    ref_cache_dir: str | None = None
+    ref_batch_size: int = 8
+    live_dir: str | None = None
+    live: bool = True
+    logging_steps: int = 10
+    save_steps: int = 500
+    save_total_limit: int = 2
+    checkpoint_dir: str | None = None
+    keep_checkpoints: bool = False
+    dataloader_num_workers: int = 0
+    trust_remote_code: bool = False
+    show_progress: bool = True
+
+    def resolved(self, method: str) -> TrainConfig:
+        out = TrainConfig(**asdict(self))
+        for name in ("deepspeed", "ref_cache_dir", "live_dir", "checkpoint_dir"):
+            if getattr(out, name) is not None:
+                setattr(out, name, os.fspath(getattr(out, name)))
+        if out.learning_rate is None:
+            out.learning_rate = DEFAULT_LEARNING_RATE[method]
+        if out.kl_coeff is None:
+            out.kl_coeff = DEFAULT_KL_COEFF[method]
+        if not 0 <= out.warmup_ratio < 1:
+            raise ValueError(f"warmup ratio must be in [0, 1), got {out.warmup_ratio}")
+        if out.max_length < 2:
+            raise ValueError(f"max length must be at least 2, got {out.max_length}")
+        if not 0 < out.clip_range < 1:
+            raise ValueError(f"clip range must be in (0, 1), got {out.clip_range}")
+        return out
+
+
+# ------------------------------------------------------------------------------------------ trainer
+
+
+def _base_model(model):
+    """The transformers model under any accelerate / DDP / DeepSpeed / peft wrapping."""
+    while hasattr(model, "module"):
+        model = model.module
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
+    return model
+
+
+def _make_trainer_class():
+    import torch
+    from transformers import Trainer
+
+    from spag.train.losses import compute_loss as method_loss
+    from spag.train.reference import _accepts, model_forward_logprobs
+
+    class SpagTrainer(Trainer):
+        """``Trainer`` whose loss is one of :mod:`spag.train.losses`, with its statistics logged."""
+
+        # compute_loss returns a per-micro-batch mean: the Trainer divides it for gradient accumulation.
+        loss_is_scaled_for_ga = False
+
+        def __init__(self, *args, method: str, kl_coeff: float, clip_range: float, sft_coeff: float,
+                     detach_advantage: bool = True, ref_model=None, ref_is_base_without_adapter: bool = False,
+                     **kwargs):
+            super().__init__(*args, **kwargs)
+            self.method = method
+            self.kl_coeff = kl_coeff
+            self.clip_range = clip_range
+            self.sft_coeff = sft_coeff
+            self.detach_advantage = detach_advantage
+            self.ref_model = ref_model
+            self.ref_is_base_without_adapter = ref_is_base_without_adapter
+            self._keeps_logits = _accepts(_base_model(self.model), "logits_to_keep")
+            self._stat_sums: dict[str, float] = {}
+            self._stat_counts: dict[str, int] = {}
+            self.last_logged_loss: float | None = None
+
+        def _reference_logprobs(self, model, inputs):
+            with torch.no_grad():
+                if self.ref_is_base_without_adapter:
+                    # LoRA on the reference itself: the base weights with adapters switched off.
+                    peft_model = self.accelerator.unwrap_model(model)
+                    was_training = peft_model.training
+                    peft_model.eval()
+                    with peft_model.disable_adapter():
+                        logp = model_forward_logprobs(peft_model, inputs, self._keeps_logits)
+                    peft_model.train(was_training)
+                    return logp.detach()
+                return model_forward_logprobs(self.ref_model, inputs, self._keeps_logits).detach()
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            logp = model_forward_logprobs(model, inputs, self._keeps_logits)
+            ref_logp = inputs.get("ref_logp")
+            if ref_logp is None and self.method != SFT:
+                ref_logp = self._reference_logprobs(model, inputs)
+            loss, stats = method_loss(self.method, logp, inputs, ref_logp, self.kl_coeff, self.clip_range,
+                                      self.sft_coeff, detach_advantage=self.detach_advantage)
+            self._record(stats)
+            return (loss, {"logp": logp.detach()}) if return_outputs else loss
+
+        def _record(self, stats: dict) -> None:
+            for key, value in stats.items():
+                self._stat_sums[key] = self._stat_sums.get(key, 0.0) + float(value)
+                self._stat_counts[key] = self._stat_counts.get(key, 0) + 1
+
+        def log(self, logs: dict, start_time: float | None = None) -> None:
+            if "loss" in logs:
+                for key, total in self._stat_sums.items():
+                    logs[key] = total / self._stat_counts[key]
+                self._stat_sums, self._stat_counts = {}, {}
+                self.last_logged_loss = logs["loss"]
+            super().log(logs, start_time)
+
+    return SpagTrainer
+
+
+def _make_live_callback(live):
+    from transformers import TrainerCallback
+
+    class LiveCallback(TrainerCallback):
+        """Training curves to dvclive, one step per Trainer log, numbered by the optimiser step."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not state.is_world_process_zero or not logs or "loss" not in logs:
+                return
+            live.step = state.global_step
+            for key, value in logs.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                    live.log_metric(f"train/{key}", float(value))
+            live.next_step()
+
+    return LiveCallback()
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _precision(config: TrainConfig, device: str) -> tuple[bool, bool]:
+    import torch
+
+    on_cuda = device.startswith("cuda")
+    bf16 = config.bf16 if config.bf16 is not None else (on_cuda and torch.cuda.is_bf16_supported())
+    tf32 = config.tf32 if config.tf32 is not None else (
+        on_cuda and torch.cuda.get_device_capability()[0] >= 8)
+    return bool(bf16), bool(tf32)
+
+
+def _checkpointing_arguments(enabled: bool) -> dict:
+    """Gradient checkpointing under the name this transformers version uses (renamed in v5)."""
+    from transformers import TrainingArguments
+
+    names = {f.name for f in fields(TrainingArguments)}
+    prefix = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+    return {prefix: enabled, f"{prefix}_kwargs": {"use_reentrant": False} if enabled else None}
+
+
+def _warmup_arguments(ratio: float) -> dict:
+    """Warm-up as a ratio of the training steps: ``warmup_ratio`` before v5, a float ``warmup_steps`` after."""
+    from transformers import TrainingArguments
+
+    names = {f.name for f in fields(TrainingArguments)}
+    return {"warmup_ratio": ratio} if "warmup_ratio" in names else {"warmup_steps": ratio}
+
+
+def _default_live_dir(output_dir: Path) -> Path:
+    return output_dir.parent / "dvclive" / output_dir.name
+
+
+def _same_model(a, b) -> bool:
+    pa, pb = Path(str(a)), Path(str(b))
+    if pa.exists() and pb.exists():
+        return pa.resolve() == pb.resolve()
+    return str(a) == str(b)
+
+
+def _open_live(live_dir: Path, resume: bool, params: dict):
+    from dvclive import Live
+
+    # No experiment, no git commit, no dvc.yaml of its own: the pipeline's dvc.yaml declares the plots.
+    live = Live(dir=str(live_dir), resume=resume, save_dvc_exp=False, dvcyaml=None, report=None)
+    live.log_params(params)
+    return live
+
+
+def _load_policy(model_path, config: TrainConfig, tokenizer):
+    import torch
+    from transformers import AutoModelForCausalLM, set_seed
+
+    from spag.modeling import setup_special_tokens
+
+    # float32 master weights; bf16 runs under autocast (or DeepSpeed's bf16 mode).
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32,
+                                                 trust_remote_code=config.trust_remote_code)
+    setup_special_tokens(tokenizer, model)
+    if config.lora_r > 0:
+        from peft import LoraConfig, get_peft_model
+
+        set_seed(config.seed)
+        targets = config.lora_target_modules
+        lora = LoraConfig(
+            r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+            target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",")],
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, lora)
+        if config.gradient_checkpointing:
+            model.enable_input_require_grads()
+    return model
+
+
+def _save_final(trainer, tokenizer, staging: Path, config: TrainConfig, zero3: bool) -> None:
+    """Write the trained model as a plain HF directory at ``staging`` (main process writes)."""
+    from spag.modeling import save_checkpoint, setup_special_tokens
+
+    main = trainer.is_world_process_zero()
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    is_peft = hasattr(model, "merge_and_unload")
+    if zero3:
+        # Parameters are partitioned: the Trainer gathers them (needs
+        # stage3_gather_16bit_weights_on_model_save, set in configs/deepspeed_zero3.json).
+        raw = staging.parent / f".{staging.name}.raw"
+        trainer.save_model(str(raw))
+        if main:
+            setup_special_tokens(tokenizer)
+            tokenizer.save_pretrained(raw)
+            (raw / "training_args.bin").unlink(missing_ok=True)
+            if staging.exists():
+                shutil.rmtree(staging)
+            os.replace(raw, staging)
+        return
+    if not main:
+        return
+    if is_peft and config.merge_lora:
+        model = model.merge_and_unload()
+    if is_peft and not config.merge_lora:
+        tmp = staging.parent / f".{staging.name}.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        model.save_pretrained(tmp)
+        setup_special_tokens(tokenizer)
+        tokenizer.save_pretrained(tmp)
+        if staging.exists():
+            shutil.rmtree(staging)
+        os.replace(tmp, staging)
+        return
+    save_checkpoint(model, tokenizer, staging)
+
+
+def _publish(staging: Path, output_dir: Path, checkpoint_dir: Path, keep_checkpoints: bool) -> None:
+    """Swap the finished model into place; keep or drop the intermediate checkpoints."""
+    inside = checkpoint_dir.resolve().is_relative_to(output_dir.resolve())
+    if keep_checkpoints and inside and checkpoint_dir.exists():
+        target = staging / checkpoint_dir.resolve().relative_to(output_dir.resolve())
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(checkpoint_dir, target)
+    if output_dir.exists():
+        shutil.rmtree(output_dir)
+    os.replace(staging, output_dir)
+    if not keep_checkpoints and not inside and checkpoint_dir.exists():
+        shutil.rmtree(checkpoint_dir)
+
+
+def _checkpoints_in(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return [p for p in folder.iterdir() if p.is_dir() and p.name.startswith("checkpoint-")]
+
+
+# ------------------------------------------------------------------------------------------ the step
+
+
+def run_training(method: str, model, data, output_dir, ref=None, config: TrainConfig | None = None,
+                 **knobs) -> Path:
+    """Train ``model`` on the rows in ``data`` with ``method`` and save the result to ``output_dir``.
+
+    ``method`` is ``sft``, ``sft-kl`` (imitation learning) or ``offline-po`` (SPAG); ``ref`` is the
+    reference model (default: ``model`` itself). Knobs are the fields of :class:`TrainConfig`, given as
+    keywords or as ``config``. Returns ``output_dir``.
+    """
+    import torch
+    from transformers import TrainingArguments
+    from transformers.integrations import is_deepspeed_zero3_enabled
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from spag.console import summary
+    from spag.modeling import load_tokenizer, pick_device
+    from spag.train.data import Collator, RowDataset, check_rows_for_method, encode_rows, read_rows
+    from spag.train.reference import load_reference_model, reference_logprobs
+
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
+    unknown = set(knobs) - {f.name for f in fields(TrainConfig)}
+    if unknown:
+        raise TypeError(f"unknown training option(s): {', '.join(sorted(unknown))}")
+    config = TrainConfig(**{**asdict(config or TrainConfig()), **knobs}).resolved(method)
+    ref = ref if ref is not None else model
+    output_dir = Path(output_dir)
+    checkpoint_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else output_dir / CHECKPOINTS
+    device = pick_device(config.device)
+    use_cpu = device == "cpu"
+    bf16, tf32 = _precision(config, device)
+    needs_ref = method != SFT
+    if config.deepspeed and config.ref_on_the_fly and not (config.lora_r > 0 and _same_model(ref, model)):
+        raise ValueError("--ref-on-the-fly with DeepSpeed is not supported: drop it (the reference "
+                         "log-probs are then computed once before training)")
+    started = time.time()
+
+    # 1. rows -> tokens
+    rows = read_rows(data)
+    check_rows_for_method(rows, method, data)
+    tokenizer = load_tokenizer(model, trust_remote_code=config.trust_remote_code)
+
+    # 2. the Trainer's arguments first: they set up the processes (and DeepSpeed's ZeRO-3 loading).
+    resume_from = None
+    if config.resume:
+        resume_from = get_last_checkpoint(str(checkpoint_dir)) if checkpoint_dir.is_dir() else None
+    args = TrainingArguments(
+        output_dir=str(checkpoint_dir),
+        per_device_train_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.grad_accum,
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler,
+        **_warmup_arguments(config.warmup_ratio),
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm,
+        **_checkpointing_arguments(config.gradient_checkpointing),
+        bf16=bf16,
+        tf32=tf32 if tf32 else None,
+        use_cpu=use_cpu,
+        seed=config.seed,
+        deepspeed=config.deepspeed,
+        logging_steps=config.logging_steps,
+        logging_first_step=True,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        report_to="none",
+        remove_unused_columns=False,
+        label_names=[],
+        include_num_input_tokens_seen="non_padding",
+        dataloader_num_workers=config.dataloader_num_workers,
+        dataloader_pin_memory=not use_cpu,
+        disable_tqdm=not config.show_progress,
+        ddp_find_unused_parameters=False,
+    )
+    state = args.distributed_state
+    main = args.process_index == 0
+    if main and not config.resume and _checkpoints_in(checkpoint_dir):
+        shutil.rmtree(checkpoint_dir)
+        print(f"note: removed old checkpoints in {checkpoint_dir} (pass --resume to continue from them)")
+    if main and config.resume and resume_from is None:
+        print(f"note: no checkpoint in {checkpoint_dir}; starting from the beginning")
+    if state is not None and state.num_processes > 1:
+        state.wait_for_everyone()
+
+    encoded = encode_rows(rows, tokenizer, config.max_length, show_progress=config.show_progress and main)
+    if main and encoded.completions_truncated:
+        print(f"warning: {encoded.completions_truncated} completion(s) longer than max length "
+              f"{config.max_length}: their tails were cut")
+
+    # 3. reference log-probs before the policy is loaded, so only one model is in memory at a time.
+    autocast_dtype = torch.bfloat16 if bf16 else None
+    ref_info = {"mode": "none"}
+    if needs_ref and not config.ref_on_the_fly:
+        ref_started = time.time()
+        logprobs, cache_file, reused = reference_logprobs(
+            data, encoded, ref, tokenizer.pad_token_id, batch_size=config.ref_batch_size,
+            cache_dir=config.ref_cache_dir, autocast_dtype=autocast_dtype,
+            trust_remote_code=config.trust_remote_code, state=state, show_progress=config.show_progress,
+        )
+        encoded.ref_logprobs = logprobs
+        ref_info = {"mode": "precomputed", "cache": str(cache_file), "reused": reused,
+                    "seconds": round(time.time() - ref_started, 3)}
+        if main:
+            print(f"reference log-probs {'reused from' if reused else 'cached in'} {cache_file}")
+
+    # 4. the policy (and the reference too when asked to compute it on the fly)
+    policy = _load_policy(model, config, tokenizer)
+    ref_model, ref_without_adapter = None, False
+    if needs_ref and config.ref_on_the_fly:
+        ref_info = {"mode": "on-the-fly"}
+        if config.lora_r > 0 and _same_model(ref, model):
+            ref_without_adapter = True
+        else:
+            ref_model = load_reference_model(ref, args.device, trust_remote_code=config.trust_remote_code)
+
+    live = None
+    if config.live and main:
+        live_dir = Path(config.live_dir) if config.live_dir else _default_live_dir(output_dir)
+        params = {"method": method, "model": str(model), "ref": str(ref), "data": str(data),
+                  **{k: v for k, v in asdict(config).items() if isinstance(v, (int, float, str, bool))}}
+        live = _open_live(live_dir, resume=resume_from is not None, params=params)
+
+    trainer_class = _make_trainer_class()
+    trainer = trainer_class(
+        model=policy,
+        args=args,
+        data_collator=Collator(tokenizer.pad_token_id),
+        train_dataset=RowDataset(encoded),
+        processing_class=tokenizer,
+        callbacks=[_make_live_callback(live)] if live is not None else None,
+        method=method,
+        kl_coeff=config.kl_coeff,
+        clip_range=config.clip_range,
+        sft_coeff=config.sft_coeff,
+        detach_advantage=config.detach_advantage,
+        ref_model=ref_model,
+        ref_is_base_without_adapter=ref_without_adapter,
+    )
+    result = trainer.train(resume_from_checkpoint=resume_from)
+    zero3 = is_deepspeed_zero3_enabled()
+    del ref_model
+
+    # 5. save, summarise, publish
+    staging = output_dir.parent / f".{output_dir.name}.final"
+    _save_final(trainer, tokenizer, staging, config, zero3)
+    elapsed = time.time() - started
+    tokens = int(trainer.state.num_input_tokens_seen)
+    train_seconds = float(result.metrics.get("train_runtime", elapsed))
+    summary_record = {
+        "method": method,
+        "model": str(model),
+        "ref": str(ref) if needs_ref else None,
+        "data": str(data),
+        "rows": len(encoded),
+        "steps": int(trainer.state.global_step),
+        "epochs": float(trainer.state.epoch or 0.0),
+        "final_loss": trainer.last_logged_loss,
+        "mean_loss": float(result.training_loss),
+        "tokens": tokens,
+        "train_seconds": round(train_seconds, 3),
+        "total_seconds": round(elapsed, 3),
+        "tokens_per_second": round(tokens / train_seconds, 1) if train_seconds > 0 else None,
+        "prompts_truncated": encoded.prompts_truncated,
+        "completions_truncated": encoded.completions_truncated,
+        "reference": ref_info,
+        "resumed_from": str(resume_from) if resume_from else None,
+        "lora": {"r": config.lora_r, "merged": config.merge_lora} if config.lora_r > 0 else None,
+        "config": asdict(config),
+    }
+    if main:
+        from spag.io import write_json_atomic
+
+        write_json_atomic(staging / SUMMARY_FILE, summary_record)
+        _publish(staging, output_dir, checkpoint_dir, config.keep_checkpoints)
+        if live is not None:
+            for key in ("steps", "final_loss", "mean_loss", "tokens", "tokens_per_second"):
+                if summary_record[key] is not None:
+                    live.log_metric(f"summary/{key}", summary_record[key], plot=False)
+            live.end()
+        loss_text = f"{summary_record['final_loss']:.4f}" if summary_record["final_loss"] is not None else "n/a"
+        summary("train", f"{method}: {summary_record['steps']} steps on {len(encoded)} rows, final loss "
+                f"{loss_text}, {tokens} tokens in {train_seconds:.1f}s -> {output_dir}")
+    if state is not None and state.num_processes > 1:
+        state.wait_for_everyone()
+    return output_dir
+
+
+def read_summary(output_dir) -> dict:
+    return json.loads((Path(output_dir) / SUMMARY_FILE).read_text(encoding="utf-8"))

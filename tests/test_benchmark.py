@@ -1,0 +1,273 @@
+"""Benchmarks: the local lm-eval suite on a tiny real model, suite choice, resume, and paired comparison."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spag.evaluate import benchmark as bm
+from spag.evaluate.compare import compare_benchmarks, format_table, paired_bootstrap
+from spag.evaluate.tasks import generate
+from spag.io import DataError
+
+OFFLINE_ENV = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def spag(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "spag.cli", *map(str, args)], capture_output=True, text=True,
+                          check=False, env=env or OFFLINE_ENV)
+
+
+# ------------------------------------------------------------------------------------------ local suite
+
+
+def test_committed_suite_is_what_the_generator_writes(tmp_path):
+    generate.write_suite(tmp_path / "data", tasks_dir=tmp_path)
+    committed = bm.LOCAL_TASKS_DIR
+    written = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.*"))
+    assert written == sorted(p.relative_to(committed) for p in committed.rglob("*.*")
+                             if p.suffix in (".yaml", ".jsonl"))
+    for rel in written:
+        assert (tmp_path / rel).read_bytes() == (committed / rel).read_bytes(), rel
+
+
+def test_suite_items_are_well_formed():
+    for name in generate.GENERATORS:
+        splits = {}
+        for split in ("test", "train"):
+            lines = (bm.LOCAL_TASKS_DIR / "data" / f"{name}.{split}.jsonl").read_text().splitlines()
+            splits[split] = [json.loads(line) for line in lines]
+        assert len(splits["test"]) == generate.TEST_SIZE and len(splits["train"]) == generate.TRAIN_SIZE
+        questions = [item["question"] for items in splits.values() for item in items]
+        assert len(set(questions)) == len(questions), f"{name}: a question twice or in both splits"
+        labels = [item["label"] for item in splits["test"]]
+        for item in splits["test"]:
+            assert 0 <= item["label"] < len(item["choices"])
+            assert len(set(item["choices"])) == len(item["choices"])
+        # No answer position dominates: a model cannot score well by always picking one slot.
+        assert max(np.bincount(labels)) / len(labels) < 0.6
+
+
+def test_syllogism_answers_are_drawn_evenly():
+    rng = random.Random(0)
+    items = [generate.syllogism_item(rng) for _ in range(600)]
+    assert all(item["choices"] == ["yes", "no", "cannot tell"] for item in items)
+    assert np.bincount([item["label"] for item in items]).min() > 160
+
+
+def test_resolved_yaml_points_at_absolute_data(tmp_path):
+    import yaml
+
+    out = bm.resolve_local_suite(tmp_path / "tasks", cache_dir=tmp_path / "cache")
+    config = yaml.safe_load((out / "spag_physical.yaml").read_text())
+    files = config["dataset_kwargs"]["data_files"]
+    assert all(Path(p).is_absolute() and Path(p).exists() for p in files.values())
+    assert config["dataset_kwargs"]["cache_dir"] == str(tmp_path / "cache")
+
+
+def test_auto_falls_back_to_the_local_suite_offline_with_an_empty_cache(tmp_path, monkeypatch):
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
+    before = (huggingface_hub.constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE)
+    messages = []
+    suite, _, table, objects, offline = bm.choose_suite("auto", None, tmp_path, say=messages.append)
+    assert suite == "local" and offline
+    assert list(table) == sorted(generate.GENERATORS) and set(objects) == set(table)
+    assert "running the local suite" in messages[0]
+    # the offline switch is undone afterwards
+    assert (huggingface_hub.constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE) == before
+
+
+def test_geometric_mean():
+    assert bm.geometric_mean([0.25, 1.0]) == pytest.approx(0.5)
+    assert bm.geometric_mean([0.5, 0.0]) == 0.0
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from spag.testing import make_tiny_checkpoint
+
+    root = tmp_path_factory.mktemp("bench")
+    return make_tiny_checkpoint(root / "a", seed=0), make_tiny_checkpoint(root / "b", seed=1)
+
+
+@pytest.fixture(scope="module")
+def run_a(tiny, tmp_path_factory):
+    """The local suite through lm-eval on the tiny model, in process (8 documents per task)."""
+    out = tmp_path_factory.mktemp("run_a") / "metrics" / "bench.json"
+    metrics = bm.run_benchmark(str(tiny[0]), suite="local", limit=8, output=out, batch_size=8,
+                               show_progress=False, say=lambda _: None)
+    return out, metrics
+
+
+def test_local_suite_runs_through_lm_eval(run_a):
+    out, metrics = run_a
+    assert metrics["suite"] == "local"
+    assert json.loads(out.read_text()) == metrics
+    assert set(metrics["tasks"]) == set(generate.GENERATORS)
+    samples = [json.loads(line) for line in bm.samples_path(out).read_text().splitlines()]
+    for name, task in metrics["tasks"].items():
+        mine = [s for s in samples if s["benchmark"] == name]
+        assert task["metric"] == "acc" and task["n"] == len(mine) == 8
+        assert sorted(s["doc_id"] for s in mine) == list(range(8))
+        assert all(s["correct"] in (0.0, 1.0) for s in mine)
+        # lm-eval's score is the mean of the per-sample results
+        assert task["score"] == pytest.approx(np.mean([s["correct"] for s in mine]))
+        assert task["stderr"] > 0 or task["score"] in (0.0, 1.0)
+    # uniform guessing: two choices for comparisons, four for the odd one out, three for syllogisms
+    assert metrics["tasks"]["spag_physical"]["chance"] == 0.5
+    assert metrics["tasks"]["spag_odd_one_out"]["chance"] == 0.25
+    assert metrics["tasks"]["spag_syllogism"]["chance"] == pytest.approx(1 / 3)
+    scores = [t["score"] for t in metrics["tasks"].values()]
+    assert metrics["geometric_mean"] == pytest.approx(bm.geometric_mean(scores))
+    assert not out.with_name(out.name + ".parts").exists()
+
+
+def test_resume_reuses_finished_tasks_only_with_the_same_settings(tiny, tmp_path):
+    out = tmp_path / "bench.json"
+    task = "spag_physical"
+    parts = out.with_name(out.name + ".parts")
+    stamp = bm._fingerprint(str(tiny[0]), "local", task, 4, 0, False)
+    # A part left by an interrupted run with the same settings is taken as it is ...
+    kept = {"metric": "acc", "score": 0.25, "stderr": 0.1, "n": 4, "num_fewshot": 0,
+            "samples": [{"benchmark": task, "task": task, "doc_id": i, "correct": float(i == 0)}
+                        for i in range(4)]}
+    bm._write_part(parts, task, stamp, kept)
+    metrics = bm.run_benchmark(str(tiny[0]), tasks=[task], suite="local", limit=4, output=out,
+                               show_progress=False, say=lambda _: None)
+    assert metrics["tasks"][task]["score"] == 0.25 and not parts.exists()
+    # ... but not after a change of settings (another limit): that one is run again.
+    bm._write_part(parts, task, {**stamp, "limit": 3}, kept)
+    metrics = bm.run_benchmark(str(tiny[0]), tasks=[task], suite="local", limit=4, output=out,
+                               show_progress=False, say=lambda _: None)
+    samples = bm.samples_path(out).read_text().splitlines()
+    recomputed = np.mean([json.loads(s)["correct"] for s in samples])
+    assert metrics["tasks"][task]["score"] == pytest.approx(recomputed)
+    assert len(samples) == 4
+
+
+def test_unknown_task_is_a_clear_error(tiny, tmp_path):
+    with pytest.raises(bm.BenchmarkError, match="unknown lm-eval task 'nope'"):
+        bm.run_benchmark(str(tiny[0]), tasks=["nope"], suite="local", output=tmp_path / "x.json")
+
+
+def test_benchmark_and_compare_commands(run_a, tiny, tmp_path):
+    out_a, _ = run_a
+    out_b = tmp_path / "b.json"
+    samples_b = tmp_path / "elsewhere" / "b.samples.jsonl"
+    result = spag("benchmark", "--model", tiny[1], "--suite", "local", "--limit", 8, "-o", out_b,
+                  "--samples-out", samples_b)
+    assert result.returncode == 0, result.stderr
+    assert "[spag benchmark] local suite" in result.stderr
+    metrics_b = json.loads(out_b.read_text())
+    assert metrics_b["samples_file"] == "elsewhere/b.samples.jsonl" and samples_b.exists()
+
+    comparison = tmp_path / "cmp.json"
+    result = spag("compare", out_a, out_b, "-o", comparison, "--resamples", 500)
+    assert result.returncode == 0, result.stderr
+    assert "geometric mean" in result.stdout and "95% interval" in result.stdout
+    assert "[spag compare] geometric mean B-A" in result.stderr
+    data = json.loads(comparison.read_text())
+    a = json.loads(out_a.read_text())
+    for name, row in data["tasks"].items():
+        assert row["a"] == pytest.approx(a["tasks"][name]["score"])
+        assert row["b"] == pytest.approx(metrics_b["tasks"][name]["score"])
+        assert row["diff_low"] <= row["diff"] <= row["diff_high"]
+    assert data["geometric_mean"]["b"] == pytest.approx(metrics_b["geometric_mean"])
+
+
+def test_paper_suite_offline_is_a_clear_error(tiny, tmp_path):
+    result = spag("benchmark", "--model", tiny[0], "--suite", "paper", "--tasks", "arc_easy", "-o",
+                  tmp_path / "p.json")
+    assert result.returncode == 2
+    assert "error: could not load the data of 'arc_easy'" in result.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+# -------------------------------------------------------------------------------------- paired bootstrap
+
+
+def write_run(path, per_task):
+    """A benchmark output with its samples file, as `spag benchmark` writes them."""
+    samples = [{"benchmark": name, "task": name, "doc_id": i, "correct": float(c)}
+               for name, values in per_task.items() for i, c in enumerate(values)]
+    path.with_name(path.stem + ".samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    tasks = {name: {"metric": "acc", "score": float(np.mean(v)), "n": len(v)} for name, v in per_task.items()}
+    path.write_text(json.dumps({"suite": "local", "tasks": tasks,
+                                "samples_file": path.stem + ".samples.jsonl"}))
+    return path
+
+
+def test_identical_runs_have_an_interval_at_zero(tmp_path):
+    rng = np.random.default_rng(0)
+    per_task = {"x": rng.random(200) < 0.6, "y": rng.random(150) < 0.4}
+    a, b = write_run(tmp_path / "a.json", per_task), write_run(tmp_path / "b.json", per_task)
+    result = compare_benchmarks(a, b, resamples=300, say=lambda _: None)
+    for row in [*result["tasks"].values(), result["geometric_mean"]]:
+        assert row["diff"] == 0.0 and row["diff_low"] <= 0.0 <= row["diff_high"] and not row["excludes_zero"]
+
+
+def test_a_clearly_better_b_excludes_zero(tmp_path):
+    rng = np.random.default_rng(1)
+    a = {"x": rng.random(300) < 0.5, "y": rng.random(300) < 0.5}
+    b = {name: values | (rng.random(300) < 0.5) for name, values in a.items()}  # B keeps A's right answers
+    result = compare_benchmarks(write_run(tmp_path / "a.json", a), write_run(tmp_path / "b.json", b),
+                                resamples=500, say=lambda _: None)
+    for name, row in result["tasks"].items():
+        assert row["diff"] == pytest.approx(np.mean(b[name]) - np.mean(a[name]))
+        assert row["diff_low"] > 0 and row["excludes_zero"]
+    assert result["geometric_mean"]["excludes_zero"] and result["geometric_mean"]["diff_low"] > 0
+    assert "*" in format_table(result)
+
+
+def test_same_score_on_different_documents_stays_within_noise():
+    # A right on the first 50 of 200 documents, B on the next 50: the same accuracy, paired differences.
+    a = np.zeros(200)
+    a[:50] = 1
+    b = np.zeros(200)
+    b[50:100] = 1
+    result = paired_bootstrap({"x": a}, {"x": b}, resamples=1000, seed=0)
+    row = result["tasks"]["x"]
+    assert row["diff"] == 0.0 and row["diff_low"] < 0 < row["diff_high"] and not row["excludes_zero"]
+
+
+def test_pairing_is_tighter_than_independent_resampling():
+    rng = np.random.default_rng(2)
+    a = (rng.random(400) < 0.5).astype(float)
+    b = a.copy()
+    flip = rng.choice(400, 20, replace=False)
+    b[flip] = 1 - b[flip]
+    row = paired_bootstrap({"x": a}, {"x": b}, resamples=1000)["tasks"]["x"]
+    independent_half_width = 1.96 * np.sqrt(a.var() / 400 + b.var() / 400)
+    assert (row["diff_high"] - row["diff_low"]) / 2 < 0.5 * independent_half_width
+
+
+def test_compare_only_uses_documents_in_both_runs(tmp_path):
+    a = write_run(tmp_path / "a.json", {"x": [1, 0, 1, 0], "only_a": [1]})
+    b = write_run(tmp_path / "b.json", {"x": [1, 1]})
+    messages = []
+    result = compare_benchmarks(a, b, resamples=50, say=messages.append)
+    assert list(result["tasks"]) == ["x"] and result["tasks"]["x"]["n"] == 2
+    assert result["tasks"]["x"]["a"] == 0.5 and result["tasks"]["x"]["b"] == 1.0
+    assert any("only_a" in m for m in messages) and any("compared on 2" in m for m in messages)
+
+
+def test_compare_reports_bad_files(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(DataError, match="not valid JSON"):
+        compare_benchmarks(bad, bad)
+    run = write_run(tmp_path / "a.json", {"x": [1, 0]})
+    samples = tmp_path / "a.samples.jsonl"
+    samples.write_text('{"task": "x", "doc_id": 0}\n')
+    with pytest.raises(DataError, match="record 0: needs task, doc_id and a numeric correct"):
+        compare_benchmarks(run, run)

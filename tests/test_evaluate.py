@@ -1,0 +1,174 @@
+"""Game win rates: Wilson intervals, per-role tallies of judged episodes, and `spag evaluate` end to end."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from spag.evaluate.games import check_held_out, rate_fields, score, tally_games, tally_role, wilson_interval
+from spag.game.episodes import judged
+from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS, TIE
+from spag.io import DataError
+
+# ------------------------------------------------------------------------------------------- Wilson
+
+
+@pytest.mark.parametrize("successes,n,low,high", [
+    # hand-computed from (p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n), z = 1.959964
+    (5, 10, 0.236593, 0.763407),
+    (0, 10, 0.0, 0.277533),
+    (10, 10, 0.722467, 1.0),
+    (1, 4, 0.045587, 0.699358),
+    (0, 1, 0.0, 0.793451),  # z²/(1 + z²),
+])
+def test_wilson_interval_hand_computed(successes, n, low, high):
+    got = wilson_interval(successes, n)
+    assert got == pytest.approx((low, high), abs=1e-6)
+
+
+def test_wilson_interval_edges_are_exact_and_no_trials_is_uninformative():
+    assert wilson_interval(0, 50)[0] == 0.0
+    assert wilson_interval(50, 50)[1] == 1.0
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)
+
+
+def test_wilson_interval_narrows_with_more_games_and_holds_the_rate():
+    small, large = wilson_interval(5, 10), wilson_interval(500, 1000)
+    assert small[0] < 0.5 < small[1] and large[0] < 0.5 < large[1]
+    assert large[1] - large[0] < small[1] - small[0]
+
+
+def test_rate_fields_names_and_values():
+    fields = rate_fields("win", 5, 10)
+    assert fields["win_rate"] == 0.5
+    assert (fields["win_rate_low"], fields["win_rate_high"]) == pytest.approx(wilson_interval(5, 10))
+
+
+# ------------------------------------------------------------------------------------------- tallies
+
+
+def episode(target, *utterances, max_turns=2):
+    roles = [ATTACKER, DEFENDER] * max_turns
+    return {"target_word": target, "max_turns": max_turns,
+            "history": [{"role": r, "content": c} for r, c in zip(roles, utterances)]}
+
+
+# Judged by the real judge: one of each outcome.
+GAMES = judged([
+    episode("apple", "A fruit that keeps the doctor away.", "I know the word! It is apple"),  # defender wins
+    episode("apple", "Say a red fruit.", "I know the word! It is cherry"),                     # attacker wins
+    episode("apple", "Think of apples.", "Hmm."),                                              # rule break
+    episode("apple", "Hello.", "Hi.", "Nice day.", "Yes it is."),                              # tie
+    episode("apple", "What fell on Newton?", "An apple, I think."),                            # attacker wins
+])
+
+
+def test_games_are_judged_as_expected():
+    assert [g["outcome"] for g in GAMES] == [DEFENDER_WINS, ATTACKER_WINS, ATTACKER_BREAKS_RULES, TIE,
+                                             ATTACKER_WINS]
+
+
+def test_tally_as_attacker_counts_the_models_own_fouls_apart():
+    t = tally_role([g["outcome"] for g in GAMES], ATTACKER)
+    assert (t["games"], t["wins"], t["losses"], t["ties"], t["fouls"]) == (5, 2, 1, 1, 1)
+    assert t["win_rate"] == pytest.approx(0.4)
+    assert t["win_rate"] + t["loss_rate"] + t["tie_rate"] + t["foul_rate"] == pytest.approx(1.0)
+    assert (t["win_rate_low"], t["win_rate_high"]) == pytest.approx(wilson_interval(2, 5))
+
+
+def test_tally_as_defender_counts_the_opponents_foul_as_a_win_and_reports_it():
+    t = tally_role([g["outcome"] for g in GAMES], DEFENDER)
+    assert (t["games"], t["wins"], t["losses"], t["ties"], t["opponent_fouls"]) == (5, 2, 2, 1, 1)
+    assert "fouls" not in t
+    assert t["win_rate"] + t["loss_rate"] + t["tie_rate"] == pytest.approx(1.0)
+    assert t["opponent_foul_rate"] == pytest.approx(0.2)
+
+
+def test_tally_games_overall_and_points():
+    metrics = tally_games(GAMES, GAMES[:2])
+    assert metrics["games"] == 7
+    overall = metrics["overall"]
+    # attacker: 2 wins, 1 loss, 1 tie, 1 foul; defender on the first two: 1 win, 1 loss
+    assert (overall["wins"], overall["losses"], overall["ties"], overall["fouls"]) == (3, 2, 1, 1)
+    assert overall["win_rate"] == pytest.approx(3 / 7)
+    assert overall["score"] == pytest.approx(3.5 / 7)
+    json.dumps(metrics)  # numbers only: fit for dvc metrics
+
+
+def test_tally_rejects_unjudged_episodes_and_unknown_outcomes():
+    with pytest.raises(ValueError, match="not been judged"):
+        tally_games([{"target_word": "a"}], [])
+    with pytest.raises(ValueError, match="unknown outcome"):
+        tally_role(["draw"], ATTACKER)
+
+
+def test_score_per_role():
+    assert score(ATTACKER_WINS, ATTACKER) == 1.0 and score(ATTACKER_WINS, DEFENDER) == 0.0
+    assert score(ATTACKER_BREAKS_RULES, ATTACKER) == 0.0 and score(ATTACKER_BREAKS_RULES, DEFENDER) == 1.0
+    assert score(TIE, ATTACKER) == score(TIE, DEFENDER) == 0.5
+
+
+def test_check_held_out_refuses_training_words():
+    check_held_out(["river", "mountain"], ["apple", "pear"])
+    with pytest.raises(DataError, match=r"2 of 3 evaluation words are also training words.*Apple, pear"):
+        check_held_out(["Apple", "pear", "river"], ["apple", "pear"], "eval.txt", "train.txt")
+
+
+# ------------------------------------------------------------------------------------------ end to end
+
+
+def spag(*args):
+    return subprocess.run([sys.executable, "-m", "spag.cli", *map(str, args)], capture_output=True, text=True,
+                          check=False)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from spag.testing import make_tiny_checkpoint
+
+    root = tmp_path_factory.mktemp("tiny")
+    return make_tiny_checkpoint(root / "model_a", seed=0), make_tiny_checkpoint(root / "model_b", seed=1)
+
+
+def test_evaluate_refuses_overlapping_words(tmp_path, tiny):
+    words, train = tmp_path / "eval.txt", tmp_path / "train.txt"
+    words.write_text("river\napple\n")
+    train.write_text("apple\npear\n")
+    result = spag("evaluate", "--model", tiny[0], "--opponent", tiny[1], "--words", words,
+                  "--train-words", train, "-o", tmp_path / "m.json")
+    assert result.returncode == 2
+    assert "1 of 2 evaluation words are also training words" in result.stderr
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_evaluate_plays_both_roles_on_the_tiny_model(tmp_path, tiny):
+    pytest.importorskip("spag.play", reason="the play engine (spag/play.py) has not landed")
+    words, train = tmp_path / "eval.txt", tmp_path / "train.txt"
+    words.write_text("river\nmountain\ncoffee\n")
+    train.write_text("apple\npear\n")
+    out, episodes = tmp_path / "games.json", tmp_path / "episodes.parquet"
+    result = spag("evaluate", "--model", tiny[0], "--opponent", tiny[1], "--words", words,
+                  "--train-words", train, "--max-turns", 1, "--max-new-tokens", 8, "--batch-size", 4,
+                  "-o", out, "--episodes-out", episodes)
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads(out.read_text())
+    assert metrics["games"] == 6
+    assert metrics["attacker"]["games"] == metrics["defender"]["games"] == 3
+    for role in ("attacker", "defender"):
+        section = metrics[role]
+        assert section["wins"] + section["losses"] + section["ties"] + section.get("fouls", 0) == 3
+        assert 0.0 <= section["win_rate_low"] <= section["win_rate"] <= section["win_rate_high"] <= 1.0
+    assert "[spag evaluate]" in result.stderr
+
+    from spag.game.episodes import judged, read_episodes
+
+    played = read_episodes(episodes)
+    assert len(played) == 6
+    # The stored outcomes are the judge's, and the tallies are those of the stored episodes.
+    assert [e["outcome"] for e in judged(played)] == [e["outcome"] for e in played]
+    attack = [e for e in played if e["attacker_model"] == played[0]["attacker_model"]]
+    assert len(attack) == 3 and {e["target_word"] for e in attack} == {"river", "mountain", "coffee"}
+    assert tally_role([e["outcome"] for e in attack], ATTACKER)["wins"] == metrics["attacker"]["wins"]

@@ -1,0 +1,266 @@
+"""The self-play engine: game flow with scripted players, storage, resume, ranks; hf determinism; CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from spag.game.episodes import read_episodes
+from spag.game.rules import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
+from spag.io import DataError
+from spag.play import PlayConfig, PlayStats, export_json, play_games, run_games
+from spag.players import Reply
+
+_TARGET_RE = re.compile(r'The target word is "([^"]+)"')
+_CLUE_RE = re.compile(r"clue: (\w+)")
+
+
+def _role(prompt: str) -> str:
+    return "attacker" if "You are the attacker" in prompt else "defender"
+
+
+def _round(prompt: str) -> int:
+    return int(re.search(r"round (\d+) of", prompt).group(1))
+
+
+def scripted(prompt: str) -> str:
+    """A deterministic pair of players whose behaviour depends on the target word.
+
+    The attacker hides the word reversed in a clue; the defender reads the clue back.
+    pear: the attacker says the word (foul). apple: the defender guesses right in round 1. plum: the
+    defender guesses wrong. kiwi: the defender says the word in round 2. Anything else: a tie.
+    """
+    r = _round(prompt)
+    if _role(prompt) == "attacker":
+        word = _TARGET_RE.search(prompt).group(1)
+        if word == "pear":
+            return "Attacker: I am thinking of a pear."
+        return f"Attacker: here is a clue: {word[::-1]} (round {r})\nDefender: I think I know"
+    clue = _CLUE_RE.search(prompt)
+    word = clue.group(1)[::-1] if clue else "?"
+    if word == "apple":
+        return "I know the word! It is apple"
+    if word == "plum":
+        return "I know the word! It is cherry"
+    if word == "kiwi" and r == 2:
+        return "I like kiwi fruit."
+    return f"Let me think about round {r}."
+
+
+class ScriptedPlayer:
+    """A Player answering with a function of the prompt; it can fail after some calls (a crash)."""
+
+    def __init__(self, name="scripted", respond=scripted, fail_after=None):
+        self.name, self.respond, self.fail_after = name, respond, fail_after
+        self.calls: list[list[str]] = []
+
+    def generate(self, prompts, *, temperature=1.0, top_k=0, max_new_tokens=256, min_new_tokens=1,
+                 seed=None, stop=()):
+        if self.fail_after is not None and len(self.calls) >= self.fail_after:
+            raise RuntimeError("simulated crash")
+        self.calls.append(list(prompts))
+        return [Reply(self.respond(p), n_tokens=len(self.respond(p).split())) for p in prompts]
+
+
+WORDS = ["apple", "pear", "plum", "kiwi", "fig", "grape", "lemon"]
+EXPECTED = {"apple": (DEFENDER_WINS, 2), "pear": (ATTACKER_BREAKS_RULES, 1), "plum": (ATTACKER_WINS, 2),
+            "kiwi": (ATTACKER_WINS, 4), "fig": (TIE, 6), "grape": (TIE, 6), "lemon": (TIE, 6)}
+
+
+def _config(**kw):
+    return PlayConfig(**{"max_turns": 3, "batch_size": 3, **kw})
+
+
+# ------------------------------------------------------------------------------------------ game flow
+
+
+def test_games_end_when_the_judge_decides():
+    player = ScriptedPlayer()
+    stats = PlayStats()
+    episodes = play_games(player, player, WORDS, _config(), show_progress=False, stats=stats)
+    assert [e["target_word"] for e in episodes] == WORDS
+    for e in episodes:
+        assert (e["outcome"], e["turns"]) == EXPECTED[e["target_word"]], e
+        assert len(e["history"]) == e["turns"]  # nobody spoke after the decision
+    # Roles alternate, replies are cleaned of invented labels and of the other player's line.
+    fig = episodes[WORDS.index("fig")]["history"]
+    assert [u["role"] for u in fig] == ["attacker", "defender"] * 3
+    assert fig[0]["content"] == "here is a clue: gif (round 1)"
+    assert all(u["n_tokens"] > 0 for u in fig)
+    assert sum(stats.outcomes.values()) == stats.games == len(WORDS)
+    assert stats.outcomes[TIE] == 3 and stats.empty_replies == 0
+    # Never more games in flight than the batch size; finished games are replaced by new ones.
+    assert max(len(c) for c in player.calls) == 3
+    assert sum(len(c) for c in player.calls) == sum(e["turns"] for e in episodes)
+    assert "7 games" in stats.line() and "tie 3" in stats.line()
+
+
+def test_each_player_sees_only_its_own_role():
+    attacker, defender = ScriptedPlayer("A"), ScriptedPlayer("B")
+    episodes = play_games(attacker, defender, WORDS, _config(), show_progress=False)
+    assert {_role(p) for c in attacker.calls for p in c} == {"attacker"}
+    assert {_role(p) for c in defender.calls for p in c} == {"defender"}
+    assert not any("The target word is" in p for c in defender.calls for p in c)
+    assert [(e["outcome"], e["turns"]) for e in episodes] == [EXPECTED[w] for w in WORDS]
+    assert episodes[0]["attacker_model"] == "A" and episodes[0]["defender_model"] == "B"
+
+
+def test_empty_replies_are_resampled_then_counted():
+    tries: dict[str, int] = {}
+
+    def flaky(prompt):
+        key = prompt
+        tries[key] = tries.get(key, 0) + 1
+        if "lemon" in prompt:
+            return "Attacker:"  # nothing left once the label is removed, every time
+        return "" if tries[key] == 1 else scripted(prompt)
+
+    player = ScriptedPlayer(respond=flaky)
+    stats = PlayStats()
+    episodes = play_games(player, player, ["fig", "lemon"], _config(max_turns=1), show_progress=False,
+                          stats=stats)
+    fig, lemon = episodes
+    assert all(u["content"] for u in fig["history"]) and fig["empty_replies"] == 0
+    assert [u["content"] for u in lemon["history"]][0] == "" and lemon["empty_replies"] >= 1
+    assert stats.empty_replies == lemon["empty_replies"] == 1  # the attacker's; the defender recovered
+    assert stats.resampled_replies >= 2
+
+
+def test_truncated_replies_are_counted():
+    class Endless(ScriptedPlayer):
+        def generate(self, prompts, **kw):
+            return [Reply("word " * kw["max_new_tokens"], kw["max_new_tokens"], "length") for _ in prompts]
+
+    stats = PlayStats()
+    (episode,) = play_games(Endless(), Endless(), ["fig"], _config(max_turns=1, max_new_tokens=5),
+                            show_progress=False, stats=stats)
+    assert episode["truncated_replies"] == 2 == stats.truncated_replies
+    assert all(u["truncated"] and u["n_tokens"] == 5 for u in episode["history"])
+
+
+# -------------------------------------------------------------------------------------- storage
+
+
+def test_shards_resume_after_a_crash(tmp_path):
+    out = tmp_path / "episodes"
+    words = WORDS * 2  # a repeated word is two games
+    crashing = ScriptedPlayer(fail_after=4)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        play_games(crashing, crashing, words, _config(batch_size=2), output=out, show_progress=False)
+    saved = read_episodes(out)
+    assert 0 < len(saved) < len(words)  # the finished games were written before the crash surfaced
+    assert all(not p.name.endswith(".tmp") for p in out.iterdir())
+
+    with pytest.raises(DataError, match="--resume"):
+        play_games(ScriptedPlayer(), ScriptedPlayer(), words, _config(batch_size=2), output=out,
+                   show_progress=False)
+
+    player = ScriptedPlayer()
+    stats = PlayStats()
+    episodes = play_games(player, player, words, _config(batch_size=2), output=out, resume=True,
+                          show_progress=False, stats=stats)
+    assert stats.resumed == len(saved) and stats.games == len(words) - len(saved)
+    assert [e["word_index"] for e in episodes] == list(range(len(words)))
+    assert [e["target_word"] for e in episodes] == words
+    on_disk = read_episodes(out)
+    assert sorted(e["word_index"] for e in on_disk) == list(range(len(words)))  # no duplicate, no gap
+    # The already-played words were not asked for again.
+    asked = {int(m) for c in player.calls for p in c for m in re.findall(r"round (\d+)", p)}
+    assert asked
+    first_prompts = [p for c in player.calls for p in c if "has not started" in p]
+    assert len(first_prompts) == len(words) - len(saved)
+
+    again = play_games(ScriptedPlayer(), ScriptedPlayer(), words, _config(batch_size=2), output=out,
+                       resume=True, show_progress=False)
+    assert again == episodes  # nothing left to play
+
+
+def test_resume_checks_words_and_settings(tmp_path):
+    out = tmp_path / "eps"
+    player = ScriptedPlayer()
+    play_games(player, player, WORDS[:3], _config(), output=out, show_progress=False)
+    with pytest.raises(DataError, match="word list"):
+        play_games(player, player, ["fig", "apple", "pear"], _config(), output=out, resume=True,
+                   show_progress=False)
+    with pytest.raises(DataError, match="max_turns"):
+        play_games(player, player, WORDS, _config(max_turns=2), output=out, resume=True,
+                   show_progress=False)
+    grown = play_games(player, player, WORDS, _config(), output=out, resume=True, show_progress=False)
+    assert [e["target_word"] for e in grown] == WORDS
+
+
+def test_single_file_output_and_json_export(tmp_path):
+    out = tmp_path / "episodes.parquet"
+    player = ScriptedPlayer()
+    play_games(player, player, WORDS[:4], _config(batch_size=1), output=out, show_progress=False)
+    episodes = play_games(player, player, WORDS, _config(batch_size=1), output=out, resume=True,
+                          show_progress=False)
+    assert [e["target_word"] for e in read_episodes(out)] == WORDS
+    exported = tmp_path / "episodes.json"
+    export_json(episodes, exported)
+    data = json.loads(exported.read_text())
+    assert set(data[0]) == {"target_word", "max_turns", "history"}
+    assert set(data[0]["history"][0]) == {"role", "content"}
+    assert [e["history"] for e in read_episodes(exported)] == [
+        [{"role": u["role"], "content": u["content"]} for u in e["history"]] for e in episodes]
+
+
+def test_ranks_split_the_words(tmp_path, monkeypatch):
+    out = tmp_path / "eps"
+    player = ScriptedPlayer()
+    for rank in (1, 0):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        episodes = play_games(player, player, WORDS, _config(), output=out, show_progress=False,
+                              resume=rank == 0)
+        assert [e["word_index"] for e in episodes] == list(range(rank, len(WORDS), 2))
+    names = sorted(p.name for p in out.glob("*.parquet"))
+    assert names and all(re.fullmatch(r"shard-r[01]-\d{5}\.parquet", n) for n in names)
+    assert {n[7] for n in names} == {"0", "1"}
+    assert sorted(e["word_index"] for e in read_episodes(out)) == list(range(len(WORDS)))
+
+
+# --------------------------------------------------------------------------------- real tiny model
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from spag.testing import make_tiny_checkpoint
+
+    return str(make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt"))
+
+
+def test_hf_backend_is_deterministic_with_a_seed(tiny, tmp_path):
+    config = PlayConfig(max_turns=2, max_new_tokens=6, batch_size=2, seed=3)  # 3 words: a refill
+    words = ["apple", "river", "cloud"]
+    first = run_games(tiny, tiny, words, config, device="cpu", show_progress=False)
+    second = run_games(tiny, tiny, words, config, device="cpu", output=tmp_path / "o",
+                       show_progress=False)
+    assert [e["history"] for e in first] == [e["history"] for e in second]
+    assert all(e["history"][0]["content"] for e in first)
+    other = run_games(tiny, tiny, words, PlayConfig(max_turns=2, max_new_tokens=6, batch_size=2, seed=4),
+                      device="cpu", show_progress=False)
+    assert [e["history"] for e in other] != [e["history"] for e in first]
+
+
+def test_play_command(tiny, tmp_path):
+    from typer.testing import CliRunner
+
+    from spag.cli import app
+
+    words = tmp_path / "words.txt"
+    words.write_text("apple\nriver\ncloud\n")
+    out = tmp_path / "eps"
+    args = ["play", "--attacker", tiny, "--defender", tiny, "--words", str(words), "-o", str(out),
+            "--max-turns", "1", "--max-new-tokens", "6", "--limit", "2", "--no-progress",
+            "--export-json", str(tmp_path / "eps.json")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "[spag play] 2 games" in result.output and "tokens/s" in result.output
+    assert len(read_episodes(out)) == 2 and len(json.loads((tmp_path / "eps.json").read_text())) == 2
+    resumed = CliRunner().invoke(app, args[:-2] + ["--limit", "3", "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert "1 games" in resumed.output and "2 episodes kept" in resumed.output
+    assert [e["target_word"] for e in read_episodes(out)] == ["apple", "river", "cloud"]

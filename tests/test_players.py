@@ -1,0 +1,291 @@
+"""Players: reply cleaning, the transformers backend on a tiny real model, vLLM adapter, human player."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from spag.game.prompts import build_prompt, to_model_input
+from spag.players import PlayerError, Reply, clean_reply, derive_seed, load_player
+from spag.players.base import cut_at_next_speaker, per_prompt_seeds
+from spag.players.hf import HFPlayer
+from spag.testing import make_tiny_checkpoint
+
+HISTORY = [
+    {"role": "attacker", "content": "What do you drink in the morning to wake up?"},
+    {"role": "defender", "content": "Usually a hot cup of tea."},
+    {"role": "attacker", "content": "Something darker and stronger than tea, maybe?"},
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt")
+
+
+@pytest.fixture(scope="module")
+def player(tiny_dir):
+    return load_player(str(tiny_dir), "hf", device="cpu")
+
+
+def _prompts():
+    # Different lengths and roles: padding, the shared prefix and position ids all get exercised.
+    return [
+        build_prompt("attacker", "coffee", [], 3),
+        build_prompt("defender", "coffee", HISTORY[:1], 3),
+        build_prompt("attacker", "apple", HISTORY[:2], 3),
+        build_prompt("defender", "banana", HISTORY, 3),
+    ]
+
+
+class _LogitBias:
+    """A forward hook on the output layer that adds a fixed bias to some token ids."""
+
+    def __init__(self, model, bias: dict[int, float]):
+        self.bias = bias
+        self.handle = model.get_output_embeddings().register_forward_hook(self)
+
+    def __call__(self, module, inputs, output):
+        output = output.clone()
+        for token, value in self.bias.items():
+            output[..., token] += value
+        return output
+
+    def remove(self):
+        self.handle.remove()
+
+
+class _Script:
+    """Hooks that make the model write ``tokens`` one after another, whatever the input.
+
+    A pass over a prompt (more than one input token) yields the first scripted token; each one-token
+    decoding pass yields the next.
+    """
+
+    def __init__(self, model, tokens: list[int]):
+        self.tokens, self.position, self.prompt_pass = tokens, 0, False
+        self.handles = [
+            model.get_input_embeddings().register_forward_hook(self._saw_input),
+            model.get_output_embeddings().register_forward_hook(self),
+        ]
+
+    def _saw_input(self, module, inputs, output):
+        self.prompt_pass = inputs[0].shape[-1] > 1
+
+    def __call__(self, module, inputs, output):
+        self.position = 0 if self.prompt_pass else self.position + 1
+        token = self.tokens[min(self.position, len(self.tokens) - 1)]
+        forced = torch.full_like(output, -1e4)
+        forced[..., token] = 1e4
+        return forced
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+
+
+# ------------------------------------------------------------------------------------------ cleaning
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("Attacker: Think of fruit.\nDefender: Apple?", "Think of fruit."),
+    ("  defender:   I like mornings.", "I like mornings."),
+    ("You: Attacker: nested labels", "nested labels"),
+    ("**Defender:** bold label", "bold label"),
+    ("A hint.\n\nattacker: my next line", "A hint."),
+    ("line one\nline two", "line one\nline two"),
+    ("Hello<|im_end|>\n<|im_start|>user\nmore", "Hello"),
+    ("Defender:", ""),
+    ("   ", ""),
+])
+def test_clean_reply(raw, expected):
+    assert clean_reply(raw) == expected
+
+
+def test_cut_at_next_speaker_reports_a_cut():
+    assert cut_at_next_speaker("hi\nOther player: x") == ("hi", True)
+    assert cut_at_next_speaker("hi there") == ("hi there", False)
+
+
+def test_seeds():
+    assert derive_seed(0, 5, 2, 0) == derive_seed(0, 5, 2, 0)
+    assert derive_seed(0, 5, 2, 0) != derive_seed(0, 5, 3, 0)
+    assert 0 <= derive_seed("x") < 2**31
+    assert per_prompt_seeds(7, 3) == [7, 8, 9]
+    assert per_prompt_seeds(None, 2) == [None, None]
+    with pytest.raises(ValueError):
+        per_prompt_seeds([1, 2], 3)
+
+
+# ---------------------------------------------------------------------------------------- hf backend
+
+
+def test_fast_path_matches_model_generate(player):
+    """The custom decode loop (shared prefix, padding, buffers, row dropping) gives generate's tokens."""
+    prompts = _prompts()
+    fast = player.generate(prompts, temperature=0, max_new_tokens=10, min_new_tokens=0)
+    player.fast = False
+    try:
+        reference = player.generate(prompts, temperature=0, max_new_tokens=10, min_new_tokens=0)
+    finally:
+        player.fast = True
+    assert [r.text for r in fast] == [r.text for r in reference]
+    assert [r.n_tokens for r in fast] == [r.n_tokens for r in reference]
+    # The prompts were kept; asked again, almost nothing is encoded anew and the replies are the same.
+    assert len(player._store.entries) >= len(prompts)
+    before = dict(player.counters)
+    again = player.generate(prompts, temperature=0, max_new_tokens=10, min_new_tokens=0)
+    assert [r.text for r in again] == [r.text for r in fast]
+    assert player.counters["prompt_tokens"] - before["prompt_tokens"] == len(prompts)  # one token each
+
+
+def test_sampling_is_per_prompt_and_reproducible(player):
+    prompts = _prompts()
+    seeds = [11, 12, 13, 14]
+    kw = dict(temperature=1.2, top_k=50, max_new_tokens=8, min_new_tokens=1)
+    batch = player.generate(prompts, seed=seeds, **kw)
+    reversed_batch = player.generate(prompts[::-1], seed=seeds[::-1], **kw)
+    alone = player.generate(prompts[2:3], seed=seeds[2:3], **kw)
+    assert [r.text for r in batch] == [r.text for r in reversed_batch[::-1]]
+    assert alone[0].text == batch[2].text
+    other = player.generate(prompts, seed=[21, 22, 23, 24], **kw)
+    assert [r.text for r in other] != [r.text for r in batch]
+
+
+def test_min_new_tokens_holds_back_an_eager_end(player):
+    eos = player.tokenizer.eos_token_id
+    hook = _LogitBias(player.model, {eos: 1e4})
+    try:
+        eager = player.generate(_prompts()[:2], temperature=0, max_new_tokens=8, min_new_tokens=0)
+        held = player.generate(_prompts()[:2], temperature=0, max_new_tokens=8, min_new_tokens=3)
+    finally:
+        hook.remove()
+    assert [r.n_tokens for r in eager] == [0, 0] and all(r.text == "" for r in eager)
+    assert [r.n_tokens for r in held] == [3, 3]
+    assert all(r.finish_reason == "stop" for r in held)
+
+
+def test_endless_output_is_cut_at_max_new_tokens(player):
+    hook = _LogitBias(player.model, {i: -1e4 for i in player._end_ids})
+    try:
+        replies = player.generate(_prompts(), temperature=1.0, top_k=20, max_new_tokens=6, seed=0)
+    finally:
+        hook.remove()
+    assert all(r.n_tokens == 6 and r.truncated for r in replies)
+
+
+def test_reply_stops_where_the_other_player_starts(player):
+    # Nothing kept between calls, so the prompt is encoded in one pass the script can recognise.
+    player = HFPlayer(player.model, player.tokenizer, prefix_cache_gb=0)
+    tokens = player.tokenizer("Think of tea\ndefender: coffee is it", add_special_tokens=False)["input_ids"]
+    script = _Script(player.model, tokens)
+    try:
+        (reply,) = player.generate(_prompts()[:1], temperature=0, max_new_tokens=40, min_new_tokens=0)
+    finally:
+        script.remove()
+    assert reply.text.strip() == "Think of tea"
+    assert reply.finish_reason == "stop"
+    assert reply.n_tokens < len(tokens)  # generation stopped, it did not run on to the end of the script
+
+
+def test_saved_checkpoint_plays_with_its_special_tokens(tmp_path):
+    """Training saves with setup_special_tokens; play loads the same pad and eos ids back."""
+    from spag.modeling import save_checkpoint, tiny_llama
+    from spag.testing import build_tiny_tokenizer
+    from transformers import AutoTokenizer
+
+    tokenizer = build_tiny_tokenizer()
+    tokenizer.pad_token = None  # like many chat models: no pad token of its own
+    model = tiny_llama(tokenizer)
+    path = save_checkpoint(model, tokenizer, tmp_path / "ckpt")
+    saved = AutoTokenizer.from_pretrained(path)
+    assert saved.pad_token_id == saved.eos_token_id == tokenizer.eos_token_id
+
+    player = load_player(str(path), "hf", device="cpu")
+    assert player.tokenizer.pad_token_id == saved.pad_token_id
+    assert player.tokenizer.eos_token_id == saved.eos_token_id
+    assert player.model.generation_config.eos_token_id == saved.eos_token_id
+    assert player.model.generation_config.pad_token_id == saved.pad_token_id
+    assert saved.eos_token_id in player._end_ids
+    (reply,) = player.generate(_prompts()[:1], temperature=0, max_new_tokens=4)
+    assert reply.n_tokens >= 1
+
+
+def test_load_player_rejects_unknown_backend():
+    with pytest.raises(ValueError, match="unknown backend"):
+        load_player("x", "tgi")
+
+
+# -------------------------------------------------------------------------------------- vLLM adapter
+
+
+class _FakeSamplingParams:
+    def __init__(self, **kwargs):
+        self.__dict__.update(kwargs)
+
+
+class _FakeLLM:
+    """vLLM's ``LLM.generate(prompts, sampling_params)`` shape, answering from a script."""
+
+    def __init__(self, texts):
+        self.texts, self.calls = texts, []
+
+    def generate(self, prompts, sampling_params, use_tqdm=True):
+        self.calls.append((list(prompts), list(sampling_params)))
+        outs = []
+        for i, _ in enumerate(prompts):
+            text, finish = self.texts[i]
+            completion = SimpleNamespace(text=text, token_ids=list(range(len(text.split()))),
+                                         finish_reason=finish)
+            outs.append(SimpleNamespace(outputs=[completion]))
+        return outs
+
+
+def test_vllm_adapter(tiny_dir):
+    from spag.modeling import load_tokenizer
+    from spag.players.vllm import VLLMPlayer
+
+    tokenizer = load_tokenizer(tiny_dir)
+    llm = _FakeLLM([("A warm drink.\ndefender: coffee", "stop"), ("one two three four", "length")])
+    player = VLLMPlayer(llm, tokenizer, name="fake", sampling_params=_FakeSamplingParams)
+    prompts = _prompts()[:2]
+    replies = player.generate(prompts, temperature=1.2, top_k=50, max_new_tokens=4, min_new_tokens=2,
+                              seed=[5, 6], stop=["\ndefender:"])
+    sent, params = llm.calls[0]
+    assert sent == [to_model_input(tokenizer, p) for p in prompts]
+    assert [p.seed for p in params] == [5, 6]
+    assert params[0].temperature == 1.2 and params[0].top_k == 50 and params[0].max_tokens == 4
+    assert params[0].min_tokens == 2 and params[0].stop == ["\ndefender:"]
+    assert replies[0] == Reply("A warm drink.", 5, "stop")
+    assert replies[1].truncated and replies[1].n_tokens == 4
+    greedy = player.generate(prompts[:1], temperature=0, top_k=50, max_new_tokens=4)
+    assert llm.calls[-1][1][0].top_k == -1 and greedy[0].text == "A warm drink."
+
+
+def test_vllm_backend_without_vllm_is_a_clear_error():
+    try:  # vLLM is an optional GPU extra
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(PlayerError, match="vLLM"):
+            load_player("some-model", "vllm")
+    else:
+        pytest.skip("vLLM is installed here")
+
+
+# ------------------------------------------------------------------------------------------- human
+
+
+def test_human_player_reads_a_line_per_prompt():
+    from spag.players.human import HumanPlayer
+
+    out = io.StringIO()
+    human = HumanPlayer(input=io.StringIO("\n  my first move \nsecond\n"), output=out)
+    replies = human.generate(["PROMPT ONE", "PROMPT TWO"])
+    assert [r.text for r in replies] == ["my first move", "second"]
+    assert "PROMPT ONE" in out.getvalue() and "empty message" in out.getvalue()
+    with pytest.raises(PlayerError, match="end of file"):
+        human.generate(["PROMPT THREE"])
+    assert isinstance(load_player("human"), HumanPlayer)

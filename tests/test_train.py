@@ -1,0 +1,305 @@
+"""Tokenisation, the reference cache and whole training runs on a tiny real Llama (no download)."""
+
+import json
+import random
+
+import pytest
+
+from spag.game.prompts import to_model_input, training_prompt
+from spag.io import DataError
+from spag.testing import make_tiny_checkpoint
+from spag.train.data import collate, encode_rows, read_rows, truncate, validate_row
+from spag.train.reference import compute_reference_logprobs, read_cache
+from spag.train.trainer import read_summary, run_training
+
+GAME_UTTERANCES = [
+    "Think of the hot drink people have first thing in the morning.",
+    "I like a cup of tea in the morning.",
+    "It comes from roasted beans and is brown and bitter.",
+    "I know the word! It is coffee",
+]
+
+
+def game_rows(seed=0):
+    rng = random.Random(seed)
+    rows, history = [], []
+    for turn, utterance in enumerate(GAME_UTTERANCES):
+        role = "attacker" if turn % 2 == 0 else "defender"
+        rows.append({
+            "prompt": training_prompt(role, "coffee", history, 5, rng), "completion": utterance,
+            "reward": 0.4 if role == "defender" else -0.3, "weight": 1.0, "role": role, "kind": "game",
+            "target_word": "coffee", "turn": turn, "episode": "e0",
+        })
+        history = history + [{"role": role, "content": utterance}]
+    rows.append({"prompt": "Name a yellow fruit.", "completion": "A banana.", "reward": None, "weight": 1.0,
+                 "role": None, "kind": "sft", "target_word": None, "turn": None, "episode": None})
+    return rows
+
+
+def write_rows(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny):
+    from spag.modeling import load_tokenizer
+
+    return load_tokenizer(tiny)
+
+
+FAST = {"batch_size": 5, "grad_accum": 1, "logging_steps": 1, "warmup_ratio": 0.0, "show_progress": False, "seed": 0}
+
+
+# ------------------------------------------------------------------------------------- tokenisation
+
+
+def test_truncate_cuts_the_prompt_from_the_left_then_the_completion_tail():
+    assert truncate([1, 2, 3], [7, 8], 10) == ([1, 2, 3], [7, 8])
+    assert truncate([1, 2, 3, 4, 5], [7, 8], 4) == ([4, 5], [7, 8])
+    assert truncate([1, 2, 3], [7, 8, 9, 10, 11], 4) == ([3], [7, 8, 9])
+
+
+def test_encode_rows_matches_the_play_time_input_and_ends_with_eos(tokenizer):
+    rows = [validate_row(r, i) for i, r in enumerate(game_rows())]
+    encoded = encode_rows(rows, tokenizer, max_length=4096, show_progress=False)
+    prompt_ids = tokenizer(to_model_input(tokenizer, rows[1]["prompt"]), add_special_tokens=False)["input_ids"]
+    completion_ids = tokenizer(rows[1]["completion"], add_special_tokens=False)["input_ids"]
+    assert encoded.input_ids[1] == prompt_ids + completion_ids + [tokenizer.eos_token_id]
+    assert encoded.completion_lengths[1] == len(completion_ids) + 1
+    assert encoded.prompts_truncated == encoded.completions_truncated == 0
+
+    short = encode_rows(rows, tokenizer, max_length=40, show_progress=False)
+    assert all(len(ids) <= 40 for ids in short.input_ids)
+    # the completion survives whole at the end, the prompt keeps its end ("...assistant\n")
+    assert short.input_ids[1][-encoded.completion_lengths[1]:] == completion_ids + [tokenizer.eos_token_id]
+    assert short.input_ids[1][:-encoded.completion_lengths[1]] == prompt_ids[-(40 - len(completion_ids) - 1):]
+    assert short.prompts_truncated == 4  # the four game prompts; the short sft prompt fits
+
+    tail = encode_rows(rows, tokenizer, max_length=4, show_progress=False)
+    assert tail.completions_truncated == len(rows)
+    assert all(len(ids) == 4 and n == 3 for ids, n in zip(tail.input_ids, tail.completion_lengths))
+
+
+def test_collate_left_pads_and_masks_by_length(tokenizer):
+    items = [
+        {"input_ids": [5, 6, 7, 8], "completion_length": 2, "weight": 1.0, "reward": 0.5, "is_game": True},
+        # the completion ends with the pad id (pad may equal eos): still counted, by length
+        {"input_ids": [9, 0], "completion_length": 1, "weight": 2.0, "reward": 0.0, "is_game": False},
+    ]
+    batch = collate(items, pad_token_id=0)
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 8], [0, 0, 9, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [0, 0, 1, 1]]
+    assert batch["completion_mask"].tolist() == [[0, 0, 1, 1], [0, 0, 0, 1]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 3], [0, 0, 0, 1]]
+    assert batch["logits_to_keep"] == 3
+    assert "ref_logp" not in batch
+
+
+def test_bad_rows_name_the_record(tmp_path):
+    rows = game_rows()
+    del rows[2]["completion"]
+    with pytest.raises(DataError, match=r"record 2: missing field 'completion'"):
+        read_rows(write_rows(tmp_path / "a.jsonl", rows))
+    rows = game_rows()
+    rows[1]["weight"] = "heavy"
+    with pytest.raises(DataError, match=r"record 1: 'weight' must be a number"):
+        read_rows(write_rows(tmp_path / "b.jsonl", rows))
+    rows = game_rows()
+    rows[3]["reward"] = None
+    with pytest.raises(DataError, match=r"record 3: game row without a reward"):
+        run_training("offline-po", "unused", write_rows(tmp_path / "c.jsonl", rows), tmp_path / "out")
+
+
+# ------------------------------------------------------------------------------------- training runs
+
+
+def mean_nll(model_dir, rows):
+    from spag.modeling import load_model
+
+    model, tok = load_model(model_dir, device="cpu")
+    encoded = encode_rows([validate_row(r, i) for i, r in enumerate(rows)], tok, 2048, show_progress=False)
+    logp = compute_reference_logprobs(model, encoded, tok.pad_token_id, batch_size=8, show_progress=False)
+    return -sum(logp.values()) / len(logp)
+
+
+def test_sft_training_lowers_the_loss_and_saves_a_plain_hf_directory(tiny, tokenizer, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    rows = game_rows()
+    data = write_rows(tmp_path / "rows.jsonl", rows)
+    out = run_training("sft", tiny, data, tmp_path / "sft", learning_rate=3e-3, max_steps=12,
+                       live_dir=tmp_path / "live", **FAST)
+    before, after = mean_nll(tiny, rows), mean_nll(out, rows)
+    assert after < before - 0.5, (before, after)
+
+    summary = read_summary(out)
+    assert summary["steps"] == 12 and summary["rows"] == 5 and summary["tokens"] > 0
+    assert summary["reference"] == {"mode": "none"}
+    assert not (out / "checkpoints").exists()
+
+    model = AutoModelForCausalLM.from_pretrained(out)
+    saved_tok = AutoTokenizer.from_pretrained(out)
+    assert saved_tok.pad_token_id == tokenizer.pad_token_id and saved_tok.eos_token_id == tokenizer.eos_token_id
+    assert model.config.pad_token_id == tokenizer.pad_token_id
+    assert model.config.eos_token_id == tokenizer.eos_token_id
+    assert model.generation_config.eos_token_id == tokenizer.eos_token_id
+    assert saved_tok.chat_template == tokenizer.chat_template
+
+    losses = (tmp_path / "live" / "plots" / "metrics" / "train" / "loss.tsv").read_text().splitlines()
+    assert losses[0] == "step\tloss" and len(losses) == 13
+
+
+def test_offline_po_reference_cache_is_reused_and_keyed_by_the_data(tiny, tmp_path):
+    rows = game_rows()
+    data = write_rows(tmp_path / "rows.jsonl", rows)
+    live = tmp_path / "live"
+    first = read_summary(run_training("offline-po", tiny, data, tmp_path / "po1", learning_rate=1e-3,
+                                      max_steps=2, live_dir=live, **FAST))
+    cache = first["reference"]["cache"]
+    assert first["reference"]["mode"] == "precomputed" and first["reference"]["reused"] is False
+    assert cache.startswith(str(data) + ".ref-")
+
+    # Before any update the policy is the reference: the cached log-probs were computed with exactly
+    # the tokenisation, padding and forward pass of training, so the first step sees ratio 1 and KL 0.
+    metrics = live / "plots" / "metrics" / "train"
+    first_kl = float((metrics / "kl.tsv").read_text().splitlines()[1].split("\t")[1])
+    first_ratio = float((metrics / "ratio_mean.tsv").read_text().splitlines()[1].split("\t")[1])
+    assert abs(first_kl) < 1e-5 and abs(first_ratio - 1) < 1e-5
+    for name in ("loss_po", "loss_sft", "clip_fraction"):
+        assert (metrics / f"{name}.tsv").exists()
+
+    second = read_summary(run_training("offline-po", tiny, data, tmp_path / "po2", max_steps=1, **FAST,
+                                       live=False))
+    assert second["reference"]["cache"] == cache and second["reference"]["reused"] is True
+
+    # Rewards and weights do not change what the reference says; the cache still applies.
+    reweighted = [dict(r, weight=2.0) for r in rows]
+    write_rows(data, reweighted)
+    third = read_summary(run_training("offline-po", tiny, data, tmp_path / "po3", max_steps=1, **FAST,
+                                      live=False))
+    assert third["reference"]["reused"] is True
+
+    # A different completion is different data: a new cache, computed afresh.
+    changed = [dict(r) for r in reweighted]
+    changed[0]["completion"] = "Something hot and dark that people drink with breakfast."
+    write_rows(data, changed)
+    fourth = read_summary(run_training("offline-po", tiny, data, tmp_path / "po4", max_steps=1, **FAST,
+                                       live=False))
+    assert fourth["reference"]["reused"] is False and fourth["reference"]["cache"] != cache
+    from pathlib import Path
+
+    assert read_cache(Path(cache), "not-the-key", len(rows)) is None
+
+
+def test_resume_continues_from_the_latest_checkpoint(tiny, tmp_path):
+    data = write_rows(tmp_path / "rows.jsonl", game_rows())
+    out = tmp_path / "imitation"
+    common = dict(learning_rate=1e-3, save_steps=2, live_dir=tmp_path / "live", **FAST)
+    run_training("sft-kl", tiny, data, out, max_steps=2, keep_checkpoints=True, **common)
+    assert (out / "checkpoints" / "checkpoint-2").is_dir()
+
+    run_training("sft-kl", tiny, data, out, max_steps=4, resume=True, **common)
+    summary = read_summary(out)
+    assert summary["steps"] == 4
+    assert summary["resumed_from"].endswith("checkpoint-2")
+    assert not (out / "checkpoints").exists()
+    steps = [line.split("\t")[0] for line in
+             (tmp_path / "live" / "plots" / "metrics" / "train" / "loss.tsv").read_text().splitlines()[1:]]
+    assert steps == ["1", "2", "3", "4"]
+
+
+def test_lora_on_the_fly_reference_is_merged_on_save(tiny, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    data = write_rows(tmp_path / "rows.jsonl", game_rows())
+    out = run_training("sft-kl", tiny, data, tmp_path / "lora", learning_rate=5e-3, max_steps=3, lora_r=4,
+                       ref_on_the_fly=True, live=False, **FAST)
+    assert read_summary(out)["reference"] == {"mode": "on-the-fly"}
+    assert not (out / "adapter_config.json").exists()
+    merged = AutoModelForCausalLM.from_pretrained(out)
+    base = AutoModelForCausalLM.from_pretrained(tiny)
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(merged.state_dict()[name], base.state_dict()[name])
+    assert not list((tmp_path).glob("*.ref-*.parquet"))  # nothing precomputed
+
+
+def test_cli_trains_with_a_separate_reference(tiny, tmp_path):
+    from typer.testing import CliRunner
+
+    from spag.cli import app
+
+    data = write_rows(tmp_path / "rows.jsonl", game_rows())
+    ref = make_tiny_checkpoint(tmp_path / "ref", seed=1)
+    result = CliRunner().invoke(app, [
+        "train", "--method", "offline-po", "--model", str(tiny), "--ref", str(ref), "--data", str(data),
+        "-o", str(tmp_path / "out"), "--max-steps", "1", "--batch-size", "5", "--grad-accum", "1",
+        "--ref-on-the-fly", "--live-dir", str(tmp_path / "live"), "--logging-steps", "1",
+    ])
+    assert result.exit_code == 0, result.output
+    summary = read_summary(tmp_path / "out")
+    assert summary["ref"] == str(ref) and summary["config"]["learning_rate"] == 2e-6
+    assert summary["config"]["kl_coeff"] == 0.2
+    # a reference with other weights: the first step's ratio is not 1
+    kl = (tmp_path / "live" / "plots" / "metrics" / "train" / "kl.tsv").read_text().splitlines()[1]
+    assert abs(float(kl.split("\t")[1])) > 1e-3
+
+    bad = CliRunner().invoke(app, ["train", "--method", "ppo", "--model", str(tiny), "--data", str(data),
+                                   "-o", str(tmp_path / "x")])
+    assert bad.exit_code != 0 and "expected one of" in bad.output
+
+
+def test_deepspeed_zero3_config_offloads_and_leaves_sizes_to_the_trainer():
+    from pathlib import Path
+
+    config = json.loads((Path(__file__).resolve().parent.parent / "configs" / "deepspeed_zero3.json").read_text())
+    zero = config["zero_optimization"]
+    assert zero["stage"] == 3
+    assert zero["offload_optimizer"]["device"] == "cpu" and zero["offload_param"]["device"] == "cpu"
+    # the final save gathers the partitioned weights into one plain checkpoint
+    assert zero["stage3_gather_16bit_weights_on_model_save"] is True
+    # sizes, precision and optimiser settings come from the Trainer's arguments (spag train's flags)
+    for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                "gradient_clipping"):
+        assert config[key] == "auto"
+    assert config["bf16"]["enabled"] == "auto"
+    assert all(v == "auto" for v in config["optimizer"]["params"].values())
+    assert "scheduler" not in config  # the Trainer's cosine schedule with warm-up applies
+
+
+def test_two_processes_share_the_reference_pass_and_train_together(tiny, tmp_path):
+    """torchrun on CPU (gloo): each process scores half the rows, the main one writes cache and model."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    data = write_rows(tmp_path / "rows.jsonl", game_rows())
+    done = subprocess.run(
+        [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "spag.cli", "train", "--method",
+         "offline-po", "--model", str(tiny), "--data", str(data), "-o", str(tmp_path / "out"),
+         "--max-steps", "2", "--batch-size", "2", "--grad-accum", "1", "--ref-batch-size", "2",
+         "--device", "cpu", "--no-live"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = read_summary(tmp_path / "out")
+    assert summary["steps"] == 2 and summary["reference"]["reused"] is False
+
+    # the gathered cache equals a single-process pass over all rows
+    from spag.modeling import load_model
+
+    model, tok = load_model(tiny, device="cpu")
+    encoded = encode_rows(read_rows(data), tok, 2048, show_progress=False)
+    single = compute_reference_logprobs(model, encoded, tok.pad_token_id, batch_size=8, show_progress=False)
+    import pyarrow.parquet as pq
+
+    cached = pq.read_table(summary["reference"]["cache"]).column("ref_logprob").to_pylist()
+    assert cached == pytest.approx([single[i] for i in range(len(encoded))], abs=1e-5)
