@@ -131,28 +131,32 @@ def _decode_attention(module, query, key, value, attention_mask, dropout=0.0, sc
     """Attention for one new token per row as two small matmuls, grouped by key/value head.
 
     On CPU, SDPA's kernel is slow for a single query against a long, masked cache (ten times slower
-    than this in bfloat16); prompts (several queries) still go through SDPA.
+    than this in bfloat16); prompts (several queries) still go through SDPA, with grouped heads.
+    Anything unusual (no mask, an additive mask, soft-capping, attention sinks) goes to HF's SDPA.
     """
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     out_dtype = query.dtype
     query = query.to(key.dtype)  # the cache may be kept in float32 (see HFPlayer._kv_dtype)
-    if query.shape[2] != 1 or kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None:
+    if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None or attention_mask is None \
+            or attention_mask.dtype != torch.bool:
         out, weights = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                               scaling=scaling, **kwargs)
         return out.to(out_dtype), weights
+    if query.shape[2] != 1:
+        # A prompt: SDPA's kernel, but told about grouped heads so keys/values are not repeated first.
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, scale=scaling,
+            enable_gqa=query.shape[1] != key.shape[1])
+        return out.transpose(1, 2).contiguous().to(out_dtype), None
     batch, heads, _, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
     scale = scaling if scaling is not None else dim ** -0.5
     grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)
     scores = torch.matmul(grouped, key.transpose(-1, -2)).float() * scale      # (batch, kv, group, length)
-    if attention_mask is not None:
-        mask = attention_mask[..., -length:].reshape(batch, 1, 1, length)
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        else:
-            scores = scores + mask.float()
+    mask = attention_mask[..., -length:].reshape(batch, 1, 1, length)
+    scores = scores.masked_fill(~mask, float("-inf"))
     probs = scores.softmax(dim=-1).to(value.dtype)
     out = torch.matmul(probs, value)                                            # (batch, kv, group, dim)
     return out.reshape(batch, 1, heads, dim).to(out_dtype), None
