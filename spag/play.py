@@ -22,9 +22,9 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from spag.game.prompts import PLAY_TEMPLATE, Template, build_prompt, next_role
 from spag.game.rules import ATTACKER, OUTCOMES, judge

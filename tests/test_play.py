@@ -123,7 +123,7 @@ def test_empty_replies_are_resampled_then_counted():
                           stats=stats)
     fig, lemon = episodes
     assert all(u["content"] for u in fig["history"]) and fig["empty_replies"] == 0
-    assert [u["content"] for u in lemon["history"]][0] == "" and lemon["empty_replies"] >= 1
+    assert lemon["history"][0]["content"] == "" and lemon["empty_replies"] >= 1
     assert stats.empty_replies == lemon["empty_replies"] == 1  # the attacker's; the defender recovered
     assert stats.resampled_replies >= 2
 

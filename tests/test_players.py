@@ -193,9 +193,10 @@ def test_reply_stops_where_the_other_player_starts(player):
 
 def test_saved_checkpoint_plays_with_its_special_tokens(tmp_path):
     """Training saves with setup_special_tokens; play loads the same pad and eos ids back."""
+    from transformers import AutoTokenizer
+
     from spag.modeling import save_checkpoint, tiny_llama
     from spag.testing import build_tiny_tokenizer
-    from transformers import AutoTokenizer
 
     tokenizer = build_tiny_tokenizer()
     tokenizer.pad_token = None  # like many chat models: no pad token of its own
@@ -212,6 +213,32 @@ def test_saved_checkpoint_plays_with_its_special_tokens(tmp_path):
     assert saved.eos_token_id in player._end_ids
     (reply,) = player.generate(_prompts()[:1], temperature=0, max_new_tokens=4)
     assert reply.n_tokens >= 1
+
+
+def test_bfloat16_model_on_the_fast_path(tiny_dir):
+    player = load_player(str(tiny_dir), "hf", device="cpu", dtype="bfloat16")
+    replies = player.generate(_prompts()[:3], temperature=1.0, top_k=20, max_new_tokens=5, seed=1)
+    assert len(replies) == 3 and all(1 <= r.n_tokens <= 5 for r in replies)
+    assert player.model.config._attn_implementation == "sdpa"  # the decode attention was only borrowed
+
+
+def test_prompt_store_keeps_within_its_budget():
+    import numpy as np
+
+    from spag.players.hf import _KVStore
+
+    def kv(n):
+        return [(torch.zeros(1, 1, n, 4), torch.zeros(1, 1, n, 4))]
+
+    store = _KVStore(budget_bytes=2 * 2 * 10 * 4 * 4)  # room for two 10-token entries
+    a = np.arange(10)
+    store.add(a, kv(10))
+    store.add(np.arange(10) + 100, kv(10))
+    assert store.match(np.arange(12))[1] == 10  # a is used, so it is the most recent
+    store.add(np.arange(10) + 200, kv(10))
+    kept = [int(e.tokens[0]) for e in store.entries]
+    assert kept == [0, 200]  # the least recently used one went
+    assert store.match(np.array([0, 1, 2, 9]))[1] == 3
 
 
 def test_load_player_rejects_unknown_backend():

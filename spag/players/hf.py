@@ -24,8 +24,8 @@ space layers) go through ``model.generate`` one prompt at a time instead: correc
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at_next_speaker, per_prompt_seeds
 
@@ -211,7 +211,7 @@ class HFPlayer:
 
     @classmethod
     def from_pretrained(cls, model: str | os.PathLike, device: str | None = None, dtype: str | None = None,
-                        trust_remote_code: bool = False, name: str | None = None, **options) -> "HFPlayer":
+                        trust_remote_code: bool = False, name: str | None = None, **options) -> HFPlayer:
         from spag.modeling import load_model
 
         loaded, tokenizer = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)

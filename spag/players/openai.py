@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
 
-from spag.players.base import FINISH_LENGTH, FINISH_STOP, PlayerError, Reply, cut_at_next_speaker, per_prompt_seeds
+from spag.players.base import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    PlayerError,
+    Reply,
+    cut_at_next_speaker,
+    per_prompt_seeds,
+)
 
 _OPENAI_STOP_LIMIT = 4  # the OpenAI API takes at most four stop strings
 

@@ -7,9 +7,16 @@ only when this backend is used; ``pip install 'spag[gpu]'`` provides it.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
-from spag.players.base import FINISH_LENGTH, FINISH_STOP, PlayerError, Reply, cut_at_next_speaker, per_prompt_seeds
+from spag.players.base import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    PlayerError,
+    Reply,
+    cut_at_next_speaker,
+    per_prompt_seeds,
+)
 
 
 class VLLMPlayer:
@@ -22,7 +29,7 @@ class VLLMPlayer:
     @classmethod
     def from_pretrained(cls, model: str, tensor_parallel_size: int = 1, dtype: str | None = None,
                         trust_remote_code: bool = False, gpu_memory_utilization: float = 0.9,
-                        name: str | None = None, seed: int = 0, **options) -> "VLLMPlayer":
+                        name: str | None = None, seed: int = 0, **options) -> VLLMPlayer:
         try:
             from vllm import LLM
         except ImportError as exc:
