@@ -2,7 +2,7 @@
 
     python bench/play.py [--model DIR] [--words 32] [--max-turns 3] [--max-new-tokens 32]
                          [--batch-size 32] [--temperature 1.2] [--top-k 50] [--seed 0]
-                         [--dtype float32|bfloat16] [--threads N] [--baseline-words N]
+                         [--dtype bfloat16|float32] [--threads N] [--baseline-words N]
 
 Target: the batched engine collects episodes at least 10x faster than the baseline on CPU with the
 embedded model (SmolLM2-135M-Instruct; 32 words, 3 turns).
@@ -14,9 +14,9 @@ sampling settings and stop strings, and the same judge; only the engine differs.
 generated tokens/s of each, and as the ceiling the model's forward-pass tokens/s (a batch of long
 prompts through the model, no generation) on this machine, in this run.
 
-The baseline is slow (seconds per utterance on a small CPU), so by default it plays the first 8 of
-the words and the comparison is per episode and per utterance; ``--baseline-words 32`` plays them
-all. Wall-clock and process CPU seconds are both reported: on a shared machine the CPU time is the
+The baseline is slow (seconds per utterance on a small CPU: about 6 minutes for 32 words), so
+``--baseline-words 8`` plays only the first 8 of the words; the comparison is per episode and per
+utterance either way. Wall-clock and process CPU seconds are both reported: on a shared machine the CPU time is the
 steadier measure, and ``--threads 1`` avoids thread-synchronisation stalls under contention.
 
 Without --model the embedded model is materialised once into ~/.cache/spag/SmolLM2-135M-Instruct.
@@ -103,9 +103,9 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.2)
     parser.add_argument("--top-k", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16")
+    parser.add_argument("--dtype", default="bfloat16", help="bfloat16 (default: what the pipeline plays in) or float32")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--baseline-words", type=int, default=8, help="words the baseline plays")
+    parser.add_argument("--baseline-words", type=int, default=32, help="words the baseline plays")
     parser.add_argument("--skip-baseline", action="store_true")
     args = parser.parse_args()
 

@@ -13,6 +13,9 @@ in flight and fewer than ``batch_size`` finished ones; ``resume=True`` plays exa
 no episode yet. Each episode records its word's index in the word list, so resuming with a changed
 list is caught instead of silently duplicating or dropping words.
 
+Teacher strategies (``foul_retries``, ``coached_attacker``, ``final_guess``; see :mod:`spag.teacher`) are
+off by default: they are for a weak teacher whose winning games become imitation data.
+
 Sampling seeds are derived per game and utterance (run seed, word index, utterance number), so a game
 plays the same whatever other games share its batch, and a resumed run matches an uninterrupted one.
 """
@@ -27,9 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spag.game.prompts import PLAY_TEMPLATE, Template, build_prompt, next_role
-from spag.game.rules import ATTACKER, OUTCOMES, judge
+from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, OUTCOMES, judge
 from spag.io import DataError
 from spag.players.base import STOP_STRINGS, Player, clean_reply, derive_seed
+from spag.teacher import DictionaryGuesser, blank_out, coaching_prompt
 
 SETTINGS_CHECKED_ON_RESUME = ("max_turns", "temperature", "top_k", "max_new_tokens", "seed",
                               "attacker_model", "defender_model")
@@ -46,6 +50,10 @@ class PlayConfig:
     batch_size: int = 32
     examples: bool = False        # worked examples in the play prompt, for a weak teacher
     empty_retries: int = 2        # resamples of a reply that comes back empty
+    # Teacher strategies (off in self-play; see spag.teacher):
+    foul_retries: int = 0         # resamples of an attacker utterance that breaks the rules
+    coached_attacker: bool = False  # attacker lines describe the word when asked to, the word blanked out
+    final_guess: bool = False     # the defender's last utterance is a dictionary guess
 
     def __post_init__(self):
         if self.max_turns < 1:
@@ -54,6 +62,8 @@ class PlayConfig:
             raise ValueError("batch_size must be at least 1")
         if self.max_new_tokens < 1:
             raise ValueError("max_new_tokens must be at least 1")
+        if self.empty_retries < 0 or self.foul_retries < 0:
+            raise ValueError("empty_retries and foul_retries cannot be negative")
 
     @property
     def template(self) -> Template:
@@ -72,6 +82,8 @@ class PlayStats:
     empty_replies: int = 0
     truncated_replies: int = 0
     resampled_replies: int = 0
+    resampled_fouls: int = 0
+    final_guesses: int = 0
     seconds: float = 0.0
 
     def line(self) -> str:
@@ -83,6 +95,10 @@ class PlayStats:
                 f"{self.empty_replies} empty replies, {self.truncated_replies} truncated at max_new_tokens")
         if self.resampled_replies:
             text += f", {self.resampled_replies} resampled"
+            if self.resampled_fouls:
+                text += f" ({self.resampled_fouls} for breaking the rules)"
+        if self.final_guesses:
+            text += f", {self.final_guesses} final guesses"
         if self.resumed:
             text += f"; {self.resumed} episodes kept from before"
         return text
@@ -113,7 +129,8 @@ def _episode_schema():
         ("history", pa.list_(utterance)), ("outcome", pa.string()), ("turns", pa.int64()),
         ("attacker_model", pa.string()), ("defender_model", pa.string()), ("temperature", pa.float64()),
         ("top_k", pa.int64()), ("max_new_tokens", pa.int64()), ("min_new_tokens", pa.int64()),
-        ("seed", pa.int64()), ("examples", pa.bool_()), ("generated_tokens", pa.int64()),
+        ("seed", pa.int64()), ("examples", pa.bool_()), ("foul_retries", pa.int64()),
+        ("coached_attacker", pa.bool_()), ("final_guess", pa.bool_()), ("generated_tokens", pa.int64()),
         ("empty_replies", pa.int64()), ("truncated_replies", pa.int64()),
     ])
 
@@ -221,43 +238,80 @@ def _existing_for(words: Sequence[str], existing: list[dict], source, config: Pl
     return done
 
 
-def _speak(player: Player, games: list[_Game], config: PlayConfig, stats: PlayStats) -> None:
-    """One utterance for each game from ``player``; empty replies are resampled a few times."""
-    template = config.template
-    prompts = [build_prompt(next_role(g.history), g.word, g.history, config.max_turns, template)
-               for g in games]
+def _speak(player: Player, games: list[_Game], config: PlayConfig, stats: PlayStats,
+           guesser: DictionaryGuesser | None = None) -> None:
+    """One utterance for each game from ``player``.
+
+    Empty replies are resampled up to ``empty_retries`` times, attacker utterances that break the rules
+    up to ``foul_retries`` times; with a ``guesser`` the defender's last utterance is its guess.
+    """
+    if guesser is not None:
+        last = [g for g in games if len(g.history) == 2 * config.max_turns - 1]
+        for game, word in zip(last, guesser.guess([g.history for g in last])):
+            _say(game, guesser.utterance(word), 0, False, stats)
+            stats.final_guesses += 1
+        games = [g for g in games if g not in last]
+    if not games:
+        return
+    prompts = [_prompt(g, config) for g in games]
     todo = list(range(len(games)))
     results: dict[int, tuple[str, object]] = {}
     min_new = config.min_new_tokens
-    for attempt in range(config.empty_retries + 1):
+    for attempt in range(max(config.empty_retries, config.foul_retries) + 1):
         seeds = [derive_seed(config.seed, games[i].index, len(games[i].history), attempt) for i in todo]
         replies = player.generate([prompts[i] for i in todo], temperature=config.temperature,
                                   top_k=config.top_k, max_new_tokens=config.max_new_tokens,
                                   min_new_tokens=min_new, seed=seeds, stop=STOP_STRINGS)
-        again = []
+        again, empty = [], False
         for i, reply in zip(todo, replies):
             games[i].generated_tokens += reply.n_tokens
             stats.generated_tokens += reply.n_tokens
             text = clean_reply(reply.text)
+            if config.coached_attacker and next_role(games[i].history) == ATTACKER:
+                text = blank_out(text.split("\n")[0].strip(), games[i].word)
             results[i] = (text, reply)
-            if not text:
+            if not text and attempt < config.empty_retries:
                 again.append(i)
-        if not again or attempt == config.empty_retries:
+                empty = True
+            elif text and attempt < config.foul_retries and _breaks_rules(games[i], text, config):
+                again.append(i)
+                stats.resampled_fouls += 1
+        if not again:
             break
         stats.resampled_replies += len(again)
         todo = again
-        min_new = min(config.max_new_tokens, 2 * min_new + 2)  # ask for a little more before it may stop
+        if empty:
+            min_new = min(config.max_new_tokens, 2 * min_new + 2)  # ask for a little more before it may stop
     for i, game in enumerate(games):
         text, reply = results[i]
-        if not text:
-            game.empty_replies += 1
-            stats.empty_replies += 1
-        if reply.truncated:
-            game.truncated_replies += 1
-            stats.truncated_replies += 1
-        game.history.append({"role": next_role(game.history), "content": text,
-                             "n_tokens": int(reply.n_tokens), "truncated": bool(reply.truncated)})
-        stats.utterances += 1
+        _say(game, text, reply.n_tokens, reply.truncated, stats)
+
+
+def _prompt(game: _Game, config: PlayConfig) -> str:
+    role = next_role(game.history)
+    if config.coached_attacker and role == ATTACKER:
+        return coaching_prompt(game.word, [u["content"] for u in game.history if u["role"] == ATTACKER])
+    return build_prompt(role, game.word, game.history, config.max_turns, config.template)
+
+
+def _say(game: _Game, text: str, n_tokens: int, truncated: bool, stats: PlayStats) -> None:
+    if not text:
+        game.empty_replies += 1
+        stats.empty_replies += 1
+    if truncated:
+        game.truncated_replies += 1
+        stats.truncated_replies += 1
+    game.history.append({"role": next_role(game.history), "content": text, "n_tokens": int(n_tokens),
+                         "truncated": bool(truncated)})
+    stats.utterances += 1
+
+
+def _breaks_rules(game: _Game, text: str, config: PlayConfig) -> bool:
+    """Whether the attacker's utterance ``text`` would lose the game by the rules at once."""
+    if next_role(game.history) != ATTACKER:
+        return False
+    history = [*game.history, {"role": ATTACKER, "content": text}]
+    return judge(game.word, history, config.max_turns).outcome == ATTACKER_BREAKS_RULES
 
 
 def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
@@ -268,6 +322,8 @@ def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
         "temperature": float(config.temperature), "top_k": int(config.top_k),
         "max_new_tokens": int(config.max_new_tokens), "min_new_tokens": int(config.min_new_tokens),
         "seed": int(config.seed), "examples": bool(config.examples),
+        "foul_retries": int(config.foul_retries), "coached_attacker": bool(config.coached_attacker),
+        "final_guess": bool(config.final_guess),
         "generated_tokens": game.generated_tokens, "empty_replies": game.empty_replies,
         "truncated_replies": game.truncated_replies,
     }
@@ -275,16 +331,22 @@ def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
 
 def play_games(attacker: Player, defender: Player, words: list[str], config: PlayConfig, *,
                output: str | Path | None = None, resume: bool = False, show_progress: bool = True,
-               stats: PlayStats | None = None) -> list[dict]:
+               stats: PlayStats | None = None, guess_words: Sequence[str] | None = None) -> list[dict]:
     """Play one game per target word (this rank's share of ``words``); return the judged episodes.
 
     With ``output``, episodes are written incrementally (see the module docstring) and, with
     ``resume``, episodes already there are kept and returned with the new ones, in word order.
-    ``stats`` (optional) is filled in for a summary line.
+    ``stats`` (optional) is filled in for a summary line. ``guess_words`` is the public vocabulary the
+    defender guesses from when ``config.final_guess`` is on.
     """
     from spag.console import progress
 
     stats = stats if stats is not None else PlayStats()
+    guesser = None
+    if config.final_guess:
+        if not guess_words:
+            raise ValueError("final_guess needs guess_words: the vocabulary the defender guesses from")
+        guesser = DictionaryGuesser(defender, guess_words, config.max_turns, config.template)
     rank, world = rank_and_world()
     models = {"attacker_model": attacker.name, "defender_model": defender.name}
     mine = [i for i in range(len(words)) if i % world == rank]
@@ -320,14 +382,14 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
             if not live:
                 break
             if attacker is defender:
-                _speak(attacker, live, config, stats)
+                _speak(attacker, live, config, stats, guesser)
             else:
                 # Split before anyone speaks: a game whose attacker just spoke waits for the next step.
                 attacking = [g for g in live if next_role(g.history) == ATTACKER]
                 defending = [g for g in live if next_role(g.history) != ATTACKER]
-                for player, turn in ((attacker, attacking), (defender, defending)):
+                for player, turn, guess in ((attacker, attacking, None), (defender, defending, guesser)):
                     if turn:
-                        _speak(player, turn, config, stats)
+                        _speak(player, turn, config, stats, guess)
             still = []
             for game in live:
                 verdict = judge(game.word, game.history, config.max_turns)
@@ -358,7 +420,8 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
 
 def run_games(attacker_model: str, defender_model: str, words: list[str], config: PlayConfig, *,
               backend: str = "hf", output=None, resume: bool = False, show_progress: bool = True,
-              stats: PlayStats | None = None, **player_options) -> list[dict]:
+              stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
+              **player_options) -> list[dict]:
     """Load the players (once when both sides are the same model) and play."""
     from spag.players import load_player
 
@@ -372,4 +435,4 @@ def run_games(attacker_model: str, defender_model: str, words: list[str], config
     defender = attacker if defender_model == attacker_model else load_player(defender_model, backend,
                                                                               **player_options)
     return play_games(attacker, defender, words, config, output=output, resume=resume,
-                      show_progress=show_progress, stats=stats)
+                      show_progress=show_progress, stats=stats, guess_words=guess_words)

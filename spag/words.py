@@ -32,17 +32,33 @@ FUNCTION_WORDS = frozenset(
 )
 
 
-def top_words(n: int = DEFAULT_TOP, lang: str = "en") -> list[str]:
-    """The ``n`` most frequent words: lowercase alphabetic, 3+ letters, no function words, no repeats."""
+def is_noun_only(word: str) -> bool:
+    """Whether every reading of ``word`` is a noun (lemminflect's lexicon): "planet" yes, "need" no.
+
+    Nouns are what a small model can describe and guess; the paper's list keeps every part of speech.
+    """
+    from lemminflect import getAllLemmas
+
+    readings = getAllLemmas(word)
+    return bool(readings) and set(readings) == {"NOUN"}
+
+
+def top_words(n: int = DEFAULT_TOP, lang: str = "en", nouns_only: bool = False) -> list[str]:
+    """The ``n`` most frequent words: lowercase alphabetic, 3+ letters, no function words, no repeats.
+
+    ``nouns_only`` keeps only words that are nouns in every reading (see :func:`is_noun_only`).
+    """
     from wordfreq import top_n_list
 
     words: list[str] = []
     seen: set[str] = set()
     # wordfreq's list contains punctuation, numbers and short words; ask for enough to fill n.
-    pool = top_n_list(lang, max(4 * n, 1000), wordlist="best")
+    pool = top_n_list(lang, max((16 if nouns_only else 4) * n, 1000), wordlist="best")
     for word in pool:
         w = word.lower()
         if len(w) < 3 or not _ALPHA.match(w) or w in FUNCTION_WORDS or w in seen:
+            continue
+        if nouns_only and not is_noun_only(w):
             continue
         seen.add(w)
         words.append(w)

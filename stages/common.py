@@ -34,6 +34,35 @@ def epoch_arg() -> str:
     return sys.argv[1]
 
 
+# PlayConfig fields that a params section (teacher, play, evaluate) may set.
+_PLAY_KNOBS = ("temperature", "top_k", "max_new_tokens", "batch_size", "examples", "foul_retries",
+               "coached_attacker", "final_guess")
+
+
+def sample_words(path: Path, n: int, seed: str) -> list[str]:
+    """A seeded sample of ``n`` words from a word list, spread over its frequency range."""
+    import random
+
+    from spag.words import read_words
+
+    words = read_words(path)
+    return random.Random(seed).sample(words, min(n, len(words)))
+
+
+def play_config(p: dict, section: str, seed: int):
+    """The PlayConfig for a params section, with the game's max_turns."""
+    from spag.play import PlayConfig
+
+    cfg = p[section]
+    knobs = {k: cfg[k] for k in _PLAY_KNOBS if cfg.get(k) is not None}
+    return PlayConfig(max_turns=p["game"]["max_turns"], seed=seed, **knobs)
+
+
+def player_options(cfg: dict) -> dict:
+    """Backend options a params section may set: dtype and device (hf/vllm), base_url (openai)."""
+    return {k: cfg[k] for k in ("dtype", "device", "base_url") if cfg.get(k) is not None}
+
+
 def previous_model(p: dict, epoch: str) -> Path:
     epochs = {str(k): v for k, v in p["spag"]["epochs"].items()}
     return model_dir(epochs[epoch]["previous"])
@@ -41,7 +70,7 @@ def previous_model(p: dict, epoch: str) -> Path:
 
 # Training knobs that params.yaml may set, mapped to `spag train` options.
 _TRAIN_KNOBS = ("learning_rate", "batch_size", "grad_accum", "max_length", "warmup_ratio", "kl_coeff",
-                "clip_range", "sft_coeff", "deepspeed", "gradient_checkpointing", "lora_r")
+                "clip_range", "sft_coeff", "deepspeed", "gradient_checkpointing", "lora_r", "bf16")
 
 
 def train(method: str, model: Path, data: Path, output: Path, live_dir: Path, cfg: dict, seed: int) -> None:

@@ -7,11 +7,12 @@ words, both roles each, and benchmarks it.
 
 import sys
 
-from common import DATA, METRICS, WORDS, epoch_dir, model_dir, params, previous_model
+from common import (DATA, METRICS, WORDS, epoch_dir, model_dir, params, play_config, player_options,
+                    previous_model, sample_words)
 
+from spag.console import summary
 from spag.evaluate.benchmark import run_benchmark
 from spag.io import write_json_atomic
-from spag.words import read_words
 
 p = params()
 which = sys.argv[1] if len(sys.argv) == 2 else sys.exit("usage: python stages/evaluate.py imitation|EPOCH")
@@ -19,27 +20,32 @@ bench = p["evaluate"]["benchmark"]
 
 
 def benchmark(model, metrics_dir, samples):
-    run_benchmark(str(model), tasks=bench["tasks"], suite=bench["suite"], limit=bench["limit"],
-                  output=metrics_dir / "benchmark.json", samples_out=samples, seed=p["seed"])
+    return run_benchmark(str(model), tasks=bench["tasks"], suite=bench["suite"], limit=bench["limit"],
+                         output=metrics_dir / "benchmark.json", samples_out=samples, seed=p["seed"])
 
 
 if which == "imitation":
-    benchmark(model_dir("imitation"), METRICS / "imitation", DATA / "imitation" / "benchmark.samples.jsonl")
+    scores = benchmark(model_dir("imitation"), METRICS / "imitation", DATA / "imitation" / "benchmark.samples.jsonl")
+    summary("evaluate_imitation", f"benchmark geometric mean {scores['geometric_mean']:.3f}")
     sys.exit(0)
 
 from spag.evaluate.games import evaluate_models  # noqa: E402
-from spag.play import PlayConfig  # noqa: E402
+from spag.players import load_player  # noqa: E402
 
 cfg = p["evaluate"]
-config = PlayConfig(max_turns=p["game"]["max_turns"], temperature=cfg["temperature"],
-                    max_new_tokens=cfg["max_new_tokens"], seed=p["seed"])
-words = read_words(WORDS / "eval.txt")[: cfg["words"]]
+config = play_config(p, "evaluate", seed=p["seed"])
+words = sample_words(WORDS / "eval.txt", cfg["words"], seed=f"{p['seed']}-evaluate")  # the same for every epoch
 model = model_dir(f"epoch_{which}")
 out = epoch_dir(which) / "eval_episodes"
 opponents = {"vs_imitation": model_dir("imitation")}
 if previous_model(p, which) != model_dir("imitation"):
     opponents["vs_previous"] = previous_model(p, which)
-games = {name: evaluate_models(model, opponent, words, config, episodes_out=out / name)
+player = load_player(str(model), "hf", **player_options(cfg))  # loaded once for every match
+games = {name: evaluate_models(player, load_player(str(opponent), "hf", **player_options(cfg)), words, config,
+                               episodes_out=out / name, resume=True)
          for name, opponent in opponents.items()}
 write_json_atomic(METRICS / "epochs" / which / "games.json", games)
-benchmark(model, METRICS / "epochs" / which, epoch_dir(which) / "benchmark.samples.jsonl")
+scores = benchmark(model, METRICS / "epochs" / which, epoch_dir(which) / "benchmark.samples.jsonl")
+rates = "; ".join(f"{name}: attacker {g['attacker']['win_rate']:.2f}, defender {g['defender']['win_rate']:.2f}"
+                  for name, g in games.items())
+summary(f"evaluate@{which}", f"win rates {rates}; benchmark geometric mean {scores['geometric_mean']:.3f}")

@@ -3,6 +3,7 @@ of general SFT data."""
 
 from common import DATA, METRICS, params
 
+from spag.console import summary
 from spag.io import write_json_atomic
 from spag.rewards import build_imitation_set
 
@@ -10,6 +11,8 @@ p = params()
 stats = build_imitation_set(DATA / "teacher" / "episodes", DATA / "imitation" / "rows.parquet", seed=p["seed"],
                             sft=p["reward"]["sft"], sft_limit=p["reward"]["sft_limit"])
 write_json_atomic(METRICS / "imitation" / "data.json", stats.as_dict())
-print(f"teacher games won by the attacker: {stats.attacker_games}, by the defender: {stats.defender_games}")
 if not stats.attacker_games or not stats.defender_games:
-    print("warning: the imitation set lacks wins of one role; give the teacher more words or examples")
+    print("warning: the imitation set lacks wins of one role; give the teacher more words or a stronger model")
+rows = ", ".join(f"{k} {v}" for k, v in stats.rows.items())
+summary("imitation_data", f"teacher games won by the attacker {stats.attacker_games}, by the defender "
+                          f"{stats.defender_games}; rows: {rows}")

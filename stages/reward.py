@@ -5,6 +5,7 @@ With `spag.control: true` the game rows are dropped: the control arm trains on t
 
 from common import METRICS, epoch_arg, epoch_dir, params
 
+from spag.console import summary
 from spag.io import write_json_atomic
 from spag.rewards import build_reward_set
 
@@ -21,3 +22,6 @@ stats = build_reward_set(
     control=p["spag"]["control"],
 )
 write_json_atomic(METRICS / "epochs" / epoch / "reward.json", stats.as_dict())
+rows = ", ".join(f"{k} {v}" for k, v in stats.rows.items())
+summary(f"reward@{epoch}", f"{stats.records} episodes, {stats.used} decisive (attacker {stats.attacker_games}, "
+                           f"defender {stats.defender_games}); rows: {rows}")

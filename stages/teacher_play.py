@@ -1,24 +1,30 @@
 """Stage `teacher_play`: the teacher plays itself; its winning moves become the imitation data.
 
-The default teacher is the base model, with worked examples in its play prompt; params can name an
-OpenAI-compatible endpoint instead (GPT-4 in the paper).
+The default teacher is the base model with the strategies of spag/teacher.py (a coached attacker, a
+dictionary guess at the defender's last turn), so that a small model wins games in both roles; params
+can name an OpenAI-compatible endpoint instead (GPT-4 in the paper), with the strategies off.
 """
 
-from common import BASE_MODEL, DATA, WORDS, params
+from collections import Counter
 
-from spag.play import PlayConfig, run_games
+from common import BASE_MODEL, DATA, WORDS, params, play_config, player_options, sample_words
+
+from spag.console import summary
+from spag.game.rules import DECISIVE
+from spag.play import PlayStats, run_games
 from spag.words import read_words
 
 p = params()
 t = p["teacher"]
-words = read_words(WORDS / "train.txt")[: t["words"]]
+words = sample_words(WORDS / "train.txt", t["words"], seed=f"{p['seed']}-teacher")
 model = str(BASE_MODEL) if t["model"] == "base" else t["model"]
-options = {"base_url": t["base_url"]} if t["backend"] == "openai" else {}
-config = PlayConfig(
-    max_turns=p["game"]["max_turns"],
-    temperature=t["temperature"],
-    max_new_tokens=t["max_new_tokens"],
-    seed=p["seed"],
-    examples=t["examples"],
-)
-run_games(model, model, words, config, backend=t["backend"], output=DATA / "teacher" / "episodes", **options)
+config = play_config(p, "teacher", seed=p["seed"])
+stats = PlayStats()
+episodes = run_games(model, model, words, config, backend=t["backend"], output=DATA / "teacher" / "episodes",
+                     resume=True, guess_words=read_words(WORDS / "all.txt"), stats=stats, **player_options(t))
+wins = Counter(e["outcome"] for e in episodes if e["outcome"] in DECISIVE)
+summary("teacher_play", f"{stats.line()}; wins for imitation: attacker {wins['attacker_wins']}, "
+                        f"defender {wins['defender_wins']}")
+if not all(wins.values()) or len(wins) < 2:
+    print("warning: the teacher won no games in one role; the imitation data will teach that role nothing. "
+          "Raise teacher.words or use a stronger teacher.")

@@ -6,7 +6,7 @@ from spag.console import summary
 from spag.words import split_words, top_words, write_words
 
 p = params()["words"]
-words = top_words(p["top"])
+words = top_words(p["top"], nouns_only=p.get("nouns_only", False))
 train, held = split_words(words, p["eval_fraction"])
 write_words(words, WORDS / "all.txt")
 write_words(train, WORDS / "train.txt")

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from spag.game.prompts import build_prompt, to_model_input
+from spag.game.prompts import build_prompt, model_input_ids, to_model_input
 from spag.players import PlayerError, Reply, clean_reply, derive_seed, load_player
 from spag.players.base import cut_at_next_speaker, per_prompt_seeds
 from spag.players.hf import HFPlayer
@@ -282,7 +282,8 @@ def test_vllm_adapter(tiny_dir):
     replies = player.generate(prompts, temperature=1.2, top_k=50, max_new_tokens=4, min_new_tokens=2,
                               seed=[5, 6], stop=["\ndefender:"])
     sent, params = llm.calls[0]
-    assert sent == [to_model_input(tokenizer, p) for p in prompts]
+    assert sent == [{"prompt_token_ids": model_input_ids(tokenizer, p)} for p in prompts]
+    assert tokenizer.decode(sent[0]["prompt_token_ids"]) == to_model_input(tokenizer, prompts[0])
     assert [p.seed for p in params] == [5, 6]
     assert params[0].temperature == 1.2 and params[0].top_k == 50 and params[0].max_tokens == 4
     assert params[0].min_tokens == 2 and params[0].stop == ["\ndefender:"]

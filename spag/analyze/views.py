@@ -53,6 +53,24 @@ CREATE OR REPLACE TEMP MACRO wilson_high(x, n) AS CASE WHEN n > 0 THEN
     / (1 + {_Z}^2 / n) END;
 """
 
+# Needs the episodes view, so it is created after it.
+_EPISODE_MACROS = """
+-- Outcome counts and win rates per target word, over all epochs or one (the word queries share it).
+CREATE OR REPLACE TEMP MACRO word_outcomes(only_epoch) AS TABLE
+    SELECT
+        target_word,
+        count(*) AS games,
+        count(*) FILTER (WHERE outcome = 'attacker_wins') AS attacker_wins,
+        count(*) FILTER (WHERE outcome = 'defender_wins') AS defender_wins,
+        count(*) FILTER (WHERE outcome = 'tie') AS ties,
+        count(*) FILTER (WHERE outcome = 'attacker_breaks_rules') AS fouls,
+        rate(count(*) FILTER (WHERE outcome = 'attacker_wins'), count(*)) AS attacker_win_rate,
+        rate(count(*) FILTER (WHERE outcome = 'defender_wins'), count(*)) AS defender_win_rate
+    FROM episodes
+    WHERE only_epoch IS NULL OR epoch = only_epoch
+    GROUP BY target_word;
+"""
+
 _EPOCH = re.compile(r"epoch_(\d+)")
 
 
@@ -226,6 +244,7 @@ def connect(glob: str = DEFAULT_GLOB, words: bool = False):
     try:
         con.execute(_MACROS)
         register_episodes(con, glob)
+        con.execute(_EPISODE_MACROS)
         if words:
             register_words(con)
     except BaseException:

@@ -26,6 +26,14 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="Sampling seed."),
         resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in OUTPUT."),
         examples: bool = typer.Option(False, "--examples", help="Worked examples in the prompt (weak teachers)."),
+        foul_retries: int = typer.Option(0, "--foul-retries",
+                                         help="Teacher strategy: resample an attacker line that breaks the rules."),
+        coached_attacker: bool = typer.Option(False, "--coached-attacker",
+                                              help="Teacher strategy: attacker lines describe the word, blanked out."),
+        final_guess: bool = typer.Option(False, "--final-guess",
+                                         help="Teacher strategy (hf): the defender's last line is a dictionary guess."),
+        guess_words: Path | None = typer.Option(None, "--guess-words",
+                                                help="The vocabulary for --final-guess (default: --words)."),
         export_json: Path | None = typer.Option(None, "--export-json",
                                                    help="Also write the episodes in the original JSON list format."),
         device: str | None = typer.Option(None, "--device", help="hf backend: cpu, cuda, cuda:1 ..."),
@@ -56,20 +64,25 @@ def register(app: typer.Typer) -> None:
         try:
             config = PlayConfig(max_turns=max_turns, temperature=temperature, top_k=top_k,
                                 max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, seed=seed,
-                                batch_size=batch_size, examples=examples)
+                                batch_size=batch_size, examples=examples, foul_retries=foul_retries,
+                                coached_attacker=coached_attacker, final_guess=final_guess)
         except ValueError as exc:
             error(str(exc))
             raise typer.Exit(2)
         stats = PlayStats()
         try:
             episodes = run_games(attacker, defender, words, config, backend=backend, output=output,
-                                 resume=resume, show_progress=progress, stats=stats, device=device,
+                                 resume=resume, show_progress=progress, stats=stats,
+                                 guess_words=read_words(guess_words) if guess_words else words, device=device,
                                  dtype=dtype, base_url=base_url, api_key_env=api_key_env,
                                  concurrency=concurrency, tensor_parallel_size=tensor_parallel_size,
                                  trust_remote_code=trust_remote_code)
         except PlayerError as exc:
             error(str(exc))
             raise typer.Exit(1)
+        except ValueError as exc:  # e.g. --final-guess with a backend that cannot score words
+            error(str(exc))
+            raise typer.Exit(2)
         rank, world = rank_and_world()
         if export_json is not None:
             target = export_json if world == 1 else export_json.with_name(

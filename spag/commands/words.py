@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
-
 import typer
 
 
@@ -13,15 +11,16 @@ def register(app: typer.Typer) -> None:
     def words_command(
         output: Path = typer.Option(..., "-o", "--output", help="Where to write the words, one per line."),
         top: int = typer.Option(50_000, "--top", help="How many of the most frequent words."),
-        train_out: Optional[Path] = typer.Option(None, "--train-out", help="Also write the training split."),
-        eval_out: Optional[Path] = typer.Option(None, "--eval-out", help="Also write the held-out split."),
+        train_out: Path | None = typer.Option(None, "--train-out", help="Also write the training split."),
+        eval_out: Path | None = typer.Option(None, "--eval-out", help="Also write the held-out split."),
         eval_fraction: float = typer.Option(0.1, "--eval-fraction", help="Share of words held out."),
+        nouns_only: bool = typer.Option(False, "--nouns-only", help="Only words that are always nouns."),
     ) -> None:
         """Write the most frequent English words (wordfreq), stop words removed."""
         from spag.console import summary
         from spag.words import split_words, top_words, write_words
 
-        words = top_words(top)
+        words = top_words(top, nouns_only=nouns_only)
         write_words(words, output)
         train, held = split_words(words, eval_fraction)
         if train_out:

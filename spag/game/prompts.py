@@ -186,10 +186,11 @@ def to_model_input(tokenizer, user_text: str) -> str:
     return PLAIN_USER_PREFIX + user_text + PLAIN_REPLY_PREFIX
 
 
-def reply_suffix(tokenizer) -> str:
-    """What closes a reply in training text: the end-of-turn marker of the chat template, else EOS."""
-    eos = getattr(tokenizer, "eos_token", None) or ""
-    return eos
+def model_input_ids(tokenizer, user_text: str) -> list[int]:
+    """Token ids of :func:`to_model_input`: a chat template writes its own begin-of-sequence marker, so
+    the tokenizer adds special tokens only to the plain layout (never a second BOS)."""
+    text = to_model_input(tokenizer, user_text)
+    return tokenizer(text, add_special_tokens=not has_chat_template(tokenizer))["input_ids"]
 
 
 def next_role(history: Sequence[Mapping[str, str]]) -> str:

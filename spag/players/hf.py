@@ -238,11 +238,9 @@ class HFPlayer:
 
     def encode(self, prompt: str) -> list[int]:
         """Token ids of the model input for one user-message text."""
-        from spag.game.prompts import has_chat_template, to_model_input
+        from spag.game.prompts import model_input_ids
 
-        text = to_model_input(self.tokenizer, prompt)
-        # A chat template writes its own begin-of-sequence marker; a plain layout gets the tokenizer's.
-        return self.tokenizer(text, add_special_tokens=not has_chat_template(self.tokenizer))["input_ids"]
+        return model_input_ids(self.tokenizer, prompt)
 
     def _layout(self) -> list[tuple[int, int, object]]:
         """(kv heads, head dim, dtype) of each layer's cache, read once from a one-token forward pass."""
@@ -289,6 +287,22 @@ class HFPlayer:
                 self._store.clear()
         self.counters["generated_tokens"] += sum(r.n_tokens for r in replies if r is not None)
         return replies  # type: ignore[return-value]
+
+    def next_token_logprobs(self, prompts: Sequence[str], opening: str = ""):
+        """log p(next token) after each prompt's model input plus ``opening`` (the start of the reply).
+
+        A (len(prompts), vocab) float32 tensor; one plain forward pass per prompt, no cache kept.
+        """
+        import torch
+
+        opening_ids = self.tokenizer(opening, add_special_tokens=False)["input_ids"] if opening else []
+        rows = []
+        with torch.inference_mode():
+            for prompt in prompts:
+                ids = torch.tensor([self.encode(prompt) + opening_ids], device=self.device)
+                logits = self.model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[0, -1]
+                rows.append(torch.log_softmax(logits.float(), dim=-1).cpu())
+        return torch.stack(rows) if rows else torch.empty(0)
 
     def _use_decode_attention(self) -> str | None:
         """On CPU, route one-token attention through :func:`_decode_attention` for this call.

@@ -51,19 +51,20 @@ class VLLMPlayer:
 
     def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,
                  min_new_tokens: int = 1, seed=None, stop: Sequence[str] = ()) -> list[Reply]:
-        from spag.game.prompts import to_model_input
+        from spag.game.prompts import model_input_ids
 
         if not prompts:
             return []
         make = self._params_factory()
-        texts = [to_model_input(self.tokenizer, p) for p in prompts]
+        # Token ids, not text: vLLM would add a second BOS in front of a chat template's own.
+        inputs = [{"prompt_token_ids": model_input_ids(self.tokenizer, p)} for p in prompts]
         params = [
             make(n=1, temperature=max(temperature, 0.0), top_k=top_k if top_k and temperature > 0 else -1,
                  max_tokens=max_new_tokens, min_tokens=min(min_new_tokens, max_new_tokens), seed=s,
                  stop=list(stop), skip_special_tokens=True)
             for s in per_prompt_seeds(seed, len(prompts))
         ]
-        outputs = self.llm.generate(texts, params, use_tqdm=False)
+        outputs = self.llm.generate(inputs, params, use_tqdm=False)
         replies = []
         for out in outputs:
             completion = out.outputs[0]
