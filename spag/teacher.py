@@ -3,7 +3,8 @@
 Imitation learning copies a teacher's winning games, so the teacher must win both roles. GPT-4 does
 (the paper's teacher); a 135M model playing itself does not: its attacker says the word or rambles,
 and its defender never guesses right. Two strategies, switched on in the teacher's params, make such a
-teacher good enough without telling a player anything it could not know:
+teacher good enough without telling a player anything it could not know (a third, resampling attacker
+lines that break the rules, is ``PlayConfig.foul_retries`` in the play engine):
 
 * **coached attacker** (``PlayConfig.coached_attacker``): the attacker's line is the model's answer to a
   plain request to describe its word (prompt distillation: the training rows still pair that line
@@ -18,11 +19,10 @@ teacher good enough without telling a player anything it could not know:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from spag.game.prompts import build_prompt
-from spag.game.rules import DEFENDER, PREDICTION_PHRASE, normalise_word, word_forms
+from spag.game.rules import DEFENDER, PREDICTION_PHRASE, blank_word
 
 BLANK = "___"
 
@@ -39,12 +39,8 @@ def coaching_prompt(word: str, said: Sequence[str]) -> str:
 
 
 def blank_out(text: str, word: str) -> str:
-    """``text`` with every whole-word form of ``word`` replaced by ``___``."""
-    forms = sorted(word_forms(normalise_word(word)), key=len, reverse=True)
-    if not forms:
-        return text
-    pattern = re.compile(r"(?<![^\W_])(?:" + "|".join(map(re.escape, forms)) + r")(?![^\W_])", re.IGNORECASE)
-    return pattern.sub(BLANK, text)
+    """``text`` with every form of ``word`` that the judge would see replaced by ``___``."""
+    return blank_word(text, word, BLANK)
 
 
 class DictionaryGuesser:

@@ -145,6 +145,11 @@ def says_word(text: str, target_word: str) -> bool:
     return _matcher(normalise_word(target_word)).said_in(text)
 
 
+def blank_word(text: str, target_word: str, blank: str) -> str:
+    """``text`` with every whole-word form of ``target_word`` that :func:`says_word` sees replaced by ``blank``."""
+    return _matcher(normalise_word(target_word)).pattern.sub(blank, text)
+
+
 def is_form_of(candidate: str, target_word: str) -> bool:
     """True when ``candidate`` is the target word or one of its inflected forms."""
     guess = normalise_word(candidate)
