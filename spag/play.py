@@ -246,11 +246,12 @@ def _speak(player: Player, games: list[_Game], config: PlayConfig, stats: PlaySt
     up to ``foul_retries`` times; with a ``guesser`` the defender's last utterance is its guess.
     """
     if guesser is not None:
-        last = [g for g in games if len(g.history) == 2 * config.max_turns - 1]
+        at_last_turn = [len(g.history) == 2 * config.max_turns - 1 for g in games]
+        last = [g for g, is_last in zip(games, at_last_turn) if is_last]
         for game, word in zip(last, guesser.guess([g.history for g in last])):
             _say(game, guesser.utterance(word), 0, False, stats)
             stats.final_guesses += 1
-        games = [g for g in games if g not in last]
+        games = [g for g, is_last in zip(games, at_last_turn) if not is_last]
     if not games:
         return
     prompts = [_prompt(g, config) for g in games]

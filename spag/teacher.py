@@ -67,15 +67,14 @@ class DictionaryGuesser:
             raise ValueError("the guess vocabulary is empty")
         self.token_ids = torch.tensor(list(first))
         self.words = list(first.values())
-        self._opening = PREDICTION_PHRASE
         silent = build_prompt(DEFENDER, "", [], max_turns, template)
-        self.prior = player.next_token_logprobs([silent], self._opening)[0, self.token_ids]
+        self.prior = player.next_token_logprobs([silent], PREDICTION_PHRASE)[0, self.token_ids]
 
     def guess(self, histories: Sequence[Sequence[dict]]) -> list[str]:
         prompts = [build_prompt(DEFENDER, "", h, self.max_turns, self.template) for h in histories]
         if not prompts:
             return []
-        scores = self.player.next_token_logprobs(prompts, self._opening)[:, self.token_ids] - self.prior
+        scores = self.player.next_token_logprobs(prompts, PREDICTION_PHRASE)[:, self.token_ids] - self.prior
         return [self.words[int(i)] for i in scores.argmax(dim=1)]
 
     @staticmethod

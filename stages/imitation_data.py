@@ -13,6 +13,4 @@ stats = build_imitation_set(DATA / "teacher" / "episodes", DATA / "imitation" / 
 write_json_atomic(METRICS / "imitation" / "data.json", stats.as_dict())
 if not stats.attacker_games or not stats.defender_games:
     print("warning: the imitation set lacks wins of one role; give the teacher more words or a stronger model")
-rows = ", ".join(f"{k} {v}" for k, v in stats.rows.items())
-summary("imitation_data", f"teacher games won by the attacker {stats.attacker_games}, by the defender "
-                          f"{stats.defender_games}; rows: {rows}")
+summary("imitation_data", stats.line())

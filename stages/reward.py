@@ -22,6 +22,4 @@ stats = build_reward_set(
     control=p["spag"]["control"],
 )
 write_json_atomic(METRICS / "epochs" / epoch / "reward.json", stats.as_dict())
-rows = ", ".join(f"{k} {v}" for k, v in stats.rows.items())
-summary(f"reward@{epoch}", f"{stats.records} episodes, {stats.used} decisive (attacker {stats.attacker_games}, "
-                           f"defender {stats.defender_games}); rows: {rows}")
+summary(f"reward@{epoch}", stats.line())

@@ -25,6 +25,3 @@ episodes = run_games(model, model, words, config, backend=t["backend"], output=D
 wins = Counter(e["outcome"] for e in episodes if e["outcome"] in DECISIVE)
 summary("teacher_play", f"{stats.line()}; wins for imitation: attacker {wins['attacker_wins']}, "
                         f"defender {wins['defender_wins']}")
-if not all(wins.values()) or len(wins) < 2:
-    print("warning: the teacher won no games in one role; the imitation data will teach that role nothing. "
-          "Raise teacher.words or use a stronger teacher.")
