@@ -70,7 +70,8 @@ def previous_model(p: dict, epoch: str) -> Path:
 
 # Training knobs that params.yaml may set, mapped to `spag train` options.
 _TRAIN_KNOBS = ("learning_rate", "batch_size", "grad_accum", "max_length", "warmup_ratio", "kl_coeff",
-                "clip_range", "sft_coeff", "deepspeed", "gradient_checkpointing", "lora_r", "bf16")
+                "clip_range", "sft_coeff", "reduction", "detach_advantage", "deepspeed", "gradient_checkpointing",
+                "lora_r", "bf16")
 
 
 def train(method: str, model: Path, data: Path, output: Path, live_dir: Path, cfg: dict, seed: int) -> None:
@@ -92,7 +93,9 @@ def train(method: str, model: Path, data: Path, output: Path, live_dir: Path, cf
             "--live-dir", str(live_dir), "--ref-cache-dir", str(ref_cache)]
     for key, value in knobs.items():
         flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
+        if key == "detach_advantage":
+            args += ["--detach-advantage" if value else "--attached-advantage"]
+        elif isinstance(value, bool):
             args += [flag] if value else []
         else:
             args += [flag, str(value)]

@@ -33,6 +33,12 @@ def register(app: typer.Typer) -> None:
             None, "--kl-coeff", help="β: default 0.1 (sft-kl) or 0.2 (offline-po)."),
         clip_range: float = typer.Option(0.2, "--clip-range", help="ε of the clipped importance ratio."),
         sft_coeff: float = typer.Option(0.5, "--sft-coeff", help="α of the SFT term in offline-po."),
+        reduction: str = typer.Option(
+            "rows", "--reduction",
+            help="offline-po: rows (Σ w·l / n per kind, the original's) or weights (Σ w·l / Σ w per kind)."),
+        detach_advantage: bool = typer.Option(
+            True, "--detach-advantage/--attached-advantage",
+            help="offline-po: treat A = r − β·(log π − log π_ref) as a constant (the original kept it attached)."),
         gradient_checkpointing: bool = typer.Option(False, "--gradient-checkpointing"),
         bf16: Optional[bool] = typer.Option(None, "--bf16/--no-bf16", help="Default: on with a bf16 GPU."),
         tf32: Optional[bool] = typer.Option(None, "--tf32/--no-tf32", help="Default: on with an Ampere+ GPU."),
@@ -73,7 +79,8 @@ def register(app: typer.Typer) -> None:
             learning_rate=learning_rate, epochs=epochs, max_steps=max_steps, batch_size=batch_size,
             grad_accum=grad_accum, warmup_ratio=warmup_ratio, lr_scheduler=lr_scheduler,
             weight_decay=weight_decay, max_grad_norm=max_grad_norm, max_length=max_length, kl_coeff=kl_coeff,
-            clip_range=clip_range, sft_coeff=sft_coeff, gradient_checkpointing=gradient_checkpointing,
+            clip_range=clip_range, sft_coeff=sft_coeff, reduction=reduction, detach_advantage=detach_advantage,
+            gradient_checkpointing=gradient_checkpointing,
             bf16=bf16, tf32=tf32, device=device, lora_r=lora_r, lora_alpha=lora_alpha,
             lora_dropout=lora_dropout, lora_target_modules=lora_target_modules, merge_lora=not no_merge_lora,
             seed=seed, deepspeed=str(deepspeed) if deepspeed else None, resume=resume,

@@ -22,9 +22,18 @@ Reductions (why they differ):
 - ``sft`` and ``sft-kl`` sum w·l over the batch and divide by the NUMBER OF ROWS, as the original code does.
   This is an unbiased estimate of the dataset average of w·l whatever the batch size, so the absolute scale
   of the weights is kept: a row of weight 2 counts twice as much as a row of weight 1 in any batch.
-- ``offline-po`` divides each term by the sum of weights of its rows in the batch (Σ w·l / Σ w), so the
-  policy term and the SFT term stay on comparable scales however many rows of each kind a batch holds;
-  a batch without rows of one kind contributes 0 for that term.
+- ``offline-po`` has two reductions (``reduction=``):
+
+  ``rows`` (the default, and the original code's): each term is Σ w·l over its rows divided by the NUMBER
+  of rows of that kind in the batch, ``α · Σ_sft w·(−log π) / n_sft + Σ_game w·ppo / n_game``. The weights
+  keep their absolute scale, so the role weights of :mod:`spag.rewards` do their job: on a 6:1
+  attacker:defender set each role carries half of the policy-gradient mass.
+
+  ``weights``: each term is Σ w·l / Σ w over its rows. Within a batch of one role the role weight cancels
+  out, so with mostly single-role batches the role re-weighting is lost (the defender's share falls to
+  roughly its share of rows). Kept for comparison with earlier runs of this project.
+
+  In both, a batch without rows of one kind contributes 0 for that term.
 
 Every function returns ``(loss, stats)``: a scalar tensor with gradient, and a dict of detached scalar
 tensors for logging (KL, clip fraction, mean ratio, per-term losses). A statistic about game rows is only
@@ -41,6 +50,10 @@ SFT = "sft"
 SFT_KL = "sft-kl"
 OFFLINE_PO = "offline-po"
 METHODS = (SFT, SFT_KL, OFFLINE_PO)
+
+ROWS = "rows"
+WEIGHTS = "weights"
+REDUCTIONS = (ROWS, WEIGHTS)
 
 
 def completion_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
@@ -66,12 +79,18 @@ def completion_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, completio
     return sums / counts
 
 
-def _weighted_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Σ w·v / Σ w; 0 (still attached to the graph) when there is nothing to average."""
-    total = weights.sum()
-    if values.numel() == 0 or total <= 0:
-        return (values * weights).sum() * 0.0
-    return (values * weights).sum() / total
+def _reduce(values: torch.Tensor, weights: torch.Tensor, reduction: str) -> torch.Tensor:
+    """Σ w·v divided by the number of rows (``rows``) or by Σ w (``weights``).
+
+    0 (still attached to the graph) when there is nothing to average.
+    """
+    weighted = (values * weights).sum()
+    if reduction == ROWS:
+        return weighted / values.numel() if values.numel() else weighted * 0.0
+    if reduction == WEIGHTS:
+        total = weights.sum()
+        return weighted / total if values.numel() and total > 0 else weighted * 0.0
+    raise ValueError(f"unknown reduction {reduction!r}; expected one of {', '.join(REDUCTIONS)}")
 
 
 def sft_loss(logp: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -107,10 +126,12 @@ def offline_po_loss(
     clip_range: float,
     sft_coeff: float,
     detach_advantage: bool = True,
+    reduction: str = ROWS,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """SPAG's offline policy optimisation with the SFT term on general instruction rows.
 
     ``is_game`` is a boolean mask: True for game rows (reward from self-play), False for sft rows.
+    ``reduction`` is ``rows`` (Σ w·l / n per kind, the original's) or ``weights`` (Σ w·l / Σ w per kind).
 
     The advantage A = reward − β·(log π − log π_ref) is treated as a constant with respect to the
     gradient (``detach_advantage=True``, PPO-style): the KL penalty lowers the advantage of rows that drift
@@ -130,10 +151,10 @@ def offline_po_loss(
         advantage = advantage.detach()
     clipped = ratio.clamp(1.0 - clip_range, 1.0 + clip_range)
     po_per_row = -torch.minimum(ratio * advantage, clipped * advantage)
-    po_term = _weighted_mean(po_per_row, g_w)
+    po_term = _reduce(po_per_row, g_w, reduction)
 
     s_nll = -logp[sft]
-    sft_term = _weighted_mean(s_nll, weights[sft])
+    sft_term = _reduce(s_nll, weights[sft], reduction)
 
     loss = po_term + sft_coeff * sft_term
 
@@ -157,6 +178,7 @@ def compute_loss(
     clip_range: float,
     sft_coeff: float,
     detach_advantage: bool = True,
+    reduction: str = ROWS,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Dispatch on ``method`` with the per-row tensors of a collated batch (weight, reward, is_game)."""
     weights = batch["weight"].to(logp.dtype)
@@ -170,6 +192,6 @@ def compute_loss(
     if method == OFFLINE_PO:
         return offline_po_loss(
             logp, ref_logp, batch["reward"].to(logp.dtype), weights, batch["is_game"], kl_coeff, clip_range,
-            sft_coeff, detach_advantage=detach_advantage,
+            sft_coeff, detach_advantage=detach_advantage, reduction=reduction,
         )
     raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")

@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from spag.train.losses import METHODS, OFFLINE_PO, SFT, SFT_KL
+from spag.train.losses import METHODS, OFFLINE_PO, REDUCTIONS, SFT, SFT_KL
 
 # Defaults of the paper's setting (PAPER.md): imitation 5e-6, SPAG 2e-6; KL 0.1 / 0.2; clip 0.2; SFT 0.5.
 DEFAULT_LEARNING_RATE = {SFT: 5e-6, SFT_KL: 5e-6, OFFLINE_PO: 2e-6}
@@ -55,6 +55,7 @@ class TrainConfig:
     clip_range: float = 0.2
     sft_coeff: float = 0.5
     detach_advantage: bool = True
+    reduction: str = "rows"
     gradient_checkpointing: bool = False
     bf16: bool | None = None
     tf32: bool | None = None
@@ -96,6 +97,8 @@ class TrainConfig:
             raise ValueError(f"max length must be at least 2, got {out.max_length}")
         if not 0 < out.clip_range < 1:
             raise ValueError(f"clip range must be in (0, 1), got {out.clip_range}")
+        if out.reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {out.reduction!r}")
         return out
 
 
@@ -125,7 +128,7 @@ def _make_trainer_class():
         loss_is_scaled_for_ga = False
 
         def __init__(self, *args, method: str, kl_coeff: float, clip_range: float, sft_coeff: float,
-                     detach_advantage: bool = True, ref_model=None, ref_is_base_without_adapter: bool = False,
+                     detach_advantage: bool = True, reduction: str = "rows", ref_model=None, ref_is_base_without_adapter: bool = False,
                      **kwargs):
             super().__init__(*args, **kwargs)
             self.method = method
@@ -133,6 +136,7 @@ def _make_trainer_class():
             self.clip_range = clip_range
             self.sft_coeff = sft_coeff
             self.detach_advantage = detach_advantage
+            self.reduction = reduction
             self.ref_model = ref_model
             self.ref_is_base_without_adapter = ref_is_base_without_adapter
             self._keeps_logits = _accepts(_base_model(self.model), "logits_to_keep")
@@ -159,7 +163,8 @@ def _make_trainer_class():
             if ref_logp is None and self.method != SFT:
                 ref_logp = self._reference_logprobs(model, inputs)
             loss, stats = method_loss(self.method, logp, inputs, ref_logp, self.kl_coeff, self.clip_range,
-                                      self.sft_coeff, detach_advantage=self.detach_advantage)
+                                      self.sft_coeff, detach_advantage=self.detach_advantage,
+                                      reduction=self.reduction)
             self._record(stats)
             return (loss, {"logp": logp.detach()}) if return_outputs else loss
 
@@ -477,6 +482,7 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
         clip_range=config.clip_range,
         sft_coeff=config.sft_coeff,
         detach_advantage=config.detach_advantage,
+        reduction=config.reduction,
         ref_model=ref_model,
         ref_is_base_without_adapter=ref_without_adapter,
     )
