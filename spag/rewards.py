@@ -15,9 +15,13 @@ Reward of the winner's k-th utterance (k = 1..n) in one game, with decay d (0.8 
 
     r_k = (1/d)^k / sum_j (1/d)^j          so later moves weigh more and each game sums to 1.
 
-Role weights, with A attacker-won and D defender-won games that gave rows::
+Beyond the paper's winners-only rows, :class:`RewardOptions` can add a penalty row for the attacker's
+rule-breaking line, negative rows for the loser's lines, and a per-role baseline (all off by default).
 
-    w_attacker = (A + D) / (2A),   w_defender = (A + D) / (2D)       (0 for a side with no wins)
+Role weights, with A games that gave attacker rows and D games that gave defender rows (with winners-only
+rows: the attacker's and the defender's wins)::
+
+    w_attacker = (A + D) / (2A),   w_defender = (A + D) / (2D)       (0 for a side with no rows)
 
 so the attacker's rows together carry (A + D)/2 of weighted reward, and so do the defender's: each role
 learns with coefficient 1/2 in expectation however lopsided the games were.
@@ -36,7 +40,7 @@ from typing import Iterable, Mapping, Sequence
 
 from spag.game.episodes import validate_episode
 from spag.game.prompts import training_prompt
-from spag.game.rules import ATTACKER, DEFENDER, OUTCOMES, ROLES, judge_episode
+from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER, OUTCOMES, ROLES, judge_episode
 from spag.io import DataError, read_records, write_table_atomic
 
 GAME = "game"
@@ -110,6 +114,8 @@ class RowStats:
     sft_rows: int = 0
     sft_bad: int = 0
     sft_source: str | None = None
+    negative_rows: int = 0  # rows with a negative reward (foul penalty, losers' lines)
+    baselines: dict = field(default_factory=dict)  # role -> mean reward subtracted (role_baseline)
 
     def as_dict(self) -> dict:
         return {
@@ -127,6 +133,8 @@ class RowStats:
             "sft_rows": self.sft_rows,
             "sft_bad": self.sft_bad,
             "sft_source": self.sft_source,
+            "negative_rows": self.negative_rows,
+            "baselines": dict(self.baselines),
         }
 
     def line(self, with_sft: bool = True) -> str:
@@ -142,6 +150,10 @@ class RowStats:
         parts.append(f"outcomes: {outcomes or 'none'}")
         rows = ", ".join(f"{k} {v}" for k, v in sorted(self.rows.items())) or "none"
         parts.append(f"rows: {rows}")
+        if self.negative_rows:
+            parts.append(f"{self.negative_rows} rows with a negative reward")
+        if self.baselines:
+            parts.append("baselines: " + ", ".join(f"{k} {v:.3g}" for k, v in sorted(self.baselines.items())))
         parts.append(f"weights: attacker {self.attacker_weight:.4g}, defender {self.defender_weight:.4g}")
         if with_sft and self.sft_source:
             skipped = f" ({self.sft_bad} skipped as bad)" if self.sft_bad else ""
@@ -159,14 +171,60 @@ def _episode_id(episode: Mapping, index: int) -> str:
     return str(ident if ident is not None else index)
 
 
+@dataclass(frozen=True)
+class RewardOptions:
+    """Rewards beyond the paper's winners-only rows (all off by default, as in the paper).
+
+    - ``foul_penalty`` p > 0: in a game the attacker lost by saying the word, the rule-breaking attacker
+      line becomes a row with reward −p.
+    - ``loser_reward`` q < 0: the loser's utterances of a decisive game become rows with rewards
+      q · r_k (the same decayed shares r_k as the winner's, so they sum to q per game).
+    - ``role_baseline``: subtract from every game row's reward the mean reward of its role's rows in
+      the set (a per-role baseline, the role-conditioned advantage of SPIRAL), so each role's rewards
+      average 0 and a role's better moves are pushed up and its worse ones down.
+    """
+
+    decay: float = DEFAULT_DECAY
+    foul_penalty: float = 0.0
+    loser_reward: float = 0.0
+    role_baseline: bool = False
+
+    def __post_init__(self):
+        if self.decay <= 0:
+            raise ValueError(f"decay must be positive, got {self.decay}")
+        if self.foul_penalty < 0:
+            raise ValueError(f"foul_penalty must be >= 0 (it is subtracted), got {self.foul_penalty}")
+        if self.loser_reward > 0:
+            raise ValueError(f"loser_reward must be <= 0, got {self.loser_reward}")
+
+
+def _rewarded_moves(episode: Mapping, verdict, winner_rewards, options: RewardOptions) -> list[tuple[str, int, float]]:
+    """``(role, turn, reward)`` of every utterance of one judged game that becomes a row."""
+    history = episode["history"][: verdict.turns]
+    moves: list[tuple[str, int, float]] = []
+    winner = verdict.winner
+    if winner:
+        mine = [t for t, u in enumerate(history) if u["role"] == winner]
+        moves += [(winner, t, r) for t, r in zip(mine, winner_rewards(len(mine)))]
+        if options.loser_reward:
+            loser = DEFENDER if winner == ATTACKER else ATTACKER
+            theirs = [t for t, u in enumerate(history) if u["role"] == loser]
+            shares = utterance_rewards(len(theirs), options.decay)
+            moves += [(loser, t, options.loser_reward * r) for t, r in zip(theirs, shares)]
+    elif verdict.outcome == ATTACKER_BREAKS_RULES and options.foul_penalty and history:
+        moves.append((ATTACKER, len(history) - 1, -options.foul_penalty))  # the line that said the word
+    return sorted(moves, key=lambda move: move[1])
+
+
 def _game_rows(
     episodes: Sequence[Mapping],
     indices: Sequence[int] | None,
     seed: int,
-    rewards_for,
+    winner_rewards,
     stats: RowStats,
+    options: RewardOptions = RewardOptions(),
 ) -> list[dict]:
-    """Rows from the winners' utterances; ``rewards_for(n)`` gives the rewards of a winner's n moves."""
+    """Rows from judged games; ``winner_rewards(n)`` gives the rewards of a winner's n moves."""
     from spag.console import progress
 
     rng = random.Random(seed)
@@ -175,27 +233,27 @@ def _game_rows(
         index = indices[position] if indices is not None else position
         verdict = judge_episode(episode)
         stats.outcomes[verdict.outcome] += 1
-        winner = verdict.winner
-        history = episode["history"]
-        moves = [t for t, u in enumerate(history[: verdict.turns]) if u["role"] == winner] if winner else []
+        moves = _rewarded_moves(episode, verdict, winner_rewards, options)
         if not moves:
             stats.no_rows += 1
             continue
         stats.used += 1
-        if winner == ATTACKER:
-            stats.attacker_games += 1
-        else:
-            stats.defender_games += 1
+        roles = {role for role, _, _ in moves}
+        stats.attacker_games += ATTACKER in roles
+        stats.defender_games += DEFENDER in roles
+        history = episode["history"]
         target, max_turns = episode["target_word"], int(episode["max_turns"])
-        for turn, reward in zip(moves, rewards_for(len(moves))):
+        for role, turn, reward in moves:
             before = [{"role": u["role"], "content": u["content"]} for u in history[:turn]]
+            if reward < 0:
+                stats.negative_rows += 1
             rows.append(
                 {
-                    "prompt": training_prompt(winner, target, before, max_turns, rng),
+                    "prompt": training_prompt(role, target, before, max_turns, rng),
                     "completion": history[turn]["content"].strip(),
                     "reward": float(reward),
                     "weight": 0.0,  # set once every game has been counted
-                    "role": winner,
+                    "role": role,
                     "kind": GAME,
                     "target_word": target,
                     "turn": turn,
@@ -203,6 +261,18 @@ def _game_rows(
                 }
             )
     return rows
+
+
+def _subtract_role_baselines(rows: list[dict], stats: RowStats) -> None:
+    """Centre each role's game rewards on 0 (the role's mean reward is its baseline)."""
+    for role in ROLES:
+        mine = [row for row in rows if row["kind"] == GAME and row["role"] == role]
+        if not mine:
+            continue
+        baseline = sum(row["reward"] for row in mine) / len(mine)
+        stats.baselines[role] = baseline
+        for row in mine:
+            row["reward"] -= baseline
 
 
 def _apply_role_weights(rows: list[dict], stats: RowStats) -> None:
@@ -219,16 +289,19 @@ def reward_rows(
     decay: float = DEFAULT_DECAY,
     seed: int = 0,
     indices: Sequence[int] | None = None,
+    options: RewardOptions | None = None,
 ) -> tuple[list[dict], RowStats]:
     """SPAG training rows from validated episodes: decayed, normalised rewards and role weights.
 
-    ``indices`` gives each episode's position in its source file (for the ``episode`` column when an
-    episode has no ``id``); by default its position in ``episodes``.
+    ``options`` adds rows beyond the winners' (foul penalty, losers' lines) and the per-role baseline;
+    its ``decay`` wins over ``decay``. ``indices`` gives each episode's position in its source file (for
+    the ``episode`` column when an episode has no ``id``); by default its position in ``episodes``.
     """
-    if decay <= 0:
-        raise ValueError(f"decay must be positive, got {decay}")
+    options = options or RewardOptions(decay=decay)
     stats = RowStats(records=len(episodes))
-    rows = _game_rows(episodes, indices, seed, lambda n: utterance_rewards(n, decay), stats)
+    rows = _game_rows(episodes, indices, seed, lambda n: utterance_rewards(n, options.decay), stats, options)
+    if options.role_baseline:
+        _subtract_role_baselines(rows, stats)
     _apply_role_weights(rows, stats)
     return rows, stats
 
@@ -445,16 +518,18 @@ def build_reward_set(
     strict: bool = False,
     sft_limit: int | None = None,
     control: bool = False,
+    options: RewardOptions | None = None,
 ) -> RowStats:
     """``spag reward``: episodes file -> SPAG training rows (+ general SFT rows) written to ``output``.
 
     ``control`` keeps the general SFT rows only: the ablation arm that trains without game rows.
+    ``options``: foul penalty, losers' rewards, per-role baseline (see :class:`RewardOptions`).
     """
     check_output(output)
     errors: list[DataError] = []
     episodes, indices, count = read_episode_records(episodes_path, errors)
     _raise_if_strict(errors, strict, str(episodes_path))
-    rows, stats = reward_rows(episodes, decay, seed, indices)
+    rows, stats = reward_rows(episodes, decay, seed, indices, options)
     if control:
         rows = []
         stats.rows.clear()

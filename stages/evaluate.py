@@ -33,19 +33,25 @@ from spag.evaluate.games import evaluate_models  # noqa: E402
 from spag.players import load_player  # noqa: E402
 
 cfg = p["evaluate"]
-config = play_config(p, "evaluate", seed=p["seed"])
-words = sample_words(WORDS / "eval.txt", cfg["words"], seed=f"{p['seed']}-evaluate")  # the same for every epoch
+# Evaluation words and sampling seeds come from evaluate.seed alone: the same for every epoch, every
+# training seed and every experiment, so all comparisons are paired.
+words = sample_words(WORDS / "eval.txt", cfg["words"], seed=f"evaluate-{cfg['seed']}")
+config = play_config(p, "evaluate", seed=cfg["seed"])
+if cfg.get("temperature") is None:
+    config.temperature = p["play"]["temperature"]
 model = model_dir(f"epoch_{which}")
 out = epoch_dir(which) / "eval_episodes"
 opponents = {"vs_imitation": model_dir("imitation")}
-if previous_model(p, which) != model_dir("imitation"):
+if cfg["vs_previous"] and previous_model(p, which) != model_dir("imitation"):
     opponents["vs_previous"] = previous_model(p, which)
 player = load_player(str(model), "hf", **player_options(cfg))  # loaded once for every match
 games = {name: evaluate_models(player, load_player(str(opponent), "hf", **player_options(cfg)), words, config,
-                               episodes_out=out / name, resume=True)
+                               episodes_out=out / name, resume=True, seeds=cfg["seeds"])
          for name, opponent in opponents.items()}
 write_json_atomic(METRICS / "epochs" / which / "games.json", games)
 scores = benchmark(model, METRICS / "epochs" / which, epoch_dir(which) / "benchmark.samples.jsonl")
-rates = "; ".join(f"{name}: attacker {g['attacker']['win_rate']:.2f}, defender {g['defender']['win_rate']:.2f}"
-                  for name, g in games.items())
-summary(f"evaluate@{which}", f"win rates {rates}; benchmark geometric mean {scores['geometric_mean']:.3f}")
+rates = "; ".join(
+    f"{name}: score {g['bootstrap']['score']['value']:.3f} [{g['bootstrap']['score']['low']:.3f}, "
+    f"{g['bootstrap']['score']['high']:.3f}] over {g['games']} games, attacker foul rate "
+    f"{g['bootstrap']['attacker_foul_rate']['value']:.2f}" for name, g in games.items())
+summary(f"evaluate@{which}", f"{rates}; benchmark geometric mean {scores['geometric_mean']:.3f}")

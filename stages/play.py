@@ -1,8 +1,11 @@
 """Stage `play@N`: the previous checkpoint plays itself on this epoch's training words."""
 
-from common import WORDS, epoch_arg, epoch_dir, params, play_config, player_options, previous_model, sample_words
+from common import (METRICS, WORDS, epoch_arg, epoch_dir, params, play_config, player_options, previous_model,
+                    sample_words)
 
+from spag.analyze import run_query
 from spag.console import summary
+from spag.io import write_json_atomic
 from spag.play import PlayStats, run_games
 
 p = params()
@@ -14,4 +17,7 @@ model = str(previous_model(p, epoch))
 stats = PlayStats()
 run_games(model, model, words, play_config(p, "play", seed=p["seed"] + int(epoch)), backend=cfg["backend"],
           output=epoch_dir(epoch) / "episodes", resume=True, stats=stats, **player_options(cfg))
-summary(f"play@{epoch}", stats.line())
+# The learning-curve numbers of this epoch's self-play (decisive, foul and win rates, lengths), from DuckDB.
+(selfplay,) = run_query("selfplay", str(epoch_dir(epoch) / "episodes" / "*.parquet"))
+write_json_atomic(METRICS / "epochs" / epoch / "selfplay.json", selfplay)
+summary(f"play@{epoch}", f"{stats.line()}; decisive {selfplay['decisive_rate']:.2f}, foul {selfplay['foul_rate']:.2f}")

@@ -7,7 +7,7 @@ from common import METRICS, epoch_arg, epoch_dir, params
 
 from spag.console import summary
 from spag.io import write_json_atomic
-from spag.rewards import build_reward_set
+from spag.rewards import RewardOptions, build_reward_set
 
 p = params()
 epoch = epoch_arg()
@@ -20,6 +20,8 @@ stats = build_reward_set(
     sft_limit=cfg["sft_limit"],
     seed=p["seed"] + int(epoch),
     control=p["spag"]["control"],
+    options=RewardOptions(decay=cfg["decay"], foul_penalty=cfg["foul_penalty"], loser_reward=cfg["loser_reward"],
+                          role_baseline=cfg["role_baseline"]),
 )
 write_json_atomic(METRICS / "epochs" / epoch / "reward.json", stats.as_dict())
 summary(f"reward@{epoch}", stats.line())

@@ -31,7 +31,8 @@ def small_params(tiny_model: Path) -> dict:
     p["reward"]["sft_limit"] = 4
     for stage in ("imitate", "spag"):
         p[stage].update(batch_size=2, max_length=256)
-    p["evaluate"].update(words=2, max_new_tokens=6)
+    p["evaluate"].update(words=3, seeds=2, max_new_tokens=6)
+    p["reward"]["foul_penalty"] = 1.0
     p["evaluate"]["benchmark"]["limit"] = 4
     return p
 
@@ -47,6 +48,7 @@ def pipeline(tmp_path_factory):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     run(["git", "init", "-q"], work, env)
     run(["dvc", "init", "-q"], work, env)
+    shutil.copytree(ROOT / ".dvc" / "plots", work / ".dvc" / "plots")
     run(["git", "add", "-A"], work, env)
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "project"], work, env)
     result = run(["dvc", "repro"], work, env)
@@ -60,10 +62,20 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
         assert (work / path).exists(), path
     assert list((work / "data/epoch_2/episodes").glob("*.parquet"))
     games = json.loads((work / "metrics/epochs/2/games.json").read_text())
-    assert "vs_imitation" in games
+    # 3 held-out words x 2 roles x 2 sampling seeds, against the imitation model only (vs_previous is off)
+    assert set(games) == {"vs_imitation"}
+    assert games["vs_imitation"]["games"] == 12 and games["vs_imitation"]["seeds"] == 2
+    assert sorted(p.name for p in (work / "data/epoch_2/eval_episodes/vs_imitation").iterdir()) == ["seed_0",
+                                                                                                   "seed_1"]
     report = json.loads((work / "metrics/report.json").read_text())
-    assert [e["epoch"] for e in report["epochs"]] == [1, 2]
-    assert "win rate" in result.stdout + result.stderr
+    assert sorted(report["epochs"]) == ["1", "2"] and report["final"]["epoch"] == 2
+    for epoch in ("1", "2"):
+        score = report["epochs"][epoch]["score_vs_imitation"]
+        assert score["games"] == 12 and 0 <= score["low"] <= score["value"] <= score["high"] <= 1
+        selfplay = report["epochs"][epoch]["selfplay"]
+        assert selfplay["games"] == 4 and 0 <= selfplay["decisive_rate"] <= 1
+    assert report["final"]["score_vs_imitation"] == report["epochs"]["2"]["score_vs_imitation"]
+    assert "final score vs imitation" in result.stdout + result.stderr
 
 
 def test_repro_again_is_up_to_date_and_metrics_are_visible_to_dvc(pipeline):
@@ -72,6 +84,24 @@ def test_repro_again_is_up_to_date_and_metrics_are_visible_to_dvc(pipeline):
     assert "up to date" in status.stdout
     shown = run(["dvc", "metrics", "show", "--json"], work, env)
     assert "games.json" in shown.stdout
+
+
+def test_plots_have_one_series_per_role_and_render(pipeline):
+    import csv
+
+    work, _, env = pipeline
+    with open(work / "metrics/plots/vs_imitation.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["epoch"], r["series"]) for r in rows} == {
+        (e, s) for e in ("1", "2") for s in ("score", "attacker win", "defender win", "attacker foul")}
+    assert all(float(r["low"]) <= float(r["value"]) <= float(r["high"]) for r in rows)
+    with open(work / "metrics/plots/selfplay_rates.csv", newline="") as f:
+        assert {"decisive", "foul", "attacker win", "defender win"} <= {r["series"] for r in csv.DictReader(f)}
+    png = (work / "metrics/learning_curves.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+    run(["dvc", "plots", "show", "-o", "plots_html"], work, env)
+    html = (work / "plots_html/index.html").read_text()
+    assert "attacker win" in html and "errorband" in html
 
 
 def test_analyze_reads_the_pipeline_episodes(pipeline):

@@ -66,6 +66,8 @@ def register(app: typer.Typer) -> None:
         batch_size: int = typer.Option(32, "--batch-size", help="Games generated together."),
         backend: str = typer.Option("hf", "--backend", help="Player backend: hf, vllm, openai."),
         resume: bool = typer.Option(False, "--resume", help="Keep the games already in --episodes-out."),
+        seeds: int = typer.Option(1, "--seeds", min=1, help="Games per word and role, sampling seeds "
+                                                            "SEED, SEED+1, ... (greedy plays one)."),
     ) -> None:
         """Play MODEL against OPPONENT in both roles; win, loss, tie and foul rates with 95% intervals.
 
@@ -78,9 +80,11 @@ def register(app: typer.Typer) -> None:
         chosen = _held_out_words(words, train_words, limit)
         config = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size)
         metrics = evaluate_models(model, opponent, chosen, config, episodes_out=episodes_out, backend=backend,
-                                  resume=resume)
+                                  resume=resume, seeds=seeds)
         write_json_atomic(output, metrics)
+        points = metrics["bootstrap"]["score"]
         summary("evaluate", f"{metrics['model']} vs {metrics['opponent']}, {metrics['games']} games: "
+                            f"score {points['value']:.3f} [{points['low']:.3f}, {points['high']:.3f}], "
                             f"win as attacker {_interval(metrics['attacker'], 'win')}, "
                             f"as defender {_interval(metrics['defender'], 'win')}, "
                             f"overall {_interval(metrics['overall'], 'win')} -> {output}")

@@ -37,19 +37,29 @@ def register(app: typer.Typer) -> None:
         strict: bool = typer.Option(
             False, "--strict", help="Reject the input (exit 2) if any record is bad."
         ),
+        foul_penalty: float = typer.Option(
+            0.0, "--foul-penalty", help="p >= 0: the attacker line that says the word gets reward -p (0: off)."),
+        loser_reward: float = typer.Option(
+            0.0, "--loser-reward", help="q <= 0: the loser's lines get rewards summing to q per game (0: off)."),
+        role_baseline: bool = typer.Option(
+            False, "--role-baseline", help="Subtract each role's mean reward from its rows' rewards."),
     ) -> None:
         """SPAG training rows: the winners' moves in decisive games, with decayed rewards and role weights."""
         from spag.console import summary
         from spag.io import DataError
-        from spag.rewards import build_reward_set
+        from spag.rewards import RewardOptions, build_reward_set
 
-        if decay <= 0:
-            _fail(f"--decay must be positive, got {decay}")
         if sft_limit is not None and sft is None:
             _fail("--sft-limit needs --sft")
         try:
+            options = RewardOptions(decay=decay, foul_penalty=foul_penalty, loser_reward=loser_reward,
+                                    role_baseline=role_baseline)
+        except ValueError as exc:
+            _fail(f"--{str(exc).replace('_', '-')}")
+        try:
             stats = build_reward_set(
-                episodes, output, decay=decay, sft=sft, seed=seed, strict=strict, sft_limit=sft_limit
+                episodes, output, decay=decay, sft=sft, seed=seed, strict=strict, sft_limit=sft_limit,
+                options=options,
             )
         except DataError as exc:
             _fail(str(exc))

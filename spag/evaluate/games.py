@@ -14,7 +14,10 @@ How outcomes count for the model under evaluation:
 - overall (both roles): wins over all games, the model's fouls over all games, and so on.
 
 Every rate comes with a 95% Wilson score interval (``<name>_low``, ``<name>_high``), which stays inside
-[0, 1] and behaves at 0 of n and n of n, where the normal approximation does not.
+[0, 1] and behaves at 0 of n and n of n, where the normal approximation does not. Wilson treats games as
+independent; they are not when a word is played in both roles and with several seeds, so the headline
+numbers (:func:`word_bootstrap`: score, win and foul rates) come with a bootstrap interval over target
+words instead, every game of a word (both roles, all seeds) resampled together.
 """
 
 from __future__ import annotations
@@ -110,6 +113,67 @@ def tally_games(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping]) 
     return {"attacker": attacker, "defender": defender, "overall": overall, "games": n}
 
 
+def _interval_entry(sums, counts, rng, confidence: float, n_resamples: int) -> dict:
+    """Mean of per-word sums over per-word counts, with a bootstrap interval over words."""
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    sums, counts = np.asarray(sums, dtype=float), np.asarray(counts, dtype=float)
+    games = int(counts.sum())
+    value = float(sums.sum() / games) if games else 0.0
+    if len(sums) < 2 or games == 0:
+        return {"value": value, "low": 0.0, "high": 1.0, "games": games, "words": len(sums)}
+
+    def ratio(s, n, axis=-1):
+        return s.sum(axis=axis) / n.sum(axis=axis)
+
+    result = bootstrap((sums, counts), ratio, paired=True, vectorized=True, confidence_level=confidence,
+                       n_resamples=n_resamples, method="percentile", random_state=rng)
+    low, high = result.confidence_interval
+    # A resample can be all-equal: the interval then collapses on the value.
+    low = value if not np.isfinite(low) else min(float(low), value)
+    high = value if not np.isfinite(high) else max(float(high), value)
+    return {"value": value, "low": low, "high": high, "games": games, "words": len(sums)}
+
+
+def word_bootstrap(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping], confidence: float = 0.95,
+                   n_resamples: int = 10_000, seed: int = 0) -> dict:
+    """Score, win and foul rates of the model with bootstrap intervals over target words.
+
+    ``as_attacker`` / ``as_defender``: judged episodes where the model attacked / defended, any number
+    per word (several seeds). Words are resampled with all their games in both roles, so the interval
+    accounts for games of the same word being alike. Returns ``{name: {value, low, high, games, words}}``
+    for ``score`` (win 1, tie 1/2, loss or foul 0, both roles), ``attacker_win_rate``,
+    ``attacker_foul_rate``, ``defender_win_rate`` and ``defender_opponent_foul_rate``.
+    """
+    import numpy as np
+
+    quantities = {  # name -> (role, value of one game for the model)
+        "attacker_win_rate": (ATTACKER, lambda o: float(o == ATTACKER_WINS)),
+        "attacker_foul_rate": (ATTACKER, lambda o: float(o == ATTACKER_BREAKS_RULES)),
+        "defender_win_rate": (DEFENDER, lambda o: float(role_result(o, DEFENDER) == "win")),
+        "defender_opponent_foul_rate": (DEFENDER, lambda o: float(o == ATTACKER_BREAKS_RULES)),
+    }
+    per_word: dict[str, dict[str, list[float]]] = {}
+    for role, episodes in ((ATTACKER, as_attacker), (DEFENDER, as_defender)):
+        for i, episode in enumerate(episodes):
+            outcome = _outcome(episode, i)
+            cell = per_word.setdefault(episode["target_word"], {})
+            cell.setdefault("score", []).append(score(outcome, role))
+            for name, (wanted, value) in quantities.items():
+                if role == wanted:
+                    cell.setdefault(name, []).append(value(outcome))
+    words = sorted(per_word)
+    out = {}
+    for name in ("score", *quantities):
+        sums = [sum(per_word[w].get(name, [])) for w in words]
+        counts = [len(per_word[w].get(name, [])) for w in words]
+        keep = [i for i, n in enumerate(counts) if n]
+        out[name] = _interval_entry([sums[i] for i in keep], [counts[i] for i in keep],
+                                    np.random.default_rng(seed), confidence, n_resamples)
+    return out
+
+
 def _outcome(episode: Mapping, index: int) -> str:
     outcome = episode.get("outcome")
     if outcome is None:
@@ -142,7 +206,7 @@ def model_name(model) -> str:
 
 
 def evaluate_models(model, opponent, words: list[str], config=None, episodes_out=None, *,
-                    backend: str = "hf", resume: bool = False, show_progress: bool = True,
+                    backend: str = "hf", resume: bool = False, show_progress: bool = True, seeds: int = 1,
                     **player_options) -> dict:
     """Play ``model`` against ``opponent`` in both roles on ``words`` and return the metrics.
 
@@ -151,40 +215,68 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
     ``spag.play.PlayConfig`` (default: greedy decoding, as the paper evaluates). ``episodes_out``: a
     folder that gets ``as_attacker.parquet`` and ``as_defender.parquet``, written as games finish (so
     ``resume=True`` continues an interrupted run), or one ``.parquet`` file written at the end.
+
+    ``seeds`` > 1 plays every word that many times per role, with sampling seeds ``config.seed``,
+    ``config.seed + 1``, ...; the games of seed ``s`` go to ``episodes_out/seed_<s>/`` (greedy decoding
+    plays one seed: the others would repeat it). The result's ``bootstrap`` holds score, win and foul
+    rates with 95% intervals from a bootstrap over words (:func:`word_bootstrap`).
     """
-    from spag.play import PlayConfig, play_games
+    from dataclasses import replace
+
+    from spag.play import PlayConfig
     from spag.players import load_player
 
     if not words:
         raise ValueError("no evaluation words")
+    if seeds < 1:
+        raise ValueError(f"seeds must be at least 1, got {seeds}")
     if config is None:
         config = PlayConfig(temperature=0.0)
+    if config.temperature == 0:
+        seeds = 1
+    if episodes_out is not None and Path(episodes_out).suffix == ".parquet" and (resume or seeds > 1):
+        raise ValueError("resuming or several seeds need a folder for --episodes-out, not one .parquet file")
 
     def load(m):
         return load_player(str(m), backend, **player_options) if isinstance(m, (str, os.PathLike)) else m
 
     player = load(model)
     rival = player if model_name(opponent) == model_name(model) else load(opponent)
+    as_attacker, as_defender = [], []
+    for s in range(seeds):
+        out = episodes_out
+        if episodes_out is not None and seeds > 1:
+            out = Path(episodes_out) / f"seed_{s}"
+        attack, defend = _play_both_roles(player, rival, words, replace(config, seed=config.seed + s), out,
+                                          resume=resume, show_progress=show_progress)
+        as_attacker += attack
+        as_defender += defend
+    metrics = tally_games(as_attacker, as_defender)
+    return {"model": model_name(model), "opponent": model_name(opponent), **metrics,
+            "bootstrap": word_bootstrap(as_attacker, as_defender, seed=config.seed),
+            "max_turns": int(config.max_turns), "temperature": float(config.temperature),
+            "seeds": seeds, "first_seed": int(config.seed)}
+
+
+def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, resume: bool,
+                     show_progress: bool) -> tuple[list, list]:
+    """The games of ``player`` as attacker and as defender against ``rival``, saved to ``episodes_out``."""
+    from spag.play import play_games
 
     attack_out = defend_out = single_file = None
     if episodes_out is not None:
         episodes_out = Path(episodes_out)
         if episodes_out.suffix == ".parquet":
-            if resume:
-                raise ValueError("resuming needs a folder for --episodes-out, not one .parquet file")
             single_file = episodes_out
         else:
             attack_out = episodes_out / "as_attacker.parquet"
             defend_out = episodes_out / "as_defender.parquet"
-    as_attacker = play_games(player, rival, words, config, output=attack_out, resume=resume,
-                             show_progress=show_progress)
-    as_defender = play_games(rival, player, words, config, output=defend_out, resume=resume,
-                             show_progress=show_progress)
+    as_attacker = list(play_games(player, rival, words, config, output=attack_out, resume=resume,
+                                  show_progress=show_progress))
+    as_defender = list(play_games(rival, player, words, config, output=defend_out, resume=resume,
+                                  show_progress=show_progress))
     if single_file is not None:
         from spag.game.episodes import write_episodes
 
-        write_episodes(list(as_attacker) + list(as_defender), single_file)
-
-    metrics = tally_games(as_attacker, as_defender)
-    return {"model": model_name(model), "opponent": model_name(opponent), **metrics,
-            "max_turns": int(config.max_turns), "temperature": float(config.temperature)}
+        write_episodes(as_attacker + as_defender, single_file)
+    return as_attacker, as_defender

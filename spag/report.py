@@ -1,0 +1,165 @@
+"""The run's report: per SPAG epoch, how the model fares against the imitation model and in self-play.
+
+Reads what the stages wrote under ``metrics/`` (``epochs/N/games.json`` from ``evaluate@N``,
+``epochs/N/selfplay.json`` from ``play@N``, ``epochs/N/benchmark.json``, ``imitation/benchmark.json``)
+and writes:
+
+- ``report.json`` for ``dvc metrics``/``dvc exp show``: ``epochs.N.score_vs_imitation`` = ``{value, low,
+  high, games}`` (mean score, win 1 / tie 1/2 / loss or foul 0, 95% bootstrap interval over words), the
+  same for win and foul rates per role, the self-play statistics, the benchmark; and ``final``, the
+  last epoch's entry, so runs with different numbers of epochs line up;
+- long-format CSVs under ``plots/`` (``epoch, series, value, low, high``), one series per role, rate or
+  task, drawn by the ``interval`` template (``.dvc/plots/interval.json``: a line per series with its 95%
+  band) in ``dvc plots show`` / ``dvc plots diff``;
+- ``learning_curves.png``, the same curves drawn with matplotlib, readable without a browser or network
+  (``dvc plots show`` loads its JavaScript from a CDN).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from spag.io import atomic_path, write_json_atomic
+
+PLOT_COLUMNS = ["epoch", "series", "value", "low", "high"]
+# games.json bootstrap entry -> report name
+GAME_SERIES = {
+    "attacker_win_rate": "attacker win",
+    "defender_win_rate": "defender win",
+    "attacker_foul_rate": "attacker foul",
+}
+SELFPLAY_RATES = {
+    "decisive_rate": "decisive",
+    "foul_rate": "foul",
+    "attacker_win_rate": "attacker win",
+    "defender_win_rate": "defender win",
+}
+SELFPLAY_LENGTHS = {"mean_turns": "utterances per game", "mean_reply_tokens": "tokens per reply"}
+
+
+def _read(path: Path):
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def _entry(point: dict) -> dict:
+    return {k: point[k] for k in ("value", "low", "high", "games")}
+
+
+def epoch_entry(metrics: Path, epoch: int) -> dict:
+    """Everything the report says about one epoch (empty parts left out)."""
+    folder = metrics / "epochs" / str(epoch)
+    entry: dict = {}
+    games = _read(folder / "games.json")
+    if games and "bootstrap" in games.get("vs_imitation", {}):
+        boot = games["vs_imitation"]["bootstrap"]
+        entry["score_vs_imitation"] = _entry(boot["score"])
+        entry["win_rate"] = {role: _entry(boot[f"{role}_win_rate"]) for role in ("attacker", "defender")}
+        entry["foul_rate"] = {"attacker": _entry(boot["attacker_foul_rate"])}
+        entry["opponent_foul_rate"] = {"defender": _entry(boot["defender_opponent_foul_rate"])}
+    selfplay = _read(folder / "selfplay.json")
+    if selfplay:
+        entry["selfplay"] = {k: v for k, v in selfplay.items() if k not in ("run", "epoch")}
+    bench = _read(folder / "benchmark.json")
+    if bench:
+        entry["benchmark"] = {"geometric_mean": bench["geometric_mean"],
+                              **{task: r["score"] for task, r in bench["tasks"].items()}}
+    return entry
+
+
+def build_report(metrics: Path, epochs: list[int]) -> dict:
+    report: dict = {"epochs": {str(e): epoch_entry(metrics, e) for e in epochs}}
+    baseline = _read(metrics / "imitation" / "benchmark.json")
+    if baseline:
+        report["imitation_benchmark"] = {"geometric_mean": baseline["geometric_mean"],
+                                         **{t: r["score"] for t, r in baseline["tasks"].items()}}
+    if epochs:
+        report["final"] = {"epoch": epochs[-1], **report["epochs"][str(epochs[-1])]}
+    return report
+
+
+def plot_rows(report: dict) -> dict[str, list[dict]]:
+    """The long-format rows of each plot CSV, by file stem."""
+    def row(epoch, series, value, low=None, high=None):
+        return {"epoch": epoch, "series": series, "value": value,
+                "low": value if low is None else low, "high": value if high is None else high}
+
+    plots: dict[str, list[dict]] = {"vs_imitation": [], "selfplay_rates": [], "selfplay_lengths": [],
+                                    "benchmark": []}
+    if "imitation_benchmark" in report:
+        plots["benchmark"] += [row(0, task, v) for task, v in report["imitation_benchmark"].items()]
+    for epoch, entry in ((int(e), x) for e, x in report["epochs"].items()):
+        if "score_vs_imitation" in entry:
+            s = entry["score_vs_imitation"]
+            plots["vs_imitation"].append(row(epoch, "score", s["value"], s["low"], s["high"]))
+            for key, name in GAME_SERIES.items():
+                role, kind = key.split("_", 1)
+                point = entry["win_rate" if kind == "win_rate" else "foul_rate"][role]
+                plots["vs_imitation"].append(row(epoch, name, point["value"], point["low"], point["high"]))
+        if "selfplay" in entry:
+            sp = entry["selfplay"]
+            for key, name in SELFPLAY_RATES.items():
+                plots["selfplay_rates"].append(row(epoch, name, sp[key], sp[f"{key}_low"], sp[f"{key}_high"]))
+            if sp.get("truncated_share") is not None:
+                plots["selfplay_rates"].append(row(epoch, "truncated replies", sp["truncated_share"]))
+            for key, name in SELFPLAY_LENGTHS.items():
+                if sp.get(key) is not None:
+                    plots["selfplay_lengths"].append(row(epoch, name, sp[key]))
+        if "benchmark" in entry:
+            plots["benchmark"] += [row(epoch, task, v) for task, v in entry["benchmark"].items()]
+    return plots
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=PLOT_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+TITLES = {
+    "vs_imitation": "Against the imitation model (held-out words)",
+    "selfplay_rates": "Self-play outcomes",
+    "selfplay_lengths": "Self-play lengths",
+    "benchmark": "Reasoning benchmark (epoch 0 = imitation)",
+}
+
+
+def draw_png(plots: dict[str, list[dict]], path: Path) -> None:
+    """The learning curves as one PNG: a panel per plot, a line per series, the 95% band shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    for ax, (stem, rows) in zip(axes.flat, plots.items()):
+        for series in dict.fromkeys(r["series"] for r in rows):
+            mine = sorted((r for r in rows if r["series"] == series), key=lambda r: r["epoch"])
+            x = [r["epoch"] for r in mine]
+            (line,) = ax.plot(x, [r["value"] for r in mine], marker="o", label=series)
+            ax.fill_between(x, [r["low"] for r in mine], [r["high"] for r in mine], alpha=0.15,
+                            color=line.get_color())
+        if stem == "vs_imitation":
+            ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
+        ax.set_title(TITLES[stem])
+        ax.set_xlabel("epoch")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        if rows:
+            ax.legend(fontsize="small")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+
+
+def write_report(metrics: Path, epochs: list[int]) -> dict:
+    """Write report.json, the plot CSVs and learning_curves.png under ``metrics``; return the report."""
+    report = build_report(metrics, epochs)
+    write_json_atomic(metrics / "report.json", report)
+    plots = plot_rows(report)
+    for stem, rows in plots.items():
+        write_csv(metrics / "plots" / f"{stem}.csv", rows)
+    draw_png(plots, metrics / "learning_curves.png")
+    return report

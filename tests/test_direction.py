@@ -1,0 +1,130 @@
+"""End to end, judge -> rewards -> loss -> trainer: does training move the policy the way the rewards say?
+
+A few hand-written games are judged by the real judge, turned into rows by the real reward code, and a
+tiny real Llama is trained on them by the real trainer. Each row's sequence log-likelihood (the quantity
+the losses act on) is then compared before and after. A sign error, a wrong role picked as the winner, a
+mask over the wrong tokens or a reduction that drops a term makes one of these tests fail.
+"""
+
+import pytest
+
+from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS, judge_episode
+from spag.rewards import RewardOptions, imitation_rows, reward_rows, write_rows
+from spag.testing import make_tiny_checkpoint
+from spag.train.data import encode_rows, validate_row
+from spag.train.reference import compute_reference_logprobs
+from spag.train.trainer import run_training
+
+A, D = ATTACKER, DEFENDER
+
+
+def episode(word, *lines):
+    return {"target_word": word, "max_turns": 3,
+            "history": [{"role": A if i % 2 == 0 else D, "content": text} for i, text in enumerate(lines)]}
+
+
+# Three outcomes, each one the judge decides (checked below): the attacker wins when the defender says the
+# word, the defender wins with a right guess, the attacker fouls by saying the word itself.
+EPISODES = [
+    episode("coffee", "What dark drink do people have first thing in the morning?",
+            "Usually coffee, with some milk."),
+    episode("tea", "Think of a hot drink made by steeping leaves in water.",
+            "I know the word! It is tea"),
+    episode("fox", "The quick brown fox jumps over the lazy dog."),
+    episode("dog", "A loyal pet that barks at the postman.", "A cat, maybe? Cats are pets too.",
+            "It fetches sticks and wags its tail.", "Hmm, a lazy question answer true false."),
+]
+
+TRAIN = {"batch_size": 8, "grad_accum": 1, "logging_steps": 1, "warmup_ratio": 0.0, "show_progress": False,
+         "seed": 0, "live": False, "max_length": 256}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def sequence_logprobs(model_dir, rows):
+    """log π(completion | prompt) of each row under the checkpoint, as the trainer computes it."""
+    from spag.modeling import load_model
+
+    model, tok = load_model(model_dir, device="cpu")
+    encoded = encode_rows([validate_row(r, i) for i, r in enumerate(rows)], tok, 256, show_progress=False)
+    logp = compute_reference_logprobs(model, encoded, tok.pad_token_id, batch_size=8, show_progress=False)
+    return [logp[i] for i in range(len(rows))]
+
+
+def train(tiny, rows, tmp_path, name, method="offline-po", **knobs):
+    data = tmp_path / f"{name}.parquet"
+    write_rows(rows, data)
+    return run_training(method, tiny, data, tmp_path / name, **{**TRAIN, **knobs})
+
+
+def shifts(tiny, trained, rows):
+    before, after = sequence_logprobs(tiny, rows), sequence_logprobs(trained, rows)
+    return [a - b for a, b in zip(after, before)]
+
+
+def test_the_judge_decides_the_hand_written_games():
+    assert [judge_episode(e).outcome for e in EPISODES] == [ATTACKER_WINS, DEFENDER_WINS, ATTACKER_BREAKS_RULES,
+                                                            "tie"]
+
+
+@pytest.fixture(scope="module")
+def rows():
+    rows, stats = reward_rows(EPISODES, options=RewardOptions(foul_penalty=1.0))
+    # The winner's lines of the two decisive games and the foul line; nothing from the tie, nothing of the losers.
+    assert [(r["target_word"], r["role"], r["turn"]) for r in rows] == [("coffee", A, 0), ("tea", D, 1),
+                                                                       ("fox", A, 0)]
+    assert stats.negative_rows == 1
+    return rows
+
+
+def test_offline_po_moves_each_row_in_its_reward_direction_and_flipping_the_sign_reverses_it(tiny, rows, tmp_path):
+    signs = [1 if r["reward"] > 0 else -1 for r in rows]
+    assert sorted(signs) == [-1, 1, 1]  # two winners' lines, one penalised foul line
+
+    forward = shifts(tiny, train(tiny, rows, tmp_path, "forward", learning_rate=2e-3, max_steps=8), rows)
+    assert all(s * d > 0.02 for s, d in zip(signs, forward)), list(zip(signs, forward))
+
+    flipped_rows = [dict(r, reward=-r["reward"]) for r in rows]
+    flipped = shifts(tiny, train(tiny, flipped_rows, tmp_path, "flipped", learning_rate=2e-3, max_steps=8), rows)
+    assert all(s * d < -0.02 for s, d in zip(signs, flipped)), list(zip(signs, flipped))
+
+
+def test_the_losers_lines_are_not_what_rises(tiny, rows, tmp_path):
+    """The defender's losing line of the coffee game is no row: it must rise less than the winner's line."""
+    loser = reward_rows([EPISODES[0]], options=RewardOptions(loser_reward=-1.0))[0]
+    losing_line = [r for r in loser if r["role"] == D]
+    assert len(losing_line) == 1 and losing_line[0]["reward"] == pytest.approx(-1.0)
+    winners = [r for r in rows if r["reward"] > 0]
+    trained = train(tiny, winners, tmp_path, "winners", learning_rate=2e-3, max_steps=8)
+    up = shifts(tiny, trained, winners)
+    other = shifts(tiny, trained, losing_line)[0]
+    assert min(up) > 0.02 and other < min(up), (up, other)
+
+    # With loser_reward the same losing line becomes a row with a negative reward and goes down.
+    both, _ = reward_rows([EPISODES[0]], options=RewardOptions(loser_reward=-1.0))
+    trained = train(tiny, both, tmp_path, "with_loser", learning_rate=2e-3, max_steps=8)
+    moved = dict(zip([r["role"] for r in both], shifts(tiny, trained, both)))
+    assert moved[A] > 0.02 and moved[D] < -0.02, moved
+
+
+def test_role_baseline_turns_the_weaker_rows_of_a_role_negative(tiny, tmp_path):
+    games = [EPISODES[0], episode("milk", "A white drink that comes from cows, good with cereal.",
+                                  "Maybe juice?", "It is white and cows give it.", "Then milk!")]
+    rows, stats = reward_rows(games, options=RewardOptions(role_baseline=True))
+    attacker = [r for r in rows if r["role"] == A]
+    # Before the baseline: 1 for the coffee line, 0.444 and 0.556 for the two milk lines (decay 0.8).
+    assert stats.baselines[A] == pytest.approx((1 + 1) / 3)
+    assert sorted(r["reward"] for r in attacker) == pytest.approx([4 / 9 - 2 / 3, 5 / 9 - 2 / 3, 1 - 2 / 3])
+    trained = train(tiny, rows, tmp_path, "baseline", learning_rate=2e-3, max_steps=8)
+    for row, shift in zip(rows, shifts(tiny, trained, rows)):
+        assert (shift > 0) == (row["reward"] > 0), (row["completion"], row["reward"], shift)
+
+
+def test_imitation_raises_the_imitated_lines(tiny, tmp_path):
+    rows, _ = imitation_rows(EPISODES)
+    assert {(r["target_word"], r["role"]) for r in rows} == {("coffee", A), ("tea", D)}
+    trained = train(tiny, rows, tmp_path, "imitate", method="sft-kl", learning_rate=2e-3, max_steps=8)
+    assert all(d > 0.05 for d in shifts(tiny, trained, rows))
