@@ -49,19 +49,45 @@ def load_tokenizer(name_or_path: str | os.PathLike, trust_remote_code: bool = Fa
     return setup_special_tokens(tokenizer)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU does bfloat16 arithmetic in hardware (AVX512-BF16 or AMX).
+
+    Without it, bfloat16 matrix products run emulated: measured about 9x slower than float32 on a 2-core
+    AVX2 machine, where on a CPU with AMX they are about 1.7x faster.
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
+
+
+def fast_bf16(device: str) -> bool:
+    """bfloat16 is the faster choice on ``device``: a CUDA GPU that supports it, or a CPU that has it natively."""
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return device == "cpu" and cpu_has_native_bf16()
+
+
 def load_model(
     name_or_path: str | os.PathLike,
     device: str | None = None,
     dtype: str | None = None,
     trust_remote_code: bool = False,
 ):
-    """(model, tokenizer) in eval mode on ``device``; float32 on CPU, bf16 on GPU unless told."""
+    """(model, tokenizer) in eval mode on ``device``.
+
+    ``dtype`` None or ``"auto"``: bfloat16 where it is fast (:func:`fast_bf16`), else float32.
+    """
     import torch
     from transformers import AutoModelForCausalLM
 
     device = pick_device(device)
-    if dtype is None:
-        torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if dtype in (None, "auto"):
+        torch_dtype = torch.bfloat16 if fast_bf16(device) else torch.float32
     else:
         torch_dtype = getattr(torch, dtype)
     tokenizer = load_tokenizer(name_or_path, trust_remote_code=trust_remote_code)

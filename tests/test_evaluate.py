@@ -172,3 +172,50 @@ def test_evaluate_plays_both_roles_on_the_tiny_model(tmp_path, tiny):
     attack = [e for e in played if e["attacker_model"] == played[0]["attacker_model"]]
     assert len(attack) == 3 and {e["target_word"] for e in attack} == {"river", "mountain", "coffee"}
     assert tally_role([e["outcome"] for e in attack], ATTACKER)["wins"] == metrics["attacker"]["wins"]
+
+
+# ------------------------------------------------------------------------- bootstrap over target words
+
+
+def games_of(word, outcomes):
+    return [{"target_word": word, "outcome": o} for o in outcomes]
+
+
+def test_word_bootstrap_values_by_hand():
+    from spag.evaluate.games import word_bootstrap
+
+    as_attacker = games_of("a", [ATTACKER_WINS, ATTACKER_BREAKS_RULES]) + games_of("b", [TIE, DEFENDER_WINS])
+    as_defender = games_of("a", [ATTACKER_BREAKS_RULES, TIE]) + games_of("b", [DEFENDER_WINS, ATTACKER_WINS])
+    boot = word_bootstrap(as_attacker, as_defender, n_resamples=2000)
+    # attacker points: 1, 0, 1/2, 0; defender points: 1 (opponent foul), 1/2, 1, 0 -> 4 / 8
+    assert boot["score"]["value"] == pytest.approx(0.5) and boot["score"]["games"] == 8
+    assert boot["attacker_win_rate"]["value"] == pytest.approx(0.25)
+    assert boot["attacker_foul_rate"]["value"] == pytest.approx(0.25)
+    assert boot["defender_win_rate"]["value"] == pytest.approx(0.5)
+    assert boot["defender_opponent_foul_rate"]["value"] == pytest.approx(0.25)
+    for entry in boot.values():
+        assert 0 <= entry["low"] <= entry["value"] <= entry["high"] <= 1 and entry["words"] == 2
+
+
+def test_word_bootstrap_resamples_words_not_games():
+    """Ten words, each always won or always lost over 20 games: the evidence is ten words, not 200 games."""
+    from spag.evaluate.games import word_bootstrap
+
+    as_attacker = [g for i in range(10) for g in games_of(f"w{i}", [ATTACKER_WINS if i % 2 else TIE] * 20)]
+    boot = word_bootstrap(as_attacker, [], n_resamples=4000)["attacker_win_rate"]
+    wilson_low, wilson_high = wilson_interval(100, 200)
+    assert boot["value"] == pytest.approx(0.5) and boot["games"] == 200 and boot["words"] == 10
+    assert (boot["high"] - boot["low"]) > 2.5 * (wilson_high - wilson_low)
+    # The same games spread so that every word has half wins: words agree, the interval collapses.
+    mixed = [g for i in range(10) for g in games_of(f"w{i}", [ATTACKER_WINS, TIE] * 10)]
+    tight = word_bootstrap(mixed, [], n_resamples=4000)["attacker_win_rate"]
+    assert tight["low"] == pytest.approx(0.5) and tight["high"] == pytest.approx(0.5)
+
+
+def test_word_bootstrap_is_seeded_and_one_word_is_uninformative():
+    from spag.evaluate.games import word_bootstrap
+
+    games = [g for i in range(6) for g in games_of(f"w{i}", [ATTACKER_WINS] * i + [TIE] * (5 - i))]
+    assert word_bootstrap(games, [], seed=3) == word_bootstrap(games, [], seed=3)
+    single = word_bootstrap(games_of("w", [ATTACKER_WINS, TIE]), [])["attacker_win_rate"]
+    assert (single["low"], single["high"]) == (0.0, 1.0)

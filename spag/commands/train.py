@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
             True, "--detach-advantage/--attached-advantage",
             help="offline-po: treat A = r − β·(log π − log π_ref) as a constant (the original kept it attached)."),
         gradient_checkpointing: bool = typer.Option(False, "--gradient-checkpointing"),
-        bf16: Optional[bool] = typer.Option(None, "--bf16/--no-bf16", help="Default: on with a bf16 GPU."),
+        bf16: Optional[bool] = typer.Option(None, "--bf16/--no-bf16", help="Default: on where bf16 is fast (bf16 GPU, CPU with AVX512-BF16/AMX)."),
         tf32: Optional[bool] = typer.Option(None, "--tf32/--no-tf32", help="Default: on with an Ampere+ GPU."),
         device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda (default: cuda if present)."),
         lora_r: int = typer.Option(0, "--lora-r", help="LoRA rank; 0 trains every weight."),

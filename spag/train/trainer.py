@@ -212,10 +212,13 @@ def _cuda_available() -> bool:
 
 
 def _precision(config: TrainConfig, device: str) -> tuple[bool, bool]:
+    """(bf16, tf32); bf16 None means "where it is fast" (a bf16 GPU, or a CPU with native bf16)."""
     import torch
 
+    from spag.modeling import fast_bf16
+
     on_cuda = device.startswith("cuda")
-    bf16 = config.bf16 if config.bf16 is not None else (on_cuda and torch.cuda.is_bf16_supported())
+    bf16 = config.bf16 if config.bf16 is not None else fast_bf16(device)
     tf32 = config.tf32 if config.tf32 is not None else (
         on_cuda and torch.cuda.get_device_capability()[0] >= 8)
     return bool(bf16), bool(tf32)
