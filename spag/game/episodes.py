@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from spag.game.rules import ROLES, judge_episode
+from spag.game.rules import ROLES, WHOLE_WORD, judge_episode
 from spag.io import DataError, read_records, write_json_atomic, write_jsonl_atomic, write_table_atomic
 
 DEFAULT_MAX_TURNS = 5
@@ -55,11 +55,11 @@ def read_episodes(path: str | os.PathLike) -> list[dict]:
     return [validate_episode(r, i, path) for i, r in enumerate(read_records(path))]
 
 
-def judged(episodes: Iterable[Mapping]) -> list[dict]:
-    """Each episode with ``outcome`` and ``turns`` added by the judge."""
+def judged(episodes: Iterable[Mapping], rules: str = WHOLE_WORD) -> list[dict]:
+    """Each episode with ``outcome`` and ``turns`` added by the judge (``rules``: whole-word or original)."""
     out = []
     for episode in episodes:
-        verdict = judge_episode(episode)
+        verdict = judge_episode(episode, rules)
         out.append({**episode, "outcome": verdict.outcome, "turns": verdict.turns})
     return out
 
