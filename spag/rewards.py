@@ -6,7 +6,9 @@ A row is ``prompt, completion, reward, weight, role, kind, target_word, turn, ep
   history *before* that utterance), rendered with a training template drawn at random (seeded);
 - ``completion`` is the utterance itself, stripped;
 - ``reward`` is the utterance's share of its game's reward; ``weight`` re-balances the two roles;
-- ``kind`` is ``game`` for game rows and ``sft`` for general instruction rows (reward 0, weight 1).
+- ``kind`` is ``game`` for game rows and ``sft`` for general instruction rows (reward 0, weight 1);
+- ``raw_prompt`` (only in files that hold such rows) is true for a ready-made row of the original project,
+  whose ``query`` already is the model's whole input: it is used as it is, not wrapped in a chat template.
 
 Only decisive games teach anything: the judge (:mod:`spag.game.rules`, never re-implemented here) says
 who won, and the winner's utterances up to the deciding one become rows. Ties and fouls give nothing.
@@ -25,6 +27,7 @@ learns with coefficient 1/2 in expectation however lopsided the games were.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import re
@@ -36,7 +39,7 @@ from typing import Iterable, Mapping, Sequence
 
 from spag.game.episodes import validate_episode
 from spag.game.prompts import training_prompt
-from spag.game.rules import ATTACKER, DEFENDER, OUTCOMES, ROLES, judge_episode
+from spag.game.rules import ATTACKER, DEFENDER, OUTCOMES, ROLES, WHOLE_WORD, judge_episode
 from spag.io import DataError, read_records, write_table_atomic
 
 GAME = "game"
@@ -45,10 +48,14 @@ BUILTIN = "builtin"
 DEFAULT_DECAY = 0.8
 
 ROW_COLUMNS = ("prompt", "completion", "reward", "weight", "role", "kind", "target_word", "turn", "episode")
+RAW_PROMPT = "raw_prompt"
 
 
-def row_schema():
-    """The Parquet schema of a training row (explicit, so empty or all-null columns keep their type)."""
+def row_schema(raw_prompt: bool = False):
+    """The Parquet schema of a training row (explicit, so empty or all-null columns keep their type).
+
+    ``raw_prompt`` adds that column, for files with ready-made rows of the original project.
+    """
     import pyarrow as pa
 
     return pa.schema(
@@ -63,6 +70,7 @@ def row_schema():
             ("turn", pa.int64()),
             ("episode", pa.string()),
         ]
+        + ([(RAW_PROMPT, pa.bool_())] if raw_prompt else [])
     )
 
 
@@ -165,15 +173,19 @@ def _game_rows(
     seed: int,
     rewards_for,
     stats: RowStats,
+    rules: str = WHOLE_WORD,
+    templates: str | os.PathLike | None = None,
 ) -> list[dict]:
-    """Rows from the winners' utterances; ``rewards_for(n)`` gives the rewards of a winner's n moves."""
+    """Rows from the winners' utterances; ``rewards_for(n)`` gives the rewards of a winner's n moves.
+
+    ``rules`` is the judge's rule set; ``templates`` the templates file of the prompts (None: shipped)."""
     from spag.console import progress
 
     rng = random.Random(seed)
     rows: list[dict] = []
     for position, episode in enumerate(progress(episodes, desc="episodes", unit="ep", disable=None)):
         index = indices[position] if indices is not None else position
-        verdict = judge_episode(episode)
+        verdict = judge_episode(episode, rules)
         stats.outcomes[verdict.outcome] += 1
         winner = verdict.winner
         history = episode["history"]
@@ -191,7 +203,7 @@ def _game_rows(
             before = [{"role": u["role"], "content": u["content"]} for u in history[:turn]]
             rows.append(
                 {
-                    "prompt": training_prompt(winner, target, before, max_turns, rng),
+                    "prompt": training_prompt(winner, target, before, max_turns, rng, templates),
                     "completion": history[turn]["content"].strip(),
                     "reward": float(reward),
                     "weight": 0.0,  # set once every game has been counted
@@ -219,6 +231,8 @@ def reward_rows(
     decay: float = DEFAULT_DECAY,
     seed: int = 0,
     indices: Sequence[int] | None = None,
+    rules: str = WHOLE_WORD,
+    templates: str | os.PathLike | None = None,
 ) -> tuple[list[dict], RowStats]:
     """SPAG training rows from validated episodes: decayed, normalised rewards and role weights.
 
@@ -228,7 +242,7 @@ def reward_rows(
     if decay <= 0:
         raise ValueError(f"decay must be positive, got {decay}")
     stats = RowStats(records=len(episodes))
-    rows = _game_rows(episodes, indices, seed, lambda n: utterance_rewards(n, decay), stats)
+    rows = _game_rows(episodes, indices, seed, lambda n: utterance_rewards(n, decay), stats, rules, templates)
     _apply_role_weights(rows, stats)
     return rows, stats
 
@@ -237,10 +251,12 @@ def imitation_rows(
     episodes: Sequence[Mapping],
     seed: int = 0,
     indices: Sequence[int] | None = None,
+    rules: str = WHOLE_WORD,
+    templates: str | os.PathLike | None = None,
 ) -> tuple[list[dict], RowStats]:
     """The imitation set from a teacher's episodes: every winning utterance, reward 1, role weights."""
     stats = RowStats(records=len(episodes))
-    rows = _game_rows(episodes, indices, seed, lambda n: [1.0] * n, stats)
+    rows = _game_rows(episodes, indices, seed, lambda n: [1.0] * n, stats, rules, templates)
     _apply_role_weights(rows, stats)
     return rows, stats
 
@@ -386,32 +402,53 @@ def read_episode_records(
     return episodes, indices, len(records)
 
 
+def _ready_made_number(record: Mapping, key: str, index: int, source: str, non_negative: bool = False) -> float:
+    """A ready-made record's ``weight`` or ``reward``: 1 when absent, else a finite number."""
+    value = record.get(key)
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise DataError(source, index, f"{key!r} must be a number, got {value!r}")
+    if non_negative and value < 0:
+        raise DataError(source, index, f"{key!r} must not be negative, got {value!r}")
+    return float(value)
+
+
 def _instruction_game_rows(
     items: list[tuple[int, Mapping]], source: str, errors: list[DataError] | None
 ) -> list[dict]:
-    """Ready-made imitation rows (the original project's instruction file): reward 1, weight 1."""
+    """Ready-made imitation rows: the original project's ``query``/``target`` file, or this project's
+    ``prompt``/``completion`` rows. Reward and weight are the record's (1 where it has none).
+
+    A ``query`` is the original's whole model input (its rules, history and "### Response:" framing), so
+    its row is marked ``raw_prompt`` and goes to the model as it is; a ``prompt`` is a user message and is
+    rendered like any other.
+    """
     rows = []
     for index, record in items:
         try:
             prompt, completion = _prompt_completion(record, index, source)
+            weight = _ready_made_number(record, "weight", index, source, non_negative=True)
+            reward = _ready_made_number(record, "reward", index, source)
         except DataError as error:
             _report(error, errors)
             continue
         role = record.get("role") if record.get("role") in ROLES else infer_role(prompt)
         target = record.get("target_word")
-        rows.append(
-            {
-                "prompt": prompt,
-                "completion": completion,
-                "reward": 1.0,
-                "weight": 1.0,
-                "role": role,
-                "kind": GAME,
-                "target_word": target if isinstance(target, str) else None,
-                "turn": None,
-                "episode": _episode_id(record, index),
-            }
-        )
+        row = {
+            "prompt": prompt,
+            "completion": completion,
+            "reward": reward,
+            "weight": weight,
+            "role": role,
+            "kind": GAME,
+            "target_word": target if isinstance(target, str) else None,
+            "turn": None,
+            "episode": _episode_id(record, index),
+        }
+        if "query" in record:
+            row[RAW_PROMPT] = True
+        rows.append(row)
     return rows
 
 
@@ -433,7 +470,10 @@ def check_output(output: str | os.PathLike) -> None:
 def write_rows(rows: list[dict], output: str | os.PathLike) -> None:
     """Write rows atomically: Parquet for ``.parquet``, JSON lines for ``.jsonl``."""
     check_output(output)
-    write_table_atomic(output, rows, schema=row_schema() if Path(output).suffix == ".parquet" else None)
+    raw = any(row.get(RAW_PROMPT) for row in rows)
+    if raw:
+        rows = [{**row, RAW_PROMPT: bool(row.get(RAW_PROMPT))} for row in rows]
+    write_table_atomic(output, rows, schema=row_schema(raw) if Path(output).suffix == ".parquet" else None)
 
 
 def build_reward_set(
@@ -445,6 +485,8 @@ def build_reward_set(
     strict: bool = False,
     sft_limit: int | None = None,
     control: bool = False,
+    rules: str = WHOLE_WORD,
+    templates: str | os.PathLike | None = None,
 ) -> RowStats:
     """``spag reward``: episodes file -> SPAG training rows (+ general SFT rows) written to ``output``.
 
@@ -454,7 +496,7 @@ def build_reward_set(
     errors: list[DataError] = []
     episodes, indices, count = read_episode_records(episodes_path, errors)
     _raise_if_strict(errors, strict, str(episodes_path))
-    rows, stats = reward_rows(episodes, decay, seed, indices)
+    rows, stats = reward_rows(episodes, decay, seed, indices, rules, templates)
     if control:
         rows = []
         stats.rows.clear()
@@ -485,11 +527,14 @@ def build_imitation_set(
     strict: bool = False,
     sft: str | os.PathLike | None = None,
     sft_limit: int | None = None,
+    rules: str = WHOLE_WORD,
+    templates: str | os.PathLike | None = None,
 ) -> RowStats:
     """``spag imitation-data``: a teacher's episodes (or ready-made query/target rows) -> imitation rows.
 
     ``sft`` mixes general instruction rows in, as ``spag reward`` does, so that imitation does not
-    erode the model's general abilities (and has data even when the teacher won no game).
+    erode the model's general abilities (and has data even when the teacher won no game). The original
+    code's imitation set had none (``imitate.sft: null`` in paper mode).
     """
     check_output(output)
     errors: list[DataError] = []
@@ -497,7 +542,7 @@ def build_imitation_set(
     episodes, indices, count = read_episode_records(episodes_path, errors, ready_made)
     made = _instruction_game_rows(ready_made, str(episodes_path), errors)
     _raise_if_strict(errors, strict, str(episodes_path))
-    rows, stats = imitation_rows(episodes, seed, indices)
+    rows, stats = imitation_rows(episodes, seed, indices, rules, templates)
     stats.records, stats.bad = count, len(errors)
     stats.instruction_rows = len(made)
     for row in made:
