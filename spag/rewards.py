@@ -452,6 +452,42 @@ def _instruction_game_rows(
     return rows
 
 
+READY_MADE_FILE = "ready_made.parquet"
+_READY_MADE_SHAPES = (("query", "target"), ("prompt", "completion"))
+_READY_MADE_EXTRAS = (("weight", "float"), ("reward", "float"), ("role", "string"), ("target_word", "string"))
+
+
+def import_ready_made_rows(source: str | os.PathLike, output_dir: str | os.PathLike) -> int:
+    """A ready-made imitation file (the original's ``train_imitation_gpt4.json``: ``query``, ``target`` and
+    possibly ``weight``) copied into ``output_dir/ready_made.parquet``, where :func:`build_imitation_set`
+    takes it up as rows: the ``query`` used as the whole model input, the ``weight`` kept.
+
+    Every record must have the same shape (query/target, or prompt/completion); the first bad one raises
+    DataError naming it. Returns the number of records.
+    """
+    import pyarrow as pa
+
+    records = read_records(source)
+    if not records:
+        raise DataError(source, None, "no rows to import")
+    shape = next((s for s in _READY_MADE_SHAPES if set(s) <= records[0].keys()), None)
+    if shape is None:
+        raise DataError(source, 0, "expected query/target (or prompt/completion) fields")
+    columns = [(name, pa.string()) for name in shape]
+    columns += [(name, pa.float64() if kind == "float" else pa.string()) for name, kind in _READY_MADE_EXTRAS]
+    errors: list[DataError] = []
+    clean = []
+    for index, record in enumerate(records):
+        if not set(shape) <= record.keys() or "history" in record:
+            raise DataError(source, index, f"expected {shape[0]}/{shape[1]} fields like the first record")
+        _instruction_game_rows([(index, record)], str(source), errors)  # the same checks as at use
+        if errors:
+            raise errors[0]
+        clean.append({name: record.get(name) for name, _ in columns})
+    write_table_atomic(Path(output_dir) / READY_MADE_FILE, clean, schema=pa.schema(columns))
+    return len(clean)
+
+
 def _raise_if_strict(errors: list[DataError], strict: bool, what: str) -> None:
     for error in errors:
         print(f"{'error' if strict else 'skipped'}: {error}", file=sys.stderr)
