@@ -134,7 +134,7 @@ def _episode_schema():
         ("top_k", pa.int64()), ("max_new_tokens", pa.int64()), ("min_new_tokens", pa.int64()),
         ("seed", pa.int64()), ("examples", pa.bool_()), ("foul_retries", pa.int64()),
         ("coached_attacker", pa.bool_()), ("final_guess", pa.bool_()), ("generated_tokens", pa.int64()),
-        ("empty_replies", pa.int64()), ("truncated_replies", pa.int64()),
+        ("empty_replies", pa.int64()), ("truncated_replies", pa.int64()), ("rules", pa.string()),
     ])
 
 
