@@ -309,3 +309,33 @@ def test_teacher_rows_with_a_bad_weight_stop_with_one_line(tmp_path):
     result, _ = stage(tmp_path, "teacher_play", {"teacher.rows": str(src)})
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: teacher.rows: {src}: record 0: 'weight' must be a number, got 'heavy'"
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+
+def spag(*args):
+    return subprocess.run([sys.executable, "-m", "spag.cli", *map(str, args)], capture_output=True, text=True)
+
+
+def test_reward_and_imitation_commands_take_the_rules(tmp_path):
+    src = tmp_path / "episodes.json"
+    src.write_text(json.dumps(EPISODES))
+    for command in ("reward", "imitation-data"):
+        whole = spag(command, src, "-o", tmp_path / "whole.jsonl")
+        original = spag(command, src, "-o", tmp_path / "original.jsonl", "--rules", "original")
+        assert whole.returncode == original.returncode == 0, whole.stderr + original.stderr
+        roles = [[json.loads(line)["role"] for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+                 for name in ("whole", "original")]
+        assert roles == [["defender"], ["attacker", "defender"]], command
+        bad = spag(command, src, "-o", tmp_path / "bad.jsonl", "--rules", "loose")
+        assert bad.returncode == 2 and "--rules must be one of whole-word, original" in bad.stderr
+
+
+def test_commands_name_a_bad_templates_file(tmp_path):
+    src = tmp_path / "episodes.json"
+    src.write_text(json.dumps(EPISODES))
+    templates = tmp_path / "t.yaml"
+    templates.write_text("parts: [rules]\n")
+    result = spag("imitation-data", src, "-o", tmp_path / "rows.jsonl", "--templates", templates)
+    assert result.returncode == 2 and f"{templates}: rules: missing" in result.stderr
