@@ -1,19 +1,25 @@
 """Prompts: the attacker knows the word, the defender never does, and rendering follows the tokenizer."""
 
+import hashlib
 import random
 
 import pytest
 
 from spag.game.prompts import (
-    PLAY_TEMPLATE,
     PLAIN_REPLY_PREFIX,
+    PLAY_TEMPLATE,
     TRAINING_TEMPLATES,
     Template,
     build_prompt,
+    default_templates_path,
+    load_templates,
     next_role,
+    play_template,
     to_model_input,
     training_prompt,
+    training_templates,
 )
+from spag.io import DataError
 from spag.testing import build_tiny_tokenizer
 
 HISTORY = [
@@ -80,11 +86,6 @@ def test_attacker_speaks_first_and_roles_alternate():
 
 
 # ------------------------------------------------------------------------------ templates as a file
-
-import hashlib  # noqa: E402
-
-from spag.game.prompts import default_templates_path, load_templates, play_template, training_templates  # noqa: E402
-from spag.io import DataError  # noqa: E402
 
 # sha256 of the prompts below as the templates were built in Python before they became templates.yaml:
 # the shipped file must keep every default prompt byte for byte.

@@ -28,6 +28,8 @@ import string
 from functools import lru_cache
 from typing import Mapping, Sequence
 
+from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS, TIE, Verdict
+
 GUESS_WINDOW = r"i know the word! it.{1,8}"
 _GUESS = re.compile(GUESS_WINDOW)
 _QUOTED = ('"{}"', "'{}'", "`{}`")
@@ -86,9 +88,6 @@ def right_guess_original(text: str, target_word: str) -> bool:
 
 def judge_original(target_word: str, history: Sequence[Mapping[str, str]], max_turns: int):
     """The original's verdict on a game, as a :class:`spag.game.rules.Verdict`."""
-    from spag.game.rules import (ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS, TIE,
-                                 Verdict)
-
     considered = 0
     for utterance in history:
         considered += 1
