@@ -339,3 +339,16 @@ def test_commands_name_a_bad_templates_file(tmp_path):
     templates.write_text("parts: [rules]\n")
     result = spag("imitation-data", src, "-o", tmp_path / "rows.jsonl", "--templates", templates)
     assert result.returncode == 2 and f"{templates}: rules: missing" in result.stderr
+
+
+def test_words_command_reads_a_list_file(tmp_path):
+    listing = tmp_path / "list.txt"
+    listing.write_text("One\nlike\nwould\nriver\none\napple\n")
+    out = tmp_path / "words.txt"
+    kept = spag("words", "-o", out, "--source", listing, "--top", 4, "--keep-stop-words")
+    assert kept.returncode == 0, kept.stderr
+    assert out.read_text().split() == ["one", "like", "would", "river"]  # order kept, lower-cased, no repeat
+    skipped = spag("words", "-o", out, "--source", listing)
+    assert skipped.returncode == 0 and out.read_text().split() == ["river", "apple"]  # "one", "like", "would": function words
+    missing = spag("words", "-o", out, "--source", tmp_path / "nowhere.txt")
+    assert missing.returncode == 2 and "nowhere.txt: cannot read the word list" in missing.stderr
