@@ -29,13 +29,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spag.game.prompts import PLAY_TEMPLATE, Template, build_prompt, next_role
-from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, OUTCOMES, judge
+from spag.game.prompts import Template, build_prompt, next_role, play_template
+from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, OUTCOMES, WHOLE_WORD, check_rules, judge
 from spag.io import DataError
 from spag.players.base import STOP_STRINGS, Player, clean_reply, derive_seed
 from spag.teacher import DictionaryGuesser, blank_out, coaching_prompt
 
-SETTINGS_CHECKED_ON_RESUME = ("max_turns", "temperature", "top_k", "max_new_tokens", "seed",
+SETTINGS_CHECKED_ON_RESUME = ("max_turns", "temperature", "top_k", "max_new_tokens", "seed", "rules",
                               "attacker_model", "defender_model")
 
 
@@ -54,6 +54,8 @@ class PlayConfig:
     foul_retries: int = 0         # resamples of an attacker utterance that breaks the rules
     coached_attacker: bool = False  # attacker lines describe the word when asked to, the word blanked out
     final_guess: bool = False     # the defender's last utterance is a dictionary guess
+    rules: str = WHOLE_WORD       # the judge's rule set: whole-word, or original (the original code's)
+    templates: str | None = None  # a templates file (spag/game/templates.yaml format); None: the shipped one
 
     def __post_init__(self):
         if self.max_turns < 1:
@@ -64,10 +66,11 @@ class PlayConfig:
             raise ValueError("max_new_tokens must be at least 1")
         if self.empty_retries < 0 or self.foul_retries < 0:
             raise ValueError("empty_retries and foul_retries cannot be negative")
+        check_rules(self.rules)
 
     @property
     def template(self) -> Template:
-        return Template(rules=PLAY_TEMPLATE.rules, layout=PLAY_TEMPLATE.layout, examples=self.examples)
+        return play_template(self.templates, examples=self.examples)
 
 
 @dataclass
@@ -131,7 +134,7 @@ def _episode_schema():
         ("top_k", pa.int64()), ("max_new_tokens", pa.int64()), ("min_new_tokens", pa.int64()),
         ("seed", pa.int64()), ("examples", pa.bool_()), ("foul_retries", pa.int64()),
         ("coached_attacker", pa.bool_()), ("final_guess", pa.bool_()), ("generated_tokens", pa.int64()),
-        ("empty_replies", pa.int64()), ("truncated_replies", pa.int64()),
+        ("empty_replies", pa.int64()), ("truncated_replies", pa.int64()), ("rules", pa.string()),
     ])
 
 
@@ -220,7 +223,7 @@ def _existing_for(words: Sequence[str], existing: list[dict], source, config: Pl
                   models: dict[str, str]) -> dict[int, dict]:
     """Already played episodes by word index, checked against the word list and the settings."""
     expected = {**{k: getattr(config, k) for k in ("max_turns", "temperature", "top_k", "max_new_tokens",
-                                                   "seed")}, **models}
+                                                   "seed", "rules")}, **models}
     done: dict[int, dict] = {}
     for i, episode in enumerate(existing):
         index = episode.get("word_index")
@@ -312,11 +315,11 @@ def _breaks_rules(game: _Game, text: str, config: PlayConfig) -> bool:
     if next_role(game.history) != ATTACKER:
         return False
     history = [*game.history, {"role": ATTACKER, "content": text}]
-    return judge(game.word, history, config.max_turns).outcome == ATTACKER_BREAKS_RULES
+    return judge(game.word, history, config.max_turns, config.rules).outcome == ATTACKER_BREAKS_RULES
 
 
 def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
-    verdict = judge(game.word, game.history, config.max_turns)
+    verdict = judge(game.word, game.history, config.max_turns, config.rules)
     return {
         "target_word": game.word, "word_index": game.index, "max_turns": config.max_turns,
         "history": game.history, "outcome": verdict.outcome, "turns": verdict.turns, **models,
@@ -324,7 +327,7 @@ def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
         "max_new_tokens": int(config.max_new_tokens), "min_new_tokens": int(config.min_new_tokens),
         "seed": int(config.seed), "examples": bool(config.examples),
         "foul_retries": int(config.foul_retries), "coached_attacker": bool(config.coached_attacker),
-        "final_guess": bool(config.final_guess),
+        "final_guess": bool(config.final_guess), "rules": config.rules,
         "generated_tokens": game.generated_tokens, "empty_replies": game.empty_replies,
         "truncated_replies": game.truncated_replies,
     }
@@ -393,7 +396,7 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
                         _speak(player, turn, config, stats, guess)
             still = []
             for game in live:
-                verdict = judge(game.word, game.history, config.max_turns)
+                verdict = judge(game.word, game.history, config.max_turns, config.rules)
                 if verdict.decided or len(game.history) >= 2 * config.max_turns:
                     episode = _episode(game, config, models)
                     new.append(episode)

@@ -6,7 +6,9 @@ A row is ``prompt, completion, reward, weight, role, kind, target_word, turn, ep
   history *before* that utterance), rendered with a training template drawn at random (seeded);
 - ``completion`` is the utterance itself, stripped;
 - ``reward`` is the utterance's share of its game's reward; ``weight`` re-balances the two roles;
-- ``kind`` is ``game`` for game rows and ``sft`` for general instruction rows (reward 0, weight 1).
+- ``kind`` is ``game`` for game rows and ``sft`` for general instruction rows (reward 0, weight 1);
+- ``raw_prompt`` (only in files that hold such rows) is true for a ready-made row of the original project,
+  whose ``query`` already is the model's whole input: it is used as it is, not wrapped in a chat template.
 
 Only decisive games teach anything: the judge (:mod:`spag.game.rules`, never re-implemented here) says
 who won, and the winner's utterances up to the deciding one become rows. Ties and fouls give nothing.
@@ -29,6 +31,7 @@ learns with coefficient 1/2 in expectation however lopsided the games were.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import re
@@ -40,7 +43,7 @@ from typing import Iterable, Mapping, Sequence
 
 from spag.game.episodes import validate_episode
 from spag.game.prompts import training_prompt
-from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER, OUTCOMES, ROLES, judge_episode
+from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER, OUTCOMES, ROLES, WHOLE_WORD, judge_episode
 from spag.io import DataError, read_records, write_table_atomic
 
 GAME = "game"
@@ -49,10 +52,14 @@ BUILTIN = "builtin"
 DEFAULT_DECAY = 0.8
 
 ROW_COLUMNS = ("prompt", "completion", "reward", "weight", "role", "kind", "target_word", "turn", "episode")
+RAW_PROMPT = "raw_prompt"
 
 
-def row_schema():
-    """The Parquet schema of a training row (explicit, so empty or all-null columns keep their type)."""
+def row_schema(raw_prompt: bool = False):
+    """The Parquet schema of a training row (explicit, so empty or all-null columns keep their type).
+
+    ``raw_prompt`` adds that column, for files with ready-made rows of the original project.
+    """
     import pyarrow as pa
 
     return pa.schema(
@@ -67,6 +74,7 @@ def row_schema():
             ("turn", pa.int64()),
             ("episode", pa.string()),
         ]
+        + ([(RAW_PROMPT, pa.bool_())] if raw_prompt else [])
     )
 
 
@@ -223,15 +231,19 @@ def _game_rows(
     winner_rewards,
     stats: RowStats,
     options: RewardOptions = RewardOptions(),
+    rules: str = WHOLE_WORD,
+    templates: str | os.PathLike | None = None,
 ) -> list[dict]:
-    """Rows from judged games; ``winner_rewards(n)`` gives the rewards of a winner's n moves."""
+    """Rows from judged games; ``winner_rewards(n)`` gives the rewards of a winner's n moves.
+
+    ``rules`` is the judge's rule set; ``templates`` the templates file of the prompts (None: shipped)."""
     from spag.console import progress
 
     rng = random.Random(seed)
     rows: list[dict] = []
     for position, episode in enumerate(progress(episodes, desc="episodes", unit="ep", disable=None)):
         index = indices[position] if indices is not None else position
-        verdict = judge_episode(episode)
+        verdict = judge_episode(episode, rules)
         stats.outcomes[verdict.outcome] += 1
         moves = _rewarded_moves(episode, verdict, winner_rewards, options)
         if not moves:
@@ -249,7 +261,7 @@ def _game_rows(
                 stats.negative_rows += 1
             rows.append(
                 {
-                    "prompt": training_prompt(role, target, before, max_turns, rng),
+                    "prompt": training_prompt(role, target, before, max_turns, rng, templates),
                     "completion": history[turn]["content"].strip(),
                     "reward": float(reward),
                     "weight": 0.0,  # set once every game has been counted
@@ -290,6 +302,8 @@ def reward_rows(
     seed: int = 0,
     indices: Sequence[int] | None = None,
     options: RewardOptions | None = None,
+    rules: str = WHOLE_WORD,
+    templates: str | os.PathLike | None = None,
 ) -> tuple[list[dict], RowStats]:
     """SPAG training rows from validated episodes: decayed, normalised rewards and role weights.
 
@@ -299,7 +313,8 @@ def reward_rows(
     """
     options = options or RewardOptions(decay=decay)
     stats = RowStats(records=len(episodes))
-    rows = _game_rows(episodes, indices, seed, lambda n: utterance_rewards(n, options.decay), stats, options)
+    rows = _game_rows(episodes, indices, seed, lambda n: utterance_rewards(n, options.decay), stats, options,
+                      rules, templates)
     if options.role_baseline:
         _subtract_role_baselines(rows, stats)
     _apply_role_weights(rows, stats)
@@ -310,10 +325,12 @@ def imitation_rows(
     episodes: Sequence[Mapping],
     seed: int = 0,
     indices: Sequence[int] | None = None,
+    rules: str = WHOLE_WORD,
+    templates: str | os.PathLike | None = None,
 ) -> tuple[list[dict], RowStats]:
     """The imitation set from a teacher's episodes: every winning utterance, reward 1, role weights."""
     stats = RowStats(records=len(episodes))
-    rows = _game_rows(episodes, indices, seed, lambda n: [1.0] * n, stats)
+    rows = _game_rows(episodes, indices, seed, lambda n: [1.0] * n, stats, rules=rules, templates=templates)
     _apply_role_weights(rows, stats)
     return rows, stats
 
@@ -459,33 +476,90 @@ def read_episode_records(
     return episodes, indices, len(records)
 
 
+def _ready_made_number(record: Mapping, key: str, index: int, source: str, non_negative: bool = False) -> float:
+    """A ready-made record's ``weight`` or ``reward``: 1 when absent, else a finite number."""
+    value = record.get(key)
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise DataError(source, index, f"{key!r} must be a number, got {value!r}")
+    if non_negative and value < 0:
+        raise DataError(source, index, f"{key!r} must not be negative, got {value!r}")
+    return float(value)
+
+
 def _instruction_game_rows(
     items: list[tuple[int, Mapping]], source: str, errors: list[DataError] | None
 ) -> list[dict]:
-    """Ready-made imitation rows (the original project's instruction file): reward 1, weight 1."""
+    """Ready-made imitation rows: the original project's ``query``/``target`` file, or this project's
+    ``prompt``/``completion`` rows. Reward and weight are the record's (1 where it has none).
+
+    A ``query`` is the original's whole model input (its rules, history and "### Response:" framing), so
+    its row is marked ``raw_prompt`` and goes to the model as it is; a ``prompt`` is a user message and is
+    rendered like any other.
+    """
     rows = []
     for index, record in items:
         try:
             prompt, completion = _prompt_completion(record, index, source)
+            weight = _ready_made_number(record, "weight", index, source, non_negative=True)
+            reward = _ready_made_number(record, "reward", index, source)
         except DataError as error:
             _report(error, errors)
             continue
         role = record.get("role") if record.get("role") in ROLES else infer_role(prompt)
         target = record.get("target_word")
-        rows.append(
-            {
-                "prompt": prompt,
-                "completion": completion,
-                "reward": 1.0,
-                "weight": 1.0,
-                "role": role,
-                "kind": GAME,
-                "target_word": target if isinstance(target, str) else None,
-                "turn": None,
-                "episode": _episode_id(record, index),
-            }
-        )
+        row = {
+            "prompt": prompt,
+            "completion": completion,
+            "reward": reward,
+            "weight": weight,
+            "role": role,
+            "kind": GAME,
+            "target_word": target if isinstance(target, str) else None,
+            "turn": None,
+            "episode": _episode_id(record, index),
+        }
+        if "query" in record:
+            row[RAW_PROMPT] = True
+        rows.append(row)
     return rows
+
+
+READY_MADE_FILE = "ready_made.parquet"
+_READY_MADE_SHAPES = (("query", "target"), ("prompt", "completion"))
+_READY_MADE_EXTRAS = (("weight", "float"), ("reward", "float"), ("role", "string"), ("target_word", "string"))
+
+
+def import_ready_made_rows(source: str | os.PathLike, output_dir: str | os.PathLike) -> int:
+    """A ready-made imitation file (the original's ``train_imitation_gpt4.json``: ``query``, ``target`` and
+    possibly ``weight``) copied into ``output_dir/ready_made.parquet``, where :func:`build_imitation_set`
+    takes it up as rows: the ``query`` used as the whole model input, the ``weight`` kept.
+
+    Every record must have the same shape (query/target, or prompt/completion); the first bad one raises
+    DataError naming it. Returns the number of records.
+    """
+    import pyarrow as pa
+
+    records = read_records(source)
+    if not records:
+        raise DataError(source, None, "no rows to import")
+    shape = next((s for s in _READY_MADE_SHAPES if set(s) <= records[0].keys()), None)
+    if shape is None:
+        raise DataError(source, 0, "expected query/target (or prompt/completion) fields")
+    columns = [(name, pa.string()) for name in shape]
+    columns += [(name, pa.float64() if kind == "float" else pa.string()) for name, kind in _READY_MADE_EXTRAS]
+    errors: list[DataError] = []
+    clean = []
+    for index, record in enumerate(records):
+        if not set(shape) <= record.keys() or "history" in record:
+            raise DataError(source, index, f"expected {shape[0]}/{shape[1]} fields like the first record")
+        _instruction_game_rows([(index, record)], str(source), errors)  # the same checks as at use
+        if errors:
+            raise errors[0]
+        clean.append({name: record.get(name) for name, _ in columns})
+    write_table_atomic(Path(output_dir) / READY_MADE_FILE, clean, schema=pa.schema(columns))
+    return len(clean)
 
 
 def _raise_if_strict(errors: list[DataError], strict: bool, what: str) -> None:
@@ -506,7 +580,10 @@ def check_output(output: str | os.PathLike) -> None:
 def write_rows(rows: list[dict], output: str | os.PathLike) -> None:
     """Write rows atomically: Parquet for ``.parquet``, JSON lines for ``.jsonl``."""
     check_output(output)
-    write_table_atomic(output, rows, schema=row_schema() if Path(output).suffix == ".parquet" else None)
+    raw = any(row.get(RAW_PROMPT) for row in rows)
+    if raw:
+        rows = [{**row, RAW_PROMPT: bool(row.get(RAW_PROMPT))} for row in rows]
+    write_table_atomic(output, rows, schema=row_schema(raw) if Path(output).suffix == ".parquet" else None)
 
 
 def build_reward_set(
@@ -519,6 +596,8 @@ def build_reward_set(
     sft_limit: int | None = None,
     control: bool = False,
     options: RewardOptions | None = None,
+    rules: str = WHOLE_WORD,
+    templates: str | os.PathLike | None = None,
 ) -> RowStats:
     """``spag reward``: episodes file -> SPAG training rows (+ general SFT rows) written to ``output``.
 
@@ -529,7 +608,7 @@ def build_reward_set(
     errors: list[DataError] = []
     episodes, indices, count = read_episode_records(episodes_path, errors)
     _raise_if_strict(errors, strict, str(episodes_path))
-    rows, stats = reward_rows(episodes, decay, seed, indices, options)
+    rows, stats = reward_rows(episodes, decay, seed, indices, options, rules, templates)
     if control:
         rows = []
         stats.rows.clear()
@@ -560,11 +639,14 @@ def build_imitation_set(
     strict: bool = False,
     sft: str | os.PathLike | None = None,
     sft_limit: int | None = None,
+    rules: str = WHOLE_WORD,
+    templates: str | os.PathLike | None = None,
 ) -> RowStats:
     """``spag imitation-data``: a teacher's episodes (or ready-made query/target rows) -> imitation rows.
 
     ``sft`` mixes general instruction rows in, as ``spag reward`` does, so that imitation does not
-    erode the model's general abilities (and has data even when the teacher won no game).
+    erode the model's general abilities (and has data even when the teacher won no game). The original
+    code's imitation set had none (``imitate.sft: null`` in paper mode).
     """
     check_output(output)
     errors: list[DataError] = []
@@ -572,7 +654,7 @@ def build_imitation_set(
     episodes, indices, count = read_episode_records(episodes_path, errors, ready_made)
     made = _instruction_game_rows(ready_made, str(episodes_path), errors)
     _raise_if_strict(errors, strict, str(episodes_path))
-    rows, stats = imitation_rows(episodes, seed, indices)
+    rows, stats = imitation_rows(episodes, seed, indices, rules, templates)
     stats.records, stats.bad = count, len(errors)
     stats.instruction_rows = len(made)
     for row in made:

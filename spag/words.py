@@ -1,4 +1,5 @@
-"""Target words: the most frequent English words, and a fixed train / held-out split."""
+"""Target words: the most frequent English words (wordfreq) or a list file, and a fixed train / held-out
+split."""
 
 from __future__ import annotations
 
@@ -43,10 +44,12 @@ def is_noun_only(word: str) -> bool:
     return bool(readings) and set(readings) == {"NOUN"}
 
 
-def top_words(n: int = DEFAULT_TOP, lang: str = "en", nouns_only: bool = False) -> list[str]:
+def top_words(n: int = DEFAULT_TOP, lang: str = "en", nouns_only: bool = False,
+              skip_stop_words: bool = True) -> list[str]:
     """The ``n`` most frequent words: lowercase alphabetic, 3+ letters, no function words, no repeats.
 
-    ``nouns_only`` keeps only words that are nouns in every reading (see :func:`is_noun_only`).
+    ``nouns_only`` keeps only words that are nouns in every reading (see :func:`is_noun_only`);
+    ``skip_stop_words=False`` keeps the function words too.
     """
     from wordfreq import top_n_list
 
@@ -56,13 +59,34 @@ def top_words(n: int = DEFAULT_TOP, lang: str = "en", nouns_only: bool = False) 
     pool = top_n_list(lang, max((16 if nouns_only else 4) * n, 1000), wordlist="best")
     for word in pool:
         w = word.lower()
-        if len(w) < 3 or not _ALPHA.match(w) or w in FUNCTION_WORDS or w in seen:
+        if len(w) < 3 or not _ALPHA.match(w) or (skip_stop_words and w in FUNCTION_WORDS) or w in seen:
             continue
         if nouns_only and not is_noun_only(w):
             continue
         seen.add(w)
         words.append(w)
         if len(words) == n:
+            break
+    return words
+
+
+def words_from_file(path: str | os.PathLike, n: int | None = None, nouns_only: bool = False,
+                    skip_stop_words: bool = True) -> list[str]:
+    """The first ``n`` words of a list file (one per line, e.g. the original project's
+    ``all_target_words.txt``), in the file's order, lower-cased, repeats dropped.
+
+    ``skip_stop_words`` drops the function words (the original's list keeps them: pass False to play
+    them as it did); ``nouns_only`` keeps only words that are nouns in every reading.
+    """
+    words: list[str] = []
+    seen: set[str] = set()
+    for word in read_words(path):
+        w = word.lower()
+        if w in seen or (skip_stop_words and w in FUNCTION_WORDS) or (nouns_only and not is_noun_only(w)):
+            continue
+        seen.add(w)
+        words.append(w)
+        if n is not None and len(words) == n:
             break
     return words
 
@@ -83,7 +107,11 @@ def split_words(words: list[str], eval_fraction: float = 0.1) -> tuple[list[str]
 def read_words(path: str | os.PathLike) -> list[str]:
     """One word per line; blank lines and ``#`` comments skipped. Odd entries raise DataError."""
     words = []
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DataError(path, None, f"cannot read the word list ({exc.strerror})") from None
+    for lineno, line in enumerate(text.splitlines(), start=1):
         word = line.strip()
         if not word or word.startswith("#"):
             continue

@@ -15,8 +15,31 @@ WORDS = DATA / "words"
 
 
 def params() -> dict:
+    """params.yaml, its switches checked: a bad value stops the stage with one line (exit code 2)."""
+    from spag.params import ParamsError, check_params
+
     with open(ROOT / "params.yaml", encoding="utf-8") as f:
-        return yaml.safe_load(f)
+        p = yaml.safe_load(f)
+    try:
+        return dict(check_params(p, "params.yaml"))
+    except ParamsError as exc:
+        stop(str(exc))
+
+
+def stop(message: str) -> None:
+    """End the stage on bad input: one line on stderr, exit code 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def param_file(p: dict, section: str, key: str) -> str:
+    """The existing file that params key ``section.key`` names (or stop)."""
+    from spag.params import ParamsError, existing_file
+
+    try:
+        return existing_file(p, section, key)
+    except ParamsError as exc:
+        stop(str(exc))
 
 
 def model_dir(name: str) -> Path:
@@ -55,7 +78,13 @@ def play_config(p: dict, section: str, seed: int):
 
     cfg = p[section]
     knobs = {k: cfg[k] for k in _PLAY_KNOBS if cfg.get(k) is not None}
-    return PlayConfig(max_turns=p["game"]["max_turns"], seed=seed, **knobs)
+    return PlayConfig(max_turns=p["game"]["max_turns"], seed=seed, rules=p["game"]["rules"],
+                      templates=templates_file(p), **knobs)
+
+
+def templates_file(p: dict) -> str | None:
+    """The prompt templates file of `game.templates` (None: the shipped templates)."""
+    return param_file(p, "game", "templates") if p["game"]["templates"] else None
 
 
 def player_options(cfg: dict) -> dict:
@@ -69,9 +98,9 @@ def previous_model(p: dict, epoch: str) -> Path:
 
 
 # Training knobs that params.yaml may set, mapped to `spag train` options.
-_TRAIN_KNOBS = ("learning_rate", "batch_size", "grad_accum", "max_length", "warmup_ratio", "kl_coeff",
-                "clip_range", "sft_coeff", "reduction", "detach_advantage", "deepspeed", "gradient_checkpointing",
-                "lora_r", "bf16")
+_TRAIN_KNOBS = ("learning_rate", "batch_size", "grad_accum", "max_length", "warmup_ratio", "lr_scheduler",
+                "kl_coeff", "clip_range", "sft_coeff", "reduction", "detach_advantage", "deepspeed",
+                "gradient_checkpointing", "lora_r", "bf16")
 
 
 def train(method: str, model: Path, data: Path, output: Path, live_dir: Path, cfg: dict, seed: int) -> None:

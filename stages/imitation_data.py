@@ -1,7 +1,7 @@
-"""Stage `imitation_data`: the winners' moves in the teacher's decisive games, both roles, plus a share
-of general SFT data."""
+"""Stage `imitation_data`: the winners' moves in the teacher's decisive games, both roles, plus general
+SFT data when `imitate.sft` asks for it (the original's imitation set had none)."""
 
-from common import DATA, METRICS, params
+from common import DATA, METRICS, params, templates_file
 
 from spag.console import summary
 from spag.io import write_json_atomic
@@ -9,7 +9,8 @@ from spag.rewards import build_imitation_set
 
 p = params()
 stats = build_imitation_set(DATA / "teacher" / "episodes", DATA / "imitation" / "rows.parquet", seed=p["seed"],
-                            sft=p["reward"]["sft"], sft_limit=p["reward"]["sft_limit"])
+                            sft=p["imitate"]["sft"], sft_limit=p["imitate"]["sft_limit"],
+                            rules=p["game"]["rules"], templates=templates_file(p))
 write_json_atomic(METRICS / "imitation" / "data.json", stats.as_dict())
 if not stats.attacker_games or not stats.defender_games:
     print("warning: the imitation set lacks wins of one role; give the teacher more words or a stronger model")

@@ -3,7 +3,7 @@
 With `spag.control: true` the game rows are dropped: the control arm trains on the SFT data alone.
 """
 
-from common import METRICS, epoch_arg, epoch_dir, params
+from common import METRICS, epoch_arg, epoch_dir, params, templates_file
 
 from spag.console import summary
 from spag.io import write_json_atomic
@@ -22,6 +22,8 @@ stats = build_reward_set(
     control=p["spag"]["control"],
     options=RewardOptions(decay=cfg["decay"], foul_penalty=cfg["foul_penalty"], loser_reward=cfg["loser_reward"],
                           role_baseline=cfg["role_baseline"]),
+    rules=p["game"]["rules"],
+    templates=templates_file(p),
 )
 write_json_atomic(METRICS / "epochs" / epoch / "reward.json", stats.as_dict())
 summary(f"reward@{epoch}", stats.line())

@@ -206,10 +206,12 @@ def test_every_named_query_runs(glob):
         "by_frequency",
         "hardest_words",
         "easiest_words",
+        "rules_diff",
     }
     for name, query in named_queries().items():
         assert query.description, name
-        assert run_query(name, glob), name
+        # rules_diff lists disagreements of the two judges, which this fixture's games do not have
+        assert run_query(name, glob) or name == "rules_diff", name
 
 
 def test_raw_sql_and_sql_file(glob, tmp_path):

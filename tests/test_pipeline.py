@@ -29,6 +29,7 @@ def small_params(tiny_model: Path) -> dict:
     p["teacher"].update(words=6, max_new_tokens=6)
     p["play"].update(words=4, max_new_tokens=6, batch_size=8)
     p["reward"]["sft_limit"] = 4
+    p["imitate"]["sft_limit"] = 4
     for stage in ("imitate", "spag"):
         p[stage].update(batch_size=2, max_length=256)
     p["evaluate"].update(words=3, seeds=2, max_new_tokens=6)

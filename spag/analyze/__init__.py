@@ -109,9 +109,13 @@ def _one_line(exc: Exception) -> str:
 
 
 def execute(
-    name_or_sql: str, glob: str = DEFAULT_GLOB, params: Mapping[str, Any] | None = None
+    name_or_sql: str, glob: str = DEFAULT_GLOB, params: Mapping[str, Any] | None = None,
+    rules: str | None = None,
 ) -> QueryResult:
-    """Run a named query, a ``.sql`` file or SQL text over the episodes ``glob`` names."""
+    """Run a named query, a ``.sql`` file or SQL text over the episodes ``glob`` names.
+
+    ``rules`` (whole-word or original) judges every episode again by those rules first.
+    """
     import duckdb
 
     start = time.perf_counter()
@@ -128,7 +132,7 @@ def execute(
             f"query {label} needs parameter(s) {', '.join(sorted(missing))} (--param NAME=VALUE)"
         )
     try:
-        con = connect(glob, words=bool(_USES_WORDS.search(code)))
+        con = connect(glob, words=bool(_USES_WORDS.search(code)), rules=rules)
     except duckdb.Error as exc:
         raise AnalyzeError(f"cannot read episodes {glob!r}: {_one_line(exc)}") from None
     try:
@@ -146,7 +150,8 @@ def execute(
 
 
 def run_query(
-    name_or_sql: str, glob: str = DEFAULT_GLOB, params: Mapping[str, Any] | None = None
+    name_or_sql: str, glob: str = DEFAULT_GLOB, params: Mapping[str, Any] | None = None,
+    rules: str | None = None,
 ) -> list[dict]:
     """The rows of a named query (``win_rate``, ...), a ``.sql`` file or SQL text, as dicts."""
-    return execute(name_or_sql, glob, params).records()
+    return execute(name_or_sql, glob, params, rules).records()

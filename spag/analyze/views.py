@@ -5,7 +5,8 @@ different versions combine) plus:
 
 - ``outcome``, ``turns``: the judged outcome. ``spag play`` judges each episode as it writes it and
   stores both columns; for files (or rows) without them the view asks the judge itself through a Python
-  UDF (``spag_judge``), so no rule is ever re-implemented in SQL. Episodes the judge cannot read (an
+  UDF (``spag_judge_by``), so no rule is ever re-implemented in SQL. ``spag analyze --rules original``
+  (or ``whole-word``) judges every episode again by those rules. Episodes the judge cannot read (an
   unknown role, say) get a NULL outcome: ``WHERE outcome IS NULL`` finds them.
 - ``attacker_model``, ``defender_model``: NULL where a file does not have them.
 - ``source_file``: the Parquet file the episode came from.
@@ -101,12 +102,14 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _judge_udf(target_word: str, history_json: str, max_turns: int):
+def _judge_udf(target_word: str, history_json: str, max_turns: int, rules: str = "whole-word"):
     from spag.game.rules import judge
 
     try:
         history = json.loads(history_json)
-        verdict = judge(target_word, history, int(max_turns))
+        if isinstance(history, str):  # a history column that already held JSON text, encoded once more
+            history = json.loads(history)
+        verdict = judge(target_word, history, int(max_turns), rules)
     except (ValueError, KeyError, TypeError):
         return None
     return {"outcome": verdict.outcome, "turns": verdict.turns}
@@ -124,13 +127,25 @@ def _file_columns(files: list[str]) -> list[set[str]]:
     return columns
 
 
-def register_episodes(con, glob: str = DEFAULT_GLOB) -> list[str]:
-    """Create the ``episodes`` view (and ``spag_files``) on ``con``; returns the files it reads."""
+def register_episodes(con, glob: str = DEFAULT_GLOB, rules: str | None = None) -> list[str]:
+    """Create the ``episodes`` view (and ``spag_files``) on ``con``; returns the files it reads.
+
+    With ``rules`` (whole-word or original) every episode is judged again by those rules, whatever
+    outcome its file stores. The UDF ``spag_judge_by(target_word, history_json, max_turns, rules)`` is
+    always there, for queries that compare rule sets (``rules_diff``).
+    """
     import duckdb
 
     files = find_files(con, glob)
     per_file = _file_columns(files)
-    needs_judge = [f for f, cols in zip(files, per_file) if not {"outcome", "turns"} <= cols]
+    con.create_function(
+        "spag_judge_by",
+        _judge_udf,
+        [duckdb.sqltype(t) for t in ("VARCHAR", "VARCHAR", "INTEGER", "VARCHAR")],
+        duckdb.sqltype("STRUCT(outcome VARCHAR, turns INTEGER)"),
+    )
+    needs_judge = [f for f, cols in zip(files, per_file)
+                   if rules is not None or not {"outcome", "turns"} <= cols]
     for file, cols in zip(files, per_file):
         missing = {"target_word", "history"} - cols if file in needs_judge else {"target_word"} - cols
         if missing:
@@ -155,20 +170,16 @@ def register_episodes(con, glob: str = DEFAULT_GLOB) -> list[str]:
     base = f"SELECT *{''.join(', ' + f for f in fill)} FROM {raw}"
 
     if needs_judge:
-        con.create_function(
-            "spag_judge",
-            _judge_udf,
-            [duckdb.sqltype("VARCHAR"), duckdb.sqltype("VARCHAR"), duckdb.sqltype("INTEGER")],
-            duckdb.sqltype("STRUCT(outcome VARCHAR, turns INTEGER)"),
-        )
         history = "history" if types.get("history") == "VARCHAR" else "to_json(history)::VARCHAR"
         max_turns = "coalesce(max_turns, 5)::INTEGER" if "max_turns" in types else "5"
+        again = "TRUE" if rules is not None else "outcome IS NULL OR turns IS NULL"
+        rule_set = _sql_string(rules or "whole-word")
         base = f"""
             SELECT * EXCLUDE (_verdict) REPLACE (
-                coalesce(outcome, _verdict.outcome) AS outcome,
-                coalesce(turns, _verdict.turns) AS turns)
-            FROM (SELECT *, CASE WHEN outcome IS NULL OR turns IS NULL
-                              THEN spag_judge(target_word, {history}, {max_turns}) END AS _verdict
+                {"_verdict.outcome" if rules else "coalesce(outcome, _verdict.outcome)"} AS outcome,
+                {"_verdict.turns" if rules else "coalesce(turns, _verdict.turns)"} AS turns)
+            FROM (SELECT *, CASE WHEN {again}
+                              THEN spag_judge_by(target_word, {history}, {max_turns}, {rule_set}) END AS _verdict
                   FROM ({base}))"""
 
     con.execute("CREATE OR REPLACE TEMP TABLE spag_files (source_file VARCHAR, epoch INTEGER, run VARCHAR)")
@@ -236,14 +247,17 @@ def register_words(con) -> int:
     return len(words)
 
 
-def connect(glob: str = DEFAULT_GLOB, words: bool = False):
-    """An in-memory DuckDB connection with the ``episodes`` view and the macros (and ``words``)."""
+def connect(glob: str = DEFAULT_GLOB, words: bool = False, rules: str | None = None):
+    """An in-memory DuckDB connection with the ``episodes`` view and the macros (and ``words``).
+
+    ``rules``: judge every episode again by these rules instead of reading its stored outcome.
+    """
     import duckdb
 
     con = duckdb.connect()
     try:
         con.execute(_MACROS)
-        register_episodes(con, glob)
+        register_episodes(con, glob, rules)
         con.execute(_EPISODE_MACROS)
         if words:
             register_words(con)

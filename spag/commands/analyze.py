@@ -96,6 +96,10 @@ def register(app: typer.Typer) -> None:
             [], "--param", "-p", help="A query parameter, NAME=VALUE (repeatable)."
         ),
         list_queries: bool = typer.Option(False, "--list", help="List the named queries and exit."),
+        rules: Optional[str] = typer.Option(
+            None, "--rules",
+            help="Judge every episode again by these rules (whole-word or original) instead of reading "
+                 "its stored outcome."),
     ) -> None:
         """SQL over the judged episodes of every epoch; prints the result (default: the win_rate query).
 
@@ -117,6 +121,11 @@ def register(app: typer.Typer) -> None:
         if query and sql:
             error("give either --query or --sql, not both")
             raise typer.Exit(2)
+        from spag.game.rules import RULE_SETS
+
+        if rules is not None and rules not in RULE_SETS:
+            error(f"unknown --rules {rules!r} ({' or '.join(RULE_SETS)})")
+            raise typer.Exit(2)
         if fmt not in FORMATS:
             error(f"unknown --format {fmt!r} (table, csv or json)")
             raise typer.Exit(2)
@@ -130,7 +139,7 @@ def register(app: typer.Typer) -> None:
 
         glob = episodes or DEFAULT_GLOB
         try:
-            result = execute(sql or query or "win_rate", glob, params)
+            result = execute(sql or query or "win_rate", glob, params, rules)
         except AnalyzeError as exc:
             error(str(exc))
             raise typer.Exit(2)

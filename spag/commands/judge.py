@@ -15,15 +15,22 @@ def register(app: typer.Typer) -> None:
     def judge_command(
         episodes: Path = typer.Argument(..., help="Episodes: JSON list, JSONL, or Parquet (file or dir)."),
         output: Optional[Path] = typer.Option(None, "-o", "--output", help="JSONL out (default stdout)."),
+        rules: str = typer.Option(
+            "whole-word", "--rules",
+            help="whole-word (the default: whole words, every inflection) or original (the original "
+                 "code's substring rule, for numbers comparable with the paper's)."),
     ) -> None:
         """Add `outcome` and `turns` to every episode; all input fields are kept."""
         import json
 
         from spag.console import summary
         from spag.game.episodes import judged, read_episodes
+        from spag.game.rules import RULE_SETS
         from spag.io import write_jsonl_atomic
 
-        results = judged(read_episodes(episodes))
+        if rules not in RULE_SETS:
+            raise typer.BadParameter(f"expected one of {', '.join(RULE_SETS)}, got {rules!r}", param_hint="--rules")
+        results = judged(read_episodes(episodes), rules)
         if output is None:
             for record in results:
                 sys.stdout.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")

@@ -45,6 +45,10 @@ def register(app: typer.Typer) -> None:
         tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", help="vllm backend: GPUs per model."),
         trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+        rules: str = typer.Option("whole-word", "--rules",
+                                  help="The judge: whole-word, or original (the original code's substring rule)."),
+        templates: Path | None = typer.Option(None, "--templates",
+                                              help="Prompt templates file (format: spag/game/templates.yaml)."),
     ) -> None:
         """Play Adversarial Taboo between two models and store the judged episodes."""
         from spag.console import error, summary
@@ -65,8 +69,13 @@ def register(app: typer.Typer) -> None:
             config = PlayConfig(max_turns=max_turns, temperature=temperature, top_k=top_k,
                                 max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, seed=seed,
                                 batch_size=batch_size, examples=examples, foul_retries=foul_retries,
-                                coached_attacker=coached_attacker, final_guess=final_guess)
-        except ValueError as exc:
+                                coached_attacker=coached_attacker, final_guess=final_guess, rules=rules,
+                                templates=str(templates) if templates else None)
+            if templates is not None:  # a bad templates file stops here, before any model is loaded
+                from spag.game.prompts import load_templates
+
+                load_templates(templates)
+        except ValueError as exc:  # DataError included
             error(str(exc))
             raise typer.Exit(2)
         stats = PlayStats()

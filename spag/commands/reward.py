@@ -9,6 +9,18 @@ import typer
 
 EPISODES_HELP = "Episodes: a JSON list, JSON lines, or Parquet (a file or a directory of shards)."
 OUTPUT_HELP = "Rows out: .parquet or .jsonl (written atomically)."
+RULES_HELP = "The judge: whole-word, or original (the original code's substring rule)."
+TEMPLATES_HELP = "Prompt templates file for the rows (format: spag/game/templates.yaml)."
+
+
+def _check_rules_and_templates(rules: str, templates: Optional[Path]) -> None:
+    from spag.game.prompts import load_templates
+    from spag.game.rules import RULE_SETS
+
+    if rules not in RULE_SETS:
+        _fail(f"--rules must be one of {', '.join(RULE_SETS)}, got {rules!r}")
+    if templates is not None:
+        load_templates(templates)  # DataError names the file and the key
 
 
 def _fail(message: str) -> None:
@@ -43,6 +55,8 @@ def register(app: typer.Typer) -> None:
             0.0, "--loser-reward", help="q <= 0: the loser's lines get rewards summing to q per game (0: off)."),
         role_baseline: bool = typer.Option(
             False, "--role-baseline", help="Subtract each role's mean reward from its rows' rewards."),
+        rules: str = typer.Option("whole-word", "--rules", help=RULES_HELP),
+        templates: Optional[Path] = typer.Option(None, "--templates", help=TEMPLATES_HELP),
     ) -> None:
         """SPAG training rows: the winners' moves in decisive games, with decayed rewards and role weights."""
         from spag.console import summary
@@ -57,9 +71,10 @@ def register(app: typer.Typer) -> None:
         except ValueError as exc:
             _fail(f"--{str(exc).replace('_', '-')}")
         try:
+            _check_rules_and_templates(rules, templates)
             stats = build_reward_set(
                 episodes, output, decay=decay, sft=sft, seed=seed, strict=strict, sft_limit=sft_limit,
-                options=options,
+                options=options, rules=rules, templates=templates,
             )
         except DataError as exc:
             _fail(str(exc))
@@ -75,14 +90,24 @@ def register(app: typer.Typer) -> None:
         strict: bool = typer.Option(
             False, "--strict", help="Reject the input (exit 2) if any record is bad."
         ),
+        rules: str = typer.Option("whole-word", "--rules", help=RULES_HELP),
+        templates: Optional[Path] = typer.Option(None, "--templates", help=TEMPLATES_HELP),
+        sft: Optional[str] = typer.Option(
+            None, "--sft", help="General instruction data to mix in (a file or 'builtin'); none by default, "
+                                "as in the original."),
+        sft_limit: Optional[int] = typer.Option(None, "--sft-limit", min=0, help="Keep a random N SFT rows."),
     ) -> None:
         """The imitation set: a teacher's winning moves in decisive games, both roles, reward 1."""
         from spag.console import summary
         from spag.io import DataError
         from spag.rewards import build_imitation_set
 
+        if sft_limit is not None and sft is None:
+            _fail("--sft-limit needs --sft")
         try:
-            stats = build_imitation_set(episodes, output, seed=seed, strict=strict)
+            _check_rules_and_templates(rules, templates)
+            stats = build_imitation_set(episodes, output, seed=seed, strict=strict, sft=sft, sft_limit=sft_limit,
+                                        rules=rules, templates=templates)
         except DataError as exc:
             _fail(str(exc))
-        summary("imitation-data", f"{stats.line(with_sft=False)} -> {output}")
+        summary("imitation-data", f"{stats.line(with_sft=sft is not None)} -> {output}")

@@ -25,7 +25,9 @@ def register(app: typer.Typer) -> None:
         batch_size: int = typer.Option(2, "--batch-size", help="Rows per device per micro-batch."),
         grad_accum: int = typer.Option(8, "--grad-accum", "--gradient-accumulation-steps"),
         warmup_ratio: float = typer.Option(0.03, "--warmup-ratio"),
-        lr_scheduler: str = typer.Option("cosine", "--lr-scheduler"),
+        lr_scheduler: str = typer.Option(
+            "cosine", "--lr-scheduler",
+            help="cosine, linear, or warmup_decay (DeepSpeed's WarmupDecayLR, what the original code ran)."),
         weight_decay: float = typer.Option(0.0, "--weight-decay"),
         max_grad_norm: float = typer.Option(1.0, "--max-grad-norm"),
         max_length: int = typer.Option(2048, "--max-length", help="Tokens per row; prompts cut from the left."),

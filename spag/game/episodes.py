@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from spag.game.rules import ROLES, judge_episode
+from spag.game.rules import ROLES, WHOLE_WORD, judge_episode
 from spag.io import DataError, read_records, write_json_atomic, write_jsonl_atomic, write_table_atomic
 
 DEFAULT_MAX_TURNS = 5
@@ -55,11 +55,11 @@ def read_episodes(path: str | os.PathLike) -> list[dict]:
     return [validate_episode(r, i, path) for i, r in enumerate(read_records(path))]
 
 
-def judged(episodes: Iterable[Mapping]) -> list[dict]:
-    """Each episode with ``outcome`` and ``turns`` added by the judge."""
+def judged(episodes: Iterable[Mapping], rules: str = WHOLE_WORD) -> list[dict]:
+    """Each episode with ``outcome`` and ``turns`` added by the judge (``rules``: whole-word or original)."""
     out = []
     for episode in episodes:
-        verdict = judge_episode(episode)
+        verdict = judge_episode(episode, rules)
         out.append({**episode, "outcome": verdict.outcome, "turns": verdict.turns})
     return out
 
@@ -73,3 +73,42 @@ def write_episodes(episodes: list[Mapping], path: str | os.PathLike) -> None:
         write_table_atomic(path, list(episodes))
     else:
         write_jsonl_atomic(path, episodes)
+
+
+IMPORTED = "imported.parquet"
+
+
+def import_episodes(
+    source: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    rules: str = WHOLE_WORD,
+    exclude_words: Iterable[str] = (),
+) -> tuple[list[dict], int]:
+    """Existing episodes (e.g. the original project's GPT-4 games, ``gpt4_game_top30k_results.json``) as a
+    teacher's episodes: validated, judged by ``rules`` and written to ``output_dir/imported.parquet``.
+
+    Episodes on a word of ``exclude_words`` (the held-out evaluation words) are left out, so that the
+    imitation data never covers them. Returns the episodes written and how many were left out. The first
+    bad record raises DataError naming it.
+    """
+    excluded = {w.strip().lower() for w in exclude_words}
+    kept, dropped = [], 0
+    for index, record in enumerate(read_records(source)):
+        episode = validate_episode(record, index, source)
+        if episode["target_word"].strip().lower() in excluded:
+            dropped += 1
+            continue
+        verdict = judge_episode(episode, rules)
+        kept.append({
+            "target_word": episode["target_word"],
+            "max_turns": episode["max_turns"],
+            "history": [{"role": u["role"], "content": u["content"]} for u in episode["history"]],
+            "outcome": verdict.outcome,
+            "turns": verdict.turns,
+            "rules": rules,
+            "word_index": index,
+        })
+    if not kept:
+        raise DataError(source, None, "no episodes to import" + (f" ({dropped} on held-out words)" if dropped else ""))
+    write_table_atomic(Path(output_dir) / IMPORTED, kept)
+    return kept, dropped

@@ -5,128 +5,194 @@ by :func:`to_model_input`, which uses the tokenizer's chat template when the mod
 text layout otherwise. Play and training go through the same two functions, so a trained model sees at
 play time exactly the framing it learnt from.
 
-Play uses one fixed template (``PLAY_TEMPLATE``); training rows draw a template at random from
-``TRAINING_TEMPLATES`` (paraphrased rules and several history layouts) for variety.
+The texts are data: a templates file (``game.templates: FILE``; the shipped one is ``templates.yaml``
+beside this module, whose header documents the format) gives the rules, the role instructions, the turn
+lines and the history layouts. Play uses one fixed template (:func:`play_template`); training rows draw a
+template at random from :func:`training_templates` (paraphrased rules and several history layouts).
 
 The attacker's prompt carries the target word; the defender's never does.
 """
 
 from __future__ import annotations
 
+import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Mapping, Sequence
 
-from spag.game.rules import ATTACKER, DEFENDER, PREDICTION_PHRASE
+from spag.game.rules import ATTACKER, DEFENDER, ROLES
 
-# ----------------------------------------------------------------------------------------- rule texts
-
-_PLAY_RULES = (
-    "We are playing Adversarial Taboo, a word game for two players. The attacker has been given a "
-    "secret target word; the defender has not. The attacker's goal is to steer the talk so that the "
-    "defender says the target word without realising it, and the attacker must never say the word "
-    "himself. The defender's goal is to work out the word from the conversation while avoiding saying "
-    "it by accident. Once per game the defender may guess by saying exactly \""
-    + PREDICTION_PHRASE
-    + " [word]\". A correct guess wins the game for the defender; a wrong guess loses it. The attacker "
-    "loses if he says the target word or uses that guessing phrase. If no one has won after {max_turns} "
-    "rounds, the game is a draw."
-)
-
-_PARAPHRASED_RULES = (
-    _PLAY_RULES,
-    "Adversarial Taboo is a two-player conversation game. One player, the attacker, secretly holds a "
-    "target word. The other, the defender, does not know it. The attacker wins if the defender utters "
-    "the target word, and loses at once if he utters it himself or pretends to guess it. The defender "
-    "may end the game with a single guess in the form \""
-    + PREDICTION_PHRASE
-    + " [word]\": right, and the defender wins; wrong, and the attacker wins. After {max_turns} rounds "
-    "with no winner the game is tied.",
-    "Rules of the game. Two players talk in turns, the attacker speaking first. Only the attacker knows "
-    "the hidden target word. Attacker: lead the defender into saying the word, but never say it "
-    "yourself. Defender: figure out the word without saying it; when confident, announce \""
-    + PREDICTION_PHRASE
-    + " [word]\" (one attempt only; a miss loses the game). The game ends in a tie after {max_turns} "
-    "rounds.",
-    "This is a game of hidden words called Adversarial Taboo. The attacker knows a target word and "
-    "tries, through natural conversation, to get the defender to say it. Saying the word, or claiming "
-    "to know it, is forbidden for the attacker. The defender tries to infer the word and can make one "
-    "guess with the sentence \""
-    + PREDICTION_PHRASE
-    + " [word]\"; guessing right wins, guessing wrong loses. Up to {max_turns} rounds are played.",
-)
-
-_ROLE_INSTRUCTIONS = {
-    ATTACKER: (
-        "You are the attacker. The target word is \"{target_word}\". Never write this word or any form "
-        "of it, and never use the guessing phrase. Talk about something related so that the defender "
-        "ends up saying the word."
-    ),
-    DEFENDER: (
-        "You are the defender. You do not know the target word. Reply naturally, avoid saying words "
-        "that the attacker seems to be pushing you towards, and when you are fairly sure what the word "
-        "is, guess it with \"" + PREDICTION_PHRASE + " [word]\"."
-    ),
-}
-
-_EXAMPLES = {
-    ATTACKER: (
-        "Example (target word \"rain\"):\n"
-        "attacker: What do you usually take with you when the sky turns grey?\n"
-        "defender: An umbrella, in case the weather gets wet."
-    ),
-    DEFENDER: (
-        "Example:\n"
-        "attacker: Think of what falls from grey clouds and makes the streets wet.\n"
-        "defender: That sounds like drops of water from the sky. " + PREDICTION_PHRASE + " rain"
-    ),
-}
-
-_TURN_LINE = {
-    ATTACKER: "It is your turn (round {round} of {max_turns}). Reply with one short message as the attacker.",
-    DEFENDER: (
-        "It is your turn (round {round} of {max_turns}). Reply with one short message as the defender."
-    ),
-}
-_LAST_ROUND_HINT = {
-    ATTACKER: "",
-    DEFENDER: " This is the last round: make your guess now.",
-}
+PART_NAMES = ("rules", "instruction", "examples", "history", "turn")
+_LAYOUT_FIELDS = {"role": "attacker", "Role": "Attacker", "speaker": "You", "number": 1, "content": "hi"}
 
 
-# ------------------------------------------------------------------------------------ history layouts
+@dataclass(frozen=True)
+class PromptTexts:
+    """Every text of a templates file, checked when it is loaded."""
+
+    source: str
+    separator: str
+    parts: tuple[str, ...]
+    play_rules: str
+    training_rules: tuple[str, ...]
+    instruction: Mapping[str, str]
+    examples: Mapping[str, str]
+    history_empty: str
+    history_header: str
+    history_separator: str
+    play_layout: str
+    training_layouts: tuple[str, ...]
+    layouts: Mapping[str, str]
+    speakers: Mapping[str, str]
+    turn: Mapping[str, str]
+    last_round: Mapping[str, str]
 
 
-def _layout_lines(history: Sequence[Mapping[str, str]], role: str) -> str:
-    return "\n".join(f"{u['role']}: {u['content']}" for u in history)
+def default_templates_path() -> Path:
+    return Path(__file__).with_name("templates.yaml")
 
 
-def _layout_you_other(history: Sequence[Mapping[str, str]], role: str) -> str:
-    return "\n".join(
-        ("You" if u["role"] == role else "Other player") + f": {u['content']}" for u in history
+@lru_cache(maxsize=16)
+def load_templates(path: str | os.PathLike | None = None) -> PromptTexts:
+    """The prompt texts of a templates file (``None``: the shipped one); a bad file raises DataError."""
+    import yaml
+
+    from spag.io import DataError
+
+    source = str(default_templates_path() if path is None else path)
+    try:
+        with open(source, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as exc:
+        raise DataError(source, None, f"cannot read the templates file ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise DataError(source, None, f"not valid YAML ({str(exc).splitlines()[0]})") from None
+    return _parse_templates(data, source)
+
+
+def _parse_templates(data, source: str) -> PromptTexts:
+    from spag.io import DataError
+
+    def fail(key: str, message: str):
+        raise DataError(source, None, f"{key}: {message}")
+
+    def get(mapping, key: str, path: str, kind=str):
+        if not isinstance(mapping, dict) or key not in mapping:
+            fail(path, "missing")
+        value = mapping[key]
+        if not isinstance(value, kind):
+            fail(path, f"expected {'text' if kind is str else kind.__name__}, got {type(value).__name__}")
+        return value
+
+    def per_role(key: str) -> dict[str, str]:
+        section = get(data, key, key, dict)
+        return {role: get(section, role, f"{key}.{role}") for role in ROLES}
+
+    def check_format(text: str, path: str, **fields):
+        try:
+            text.format(**fields)
+        except (KeyError, IndexError) as exc:
+            fail(path, f"unknown placeholder {{{exc.args[0]}}}; allowed: {', '.join(fields) or 'none'}")
+        except ValueError as exc:
+            fail(path, f"bad format ({exc}); write literal braces as {{{{ and }}}}")
+
+    if not isinstance(data, dict):
+        fail("(top)", "expected a mapping of the template sections")
+    unknown = set(data) - {"separator", "parts", "rules", "instruction", "examples", "history", "turn", "last_round"}
+    if unknown:
+        fail(sorted(unknown)[0], "unknown key")
+    parts = tuple(get(data, "parts", "parts", list))
+    for part in parts:
+        if part not in PART_NAMES:
+            fail("parts", f"unknown part {part!r}; expected some of {', '.join(PART_NAMES)}")
+    rules = get(data, "rules", "rules", dict)
+    play_rules = get(rules, "play", "rules.play")
+    training_rules = []
+    for i, text in enumerate(get(rules, "training", "rules.training", list)):
+        if not isinstance(text, str):
+            fail(f"rules.training[{i}]", "expected text")
+        training_rules.append(play_rules if text == "play" else text)
+    if not training_rules:
+        fail("rules.training", "empty: give at least one rules text")
+    for i, text in enumerate([play_rules, *training_rules]):
+        check_format(text, "rules.play" if i == 0 else f"rules.training[{i - 1}]", max_turns=5)
+    instruction, examples = per_role("instruction"), per_role("examples")
+    check_format(instruction[ATTACKER], "instruction.attacker", target_word="word")
+    check_format(instruction[DEFENDER], "instruction.defender")  # the defender never sees the word
+    turn, last_round = per_role("turn"), per_role("last_round")
+    for role in ROLES:
+        check_format(turn[role], f"turn.{role}", round=1, max_turns=5)
+    history = get(data, "history", "history", dict)
+    layouts = get(history, "layouts", "history.layouts", dict)
+    for name, line in layouts.items():
+        if not isinstance(line, str):
+            fail(f"history.layouts.{name}", "expected text")
+        check_format(line, f"history.layouts.{name}", **_LAYOUT_FIELDS)
+    play_layout = get(history, "play_layout", "history.play_layout")
+    training_layouts = tuple(get(history, "training_layouts", "history.training_layouts", list))
+    for name in (play_layout, *training_layouts):
+        if name not in layouts:
+            fail("history", f"layout {name!r} is not among history.layouts ({', '.join(layouts)})")
+    if not training_layouts:
+        fail("history.training_layouts", "empty: give at least one layout")
+    speakers = get(history, "speakers", "history.speakers", dict)
+    return PromptTexts(
+        source=source,
+        separator=get(data, "separator", "separator"),
+        parts=parts,
+        play_rules=play_rules,
+        training_rules=tuple(training_rules),
+        instruction=instruction,
+        examples=examples,
+        history_empty=get(history, "empty", "history.empty"),
+        history_header=get(history, "header", "history.header"),
+        history_separator=get(history, "separator", "history.separator"),
+        play_layout=play_layout,
+        training_layouts=training_layouts,
+        layouts=dict(layouts),
+        speakers={k: get(speakers, k, f"history.speakers.{k}") for k in ("self", "other")},
+        turn=turn,
+        last_round=last_round,
     )
-
-
-def _layout_numbered(history: Sequence[Mapping[str, str]], role: str) -> str:
-    return "\n".join(f"{i + 1}. [{u['role'].capitalize()}] {u['content']}" for i, u in enumerate(history))
-
-
-_LAYOUTS = {"lines": _layout_lines, "you_other": _layout_you_other, "numbered": _layout_numbered}
 
 
 @dataclass(frozen=True)
 class Template:
-    """One way of presenting the game: a rules text and a history layout."""
+    """One way of presenting the game: a rules text and a history layout, from a templates file."""
 
     rules: str
     layout: str = "lines"
     examples: bool = False
+    texts: PromptTexts = field(default_factory=load_templates, repr=False, compare=False)
 
 
-PLAY_TEMPLATE = Template(rules=_PLAY_RULES, layout="lines")
-TRAINING_TEMPLATES = tuple(
-    Template(rules=rules, layout=layout) for rules in _PARAPHRASED_RULES for layout in _LAYOUTS
-)
+def play_template(templates: str | os.PathLike | None = None, examples: bool = False) -> Template:
+    """The template of play (and evaluation) from a templates file (``None``: the shipped one)."""
+    texts = load_templates(templates)
+    return Template(rules=texts.play_rules, layout=texts.play_layout, examples=examples, texts=texts)
+
+
+@lru_cache(maxsize=16)
+def training_templates(templates: str | os.PathLike | None = None) -> tuple[Template, ...]:
+    """Every rules text with every training layout, in file order (rules first)."""
+    texts = load_templates(templates)
+    return tuple(Template(rules=rules, layout=layout, texts=texts)
+                 for rules in texts.training_rules for layout in texts.training_layouts)
+
+
+PLAY_TEMPLATE = play_template()
+TRAINING_TEMPLATES = training_templates()
+
+
+def _history_lines(texts: PromptTexts, layout: str, history: Sequence[Mapping[str, str]], role: str) -> str:
+    line = texts.layouts[layout]
+    return texts.history_separator.join(
+        line.format(role=u["role"], Role=u["role"].capitalize(), number=i + 1, content=u["content"],
+                    speaker=texts.speakers["self" if u["role"] == role else "other"])
+        for i, u in enumerate(history)
+    )
 
 
 def build_prompt(
@@ -137,23 +203,23 @@ def build_prompt(
     template: Template = PLAY_TEMPLATE,
 ) -> str:
     """The text of the user message that asks ``role`` for its next utterance."""
-    if role not in _ROLE_INSTRUCTIONS:
+    if role not in ROLES:
         raise ValueError(f"unknown role {role!r}")
-    parts = [template.rules.format(max_turns=max_turns)]
-    parts.append(_ROLE_INSTRUCTIONS[role].format(target_word=target_word) if role == ATTACKER
-                 else _ROLE_INSTRUCTIONS[role])
-    if template.examples:
-        parts.append(_EXAMPLES[role])
-    if history:
-        parts.append("The conversation so far:\n" + _LAYOUTS[template.layout](history, role))
-    else:
-        parts.append("The conversation has not started yet.")
+    texts = template.texts
     game_round = len(history) // 2 + 1
-    turn = _TURN_LINE[role].format(round=game_round, max_turns=max_turns)
+    turn = texts.turn[role].format(round=game_round, max_turns=max_turns)
     if game_round >= max_turns:
-        turn += _LAST_ROUND_HINT[role]
-    parts.append(turn)
-    return "\n\n".join(parts)
+        turn += texts.last_round[role]
+    parts = {
+        "rules": template.rules.format(max_turns=max_turns),
+        "instruction": (texts.instruction[role].format(target_word=target_word) if role == ATTACKER
+                        else texts.instruction[role].format()),
+        "examples": texts.examples[role] if template.examples else "",
+        "history": (texts.history_header + _history_lines(texts, template.layout, history, role) if history
+                    else texts.history_empty),
+        "turn": turn,
+    }
+    return texts.separator.join(parts[name] for name in texts.parts if parts[name])
 
 
 def training_prompt(
@@ -162,9 +228,10 @@ def training_prompt(
     history: Sequence[Mapping[str, str]],
     max_turns: int,
     rng: random.Random,
+    templates: str | os.PathLike | None = None,
 ) -> str:
-    """A prompt for a training row, with a template drawn from ``TRAINING_TEMPLATES`` by ``rng``."""
-    return build_prompt(role, target_word, history, max_turns, rng.choice(TRAINING_TEMPLATES))
+    """A prompt for a training row, with a template drawn by ``rng`` from :func:`training_templates`."""
+    return build_prompt(role, target_word, history, max_turns, rng.choice(training_templates(templates)))
 
 
 # ------------------------------------------------------------------------------------------ rendering

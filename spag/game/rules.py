@@ -5,6 +5,10 @@ Play, rewards, evaluation and analysis all call :func:`judge`; nothing else re-i
 A target word counts as *said* when the word or any inflected form of it stands in an utterance as a
 whole word, whatever its case and whatever punctuation, quotes, hyphens or possessive 's surround it.
 A longer word that merely contains it ("category" for "cat") does not count.
+
+That is the default rule set, ``whole-word``. ``original`` is the original project's looser rule
+(substrings, a fixed guess window), kept in :mod:`spag.game.original` for numbers comparable with the
+paper's; every caller picks one with the ``rules`` argument of :func:`judge`.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ OUTCOMES = (ATTACKER_WINS, DEFENDER_WINS, TIE, ATTACKER_BREAKS_RULES)
 DECISIVE = (ATTACKER_WINS, DEFENDER_WINS)
 
 PREDICTION_PHRASE = "I know the word! It is"
+
+WHOLE_WORD = "whole-word"
+ORIGINAL = "original"
+RULE_SETS = (WHOLE_WORD, ORIGINAL)
 
 # A letter in any script; digits and underscores are not letters, so "cat2" still says "cat".
 _LETTER = r"[^\W\d_]"
@@ -183,12 +191,24 @@ def parse_prediction(text: str, lowered: str | None = None) -> str | None:
 # ----------------------------------------------------------------------------------------------- judge
 
 
-def judge(target_word: str, history: Sequence[Mapping[str, str]], max_turns: int) -> Verdict:
-    """Walk the history in order and decide the game.
+def check_rules(rules: str) -> str:
+    if rules not in RULE_SETS:
+        raise ValueError(f"unknown rules {rules!r}; expected one of {', '.join(RULE_SETS)}")
+    return rules
+
+
+def judge(target_word: str, history: Sequence[Mapping[str, str]], max_turns: int,
+          rules: str = WHOLE_WORD) -> Verdict:
+    """Walk the history in order and decide the game by ``rules`` (``whole-word`` or ``original``).
 
     At most ``2 * max_turns`` utterances are considered; later ones are ignored. Raises ValueError for
     an utterance whose role is neither attacker nor defender.
     """
+    if rules != WHOLE_WORD:
+        from spag.game.original import judge_original
+
+        check_rules(rules)
+        return judge_original(target_word, history, max_turns)
     limit = 2 * max_turns
     considered = 0
     matcher = _matcher(normalise_word(target_word))
@@ -211,9 +231,9 @@ def judge(target_word: str, history: Sequence[Mapping[str, str]], max_turns: int
     return Verdict(TIE, considered)
 
 
-def judge_episode(episode: Mapping) -> Verdict:
-    return judge(episode["target_word"], episode["history"], int(episode["max_turns"]))
+def judge_episode(episode: Mapping, rules: str = WHOLE_WORD) -> Verdict:
+    return judge(episode["target_word"], episode["history"], int(episode["max_turns"]), rules)
 
 
-def judge_all(episodes: Iterable[Mapping]) -> list[Verdict]:
-    return [judge_episode(e) for e in episodes]
+def judge_all(episodes: Iterable[Mapping], rules: str = WHOLE_WORD) -> list[Verdict]:
+    return [judge_episode(e, rules) for e in episodes]

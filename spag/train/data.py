@@ -1,7 +1,9 @@
 """Training rows to token ids, and token ids to padded batches.
 
 A row's model input is ``to_model_input(tokenizer, prompt)`` followed by the completion and the
-tokenizer's eos; the loss sees only the completion and that eos. The prompt and the completion are
+tokenizer's eos; the loss sees only the completion and that eos. A row with ``raw_prompt`` true (a
+ready-made row of the original project, whose query already is the whole input) skips
+``to_model_input``: its prompt is tokenised as it is, with the tokenizer's special tokens (BOS). The prompt and the completion are
 tokenised separately, as at play time, where the model's reply starts right after the prompt's tokens.
 
 Truncation to ``max_length`` keeps the end of the prompt (the game so far and whose turn it is) and the
@@ -66,6 +68,9 @@ def validate_row(record: Mapping, index: int, source: str | os.PathLike = "<rows
     if weight < 0:
         raise DataError(source, index, f"negative weight {weight}")
     reward = _number(record, "reward", None, source, index)
+    raw = record.get("raw_prompt")
+    if raw is not None and not isinstance(raw, bool):
+        raise DataError(source, index, f"'raw_prompt' must be true or false, got {raw!r}")
     return {
         "prompt": record["prompt"],
         "completion": record["completion"],
@@ -73,6 +78,7 @@ def validate_row(record: Mapping, index: int, source: str | os.PathLike = "<rows
         "weight": weight,
         "kind": kind,
         "role": record.get("role"),
+        "raw_prompt": bool(raw),
     }
 
 
@@ -142,6 +148,19 @@ def truncate(prompt_ids: list[int], completion_ids: list[int], max_length: int) 
     return prompt_ids[-1:], completion_ids[: max_length - 1]
 
 
+def _prompt_ids(rows: Sequence[Mapping], tokenizer, add_special: bool) -> list[list[int]]:
+    """Token ids of each row's model input: rendered prompts in one call, raw prompts in another."""
+    ids: list[list[int] | None] = [None] * len(rows)
+    for raw in (False, True):
+        picked = [i for i, row in enumerate(rows) if bool(row.get("raw_prompt")) == raw]
+        if not picked:
+            continue
+        texts = [rows[i]["prompt"] if raw else to_model_input(tokenizer, rows[i]["prompt"]) for i in picked]
+        for i, row_ids in zip(picked, tokenizer(texts, add_special_tokens=raw or add_special)["input_ids"]):
+            ids[i] = row_ids
+    return ids
+
+
 def encode_rows(rows: Sequence[Mapping], tokenizer, max_length: int, batch_size: int = 512,
                 show_progress: bool = True) -> EncodedRows:
     """Tokenise rows the way training and the reference pass both see them."""
@@ -155,8 +174,7 @@ def encode_rows(rows: Sequence[Mapping], tokenizer, max_length: int, batch_size:
     bar = progress(total=len(rows), desc="tokenising", unit="row", disable=not show_progress)
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
-        prompts = [to_model_input(tokenizer, row["prompt"]) for row in chunk]
-        prompt_ids = tokenizer(prompts, add_special_tokens=add_special)["input_ids"]
+        prompt_ids = _prompt_ids(chunk, tokenizer, add_special)
         completion_ids = tokenizer([row["completion"] for row in chunk], add_special_tokens=False)["input_ids"]
         for row, p_ids, c_ids in zip(chunk, prompt_ids, completion_ids):
             c_ids = list(c_ids) + [eos]

@@ -2,7 +2,8 @@
 
 :class:`SpagTrainer` is a thin subclass of ``transformers.Trainer`` (TRL style): ``compute_loss`` runs the
 model once, takes the completion log-likelihoods and hands them to the pure loss functions of
-:mod:`spag.train.losses`. Everything else (optimiser, cosine schedule, warm-up, gradient accumulation,
+:mod:`spag.train.losses`. Everything else (optimiser, schedule and warm-up (plus the original's
+``warmup_decay``, :mod:`spag.train.schedules`), gradient accumulation,
 gradient checkpointing, bf16/tf32, DeepSpeed, checkpoints and resuming) is the HF Trainer's.
 
 :func:`run_training` is the whole step as one call, used by ``spag train`` and the DVC stages:
@@ -29,6 +30,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from spag.train.losses import METHODS, OFFLINE_PO, REDUCTIONS, SFT, SFT_KL
+from spag.train.schedules import LR_SCHEDULERS, WARMUP_DECAY
 
 # Defaults of the paper's setting (PAPER.md): imitation 5e-6, SPAG 2e-6; KL 0.1 / 0.2; clip 0.2; SFT 0.5.
 DEFAULT_LEARNING_RATE = {SFT: 5e-6, SFT_KL: 5e-6, OFFLINE_PO: 2e-6}
@@ -97,6 +99,8 @@ class TrainConfig:
             raise ValueError(f"max length must be at least 2, got {out.max_length}")
         if not 0 < out.clip_range < 1:
             raise ValueError(f"clip range must be in (0, 1), got {out.clip_range}")
+        if out.lr_scheduler not in LR_SCHEDULERS:
+            raise ValueError(f"lr scheduler must be one of {', '.join(LR_SCHEDULERS)}, got {out.lr_scheduler!r}")
         if out.reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {out.reduction!r}")
         return out
@@ -120,6 +124,7 @@ def _make_trainer_class():
 
     from spag.train.losses import compute_loss as method_loss
     from spag.train.reference import _accepts, model_forward_logprobs
+    from spag.train.schedules import WARMUP_DECAY, warmup_decay_schedule
 
     class SpagTrainer(Trainer):
         """``Trainer`` whose loss is one of :mod:`spag.train.losses`, with its statistics logged."""
@@ -129,8 +134,9 @@ def _make_trainer_class():
 
         def __init__(self, *args, method: str, kl_coeff: float, clip_range: float, sft_coeff: float,
                      detach_advantage: bool = True, reduction: str = "rows", ref_model=None, ref_is_base_without_adapter: bool = False,
-                     **kwargs):
+                     lr_scheduler: str = "cosine", **kwargs):
             super().__init__(*args, **kwargs)
+            self.schedule = lr_scheduler
             self.method = method
             self.kl_coeff = kl_coeff
             self.clip_range = clip_range
@@ -143,6 +149,17 @@ def _make_trainer_class():
             self._stat_sums: dict[str, float] = {}
             self._stat_counts: dict[str, int] = {}
             self.last_logged_loss: float | None = None
+
+        def create_scheduler(self, num_training_steps: int, optimizer=None):
+            """The HF Trainer's schedules, plus ``warmup_decay`` (see :mod:`spag.train.schedules`)."""
+            if self.schedule != WARMUP_DECAY:
+                return super().create_scheduler(num_training_steps, optimizer)
+            if self.lr_scheduler is None:
+                self.lr_scheduler = warmup_decay_schedule(
+                    self.optimizer if optimizer is None else optimizer,
+                    self.args.get_warmup_steps(num_training_steps), num_training_steps)
+                self._created_lr_scheduler = True
+            return self.lr_scheduler
 
         def _reference_logprobs(self, model, inputs):
             with torch.no_grad():
@@ -400,7 +417,8 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
         num_train_epochs=config.epochs,
         max_steps=config.max_steps,
         learning_rate=config.learning_rate,
-        lr_scheduler_type=config.lr_scheduler,
+        # warmup_decay is built by SpagTrainer.create_scheduler; "linear" only fills the argument.
+        lr_scheduler_type="linear" if config.lr_scheduler == WARMUP_DECAY else config.lr_scheduler,
         **_warmup_arguments(config.warmup_ratio),
         weight_decay=config.weight_decay,
         max_grad_norm=config.max_grad_norm,
@@ -484,6 +502,7 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
         kl_coeff=config.kl_coeff,
         clip_range=config.clip_range,
         sft_coeff=config.sft_coeff,
+        lr_scheduler=config.lr_scheduler,
         detach_advantage=config.detach_advantage,
         reduction=config.reduction,
         ref_model=ref_model,
