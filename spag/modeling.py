@@ -74,21 +74,27 @@ def load_model(
     return model, tokenizer
 
 
-def save_checkpoint(model, tokenizer, output_dir: str | os.PathLike) -> Path:
+def save_checkpoint(model, tokenizer, output_dir: str | os.PathLike, kind: str = "checkpoint",
+                    overwrite: bool = True) -> Path:
     """Save a plain HF directory (safetensors, tokenizer, chat template), atomically.
 
     Written to a temporary sibling directory first and renamed, so a half-written checkpoint never
-    looks finished.
+    looks finished. The directory is marked as an output of ``spag <kind>``; an existing ``output_dir``
+    is replaced only if it is a previous output of the same kind (and ``overwrite``), never otherwise.
     """
     import shutil
 
+    from spag.outputs import claim_output_dir, mark_output_dir
+
     out = Path(output_dir)
+    claim_output_dir(out, kind, overwrite=overwrite)
     tmp = out.parent / f".{out.name}.tmp"
     if tmp.exists():
         shutil.rmtree(tmp)
     setup_special_tokens(tokenizer, model)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    mark_output_dir(tmp, kind)
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)

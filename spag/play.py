@@ -35,6 +35,7 @@ from spag.io import DataError
 from spag.players.base import STOP_STRINGS, Player, clean_reply, derive_seed
 from spag.teacher import DictionaryGuesser, blank_out, coaching_prompt
 
+PLAY_KIND = "play"
 SETTINGS_CHECKED_ON_RESUME = ("max_turns", "temperature", "top_k", "max_new_tokens", "seed",
                               "attacker_model", "defender_model")
 
@@ -149,6 +150,23 @@ class EpisodeStore:
     def _shard_prefix(self) -> str:
         return "shard-" if self.world == 1 else f"shard-r{self.rank}-"
 
+    def check(self, overwrite: bool, resume: bool) -> None:
+        """Refuse a directory that is not ours to write (:mod:`spag.outputs`); changes nothing."""
+        from spag.outputs import claim_output_dir
+
+        if not self.single_file:
+            # Under several ranks the others' shards are expected here: only a foreign folder is refused.
+            claim_output_dir(self.path, PLAY_KIND, overwrite=overwrite, resume=resume or self.world > 1)
+
+    def claim(self, overwrite: bool, resume: bool) -> None:
+        """:meth:`check`, then with ``overwrite`` drop our own episodes (this rank's shards, or the file)."""
+        self.check(overwrite, resume)
+        if overwrite and self.single_file:
+            self.path.unlink(missing_ok=True)
+        elif overwrite:
+            for shard in self.path.glob(self._shard_prefix() + "*.parquet"):
+                shard.unlink()
+
     def read(self) -> list[dict]:
         """Every episode already written (all ranks' shards, so a run may change its world size)."""
         from spag.game.episodes import read_episodes
@@ -176,7 +194,10 @@ class EpisodeStore:
             self._kept.extend(episodes)
             write_table_atomic(self.path, self._kept, schema=schema)
             return
-        self.path.mkdir(parents=True, exist_ok=True)
+        from spag.outputs import MARKER, mark_output_dir
+
+        if not (self.path / MARKER).exists():  # marked with its first shard: a failed start leaves nothing
+            mark_output_dir(self.path, PLAY_KIND)
         prefix = self._shard_prefix()
         numbers = [int(p.stem[len(prefix):]) for p in self.path.glob(prefix + "*.parquet")
                    if p.stem[len(prefix):].isdigit()]
@@ -332,13 +353,15 @@ def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
 
 def play_games(attacker: Player, defender: Player, words: list[str], config: PlayConfig, *,
                output: str | Path | None = None, resume: bool = False, show_progress: bool = True,
-               stats: PlayStats | None = None, guess_words: Sequence[str] | None = None) -> list[dict]:
+               stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
+               overwrite: bool = False) -> list[dict]:
     """Play one game per target word (this rank's share of ``words``); return the judged episodes.
 
     With ``output``, episodes are written incrementally (see the module docstring) and, with
     ``resume``, episodes already there are kept and returned with the new ones, in word order.
     ``stats`` (optional) is filled in for a summary line. ``guess_words`` is the public vocabulary the
-    defender guesses from when ``config.final_guess`` is on.
+    defender guesses from when ``config.final_guess`` is on. An output directory must be new, empty or a
+    previous ``spag play`` output (:mod:`spag.outputs`); ``overwrite`` replaces a previous one's episodes.
     """
     from spag.console import progress
 
@@ -355,6 +378,7 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
     store = EpisodeStore(output, rank, world) if output is not None else None
     done: dict[int, dict] = {}
     if store is not None:
+        store.claim(overwrite=overwrite and not resume, resume=resume)
         if not resume and store.has_own_shards():
             raise DataError(output, None, "already holds episodes: pass resume (--resume) to continue, "
                                           "or choose a new output")
@@ -422,11 +446,13 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
 def run_games(attacker_model: str, defender_model: str, words: list[str], config: PlayConfig, *,
               backend: str = "hf", output=None, resume: bool = False, show_progress: bool = True,
               stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
-              **player_options) -> list[dict]:
+              overwrite: bool = False, **player_options) -> list[dict]:
     """Load the players (once when both sides are the same model) and play."""
     from spag.players import load_player
 
     rank, world = rank_and_world()
+    if output is not None:  # before minutes of model loading
+        EpisodeStore(output, rank, world).check(overwrite=overwrite and not resume, resume=resume)
     if backend == "hf" and world > 1 and player_options.get("device") is None:
         import torch
 
@@ -436,4 +462,4 @@ def run_games(attacker_model: str, defender_model: str, words: list[str], config
     defender = attacker if defender_model == attacker_model else load_player(defender_model, backend,
                                                                               **player_options)
     return play_games(attacker, defender, words, config, output=output, resume=resume,
-                      show_progress=show_progress, stats=stats, guess_words=guess_words)
+                      show_progress=show_progress, stats=stats, guess_words=guess_words, overwrite=overwrite)

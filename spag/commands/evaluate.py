@@ -41,6 +41,20 @@ def _held_out_words(words: Path, train_words: Optional[Path], limit: Optional[in
     return chosen
 
 
+def _claim_episodes_out(episodes_out: Optional[Path], kind: str, overwrite: bool, resume: bool) -> None:
+    """An --episodes-out folder must be new, empty or ours (spag.outputs); a .parquet file is rewritten."""
+    from spag.io import DataError
+    from spag.outputs import prepare_output_dir
+
+    if episodes_out is None:
+        return
+    if episodes_out.suffix == ".parquet":
+        if resume:
+            raise DataError(episodes_out, None, "--resume needs a folder for --episodes-out, not one .parquet file")
+        return
+    prepare_output_dir(episodes_out, kind, overwrite=overwrite, resume=resume)
+
+
 def _interval(section: dict, name: str) -> str:
     low, rate, high = (section[f"{name}_rate{end}"] for end in ("_low", "", "_high"))
     return f"{rate:.3f} [{low:.3f}, {high:.3f}]"
@@ -66,6 +80,8 @@ def register(app: typer.Typer) -> None:
         batch_size: int = typer.Option(32, "--batch-size", help="Games generated together."),
         backend: str = typer.Option("hf", "--backend", help="Player backend: hf, vllm, openai."),
         resume: bool = typer.Option(False, "--resume", help="Keep the games already in --episodes-out."),
+        overwrite: bool = typer.Option(False, "--overwrite",
+                                       help="Replace a previous `spag evaluate` --episodes-out folder."),
     ) -> None:
         """Play MODEL against OPPONENT in both roles; win, loss, tie and foul rates with 95% intervals.
 
@@ -77,6 +93,7 @@ def register(app: typer.Typer) -> None:
 
         chosen = _held_out_words(words, train_words, limit)
         config = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size)
+        _claim_episodes_out(episodes_out, "evaluate", overwrite, resume)
         metrics = evaluate_models(model, opponent, chosen, config, episodes_out=episodes_out, backend=backend,
                                   resume=resume)
         write_json_atomic(output, metrics)
@@ -176,6 +193,8 @@ def register(app: typer.Typer) -> None:
         backend: str = typer.Option("hf", "--backend"),
         resamples: int = typer.Option(1000, "--resamples", help="Bootstrap resamples for the Elo intervals."),
         resume: bool = typer.Option(False, "--resume", help="Keep the games already in --episodes-out."),
+        overwrite: bool = typer.Option(False, "--overwrite",
+                                       help="Replace a previous `spag tournament` --episodes-out folder."),
     ) -> None:
         """Round robin: every pair plays both roles on the same words; win rates and Elo (mean 1000)."""
         from spag.console import summary
@@ -187,6 +206,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("name at least two models", param_hint="--models")
         chosen = _held_out_words(words, train_words, limit)
         config = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size)
+        _claim_episodes_out(episodes_out, "tournament", overwrite, resume)
         metrics = run_tournament(everyone, chosen, config, backend=backend, episodes_out=episodes_out,
                                  heatmap=heatmap, resamples=resamples, seed=seed, resume=resume)
         write_json_atomic(output, metrics)

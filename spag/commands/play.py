@@ -25,6 +25,8 @@ def register(app: typer.Typer) -> None:
         batch_size: int = typer.Option(32, "--batch-size", help="Games played together."),
         seed: int = typer.Option(0, "--seed", help="Sampling seed."),
         resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in OUTPUT."),
+        overwrite: bool = typer.Option(False, "--overwrite",
+                                       help="Replace a previous `spag play` output in OUTPUT (nothing else)."),
         examples: bool = typer.Option(False, "--examples", help="Worked examples in the prompt (weak teachers)."),
         foul_retries: int = typer.Option(0, "--foul-retries",
                                          help="Teacher strategy: resample an attacker line that breaks the rules."),
@@ -72,7 +74,7 @@ def register(app: typer.Typer) -> None:
         stats = PlayStats()
         try:
             episodes = run_games(attacker, defender, words, config, backend=backend, output=output,
-                                 resume=resume, show_progress=progress, stats=stats,
+                                 resume=resume, overwrite=overwrite, show_progress=progress, stats=stats,
                                  guess_words=read_words(guess_words) if guess_words else words, device=device,
                                  dtype=dtype, base_url=base_url, api_key_env=api_key_env,
                                  concurrency=concurrency, tensor_parallel_size=tensor_parallel_size,

@@ -52,6 +52,8 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(42, "--seed"),
         deepspeed: Optional[Path] = typer.Option(None, "--deepspeed", help="DeepSpeed config JSON."),
         resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint."),
+        overwrite: bool = typer.Option(False, "--overwrite",
+                                       help="Replace a previous `spag train` output in OUTPUT (nothing else)."),
         ref_on_the_fly: bool = typer.Option(
             False, "--ref-on-the-fly", help="Run the reference model during training (two models)."),
         ref_cache_dir: Optional[Path] = typer.Option(
@@ -83,7 +85,7 @@ def register(app: typer.Typer) -> None:
             gradient_checkpointing=gradient_checkpointing,
             bf16=bf16, tf32=tf32, device=device, lora_r=lora_r, lora_alpha=lora_alpha,
             lora_dropout=lora_dropout, lora_target_modules=lora_target_modules, merge_lora=not no_merge_lora,
-            seed=seed, deepspeed=str(deepspeed) if deepspeed else None, resume=resume,
+            seed=seed, deepspeed=str(deepspeed) if deepspeed else None, resume=resume, overwrite=overwrite,
             ref_on_the_fly=ref_on_the_fly, ref_cache_dir=str(ref_cache_dir) if ref_cache_dir else None,
             ref_batch_size=ref_batch_size, live_dir=str(live_dir) if live_dir else None, live=not no_live,
             logging_steps=logging_steps, save_steps=save_steps, save_total_limit=save_total_limit,

@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from spag.outputs import claim_output_dir, mark_output_dir
 from spag.train.losses import METHODS, OFFLINE_PO, REDUCTIONS, SFT, SFT_KL
 
 # Defaults of the paper's setting (PAPER.md): imitation 5e-6, SPAG 2e-6; KL 0.1 / 0.2; clip 0.2; SFT 0.5.
@@ -35,6 +36,8 @@ DEFAULT_LEARNING_RATE = {SFT: 5e-6, SFT_KL: 5e-6, OFFLINE_PO: 2e-6}
 DEFAULT_KL_COEFF = {SFT: 0.0, SFT_KL: 0.1, OFFLINE_PO: 0.2}
 SUMMARY_FILE = "training_summary.json"
 CHECKPOINTS = "checkpoints"
+TRAIN_KIND = "train"
+CHECKPOINTS_KIND = "train-checkpoints"
 
 
 @dataclass
@@ -68,6 +71,7 @@ class TrainConfig:
     seed: int = 42
     deepspeed: str | None = None
     resume: bool = False
+    overwrite: bool = False       # replace a previous `spag train` output at the same path
     ref_on_the_fly: bool = False
     ref_cache_dir: str | None = None
     ref_batch_size: int = 8
@@ -319,7 +323,7 @@ def _save_final(trainer, tokenizer, staging: Path, config: TrainConfig, zero3: b
             shutil.rmtree(staging)
         os.replace(tmp, staging)
         return
-    save_checkpoint(model, tokenizer, staging)
+    save_checkpoint(model, tokenizer, staging, kind=TRAIN_KIND)
 
 
 def _publish(staging: Path, output_dir: Path, checkpoint_dir: Path, keep_checkpoints: bool) -> None:
@@ -380,6 +384,9 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
         raise ValueError("--ref-on-the-fly with DeepSpeed is not supported: drop it (the reference "
                          "log-probs are then computed once before training)")
     started = time.time()
+    # Before any work: refuse an output or checkpoint directory that is not ours to replace.
+    claim_output_dir(output_dir, TRAIN_KIND, overwrite=config.overwrite, resume=config.resume)
+    claim_output_dir(checkpoint_dir, CHECKPOINTS_KIND, overwrite=True)
 
     # 1. rows -> tokens
     rows = read_rows(data)
@@ -423,8 +430,13 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
     )
     state = args.distributed_state
     main = args.process_index == 0
+    if main:
+        # Marked at once, so a killed run's leftovers (checkpoints) are known as ours to --resume them.
+        mark_output_dir(output_dir, TRAIN_KIND)
+        mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
     if main and not config.resume and _checkpoints_in(checkpoint_dir):
         shutil.rmtree(checkpoint_dir)
+        mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
         print(f"note: removed old checkpoints in {checkpoint_dir} (pass --resume to continue from them)")
     if main and config.resume and resume_from is None:
         print(f"note: no checkpoint in {checkpoint_dir}; starting from the beginning")
@@ -521,6 +533,7 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
         from spag.io import write_json_atomic
 
         write_json_atomic(staging / SUMMARY_FILE, summary_record)
+        mark_output_dir(staging, TRAIN_KIND)
         _publish(staging, output_dir, checkpoint_dir, config.keep_checkpoints)
         if live is not None:
             for key in ("steps", "final_loss", "mean_loss", "tokens", "tokens_per_second"):
