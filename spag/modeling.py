@@ -123,3 +123,22 @@ def tiny_llama(tokenizer, seed: int = 0, hidden_size: int = 64, layers: int = 2)
     model = LlamaForCausalLM(config)
     model.eval()
     return model
+
+
+def check_model(name: str | os.PathLike, option: str) -> None:
+    """Fail early, in one line naming ``option``, on a model path that cannot be loaded.
+
+    A name that exists on disk, or is written as a path (``/``, ``./``, ``../``, ``~``), must be a model
+    directory (with ``config.json``, or ``adapter_config.json`` for LoRA adapters); anything else is left
+    to the backend as a model id.
+    """
+    from spag.io import DataError
+
+    text = str(name)
+    path = Path(text).expanduser()
+    if not path.exists():
+        if text.startswith(("/", "./", "../", "~")):
+            raise DataError(text, None, f"no such model directory (given to {option})")
+        return
+    if not path.is_dir() or not any((path / f).is_file() for f in ("config.json", "adapter_config.json")):
+        raise DataError(text, None, f"is not a model directory: no config.json (given to {option})")

@@ -23,7 +23,12 @@ def register(app: typer.Typer) -> None:
         from spag.game.episodes import judged, read_episodes
         from spag.io import write_jsonl_atomic
 
-        results = judged(read_episodes(episodes))
+        from spag.io import DataError
+
+        episodes_read = read_episodes(episodes)
+        if not episodes_read:
+            raise DataError(episodes, None, "holds no episodes")
+        results = judged(episodes_read)
         if output is None:
             for record in results:
                 sys.stdout.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")

@@ -18,6 +18,14 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+def _require_episodes(path: Path) -> None:
+    """An empty input is a mistake (a wrong path, a stage that played nothing): say so, write nothing."""
+    from spag.io import DataError, read_records
+
+    if not read_records(path):
+        raise DataError(path, None, "holds no episodes")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("reward")
     def reward_command(
@@ -48,6 +56,7 @@ def register(app: typer.Typer) -> None:
         if sft_limit is not None and sft is None:
             _fail("--sft-limit needs --sft")
         try:
+            _require_episodes(episodes)
             stats = build_reward_set(
                 episodes, output, decay=decay, sft=sft, seed=seed, strict=strict, sft_limit=sft_limit
             )
@@ -72,6 +81,7 @@ def register(app: typer.Typer) -> None:
         from spag.rewards import build_imitation_set
 
         try:
+            _require_episodes(episodes)
             stats = build_imitation_set(episodes, output, seed=seed, strict=strict)
         except DataError as exc:
             _fail(str(exc))
