@@ -41,8 +41,9 @@ def register(app: typer.Typer) -> None:
         device: str | None = typer.Option(None, "--device", help="hf backend: cpu, cuda, cuda:1 ..."),
         dtype: str | None = typer.Option(None, "--dtype", help="hf/vllm: float32, bfloat16, float16."),
         base_url: str | None = typer.Option(None, "--base-url", help="openai backend: endpoint URL."),
-        api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env",
-                                        help="openai backend: environment variable holding the API key."),
+        api_key_env: str | None = typer.Option(
+            None, "--api-key-env", help="openai backend: environment variable holding the API key for --base-url "
+                                        "(default: OPENAI_API_KEY, sent to api.openai.com only)."),
         concurrency: int = typer.Option(8, "--concurrency", min=1, help="openai backend: parallel requests."),
         tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", min=1, help="vllm backend: GPUs per model."),
         trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub."),
