@@ -11,12 +11,12 @@ stderr naming the file or option, never a traceback); 130 interrupted (Ctrl-C), 
 from __future__ import annotations
 
 import importlib
-import signal
 import sys
 
 import typer
 
 from spag.io import DataError
+from spag.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, graceful_termination
 
 COMMAND_MODULES = (
     "words",
@@ -40,14 +40,6 @@ for _name in COMMAND_MODULES:
     importlib.import_module(f"spag.commands.{_name}").register(app)
 
 
-class Terminated(BaseException):
-    """SIGTERM, raised in the main thread so that ``finally`` blocks (flushing finished games) run."""
-
-
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated()
-
-
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
@@ -63,10 +55,10 @@ def _click_exceptions():
 
 def main(argv: list[str] | None = None) -> None:
     click = _click_exceptions()
-    # A scheduler's (or `timeout`'s) SIGTERM unwinds like Ctrl-C: finished work is written first.
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        code = app(args=argv, prog_name="spag", standalone_mode=False)
+        # A scheduler's (or `timeout`'s) SIGTERM unwinds like Ctrl-C: finished work is written first.
+        with graceful_termination():
+            code = app(args=argv, prog_name="spag", standalone_mode=False)
     except click.NoArgsIsHelpError as exc:
         print(exc.ctx.get_help() if exc.ctx else str(exc), file=sys.stderr)
         code = 2
@@ -75,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
         code = exc.exit_code
     except typer.Abort:
         print("error: aborted", file=sys.stderr)
-        code = 130
+        code = EXIT_INTERRUPTED
     except DataError as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         code = 2
@@ -85,12 +77,10 @@ def main(argv: list[str] | None = None) -> None:
         code = 2
     except KeyboardInterrupt:
         print("error: interrupted; finished games were written", file=sys.stderr)
-        code = 130
+        code = EXIT_INTERRUPTED
     except Terminated:
         print("error: terminated (SIGTERM); finished games were written", file=sys.stderr)
-        code = 143
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        code = EXIT_TERMINATED
     sys.exit(code if isinstance(code, int) else 0)
 
 

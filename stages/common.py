@@ -71,7 +71,7 @@ def previous_model(p: dict, epoch: str) -> Path:
 # Training knobs that params.yaml may set, mapped to `spag train` options.
 _TRAIN_KNOBS = ("learning_rate", "batch_size", "grad_accum", "max_length", "warmup_ratio", "kl_coeff",
                 "clip_range", "sft_coeff", "reduction", "detach_advantage", "deepspeed", "gradient_checkpointing",
-                "lora_r", "bf16")
+                "lora_r", "bf16", "save_steps")
 
 
 def train(method: str, model: Path, data: Path, output: Path, live_dir: Path, cfg: dict, seed: int) -> None:

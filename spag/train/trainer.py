@@ -340,6 +340,25 @@ def _publish(staging: Path, output_dir: Path, checkpoint_dir: Path, keep_checkpo
         shutil.rmtree(checkpoint_dir)
 
 
+def _last_complete_checkpoint(folder: Path) -> str | None:
+    """The newest ``checkpoint-N`` whose ``trainer_state.json`` (the Trainer writes it last) reads back.
+
+    A run killed while saving leaves a half-written checkpoint; resuming from it would fail or, worse,
+    load a partial optimizer state, so it is passed over.
+    """
+    def step(path: Path) -> int:
+        suffix = path.name.removeprefix("checkpoint-")
+        return int(suffix) if suffix.isdigit() else -1
+
+    for candidate in sorted(_checkpoints_in(folder), key=step, reverse=True):
+        try:
+            json.loads((candidate / "trainer_state.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        return str(candidate)
+    return None
+
+
 def _checkpoints_in(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
@@ -360,7 +379,6 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
     import torch
     from transformers import TrainingArguments
     from transformers.integrations import is_deepspeed_zero3_enabled
-    from transformers.trainer_utils import get_last_checkpoint
 
     from spag.console import summary
     from spag.modeling import load_tokenizer, pick_device
@@ -396,7 +414,7 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
     # 2. the Trainer's arguments first: they set up the processes (and DeepSpeed's ZeRO-3 loading).
     resume_from = None
     if config.resume:
-        resume_from = get_last_checkpoint(str(checkpoint_dir)) if checkpoint_dir.is_dir() else None
+        resume_from = _last_complete_checkpoint(checkpoint_dir)
     args = TrainingArguments(
         output_dir=str(checkpoint_dir),
         per_device_train_batch_size=config.batch_size,
