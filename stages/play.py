@@ -3,7 +3,8 @@
 from common import WORDS, epoch_arg, epoch_dir, params, play_config, player_options, previous_model, sample_words
 
 from spag.console import summary
-from spag.play import PlayStats, run_games
+from spag.partial import resumable_output
+from spag.play import PLAY_KIND, PlayStats, run_games
 
 p = params()
 epoch = epoch_arg()
@@ -12,6 +13,9 @@ cfg = p["play"]
 words = sample_words(WORDS / "train.txt", cfg["words"], seed=f"{p['seed']}-{epoch}")
 model = str(previous_model(p, epoch))
 stats = PlayStats()
-run_games(model, model, words, play_config(p, "play", seed=p["seed"] + int(epoch)), backend=cfg["backend"],
-          output=epoch_dir(epoch) / "episodes", resume=True, stats=stats, **player_options(cfg))
+# Shards go to a work folder beside the declared output, which DVC does not delete: a killed stage
+# continues from its finished games on the next `dvc repro` (see spag.partial).
+with resumable_output(epoch_dir(epoch) / "episodes", PLAY_KIND) as work:
+    run_games(model, model, words, play_config(p, "play", seed=p["seed"] + int(epoch)), backend=cfg["backend"],
+              output=work, resume=True, stats=stats, **player_options(cfg))
 summary(f"play@{epoch}", stats.line())
