@@ -5,7 +5,8 @@ Model output can hold any character: line and paragraph separators (U+2028, U+20
 NUL, other control characters, astral characters, and very long strings.
 """
 
-import json
+import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -58,7 +59,7 @@ def test_episodes_read_back_identically(tmp_path, batch, suffix):
 def test_play_shards_read_back_identically(tmp_path, batch):
     played = [{**e, "history": [{**u, "n_tokens": 3, "truncated": False} for u in e["history"]],
                "word_index": i} for i, e in enumerate(batch)]
-    folder = tmp_path / f"shards-{abs(hash(json.dumps(batch)))}"
+    folder = Path(tempfile.mkdtemp(dir=tmp_path)) / "shards"  # a new folder for every example
     EpisodeStore(folder).append(played)
     back = EpisodeStore(folder).read()
     assert [{k: e[k] for k in ("target_word", "max_turns", "history", "word_index")} for e in back] == played
