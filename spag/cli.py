@@ -2,6 +2,10 @@
 
 Each step lives in ``spag/commands/<name>.py`` with a ``register(app)`` function; heavy libraries are
 imported inside the command bodies so that ``spag --help`` stays fast.
+
+Exit codes: 0 done; 1 a backend failed (e.g. a model endpoint); 2 bad input or options (one line on
+stderr naming the file or option, never a traceback); 130 interrupted (Ctrl-C), 143 terminated
+(SIGTERM). An interrupted or terminated run first writes the games it finished (see :mod:`spag.play`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import sys
 import typer
 
 from spag.io import DataError
+from spag.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, graceful_termination
 
 COMMAND_MODULES = (
     "words",
@@ -35,12 +40,48 @@ for _name in COMMAND_MODULES:
     importlib.import_module(f"spag.commands.{_name}").register(app)
 
 
-def main() -> None:
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _click_exceptions():
+    """The click exceptions typer raises (typer >= 0.20 vendors click as ``typer._click``)."""
     try:
-        app()
+        from typer._click import exceptions
+    except ImportError:  # an older typer on the real click
+        from click import exceptions
+    return exceptions
+
+
+def main(argv: list[str] | None = None) -> None:
+    click = _click_exceptions()
+    try:
+        # A scheduler's (or `timeout`'s) SIGTERM unwinds like Ctrl-C: finished work is written first.
+        with graceful_termination():
+            code = app(args=argv, prog_name="spag", standalone_mode=False)
+    except click.NoArgsIsHelpError as exc:
+        print(exc.ctx.get_help() if exc.ctx else str(exc), file=sys.stderr)
+        code = 2
+    except click.ClickException as exc:
+        print(f"error: {_one_line(exc.format_message())}", file=sys.stderr)
+        code = exc.exit_code
+    except typer.Abort:
+        print("error: aborted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
     except DataError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        code = 2
+    except (OSError, UnicodeError) as exc:  # a file or model that cannot be read: the user's to fix
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"error: {where}{_one_line(exc.strerror if where and exc.strerror else exc)}", file=sys.stderr)
+        code = 2
+    except KeyboardInterrupt:
+        print("error: interrupted; finished games were written", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    except Terminated:
+        print("error: terminated (SIGTERM); finished games were written", file=sys.stderr)
+        code = EXIT_TERMINATED
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,23 @@ def write_table_atomic(path: str | os.PathLike, records: list[Mapping], schema=N
         write_jsonl_atomic(path, records)
 
 
+def read_text(path: str | os.PathLike) -> str:
+    """A UTF-8 text file's content; DataError naming the file if it is missing, unreadable or binary."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(path, None, "no such file")
+    except IsADirectoryError:
+        raise DataError(path, None, "is a directory, expected a file")
+    except OSError as exc:
+        raise DataError(path, None, f"cannot be read ({exc.strerror or exc})")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(path, None, f"is not UTF-8 text (a binary file?): bad byte at offset {exc.start}")
+
+
 def read_records(path: str | os.PathLike) -> list[dict]:
     """Read a JSON list, JSON lines, or Parquet (a file or a directory of ``*.parquet`` shards).
 
@@ -96,7 +113,7 @@ def read_records(path: str | os.PathLike) -> list[dict]:
             return pq.read_table(path).to_pylist()
         except Exception as exc:  # pyarrow raises several types for a broken file
             raise DataError(path, None, f"not a readable Parquet file ({exc.__class__.__name__}: {exc})")
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
@@ -108,7 +125,9 @@ def read_records(path: str | os.PathLike) -> list[dict]:
                 raise DataError(path, i, f"expected an object, got {type(record).__name__}")
         return data
     records = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # Only "\n" ends a record: str.splitlines() would also split at U+2028, U+2029, U+0085 and other
+    # characters that json.dumps(ensure_ascii=False) leaves raw inside a string.
+    for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:

@@ -100,21 +100,27 @@ def load_model(
     return model, tokenizer
 
 
-def save_checkpoint(model, tokenizer, output_dir: str | os.PathLike) -> Path:
+def save_checkpoint(model, tokenizer, output_dir: str | os.PathLike, kind: str = "checkpoint",
+                    overwrite: bool = True) -> Path:
     """Save a plain HF directory (safetensors, tokenizer, chat template), atomically.
 
     Written to a temporary sibling directory first and renamed, so a half-written checkpoint never
-    looks finished.
+    looks finished. The directory is marked as an output of ``spag <kind>``; an existing ``output_dir``
+    is replaced only if it is a previous output of the same kind (and ``overwrite``), never otherwise.
     """
     import shutil
 
+    from spag.outputs import claim_output_dir, mark_output_dir
+
     out = Path(output_dir)
+    claim_output_dir(out, kind, overwrite=overwrite)
     tmp = out.parent / f".{out.name}.tmp"
     if tmp.exists():
         shutil.rmtree(tmp)
     setup_special_tokens(tokenizer, model)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    mark_output_dir(tmp, kind)
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)
@@ -143,3 +149,22 @@ def tiny_llama(tokenizer, seed: int = 0, hidden_size: int = 64, layers: int = 2)
     model = LlamaForCausalLM(config)
     model.eval()
     return model
+
+
+def check_model(name: str | os.PathLike, option: str) -> None:
+    """Fail early, in one line naming ``option``, on a model path that cannot be loaded.
+
+    A name that exists on disk, or is written as a path (``/``, ``./``, ``../``, ``~``), must be a model
+    directory (with ``config.json``, or ``adapter_config.json`` for LoRA adapters); anything else is left
+    to the backend as a model id.
+    """
+    from spag.io import DataError
+
+    text = str(name)
+    path = Path(text).expanduser()
+    if not path.exists():
+        if text.startswith(("/", "./", "../", "~")):
+            raise DataError(text, None, f"no such model directory (given to {option})")
+        return
+    if not path.is_dir() or not any((path / f).is_file() for f in ("config.json", "adapter_config.json")):
+        raise DataError(text, None, f"is not a model directory: no config.json (given to {option})")

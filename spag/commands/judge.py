@@ -30,7 +30,12 @@ def register(app: typer.Typer) -> None:
 
         if rules not in RULE_SETS:
             raise typer.BadParameter(f"expected one of {', '.join(RULE_SETS)}, got {rules!r}", param_hint="--rules")
-        results = judged(read_episodes(episodes), rules)
+        from spag.io import DataError
+
+        episodes_read = read_episodes(episodes)
+        if not episodes_read:
+            raise DataError(episodes, None, "holds no episodes")
+        results = judged(episodes_read, rules)
         if output is None:
             for record in results:
                 sys.stdout.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")

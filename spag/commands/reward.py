@@ -30,6 +30,14 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+def _require_episodes(path: Path) -> None:
+    """An empty input is a mistake (a wrong path, a stage that played nothing): say so, write nothing."""
+    from spag.io import DataError, read_records
+
+    if not read_records(path):
+        raise DataError(path, None, "holds no episodes")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("reward")
     def reward_command(
@@ -72,6 +80,7 @@ def register(app: typer.Typer) -> None:
             _fail(f"--{str(exc).replace('_', '-')}")
         try:
             _check_rules_and_templates(rules, templates)
+            _require_episodes(episodes)
             stats = build_reward_set(
                 episodes, output, decay=decay, sft=sft, seed=seed, strict=strict, sft_limit=sft_limit,
                 options=options, rules=rules, templates=templates,
@@ -106,6 +115,7 @@ def register(app: typer.Typer) -> None:
             _fail("--sft-limit needs --sft")
         try:
             _check_rules_and_templates(rules, templates)
+            _require_episodes(episodes)
             stats = build_imitation_set(episodes, output, seed=seed, strict=strict, sft=sft, sft_limit=sft_limit,
                                         rules=rules, templates=templates)
         except DataError as exc:

@@ -10,10 +10,10 @@ def register(app: typer.Typer) -> None:
     @app.command("words")
     def words_command(
         output: Path = typer.Option(..., "-o", "--output", help="Where to write the words, one per line."),
-        top: int = typer.Option(50_000, "--top", help="How many of the most frequent words."),
+        top: int = typer.Option(50_000, "--top", min=1, help="How many of the most frequent words."),
         train_out: Path | None = typer.Option(None, "--train-out", help="Also write the training split."),
         eval_out: Path | None = typer.Option(None, "--eval-out", help="Also write the held-out split."),
-        eval_fraction: float = typer.Option(0.1, "--eval-fraction", help="Share of words held out."),
+        eval_fraction: float = typer.Option(0.1, "--eval-fraction", min=0.0, max=1.0, help="Share of words held out."),
         nouns_only: bool = typer.Option(False, "--nouns-only", help="Only words that are always nouns."),
         source: Path | None = typer.Option(
             None, "--source", help="Take the words from this list file (one per line, order kept) instead of "

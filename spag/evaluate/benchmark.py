@@ -14,7 +14,9 @@ says which ran. The score of each task is lm-eval's headline metric for it (tabl
 is the geometric mean over tasks, as in the paper. Per-sample results (one line per document: whether
 the model got it right) are written beside the metrics for paired comparisons (``spag compare``).
 
-A run resumes: each finished task is kept in ``<output>.parts/`` until the whole run is written.
+A run resumes: each finished task is kept in ``<output>.parts/`` until the whole run is written, stamped
+with the model's content hash (:mod:`spag.fingerprint`), the task data and every setting; a kept task
+is reused only for the same stamp (a retrained model at the same path is run again, with a note).
 """
 
 from __future__ import annotations
@@ -330,13 +332,21 @@ def choose_suite(suite: str, tasks: Sequence[str] | None, workdir: Path, say=pri
         return "local", manager, table, _load_tasks(manager, list(table)), True
 
 
-def _fingerprint(model: str, suite: str, task: str, limit, num_fewshot, apply_chat_template) -> dict:
+def _fingerprint(model: str, suite: str, task: str, limit, num_fewshot, apply_chat_template, *,
+                 seed: int = 0, dtype: str | None = None, batch_size: int | str = 8,
+                 device: str | None = None) -> dict:
+    """What a task's score depends on: the model's content (not its path), the task's data, every setting."""
     import lm_eval
 
-    path = Path(model)
-    return {"model": str(path.resolve()) if path.exists() else model, "suite": suite, "task": task,
-            "limit": limit, "num_fewshot": num_fewshot, "apply_chat_template": apply_chat_template,
-            "lm_eval": getattr(lm_eval, "__version__", "")}
+    from spag.fingerprint import model_fingerprint
+
+    stamp = {"model": model_fingerprint(model), "suite": suite, "task": task, "limit": limit,
+             "num_fewshot": num_fewshot, "apply_chat_template": apply_chat_template, "seed": seed,
+             "dtype": dtype, "batch_size": batch_size, "device": device,
+             "lm_eval": getattr(lm_eval, "__version__", "")}
+    if suite == "local":
+        stamp["data"] = model_fingerprint(LOCAL_TASKS_DIR)  # the shipped task files, hashed like a model
+    return stamp
 
 
 def _build_lm(model: str, batch_size, device: str | None, dtype: str | None):
@@ -381,8 +391,9 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
         bar = progress(total=len(table), desc=f"benchmark ({chosen})", unit="task", disable=not show_progress)
         for name, (metric, default_shots) in table.items():
             shots = num_fewshot if num_fewshot is not None else default_shots
-            stamp = _fingerprint(model, chosen, name, limit, shots, apply_chat_template)
-            done = _read_part(parts, name, stamp)
+            stamp = _fingerprint(model, chosen, name, limit, shots, apply_chat_template, seed=seed,
+                                 dtype=dtype, batch_size=batch_size, device=device)
+            done = _read_part(parts, name, stamp, say)
             if done is None:
                 if lm is None:
                     lm = _build_lm(model, batch_size, device, dtype)
@@ -425,14 +436,23 @@ def _part_file(parts: Path, name: str) -> Path:
     return parts / ("".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) + ".json")
 
 
-def _read_part(parts: Path | None, name: str, stamp: dict) -> dict | None:
+def _read_part(parts: Path | None, name: str, stamp: dict, say=print) -> dict | None:
+    """A finished task's result kept by an interrupted run, if it was computed for exactly ``stamp``."""
+    from spag.fingerprint import differences
+
     if parts is None or not _part_file(parts, name).exists():
         return None
     try:
         saved = json.loads(_part_file(parts, name).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
+        say(f"note: {_part_file(parts, name)} is unreadable; running {name} again")
         return None
-    return saved["result"] if saved.get("fingerprint") == stamp else None
+    if saved.get("fingerprint") != stamp:
+        say(f"note: the kept result of {name} in {parts} was computed for something else "
+            f"({differences(saved.get('fingerprint') or {}, stamp)}); running it again")
+        return None
+    say(f"note: {name} kept from an interrupted run ({parts})")
+    return saved["result"]
 
 
 def _write_part(parts: Path | None, name: str, stamp: dict, result: dict) -> None:

@@ -28,11 +28,11 @@ def read_benchmark(path: str | os.PathLike) -> tuple[dict, dict[str, dict[tuple[
     from spag.evaluate.benchmark import samples_path
     from spag.io import read_records
 
+    from spag.io import read_text
+
     path = Path(path)
-    if not path.exists():
-        raise DataError(path, None, "no such file")
     try:
-        metrics = json.loads(path.read_text(encoding="utf-8"))
+        metrics = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise DataError(path, None, f"not valid JSON (line {exc.lineno}: {exc.msg})")
     if not isinstance(metrics, dict) or not isinstance(metrics.get("tasks"), dict):

@@ -47,14 +47,20 @@ def load_player(model: str, backend: str = "hf", **options) -> Player:
         from spag.players.human import HumanPlayer
 
         return HumanPlayer(**({"name": options["name"]} if options.get("name") else {}))
+    from spag.fingerprint import model_fingerprint
+
     if backend == "hf":
         from spag.players.hf import HFPlayer
 
-        return HFPlayer.from_pretrained(model, **_pick(options, _HF_OPTIONS))
+        player = HFPlayer.from_pretrained(model, **_pick(options, _HF_OPTIONS))
+        player.fingerprint = model_fingerprint(model)  # what resumed episodes are checked against
+        return player
     if backend == "vllm":
         from spag.players.vllm import VLLMPlayer
 
-        return VLLMPlayer.from_pretrained(model, **_pick(options, _VLLM_OPTIONS))
+        player = VLLMPlayer.from_pretrained(model, **_pick(options, _VLLM_OPTIONS))
+        player.fingerprint = model_fingerprint(model)
+        return player
     if backend == "openai":
         from spag.players.openai import OpenAIPlayer
 

@@ -2,14 +2,22 @@
 
 Requests run in a bounded pool of threads; a request that fails for a reason worth retrying (a 5xx
 or 429 answer, a timeout, a dropped connection) is retried with exponential backoff, and one that keeps
-failing raises :class:`PlayerError` naming the endpoint and the last reason. The API key is read from
-the environment (``OPENAI_API_KEY`` or the variable named by ``api_key_env``) and never written out.
+failing raises :class:`PlayerError` naming the endpoint and the last reason.
+
+The API key is read from the environment and never written out, and it goes only where the user sent
+it: ``OPENAI_API_KEY`` only to OpenAI's own API (no ``base_url``, or one on ``api.openai.com``); any other
+endpoint gets a key only from a variable the user named for it (``api_key_env``, ``--api-key-env NAME``),
+so a local vLLM server, or a mistyped URL, never sees the OpenAI key. A plain ``http://`` URL to a host
+that is not this machine gets a warning: prompts (and a key) would cross the network unencrypted.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import sys
 import time
+from urllib.parse import urlsplit
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,6 +31,36 @@ from spag.players.base import (
 )
 
 _OPENAI_STOP_LIMIT = 4  # the OpenAI API takes at most four stop strings
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+OPENAI_HOST = "api.openai.com"
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def api_key_for(base_url: str | None, api_key_env: str | None) -> str | None:
+    """The key to send to ``base_url``: from ``api_key_env`` when the user named one, else
+    ``OPENAI_API_KEY`` for OpenAI's own host only; None means no key for this endpoint."""
+    if api_key_env:
+        return os.environ.get(api_key_env) or None
+    host = urlsplit(base_url).hostname if base_url else OPENAI_HOST
+    return os.environ.get(DEFAULT_KEY_ENV) or None if host == OPENAI_HOST else None
+
+
+def check_transport(base_url: str | None) -> None:
+    """Warn about a plain-http endpoint on another machine."""
+    if not base_url:
+        return
+    parts = urlsplit(base_url)
+    if parts.scheme == "http" and not is_loopback(parts.hostname or ""):
+        print(f"warning: {base_url} is plain http to another host: prompts and any API key cross the "
+              "network unencrypted (use https)", file=sys.stderr, flush=True)
 
 
 class OpenAIPlayer:
@@ -32,7 +70,7 @@ class OpenAIPlayer:
     the OpenAI API rejects; it defaults to on for any ``base_url`` and off for OpenAI itself.
     """
 
-    def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+    def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = None,
                  concurrency: int = 8, timeout: float = 60.0, max_retries: int = 4, backoff: float = 1.0,
                  max_backoff: float = 30.0, api: str = "chat", extensions: bool | None = None,
                  name: str | None = None):
@@ -42,10 +80,11 @@ class OpenAIPlayer:
             raise PlayerError("the openai backend needs the openai package: pip install 'spag[api]'") from exc
         if api not in ("chat", "completions"):
             raise ValueError(f"api must be 'chat' or 'completions', got {api!r}")
-        api_key = os.environ.get(api_key_env)
+        check_transport(base_url)
+        api_key = api_key_for(base_url, api_key_env)
         if not api_key:
             if base_url is None:
-                raise PlayerError(f"no API key: set the environment variable {api_key_env}")
+                raise PlayerError(f"no API key: set the environment variable {api_key_env or DEFAULT_KEY_ENV}")
             api_key = "not-needed"  # local servers usually ignore the key, but the client wants one
         self.model = model
         self.name = name or model

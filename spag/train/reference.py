@@ -10,8 +10,8 @@ The cache file is keyed by
 - the exact token sequences and completion boundaries of the rows (:meth:`EncodedRows.fingerprint`), which
   covers the data's content, the tokenizer, the chat template, ``max_length`` and the truncation: the
   reference sees exactly what training sees;
-- the reference model: its resolved path, its config, and for every weight file its name, size and the
-  sha256 of its first and last MiB (a cheap fingerprint that changes when the weights are rewritten);
+- the reference model's content: a hash of every file of its directory
+  (:func:`spag.fingerprint.model_fingerprint`), so a model retrained at the same path misses the cache;
 - the numeric setting of the pass (dtype and autocast).
 
 A change of any of them gives a different file name, so a stale cache is never read. Weights and rewards
@@ -28,39 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
+from spag.fingerprint import model_fingerprint
 from spag.io import DataError, atomic_path
 
-CACHE_VERSION = 1
-_EDGE = 1 << 20
-
-
-def _file_edges_digest(path: Path) -> str:
-    size = path.stat().st_size
-    digest = hashlib.sha256(f"{path.name}:{size}".encode())
-    with open(path, "rb") as f:
-        digest.update(f.read(_EDGE))
-        if size > 2 * _EDGE:
-            f.seek(size - _EDGE)
-            digest.update(f.read(_EDGE))
-    return digest.hexdigest()
-
-
-def model_fingerprint(name_or_path: str | os.PathLike) -> str:
-    """A cheap identity of a model directory: path, config and weight-file edges."""
-    path = Path(name_or_path)
-    digest = hashlib.sha256()
-    if not path.is_dir():
-        # A hub id or an unusual layout: only the name can be used.
-        digest.update(f"name:{name_or_path}".encode())
-        return digest.hexdigest()
-    digest.update(f"path:{path.resolve()}".encode())
-    config = path / "config.json"
-    if config.exists():
-        digest.update(config.read_bytes())
-    weights = sorted(p for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".gguf"))
-    for weight_file in weights:
-        digest.update(_file_edges_digest(weight_file).encode())
-    return digest.hexdigest()
+CACHE_VERSION = 2  # 2: the reference model keyed by a hash of all its files
 
 
 def cache_key(tokens_fingerprint: str, ref_fingerprint: str, precision: str) -> str:
@@ -219,6 +190,10 @@ def reference_logprobs(
     cached = read_cache(path, key, len(encoded))
     if cached is not None:
         return cached, path, True
+    stale = [p for p in path.parent.glob(f"{Path(data).name}.ref-*.parquet") if p != path]
+    if stale and (state is None or getattr(state, "process_index", 0) == 0):
+        print(f"note: reference log-probs cached in {stale[0].parent} are for other rows, another reference "
+              f"model or precision; computing them for {ref}")
 
     num_processes = getattr(state, "num_processes", 1) if state is not None else 1
     rank = getattr(state, "process_index", 0) if state is not None else 0

@@ -29,6 +29,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from spag.outputs import claim_output_dir, mark_output_dir
 from spag.train.losses import METHODS, OFFLINE_PO, REDUCTIONS, SFT, SFT_KL
 from spag.train.schedules import LR_SCHEDULERS, WARMUP_DECAY
 
@@ -37,6 +38,8 @@ DEFAULT_LEARNING_RATE = {SFT: 5e-6, SFT_KL: 5e-6, OFFLINE_PO: 2e-6}
 DEFAULT_KL_COEFF = {SFT: 0.0, SFT_KL: 0.1, OFFLINE_PO: 0.2}
 SUMMARY_FILE = "training_summary.json"
 CHECKPOINTS = "checkpoints"
+TRAIN_KIND = "train"
+CHECKPOINTS_KIND = "train-checkpoints"
 
 
 @dataclass
@@ -70,6 +73,7 @@ class TrainConfig:
     seed: int = 42
     deepspeed: str | None = None
     resume: bool = False
+    overwrite: bool = False       # replace a previous `spag train` output at the same path
     ref_on_the_fly: bool = False
     ref_cache_dir: str | None = None
     ref_batch_size: int = 8
@@ -339,7 +343,7 @@ def _save_final(trainer, tokenizer, staging: Path, config: TrainConfig, zero3: b
             shutil.rmtree(staging)
         os.replace(tmp, staging)
         return
-    save_checkpoint(model, tokenizer, staging)
+    save_checkpoint(model, tokenizer, staging, kind=TRAIN_KIND)
 
 
 def _publish(staging: Path, output_dir: Path, checkpoint_dir: Path, keep_checkpoints: bool) -> None:
@@ -354,6 +358,25 @@ def _publish(staging: Path, output_dir: Path, checkpoint_dir: Path, keep_checkpo
     os.replace(staging, output_dir)
     if not keep_checkpoints and not inside and checkpoint_dir.exists():
         shutil.rmtree(checkpoint_dir)
+
+
+def _last_complete_checkpoint(folder: Path) -> str | None:
+    """The newest ``checkpoint-N`` whose ``trainer_state.json`` (the Trainer writes it last) reads back.
+
+    A run killed while saving leaves a half-written checkpoint; resuming from it would fail or, worse,
+    load a partial optimizer state, so it is passed over.
+    """
+    def step(path: Path) -> int:
+        suffix = path.name.removeprefix("checkpoint-")
+        return int(suffix) if suffix.isdigit() else -1
+
+    for candidate in sorted(_checkpoints_in(folder), key=step, reverse=True):
+        try:
+            json.loads((candidate / "trainer_state.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        return str(candidate)
+    return None
 
 
 def _checkpoints_in(folder: Path) -> list[Path]:
@@ -376,7 +399,6 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
     import torch
     from transformers import TrainingArguments
     from transformers.integrations import is_deepspeed_zero3_enabled
-    from transformers.trainer_utils import get_last_checkpoint
 
     from spag.console import summary
     from spag.modeling import load_tokenizer, pick_device
@@ -400,6 +422,9 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
         raise ValueError("--ref-on-the-fly with DeepSpeed is not supported: drop it (the reference "
                          "log-probs are then computed once before training)")
     started = time.time()
+    # Before any work: refuse an output or checkpoint directory that is not ours to replace.
+    claim_output_dir(output_dir, TRAIN_KIND, overwrite=config.overwrite, resume=config.resume)
+    claim_output_dir(checkpoint_dir, CHECKPOINTS_KIND, overwrite=True)
 
     # 1. rows -> tokens
     rows = read_rows(data)
@@ -409,7 +434,7 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
     # 2. the Trainer's arguments first: they set up the processes (and DeepSpeed's ZeRO-3 loading).
     resume_from = None
     if config.resume:
-        resume_from = get_last_checkpoint(str(checkpoint_dir)) if checkpoint_dir.is_dir() else None
+        resume_from = _last_complete_checkpoint(checkpoint_dir)
     args = TrainingArguments(
         output_dir=str(checkpoint_dir),
         per_device_train_batch_size=config.batch_size,
@@ -444,8 +469,13 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
     )
     state = args.distributed_state
     main = args.process_index == 0
+    if main:
+        # Marked at once, so a killed run's leftovers (checkpoints) are known as ours to --resume them.
+        mark_output_dir(output_dir, TRAIN_KIND)
+        mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
     if main and not config.resume and _checkpoints_in(checkpoint_dir):
         shutil.rmtree(checkpoint_dir)
+        mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
         print(f"note: removed old checkpoints in {checkpoint_dir} (pass --resume to continue from them)")
     if main and config.resume and resume_from is None:
         print(f"note: no checkpoint in {checkpoint_dir}; starting from the beginning")
@@ -543,6 +573,7 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
         from spag.io import write_json_atomic
 
         write_json_atomic(staging / SUMMARY_FILE, summary_record)
+        mark_output_dir(staging, TRAIN_KIND)
         _publish(staging, output_dir, checkpoint_dir, config.keep_checkpoints)
         if live is not None:
             for key in ("steps", "final_loss", "mean_loss", "tokens", "tokens_per_second"):

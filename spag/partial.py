@@ -1,0 +1,57 @@
+"""Resume under ``dvc repro``: a stage's partial work lives beside its declared output, not inside it.
+
+DVC deletes a stage's outputs before it runs the command, so a ``play@N`` killed after fifty minutes
+would start again from nothing if it wrote its shards into the output. :func:`resumable_output` gives the
+stage a work path beside the output (``.NAME.partial``, which DVC does not track or delete), resumes
+there (every kept episode is checked against the words, settings and model hashes, see :mod:`spag.play`),
+and renames it onto the output only when the block finishes. A killed stage leaves the work path for the
+next ``dvc repro``; the finished output equals an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+from spag.outputs import MARKER, output_kind
+from spag.signals import graceful_termination
+
+SUFFIX = ".partial"
+
+
+def partial_path(output: str | os.PathLike) -> Path:
+    """``dir/.NAME.partial`` for ``dir/NAME``; ``dir/.STEM.partial.parquet`` for a file output."""
+    output = Path(output)
+    return output.parent / f".{output.stem}{SUFFIX}{output.suffix}"
+
+
+@contextlib.contextmanager
+def resumable_output(output: str | os.PathLike, kind: str) -> Iterator[Path]:
+    """Yield the work path for ``output`` (a directory or a file written by ``spag <kind>``); move it onto
+    ``output`` when the block succeeds. SIGTERM unwinds the block (finished work is flushed) and leaves
+    the work path in place. An existing ``output`` is replaced only if it is empty or ours of ``kind``.
+    """
+    from spag.outputs import OutputRefused
+
+    output = Path(output)
+    work = partial_path(output)
+    if work.exists():
+        print(f"note: resuming from {work}", flush=True)
+    with graceful_termination():
+        yield work
+    if not work.exists():
+        return
+    if output.is_dir() and any(output.iterdir()):
+        if output_kind(output) != kind:
+            raise OutputRefused(output, f"is in the way of {work} and was not written by `spag {kind}`")
+        shutil.rmtree(output)
+    elif output.is_dir():
+        output.rmdir()
+    if work.is_dir() and not (work / MARKER).exists():
+        from spag.outputs import mark_output_dir
+
+        mark_output_dir(work, kind)
+    os.replace(work, output)

