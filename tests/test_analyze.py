@@ -207,6 +207,7 @@ def test_every_named_query_runs(glob):
         "hardest_words",
         "easiest_words",
         "rules_diff",
+        "selfplay",
     }
     for name, query in named_queries().items():
         assert query.description, name
@@ -319,3 +320,16 @@ def test_zipf_frequencies_agree_with_wordfreq():
         "harpsichord",
     ]
     assert zipf_frequencies(words) == [zipf_frequency(w, "en") for w in words]
+
+
+def test_selfplay_statistics_per_epoch(glob):
+    rows = by(run_query("selfplay", glob), "run")
+    one, two = rows["epoch_1"], rows["epoch_2"]
+    assert (one["games"], two["games"]) == (6, 4)
+    assert one["decisive_rate"] == pytest.approx(4 / 6) and one["foul_rate"] == pytest.approx(1 / 6)
+    assert (one["attacker_win_rate"], one["defender_win_rate"]) == (pytest.approx(3 / 6), pytest.approx(1 / 6))
+    assert two["decisive_rate"] == 1.0 and two["foul_rate"] == 0.0
+    assert (one["foul_rate_low"], one["foul_rate_high"]) == pytest.approx(wilson(1, 6))
+    # Files without spag play's token counts: the lengths they cannot tell are NULL, not zero.
+    assert one["mean_reply_tokens"] is None and one["truncated_share"] is None
+    assert one["mean_turns"] == pytest.approx(sum(judged([e])[0]["turns"] for e in EPOCH_1) / 6)

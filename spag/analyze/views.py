@@ -164,6 +164,8 @@ def register_episodes(con, glob: str = DEFAULT_GLOB, rules: str | None = None) -
             ("turns", "BIGINT"),
             ("attacker_model", "VARCHAR"),
             ("defender_model", "VARCHAR"),
+            ("generated_tokens", "BIGINT"),
+            ("truncated_replies", "BIGINT"),
         )
         if name not in types
     ]

@@ -3,8 +3,8 @@
 -- One row per (run, epoch). Rates are shares of the run's games with 95% Wilson intervals (`_low`,
 -- `_high`): decisive = won by either side, foul = the attacker said the word. `mean_turns` is the judge's
 -- count of utterances per game; `mean_reply_tokens` the generated tokens per utterance and
--- `truncated_share` the utterances cut at max_new_tokens (both need the per-utterance `n_tokens` and
--- `truncated` fields that `spag play` stores; NULL for episodes without them).
+-- `truncated_share` the utterances cut at max_new_tokens (both from the `generated_tokens` and
+-- `truncated_replies` columns that `spag play` stores; NULL for episodes without them).
 WITH per_game AS (
     SELECT
         run,
@@ -12,8 +12,8 @@ WITH per_game AS (
         outcome,
         turns,
         len(history) AS replies,
-        list_sum(list_transform(history, lambda u: u.n_tokens)) AS reply_tokens,
-        list_sum(list_transform(history, lambda u: u.truncated::INTEGER)) AS truncated
+        generated_tokens AS reply_tokens,
+        truncated_replies AS truncated
     FROM episodes
 ),
 counts AS (
