@@ -125,6 +125,41 @@ def test_role_baseline_turns_the_weaker_rows_of_a_role_negative(tiny, tmp_path):
 
 def test_imitation_raises_the_imitated_lines(tiny, tmp_path):
     rows, _ = imitation_rows(EPISODES)
-    assert {(r["target_word"], r["role"]) for r in rows} == {("coffee", A), ("tea", D)}
+    # The winners' own lines: the coffee attacker's clue and the tea defender's right guess.
+    assert [(r["role"], r["completion"]) for r in rows] == [(A, EPISODES[0]["history"][0]["content"]),
+                                                            (D, EPISODES[1]["history"][1]["content"])]
     trained = train(tiny, rows, tmp_path, "imitate", method="sft-kl", learning_rate=2e-3, max_steps=8)
     assert all(d > 0.05 for d in shifts(tiny, trained, rows))
+
+
+def test_the_loss_reaches_the_completion_tokens_and_nothing_else(tiny, rows):
+    """The gradient of the SPAG loss with respect to the logits is non-zero exactly at the positions that
+    predict a completion token (the reply and its eos), computed here from each row's layout: zero on
+    the prompt, on padding, and on the position that predicts the first prompt token."""
+    import torch
+
+    from spag.modeling import load_model
+    from spag.train.data import RowDataset, collate
+    from spag.train.losses import compute_loss
+    from spag.train.reference import model_forward_logprobs
+
+    model, tok = load_model(tiny, device="cpu")
+    sft_row = {"prompt": "Name a yellow fruit.", "completion": "A banana.", "reward": 0.0, "weight": 1.0,
+               "role": None, "kind": "sft", "target_word": None, "turn": None, "episode": None}
+    batch_rows = [*rows, sft_row]
+    encoded = encode_rows([validate_row(r, i) for i, r in enumerate(batch_rows)], tok, 256, show_progress=False)
+    batch = collate([RowDataset(encoded)[i] for i in range(len(batch_rows))], tok.pad_token_id)
+    seen = {}
+    handle = model.lm_head.register_forward_hook(lambda module, args, out: seen.update(logits=out))
+    model.train()
+    logp = model_forward_logprobs(model, batch)
+    handle.remove()
+    seen["logits"].retain_grad()
+    loss, _ = compute_loss("offline-po", logp, batch, logp.detach() - 0.01, 0.2, 0.2, 0.5)
+    loss.backward()
+    touched = seen["logits"].grad.abs().sum(-1) > 0  # [rows, kept positions]
+    width, kept = batch["input_ids"].shape[1], touched.shape[1]
+    for row, n_completion in enumerate(encoded.completion_lengths):
+        # position t predicts token t + 1: the completion's tokens are the row's last n_completion
+        expected = [width - 1 - n_completion <= width - kept + j <= width - 2 for j in range(kept)]
+        assert touched[row].tolist() == expected, row
