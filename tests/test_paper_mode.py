@@ -351,4 +351,4 @@ def test_words_command_reads_a_list_file(tmp_path):
     skipped = spag("words", "-o", out, "--source", listing)
     assert skipped.returncode == 0 and out.read_text().split() == ["river", "apple"]  # "one", "like", "would": function words
     missing = spag("words", "-o", out, "--source", tmp_path / "nowhere.txt")
-    assert missing.returncode == 2 and "nowhere.txt: cannot read the word list" in missing.stderr
+    assert missing.returncode == 2 and "nowhere.txt: no such file" in missing.stderr
