@@ -12,7 +12,7 @@ import pytest
 from spag.game.original import original_forms, plural
 from spag.game.rules import ORIGINAL, WHOLE_WORD, judge
 
-SEED_WORDS = Path("/work/shared/seed-data/all_target_words.txt")
+SEED_WORDS = Path(__file__).resolve().parents[2] / "shared" / "seed-data" / "all_target_words.txt"  # ../shared
 
 
 def reference_judge(target_word, history, max_turns):

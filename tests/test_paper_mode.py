@@ -18,7 +18,7 @@ from spag.players import Reply
 from spag.rewards import build_imitation_set, reward_rows
 
 ROOT = Path(__file__).resolve().parent.parent
-SEED_WORDS = Path("/work/shared/seed-data/all_target_words.txt")
+SEED_WORDS = Path(__file__).resolve().parents[2] / "shared" / "seed-data" / "all_target_words.txt"  # ../shared
 
 
 def load(name):
