@@ -136,8 +136,6 @@ def test_the_loss_reaches_the_completion_tokens_and_nothing_else(tiny, rows):
     """The gradient of the SPAG loss with respect to the logits is non-zero exactly at the positions that
     predict a completion token (the reply and its eos), computed here from each row's layout: zero on
     the prompt, on padding, and on the position that predicts the first prompt token."""
-    import torch
-
     from spag.modeling import load_model
     from spag.train.data import RowDataset, collate
     from spag.train.losses import compute_loss
