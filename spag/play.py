@@ -15,8 +15,10 @@ its games, and a content hash of each player's model (:mod:`spag.fingerprint`): 
 a setting or a model changed (a retrain to the same path) says so and plays every game again, instead of
 passing off the old games as the new model's.
 
-Teacher strategies (``foul_retries``, ``coached_attacker``, ``final_guess``; see :mod:`spag.teacher`) are
-off by default: they are for a weak teacher whose winning games become imitation data.
+Teacher strategies (``foul_retries``, ``coached_attacker``, ``final_guess``) are off by default: they
+are for a weak teacher whose winning games become imitation data. They wrap the players
+(:mod:`spag.teacher`); the engine only asks each player's speaker for its turns. The episodes' layout
+on disk (shards, schema) is :mod:`spag.game.episodes`.
 
 Sampling seeds are derived per game and utterance (run seed, word index, utterance number), so a game
 plays the same whatever other games share its batch, and a resumed run matches an uninterrupted one.
@@ -32,13 +34,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spag.game.episodes import EpisodeStore
 from spag.game.prompts import Template, build_prompt, next_role, play_template
-from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, OUTCOMES, WHOLE_WORD, check_rules, judge
+from spag.game.rules import ATTACKER, OUTCOMES, WHOLE_WORD, check_rules, judge
 from spag.io import DataError
-from spag.players.base import STOP_STRINGS, Player, clean_reply, derive_seed
-from spag.teacher import DictionaryGuesser, blank_out, coaching_prompt
+from spag.players.base import STOP_STRINGS, Player, Speaker, Turn, clean_reply, derive_seed
+from spag.teacher import speakers
 
-PLAY_KIND = "play"
 # Everything an episode depends on: a kept episode must match all of them, or the run plays again.
 SETTINGS_CHECKED_ON_RESUME = ("max_turns", "temperature", "top_k", "max_new_tokens", "min_new_tokens", "seed", "rules",
                               "examples", "foul_retries", "coached_attacker", "final_guess",
@@ -125,114 +127,6 @@ def rank_and_world() -> tuple[int, int]:
     return rank, world
 
 
-# ------------------------------------------------------------------------------------------- storage
-
-
-def _episode_schema():
-    import pyarrow as pa
-
-    utterance = pa.struct([("role", pa.string()), ("content", pa.string()), ("n_tokens", pa.int64()),
-                           ("truncated", pa.bool_())])
-    return pa.schema([
-        ("target_word", pa.string()), ("word_index", pa.int64()), ("max_turns", pa.int64()),
-        ("history", pa.list_(utterance)), ("outcome", pa.string()), ("turns", pa.int64()),
-        ("attacker_model", pa.string()), ("defender_model", pa.string()),
-        ("attacker_fingerprint", pa.string()), ("defender_fingerprint", pa.string()), ("temperature", pa.float64()),
-        ("top_k", pa.int64()), ("max_new_tokens", pa.int64()), ("min_new_tokens", pa.int64()),
-        ("seed", pa.int64()), ("examples", pa.bool_()), ("foul_retries", pa.int64()),
-        ("coached_attacker", pa.bool_()), ("final_guess", pa.bool_()), ("generated_tokens", pa.int64()),
-        ("empty_replies", pa.int64()), ("truncated_replies", pa.int64()), ("rules", pa.string()),
-    ])
-
-
-class EpisodeStore:
-    """Episodes on disk: a directory of Parquet shards, or one Parquet file rewritten atomically."""
-
-    def __init__(self, output: str | os.PathLike, rank: int = 0, world: int = 1):
-        self.path = Path(output)
-        self.single_file = self.path.suffix == ".parquet"
-        self.rank, self.world = rank, world
-        if self.single_file and world > 1:
-            raise ValueError("several ranks need a directory output, not one .parquet file")
-        self._kept: list[dict] = []
-
-    def _shard_prefix(self) -> str:
-        return "shard-" if self.world == 1 else f"shard-r{self.rank}-"
-
-    def check(self, overwrite: bool, resume: bool) -> None:
-        """Refuse a directory that is not ours to write (:mod:`spag.outputs`); changes nothing."""
-        from spag.outputs import claim_output_dir
-
-        if not self.single_file:
-            # Under several ranks the others' shards are expected here: only a foreign folder is refused.
-            claim_output_dir(self.path, PLAY_KIND, overwrite=overwrite, resume=resume or self.world > 1)
-
-    def claim(self, overwrite: bool, resume: bool) -> None:
-        """:meth:`check`, then with ``overwrite`` drop our own episodes (this rank's shards, or the file)."""
-        self.check(overwrite, resume)
-        if overwrite and self.single_file:
-            self.path.unlink(missing_ok=True)
-        elif overwrite:
-            for shard in self.path.glob(self._shard_prefix() + "*.parquet"):
-                shard.unlink()
-
-    def read(self) -> list[dict]:
-        """Every episode already written (all ranks' shards, so a run may change its world size)."""
-        from spag.game.episodes import read_episodes
-
-        if not self.path.exists():
-            return []
-        if self.path.is_dir() and not any(self.path.glob("*.parquet")):
-            return []
-        return read_episodes(self.path)
-
-    def has_own_shards(self) -> bool:
-        """Whether this rank (or a single-process run) already wrote here; other ranks may be writing."""
-        if self.single_file:
-            return self.path.exists()
-        prefix = "shard-" if self.world == 1 else self._shard_prefix()
-        return self.path.is_dir() and any(self.path.glob(prefix + "*.parquet"))
-
-    def append(self, episodes: list[dict]) -> None:
-        from spag.io import write_table_atomic
-
-        if not episodes:
-            return
-        schema = _episode_schema()
-        if self.single_file:
-            self._kept.extend(episodes)
-            write_table_atomic(self.path, self._kept, schema=schema)
-            return
-        from spag.outputs import MARKER, mark_output_dir
-
-        if not (self.path / MARKER).exists():  # marked with its first shard: a failed start leaves nothing
-            mark_output_dir(self.path, PLAY_KIND)
-        prefix = self._shard_prefix()
-        numbers = [int(p.stem[len(prefix):]) for p in self.path.glob(prefix + "*.parquet")
-                   if p.stem[len(prefix):].isdigit()]
-        shard = self.path / f"{prefix}{max(numbers, default=-1) + 1:05d}.parquet"
-        write_table_atomic(shard, episodes, schema=schema)
-
-    def keep(self, episodes: list[dict]) -> None:
-        """Episodes already in a single-file output, kept when it is rewritten."""
-        self._kept = list(episodes)
-
-
-def to_original_format(episode: dict) -> dict:
-    """The original project's episode shape: target word, max turns, and the bare history."""
-    return {
-        "target_word": episode["target_word"],
-        "max_turns": int(episode["max_turns"]),
-        "history": [{"role": u["role"], "content": u["content"]} for u in episode["history"]],
-    }
-
-
-def export_json(episodes: Sequence[dict], path: str | os.PathLike) -> None:
-    from spag.io import write_json_atomic
-
-    write_json_atomic(path, [to_original_format(e) for e in episodes])
-
-
 # ---------------------------------------------------------------------------------------------- games
 
 
@@ -279,43 +173,41 @@ def _fingerprint_of(player: Player) -> str:
     return getattr(player, "fingerprint", None) or model_fingerprint(player.name)
 
 
-def _speak(player: Player, games: list[_Game], config: PlayConfig, stats: PlayStats,
-           guesser: DictionaryGuesser | None = None) -> None:
-    """One utterance for each game from ``player``.
+def _speak(speaker: Speaker, games: list[_Game], config: PlayConfig, stats: PlayStats) -> None:
+    """One utterance for each game from ``speaker``.
 
-    Empty replies are resampled up to ``empty_retries`` times, attacker utterances that break the rules
-    up to ``foul_retries`` times; with a ``guesser`` the defender's last utterance is its guess.
+    Empty replies are resampled up to ``empty_retries`` times, utterances the speaker rejects up to its
+    ``resamples`` times, in the same attempts; turns the speaker answers without the model come first.
     """
-    if guesser is not None:
-        at_last_turn = [len(g.history) == 2 * config.max_turns - 1 for g in games]
-        last = [g for g, is_last in zip(games, at_last_turn) if is_last]
-        for game, word in zip(last, guesser.guess([g.history for g in last])):
-            _say(game, guesser.utterance(word), 0, False, stats)
+    turns = [_turn(g, config) for g in games]
+    given = speaker.given(turns)
+    for game, text in zip(games, given):
+        if text is not None:
+            _say(game, text, 0, False, stats)
             stats.final_guesses += 1
-        games = [g for g, is_last in zip(games, at_last_turn) if not is_last]
+    waiting = [i for i, text in enumerate(given) if text is None]
+    games, turns = [games[i] for i in waiting], [turns[i] for i in waiting]
     if not games:
         return
-    prompts = [_prompt(g, config) for g in games]
+    prompts = [speaker.prompt(t) for t in turns]
     todo = list(range(len(games)))
     results: dict[int, tuple[str, object]] = {}
     min_new = config.min_new_tokens
-    for attempt in range(max(config.empty_retries, config.foul_retries) + 1):
+    for attempt in range(max(config.empty_retries, speaker.resamples) + 1):
         seeds = [derive_seed(config.seed, games[i].index, len(games[i].history), attempt) for i in todo]
-        replies = player.generate([prompts[i] for i in todo], temperature=config.temperature,
-                                  top_k=config.top_k, max_new_tokens=config.max_new_tokens,
-                                  min_new_tokens=min_new, seed=seeds, stop=STOP_STRINGS)
+        replies = speaker.player.generate([prompts[i] for i in todo], temperature=config.temperature,
+                                          top_k=config.top_k, max_new_tokens=config.max_new_tokens,
+                                          min_new_tokens=min_new, seed=seeds, stop=STOP_STRINGS)
         again, empty = [], False
         for i, reply in zip(todo, replies):
             games[i].generated_tokens += reply.n_tokens
             stats.generated_tokens += reply.n_tokens
-            text = clean_reply(reply.text)
-            if config.coached_attacker and next_role(games[i].history) == ATTACKER:
-                text = blank_out(text.split("\n")[0].strip(), games[i].word)
+            text = speaker.utterance(turns[i], clean_reply(reply.text))
             results[i] = (text, reply)
             if not text and attempt < config.empty_retries:
                 again.append(i)
                 empty = True
-            elif text and attempt < config.foul_retries and _breaks_rules(games[i], text, config):
+            elif text and attempt < speaker.resamples and speaker.rejects(turns[i], text):
                 again.append(i)
                 stats.resampled_fouls += 1
         if not again:
@@ -329,11 +221,10 @@ def _speak(player: Player, games: list[_Game], config: PlayConfig, stats: PlaySt
         _say(game, text, reply.n_tokens, reply.truncated, stats)
 
 
-def _prompt(game: _Game, config: PlayConfig) -> str:
+def _turn(game: _Game, config: PlayConfig) -> Turn:
     role = next_role(game.history)
-    if config.coached_attacker and role == ATTACKER:
-        return coaching_prompt(game.word, [u["content"] for u in game.history if u["role"] == ATTACKER])
-    return build_prompt(role, game.word, game.history, config.max_turns, config.template)
+    return Turn(role, game.word, game.history,
+                build_prompt(role, game.word, game.history, config.max_turns, config.template))
 
 
 def _say(game: _Game, text: str, n_tokens: int, truncated: bool, stats: PlayStats) -> None:
@@ -346,14 +237,6 @@ def _say(game: _Game, text: str, n_tokens: int, truncated: bool, stats: PlayStat
     game.history.append({"role": next_role(game.history), "content": text, "n_tokens": int(n_tokens),
                          "truncated": bool(truncated)})
     stats.utterances += 1
-
-
-def _breaks_rules(game: _Game, text: str, config: PlayConfig) -> bool:
-    """Whether the attacker's utterance ``text`` would lose the game by the rules at once."""
-    if next_role(game.history) != ATTACKER:
-        return False
-    history = [*game.history, {"role": ATTACKER, "content": text}]
-    return judge(game.word, history, config.max_turns, config.rules).outcome == ATTACKER_BREAKS_RULES
 
 
 def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
@@ -386,11 +269,7 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
     from spag.console import progress
 
     stats = stats if stats is not None else PlayStats()
-    guesser = None
-    if config.final_guess:
-        if not guess_words:
-            raise ValueError("final_guess needs guess_words: the vocabulary the defender guesses from")
-        guesser = DictionaryGuesser(defender, guess_words, config.max_turns, config.template)
+    attacking_speaker, defending_speaker = speakers(attacker, defender, config, guess_words)
     rank, world = rank_and_world()
     models = {"attacker_model": attacker.name, "defender_model": defender.name,
               "attacker_fingerprint": _fingerprint_of(attacker), "defender_fingerprint": _fingerprint_of(defender)}
@@ -434,15 +313,15 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
                 live.append(_Game(index=index, word=words[index]))
             if not live:
                 break
-            if attacker is defender:
-                _speak(attacker, live, config, stats, guesser)
+            if attacking_speaker is defending_speaker:
+                _speak(attacking_speaker, live, config, stats)
             else:
                 # Split before anyone speaks: a game whose attacker just spoke waits for the next step.
                 attacking = [g for g in live if next_role(g.history) == ATTACKER]
                 defending = [g for g in live if next_role(g.history) != ATTACKER]
-                for player, turn, guess in ((attacker, attacking, None), (defender, defending, guesser)):
+                for speaker, turn in ((attacking_speaker, attacking), (defending_speaker, defending)):
                     if turn:
-                        _speak(player, turn, config, stats, guess)
+                        _speak(speaker, turn, config, stats)
             still = []
             for game in live:
                 verdict = judge(game.word, game.history, config.max_turns, config.rules)

@@ -2,19 +2,23 @@
 
 Imitation learning copies a teacher's winning games, so the teacher must win both roles. GPT-4 does
 (the paper's teacher); a 135M model playing itself does not: its attacker says the word or rambles,
-and its defender never guesses right. Two strategies, switched on in the teacher's params, make such a
-teacher good enough without telling a player anything it could not know (a third, resampling attacker
-lines that break the rules, is ``PlayConfig.foul_retries`` in the play engine):
+and its defender never guesses right. Three strategies, switched on in the teacher's params, make such a
+teacher good enough without telling a player anything it could not know:
 
 * **coached attacker** (``PlayConfig.coached_attacker``): the attacker's line is the model's answer to a
   plain request to describe its word (prompt distillation: the training rows still pair that line
   with the ordinary game prompt). Any form of the word in the answer is blanked out before it is
   said: the attacker knows its word and may censor itself.
+* **foul retries** (``PlayConfig.foul_retries``): an attacker line that would lose the game by the rules
+  is sampled again, up to that many times.
 * **dictionary guess** (``PlayConfig.final_guess``): at its last turn the defender always guesses. It
   ranks every word of a public word list (the game's vocabulary, not the target) by how much more
   likely the model finds it after "I know the word! It is" given the conversation than given no
   conversation (pointwise mutual information, which cancels the model's bias towards a few common
   words), and says the best one.
+
+Each is a wrapper around a :class:`spag.players.base.Speaker` (a player as the play engine uses it),
+so the engine plays with whatever it is given; :func:`speakers` builds them from a ``PlayConfig``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spag.game.prompts import build_prompt
-from spag.game.rules import DEFENDER, PREDICTION_PHRASE, blank_word
+from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER, PREDICTION_PHRASE, blank_word, judge
+from spag.players.base import Player, Speaker, Turn
 
 BLANK = "___"
 
@@ -80,3 +85,102 @@ class DictionaryGuesser:
     @staticmethod
     def utterance(word: str) -> str:
         return f"{PREDICTION_PHRASE} {word}."
+
+
+# ------------------------------------------------------------------------------------ the wrappers
+
+
+class Strategy(Speaker):
+    """A speaker that changes one step of the speaker it wraps and passes the others on."""
+
+    def __init__(self, inner: Speaker):
+        super().__init__(inner.player)
+        self.inner = inner
+
+    @property
+    def resamples(self) -> int:
+        return self.inner.resamples
+
+    def prompt(self, turn: Turn) -> str:
+        return self.inner.prompt(turn)
+
+    def utterance(self, turn: Turn, text: str) -> str:
+        return self.inner.utterance(turn, text)
+
+    def rejects(self, turn: Turn, text: str) -> bool:
+        return self.inner.rejects(turn, text)
+
+    def given(self, turns: Sequence[Turn]) -> list[str | None]:
+        return self.inner.given(turns)
+
+
+class CoachedAttacker(Strategy):
+    """Attacker turns: the model describes its word when asked plainly; the first line is said, blanked."""
+
+    def prompt(self, turn: Turn) -> str:
+        if turn.role != ATTACKER:
+            return self.inner.prompt(turn)
+        return coaching_prompt(turn.word, [u["content"] for u in turn.history if u["role"] == ATTACKER])
+
+    def utterance(self, turn: Turn, text: str) -> str:
+        text = self.inner.utterance(turn, text)
+        return blank_out(text.split("\n")[0].strip(), turn.word) if turn.role == ATTACKER else text
+
+
+class FoulRetries(Strategy):
+    """An attacker line that would lose the game by the rules at once is sampled again (``retries`` times)."""
+
+    def __init__(self, inner: Speaker, retries: int, max_turns: int, rules: str):
+        super().__init__(inner)
+        self.retries, self.max_turns, self.rules = retries, max_turns, rules
+
+    @property
+    def resamples(self) -> int:
+        return max(self.retries, self.inner.resamples)
+
+    def rejects(self, turn: Turn, text: str) -> bool:
+        if self.inner.rejects(turn, text):
+            return True
+        if turn.role != ATTACKER:
+            return False
+        history = [*turn.history, {"role": ATTACKER, "content": text}]
+        return judge(turn.word, history, self.max_turns, self.rules).outcome == ATTACKER_BREAKS_RULES
+
+
+class FinalGuess(Strategy):
+    """The defender's last turn is its dictionary guess (:class:`DictionaryGuesser`), not a sample."""
+
+    def __init__(self, inner: Speaker, guesser: DictionaryGuesser):
+        super().__init__(inner)
+        self.guesser = guesser
+
+    def given(self, turns: Sequence[Turn]) -> list[str | None]:
+        said = self.inner.given(turns)
+        last = [i for i, turn in enumerate(turns)
+                if said[i] is None and turn.role == DEFENDER and len(turn.history) == 2 * self.guesser.max_turns - 1]
+        for i, word in zip(last, self.guesser.guess([turns[i].history for i in last])):
+            said[i] = self.guesser.utterance(word)
+        return said
+
+
+def speakers(attacker: Player, defender: Player, config, guess_words: Sequence[str] | None = None
+             ) -> tuple[Speaker, Speaker]:
+    """(attacker's speaker, defender's speaker) with the strategies ``config`` (a PlayConfig) turns on;
+    one speaker for both roles when both are the same player, so their turns go in one batch."""
+
+    def wrap(player: Player, roles: tuple[str, ...]) -> Speaker:
+        speaker = Speaker(player)
+        if ATTACKER in roles and config.coached_attacker:
+            speaker = CoachedAttacker(speaker)
+        if ATTACKER in roles and config.foul_retries:
+            speaker = FoulRetries(speaker, config.foul_retries, config.max_turns, config.rules)
+        if DEFENDER in roles and config.final_guess:
+            if not guess_words:
+                raise ValueError("final_guess needs guess_words: the vocabulary the defender guesses from")
+            speaker = FinalGuess(speaker, DictionaryGuesser(player, guess_words, config.max_turns, config.template))
+        return speaker
+
+    if attacker is defender:
+        both = wrap(attacker, (ATTACKER, DEFENDER))
+        return both, both
+    return wrap(attacker, (ATTACKER,)), wrap(defender, (DEFENDER,))

@@ -7,7 +7,8 @@ from spag.analyze import run_query
 from spag.console import summary
 from spag.io import write_json_atomic
 from spag.partial import resumable_output
-from spag.play import PLAY_KIND, PlayStats, run_games
+from spag.game.episodes import PLAY_KIND
+from spag.play import PlayStats, run_games
 
 p = params()
 epoch = epoch_arg()

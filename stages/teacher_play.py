@@ -47,7 +47,8 @@ if t["episodes"]:
                             f"attacker {wins['attacker_wins']}, defender {wins['defender_wins']}")
     raise SystemExit(0)
 
-from spag.play import PLAY_KIND, PlayStats, run_games  # noqa: E402
+from spag.game.episodes import PLAY_KIND  # noqa: E402
+from spag.play import PlayStats, run_games  # noqa: E402
 
 words = sample_words(WORDS / "train.txt", t["words"], seed=f"{p['seed']}-teacher")
 model = str(BASE_MODEL) if t["model"] == "base" else t["model"]

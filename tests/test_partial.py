@@ -20,7 +20,8 @@ WORDS = ["apple", "river", "coffee", "garden", "window", "lemon", "planet", "bri
 STAGE = textwrap.dedent("""
     import sys
     from spag.partial import resumable_output
-    from spag.play import PLAY_KIND, PlayConfig, PlayStats, run_games
+    from spag.game.episodes import PLAY_KIND
+    from spag.play import PlayConfig, PlayStats, run_games
 
     model, output, words = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
     stats = PlayStats()

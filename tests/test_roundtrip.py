@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from spag.game.episodes import read_episodes, write_episodes
 from spag.io import read_records, write_json_atomic, write_jsonl_atomic, write_table_atomic
-from spag.play import EpisodeStore
+from spag.game.episodes import EpisodeStore
 from spag.rewards import row_schema
 from spag.testing import run_cli
 from spag.train.data import read_rows

@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         from spag.console import error, summary
         from spag.modeling import check_model
         from spag.play import PlayConfig, PlayStats, rank_and_world, run_games
-        from spag.play import export_json as write_json
+        from spag.game.episodes import export_json as write_json
         from spag.players import BACKENDS, PlayerError
         from spag.words import read_words
 

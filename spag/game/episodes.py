@@ -3,13 +3,17 @@
 Stored as Parquet with ``history`` as ``list<struct<role, content>>``; read from a JSON list (the
 original results-file shape), JSON lines, or Parquet files and directories of shards. Fields beyond the
 three required ones are kept as they are.
+
+This module is the one home of the episode record: its validation, the Parquet schema of a played
+episode (:func:`episode_schema`), the on-disk layout of a play run (:class:`EpisodeStore`: a folder of
+shards, or one file) and the export to the original project's JSON.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from spag.game.rules import ROLES, WHOLE_WORD, judge_episode
 from spag.io import DataError, read_records, write_json_atomic, write_jsonl_atomic, write_table_atomic
@@ -100,9 +104,7 @@ def import_episodes(
             continue
         verdict = judge_episode(episode, rules)
         kept.append({
-            "target_word": episode["target_word"],
-            "max_turns": episode["max_turns"],
-            "history": [{"role": u["role"], "content": u["content"]} for u in episode["history"]],
+            **to_original_format(episode),
             "outcome": verdict.outcome,
             "turns": verdict.turns,
             "rules": rules,
@@ -112,3 +114,109 @@ def import_episodes(
         raise DataError(source, None, "no episodes to import" + (f" ({dropped} on held-out words)" if dropped else ""))
     write_table_atomic(Path(output_dir) / IMPORTED, kept)
     return kept, dropped
+
+
+# ------------------------------------------------------------------------------ a play run on disk
+
+PLAY_KIND = "play"  # the output-folder marker of a play run (spag.outputs)
+
+
+def episode_schema():
+    """The Parquet schema of an episode as the play engine writes it (every setting its games depend on)."""
+    import pyarrow as pa
+
+    utterance = pa.struct([("role", pa.string()), ("content", pa.string()), ("n_tokens", pa.int64()),
+                           ("truncated", pa.bool_())])
+    return pa.schema([
+        ("target_word", pa.string()), ("word_index", pa.int64()), ("max_turns", pa.int64()),
+        ("history", pa.list_(utterance)), ("outcome", pa.string()), ("turns", pa.int64()),
+        ("attacker_model", pa.string()), ("defender_model", pa.string()),
+        ("attacker_fingerprint", pa.string()), ("defender_fingerprint", pa.string()), ("temperature", pa.float64()),
+        ("top_k", pa.int64()), ("max_new_tokens", pa.int64()), ("min_new_tokens", pa.int64()),
+        ("seed", pa.int64()), ("examples", pa.bool_()), ("foul_retries", pa.int64()),
+        ("coached_attacker", pa.bool_()), ("final_guess", pa.bool_()), ("generated_tokens", pa.int64()),
+        ("empty_replies", pa.int64()), ("truncated_replies", pa.int64()), ("rules", pa.string()),
+    ])
+
+
+class EpisodeStore:
+    """Episodes on disk: a directory of Parquet shards, or one Parquet file rewritten atomically."""
+
+    def __init__(self, output: str | os.PathLike, rank: int = 0, world: int = 1):
+        self.path = Path(output)
+        self.single_file = self.path.suffix == ".parquet"
+        self.rank, self.world = rank, world
+        if self.single_file and world > 1:
+            raise ValueError("several ranks need a directory output, not one .parquet file")
+        self._kept: list[dict] = []
+
+    def _shard_prefix(self) -> str:
+        return "shard-" if self.world == 1 else f"shard-r{self.rank}-"
+
+    def check(self, overwrite: bool, resume: bool) -> None:
+        """Refuse a directory that is not ours to write (:mod:`spag.outputs`); changes nothing."""
+        from spag.outputs import claim_output_dir
+
+        if not self.single_file:
+            # Under several ranks the others' shards are expected here: only a foreign folder is refused.
+            claim_output_dir(self.path, PLAY_KIND, overwrite=overwrite, resume=resume or self.world > 1)
+
+    def claim(self, overwrite: bool, resume: bool) -> None:
+        """:meth:`check`, then with ``overwrite`` drop our own episodes (this rank's shards, or the file)."""
+        self.check(overwrite, resume)
+        if overwrite and self.single_file:
+            self.path.unlink(missing_ok=True)
+        elif overwrite:
+            for shard in self.path.glob(self._shard_prefix() + "*.parquet"):
+                shard.unlink()
+
+    def read(self) -> list[dict]:
+        """Every episode already written (all ranks' shards, so a run may change its world size)."""
+        if not self.path.exists():
+            return []
+        if self.path.is_dir() and not any(self.path.glob("*.parquet")):
+            return []
+        return read_episodes(self.path)
+
+    def has_own_shards(self) -> bool:
+        """Whether this rank (or a single-process run) already wrote here; other ranks may be writing."""
+        if self.single_file:
+            return self.path.exists()
+        prefix = "shard-" if self.world == 1 else self._shard_prefix()
+        return self.path.is_dir() and any(self.path.glob(prefix + "*.parquet"))
+
+    def append(self, episodes: list[dict]) -> None:
+        if not episodes:
+            return
+        schema = episode_schema()
+        if self.single_file:
+            self._kept.extend(episodes)
+            write_table_atomic(self.path, self._kept, schema=schema)
+            return
+        from spag.outputs import MARKER, mark_output_dir
+
+        if not (self.path / MARKER).exists():  # marked with its first shard: a failed start leaves nothing
+            mark_output_dir(self.path, PLAY_KIND)
+        prefix = self._shard_prefix()
+        numbers = [int(p.stem[len(prefix):]) for p in self.path.glob(prefix + "*.parquet")
+                   if p.stem[len(prefix):].isdigit()]
+        shard = self.path / f"{prefix}{max(numbers, default=-1) + 1:05d}.parquet"
+        write_table_atomic(shard, episodes, schema=schema)
+
+    def keep(self, episodes: list[dict]) -> None:
+        """Episodes already in a single-file output, kept when it is rewritten."""
+        self._kept = list(episodes)
+
+
+def to_original_format(episode: Mapping) -> dict:
+    """The original project's episode shape: target word, max turns, and the bare history."""
+    return {
+        "target_word": episode["target_word"],
+        "max_turns": int(episode["max_turns"]),
+        "history": [{"role": u["role"], "content": u["content"]} for u in episode["history"]],
+    }
+
+
+def export_json(episodes: Sequence[Mapping], path: str | os.PathLike) -> None:
+    """Episodes as the original project's results file: a JSON list of :func:`to_original_format`."""
+    write_json_atomic(path, [to_original_format(e) for e in episodes])

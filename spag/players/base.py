@@ -120,3 +120,48 @@ def clean_reply(text: str) -> str:
         text = stripped
     text, _ = cut_at_next_speaker(text)
     return text.strip()
+
+
+# ------------------------------------------------------------------------------- a player in a game
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One utterance a game waits for: whose turn, in the game on which word, after what was said.
+
+    ``prompt`` is the game's own prompt for it (:func:`spag.game.prompts.build_prompt`).
+    """
+
+    role: str
+    word: str
+    history: Sequence[dict]
+    prompt: str
+
+
+class Speaker:
+    """A :class:`Player` as the play engine uses it: what the model is asked at a turn, what of its reply
+    is said, which utterance is sent back for another sample, and which turns need no model at all.
+
+    This plain speaker asks the game's prompt and says the reply; the teacher strategies
+    (:mod:`spag.teacher`) wrap it and change one of these steps each.
+    """
+
+    resamples = 0  # how many times a turn's utterance may be rejected (see :meth:`rejects`)
+
+    def __init__(self, player: Player):
+        self.player = player
+
+    def prompt(self, turn: Turn) -> str:
+        return turn.prompt
+
+    def utterance(self, turn: Turn, text: str) -> str:
+        """What is said, from the cleaned reply ``text``."""
+        return text
+
+    def rejects(self, turn: Turn, text: str) -> bool:
+        """Whether ``text`` must be sampled again (at most :attr:`resamples` times)."""
+        return False
+
+    def given(self, turns: Sequence[Turn]) -> list[str | None]:
+        """Utterances said without asking the model (None where the model speaks)."""
+        return [None] * len(turns)
