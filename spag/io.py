@@ -24,6 +24,13 @@ class DataError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
+def collect_or_raise(error: DataError, errors: list[DataError] | None) -> None:
+    """Skip-and-report when the caller collects ``errors``; otherwise the first bad record raises."""
+    if errors is None:
+        raise error
+    errors.append(error)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""

@@ -1,14 +1,9 @@
 """Rewards and training sets: judged episodes become the rows the trainers learn from.
 
-A row is ``prompt, completion, reward, weight, role, kind, target_word, turn, episode``:
-
-- ``prompt`` is the user-message text asking ``role`` for its next utterance, given the game so far (the
-  history *before* that utterance), rendered with a training template drawn at random (seeded);
-- ``completion`` is the utterance itself, stripped;
-- ``reward`` is the utterance's share of its game's reward; ``weight`` re-balances the two roles;
-- ``kind`` is ``game`` for game rows and ``sft`` for general instruction rows (reward 0, weight 1);
-- ``raw_prompt`` (only in files that hold such rows) is true for a ready-made row of the original project,
-  whose ``query`` already is the model's whole input: it is used as it is, not wrapped in a chat template.
+A row (:mod:`spag.rows`) of a game pairs a ``prompt``, the user-message text asking ``role`` for its next
+utterance given the game so far (the history *before* that utterance), rendered with a training
+template drawn at random (seeded), with the ``completion``, the utterance itself, stripped. General
+instruction rows (:mod:`spag.sft`) are mixed in when asked for.
 
 Only decisive games teach anything: the judge (:mod:`spag.game.rules`, never re-implemented here) says
 who won, and the winner's utterances up to the deciding one become rows. Ties and fouls give nothing.
@@ -39,43 +34,24 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from spag.game.episodes import validate_episode
 from spag.game.prompts import training_prompt
-from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER, OUTCOMES, ROLES, WHOLE_WORD, judge_episode
-from spag.io import DataError, read_records, write_table_atomic
+from spag.game.rules import (
+    ATTACKER,
+    ATTACKER_BREAKS_RULES,
+    DEFENDER,
+    OUTCOMES,
+    ROLES,
+    WHOLE_WORD,
+    judge_episode,
+)
+from spag.io import DataError, collect_or_raise, read_records, write_table_atomic
+from spag.rows import GAME, RAW_PROMPT, SFT, check_output, write_rows
+from spag.sft import load_sft, prompt_completion
 
-GAME = "game"
-SFT = "sft"
-BUILTIN = "builtin"
 DEFAULT_DECAY = 0.8
-
-ROW_COLUMNS = ("prompt", "completion", "reward", "weight", "role", "kind", "target_word", "turn", "episode")
-RAW_PROMPT = "raw_prompt"
-
-
-def row_schema(raw_prompt: bool = False):
-    """The Parquet schema of a training row (explicit, so empty or all-null columns keep their type).
-
-    ``raw_prompt`` adds that column, for files with ready-made rows of the original project.
-    """
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("prompt", pa.string()),
-            ("completion", pa.string()),
-            ("reward", pa.float64()),
-            ("weight", pa.float64()),
-            ("role", pa.string()),
-            ("kind", pa.string()),
-            ("target_word", pa.string()),
-            ("turn", pa.int64()),
-            ("episode", pa.string()),
-        ]
-        + ([(RAW_PROMPT, pa.bool_())] if raw_prompt else [])
-    )
 
 
 # ------------------------------------------------------------------------------------------- the maths
@@ -346,96 +322,6 @@ def infer_role(prompt: str) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-def _prompt_completion(record: Mapping, index: int, source: str) -> tuple[str, str]:
-    """The (prompt, completion) of an instruction record in any of the accepted shapes."""
-    if "instruction" in record:  # Alpaca: instruction, optional input, output
-        instruction, extra, output = (
-            record.get("instruction"),
-            record.get("input") or "",
-            record.get("output"),
-        )
-        if not isinstance(instruction, str) or not instruction.strip():
-            raise DataError(source, index, "missing or empty 'instruction'")
-        if not isinstance(extra, str):
-            raise DataError(source, index, "'input' is not a string")
-        prompt = instruction.strip() + ("\n\n" + extra.strip() if extra.strip() else "")
-        completion = output
-        name = "output"
-    elif "prompt" in record or "completion" in record:
-        prompt, completion, name = record.get("prompt"), record.get("completion"), "completion"
-    elif "query" in record or "target" in record:
-        prompt, completion, name = record.get("query"), record.get("target"), "target"
-    else:
-        raise DataError(
-            source, index, "expected instruction/output, prompt/completion or query/target fields"
-        )
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise DataError(source, index, "missing or empty prompt")
-    if not isinstance(completion, str) or not completion.strip():
-        raise DataError(source, index, f"missing or empty '{name}'")
-    return prompt, completion.strip()
-
-
-def _report(error: DataError, errors: list[DataError] | None) -> None:
-    """Skip-and-report when the caller collects errors; otherwise the first bad record raises."""
-    if errors is None:
-        raise error
-    errors.append(error)
-
-
-def sft_rows(
-    records: Iterable[Mapping], source: str = "<sft>", errors: list[DataError] | None = None
-) -> list[dict]:
-    """General instruction rows: kind ``sft``, reward 0, weight 1, no role."""
-    rows = []
-    for index, record in enumerate(records):
-        try:
-            prompt, completion = _prompt_completion(record, index, source)
-        except DataError as error:
-            _report(error, errors)
-            continue
-        rows.append(
-            {
-                "prompt": prompt,
-                "completion": completion,
-                "reward": 0.0,
-                "weight": 1.0,
-                "role": None,
-                "kind": SFT,
-                "target_word": None,
-                "turn": None,
-                "episode": None,
-            }
-        )
-    return rows
-
-
-def builtin_sft_path() -> Path:
-    """The small general instruction set shipped with the package, so the pipeline runs offline."""
-    from importlib.resources import files
-
-    return Path(str(files("spag.data") / "general_sft.jsonl"))
-
-
-def load_sft(
-    source: str | os.PathLike,
-    limit: int | None = None,
-    seed: int = 0,
-    errors: list[DataError] | None = None,
-) -> list[dict]:
-    """General instruction rows from a file (Alpaca, prompt/completion or query/target) or ``"builtin"``.
-
-    With ``limit``, a seeded random sample of that many rows, in file order. Bad rows raise DataError
-    unless an ``errors`` list is given to collect them.
-    """
-    path = builtin_sft_path() if str(source) == BUILTIN else Path(source)
-    rows = sft_rows(read_records(path), str(path), errors)
-    if limit is not None and 0 <= limit < len(rows):
-        keep = sorted(random.Random(seed).sample(range(len(rows)), limit))
-        rows = [rows[i] for i in keep]
-    return rows
-
-
 # -------------------------------------------------------------------------------------------- reading
 
 
@@ -472,7 +358,7 @@ def read_episode_records(
             episodes.append(_check_episode(record, index, source))
             indices.append(index)
         except DataError as error:
-            _report(error, errors)
+            collect_or_raise(error, errors)
     return episodes, indices, len(records)
 
 
@@ -501,11 +387,11 @@ def _instruction_game_rows(
     rows = []
     for index, record in items:
         try:
-            prompt, completion = _prompt_completion(record, index, source)
+            prompt, completion = prompt_completion(record, index, source)
             weight = _ready_made_number(record, "weight", index, source, non_negative=True)
             reward = _ready_made_number(record, "reward", index, source)
         except DataError as error:
-            _report(error, errors)
+            collect_or_raise(error, errors)
             continue
         role = record.get("role") if record.get("role") in ROLES else infer_role(prompt)
         target = record.get("target_word")
@@ -567,23 +453,6 @@ def _raise_if_strict(errors: list[DataError], strict: bool, what: str) -> None:
         print(f"{'error' if strict else 'skipped'}: {error}", file=sys.stderr)
     if strict and errors:
         raise DataError(what, None, f"{len(errors)} bad record(s); nothing written (--strict)")
-
-
-OUTPUT_SUFFIXES = (".parquet", ".jsonl")
-
-
-def check_output(output: str | os.PathLike) -> None:
-    if Path(output).suffix not in OUTPUT_SUFFIXES:
-        raise DataError(output, None, "the output must end in .parquet or .jsonl")
-
-
-def write_rows(rows: list[dict], output: str | os.PathLike) -> None:
-    """Write rows atomically: Parquet for ``.parquet``, JSON lines for ``.jsonl``."""
-    check_output(output)
-    raw = any(row.get(RAW_PROMPT) for row in rows)
-    if raw:
-        rows = [{**row, RAW_PROMPT: bool(row.get(RAW_PROMPT))} for row in rows]
-    write_table_atomic(output, rows, schema=row_schema(raw) if Path(output).suffix == ".parquet" else None)
 
 
 def build_reward_set(

@@ -9,9 +9,10 @@ mask over the wrong tokens or a reduction that drops a term makes one of these t
 import pytest
 
 from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS, judge_episode
-from spag.rewards import RewardOptions, imitation_rows, reward_rows, write_rows
+from spag.rewards import RewardOptions, imitation_rows, reward_rows
+from spag.rows import validate_row, write_rows
 from spag.testing import make_tiny_checkpoint
-from spag.train.data import encode_rows, validate_row
+from spag.train.data import encode_rows
 from spag.train.reference import compute_reference_logprobs
 from spag.train.trainer import run_training
 

@@ -276,8 +276,9 @@ ORIGINAL_QUERY = ("Play the game ...\n### Game History:\n  - attacker: A red fru
 
 def test_teacher_rows_are_used_as_they_are_with_their_weight(tmp_path):
     from spag.io import read_records
+    from spag.rows import read_rows
     from spag.testing import build_tiny_tokenizer
-    from spag.train.data import encode_rows, read_rows
+    from spag.train.data import encode_rows
 
     src = tmp_path / "train_imitation_gpt4.json"
     src.write_text(json.dumps([

@@ -12,16 +12,16 @@ from spag.cli import app
 from spag.game.rules import says_word
 from spag.io import DataError
 from spag.rewards import (
-    ROW_COLUMNS,
     build_imitation_set,
     build_reward_set,
     imitation_rows,
     infer_role,
-    load_sft,
     reward_rows,
     role_weights,
     utterance_rewards,
 )
+from spag.rows import ROW_COLUMNS
+from spag.sft import load_sft
 
 
 def a(text):
@@ -259,7 +259,7 @@ def test_builtin_sft_set_and_limit():
 def test_builtin_sft_file_matches_its_generator():
     # The computed answers (arithmetic, primes, sorting...) are right because the generator computes them.
     from spag.data.build_general_sft import generate
-    from spag.rewards import builtin_sft_path
+    from spag.sft import builtin_sft_path
 
     shipped = [json.loads(line) for line in builtin_sft_path().read_text().splitlines()]
     assert shipped == generate()

@@ -7,8 +7,9 @@ import pytest
 
 from spag.game.prompts import to_model_input, training_prompt
 from spag.io import DataError
+from spag.rows import read_rows, validate_row
 from spag.testing import make_tiny_checkpoint
-from spag.train.data import collate, encode_rows, read_rows, truncate, validate_row
+from spag.train.data import collate, encode_rows, truncate
 from spag.train.reference import compute_reference_logprobs, read_cache
 from spag.train.trainer import read_summary, run_training
 

@@ -19,7 +19,6 @@ vocabulary projection and log-softmax then run on the replies, not on the long p
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,67 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spag.game.prompts import has_chat_template, to_model_input
-from spag.io import DataError, read_records
-
-GAME = "game"
-SFT = "sft"
-KINDS = (GAME, SFT)
-REQUIRED_COLUMNS = ("prompt", "completion")
-
-
-# ------------------------------------------------------------------------------------------ reading
-
-
-def _number(record: Mapping, key: str, default: float | None, source, index: int) -> float | None:
-    value = record.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DataError(source, index, f"{key!r} must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise DataError(source, index, f"{key!r} must be finite, got {value!r}")
-    return value
-
-
-def validate_row(record: Mapping, index: int, source: str | os.PathLike = "<rows>") -> dict:
-    """A clean copy of one training row, or a one-line DataError naming the record."""
-    if not isinstance(record, Mapping):
-        raise DataError(source, index, f"expected an object, got {type(record).__name__}")
-    for key in REQUIRED_COLUMNS:
-        if key not in record:
-            raise DataError(source, index, f"missing field {key!r}")
-        if not isinstance(record[key], str):
-            raise DataError(source, index, f"{key!r} must be a string, got {type(record[key]).__name__}")
-    if not record["prompt"].strip():
-        raise DataError(source, index, "empty prompt")
-    kind = record.get("kind") or GAME
-    if kind not in KINDS:
-        raise DataError(source, index, f"unknown kind {kind!r} (expected game or sft)")
-    weight = _number(record, "weight", 1.0, source, index)
-    if weight < 0:
-        raise DataError(source, index, f"negative weight {weight}")
-    reward = _number(record, "reward", None, source, index)
-    raw = record.get("raw_prompt")
-    if raw is not None and not isinstance(raw, bool):
-        raise DataError(source, index, f"'raw_prompt' must be true or false, got {raw!r}")
-    return {
-        "prompt": record["prompt"],
-        "completion": record["completion"],
-        "reward": reward,
-        "weight": weight,
-        "kind": kind,
-        "role": record.get("role"),
-        "raw_prompt": bool(raw),
-    }
-
-
-def read_rows(path: str | os.PathLike) -> list[dict]:
-    """Read and validate training rows (Parquet file or shard dir, JSONL, or JSON list)."""
-    records = read_records(path)
-    if not records:
-        raise DataError(path, None, "no training rows")
-    return [validate_row(record, i, path) for i, record in enumerate(records)]
+from spag.io import DataError
+from spag.rows import GAME
 
 
 def check_rows_for_method(rows: Sequence[Mapping], method: str, source: str | os.PathLike) -> None:

@@ -402,7 +402,8 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
 
     from spag.console import summary
     from spag.modeling import load_tokenizer, pick_device
-    from spag.train.data import Collator, RowDataset, check_rows_for_method, encode_rows, read_rows
+    from spag.rows import read_rows
+    from spag.train.data import Collator, RowDataset, check_rows_for_method, encode_rows
     from spag.train.reference import load_reference_model, reference_logprobs
 
     if method not in METHODS:

@@ -1,0 +1,101 @@
+"""General instruction data: the SFT term's rows (the paper mixes in Alpaca), read from any of the
+accepted record shapes, or the small built-in set shipped with the package (``"builtin"``).
+
+Accepted shapes: Alpaca (``instruction``, optional ``input``, ``output``), ``prompt``/``completion``, and the
+original project's ``query``/``target``. Rows are training rows (:mod:`spag.rows`) of kind ``sft``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from spag.io import DataError, collect_or_raise, read_records
+from spag.rows import SFT
+
+BUILTIN = "builtin"
+
+
+def prompt_completion(record: Mapping, index: int, source: str) -> tuple[str, str]:
+    """The (prompt, completion) of an instruction record in any of the accepted shapes."""
+    if "instruction" in record:  # Alpaca: instruction, optional input, output
+        instruction, extra, output = (
+            record.get("instruction"),
+            record.get("input") or "",
+            record.get("output"),
+        )
+        if not isinstance(instruction, str) or not instruction.strip():
+            raise DataError(source, index, "missing or empty 'instruction'")
+        if not isinstance(extra, str):
+            raise DataError(source, index, "'input' is not a string")
+        prompt = instruction.strip() + ("\n\n" + extra.strip() if extra.strip() else "")
+        completion = output
+        name = "output"
+    elif "prompt" in record or "completion" in record:
+        prompt, completion, name = record.get("prompt"), record.get("completion"), "completion"
+    elif "query" in record or "target" in record:
+        prompt, completion, name = record.get("query"), record.get("target"), "target"
+    else:
+        raise DataError(
+            source, index, "expected instruction/output, prompt/completion or query/target fields"
+        )
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise DataError(source, index, "missing or empty prompt")
+    if not isinstance(completion, str) or not completion.strip():
+        raise DataError(source, index, f"missing or empty '{name}'")
+    return prompt, completion.strip()
+
+
+def sft_rows(
+    records: Iterable[Mapping], source: str = "<sft>", errors: list[DataError] | None = None
+) -> list[dict]:
+    """General instruction rows: kind ``sft``, reward 0, weight 1, no role."""
+    rows = []
+    for index, record in enumerate(records):
+        try:
+            prompt, completion = prompt_completion(record, index, source)
+        except DataError as error:
+            collect_or_raise(error, errors)
+            continue
+        rows.append(
+            {
+                "prompt": prompt,
+                "completion": completion,
+                "reward": 0.0,
+                "weight": 1.0,
+                "role": None,
+                "kind": SFT,
+                "target_word": None,
+                "turn": None,
+                "episode": None,
+            }
+        )
+    return rows
+
+
+def builtin_sft_path() -> Path:
+    """The small general instruction set shipped with the package, so the pipeline runs offline."""
+    from importlib.resources import files
+
+    return Path(str(files("spag.data") / "general_sft.jsonl"))
+
+
+def load_sft(
+    source: str | os.PathLike,
+    limit: int | None = None,
+    seed: int = 0,
+    errors: list[DataError] | None = None,
+) -> list[dict]:
+    """General instruction rows from a file (Alpaca, prompt/completion or query/target) or ``"builtin"``.
+
+    With ``limit``, a seeded random sample of that many rows, in file order. Bad rows raise DataError
+    unless an ``errors`` list is given to collect them.
+    """
+    path = builtin_sft_path() if str(source) == BUILTIN else Path(source)
+    rows = sft_rows(read_records(path), str(path), errors)
+    if limit is not None and 0 <= limit < len(rows):
+        keep = sorted(random.Random(seed).sample(range(len(rows)), limit))
+        rows = [rows[i] for i in keep]
+    return rows
