@@ -11,7 +11,7 @@ T = TypeVar("T")
 
 
 def progress(iterable: Iterable[T] | None = None, **kwargs) -> tqdm:
-    """A progress bar on stderr (disabled when stderr is not a terminal and SPAG_PROGRESS=0)."""
+    """A tqdm progress bar on stderr; ``disable=None`` hides it when stderr is not a terminal."""
     kwargs.setdefault("file", sys.stderr)
     kwargs.setdefault("dynamic_ncols", True)
     kwargs.setdefault("mininterval", 0.5)

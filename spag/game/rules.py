@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 ATTACKER = "attacker"
 DEFENDER = "defender"
@@ -233,7 +233,3 @@ def judge(target_word: str, history: Sequence[Mapping[str, str]], max_turns: int
 
 def judge_episode(episode: Mapping, rules: str = WHOLE_WORD) -> Verdict:
     return judge(episode["target_word"], episode["history"], int(episode["max_turns"]), rules)
-
-
-def judge_all(episodes: Iterable[Mapping], rules: str = WHOLE_WORD) -> list[Verdict]:
-    return [judge_episode(e, rules) for e in episodes]

@@ -63,9 +63,6 @@ class EncodedRows:
     def __len__(self) -> int:
         return len(self.input_ids)
 
-    def num_tokens(self) -> int:
-        return sum(len(ids) for ids in self.input_ids)
-
     def fingerprint(self) -> str:
         """sha256 of the exact token sequences and completion boundaries: what the reference sees."""
         digest = hashlib.sha256()

@@ -226,12 +226,6 @@ def _make_live_callback(live):
 # ------------------------------------------------------------------------------------------ helpers
 
 
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def _precision(config: TrainConfig, device: str) -> tuple[bool, bool]:
     """(bf16, tf32); bf16 None means "where it is fast" (a bf16 GPU, or a CPU with native bf16)."""
     import torch
