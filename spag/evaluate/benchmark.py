@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import shutil
 import socket
@@ -244,11 +243,13 @@ def task_result(results: Mapping, name: str, metric: str | None, num_fewshot: in
 
 def geometric_mean(scores: Sequence[float]) -> float:
     """The paper's summary of several benchmarks; 0 when any score is 0."""
+    import numpy as np
+    from scipy.stats import gmean
+
     if not scores:
         raise ValueError("no scores")
-    if any(s <= 0 for s in scores):
-        return 0.0
-    return math.exp(sum(math.log(s) for s in scores) / len(scores))
+    with np.errstate(divide="ignore"):  # log(0): the mean is 0, as it should be
+        return float(gmean(scores))
 
 
 def samples_path(output: str | os.PathLike) -> Path:

@@ -53,53 +53,50 @@ def read_benchmark(path: str | os.PathLike) -> tuple[dict, dict[str, dict[tuple[
     return metrics, per_benchmark
 
 
-def _geometric_mean(scores: np.ndarray) -> np.ndarray:
-    """Row-wise geometric mean over the last axis; 0 where any score is 0."""
-    with np.errstate(divide="ignore"):
-        logs = np.log(scores)
-    return np.where((scores > 0).all(axis=-1), np.exp(logs.mean(axis=-1)), 0.0)
-
-
 def paired_bootstrap(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], resamples: int = 2000,
                      seed: int = 0, chunk: int = 100) -> dict:
     """B - A per benchmark and for the geometric mean, with 95% percentile intervals.
 
-    ``a[name]`` and ``b[name]`` are per-document scores in the same document order.
+    ``a[name]`` and ``b[name]`` are per-document scores in the same document order. Each benchmark is one
+    sample of documents for ``scipy.stats.bootstrap`` (A's and B's score of a document drawn together);
+    ``chunk`` resamples are held in memory at a time.
     """
+    from scipy.stats import bootstrap, gmean
+
     names = list(a)
     if not names:
         raise ValueError("no benchmarks to compare")
-    rng = np.random.default_rng(seed)
-    means_a = {name: np.empty(resamples) for name in names}
-    means_b = {name: np.empty(resamples) for name in names}
+    samples = []
     for name in names:
         va, vb = np.asarray(a[name], dtype=float), np.asarray(b[name], dtype=float)
         if va.shape != vb.shape or va.size == 0:
             raise ValueError(f"{name}: A and B need the same, non-empty documents")
-        for start in range(0, resamples, chunk):
-            stop = min(start + chunk, resamples)
-            idx = rng.integers(0, va.size, size=(stop - start, va.size))  # the same documents for A and B
-            means_a[name][start:stop] = va[idx].mean(axis=1)
-            means_b[name][start:stop] = vb[idx].mean(axis=1)
+        samples.append(np.stack([va, vb]))
 
-    def summary(point_a: float, point_b: float, diffs: np.ndarray, n: int | None) -> dict:
-        low, high = (np.percentile(diffs, [2.5, 97.5]) if resamples else (float("nan"), float("nan")))
+    def differences(*samples, axis=-1):
+        """B - A of every benchmark's mean, then of their geometric mean (0 where a score is 0)."""
+        means = np.stack([sample.mean(axis=axis) for sample in samples])  # benchmark, A/B, resample
+        with np.errstate(divide="ignore"):
+            geo = gmean(means[:, 1], axis=0) - gmean(means[:, 0], axis=0)
+        return np.concatenate([means[:, 1] - means[:, 0], geo[None]])
+
+    result = bootstrap(samples, differences, vectorized=True, axis=-1, n_resamples=resamples, batch=chunk,
+                       method="percentile", random_state=np.random.default_rng(seed))
+    lows, highs = result.confidence_interval
+
+    def summary(point_a: float, point_b: float, low: float, high: float, n: int | None) -> dict:
         out = {"a": point_a, "b": point_b, "diff": point_b - point_a, "diff_low": float(low),
                "diff_high": float(high), "excludes_zero": bool(low > 0 or high < 0)}
         if n is not None:
             out["n"] = n
         return out
 
-    tasks = {}
-    for name in names:
-        pa, pb = float(np.mean(a[name])), float(np.mean(b[name]))
-        tasks[name] = summary(pa, pb, means_b[name] - means_a[name], len(a[name]))
-    stack_a = np.stack([means_a[n] for n in names], axis=-1)
-    stack_b = np.stack([means_b[n] for n in names], axis=-1)
-    points_a = np.array([tasks[n]["a"] for n in names])
-    points_b = np.array([tasks[n]["b"] for n in names])
-    geo = summary(float(_geometric_mean(points_a)), float(_geometric_mean(points_b)),
-                  _geometric_mean(stack_b) - _geometric_mean(stack_a), None)
+    points_a = np.array([sample[0].mean() for sample in samples])
+    points_b = np.array([sample[1].mean() for sample in samples])
+    tasks = {name: summary(float(pa), float(pb), lows[i], highs[i], samples[i].shape[1])
+             for i, (name, pa, pb) in enumerate(zip(names, points_a, points_b))}
+    with np.errstate(divide="ignore"):
+        geo = summary(float(gmean(points_a)), float(gmean(points_b)), lows[-1], highs[-1], None)
     return {"tasks": tasks, "geometric_mean": geo, "resamples": resamples, "seed": seed}
 
 

@@ -22,15 +22,12 @@ words instead, every game of a word (both roles, all seeds) resampled together.
 
 from __future__ import annotations
 
-import math
 import os
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Mapping
 
 from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS, TIE
-
-Z_95 = 1.959963984540054  # the standard normal quantile at 0.975
 
 # outcome -> what it is for the model, per role
 _AS_ATTACKER = {ATTACKER_WINS: "win", DEFENDER_WINS: "loss", TIE: "tie", ATTACKER_BREAKS_RULES: "foul"}
@@ -39,21 +36,16 @@ RESULTS = {ATTACKER: ("win", "loss", "tie", "foul"), DEFENDER: ("win", "loss", "
 _PLURAL = {"win": "wins", "loss": "losses", "tie": "ties", "foul": "fouls", "opponent_foul": "opponent_fouls"}
 
 
-def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
-    """The Wilson score interval for a binomial proportion; (0, 1) when there are no trials."""
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval for a binomial proportion (scipy's); (0, 1) when there are no trials."""
+    from scipy.stats import binomtest
+
     if n < 0 or successes < 0 or successes > n:
         raise ValueError(f"need 0 <= successes <= n, got {successes} of {n}")
     if n == 0:
         return 0.0, 1.0
-    p = successes / n
-    z2 = z * z
-    denominator = 1 + z2 / n
-    centre = (p + z2 / (2 * n)) / denominator
-    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denominator
-    # Clamp the rounding error at the ends (0 of n must give exactly 0 as the lower bound).
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == n else min(1.0, centre + half)
-    return low, high
+    interval = binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(interval.low), float(interval.high)
 
 
 def rate_fields(name: str, count: int, n: int) -> dict[str, float]:
