@@ -86,7 +86,7 @@ def child(args) -> None:
     summary = read_summary(out)
     # Per-step throughput from the logged curves (cumulative runtime and tokens at every step); the
     # median over steps 2.. is robust to the first step's warm-up and to other work on a shared machine.
-    runtime, tokens = _series(live_dir, "train_runtime"), _series(live_dir, "num_input_tokens_seen")
+    runtime, tokens = _series(live_dir, "runtime"), _series(live_dir, "num_input_tokens_seen")
     per_step = [(t1 - t0) / (r1 - r0) for r0, r1, t0, t1 in zip(runtime, runtime[1:], tokens, tokens[1:])
                 if r1 > r0]
     usage = resource.getrusage(resource.RUSAGE_SELF)

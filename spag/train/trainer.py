@@ -206,21 +206,22 @@ def _make_trainer_class():
 
 
 def _make_live_callback(live):
-    from transformers import TrainerCallback
+    from transformers.integrations import DVCLiveCallback
 
-    class LiveCallback(TrainerCallback):
-        """Training curves to dvclive, one step per Trainer log, numbered by the optimiser step."""
+    class LiveCallback(DVCLiveCallback):
+        """transformers' dvclive callback, with each curve under ``train/`` (``train_runtime`` as
+        ``train/runtime``, as the callback names it) and numbered by the optimiser step; the end-of-training
+        totals are left to run_training (``summary/``)."""
 
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if not state.is_world_process_zero or not logs or "loss" not in logs:
+        def on_log(self, args, state, control, model=None, logs=None, **kwargs):
+            if not logs or "loss" not in logs:
                 return
-            live.step = state.global_step
-            for key, value in logs.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                    live.log_metric(f"train/{key}", float(value))
-            live.next_step()
+            self.live.step = state.global_step
+            curves = {f"train/{key.removeprefix('train_')}": float(value) for key, value in logs.items()
+                      if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
+            super().on_log(args, state, control, model=model, logs=curves, **kwargs)
 
-    return LiveCallback()
+    return LiveCallback(live=live)
 
 
 # ------------------------------------------------------------------------------------------ helpers
