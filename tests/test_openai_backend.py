@@ -113,7 +113,7 @@ def endpoint_factory(monkeypatch):
 
 
 def _player(endpoint, **options):
-    options = {"api_key_env": "SPAG_TEST_KEY", "backoff": 0.01, "max_retries": 2, "timeout": 5.0, **options}
+    options = {"api_key_env": "SPAG_TEST_KEY", "max_retries": 2, "timeout": 5.0, **options}
     return load_player("teacher", "openai", base_url=endpoint.url, **options)
 
 

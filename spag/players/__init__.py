@@ -28,8 +28,8 @@ __all__ = [
 _HF_OPTIONS = {"device", "dtype", "trust_remote_code", "max_batch", "prefill_tokens", "prefix_cache_gb",
                "name"}
 _VLLM_OPTIONS = {"dtype", "trust_remote_code", "tensor_parallel_size", "gpu_memory_utilization", "name", "seed"}
-_OPENAI_OPTIONS = {"base_url", "api_key_env", "concurrency", "timeout", "max_retries", "backoff", "max_backoff",
-                   "api", "extensions", "name"}
+_OPENAI_OPTIONS = {"base_url", "api_key_env", "concurrency", "timeout", "max_retries", "api", "extensions",
+                   "name"}
 
 
 def _pick(options: dict, allowed: set[str]) -> dict:

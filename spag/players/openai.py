@@ -1,8 +1,9 @@
 """Any OpenAI-compatible endpoint as a player: GPT-4 as the teacher, or a model behind ``vllm serve``.
 
-Requests run in a bounded pool of threads; a request that fails for a reason worth retrying (a 5xx
-or 429 answer, a timeout, a dropped connection) is retried with exponential backoff, and one that keeps
-failing raises :class:`PlayerError` naming the endpoint and the last reason.
+Requests run in a bounded pool of threads. The OpenAI client retries a request that fails for a reason
+worth retrying (a 408, 409, 429 or 5xx answer, a timeout, a dropped connection) with its own exponential
+backoff, honouring the server's Retry-After; one that keeps failing raises :class:`PlayerError` naming
+the endpoint and the last reason.
 
 The API key is read from the environment and never written out, and it goes only where the user sent
 it: ``OPENAI_API_KEY`` only to OpenAI's own API (no ``base_url``, or one on ``api.openai.com``); any other
@@ -16,10 +17,9 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
-import time
-from urllib.parse import urlsplit
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
 
 from spag.players.base import (
     FINISH_LENGTH,
@@ -71,8 +71,8 @@ class OpenAIPlayer:
     """
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = None,
-                 concurrency: int = 8, timeout: float = 60.0, max_retries: int = 4, backoff: float = 1.0,
-                 max_backoff: float = 30.0, api: str = "chat", extensions: bool | None = None,
+                 concurrency: int = 8, timeout: float = 60.0, max_retries: int = 4, api: str = "chat",
+                 extensions: bool | None = None,
                  name: str | None = None):
         try:
             import openai
@@ -92,11 +92,10 @@ class OpenAIPlayer:
         self.api = api
         self.concurrency = max(1, int(concurrency))
         self.max_retries = max(0, int(max_retries))
-        self.backoff, self.max_backoff = backoff, max_backoff
         self.extensions = base_url is not None if extensions is None else extensions
         self._errors = openai
-        # Retries are ours (with our backoff and our error message), so the client's are switched off.
-        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
+        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout,
+                                     max_retries=self.max_retries)
 
     def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,
                  min_new_tokens: int = 1, seed=None, stop: Sequence[str] = ()) -> list[Reply]:
@@ -106,27 +105,24 @@ class OpenAIPlayer:
         settings = dict(temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
                         min_new_tokens=min_new_tokens, stop=list(stop)[:_OPENAI_STOP_LIMIT])
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts))) as pool:
-            futures = [pool.submit(self._with_retries, p, s, settings) for p, s in zip(prompts, seeds)]
+            futures = [pool.submit(self._call, p, s, settings) for p, s in zip(prompts, seeds)]
             return [f.result() for f in futures]
 
     # ---------------------------------------------------------------------------------------- one call
 
-    def _with_retries(self, prompt: str, seed: int | None, settings: dict) -> Reply:
+    def _call(self, prompt: str, seed: int | None, settings: dict) -> Reply:
+        """One request (the client retries it); its failure as a one-line PlayerError."""
         errors = self._errors
-        reason = ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                time.sleep(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
-            try:
-                return self._request(prompt, seed, **settings)
-            except errors.APIStatusError as exc:
-                reason = f"HTTP {exc.status_code}"
-                if exc.status_code < 500 and exc.status_code not in (408, 409, 429):
-                    raise PlayerError(f"{self.base_url}: request rejected ({reason}: {_short(exc)})") from exc
-            except errors.APITimeoutError:
-                reason = "timed out"
-            except errors.APIConnectionError as exc:
-                reason = f"connection failed ({_short(exc)})"
+        try:
+            return self._request(prompt, seed, **settings)
+        except errors.APIStatusError as exc:
+            reason = f"HTTP {exc.status_code}"
+            if exc.status_code < 500 and exc.status_code not in (408, 409, 429):  # the client does not retry these
+                raise PlayerError(f"{self.base_url}: request rejected ({reason}: {_short(exc)})") from exc
+        except errors.APITimeoutError:
+            reason = "timed out"
+        except errors.APIConnectionError as exc:
+            reason = f"connection failed ({_short(exc)})"
         raise PlayerError(f"{self.base_url}: request failed after {self.max_retries + 1} attempts "
                           f"(last: {reason})")
 
