@@ -5,7 +5,6 @@ import os
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -60,14 +59,26 @@ def test_syllogism_answers_are_drawn_evenly():
     assert np.bincount([item["label"] for item in items]).min() > 160
 
 
-def test_resolved_yaml_points_at_absolute_data(tmp_path):
-    import yaml
+def test_plain_lm_eval_runs_the_local_suite_from_any_directory(tmp_path):
+    """The shipped task folder under the real lm_eval CLI, started from an unrelated working directory:
+    the data paths must not depend on where lm_eval runs."""
+    from spag.testing import make_tiny_checkpoint
 
-    out = bm.resolve_local_suite(tmp_path / "tasks", cache_dir=tmp_path / "cache")
-    config = yaml.safe_load((out / "spag_physical.yaml").read_text())
-    files = config["dataset_kwargs"]["data_files"]
-    assert all(Path(p).is_absolute() and Path(p).exists() for p in files.values())
-    assert config["dataset_kwargs"]["cache_dir"] == str(tmp_path / "cache")
+    model = make_tiny_checkpoint(tmp_path / "model")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**OFFLINE_ENV, "HF_DATASETS_CACHE": str(tmp_path / "datasets"), "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(
+        [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={model},dtype=float32",
+         "--device", "cpu", "--include_path", str(bm.LOCAL_TASKS_DIR), "--tasks", "spag_local", "--limit", "3",
+         "--batch_size", "4", "--output_path", str(tmp_path / "results")],
+        cwd=elsewhere, env=env, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads(next((tmp_path / "results").rglob("results_*.json")).read_text())
+    assert set(bm.local_tasks()) == set(generate.GENERATORS)  # the shared _default.yaml is no task
+    for name in generate.GENERATORS:
+        assert results["n-samples"][name]["effective"] == 3
+        assert 0.0 <= results["results"][name]["acc,none"] <= 1.0
 
 
 def test_auto_falls_back_to_the_local_suite_offline_with_an_empty_cache(tmp_path, monkeypatch):

@@ -55,7 +55,7 @@ class BenchmarkError(RuntimeError):
 
 
 def local_tasks() -> dict[str, tuple[str, int | None]]:
-    names = sorted(p.stem for p in LOCAL_TASKS_DIR.glob("*.yaml"))
+    names = sorted(p.stem for p in LOCAL_TASKS_DIR.glob("*.yaml") if not p.name.startswith("_"))
     return {name: ("acc,none", 0) for name in names}
 
 
@@ -145,35 +145,6 @@ def cached_datasets(repos) -> list[str]:
         if (hub / f"datasets--{owner}--{name}").is_dir() or (prepared / f"{owner}___{name}").is_dir():
             found.append(repo)
     return found
-
-
-# ------------------------------------------------------------------------------------ local suite
-
-
-def resolve_local_suite(directory: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
-    """Copy the local task YAMLs into ``directory`` with absolute data paths; return the directory.
-
-    lm-eval hands ``data_files`` to ``datasets.load_dataset``, which reads relative paths against the
-    current directory, not the YAML's; the resolved copies work from anywhere. ``cache_dir`` keeps
-    the prepared datasets out of the user's datasets cache.
-    """
-    import yaml
-
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    for source in sorted(LOCAL_TASKS_DIR.glob("*.yaml")):
-        config = yaml.safe_load(source.read_text(encoding="utf-8"))
-        files = config.get("dataset_kwargs", {}).get("data_files", {})
-        for split, rel in files.items():
-            path = (source.parent / rel).resolve()
-            if not path.exists():
-                raise BenchmarkError(f"{source}: data file {path} is missing (run python -m "
-                                     "spag.evaluate.tasks.generate)")
-            files[split] = str(path)
-        if cache_dir is not None:
-            config.setdefault("dataset_kwargs", {})["cache_dir"] = str(cache_dir)
-        (out / source.name).write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    return out
 
 
 # ------------------------------------------------------------------------------------ the results
@@ -283,8 +254,9 @@ def _task_manager(suite: str, workdir: Path):
     from lm_eval.tasks import TaskManager
 
     if suite == "local":
-        resolved = resolve_local_suite(workdir / "tasks", cache_dir=workdir / "datasets-cache")
-        return TaskManager(include_path=str(resolved), include_defaults=False)
+        # The shipped folder as it is (plain lm_eval can use it too); the prepared data stay in workdir.
+        return TaskManager(include_path=str(LOCAL_TASKS_DIR), include_defaults=False,
+                           metadata={"cache_dir": str(workdir / "datasets-cache")})
     return TaskManager()
 
 

@@ -5,8 +5,9 @@ no stand-in for the paper's benchmarks in difficulty or coverage; it exists so t
 the loop gets a reasoning score measured the same way (lm-eval log-likelihood multiple choice), and so
 that two checkpoints can be compared item by item.
 
-Tasks (each a ``<task>.yaml`` for lm-eval, ``data/<task>.test.jsonl`` with 150 items and
-``data/<task>.train.jsonl`` with 20 items for few-shot examples, disjoint):
+Tasks (each a ``<task>.yaml`` for lm-eval including the shared ``_default.yaml``,
+``data/<task>.test.jsonl`` with 150 items and ``data/<task>.train.jsonl`` with 20 items for few-shot
+examples, disjoint; ``local_data.py`` loads them relative to this folder):
 
 - ``spag_arith_compare``: which of two small arithmetic expressions is larger.
 - ``spag_odd_one_out``: which of four words does not belong with the other three (category reasoning).
@@ -247,22 +248,19 @@ def generate_task(name: str, seed: int = DEFAULT_SEED, test_size: int = TEST_SIZ
     return {"test": test, "train": train}
 
 
-TASK_YAML = """\
-# Local reasoning suite (offline), written by generate.py. The data paths are relative to this file;
-# spag.evaluate.benchmark resolves them to absolute paths before lm-eval reads them.
+DEFAULT_YAML_NAME = "_default.yaml"  # not a task (no `task:`): lm-eval's index skips it
+DEFAULT_YAML = """\
+# Fields shared by every task of the local reasoning suite (offline), written by generate.py; each
+# <task>.yaml includes this file. local_data.py reads a task's data_files relative to this folder, so
+# `lm_eval --include_path <this folder> --tasks spag_local` works from any working directory.
 tag: spag_local
-task: {name}
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    train: data/{name}.train.jsonl
-    test: data/{name}.test.jsonl
+custom_dataset: !function local_data.load
 training_split: train
 fewshot_split: train
 test_split: test
 output_type: multiple_choice
-doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
-doc_to_choice: "{{{{choices}}}}"
+doc_to_text: "Question: {{question}}\\nAnswer:"
+doc_to_choice: "{{choices}}"
 doc_to_target: label
 metric_list:
   - metric: acc
@@ -272,15 +270,26 @@ metadata:
   version: 1.0
 """
 
+TASK_YAML = """\
+# Local reasoning suite (offline), written by generate.py; the shared fields are in {default}.
+include: {default}
+task: {name}
+dataset_kwargs:
+  data_files:
+    train: data/{name}.train.jsonl
+    test: data/{name}.test.jsonl
+"""
+
 
 def write_suite(data_dir: Path = DATA_DIR, seed: int = DEFAULT_SEED,
                 tasks_dir: Path = TASKS_DIR) -> list[Path]:
     """Write every task's YAML (into ``tasks_dir``) and its data (into ``data_dir``)."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    written = []
+    written = [tasks_dir / DEFAULT_YAML_NAME]
+    written[0].write_text(DEFAULT_YAML, encoding="utf-8")
     for name in sorted(GENERATORS):
         path = tasks_dir / f"{name}.yaml"
-        path.write_text(TASK_YAML.format(name=name), encoding="utf-8")
+        path.write_text(TASK_YAML.format(name=name, default=DEFAULT_YAML_NAME), encoding="utf-8")
         written.append(path)
     for name in sorted(GENERATORS):
         for split, items in generate_task(name, seed).items():
