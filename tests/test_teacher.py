@@ -75,6 +75,35 @@ def test_foul_retries_resample_an_attacker_line_that_says_the_word():
     assert plain["outcome"] == ATTACKER_BREAKS_RULES  # without the strategy the foul stands
 
 
+class Recorder(FoulOnce):
+    """FoulOnce that also keeps every prompt it was asked."""
+
+    def __init__(self, name):
+        super().__init__()
+        self.name, self.prompts = name, []
+
+    def generate(self, prompts, **kwargs):
+        self.prompts.extend(prompts)
+        return super().generate(prompts, **kwargs)
+
+
+def test_strategies_wrap_only_the_role_they_change():
+    from spag.players.base import Speaker
+    from spag.teacher import CoachedAttacker, FoulRetries, speakers
+
+    config = PlayConfig(max_turns=2, coached_attacker=True, foul_retries=1)
+    attacker, defender = Recorder("a"), Recorder("d")
+    a, d = speakers(attacker, defender, config)
+    assert isinstance(a, FoulRetries) and isinstance(a.inner, CoachedAttacker) and type(d) is Speaker
+    shared_a, shared_d = speakers(attacker, attacker, config)
+    assert shared_a is shared_d  # one player, one speaker: both roles' turns go in one batch
+    [episode] = play_games(attacker, defender, ["lemon"], config, show_progress=False)
+    # The attacker is coached (asked to describe its word), the defender gets the game's own prompt.
+    assert attacker.prompts and all(p.startswith('Describe the word "lemon"') for p in attacker.prompts)
+    assert defender.prompts and all("You are the defender" in p for p in defender.prompts)
+    assert [u["role"] for u in episode["history"]] == ["attacker", "defender"] * 2
+
+
 def test_final_guess_needs_a_model_backend():
     with pytest.raises(ValueError, match="hf backend"):
         play_games(FoulOnce(), FoulOnce(), ["lemon"], PlayConfig(max_turns=2, final_guess=True),
