@@ -19,7 +19,7 @@ CHOICES = {
     ("spag", "lr_scheduler"): LR_SCHEDULERS,
     ("spag", "reduction"): REDUCTIONS,
 }
-FLAGS = (("words", "skip_stop_words"), ("spag", "detach_advantage"))
+FLAGS = (("words", "skip_stop_words"), ("spag", "detach_advantage"), ("reward", "keep_truncated"))
 FILES = (("words", "source"), ("game", "templates"), ("teacher", "episodes"), ("teacher", "rows"))
 REQUIRED = (*CHOICES, *FLAGS, *FILES, ("imitate", "sft"), ("imitate", "sft_limit"))
 

@@ -7,6 +7,8 @@ instruction rows (:mod:`spag.sft`) are mixed in when asked for.
 
 Only decisive games teach anything: the judge (:mod:`spag.game.rules`, never re-implemented here) says
 who won, and the winner's utterances up to the deciding one become rows. Ties and fouls give nothing.
+An utterance that is empty, or was cut at ``max_new_tokens`` (its ``truncated`` flag), never becomes a
+row unless ``keep_truncated`` asks for it; the stats count what was dropped.
 
 Reward of the winner's k-th utterance (k = 1..n) in one game, with decay d (0.8 in the paper)::
 
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from spag.game.episodes import validate_episode
-from spag.game.prompts import training_prompt
+from spag.game.prompts import training_prompt_with_bounds
 from spag.game.rules import (
     ATTACKER,
     ATTACKER_BREAKS_RULES,
@@ -99,6 +101,8 @@ class RowStats:
     sft_bad: int = 0
     sft_source: str | None = None
     negative_rows: int = 0  # rows with a negative reward (foul penalty, losers' lines)
+    dropped_empty: int = 0  # rewarded utterances left out: empty
+    dropped_truncated: int = 0  # rewarded utterances left out: cut at max_new_tokens
     baselines: dict = field(default_factory=dict)  # role -> mean reward subtracted (role_baseline)
 
     def as_dict(self) -> dict:
@@ -118,6 +122,8 @@ class RowStats:
             "sft_bad": self.sft_bad,
             "sft_source": self.sft_source,
             "negative_rows": self.negative_rows,
+            "dropped_empty": self.dropped_empty,
+            "dropped_truncated": self.dropped_truncated,
             "baselines": dict(self.baselines),
         }
 
@@ -136,6 +142,9 @@ class RowStats:
         parts.append(f"rows: {rows}")
         if self.negative_rows:
             parts.append(f"{self.negative_rows} rows with a negative reward")
+        if self.dropped_empty or self.dropped_truncated:
+            parts.append(f"dropped {self.dropped_truncated} truncated and {self.dropped_empty} empty utterances "
+                         "(--keep-truncated keeps them)")
         if self.baselines:
             parts.append("baselines: " + ", ".join(f"{k} {v:.3g}" for k, v in sorted(self.baselines.items())))
         parts.append(f"weights: attacker {self.attacker_weight:.4g}, defender {self.defender_weight:.4g}")
@@ -166,12 +175,15 @@ class RewardOptions:
     - ``role_baseline``: subtract from every game row's reward the mean reward of its role's rows in
       the set (a per-role baseline, the role-conditioned advantage of SPIRAL), so each role's rewards
       average 0 and a role's better moves are pushed up and its worse ones down.
+    - ``keep_truncated``: also make rows of empty utterances and of those cut at ``max_new_tokens``
+      (left out by default: a cut reply followed by the end-of-sequence token teaches stopping mid-sentence).
     """
 
     decay: float = DEFAULT_DECAY
     foul_penalty: float = 0.0
     loser_reward: float = 0.0
     role_baseline: bool = False
+    keep_truncated: bool = False
 
     def __post_init__(self):
         if self.decay <= 0:
@@ -182,8 +194,34 @@ class RewardOptions:
             raise ValueError(f"loser_reward must be <= 0, got {self.loser_reward}")
 
 
+def _is_garbage(utterance: Mapping) -> str | None:
+    """Why an utterance must not be learnt from (None: it may): empty, or cut at max_new_tokens."""
+    if not str(utterance.get("content") or "").strip():
+        return "empty"
+    if utterance.get("truncated"):
+        return "truncated"
+    return None
+
+
+def _keep_sound_moves(history: Sequence[Mapping], moves: list[tuple[str, int, float]], options: RewardOptions,
+                      stats: RowStats) -> list[tuple[str, int, float]]:
+    """``moves`` without empty or truncated utterances (unless ``keep_truncated``), counted in ``stats``."""
+    if options.keep_truncated:
+        return moves
+    kept = []
+    for move in moves:
+        why = _is_garbage(history[move[1]])
+        if why == "empty":
+            stats.dropped_empty += 1
+        elif why == "truncated":
+            stats.dropped_truncated += 1
+        else:
+            kept.append(move)
+    return kept
+
+
 def _rewarded_moves(episode: Mapping, verdict, winner_rewards, options: RewardOptions) -> list[tuple[str, int, float]]:
-    """``(role, turn, reward)`` of every utterance of one judged game that becomes a row."""
+    """``(role, turn, reward)`` of every utterance of one judged game that earns a reward."""
     history = episode["history"][: verdict.turns]
     moves: list[tuple[str, int, float]] = []
     winner = verdict.winner
@@ -221,7 +259,8 @@ def _game_rows(
         index = indices[position] if indices is not None else position
         verdict = judge_episode(episode, rules)
         stats.outcomes[verdict.outcome] += 1
-        moves = _rewarded_moves(episode, verdict, winner_rewards, options)
+        history = episode["history"]
+        moves = _keep_sound_moves(history, _rewarded_moves(episode, verdict, winner_rewards, options), options, stats)
         if not moves:
             stats.no_rows += 1
             continue
@@ -229,15 +268,15 @@ def _game_rows(
         roles = {role for role, _, _ in moves}
         stats.attacker_games += ATTACKER in roles
         stats.defender_games += DEFENDER in roles
-        history = episode["history"]
         target, max_turns = episode["target_word"], int(episode["max_turns"])
         for role, turn, reward in moves:
             before = [{"role": u["role"], "content": u["content"]} for u in history[:turn]]
             if reward < 0:
                 stats.negative_rows += 1
+            prompt, bounds = training_prompt_with_bounds(role, target, before, max_turns, rng, templates)
             rows.append(
                 {
-                    "prompt": training_prompt(role, target, before, max_turns, rng, templates),
+                    "prompt": prompt,
                     "completion": history[turn]["content"].strip(),
                     "reward": float(reward),
                     "weight": 0.0,  # set once every game has been counted
@@ -246,6 +285,7 @@ def _game_rows(
                     "target_word": target,
                     "turn": turn,
                     "episode": _episode_id(episode, index),
+                    "history_bounds": bounds,
                 }
             )
     return rows
@@ -303,10 +343,13 @@ def imitation_rows(
     indices: Sequence[int] | None = None,
     rules: str = WHOLE_WORD,
     templates: str | os.PathLike | None = None,
+    keep_truncated: bool = False,
 ) -> tuple[list[dict], RowStats]:
-    """The imitation set from a teacher's episodes: every winning utterance, reward 1, role weights."""
+    """The imitation set from a teacher's episodes: every winning utterance, reward 1, role weights
+    (empty or truncated utterances left out unless ``keep_truncated``)."""
     stats = RowStats(records=len(episodes))
-    rows = _game_rows(episodes, indices, seed, lambda n: [1.0] * n, stats, rules=rules, templates=templates)
+    rows = _game_rows(episodes, indices, seed, lambda n: [1.0] * n, stats, RewardOptions(keep_truncated=keep_truncated),
+                      rules=rules, templates=templates)
     _apply_role_weights(rows, stats)
     return rows, stats
 
@@ -405,6 +448,7 @@ def _instruction_game_rows(
             "target_word": target if isinstance(target, str) else None,
             "turn": None,
             "episode": _episode_id(record, index),
+            "history_bounds": None,  # a ready-made prompt: where its history lies is unknown
         }
         if "query" in record:
             row[RAW_PROMPT] = True
@@ -510,6 +554,7 @@ def build_imitation_set(
     sft_limit: int | None = None,
     rules: str = WHOLE_WORD,
     templates: str | os.PathLike | None = None,
+    keep_truncated: bool = False,
 ) -> RowStats:
     """``spag imitation-data``: a teacher's episodes (or ready-made query/target rows) -> imitation rows.
 
@@ -523,7 +568,7 @@ def build_imitation_set(
     episodes, indices, count = read_episode_records(episodes_path, errors, ready_made)
     made = _instruction_game_rows(ready_made, str(episodes_path), errors)
     _raise_if_strict(errors, strict, str(episodes_path))
-    rows, stats = imitation_rows(episodes, seed, indices, rules, templates)
+    rows, stats = imitation_rows(episodes, seed, indices, rules, templates, keep_truncated)
     stats.records, stats.bad = count, len(errors)
     stats.instruction_rows = len(made)
     for row in made:

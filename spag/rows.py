@@ -6,6 +6,9 @@ A row is ``prompt, completion, reward, weight, role, kind, target_word, turn, ep
 - ``completion`` is what the model should say;
 - ``reward`` is the utterance's share of its game's reward; ``weight`` re-balances the two roles;
 - ``kind`` is ``game`` for game rows and ``sft`` for general instruction rows (reward 0, weight 1);
+- ``history_bounds`` (game rows) are the character offsets of the prompt's history lines, so that a row too
+  long for the trainer's ``max_length`` loses its oldest history lines, never its rules or target word
+  (:func:`spag.game.prompts.build_prompt_with_bounds`); null for other rows;
 - ``raw_prompt`` (only in files that hold such rows) is true for a ready-made row of the original project,
   whose ``query`` already is the model's whole input: it is used as it is, not wrapped in a chat template.
 
@@ -24,7 +27,8 @@ from spag.io import DataError, read_records, write_table_atomic
 GAME = "game"
 SFT = "sft"
 KINDS = (GAME, SFT)
-ROW_COLUMNS = ("prompt", "completion", "reward", "weight", "role", "kind", "target_word", "turn", "episode")
+ROW_COLUMNS = ("prompt", "completion", "reward", "weight", "role", "kind", "target_word", "turn", "episode",
+               "history_bounds")
 REQUIRED_COLUMNS = ("prompt", "completion")
 RAW_PROMPT = "raw_prompt"
 
@@ -47,6 +51,7 @@ def row_schema(raw_prompt: bool = False):
             ("target_word", pa.string()),
             ("turn", pa.int64()),
             ("episode", pa.string()),
+            ("history_bounds", pa.list_(pa.int64())),
         ]
         + ([(RAW_PROMPT, pa.bool_())] if raw_prompt else [])
     )
@@ -107,6 +112,13 @@ def validate_row(record: Mapping, index: int, source: str | os.PathLike = "<rows
     raw = record.get(RAW_PROMPT)
     if raw is not None and not isinstance(raw, bool):
         raise DataError(source, index, f"{RAW_PROMPT!r} must be true or false, got {raw!r}")
+    bounds = record.get("history_bounds")
+    if bounds is not None:
+        bounds = list(bounds)
+        ends = len(record["prompt"])
+        if bounds and (len(bounds) < 2 or any(isinstance(b, bool) or not isinstance(b, int) for b in bounds)
+                       or sorted(bounds) != bounds or bounds[0] < 0 or bounds[-1] > ends):
+            raise DataError(source, index, "'history_bounds' must be increasing character offsets into the prompt")
     return {
         "prompt": record["prompt"],
         "completion": record["completion"],
@@ -115,6 +127,7 @@ def validate_row(record: Mapping, index: int, source: str | os.PathLike = "<rows
         "kind": kind,
         "role": record.get("role"),
         RAW_PROMPT: bool(raw),
+        "history_bounds": bounds,
     }
 
 

@@ -70,6 +70,7 @@ def sft_rows(
                 "target_word": None,
                 "turn": None,
                 "episode": None,
+                "history_bounds": None,
             }
         )
     return rows

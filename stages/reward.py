@@ -21,7 +21,7 @@ stats = build_reward_set(
     seed=p["seed"] + int(epoch),
     control=p["spag"]["control"],
     options=RewardOptions(decay=cfg["decay"], foul_penalty=cfg["foul_penalty"], loser_reward=cfg["loser_reward"],
-                          role_baseline=cfg["role_baseline"]),
+                          role_baseline=cfg["role_baseline"], keep_truncated=cfg["keep_truncated"]),
     rules=p["game"]["rules"],
     templates=templates_file(p),
 )

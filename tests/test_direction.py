@@ -37,7 +37,7 @@ EPISODES = [
 ]
 
 TRAIN = {"batch_size": 8, "grad_accum": 1, "logging_steps": 1, "warmup_ratio": 0.0, "show_progress": False,
-         "seed": 0, "live": False, "max_length": 256}
+         "seed": 0, "live": False, "max_length": 1024}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def sequence_logprobs(model_dir, rows):
     from spag.modeling import load_model
 
     model, tok = load_model(model_dir, device="cpu")
-    encoded = encode_rows([validate_row(r, i) for i, r in enumerate(rows)], tok, 256, show_progress=False)
+    encoded = encode_rows([validate_row(r, i) for i, r in enumerate(rows)], tok, 1024, show_progress=False)
     logp = compute_reference_logprobs(model, encoded, tok.pad_token_id, batch_size=8, show_progress=False)
     return [logp[i] for i in range(len(rows))]
 
@@ -146,7 +146,7 @@ def test_the_loss_reaches_the_completion_tokens_and_nothing_else(tiny, rows):
     sft_row = {"prompt": "Name a yellow fruit.", "completion": "A banana.", "reward": 0.0, "weight": 1.0,
                "role": None, "kind": "sft", "target_word": None, "turn": None, "episode": None}
     batch_rows = [*rows, sft_row]
-    encoded = encode_rows([validate_row(r, i) for i, r in enumerate(batch_rows)], tok, 256, show_progress=False)
+    encoded = encode_rows([validate_row(r, i) for i, r in enumerate(batch_rows)], tok, 1024, show_progress=False)
     batch = collate([RowDataset(encoded)[i] for i in range(len(batch_rows))], tok.pad_token_id)
     seen = {}
     handle = model.lm_head.register_forward_hook(lambda module, args, out: seen.update(logits=out))

@@ -38,20 +38,30 @@ def small_params(tiny_model: Path) -> dict:
     return p
 
 
-@pytest.fixture(scope="module")
-def pipeline(tmp_path_factory):
-    work = tmp_path_factory.mktemp("project")
+def make_project(work: Path, params: dict) -> dict:
+    """A git + DVC project in ``work`` with this checkout's pipeline and ``params``; returns the env to run in."""
     for name in ("dvc.yaml", "stages"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
-    tiny = make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "model")
-    (work / "params.yaml").write_text(yaml.safe_dump(small_params(tiny)))
+    (work / "params.yaml").write_text(yaml.safe_dump(params))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     run(["git", "init", "-q"], work, env)
     run(["dvc", "init", "-q"], work, env)
     shutil.copytree(ROOT / ".dvc" / "plots", work / ".dvc" / "plots")
     run(["git", "add", "-A"], work, env)
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "project"], work, env)
+    return env
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory, tiny_model):
+    work = tmp_path_factory.mktemp("project")
+    env = make_project(work, small_params(tiny_model))
     result = run(["dvc", "repro"], work, env)
     return work, result, env
 
@@ -130,3 +140,51 @@ def test_analyze_reads_the_pipeline_episodes(pipeline):
         mine = [r for r in rows if r["role"] == role]
         assert sum(r["games"] for r in mine) == played  # every game counted once per role
         assert all(r["win_rate"] == pytest.approx(r["wins"] / r["games"]) for r in mine)
+
+
+def _games(folder: Path) -> list[dict]:
+    """The episodes in ``folder`` in word order, without the model paths (each project has its own)."""
+    from spag.game.episodes import read_episodes
+
+    episodes = sorted(read_episodes(folder), key=lambda e: e["word_index"])
+    return [{k: v for k, v in e.items() if k not in ("attacker_model", "defender_model")} for e in episodes]
+
+
+def test_a_stage_killed_under_dvc_repro_resumes_from_its_finished_games(tmp_path, tiny_model):
+    """`dvc repro` deletes a stage's outputs before running it; the finished games of a killed
+    `teacher_play` live beside them (data/teacher/.episodes.partial) and the next `dvc repro` goes on from
+    them, ending with exactly the episodes of an uninterrupted run."""
+    import signal
+    import time
+
+    params = small_params(tiny_model)
+    params["teacher"].update(words=24, batch_size=4, max_new_tokens=12)
+    params["game"]["max_turns"] = 2
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "killed").mkdir()
+    whole_env = make_project(tmp_path / "whole", params)
+    run(["dvc", "repro", "teacher_play"], tmp_path / "whole", whole_env)
+    whole = _games(tmp_path / "whole/data/teacher/episodes")
+    assert len(whole) == 24
+
+    work = tmp_path / "killed"
+    env = make_project(work, params)
+    run(["dvc", "repro", "words"], work, env)  # so that the clock below runs on teacher_play alone
+    partial = work / "data/teacher/.episodes.partial"
+    stage = subprocess.Popen(["dvc", "repro", "teacher_play"], cwd=work, env=env, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not list(partial.glob("*.parquet")) and stage.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(stage.pid, signal.SIGKILL)  # no chance to clean up, as with the OOM killer or a lost node
+    stage.wait()
+    kept = _games(partial)
+    assert 0 < len(kept) < 24, "the stage should have been killed part-way"
+    assert not (work / "data/teacher/episodes").exists()
+
+    again = run(["dvc", "repro", "teacher_play"], work, env)
+    assert "resuming from" in again.stdout + again.stderr
+    resumed = _games(work / "data/teacher/episodes")
+    assert resumed == whole
+    assert all(game in resumed for game in kept)
+    assert not partial.exists()

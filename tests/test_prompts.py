@@ -172,3 +172,22 @@ def test_a_bad_templates_file_is_named_with_its_key(tmp_path, change, message):
 def test_a_missing_templates_file_is_named(tmp_path):
     with pytest.raises(DataError, match="nowhere.yaml: cannot read the templates file"):
         load_templates(tmp_path / "nowhere.yaml")
+
+
+def test_history_bounds_delimit_each_line_in_every_template_and_dropping_keeps_the_rest():
+    from spag.game.prompts import build_prompt_with_bounds, drop_history_lines
+
+    for template in TRAINING_TEMPLATES:
+        for role in ("attacker", "defender"):
+            text, bounds = build_prompt_with_bounds(role, "orchardist", HISTORY, 5, template)
+            assert text == build_prompt(role, "orchardist", HISTORY, 5, template)
+            assert len(bounds) == len(HISTORY) + 1
+            for i, utterance in enumerate(HISTORY):
+                assert text[bounds[i]:bounds[i + 1]].rstrip("\n").endswith(utterance["content"])
+            for k in range(len(HISTORY) + 1):
+                shorter = drop_history_lines(text, bounds, k)
+                assert all(u["content"] not in shorter for u in HISTORY[:k])
+                assert all(u["content"] in shorter for u in HISTORY[k:])
+                assert shorter.startswith(text[:bounds[0]])  # rules, instruction (target word), header
+                assert shorter.endswith(text[bounds[-1]:])  # the turn line
+            assert build_prompt_with_bounds(role, "orchardist", [], 5, template)[1] == []

@@ -12,6 +12,7 @@ from spag.cli import app
 from spag.game.rules import says_word
 from spag.io import DataError
 from spag.rewards import (
+    RewardOptions,
     build_imitation_set,
     build_reward_set,
     imitation_rows,
@@ -458,3 +459,72 @@ def test_control_arm_keeps_only_sft_rows(tmp_path):
     rows = pq.read_table(out).to_pylist()
     assert [r["kind"] for r in rows] == ["sft"]
     assert stats.used == 2 and stats.rows == {"sft": 1}
+
+
+# ------------------------------------------------------------------ empty and truncated utterances
+
+
+def _cut(episode, turns, empty=()):
+    """``episode`` with the utterances at ``turns`` flagged as cut at max_new_tokens, those at ``empty`` blank."""
+    history = [dict(u) for u in episode["history"]]
+    for t in turns:
+        history[t]["truncated"] = True
+    for t in empty:
+        history[t]["content"] = "   "
+    return {**episode, "history": history}
+
+
+def test_a_truncated_or_empty_winning_utterance_does_not_become_a_row():
+    episode = _cut(ATTACKER_WIN_3, turns=[2], empty=[4])
+    rows, stats = reward_rows([episode, DEFENDER_WIN_2])
+    attacker = [r for r in rows if r["role"] == "attacker"]
+    assert [r["turn"] for r in attacker] == [0]  # turns 2 (cut) and 4 (empty) are gone
+    assert stats.dropped_truncated == 1 and stats.dropped_empty == 1
+    assert "dropped 1 truncated and 1 empty utterances" in stats.line()
+    # The rewards are the game's own shares: leaving a line out does not hand its share to the others.
+    assert attacker[0]["reward"] == pytest.approx(utterance_rewards(3)[0])
+    kept, kept_stats = reward_rows([episode, DEFENDER_WIN_2], options=RewardOptions(keep_truncated=True))
+    assert [r["turn"] for r in kept if r["role"] == "attacker"] == [0, 2, 4]
+    assert kept_stats.dropped_truncated == kept_stats.dropped_empty == 0
+
+
+def test_a_game_whose_every_row_was_cut_counts_as_giving_no_rows():
+    episode = _cut(DEFENDER_WIN_2, turns=[1, 3])
+    rows, stats = imitation_rows([episode])
+    assert rows == [] and stats.used == 0 and stats.no_rows == 1 and stats.dropped_truncated == 2
+    assert stats.defender_games == 0  # the role weights do not count a game that gave nothing
+    rows, stats = imitation_rows([episode], keep_truncated=True)
+    assert len(rows) == 2 and stats.used == 1
+
+
+def test_a_truncated_foul_line_gives_no_penalty_row_unless_kept():
+    foul = {"target_word": "piano", "max_turns": 5,
+            "history": [a("I love the piano and its keys, and also the long evenings when"), d("Nice.")]}
+    foul = _cut(foul, turns=[0])
+    rows, stats = reward_rows([foul], options=RewardOptions(foul_penalty=1.0))
+    assert rows == [] and stats.dropped_truncated == 1
+    rows, _ = reward_rows([foul], options=RewardOptions(foul_penalty=1.0, keep_truncated=True))
+    assert [r["reward"] for r in rows] == [-1.0]
+
+
+def test_game_rows_carry_the_bounds_of_their_history_lines():
+    rows, _ = reward_rows([ATTACKER_WIN_3])
+    for row in rows:
+        bounds = row["history_bounds"]
+        assert len(bounds) == (row["turn"] + 1 if row["turn"] else 0)
+        for t in range(row["turn"]):
+            line = row["prompt"][bounds[t]:bounds[t + 1]]
+            assert ATTACKER_WIN_3["history"][t]["content"].strip()[:20] in line
+
+
+def test_spag_reward_keep_truncated_option(tmp_path):
+    episodes = tmp_path / "episodes.jsonl"
+    episodes.write_text(json.dumps(_cut(ATTACKER_WIN_3, turns=[0])) + "\n", encoding="utf-8")
+    runner = CliRunner()
+    dropped = runner.invoke(app, ["reward", str(episodes), "-o", str(tmp_path / "a.jsonl")])
+    assert dropped.exit_code == 0, dropped.output
+    assert "dropped 1 truncated and 0 empty utterances" in dropped.output
+    kept = runner.invoke(app, ["reward", str(episodes), "-o", str(tmp_path / "b.jsonl"), "--keep-truncated"])
+    assert kept.exit_code == 0, kept.output
+    count = lambda name: len((tmp_path / name).read_text(encoding="utf-8").splitlines())  # noqa: E731
+    assert (count("a.jsonl"), count("b.jsonl")) == (2, 3)

@@ -39,7 +39,7 @@ def episodes(draw):
 rows = st.fixed_dictionaries({
     "prompt": word, "completion": word, "reward": st.floats(-10, 10), "weight": st.floats(0.01, 10),
     "role": st.sampled_from(["attacker", "defender"]), "kind": st.just("game"), "target_word": word,
-    "turn": st.integers(0, 20), "episode": text,
+    "turn": st.integers(0, 20), "episode": text, "history_bounds": st.none() | st.just([]),
 })
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -5,11 +5,11 @@ import random
 
 import pytest
 
-from spag.game.prompts import to_model_input, training_prompt
+from spag.game.prompts import drop_history_lines, to_model_input, training_prompt_with_bounds
 from spag.io import DataError
 from spag.rows import read_rows, validate_row
 from spag.testing import make_tiny_checkpoint
-from spag.train.data import collate, encode_rows, truncate
+from spag.train.data import collate, encode_rows
 from spag.train.reference import compute_reference_logprobs, read_cache
 from spag.train.trainer import read_summary, run_training
 
@@ -26,8 +26,9 @@ def game_rows(seed=0):
     rows, history = [], []
     for turn, utterance in enumerate(GAME_UTTERANCES):
         role = "attacker" if turn % 2 == 0 else "defender"
+        prompt, bounds = training_prompt_with_bounds(role, "coffee", history, 5, rng)
         rows.append({
-            "prompt": training_prompt(role, "coffee", history, 5, rng), "completion": utterance,
+            "prompt": prompt, "completion": utterance, "history_bounds": bounds,
             "reward": 0.4 if role == "defender" else -0.3, "weight": 1.0, "role": role, "kind": "game",
             "target_word": "coffee", "turn": turn, "episode": "e0",
         })
@@ -60,12 +61,6 @@ FAST = {"batch_size": 5, "grad_accum": 1, "logging_steps": 1, "warmup_ratio": 0.
 # ------------------------------------------------------------------------------------- tokenisation
 
 
-def test_truncate_cuts_the_prompt_from_the_left_then_the_completion_tail():
-    assert truncate([1, 2, 3], [7, 8], 10) == ([1, 2, 3], [7, 8])
-    assert truncate([1, 2, 3, 4, 5], [7, 8], 4) == ([4, 5], [7, 8])
-    assert truncate([1, 2, 3], [7, 8, 9, 10, 11], 4) == ([3], [7, 8, 9])
-
-
 def test_encode_rows_matches_the_play_time_input_and_ends_with_eos(tokenizer):
     rows = [validate_row(r, i) for i, r in enumerate(game_rows())]
     encoded = encode_rows(rows, tokenizer, max_length=4096, show_progress=False)
@@ -73,18 +68,50 @@ def test_encode_rows_matches_the_play_time_input_and_ends_with_eos(tokenizer):
     completion_ids = tokenizer(rows[1]["completion"], add_special_tokens=False)["input_ids"]
     assert encoded.input_ids[1] == prompt_ids + completion_ids + [tokenizer.eos_token_id]
     assert encoded.completion_lengths[1] == len(completion_ids) + 1
-    assert encoded.prompts_truncated == encoded.completions_truncated == 0
+    assert encoded.prompts_shortened == encoded.rows_too_long == 0
 
-    short = encode_rows(rows, tokenizer, max_length=40, show_progress=False)
-    assert all(len(ids) <= 40 for ids in short.input_ids)
-    # the completion survives whole at the end, the prompt keeps its end ("...assistant\n")
-    assert short.input_ids[1][-encoded.completion_lengths[1]:] == completion_ids + [tokenizer.eos_token_id]
-    assert short.input_ids[1][:-encoded.completion_lengths[1]] == prompt_ids[-(40 - len(completion_ids) - 1):]
-    assert short.prompts_truncated == 4  # the four game prompts; the short sft prompt fits
 
-    tail = encode_rows(rows, tokenizer, max_length=4, show_progress=False)
-    assert tail.completions_truncated == len(rows)
-    assert all(len(ids) == 4 and n == 3 for ids, n in zip(tail.input_ids, tail.completion_lengths))
+def _ids(tokenizer, prompt):
+    return tokenizer(to_model_input(tokenizer, prompt), add_special_tokens=False)["input_ids"]
+
+
+def test_a_long_prompt_gives_up_its_oldest_history_lines_never_the_rules_or_the_target_word(tokenizer):
+    rows = [validate_row(r, i) for i, r in enumerate(game_rows())]
+    last = rows[3]  # the defender's guess, after three lines of history
+    full = len(_ids(tokenizer, last["prompt"])) + len(tokenizer(last["completion"])["input_ids"]) + 1
+    first_line = len(tokenizer(GAME_UTTERANCES[0])["input_ids"])
+    encoded = encode_rows([last], tokenizer, max_length=full - first_line // 2, show_progress=False)
+    assert encoded.prompts_shortened == 1 and encoded.history_lines_dropped == 1 and encoded.rows_too_long == 0
+    text = tokenizer.decode(encoded.input_ids[0])
+    assert GAME_UTTERANCES[0] not in text  # the oldest line went
+    assert GAME_UTTERANCES[1] in text and GAME_UTTERANCES[2] in text  # the later ones stayed
+    assert "Adversarial Taboo" in text or "Rules of the game" in text  # the rules stayed (every training text)
+    assert text.endswith(GAME_UTTERANCES[3] + tokenizer.eos_token)  # the completion whole, with its eos
+    # The attacker's row keeps its target word however short the budget (while the rest still fits).
+    attacker = rows[2]
+    one_gone = _ids(tokenizer, drop_history_lines(attacker["prompt"], attacker["history_bounds"], 1))
+    budget = len(one_gone) - 1 + len(tokenizer(attacker["completion"])["input_ids"]) + 1
+    squeezed = encode_rows([attacker], tokenizer, max_length=budget, show_progress=False)
+    assert squeezed.history_lines_dropped == 2  # both earlier lines went, one was not enough
+    assert '"coffee"' in tokenizer.decode(squeezed.input_ids[0])
+
+
+def test_a_row_too_long_without_its_history_is_left_out_not_cut(tokenizer):
+    rows = [validate_row(r, i) for i, r in enumerate(game_rows())]
+    encoded = encode_rows(rows, tokenizer, max_length=40, show_progress=False)
+    assert encoded.rows_too_long == 4 and len(encoded) == 1  # the four game rows; the short SFT row fits
+    assert encoded.input_ids[0][-encoded.completion_lengths[0]:] == (
+        tokenizer("A banana.", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
+    nothing = encode_rows(rows, tokenizer, max_length=4, show_progress=False)
+    assert len(nothing) == 0 and nothing.rows_too_long == len(rows)
+    with pytest.raises(ValueError, match="at least 2"):
+        encode_rows(rows, tokenizer, max_length=1, show_progress=False)
+
+
+def test_history_bounds_that_do_not_fit_the_prompt_are_refused():
+    row = {"prompt": "short", "completion": "x", "history_bounds": [0, 99]}
+    with pytest.raises(DataError, match="history_bounds"):
+        validate_row(row, 3, "rows.jsonl")
 
 
 def test_collate_left_pads_and_masks_by_length(tokenizer):

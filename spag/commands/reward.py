@@ -11,6 +11,8 @@ EPISODES_HELP = "Episodes: a JSON list, JSON lines, or Parquet (a file or a dire
 OUTPUT_HELP = "Rows out: .parquet or .jsonl (written atomically)."
 RULES_HELP = "The judge: whole-word, or original (the original code's substring rule)."
 TEMPLATES_HELP = "Prompt templates file for the rows (format: spag/game/templates.yaml)."
+KEEP_TRUNCATED_HELP = ("Also learn from empty utterances and those cut at max_new_tokens "
+                       "(left out by default and counted in the summary).")
 
 
 def _check_rules_and_templates(rules: str, templates: Optional[Path]) -> None:
@@ -65,6 +67,7 @@ def register(app: typer.Typer) -> None:
             False, "--role-baseline", help="Subtract each role's mean reward from its rows' rewards."),
         rules: str = typer.Option("whole-word", "--rules", help=RULES_HELP),
         templates: Optional[Path] = typer.Option(None, "--templates", help=TEMPLATES_HELP),
+        keep_truncated: bool = typer.Option(False, "--keep-truncated", help=KEEP_TRUNCATED_HELP),
     ) -> None:
         """SPAG training rows: the winners' moves in decisive games, with decayed rewards and role weights."""
         from spag.console import summary
@@ -75,7 +78,7 @@ def register(app: typer.Typer) -> None:
             _fail("--sft-limit needs --sft")
         try:
             options = RewardOptions(decay=decay, foul_penalty=foul_penalty, loser_reward=loser_reward,
-                                    role_baseline=role_baseline)
+                                    role_baseline=role_baseline, keep_truncated=keep_truncated)
         except ValueError as exc:
             _fail(f"--{str(exc).replace('_', '-')}")
         try:
@@ -105,6 +108,7 @@ def register(app: typer.Typer) -> None:
             None, "--sft", help="General instruction data to mix in (a file or 'builtin'); none by default, "
                                 "as in the original."),
         sft_limit: Optional[int] = typer.Option(None, "--sft-limit", min=0, help="Keep a random N SFT rows."),
+        keep_truncated: bool = typer.Option(False, "--keep-truncated", help=KEEP_TRUNCATED_HELP),
     ) -> None:
         """The imitation set: a teacher's winning moves in decisive games, both roles, reward 1."""
         from spag.console import summary
@@ -117,7 +121,7 @@ def register(app: typer.Typer) -> None:
             _check_rules_and_templates(rules, templates)
             _require_episodes(episodes)
             stats = build_imitation_set(episodes, output, seed=seed, strict=strict, sft=sft, sft_limit=sft_limit,
-                                        rules=rules, templates=templates)
+                                        rules=rules, templates=templates, keep_truncated=keep_truncated)
         except DataError as exc:
             _fail(str(exc))
         summary("imitation-data", f"{stats.line(with_sft=sft is not None)} -> {output}")

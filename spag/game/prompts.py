@@ -186,13 +186,56 @@ PLAY_TEMPLATE = play_template()
 TRAINING_TEMPLATES = training_templates()
 
 
-def _history_lines(texts: PromptTexts, layout: str, history: Sequence[Mapping[str, str]], role: str) -> str:
+def _history_lines(texts: PromptTexts, layout: str, history: Sequence[Mapping[str, str]], role: str) -> list[str]:
     line = texts.layouts[layout]
-    return texts.history_separator.join(
+    return [
         line.format(role=u["role"], Role=u["role"].capitalize(), number=i + 1, content=u["content"],
                     speaker=texts.speakers["self" if u["role"] == role else "other"])
         for i, u in enumerate(history)
-    )
+    ]
+
+
+def build_prompt_with_bounds(
+    role: str,
+    target_word: str,
+    history: Sequence[Mapping[str, str]],
+    max_turns: int,
+    template: Template = PLAY_TEMPLATE,
+) -> tuple[str, list[int]]:
+    """The prompt of :func:`build_prompt` and where its history lines lie in it.
+
+    The bounds are character offsets: the start of each history line, oldest first, then the end of the
+    last one (empty without history). ``text[:b[0]] + text[b[k]:]`` is the prompt without its ``k``
+    oldest lines (:func:`drop_history_lines`): what a too-long training row gives up first, so the rules,
+    the attacker's target word and the turn line are never cut.
+    """
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}")
+    texts = template.texts
+    game_round = len(history) // 2 + 1
+    turn = texts.turn[role].format(round=game_round, max_turns=max_turns)
+    if game_round >= max_turns:
+        turn += texts.last_round[role]
+    lines = _history_lines(texts, template.layout, history, role)
+    parts = {
+        "rules": template.rules.format(max_turns=max_turns),
+        "instruction": (texts.instruction[role].format(target_word=target_word) if role == ATTACKER
+                        else texts.instruction[role].format()),
+        "examples": texts.examples[role] if template.examples else "",
+        "history": texts.history_header + texts.history_separator.join(lines) if history else texts.history_empty,
+        "turn": turn,
+    }
+    shown = [name for name in texts.parts if parts[name]]
+    text = texts.separator.join(parts[name] for name in shown)
+    bounds: list[int] = []
+    if lines:
+        offset = sum(len(parts[name]) + len(texts.separator) for name in shown[: shown.index("history")])
+        offset += len(texts.history_header)
+        for line in lines:
+            bounds.append(offset)
+            offset += len(line) + len(texts.history_separator)
+        bounds.append(offset - len(texts.history_separator))
+    return text, bounds
 
 
 def build_prompt(
@@ -203,35 +246,32 @@ def build_prompt(
     template: Template = PLAY_TEMPLATE,
 ) -> str:
     """The text of the user message that asks ``role`` for its next utterance."""
-    if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}")
-    texts = template.texts
-    game_round = len(history) // 2 + 1
-    turn = texts.turn[role].format(round=game_round, max_turns=max_turns)
-    if game_round >= max_turns:
-        turn += texts.last_round[role]
-    parts = {
-        "rules": template.rules.format(max_turns=max_turns),
-        "instruction": (texts.instruction[role].format(target_word=target_word) if role == ATTACKER
-                        else texts.instruction[role].format()),
-        "examples": texts.examples[role] if template.examples else "",
-        "history": (texts.history_header + _history_lines(texts, template.layout, history, role) if history
-                    else texts.history_empty),
-        "turn": turn,
-    }
-    return texts.separator.join(parts[name] for name in texts.parts if parts[name])
+    return build_prompt_with_bounds(role, target_word, history, max_turns, template)[0]
 
 
-def training_prompt(
+def drop_history_lines(prompt: str, bounds: Sequence[int], k: int) -> str:
+    """``prompt`` without its ``k`` oldest history lines (``bounds`` from :func:`build_prompt_with_bounds`)."""
+    if not 0 <= k < len(bounds):
+        raise ValueError(f"cannot drop {k} of {max(len(bounds) - 1, 0)} history lines")
+    return prompt if k == 0 else prompt[: bounds[0]] + prompt[bounds[k]:]
+
+
+def training_prompt_with_bounds(
     role: str,
     target_word: str,
     history: Sequence[Mapping[str, str]],
     max_turns: int,
     rng: random.Random,
     templates: str | os.PathLike | None = None,
-) -> str:
-    """A prompt for a training row, with a template drawn by ``rng`` from :func:`training_templates`."""
-    return build_prompt(role, target_word, history, max_turns, rng.choice(training_templates(templates)))
+) -> tuple[str, list[int]]:
+    """A prompt for a training row, with a template drawn by ``rng`` from :func:`training_templates`, and
+    its history bounds (see :func:`build_prompt_with_bounds`)."""
+    return build_prompt_with_bounds(role, target_word, history, max_turns, rng.choice(training_templates(templates)))
+
+
+def training_prompt(*args, **kwargs) -> str:
+    """The text of :func:`training_prompt_with_bounds` (same arguments)."""
+    return training_prompt_with_bounds(*args, **kwargs)[0]
 
 
 # ------------------------------------------------------------------------------------------ rendering

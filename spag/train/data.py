@@ -6,10 +6,11 @@ ready-made row of the original project, whose query already is the whole input) 
 ``to_model_input``: its prompt is tokenised as it is, with the tokenizer's special tokens (BOS). The prompt and the completion are
 tokenised separately, as at play time, where the model's reply starts right after the prompt's tokens.
 
-Truncation to ``max_length`` keeps the end of the prompt (the game so far and whose turn it is) and the
-whole completion, cutting the prompt from the LEFT. Only a completion that alone does not fit is cut, at
-its tail, keeping one prompt token before it; :class:`EncodedRows` counts such rows so the caller can say
-so.
+A row longer than ``max_length`` gives up the OLDEST lines of its game history first (a game row carries
+``history_bounds``, where those lines lie in its prompt), so the rules, the attacker's target word, the
+latest lines and the turn line always stay; the completion is never cut. A row that still does not fit
+(or has no history to give up: a general SFT row, a ready-made raw prompt) is left out rather than cut
+into something the model should not learn; :class:`EncodedRows` counts both so the caller can say so.
 
 Batches are padded on the LEFT with explicit position ids, so every completion ends at the last column
 and the model can be asked for the logits of the last few positions only (``logits_to_keep``): the
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spag.game.prompts import has_chat_template, to_model_input
+from spag.game.prompts import drop_history_lines, has_chat_template, to_model_input
 from spag.io import DataError
 from spag.rows import GAME
 
@@ -56,8 +57,9 @@ class EncodedRows:
     rewards: list[float]
     is_game: list[bool]
     max_length: int
-    prompts_truncated: int = 0
-    completions_truncated: int = 0
+    prompts_shortened: int = 0  # rows that gave up their oldest history lines to fit
+    history_lines_dropped: int = 0
+    rows_too_long: int = 0  # rows left out: too long even without their history
     ref_logprobs: list[float] | None = field(default=None)
 
     def __len__(self) -> int:
@@ -72,17 +74,18 @@ class EncodedRows:
         return digest.hexdigest()
 
 
-def truncate(prompt_ids: list[int], completion_ids: list[int], max_length: int) -> tuple[list[int], list[int]]:
-    """Fit prompt + completion in ``max_length``: cut the prompt from the left, then the completion's tail."""
-    if max_length < 2:
-        raise ValueError("max_length must be at least 2")
-    if len(prompt_ids) + len(completion_ids) <= max_length:
-        return prompt_ids, completion_ids
-    if len(completion_ids) <= max_length - 1:
-        keep = max_length - len(completion_ids)
-        return prompt_ids[-keep:], completion_ids
-    # One prompt token stays so that the first completion token is still predicted from something.
-    return prompt_ids[-1:], completion_ids[: max_length - 1]
+def _shortened_prompt(row: Mapping, tokenizer, add_special: bool, budget: int) -> tuple[list[int], int] | None:
+    """The row's prompt ids without its fewest oldest history lines that fit ``budget`` tokens, and how
+    many lines went; None when even the whole history's absence is not enough, or the row has none."""
+    bounds = row.get("history_bounds")
+    if not bounds or row.get("raw_prompt") or budget < 1:
+        return None
+    for k in range(1, len(bounds)):
+        text = to_model_input(tokenizer, drop_history_lines(row["prompt"], bounds, k))
+        ids = tokenizer(text, add_special_tokens=add_special)["input_ids"]
+        if len(ids) <= budget:
+            return list(ids), k
+    return None
 
 
 def _prompt_ids(rows: Sequence[Mapping], tokenizer, add_special: bool) -> list[list[int]]:
@@ -105,6 +108,8 @@ def encode_rows(rows: Sequence[Mapping], tokenizer, max_length: int, batch_size:
 
     if tokenizer.eos_token_id is None:
         raise ValueError("the tokenizer has no eos token")
+    if max_length < 2:
+        raise ValueError("max_length must be at least 2")
     eos = tokenizer.eos_token_id
     add_special = prompt_adds_special_tokens(tokenizer)
     out = EncodedRows([], [], [], [], [], max_length)
@@ -115,11 +120,17 @@ def encode_rows(rows: Sequence[Mapping], tokenizer, max_length: int, batch_size:
         completion_ids = tokenizer([row["completion"] for row in chunk], add_special_tokens=False)["input_ids"]
         for row, p_ids, c_ids in zip(chunk, prompt_ids, completion_ids):
             c_ids = list(c_ids) + [eos]
-            p_kept, c_kept = truncate(list(p_ids), c_ids, max_length)
-            out.prompts_truncated += len(p_kept) < len(p_ids)
-            out.completions_truncated += len(c_kept) < len(c_ids)
-            out.input_ids.append(p_kept + c_kept)
-            out.completion_lengths.append(len(c_kept))
+            p_ids = list(p_ids)
+            if len(p_ids) + len(c_ids) > max_length:
+                shortened = _shortened_prompt(row, tokenizer, add_special, max_length - len(c_ids))
+                if shortened is None:
+                    out.rows_too_long += 1
+                    continue
+                p_ids, dropped = shortened
+                out.prompts_shortened += 1
+                out.history_lines_dropped += dropped
+            out.input_ids.append(p_ids + c_ids)
+            out.completion_lengths.append(len(c_ids))
             out.weights.append(float(row["weight"]))
             out.rewards.append(float(row["reward"] or 0.0))
             out.is_game.append(row["kind"] == GAME)

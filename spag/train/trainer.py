@@ -397,6 +397,7 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
 
     from spag.console import summary
     from spag.modeling import load_tokenizer, pick_device
+    from spag.io import DataError
     from spag.rows import read_rows
     from spag.train.data import Collator, RowDataset, check_rows_for_method, encode_rows
     from spag.train.reference import load_reference_model, reference_logprobs
@@ -479,9 +480,12 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
         state.wait_for_everyone()
 
     encoded = encode_rows(rows, tokenizer, config.max_length, show_progress=config.show_progress and main)
-    if main and encoded.completions_truncated:
-        print(f"warning: {encoded.completions_truncated} completion(s) longer than max length "
-              f"{config.max_length}: their tails were cut")
+    if not len(encoded):
+        raise DataError(data, None, f"no row fits max_length {config.max_length} tokens")
+    if main and (encoded.rows_too_long or encoded.prompts_shortened):
+        print(f"note: max length {config.max_length}: {encoded.prompts_shortened} prompt(s) gave up "
+              f"{encoded.history_lines_dropped} oldest history line(s); {encoded.rows_too_long} row(s) too long "
+              "even so were left out")
 
     # 3. reference log-probs before the policy is loaded, so only one model is in memory at a time.
     autocast_dtype = torch.bfloat16 if bf16 else None
@@ -558,8 +562,9 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
         "train_seconds": round(train_seconds, 3),
         "total_seconds": round(elapsed, 3),
         "tokens_per_second": round(tokens / train_seconds, 1) if train_seconds > 0 else None,
-        "prompts_truncated": encoded.prompts_truncated,
-        "completions_truncated": encoded.completions_truncated,
+        "prompts_shortened": encoded.prompts_shortened,
+        "history_lines_dropped": encoded.history_lines_dropped,
+        "rows_too_long": encoded.rows_too_long,
         "reference": ref_info,
         "resumed_from": str(resume_from) if resume_from else None,
         "lora": {"r": config.lora_r, "merged": config.merge_lora} if config.lora_r > 0 else None,
