@@ -65,9 +65,9 @@ def register(app: typer.Typer) -> None:
         words = read_words(words_file)
         if limit is not None:
             words = words[:limit]
-        for model, option in ((attacker, "--attacker"), (defender, "--defender")):
+        for model, side in ((attacker, "--attacker"), (defender, "--defender")):
             if model != "human":
-                check_model(model, option)
+                check_model(model, side)
         chosen_guess_words = read_words(guess_words) if guess_words else words
         if "human" in (attacker, defender):
             batch_size = 1  # one game at a time when a person is typing
