@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "train",
     "evaluate",
     "analyze",
+    "config",
 )
 
 app = typer.Typer(

@@ -1,8 +1,10 @@
-"""Stage `imitate`: imitation learning (SFT with a KL penalty to the base model) on the teacher's wins."""
+"""Stage `imitate`: imitation learning (SFT with a KL penalty to the base model) on the teacher's wins.
 
-from common import BASE_MODEL, DATA, ROOT, model_dir, params, train
+The stage validates params.yaml and runs spag.pipeline.imitate on the params it declares in dvc.yaml.
+"""
 
-p = params()
-cfg = p["imitate"]
-train(cfg["method"], BASE_MODEL, DATA / "imitation" / "rows.parquet", model_dir("imitation"),
-      ROOT / "dvclive" / "imitate", cfg, p["seed"])
+from pathlib import Path
+
+from spag.pipeline import imitate, run_stage
+
+run_stage(imitate, Path(__file__).resolve().parent.parent)

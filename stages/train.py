@@ -1,9 +1,10 @@
-"""Stage `train@N`: SPAG offline policy optimisation, starting from and referenced to the previous model."""
+"""Stage `train@N` (`python stages/train.py N`): SPAG offline policy optimisation from the previous model.
 
-from common import ROOT, epoch_arg, epoch_dir, model_dir, params, previous_model, train
+The stage validates params.yaml and runs spag.pipeline.train on the params it declares in dvc.yaml.
+"""
 
-p = params()
-epoch = epoch_arg()
-cfg = p["spag"]
-train(cfg["method"], previous_model(p, epoch), epoch_dir(epoch) / "rows.parquet", model_dir(f"epoch_{epoch}"),
-      ROOT / "dvclive" / f"epoch_{epoch}", cfg, p["seed"] + int(epoch))
+from pathlib import Path
+
+from spag.pipeline import train, run_stage
+
+run_stage(train, Path(__file__).resolve().parent.parent)

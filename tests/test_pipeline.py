@@ -188,3 +188,21 @@ def test_a_stage_killed_under_dvc_repro_resumes_from_its_finished_games(tmp_path
     assert resumed == whole
     assert all(game in resumed for game in kept)
     assert not partial.exists()
+
+
+@pytest.mark.parametrize("key, value", [("deepspeed", "configs/deepspeed_zero3.json"),
+                                        ("launcher", "accelerate launch --num_processes 2")])
+def test_changing_how_training_runs_makes_train_stale(pipeline, key, value):
+    work, _, env = pipeline
+    params_file = work / "params.yaml"
+    original = params_file.read_text()
+    p = yaml.safe_load(original)
+    p["spag"][key] = value
+    try:
+        params_file.write_text(yaml.safe_dump(p))
+        status = run(["dvc", "status", "--json"], work, env)
+    finally:
+        params_file.write_text(original)
+    stale = set(json.loads(status.stdout))
+    assert {"train@1", "train@2"} <= stale
+    assert not {"play@1", "reward@1", "imitate"} & stale

@@ -434,7 +434,7 @@ def test_infer_role():
     "args, message",
     [
         (["-o", "rows.csv"], "must end in .parquet or .jsonl"),
-        (["-o", "rows.jsonl", "--decay", "0"], "--decay must be positive"),
+        (["-o", "rows.jsonl", "--decay", "0"], "--decay: must be > 0"),
         (["-o", "rows.jsonl", "--sft-limit", "5"], "--sft-limit needs --sft"),
         (["-o", "rows.jsonl", "--sft", "no-such-file.json"], "no such file"),
     ],

@@ -23,7 +23,7 @@ def test_warmup_decay_without_warmup_is_a_straight_line():
 
 
 def test_unknown_scheduler_is_rejected():
-    with pytest.raises(ValueError, match="lr scheduler"):
+    with pytest.raises(ValueError, match="lr_scheduler"):
         TrainConfig(lr_scheduler="cosine_restarts").resolved("sft")
 
 

@@ -13,13 +13,16 @@ from typing import List, Optional
 
 import typer
 
+from spag.commands.options import checked, option
+from spag.config import Benchmark, Evaluate, Game
+
 
 def _play_config(max_turns: int, temperature: float, top_k: int, max_new_tokens: int, seed: int,
-                 batch_size: int):
-    from spag.play import PlayConfig
-
-    return PlayConfig(max_turns=max_turns, temperature=temperature, top_k=top_k,
-                      max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size)
+                 batch_size: int, backend: str):
+    """The games' settings, checked by the schema of the evaluate section."""
+    game = checked(Game, max_turns=max_turns)
+    return checked(Evaluate, temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
+                   batch_size=batch_size, backend=backend).play_config(game, seed)
 
 
 def _held_out_words(words: Path, train_words: Optional[Path], limit: Optional[int]) -> list[str]:
@@ -39,11 +42,6 @@ def _held_out_words(words: Path, train_words: Optional[Path], limit: Optional[in
             raise DataError(train_words, None, "no such file")
         check_held_out(chosen, read_words(train_words), str(words), str(train_words))
     return chosen
-
-
-def _check_backend(backend: str) -> None:
-    if backend not in ("hf", "vllm", "openai"):
-        raise typer.BadParameter(f"expected hf, vllm or openai, got {backend!r}", param_hint="--backend")
 
 
 def _claim_episodes_out(episodes_out: Optional[Path], kind: str, overwrite: bool, resume: bool) -> None:
@@ -76,17 +74,16 @@ def register(app: typer.Typer) -> None:
             None, "--train-words", help="Training words: refuse to evaluate on any of them."),
         episodes_out: Optional[Path] = typer.Option(
             None, "--episodes-out", help="A .parquet file for all episodes, or a folder (a file per role)."),
-        max_turns: int = typer.Option(5, "--max-turns", min=1, help="Rounds per game (the paper: 5)."),
-        seed: int = typer.Option(0, "--seed"),
+        max_turns: int = option(Game, "max_turns"),
+        seed: int = option(Evaluate, "seed"),
         limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Play only the first N words."),
-        max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1, help="Per utterance."),
-        temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 = greedy (the paper's evaluation)."),
-        top_k: int = typer.Option(50, "--top-k", min=0, help="Only used when sampling."),
-        batch_size: int = typer.Option(32, "--batch-size", min=1, help="Games generated together."),
-        backend: str = typer.Option("hf", "--backend", help="Player backend: hf, vllm, openai."),
+        max_new_tokens: int = option(Evaluate, "max_new_tokens"),
+        temperature: float = option(Evaluate, "temperature"),
+        top_k: int = option(Evaluate, "top_k"),
+        batch_size: int = option(Evaluate, "batch_size"),
+        backend: str = option(Evaluate, "backend"),
         resume: bool = typer.Option(False, "--resume", help="Keep the games already in --episodes-out."),
-        seeds: int = typer.Option(1, "--seeds", min=1, help="Games per word and role, sampling seeds "
-                                                            "SEED, SEED+1, ... (greedy plays one)."),
+        seeds: int = option(Evaluate, "seeds"),
         overwrite: bool = typer.Option(False, "--overwrite",
                                        help="Replace a previous `spag evaluate` --episodes-out folder."),
     ) -> None:
@@ -100,8 +97,7 @@ def register(app: typer.Typer) -> None:
         from spag.modeling import check_model
 
         chosen = _held_out_words(words, train_words, limit)
-        config = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size)
-        _check_backend(backend)
+        config = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend)
         check_model(model, "--model")
         check_model(opponent, "--opponent")
         _claim_episodes_out(episodes_out, "evaluate", overwrite, resume)
@@ -123,8 +119,8 @@ def register(app: typer.Typer) -> None:
             [], "--tasks", help="lm-eval tasks, repeated or comma-separated; 'name:metric,filter' (one "
                                   "per --tasks) picks the metric. Default: the suite's list."),
 
-        suite: str = typer.Option("auto", "--suite", help="auto | paper | local (offline, shipped)."),
-        limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Documents per task (all by default)."),
+        suite: str = option(Benchmark, "suite"),
+        limit: Optional[int] = option(Benchmark, "limit"),
         batch_size: str = typer.Option("8", "--batch-size", help="An integer or 'auto'."),
         num_fewshot: Optional[int] = typer.Option(None, "--num-fewshot", min=0, help="Override every task's shots."),
         samples_out: Optional[Path] = typer.Option(
@@ -201,14 +197,14 @@ def register(app: typer.Typer) -> None:
         train_words: Optional[Path] = typer.Option(None, "--train-words", help="Refuse these words."),
         episodes_out: Optional[Path] = typer.Option(
             None, "--episodes-out", help="A .parquet file for all episodes, or a folder (a file per pair)."),
-        max_turns: int = typer.Option(5, "--max-turns", min=1),
-        seed: int = typer.Option(0, "--seed"),
+        max_turns: int = option(Game, "max_turns"),
+        seed: int = option(Evaluate, "seed"),
         limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Play only the first N words."),
-        max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1),
-        temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 = greedy."),
-        top_k: int = typer.Option(50, "--top-k", min=0),
-        batch_size: int = typer.Option(32, "--batch-size", min=1),
-        backend: str = typer.Option("hf", "--backend"),
+        max_new_tokens: int = option(Evaluate, "max_new_tokens"),
+        temperature: float = option(Evaluate, "temperature"),
+        top_k: int = option(Evaluate, "top_k"),
+        batch_size: int = option(Evaluate, "batch_size"),
+        backend: str = option(Evaluate, "backend"),
         resamples: int = typer.Option(1000, "--resamples", min=1, help="Bootstrap resamples for the Elo intervals."),
         resume: bool = typer.Option(False, "--resume", help="Keep the games already in --episodes-out."),
         overwrite: bool = typer.Option(False, "--overwrite",
@@ -224,8 +220,7 @@ def register(app: typer.Typer) -> None:
         if len(everyone) < 2:
             raise typer.BadParameter("name at least two models", param_hint="--models")
         chosen = _held_out_words(words, train_words, limit)
-        config = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size)
-        _check_backend(backend)
+        config = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend)
         for name in everyone:
             check_model(name, "--models")
         if resume and episodes_out is None:

@@ -9,16 +9,16 @@ from typing import Optional
 
 import typer
 
+from spag.commands.options import option
+from spag.config import Game
+
 
 def register(app: typer.Typer) -> None:
     @app.command("judge")
     def judge_command(
         episodes: Path = typer.Argument(..., help="Episodes: JSON list, JSONL, or Parquet (file or dir)."),
         output: Optional[Path] = typer.Option(None, "-o", "--output", help="JSONL out (default stdout)."),
-        rules: str = typer.Option(
-            "whole-word", "--rules",
-            help="whole-word (the default: whole words, every inflection) or original (the original "
-                 "code's substring rule, for numbers comparable with the paper's)."),
+        rules: str = option(Game, "rules"),
     ) -> None:
         """Add `outcome` and `turns` to every episode; all input fields are kept."""
         import json

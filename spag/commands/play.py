@@ -6,6 +6,9 @@ from pathlib import Path
 
 import typer
 
+from spag.commands.options import checked, option
+from spag.config import Game, Play, Settings, Teacher
+
 
 def register(app: typer.Typer) -> None:
     @app.command("play")
@@ -15,32 +18,29 @@ def register(app: typer.Typer) -> None:
         words_file: Path = typer.Option(..., "--words", help="Target words, one per line."),
         output: Path = typer.Option(..., "-o", "--output",
                                     help="Episodes: a directory of Parquet shards, or one .parquet file."),
-        backend: str = typer.Option("hf", "--backend", help="hf | vllm | openai"),
-        max_turns: int = typer.Option(5, "--max-turns", min=1, help="Rounds per game (2 utterances each)."),
+        backend: str = option(Play, "backend"),
+        max_turns: int = option(Game, "max_turns"),
         limit: int | None = typer.Option(None, "--limit", min=1, help="Only the first N words."),
-        temperature: float = typer.Option(1.2, "--temperature", min=0.0, help="Sampling temperature; 0 is greedy."),
-        top_k: int = typer.Option(50, "--top-k", min=0, help="Top-k sampling (0: off)."),
-        max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1, help="Longest reply, in tokens."),
-        min_new_tokens: int = typer.Option(2, "--min-new-tokens", min=0, help="Shortest reply before it may end."),
-        batch_size: int = typer.Option(32, "--batch-size", min=1, help="Games played together."),
-        seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+        temperature: float = option(Play, "temperature"),
+        top_k: int = option(Play, "top_k"),
+        max_new_tokens: int = option(Play, "max_new_tokens"),
+        min_new_tokens: int = option(Play, "min_new_tokens"),
+        batch_size: int = option(Play, "batch_size"),
+        seed: int = option(Settings, "seed"),
         resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in OUTPUT."),
         overwrite: bool = typer.Option(False, "--overwrite",
                                        help="Replace a previous `spag play` output in OUTPUT (nothing else)."),
-        examples: bool = typer.Option(False, "--examples", help="Worked examples in the prompt (weak teachers)."),
-        foul_retries: int = typer.Option(0, "--foul-retries", min=0,
-                                         help="Teacher strategy: resample an attacker line that breaks the rules."),
-        coached_attacker: bool = typer.Option(False, "--coached-attacker",
-                                              help="Teacher strategy: attacker lines describe the word, blanked out."),
-        final_guess: bool = typer.Option(False, "--final-guess",
-                                         help="Teacher strategy (hf): the defender's last line is a dictionary guess."),
+        examples: bool = option(Teacher, "examples"),
+        foul_retries: int = option(Teacher, "foul_retries"),
+        coached_attacker: bool = option(Teacher, "coached_attacker"),
+        final_guess: bool = option(Teacher, "final_guess"),
         guess_words: Path | None = typer.Option(None, "--guess-words",
                                                 help="The vocabulary for --final-guess (default: --words)."),
         export_json: Path | None = typer.Option(None, "--export-json",
                                                    help="Also write the episodes in the original JSON list format."),
-        device: str | None = typer.Option(None, "--device", help="hf backend: cpu, cuda, cuda:1 ..."),
-        dtype: str | None = typer.Option(None, "--dtype", help="hf/vllm: float32, bfloat16, float16."),
-        base_url: str | None = typer.Option(None, "--base-url", help="openai backend: endpoint URL."),
+        device: str | None = option(Play, "device"),
+        dtype: str = option(Play, "dtype"),
+        base_url: str | None = option(Play, "base_url"),
         api_key_env: str | None = typer.Option(
             None, "--api-key-env", help="openai backend: environment variable holding the API key for --base-url "
                                         "(default: OPENAI_API_KEY, sent to api.openai.com only)."),
@@ -48,16 +48,14 @@ def register(app: typer.Typer) -> None:
         tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", min=1, help="vllm backend: GPUs per model."),
         trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
-        rules: str = typer.Option("whole-word", "--rules",
-                                  help="The judge: whole-word, or original (the original code's substring rule)."),
-        templates: Path | None = typer.Option(None, "--templates",
-                                              help="Prompt templates file (format: spag/game/templates.yaml)."),
+        rules: str = option(Game, "rules"),
+        templates: Path | None = option(Game, "templates"),
     ) -> None:
         """Play Adversarial Taboo between two models and store the judged episodes."""
         from spag.console import error, summary
         from spag.modeling import check_model
-        from spag.play import PlayConfig, PlayStats, rank_and_world, run_games
         from spag.game.episodes import export_json as write_json
+        from spag.play import PlayStats, rank_and_world, run_games
         from spag.players import BACKENDS, PlayerError
         from spag.words import read_words
 
@@ -67,18 +65,19 @@ def register(app: typer.Typer) -> None:
         words = read_words(words_file)
         if limit is not None:
             words = words[:limit]
-        for model, option in ((attacker, "--attacker"), (defender, "--defender")):
+        for model, side in ((attacker, "--attacker"), (defender, "--defender")):
             if model != "human":
-                check_model(model, option)
+                check_model(model, side)
         chosen_guess_words = read_words(guess_words) if guess_words else words
         if "human" in (attacker, defender):
             batch_size = 1  # one game at a time when a person is typing
+        game = checked(Game, max_turns=max_turns, rules=rules, templates=templates)
+        player = checked(Teacher, backend=backend, dtype=dtype, device=device, base_url=base_url,
+                         temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
+                         min_new_tokens=min_new_tokens, batch_size=batch_size, examples=examples,
+                         foul_retries=foul_retries, coached_attacker=coached_attacker, final_guess=final_guess)
         try:
-            config = PlayConfig(max_turns=max_turns, temperature=temperature, top_k=top_k,
-                                max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, seed=seed,
-                                batch_size=batch_size, examples=examples, foul_retries=foul_retries,
-                                coached_attacker=coached_attacker, final_guess=final_guess, rules=rules,
-                                templates=str(templates) if templates else None)
+            config = player.play_config(game, seed)
             if templates is not None:  # a bad templates file stops here, before any model is loaded
                 from spag.game.prompts import load_templates
 
@@ -90,8 +89,7 @@ def register(app: typer.Typer) -> None:
         try:
             episodes = run_games(attacker, defender, words, config, backend=backend, output=output,
                                  resume=resume, overwrite=overwrite, show_progress=progress, stats=stats,
-                                 guess_words=chosen_guess_words, device=device,
-                                 dtype=dtype, base_url=base_url, api_key_env=api_key_env,
+                                 guess_words=chosen_guess_words, **player.player_options(), api_key_env=api_key_env,
                                  concurrency=concurrency, tensor_parallel_size=tensor_parallel_size,
                                  trust_remote_code=trust_remote_code)
         except PlayerError as exc:

@@ -7,12 +7,11 @@ from typing import Optional
 
 import typer
 
+from spag.commands.options import checked, option
+from spag.config import Game, Imitate, Reward
+
 EPISODES_HELP = "Episodes: a JSON list, JSON lines, or Parquet (a file or a directory of shards)."
 OUTPUT_HELP = "Rows out: .parquet or .jsonl (written atomically)."
-RULES_HELP = "The judge: whole-word, or original (the original code's substring rule)."
-TEMPLATES_HELP = "Prompt templates file for the rows (format: spag/game/templates.yaml)."
-KEEP_TRUNCATED_HELP = ("Also learn from empty utterances and those cut at max_new_tokens "
-                       "(left out by default and counted in the summary).")
 
 
 def _check_rules_and_templates(rules: str, templates: Optional[Path]) -> None:
@@ -45,29 +44,19 @@ def register(app: typer.Typer) -> None:
     def reward_command(
         episodes: Path = typer.Argument(..., help=EPISODES_HELP),
         output: Path = typer.Option(..., "-o", "--output", help=OUTPUT_HELP),
-        decay: float = typer.Option(
-            0.8, "--decay", help="Reward decay d: the k-th winning move gets (1/d)^k."
-        ),
-        sft: Optional[str] = typer.Option(
-            None,
-            "--sft",
-            help="General instruction data to mix in (Alpaca, prompt/completion or query/target rows), "
-            "or 'builtin' for the small set shipped with spag.",
-        ),
-        sft_limit: Optional[int] = typer.Option(None, "--sft-limit", min=0, help="Keep a random N SFT rows."),
+        decay: float = option(Reward, "decay"),
+        sft: Optional[str] = option(Reward, "sft"),
+        sft_limit: Optional[int] = option(Reward, "sft_limit"),
         seed: int = typer.Option(0, "--seed", help="Seed for the training-template draw and the SFT sample."),
         strict: bool = typer.Option(
             False, "--strict", help="Reject the input (exit 2) if any record is bad."
         ),
-        foul_penalty: float = typer.Option(
-            0.0, "--foul-penalty", help="p >= 0: the attacker line that says the word gets reward -p (0: off)."),
-        loser_reward: float = typer.Option(
-            0.0, "--loser-reward", help="q <= 0: the loser's lines get rewards summing to q per game (0: off)."),
-        role_baseline: bool = typer.Option(
-            False, "--role-baseline", help="Subtract each role's mean reward from its rows' rewards."),
-        rules: str = typer.Option("whole-word", "--rules", help=RULES_HELP),
-        templates: Optional[Path] = typer.Option(None, "--templates", help=TEMPLATES_HELP),
-        keep_truncated: bool = typer.Option(False, "--keep-truncated", help=KEEP_TRUNCATED_HELP),
+        foul_penalty: float = option(Reward, "foul_penalty"),
+        loser_reward: float = option(Reward, "loser_reward"),
+        role_baseline: bool = option(Reward, "role_baseline"),
+        rules: str = option(Game, "rules"),
+        templates: Optional[Path] = option(Game, "templates"),
+        keep_truncated: bool = option(Reward, "keep_truncated"),
     ) -> None:
         """SPAG training rows: the winners' moves in decisive games, with decayed rewards and role weights."""
         from spag.console import summary
@@ -76,11 +65,9 @@ def register(app: typer.Typer) -> None:
 
         if sft_limit is not None and sft is None:
             _fail("--sft-limit needs --sft")
-        try:
-            options = RewardOptions(decay=decay, foul_penalty=foul_penalty, loser_reward=loser_reward,
-                                    role_baseline=role_baseline, keep_truncated=keep_truncated)
-        except ValueError as exc:
-            _fail(f"--{str(exc).replace('_', '-')}")
+        checked(Reward, decay=decay, foul_penalty=foul_penalty, loser_reward=loser_reward)
+        options = RewardOptions(decay=decay, foul_penalty=foul_penalty, loser_reward=loser_reward,
+                                role_baseline=role_baseline, keep_truncated=keep_truncated)
         try:
             _check_rules_and_templates(rules, templates)
             _require_episodes(episodes)
@@ -102,13 +89,11 @@ def register(app: typer.Typer) -> None:
         strict: bool = typer.Option(
             False, "--strict", help="Reject the input (exit 2) if any record is bad."
         ),
-        rules: str = typer.Option("whole-word", "--rules", help=RULES_HELP),
-        templates: Optional[Path] = typer.Option(None, "--templates", help=TEMPLATES_HELP),
-        sft: Optional[str] = typer.Option(
-            None, "--sft", help="General instruction data to mix in (a file or 'builtin'); none by default, "
-                                "as in the original."),
-        sft_limit: Optional[int] = typer.Option(None, "--sft-limit", min=0, help="Keep a random N SFT rows."),
-        keep_truncated: bool = typer.Option(False, "--keep-truncated", help=KEEP_TRUNCATED_HELP),
+        rules: str = option(Game, "rules"),
+        templates: Optional[Path] = option(Game, "templates"),
+        sft: Optional[str] = option(Imitate, "sft"),
+        sft_limit: Optional[int] = option(Imitate, "sft_limit"),
+        keep_truncated: bool = option(Reward, "keep_truncated"),
     ) -> None:
         """The imitation set: a teacher's winning moves in decisive games, both roles, reward 1."""
         from spag.console import summary

@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
+
 import typer
+
+from spag.commands.options import option
+from spag.config import Words
 
 
 def register(app: typer.Typer) -> None:
     @app.command("words")
     def words_command(
         output: Path = typer.Option(..., "-o", "--output", help="Where to write the words, one per line."),
-        top: int = typer.Option(50_000, "--top", min=1, help="How many of the most frequent words."),
+        top: int = option(Words, "top"),
         train_out: Path | None = typer.Option(None, "--train-out", help="Also write the training split."),
         eval_out: Path | None = typer.Option(None, "--eval-out", help="Also write the held-out split."),
-        eval_fraction: float = typer.Option(0.1, "--eval-fraction", min=0.0, max=1.0, help="Share of words held out."),
-        nouns_only: bool = typer.Option(False, "--nouns-only", help="Only words that are always nouns."),
-        source: Path | None = typer.Option(
-            None, "--source", help="Take the words from this list file (one per line, order kept) instead of "
-                                   "wordfreq, e.g. the original project's all_target_words.txt."),
-        keep_stop_words: bool = typer.Option(False, "--keep-stop-words",
-                                             help="Keep function words (the original's list plays them)."),
+        eval_fraction: float = option(Words, "eval_fraction"),
+        nouns_only: bool = option(Words, "nouns_only", "--nouns-only/--all-words"),
+        source: Path | None = option(Words, "source"),
+        skip_stop_words: bool = option(Words, "skip_stop_words", "--skip-stop-words/--keep-stop-words"),
     ) -> None:
         """Write the most frequent English words (wordfreq) or a list file's, stop words removed."""
         from spag.console import error, summary
@@ -28,12 +29,12 @@ def register(app: typer.Typer) -> None:
 
         if source is not None:
             try:
-                words = words_from_file(source, top, nouns_only=nouns_only, skip_stop_words=not keep_stop_words)
+                words = words_from_file(source, top, nouns_only=nouns_only, skip_stop_words=skip_stop_words)
             except DataError as exc:
                 error(str(exc))
                 raise typer.Exit(2)
         else:
-            words = top_words(top, nouns_only=nouns_only, skip_stop_words=not keep_stop_words)
+            words = top_words(top, nouns_only=nouns_only, skip_stop_words=skip_stop_words)
         write_words(words, output)
         train, held = split_words(words, eval_fraction)
         if train_out:

@@ -6,14 +6,16 @@ model once, takes the completion log-likelihoods and hands them to the pure loss
 ``warmup_decay``, :mod:`spag.train.schedules`), gradient accumulation,
 gradient checkpointing, bf16/tf32, DeepSpeed, checkpoints and resuming) is the HF Trainer's.
 
-:func:`run_training` is the whole step as one call, used by ``spag train`` and the DVC stages:
+:func:`run_training` is the whole step as one call, used by ``spag train`` and the DVC stages, in steps:
 
-1. read and validate the rows, tokenise them (prompt cut from the left to fit ``max_length``);
-2. reference log-probs: from the cache beside the data, or one pass of the reference model before
-   training (so training holds one model), or on the fly with ``ref_on_the_fly=True`` (two models);
-3. train, logging loss, KL, clip fraction, mean ratio and per-term losses to dvclive;
-4. save a plain HF directory (LoRA merged unless asked otherwise) with ``training_summary.json``, then
-   remove the intermediate checkpoints unless ``keep_checkpoints``.
+1. data (:func:`_read_data`, :func:`_encode`): read and check the rows, tokenise them (prompt cut from the
+   left to fit ``max_length``); :func:`_start` claims the output and sets up the processes in between;
+2. reference (:func:`_reference_step`): log-probs from the cache beside the data, or one pass of the
+   reference model before training (so training holds one model), or on the fly (two models);
+3. build (:func:`_build_step`): the policy (LoRA when asked), dvclive and the :class:`SpagTrainer`;
+4. train: ``Trainer.train``, logging loss, KL, clip fraction, mean ratio and per-term losses to dvclive;
+5. save (:func:`_save_step`): a plain HF directory (LoRA merged unless asked otherwise) with
+   ``training_summary.json``, then the intermediate checkpoints removed unless ``keep_checkpoints``.
 
 The output directory only becomes a model directory at the very end, by a rename, so a killed run never
 leaves something that looks finished; ``resume=True`` continues from the latest checkpoint.
@@ -26,88 +28,26 @@ import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-from spag.outputs import claim_output_dir, mark_output_dir
-from spag.train.losses import METHODS, OFFLINE_PO, REDUCTIONS, SFT, SFT_KL
-from spag.train.schedules import LR_SCHEDULERS, WARMUP_DECAY
+import torch
+from transformers import Trainer, TrainingArguments
 
-# Defaults of the paper's setting (PAPER.md): imitation 5e-6, SPAG 2e-6; KL 0.1 / 0.2; clip 0.2; SFT 0.5.
-DEFAULT_LEARNING_RATE = {SFT: 5e-6, SFT_KL: 5e-6, OFFLINE_PO: 2e-6}
-DEFAULT_KL_COEFF = {SFT: 0.0, SFT_KL: 0.1, OFFLINE_PO: 0.2}
+from spag.config import TrainConfig
+from spag.io import DataError
+from spag.outputs import claim_output_dir, mark_output_dir
+from spag.train.losses import METHODS, SFT
+from spag.train.losses import compute_loss as method_loss
+from spag.train.reference import _accepts, model_forward_logprobs
+from spag.train.schedules import WARMUP_DECAY, warmup_decay_schedule
+
 SUMMARY_FILE = "training_summary.json"
 CHECKPOINTS = "checkpoints"
 TRAIN_KIND = "train"
 CHECKPOINTS_KIND = "train-checkpoints"
 
-
-@dataclass
-class TrainConfig:
-    """Every knob of a training run; ``None`` means "the paper's default for this method"."""
-
-    learning_rate: float | None = None
-    epochs: float = 1.0
-    max_steps: int = -1
-    batch_size: int = 2
-    grad_accum: int = 8
-    warmup_ratio: float = 0.03
-    lr_scheduler: str = "cosine"
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    max_length: int = 2048
-    kl_coeff: float | None = None
-    clip_range: float = 0.2
-    sft_coeff: float = 0.5
-    detach_advantage: bool = True
-    reduction: str = "rows"
-    gradient_checkpointing: bool = False
-    bf16: bool | None = None
-    tf32: bool | None = None
-    device: str | None = None
-    lora_r: int = 0
-    lora_alpha: int = 16
-    lora_dropout: float = 0.05
-    lora_target_modules: str = "all-linear"
-    merge_lora: bool = True
-    seed: int = 42
-    deepspeed: str | None = None
-    resume: bool = False
-    overwrite: bool = False       # replace a previous `spag train` output at the same path
-    ref_on_the_fly: bool = False
-    ref_cache_dir: str | None = None
-    ref_batch_size: int = 8
-    live_dir: str | None = None
-    live: bool = True
-    logging_steps: int = 10
-    save_steps: int = 500
-    save_total_limit: int = 2
-    checkpoint_dir: str | None = None
-    keep_checkpoints: bool = False
-    dataloader_num_workers: int = 0
-    trust_remote_code: bool = False
-    show_progress: bool = True
-
-    def resolved(self, method: str) -> TrainConfig:
-        out = TrainConfig(**asdict(self))
-        for name in ("deepspeed", "ref_cache_dir", "live_dir", "checkpoint_dir"):
-            if getattr(out, name) is not None:
-                setattr(out, name, os.fspath(getattr(out, name)))
-        if out.learning_rate is None:
-            out.learning_rate = DEFAULT_LEARNING_RATE[method]
-        if out.kl_coeff is None:
-            out.kl_coeff = DEFAULT_KL_COEFF[method]
-        if not 0 <= out.warmup_ratio < 1:
-            raise ValueError(f"warmup ratio must be in [0, 1), got {out.warmup_ratio}")
-        if out.max_length < 2:
-            raise ValueError(f"max length must be at least 2, got {out.max_length}")
-        if not 0 < out.clip_range < 1:
-            raise ValueError(f"clip range must be in (0, 1), got {out.clip_range}")
-        if out.lr_scheduler not in LR_SCHEDULERS:
-            raise ValueError(f"lr scheduler must be one of {', '.join(LR_SCHEDULERS)}, got {out.lr_scheduler!r}")
-        if out.reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {out.reduction!r}")
-        return out
+__all__ = ["SpagTrainer", "TrainConfig", "read_summary", "run_training"]
 
 
 # ------------------------------------------------------------------------------------------ trainer
@@ -122,87 +62,77 @@ def _base_model(model):
     return model
 
 
-def _make_trainer_class():
-    import torch
-    from transformers import Trainer
+class SpagTrainer(Trainer):
+    """``Trainer`` whose loss is one of :mod:`spag.train.losses`, with its statistics logged."""
 
-    from spag.train.losses import compute_loss as method_loss
-    from spag.train.reference import _accepts, model_forward_logprobs
-    from spag.train.schedules import WARMUP_DECAY, warmup_decay_schedule
+    # compute_loss returns a per-micro-batch mean: the Trainer divides it for gradient accumulation.
+    loss_is_scaled_for_ga = False
 
-    class SpagTrainer(Trainer):
-        """``Trainer`` whose loss is one of :mod:`spag.train.losses`, with its statistics logged."""
+    def __init__(self, *args, method: str, kl_coeff: float, clip_range: float, sft_coeff: float,
+                 detach_advantage: bool = True, reduction: str = "rows", ref_model=None,
+                 ref_is_base_without_adapter: bool = False, lr_scheduler: str = "cosine", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.schedule = lr_scheduler
+        self.method = method
+        self.kl_coeff = kl_coeff
+        self.clip_range = clip_range
+        self.sft_coeff = sft_coeff
+        self.detach_advantage = detach_advantage
+        self.reduction = reduction
+        self.ref_model = ref_model
+        self.ref_is_base_without_adapter = ref_is_base_without_adapter
+        self._keeps_logits = _accepts(_base_model(self.model), "logits_to_keep")
+        self._stat_sums: dict[str, float] = {}
+        self._stat_counts: dict[str, int] = {}
+        self.last_logged_loss: float | None = None
 
-        # compute_loss returns a per-micro-batch mean: the Trainer divides it for gradient accumulation.
-        loss_is_scaled_for_ga = False
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """The HF Trainer's schedules, plus ``warmup_decay`` (see :mod:`spag.train.schedules`)."""
+        if self.schedule != WARMUP_DECAY:
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            self.lr_scheduler = warmup_decay_schedule(
+                self.optimizer if optimizer is None else optimizer,
+                self.args.get_warmup_steps(num_training_steps), num_training_steps)
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
 
-        def __init__(self, *args, method: str, kl_coeff: float, clip_range: float, sft_coeff: float,
-                     detach_advantage: bool = True, reduction: str = "rows", ref_model=None, ref_is_base_without_adapter: bool = False,
-                     lr_scheduler: str = "cosine", **kwargs):
-            super().__init__(*args, **kwargs)
-            self.schedule = lr_scheduler
-            self.method = method
-            self.kl_coeff = kl_coeff
-            self.clip_range = clip_range
-            self.sft_coeff = sft_coeff
-            self.detach_advantage = detach_advantage
-            self.reduction = reduction
-            self.ref_model = ref_model
-            self.ref_is_base_without_adapter = ref_is_base_without_adapter
-            self._keeps_logits = _accepts(_base_model(self.model), "logits_to_keep")
-            self._stat_sums: dict[str, float] = {}
-            self._stat_counts: dict[str, int] = {}
-            self.last_logged_loss: float | None = None
+    def _reference_logprobs(self, model, inputs):
+        with torch.no_grad():
+            if self.ref_is_base_without_adapter:
+                # LoRA on the reference itself: the base weights with adapters switched off.
+                peft_model = self.accelerator.unwrap_model(model)
+                was_training = peft_model.training
+                peft_model.eval()
+                with peft_model.disable_adapter():
+                    logp = model_forward_logprobs(peft_model, inputs, self._keeps_logits)
+                peft_model.train(was_training)
+                return logp.detach()
+            return model_forward_logprobs(self.ref_model, inputs, self._keeps_logits).detach()
 
-        def create_scheduler(self, num_training_steps: int, optimizer=None):
-            """The HF Trainer's schedules, plus ``warmup_decay`` (see :mod:`spag.train.schedules`)."""
-            if self.schedule != WARMUP_DECAY:
-                return super().create_scheduler(num_training_steps, optimizer)
-            if self.lr_scheduler is None:
-                self.lr_scheduler = warmup_decay_schedule(
-                    self.optimizer if optimizer is None else optimizer,
-                    self.args.get_warmup_steps(num_training_steps), num_training_steps)
-                self._created_lr_scheduler = True
-            return self.lr_scheduler
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        logp = model_forward_logprobs(model, inputs, self._keeps_logits)
+        ref_logp = inputs.get("ref_logp")
+        if ref_logp is None and self.method != SFT:
+            ref_logp = self._reference_logprobs(model, inputs)
+        loss, stats = method_loss(self.method, logp, inputs, ref_logp, self.kl_coeff, self.clip_range,
+                                  self.sft_coeff, detach_advantage=self.detach_advantage,
+                                  reduction=self.reduction)
+        self._record(stats)
+        return (loss, {"logp": logp.detach()}) if return_outputs else loss
 
-        def _reference_logprobs(self, model, inputs):
-            with torch.no_grad():
-                if self.ref_is_base_without_adapter:
-                    # LoRA on the reference itself: the base weights with adapters switched off.
-                    peft_model = self.accelerator.unwrap_model(model)
-                    was_training = peft_model.training
-                    peft_model.eval()
-                    with peft_model.disable_adapter():
-                        logp = model_forward_logprobs(peft_model, inputs, self._keeps_logits)
-                    peft_model.train(was_training)
-                    return logp.detach()
-                return model_forward_logprobs(self.ref_model, inputs, self._keeps_logits).detach()
+    def _record(self, stats: dict) -> None:
+        for key, value in stats.items():
+            self._stat_sums[key] = self._stat_sums.get(key, 0.0) + float(value)
+            self._stat_counts[key] = self._stat_counts.get(key, 0) + 1
 
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            logp = model_forward_logprobs(model, inputs, self._keeps_logits)
-            ref_logp = inputs.get("ref_logp")
-            if ref_logp is None and self.method != SFT:
-                ref_logp = self._reference_logprobs(model, inputs)
-            loss, stats = method_loss(self.method, logp, inputs, ref_logp, self.kl_coeff, self.clip_range,
-                                      self.sft_coeff, detach_advantage=self.detach_advantage,
-                                      reduction=self.reduction)
-            self._record(stats)
-            return (loss, {"logp": logp.detach()}) if return_outputs else loss
-
-        def _record(self, stats: dict) -> None:
-            for key, value in stats.items():
-                self._stat_sums[key] = self._stat_sums.get(key, 0.0) + float(value)
-                self._stat_counts[key] = self._stat_counts.get(key, 0) + 1
-
-        def log(self, logs: dict, start_time: float | None = None) -> None:
-            if "loss" in logs:
-                for key, total in self._stat_sums.items():
-                    logs[key] = total / self._stat_counts[key]
-                self._stat_sums, self._stat_counts = {}, {}
-                self.last_logged_loss = logs["loss"]
-            super().log(logs, start_time)
-
-    return SpagTrainer
+    def log(self, logs: dict, start_time: float | None = None) -> None:
+        if "loss" in logs:
+            for key, total in self._stat_sums.items():
+                logs[key] = total / self._stat_counts[key]
+            self._stat_sums, self._stat_counts = {}, {}
+            self.last_logged_loss = logs["loss"]
+        super().log(logs, start_time)
 
 
 def _make_live_callback(live):
@@ -229,8 +159,6 @@ def _make_live_callback(live):
 
 def _precision(config: TrainConfig, device: str) -> tuple[bool, bool]:
     """(bf16, tf32); bf16 None means "where it is fast" (a bf16 GPU, or a CPU with native bf16)."""
-    import torch
-
     from spag.modeling import fast_bf16
 
     on_cuda = device.startswith("cuda")
@@ -383,38 +311,67 @@ def _checkpoints_in(folder: Path) -> list[Path]:
 # ------------------------------------------------------------------------------------------ the step
 
 
+@dataclass
+class _Run:
+    """What the steps of one training run share."""
+
+    method: str
+    model: str
+    ref: str
+    data: Path
+    output_dir: Path
+    checkpoint_dir: Path
+    config: TrainConfig
+    args: TrainingArguments
+    resume_from: str | None
+    started: float
+
+    @property
+    def main(self) -> bool:
+        return self.args.process_index == 0
+
+    @property
+    def needs_ref(self) -> bool:
+        return self.method != SFT
+
+    def wait_for_everyone(self) -> None:
+        state = self.args.distributed_state
+        if state is not None and state.num_processes > 1:
+            state.wait_for_everyone()
+
+
 def run_training(method: str, model, data, output_dir, ref=None, config: TrainConfig | None = None,
                  **knobs) -> Path:
     """Train ``model`` on the rows in ``data`` with ``method`` and save the result to ``output_dir``.
 
     ``method`` is ``sft``, ``sft-kl`` (imitation learning) or ``offline-po`` (SPAG); ``ref`` is the
-    reference model (default: ``model`` itself). Knobs are the fields of :class:`TrainConfig`, given as
-    keywords or as ``config``. Returns ``output_dir``.
+    reference model (default: ``model`` itself). Knobs are the fields of :class:`spag.config.TrainConfig`,
+    given as keywords or as ``config``. Returns ``output_dir``.
     """
-    import torch
-    from transformers import TrainingArguments
-    from transformers.integrations import is_deepspeed_zero3_enabled
-
-    from spag.console import summary
-    from spag.modeling import load_tokenizer, pick_device
-    from spag.io import DataError
-    from spag.rows import read_rows
-    from spag.train.data import Collator, RowDataset, check_rows_for_method, encode_rows
-    from spag.train.reference import load_reference_model, reference_logprobs
-
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
-    unknown = set(knobs) - {f.name for f in fields(TrainConfig)}
+    unknown = set(knobs) - set(TrainConfig.model_fields)
     if unknown:
         raise TypeError(f"unknown training option(s): {', '.join(sorted(unknown))}")
-    config = TrainConfig(**{**asdict(config or TrainConfig()), **knobs}).resolved(method)
+    config = TrainConfig(**{**(config or TrainConfig()).model_dump(), **knobs}).resolved(method)
+    rows, tokenizer = _read_data(method, model, data, config)  # bad rows stop the run before anything is written
+    run = _start(method, model, data, output_dir, ref, config)
+    encoded = _encode(run, rows, tokenizer)
+    ref_info = _reference_step(run, encoded, tokenizer)
+    trainer, live = _build_step(run, encoded, tokenizer, ref_info)
+    result = trainer.train(resume_from_checkpoint=run.resume_from)
+    _save_step(run, trainer, tokenizer, encoded, result, ref_info, live)
+    run.wait_for_everyone()
+    return run.output_dir
+
+
+def _start(method: str, model, data, output_dir, ref, config: TrainConfig) -> _Run:
+    """Check the run, claim its directories and set up the processes (the Trainer's arguments)."""
+    from spag.modeling import pick_device
+
     ref = ref if ref is not None else model
     output_dir = Path(output_dir)
     checkpoint_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else output_dir / CHECKPOINTS
-    device = pick_device(config.device)
-    use_cpu = device == "cpu"
-    bf16, tf32 = _precision(config, device)
-    needs_ref = method != SFT
     if config.deepspeed and config.ref_on_the_fly and not (config.lora_r > 0 and _same_model(ref, model)):
         raise ValueError("--ref-on-the-fly with DeepSpeed is not supported: drop it (the reference "
                          "log-probs are then computed once before training)")
@@ -422,17 +379,28 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
     # Before any work: refuse an output or checkpoint directory that is not ours to replace.
     claim_output_dir(output_dir, TRAIN_KIND, overwrite=config.overwrite, resume=config.resume)
     claim_output_dir(checkpoint_dir, CHECKPOINTS_KIND, overwrite=True)
+    resume_from = _last_complete_checkpoint(checkpoint_dir) if config.resume else None
+    # The Trainer's arguments come first: they set up the processes (and DeepSpeed's ZeRO-3 loading).
+    run = _Run(method, model, ref, Path(data), output_dir, checkpoint_dir, config,
+               _training_arguments(config, checkpoint_dir, pick_device(config.device)), resume_from, started)
+    if run.main:
+        # Marked at once, so a killed run's leftovers (checkpoints) are known as ours to --resume them.
+        mark_output_dir(output_dir, TRAIN_KIND)
+        mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
+    if run.main and not config.resume and _checkpoints_in(checkpoint_dir):
+        shutil.rmtree(checkpoint_dir)
+        mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
+        print(f"note: removed old checkpoints in {checkpoint_dir} (pass --resume to continue from them)")
+    if run.main and config.resume and resume_from is None:
+        print(f"note: no checkpoint in {checkpoint_dir}; starting from the beginning")
+    run.wait_for_everyone()
+    return run
 
-    # 1. rows -> tokens
-    rows = read_rows(data)
-    check_rows_for_method(rows, method, data)
-    tokenizer = load_tokenizer(model, trust_remote_code=config.trust_remote_code)
 
-    # 2. the Trainer's arguments first: they set up the processes (and DeepSpeed's ZeRO-3 loading).
-    resume_from = None
-    if config.resume:
-        resume_from = _last_complete_checkpoint(checkpoint_dir)
-    args = TrainingArguments(
+def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str) -> TrainingArguments:
+    use_cpu = device == "cpu"
+    bf16, tf32 = _precision(config, device)
+    return TrainingArguments(
         output_dir=str(checkpoint_dir),
         per_device_train_batch_size=config.batch_size,
         gradient_accumulation_steps=config.grad_accum,
@@ -464,71 +432,87 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
         disable_tqdm=not config.show_progress,
         ddp_find_unused_parameters=False,
     )
-    state = args.distributed_state
-    main = args.process_index == 0
-    if main:
-        # Marked at once, so a killed run's leftovers (checkpoints) are known as ours to --resume them.
-        mark_output_dir(output_dir, TRAIN_KIND)
-        mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
-    if main and not config.resume and _checkpoints_in(checkpoint_dir):
-        shutil.rmtree(checkpoint_dir)
-        mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
-        print(f"note: removed old checkpoints in {checkpoint_dir} (pass --resume to continue from them)")
-    if main and config.resume and resume_from is None:
-        print(f"note: no checkpoint in {checkpoint_dir}; starting from the beginning")
-    if state is not None and state.num_processes > 1:
-        state.wait_for_everyone()
 
-    encoded = encode_rows(rows, tokenizer, config.max_length, show_progress=config.show_progress and main)
+
+def _read_data(method: str, model, data, config: TrainConfig):
+    """The checked training rows and the policy's tokenizer."""
+    from spag.modeling import load_tokenizer
+    from spag.rows import read_rows
+    from spag.train.data import check_rows_for_method
+
+    rows = read_rows(data)
+    check_rows_for_method(rows, method, data)
+    return rows, load_tokenizer(model, trust_remote_code=config.trust_remote_code)
+
+
+def _encode(run: _Run, rows, tokenizer):
+    """Rows -> token ids; a row too long for max_length gives up its oldest history lines, or is left out."""
+    from spag.train.data import encode_rows
+
+    config = run.config
+    encoded = encode_rows(rows, tokenizer, config.max_length, show_progress=config.show_progress and run.main)
     if not len(encoded):
-        raise DataError(data, None, f"no row fits max_length {config.max_length} tokens")
-    if main and (encoded.rows_too_long or encoded.prompts_shortened):
+        raise DataError(run.data, None, f"no row fits max_length {config.max_length} tokens")
+    if run.main and (encoded.rows_too_long or encoded.prompts_shortened):
         print(f"note: max length {config.max_length}: {encoded.prompts_shortened} prompt(s) gave up "
               f"{encoded.history_lines_dropped} oldest history line(s); {encoded.rows_too_long} row(s) too long "
               "even so were left out")
+    return encoded
 
-    # 3. reference log-probs before the policy is loaded, so only one model is in memory at a time.
-    autocast_dtype = torch.bfloat16 if bf16 else None
-    ref_info = {"mode": "none"}
-    if needs_ref and not config.ref_on_the_fly:
-        ref_started = time.time()
-        logprobs, cache_file, reused = reference_logprobs(
-            data, encoded, ref, tokenizer.pad_token_id, batch_size=config.ref_batch_size,
-            cache_dir=config.ref_cache_dir, autocast_dtype=autocast_dtype,
-            trust_remote_code=config.trust_remote_code, state=state, show_progress=config.show_progress,
-        )
-        encoded.ref_logprobs = logprobs
-        ref_info = {"mode": "precomputed", "cache": str(cache_file), "reused": reused,
-                    "seconds": round(time.time() - ref_started, 3)}
-        if main:
-            print(f"reference log-probs {'reused from' if reused else 'cached in'} {cache_file}")
 
-    # 4. the policy (and the reference too when asked to compute it on the fly)
-    policy = _load_policy(model, config, tokenizer)
+def _reference_step(run: _Run, encoded, tokenizer) -> dict:
+    """Reference log-probs before the policy is loaded, so only one model is in memory at a time.
+
+    Stored on ``encoded``; returns how they were had (for the summary).
+    """
+    from spag.train.reference import reference_logprobs
+
+    config = run.config
+    if not run.needs_ref:
+        return {"mode": "none"}
+    if config.ref_on_the_fly:
+        return {"mode": "on-the-fly"}
+    started = time.time()
+    logprobs, cache_file, reused = reference_logprobs(
+        run.data, encoded, run.ref, tokenizer.pad_token_id, batch_size=config.ref_batch_size,
+        cache_dir=config.ref_cache_dir, autocast_dtype=torch.bfloat16 if run.args.bf16 else None,
+        trust_remote_code=config.trust_remote_code, state=run.args.distributed_state,
+        show_progress=config.show_progress,
+    )
+    encoded.ref_logprobs = logprobs
+    if run.main:
+        print(f"reference log-probs {'reused from' if reused else 'cached in'} {cache_file}")
+    return {"mode": "precomputed", "cache": str(cache_file), "reused": reused,
+            "seconds": round(time.time() - started, 3)}
+
+
+def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
+    """The policy (and the reference model when it runs on the fly), dvclive and the trainer."""
+    from spag.train.data import Collator, RowDataset
+    from spag.train.reference import load_reference_model
+
+    config = run.config
+    policy = _load_policy(run.model, config, tokenizer)
     ref_model, ref_without_adapter = None, False
-    if needs_ref and config.ref_on_the_fly:
-        ref_info = {"mode": "on-the-fly"}
-        if config.lora_r > 0 and _same_model(ref, model):
+    if ref_info["mode"] == "on-the-fly":
+        if config.lora_r > 0 and _same_model(run.ref, run.model):
             ref_without_adapter = True
         else:
-            ref_model = load_reference_model(ref, args.device, trust_remote_code=config.trust_remote_code)
-
+            ref_model = load_reference_model(run.ref, run.args.device, trust_remote_code=config.trust_remote_code)
     live = None
-    if config.live and main:
-        live_dir = Path(config.live_dir) if config.live_dir else _default_live_dir(output_dir)
-        params = {"method": method, "model": str(model), "ref": str(ref), "data": str(data),
-                  **{k: v for k, v in asdict(config).items() if isinstance(v, (int, float, str, bool))}}
-        live = _open_live(live_dir, resume=resume_from is not None, params=params)
-
-    trainer_class = _make_trainer_class()
-    trainer = trainer_class(
+    if config.live and run.main:
+        live_dir = Path(config.live_dir) if config.live_dir else _default_live_dir(run.output_dir)
+        params = {"method": run.method, "model": str(run.model), "ref": str(run.ref), "data": str(run.data),
+                  **{k: v for k, v in config.model_dump().items() if isinstance(v, (int, float, str, bool))}}
+        live = _open_live(live_dir, resume=run.resume_from is not None, params=params)
+    trainer = SpagTrainer(
         model=policy,
-        args=args,
+        args=run.args,
         data_collator=Collator(tokenizer.pad_token_id),
         train_dataset=RowDataset(encoded),
         processing_class=tokenizer,
         callbacks=[_make_live_callback(live)] if live is not None else None,
-        method=method,
+        method=run.method,
         kl_coeff=config.kl_coeff,
         clip_range=config.clip_range,
         sft_coeff=config.sft_coeff,
@@ -538,21 +522,28 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
         ref_model=ref_model,
         ref_is_base_without_adapter=ref_without_adapter,
     )
-    result = trainer.train(resume_from_checkpoint=resume_from)
-    zero3 = is_deepspeed_zero3_enabled()
-    del ref_model
+    return trainer, live
 
-    # 5. save, summarise, publish
-    staging = output_dir.parent / f".{output_dir.name}.final"
-    _save_final(trainer, tokenizer, staging, config, zero3)
-    elapsed = time.time() - started
+
+def _save_step(run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_info: dict, live) -> None:
+    """Save the model, write its summary, swap it into place and close dvclive."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    from spag.console import summary
+    from spag.io import write_json_atomic
+
+    config = run.config
+    trainer.ref_model = None  # the reference model (on the fly) is not needed for saving
+    staging = run.output_dir.parent / f".{run.output_dir.name}.final"
+    _save_final(trainer, tokenizer, staging, config, is_deepspeed_zero3_enabled())
+    elapsed = time.time() - run.started
     tokens = int(trainer.state.num_input_tokens_seen)
     train_seconds = float(result.metrics.get("train_runtime", elapsed))
-    summary_record = {
-        "method": method,
-        "model": str(model),
-        "ref": str(ref) if needs_ref else None,
-        "data": str(data),
+    record = {
+        "method": run.method,
+        "model": str(run.model),
+        "ref": str(run.ref) if run.needs_ref else None,
+        "data": str(run.data),
         "rows": len(encoded),
         "steps": int(trainer.state.global_step),
         "epochs": float(trainer.state.epoch or 0.0),
@@ -566,27 +557,23 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
         "history_lines_dropped": encoded.history_lines_dropped,
         "rows_too_long": encoded.rows_too_long,
         "reference": ref_info,
-        "resumed_from": str(resume_from) if resume_from else None,
+        "resumed_from": str(run.resume_from) if run.resume_from else None,
         "lora": {"r": config.lora_r, "merged": config.merge_lora} if config.lora_r > 0 else None,
-        "config": asdict(config),
+        "config": config.model_dump(),
     }
-    if main:
-        from spag.io import write_json_atomic
-
-        write_json_atomic(staging / SUMMARY_FILE, summary_record)
-        mark_output_dir(staging, TRAIN_KIND)
-        _publish(staging, output_dir, checkpoint_dir, config.keep_checkpoints)
-        if live is not None:
-            for key in ("steps", "final_loss", "mean_loss", "tokens", "tokens_per_second"):
-                if summary_record[key] is not None:
-                    live.log_metric(f"summary/{key}", summary_record[key], plot=False)
-            live.end()
-        loss_text = f"{summary_record['final_loss']:.4f}" if summary_record["final_loss"] is not None else "n/a"
-        summary("train", f"{method}: {summary_record['steps']} steps on {len(encoded)} rows, final loss "
-                f"{loss_text}, {tokens} tokens in {train_seconds:.1f}s -> {output_dir}")
-    if state is not None and state.num_processes > 1:
-        state.wait_for_everyone()
-    return output_dir
+    if not run.main:
+        return
+    write_json_atomic(staging / SUMMARY_FILE, record)
+    mark_output_dir(staging, TRAIN_KIND)
+    _publish(staging, run.output_dir, run.checkpoint_dir, config.keep_checkpoints)
+    if live is not None:
+        for key in ("steps", "final_loss", "mean_loss", "tokens", "tokens_per_second"):
+            if record[key] is not None:
+                live.log_metric(f"summary/{key}", record[key], plot=False)
+        live.end()
+    loss_text = f"{record['final_loss']:.4f}" if record["final_loss"] is not None else "n/a"
+    summary("train", f"{run.method}: {record['steps']} steps on {len(encoded)} rows, final loss "
+            f"{loss_text}, {tokens} tokens in {train_seconds:.1f}s -> {run.output_dir}")
 
 
 def read_summary(output_dir) -> dict:

@@ -1,0 +1,52 @@
+"""``spag config check`` and ``spag config show``: params files against the settings schema (spag.config)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    config_app = typer.Typer(no_args_is_help=True, help="Check a params file, or show resolved settings.")
+    app.add_typer(config_app, name="config")
+
+    @config_app.command("check")
+    def check_command(
+        file: Path = typer.Argument(..., help="A params file (params.yaml, configs/paper.yaml, ...)."),
+    ) -> None:
+        """Validate every key of a params file: unknown keys, types, ranges and choices."""
+        from spag.config import Settings, load_settings
+        from spag.console import error, summary
+
+        try:
+            settings = load_settings(file)
+        except ValueError as exc:
+            error(str(exc))
+            raise typer.Exit(2)
+        sections = [name for name, field in Settings.model_fields.items() if name in settings.model_fields_set]
+        summary("config check", f"{file}: valid ({len(sections)} of {len(Settings.model_fields)} sections set, "
+                                f"{len(settings.spag.epochs)} SPAG epochs)")
+
+    @config_app.command("show")
+    def show_command(
+        file: Optional[Path] = typer.Argument(
+            None, help="A params file (default: ./params.yaml when there is one, else the schema's defaults)."),
+        comments: bool = typer.Option(True, "--comments/--no-comments", help="Each key's help as a comment."),
+    ) -> None:
+        """Print the resolved settings (the file's values, the defaults for the keys it leaves out) as YAML."""
+        import sys
+
+        from spag.config import Settings, load_settings, to_yaml
+        from spag.console import error, summary
+
+        if file is None and Path("params.yaml").is_file():
+            file = Path("params.yaml")
+        try:
+            settings = load_settings(file) if file is not None else Settings()
+        except ValueError as exc:
+            error(str(exc))
+            raise typer.Exit(2)
+        sys.stdout.write(to_yaml(settings, comments=comments))
+        summary("config show", f"settings of {file}" if file is not None else "the schema's defaults")

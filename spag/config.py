@@ -1,0 +1,437 @@
+"""Every setting of SPAG, once: its type, default, allowed range and one line of help.
+
+A params file (``params.yaml``, ``configs/paper.yaml``) maps onto :class:`Settings` section by section;
+the ``spag`` subcommands take their option defaults and help from the same fields
+(:mod:`spag.commands.options`), and :class:`TrainConfig` is the schema of one training run.
+
+Defaults are those of the library and its commands (mostly the paper's setting); ``params.yaml`` sets the
+laptop-sized values of the default pipeline. Loading a file checks all of it at once: an unknown or
+misspelt key, a value of the wrong type or out of range is a :class:`ParamsError` whose message is one
+line naming the file and the key (``params.yaml: spag.kl_coef: unknown key (did you mean kl_coeff?)``).
+
+Nothing here imports torch or transformers: the CLI's help and the stages' checks stay fast.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from spag.game.rules import RULE_SETS, WHOLE_WORD
+from spag.train.schedules import COSINE, LR_SCHEDULERS
+
+# Kept here as names so that reading a config never imports torch; tests check them against
+# spag.train.losses (METHODS, REDUCTIONS) and spag.evaluate.benchmark (SUITES).
+METHODS = ("sft", "sft-kl", "offline-po")
+REDUCTIONS = ("rows", "weights")
+BACKENDS = ("hf", "vllm", "openai")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+SUITES = ("auto", "paper", "local")
+# The paper's values where a training run leaves them unset (None): imitation 5e-6, SPAG 2e-6; KL 0.1 / 0.2.
+PAPER_LEARNING_RATE = {"sft": 5e-6, "sft-kl": 5e-6, "offline-po": 2e-6}
+PAPER_KL_COEFF = {"sft": 0.0, "sft-kl": 0.1, "offline-po": 0.2}
+
+
+class ParamsError(ValueError):
+    """A one-line message naming the params file (or option) and the key."""
+
+    def __init__(self, source: str | os.PathLike, key: str, message: str):
+        super().__init__(f"{source}: {key}: {message}" if key else f"{source}: {message}")
+
+
+def _fspath(value: Any) -> Any:
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+# A file or directory path: a string (a pathlib.Path from Python code is accepted), never empty.
+PathStr = Annotated[str, BeforeValidator(_fspath), Field(min_length=1)]
+
+
+def knob(default: Any, help: str, **constraints) -> Any:
+    """A field with its default, its one line of help and its range (ge, gt, le, lt)."""
+    return Field(default, description=help, **constraints)
+
+
+class Section(BaseModel):
+    """A group of settings. Strict: YAML's true/false, numbers and strings are taken as they are."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+
+
+# ------------------------------------------------------------------------------------------- sections
+
+
+class Model(Section):
+    base: str = knob("embedded", '"embedded" (SmolLM2-135M-Instruct from its wheel), an HF id or a local path.')
+    trust_remote_code: bool = knob(False, "Allow model code from the hub.")
+
+
+class Words(Section):
+    source: Optional[PathStr] = knob(None, "A word-list file (one word per line, order kept); null: wordfreq's "
+                                           "most frequent words.")
+    top: int = knob(50_000, "How many of the most frequent words.", ge=1)
+    eval_fraction: float = knob(0.1, "Share of the words held out for evaluation.", ge=0, le=1)
+    nouns_only: bool = knob(False, "Only words that are always nouns (what a small model can describe).")
+    skip_stop_words: bool = knob(True, "Drop function words (the original's list keeps them).")
+
+
+class Game(Section):
+    max_turns: int = knob(5, "Rounds per game, an attacker and a defender utterance each (the paper: 5).", ge=1)
+    rules: Literal[RULE_SETS] = knob(WHOLE_WORD, "The judge: whole-word (whole words, every inflection) or "
+                                                 "original (the original code's substring rule).")
+    templates: Optional[PathStr] = knob(None, "Prompt templates file (format: spag/game/templates.yaml); null: "
+                                              "the shipped templates.")
+
+
+class Sampling(Section):
+    """How a model plays: the backend and the sampling of each utterance."""
+
+    backend: Literal[BACKENDS] = knob("hf", "Player backend: hf, vllm or openai.")
+    dtype: Literal[DTYPES] = knob("auto", "hf/vllm weights: auto (bfloat16 where the hardware has it, else "
+                                          "float32), float32, bfloat16, float16.")
+    device: Optional[str] = knob(None, "hf backend: cpu, cuda, cuda:1 ... (null: the best there is).")
+    base_url: Optional[str] = knob(None, "openai backend: an OpenAI-compatible endpoint URL.")
+    temperature: float = knob(1.2, "Sampling temperature; 0 is greedy.", ge=0)
+    top_k: int = knob(50, "Top-k sampling (0: off).", ge=0)
+    max_new_tokens: int = knob(256, "Longest utterance, in tokens.", ge=1)
+    min_new_tokens: int = knob(2, "Shortest utterance before it may end.", ge=0)
+    batch_size: int = knob(32, "Games played together.", ge=1)
+
+    def play_config(self, game: Game, seed: int, **strategies):
+        """The :class:`spag.play.PlayConfig` of this section in ``game``: the one place it is assembled."""
+        from spag.play import PlayConfig
+
+        return PlayConfig(max_turns=game.max_turns, rules=game.rules, templates=game.templates, seed=seed,
+                          temperature=self.temperature, top_k=self.top_k, max_new_tokens=self.max_new_tokens,
+                          min_new_tokens=self.min_new_tokens, batch_size=self.batch_size, **strategies)
+
+    def player_options(self) -> dict:
+        """What :func:`spag.players.load_player` takes from this section."""
+        return {"dtype": self.dtype, "device": self.device, "base_url": self.base_url}
+
+
+class Teacher(Sampling):
+    """Who plays the imitation episodes, and the strategies that let a small model win both roles."""
+
+    episodes: Optional[PathStr] = knob(None, "Import episodes from this file (e.g. the original's GPT-4 games) "
+                                             "instead of playing.")
+    rows: Optional[PathStr] = knob(None, "Or import a ready-made imitation file (query/target[/weight] rows).")
+    model: str = knob("base", '"base" (the base model itself), an HF id or path, or a model served at base_url.')
+    words: int = knob(48, "Target words the teacher plays.", ge=1)
+    examples: bool = knob(False, "Worked examples in the play prompt (weak teachers).")
+    foul_retries: int = knob(0, "Teacher strategy: resample an attacker line that says the word, up to N times.",
+                             ge=0)
+    coached_attacker: bool = knob(False, "Teacher strategy: attacker lines describe the word, the word blanked "
+                                         "out.")
+    final_guess: bool = knob(False, "Teacher strategy (hf): the defender's last line is the vocabulary word the "
+                                    "talk makes most likely.")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if self.episodes is not None and self.rows is not None:
+            raise ValueError("episodes: give teacher.episodes or teacher.rows, not both")
+        return self
+
+    def strategies(self) -> dict:
+        return {"examples": self.examples, "foul_retries": self.foul_retries,
+                "coached_attacker": self.coached_attacker, "final_guess": self.final_guess}
+
+    def play_config(self, game: Game, seed: int, **strategies):
+        return super().play_config(game, seed, **{**self.strategies(), **strategies})
+
+
+class Play(Sampling):
+    """Self-play collection, every SPAG epoch."""
+
+    words: int = knob(64, "Target words per epoch (the paper: all ~50k).", ge=1)
+
+
+class Reward(Section):
+    decay: float = knob(0.8, "Reward decay d: the k-th winning move gets (1/d)^k.", gt=0, le=1)
+    sft: Optional[PathStr] = knob(None, 'General instruction data to mix in: "builtin" (shipped with spag), a file '
+                                        "(Alpaca, prompt/completion or query/target rows), or null.")
+    sft_limit: Optional[int] = knob(None, "Keep a random N of the general rows (null: all).", ge=0)
+    foul_penalty: float = knob(0.0, "p >= 0: the attacker line that says the word becomes a row with reward -p "
+                                    "(0: off).", ge=0)
+    loser_reward: float = knob(0.0, "q <= 0: the loser's lines get rewards summing to q per game (0: off).", le=0)
+    role_baseline: bool = knob(False, "Subtract each role's mean reward from its rows' rewards (SPIRAL-style).")
+    keep_truncated: bool = knob(False, "Also learn from empty replies and replies cut at max_new_tokens "
+                                       "(the imitation set too); left out by default and counted.")
+
+
+METHOD_HELP = "sft (weighted NLL), sft-kl (imitation learning), offline-po (SPAG)."
+
+
+class TrainKnobs(Section):
+    """The knobs of a training run that a params section (imitate, spag) sets."""
+
+    learning_rate: Optional[float] = knob(None, "Peak learning rate; null: the paper's for the method (5e-6 "
+                                                "sft/sft-kl, 2e-6 offline-po).", gt=0)
+    batch_size: int = knob(2, "Rows per device per micro-batch.", ge=1)
+    grad_accum: int = knob(8, "Micro-batches per optimiser step.", ge=1)
+    max_length: int = knob(2048, "Tokens per row; prompts are cut from the left.", ge=2)
+    warmup_ratio: float = knob(0.03, "Share of the steps spent warming up.", ge=0, lt=1)
+    lr_scheduler: Literal[LR_SCHEDULERS] = knob(COSINE, "cosine, linear, or warmup_decay (DeepSpeed's "
+                                                        "WarmupDecayLR, what the original code ran).")
+    kl_coeff: Optional[float] = knob(None, "β of the KL penalty; null: the paper's for the method (0.1 sft-kl, "
+                                           "0.2 offline-po).", ge=0)
+    clip_range: float = knob(0.2, "ε of the clipped importance ratio (offline-po).", gt=0, lt=1)
+    sft_coeff: float = knob(0.5, "α of the SFT term on general rows (offline-po).", ge=0)
+    reduction: Literal[REDUCTIONS] = knob("rows", "offline-po: rows (Σ w·l / n per kind, the original's) or "
+                                                  "weights (Σ w·l / Σ w per kind).")
+    detach_advantage: bool = knob(True, "offline-po: treat A = r − β·(log π − log π_ref) as a constant (the "
+                                        "original kept it attached).")
+    gradient_checkpointing: bool = knob(False, "Recompute activations in the backward pass (less memory).")
+    lora_r: int = knob(0, "LoRA rank; 0 trains every weight.", ge=0)
+    bf16: Optional[bool] = knob(None, "bfloat16 autocast; null: where it is fast (bf16 GPU, CPU with "
+                                      "AVX512-BF16/AMX).")
+    save_steps: int = knob(500, "Checkpoint every N optimiser steps (what --resume continues from).", ge=1)
+    deepspeed: Optional[PathStr] = knob(None, "DeepSpeed config JSON (e.g. configs/deepspeed_zero3.json).")
+
+
+class TrainStep(TrainKnobs):
+    """A pipeline training step: the method, the run's knobs and how it is launched."""
+
+    method: Literal[METHODS] = knob("sft-kl", METHOD_HELP)
+    launcher: Optional[str] = knob(None, 'Run under this launcher, e.g. "accelerate launch --num_processes 8" '
+                                         "(null: in the stage's process).")
+
+
+TRAINING_EPOCHS = knob(1.0, "Passes over the training rows.", ge=0)
+
+
+class Imitate(TrainStep):
+    """Imitation learning on the teacher's winning moves."""
+
+    sft: Optional[PathStr] = knob(None, 'General data mixed into the imitation set: "builtin", a file, or null '
+                                        "(the original: none).")
+    sft_limit: Optional[int] = knob(None, "Rows of it (null: all).", ge=0)
+    epochs: float = TRAINING_EPOCHS
+
+
+class Epoch(Section):
+    previous: str = knob(..., 'The checkpoint the epoch starts from: "imitation" or "epoch_N".')
+
+
+EpochKey = Annotated[str, Field(pattern=r"^[1-9][0-9]*$")]
+
+
+class Spag(TrainStep):
+    """SPAG epochs: self-play, rewards and offline policy optimisation."""
+
+    epochs: dict[EpochKey, Epoch] = knob(
+        {"1": Epoch(previous="imitation"), "2": Epoch(previous="epoch_1"), "3": Epoch(previous="epoch_2")},
+        'One entry per SPAG epoch ("N": {previous: CHECKPOINT}), quoted keys.')
+    control: bool = knob(False, "Train on the general SFT rows alone (no game rows): the ablation arm.")
+    method: Literal[METHODS] = knob("offline-po", METHOD_HELP)
+    epochs_per_iteration: float = TRAINING_EPOCHS
+
+    @model_validator(mode="after")
+    def _epochs_chain(self):
+        for key, epoch in self.epochs.items():
+            known = {"imitation"} | {f"epoch_{k}" for k in self.epochs if int(k) < int(key)}
+            if epoch.previous not in known:
+                raise ValueError(f"epochs.{key}.previous: {epoch.previous!r} is not one of "
+                                 f"{', '.join(sorted(known))}")
+        return self
+
+
+class Benchmark(Section):
+    suite: Literal[SUITES] = knob("auto", "local (offline, shipped with spag), paper, or auto (paper when its "
+                                          "datasets can be had).")
+    tasks: Optional[list[str]] = knob(None, "lm-eval tasks (null: the suite's list).")
+    limit: Optional[int] = knob(None, "Documents per task (null: all).", ge=1)
+
+
+class Evaluate(Sampling):
+    """Each SPAG epoch against the imitation model, on held-out words, both roles."""
+
+    temperature: Optional[float] = knob(0.0, "Sampling temperature; 0 = greedy (the paper's evaluation); null: "
+                                             "play.temperature.", ge=0)
+    seed: int = knob(0, "Picks the evaluation words and sampling seeds: fixed for every run and epoch.")
+    words: int = knob(64, "Held-out target words.", ge=1)
+    seeds: int = knob(1, "Games per word and role (sampling seeds seed, seed+1, ...; greedy plays one).", ge=1)
+    vs_previous: bool = knob(False, "Also play each epoch against the previous one.")
+    benchmark: Benchmark = Field(default_factory=Benchmark, description="Reasoning benchmarks (lm-eval).")
+
+
+class Settings(Section):
+    """A whole params file."""
+
+    seed: int = knob(0, "Seed of the pipeline's random choices (each step derives its own from it).")
+    model: Model = Field(default_factory=Model)
+    words: Words = Field(default_factory=Words)
+    game: Game = Field(default_factory=Game)
+    teacher: Teacher = Field(default_factory=Teacher)
+    play: Play = Field(default_factory=Play)
+    reward: Reward = Field(default_factory=Reward)
+    imitate: Imitate = Field(default_factory=Imitate)
+    spag: Spag = Field(default_factory=Spag)
+    evaluate: Evaluate = Field(default_factory=Evaluate)
+
+
+# --------------------------------------------------------------------------------------- one training run
+
+
+class TrainConfig(TrainKnobs):
+    """Every knob of one training run (``spag train``); ``None`` learning rate or KL: the method's default."""
+
+    epochs: float = TRAINING_EPOCHS
+    max_steps: int = knob(-1, "Stop after N optimiser steps (-1: run the epochs).", ge=-1)
+    weight_decay: float = knob(0.0, "AdamW weight decay.", ge=0)
+    max_grad_norm: float = knob(1.0, "Gradient clipping norm.", ge=0)
+    tf32: Optional[bool] = knob(None, "TF32 matrix products; null: on with an Ampere or newer GPU.")
+    device: Optional[str] = knob(None, "cpu or cuda (null: cuda if present).")
+    lora_alpha: int = knob(16, "LoRA alpha.", ge=1)
+    lora_dropout: float = knob(0.05, "LoRA dropout.", ge=0, le=1)
+    lora_target_modules: str = knob("all-linear", "all-linear or comma-separated module names.")
+    merge_lora: bool = knob(True, "Merge the LoRA adapters into the saved model.")
+    seed: int = knob(42, "Training seed (data order, LoRA initialisation).")
+    resume: bool = knob(False, "Continue from the latest complete checkpoint.")
+    overwrite: bool = knob(False, "Replace a previous `spag train` output at the same path (nothing else).")
+    ref_on_the_fly: bool = knob(False, "Run the reference model during training (two models in memory).")
+    ref_cache_dir: Optional[PathStr] = knob(None, "Where reference log-probs are cached (null: beside the data).")
+    ref_batch_size: int = knob(8, "Rows per reference forward pass.", ge=1)
+    live_dir: Optional[PathStr] = knob(None, "dvclive directory (null: OUTPUT/../dvclive/<name of OUTPUT>).")
+    live: bool = knob(True, "Log training curves to dvclive.")
+    logging_steps: int = knob(10, "Log every N optimiser steps.", ge=1)
+    save_total_limit: int = knob(2, "Intermediate checkpoints kept.", ge=1)
+    checkpoint_dir: Optional[PathStr] = knob(None, "Intermediate checkpoints (null: OUTPUT/checkpoints).")
+    keep_checkpoints: bool = knob(False, "Keep intermediate checkpoints after a finished run.")
+    dataloader_num_workers: int = knob(0, "Data loader worker processes.", ge=0)
+    trust_remote_code: bool = knob(False, "Allow model code from the hub.")
+    show_progress: bool = knob(True, "Show progress bars.")
+
+    def resolved(self, method: str) -> TrainConfig:
+        """A copy with the method's defaults filled in (learning rate, KL coefficient)."""
+        return self.model_copy(update={
+            "learning_rate": PAPER_LEARNING_RATE[method] if self.learning_rate is None else self.learning_rate,
+            "kl_coeff": PAPER_KL_COEFF[method] if self.kl_coeff is None else self.kl_coeff})
+
+
+# ------------------------------------------------------------------------------------------ loading
+
+
+def _key(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The field names of the section at ``loc`` (for "did you mean")."""
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        annotation = getattr(field, "annotation", None)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+        else:
+            return []
+    return list(model.model_fields)
+
+
+_EXPECTED = {"bool_type": "expected true or false", "int_type": "expected an integer",
+             "float_type": "expected a number", "string_type": "expected a string",
+             "dict_type": "expected a mapping", "model_type": "expected a mapping",
+             "list_type": "expected a list", "int_from_float": "expected an integer"}
+_BOUNDS = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"), "less_than": ("<", "lt"),
+           "less_than_equal": ("<=", "le")}
+
+
+def describe(error: dict, model: type[BaseModel] = Settings) -> tuple[str, str]:
+    """(key, message) of one pydantic error, in this project's words."""
+    loc, kind, value = tuple(error["loc"]), error["type"], error.get("input")
+    if kind == "extra_forbidden":
+        near = difflib.get_close_matches(str(loc[-1]), _fields_at(model, loc[:-1]), n=1)
+        return _key(loc), "unknown key" + (f" (did you mean {near[0]}?)" if near else "")
+    if kind == "literal_error":
+        allowed = re.findall(r"'([^']*)'", error["msg"])
+        return _key(loc), f"{value!r} is not one of {', '.join(allowed)}"
+    if kind in _EXPECTED:
+        return _key(loc), f"{_EXPECTED[kind]}, got {value!r}"
+    if kind == "missing":
+        return _key(loc), "missing"
+    if kind in _BOUNDS:
+        op, bound = _BOUNDS[kind]
+        return _key(loc), f"must be {op} {error['ctx'][bound]:g}, got {value!r}"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if kind == "value_error" and ": " in message:  # a model validator naming its own key
+        inner, _, message = message.partition(": ")
+        return _key((*loc, inner)), message
+    return _key(loc), f"{message[0].lower()}{message[1:]}, got {value!r}"
+
+
+def first_error(exc: ValidationError, source: str | os.PathLike, model: type[BaseModel] = Settings) -> ParamsError:
+    """A ParamsError for the first problem of a validation, saying how many more there are."""
+    errors = exc.errors()
+    key, message = describe(errors[0], model)
+    more = len(errors) - 1
+    return ParamsError(source, key, message + (f" (and {more} more problem{'s' * (more > 1)})" if more else ""))
+
+
+def validate(params: Any, source: str | os.PathLike = "params.yaml") -> Settings:
+    """:class:`Settings` from a loaded params mapping, or ParamsError naming the first bad key."""
+    if not isinstance(params, dict):
+        raise ParamsError(source, "", f"expected a mapping of sections, got {type(params).__name__}")
+    try:
+        return Settings.model_validate(params)
+    except ValidationError as exc:
+        raise first_error(exc, source) from None
+
+
+def load_settings(path: str | os.PathLike) -> Settings:
+    """Read and validate a params file: the whole of it, or ParamsError (one line)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ParamsError(path, "", "no such file") from None
+    except (OSError, UnicodeError) as exc:
+        raise ParamsError(path, "", f"cannot be read ({exc.__class__.__name__})") from None
+    try:
+        params = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise ParamsError(path, "", f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    return validate({} if params is None else params, path)
+
+
+def existing_file(value: str, key: str, source: str | os.PathLike = "params.yaml") -> str:
+    """The file a params key names, or ParamsError when it does not exist."""
+    if not os.path.isfile(value):
+        raise ParamsError(source, key, f"no such file: {value}")
+    return value
+
+
+def to_yaml(settings: BaseModel, comments: bool = True) -> str:
+    """The settings as YAML, each key with its help as a comment."""
+    lines: list[str] = []
+    _emit(settings, 0, comments, lines)
+    return "\n".join(lines) + "\n"
+
+
+def _emit(section: BaseModel, depth: int, comments: bool, lines: list[str]) -> None:
+    pad = "  " * depth
+    for name, field in type(section).model_fields.items():
+        value = getattr(section, name)
+        help_text = f"  # {field.description}" if comments and field.description else ""
+        if isinstance(value, BaseModel):
+            lines.append(f"{pad}{name}:{help_text}")
+            _emit(value, depth + 1, comments, lines)
+        elif isinstance(value, dict):
+            lines.append(f"{pad}{name}:{help_text}")
+            for key, item in value.items():
+                inner = item.model_dump() if isinstance(item, BaseModel) else item
+                lines.append(f"{pad}  {_scalar(str(key))}: {_scalar(inner)}")
+        else:
+            lines.append(f"{pad}{name}: {_scalar(value)}{help_text}")
+
+
+def _scalar(value: Any) -> str:
+    """One value as inline YAML (strings quoted only where YAML needs it)."""
+    return yaml.safe_dump([value], default_flow_style=True, allow_unicode=True, width=10**6).strip()[1:-1]

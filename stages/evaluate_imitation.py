@@ -1,0 +1,10 @@
+"""Stage `evaluate_imitation`: the imitation model's benchmark scores, the baseline of every epoch's.
+
+The stage validates params.yaml and runs spag.pipeline.evaluate_imitation on the params it declares in dvc.yaml.
+"""
+
+from pathlib import Path
+
+from spag.pipeline import evaluate_imitation, run_stage
+
+run_stage(evaluate_imitation, Path(__file__).resolve().parent.parent)

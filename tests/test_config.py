@@ -1,0 +1,292 @@
+"""The settings schema (spag/config.py): params files, their one-line errors, `spag config`, the stages'
+declared params against dvc.yaml, and the CLI's defaults taken from the schema."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spag.config import (BACKENDS, METHODS, REDUCTIONS, SUITES, Game, ParamsError, Play, Settings, TrainConfig,
+                         TrainKnobs, TrainStep, Words, load_settings, validate)
+from spag.pipeline import STAGE_PARAMS, Declared, UndeclaredParam, declared_params
+from spag.testing import run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((ROOT / name).read_text())
+
+
+def error_of(params: dict) -> str:
+    with pytest.raises(ParamsError) as caught:
+        validate(params, "params.yaml")
+    return str(caught.value)
+
+
+# ------------------------------------------------------------------------------------------ the schema
+
+
+@pytest.mark.parametrize("name", ["params.yaml", "configs/paper.yaml"])
+def test_shipped_params_files_validate_and_keep_their_values(name):
+    settings = load_settings(ROOT / name)
+    raw = load(name)
+    assert settings.game.max_turns == raw["game"]["max_turns"]
+    assert settings.spag.learning_rate == raw["spag"]["learning_rate"]
+    assert list(settings.spag.epochs) == list(raw["spag"]["epochs"])
+
+
+def test_misspelt_key_is_named_with_a_suggestion():
+    p = load("params.yaml")
+    p["spag"]["kl_coef"] = p["spag"].pop("kl_coeff")
+    assert error_of(p) == "params.yaml: spag.kl_coef: unknown key (did you mean kl_coeff?)"
+    p = load("params.yaml")
+    p["play"]["temprature"] = 0.7
+    assert error_of(p) == "params.yaml: play.temprature: unknown key (did you mean temperature?)"
+    p = load("params.yaml")
+    p["evalute"] = p.pop("evaluate")
+    assert error_of(p) == "params.yaml: evalute: unknown key (did you mean evaluate?)"
+    p = load("params.yaml")
+    p["evaluate"]["benchmark"]["limt"] = 3
+    assert error_of(p) == "params.yaml: evaluate.benchmark.limt: unknown key (did you mean limit?)"
+
+
+@pytest.mark.parametrize("section, key, value, message", [
+    ("words", "top", "many", "words.top: expected an integer, got 'many'"),
+    ("words", "top", 2.5, "words.top: expected an integer, got 2.5"),
+    ("spag", "detach_advantage", "yes", "spag.detach_advantage: expected true or false, got 'yes'"),
+    ("play", "temperature", "hot", "play.temperature: expected a number, got 'hot'"),
+    ("game", "rules", "loose", "game.rules: 'loose' is not one of whole-word, original"),
+    ("play", "backend", "tpu", "play.backend: 'tpu' is not one of hf, vllm, openai"),
+])
+def test_wrong_type_or_choice_is_named(section, key, value, message):
+    p = load("params.yaml")
+    p[section][key] = value
+    assert error_of(p) == f"params.yaml: {message}"
+
+
+@pytest.mark.parametrize("section, key, value, message", [
+    ("spag", "clip_range", 1.5, "spag.clip_range: must be < 1, got 1.5"),
+    ("imitate", "learning_rate", 0.0, "imitate.learning_rate: must be > 0, got 0.0"),
+    ("words", "eval_fraction", 1.2, "words.eval_fraction: must be <= 1, got 1.2"),
+    ("game", "max_turns", 0, "game.max_turns: must be >= 1, got 0"),
+    ("reward", "loser_reward", 0.5, "reward.loser_reward: must be <= 0, got 0.5"),
+])
+def test_out_of_range_value_is_named(section, key, value, message):
+    p = load("params.yaml")
+    p[section][key] = value
+    assert error_of(p) == f"params.yaml: {message}"
+
+
+def test_epochs_must_start_from_an_earlier_checkpoint():
+    p = load("params.yaml")
+    p["spag"]["epochs"]["2"] = {"previous": "epoch_2"}
+    assert error_of(p) == "params.yaml: spag.epochs.2.previous: 'epoch_2' is not one of epoch_1, imitation"
+
+
+def test_several_problems_report_the_first_and_count_the_rest():
+    p = load("params.yaml")
+    p["spag"]["kl_coef"] = 0.1
+    p["play"]["top_k"] = -1
+    assert error_of(p).endswith("(and 1 more problem)")
+
+
+def test_a_file_that_is_no_yaml_mapping_is_one_line(tmp_path):
+    bad = tmp_path / "params.yaml"
+    bad.write_text("spag: [\n")
+    with pytest.raises(ParamsError, match=r"params.yaml: line 2: not valid YAML"):
+        load_settings(bad)
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(ParamsError, match="expected a mapping of sections, got list"):
+        load_settings(bad)
+
+
+def test_names_kept_without_torch_match_the_library():
+    from spag.evaluate.benchmark import SUITES as BENCHMARK_SUITES
+    from spag.players import BACKENDS as PLAYER_BACKENDS
+    from spag.train.losses import METHODS as LOSS_METHODS
+    from spag.train.losses import REDUCTIONS as LOSS_REDUCTIONS
+
+    assert METHODS == LOSS_METHODS and REDUCTIONS == LOSS_REDUCTIONS
+    assert set(SUITES) == set(BENCHMARK_SUITES)
+    assert set(BACKENDS) == set(PLAYER_BACKENDS) - {"human"}
+
+
+def test_play_config_is_built_from_the_sections():
+    config = Play(temperature=0.5, top_k=7, max_new_tokens=9, batch_size=3).play_config(
+        Game(max_turns=2, rules="original"), seed=11)
+    assert (config.max_turns, config.rules, config.seed) == (2, "original", 11)
+    assert (config.temperature, config.top_k, config.max_new_tokens, config.batch_size) == (0.5, 7, 9, 3)
+    assert not config.coached_attacker  # self-play uses no teacher strategy
+
+
+def test_train_config_fills_the_papers_defaults_by_method():
+    assert TrainConfig().resolved("offline-po").learning_rate == 2e-6
+    assert TrainConfig().resolved("sft-kl").kl_coeff == 0.1
+    assert TrainConfig(kl_coeff=0.3).resolved("sft-kl").kl_coeff == 0.3
+    with pytest.raises(ValueError, match="lr_scheduler"):
+        TrainConfig(lr_scheduler="cosine_restarts")
+
+
+# ------------------------------------------------------------------------------------------ spag config
+
+
+def spag(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "spag.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd)
+
+
+def test_config_check_accepts_the_shipped_files_and_names_a_typo(tmp_path):
+    ok = spag("config", "check", ROOT / "configs/paper.yaml")
+    assert ok.returncode == 0, ok.stderr
+    assert "paper.yaml: valid" in ok.stderr and "3 SPAG epochs" in ok.stderr
+    p = load("params.yaml")
+    p["spag"]["kl_coef"] = p["spag"].pop("kl_coeff")
+    typo = tmp_path / "params.yaml"
+    typo.write_text(yaml.safe_dump(p))
+    bad = spag("config", "check", typo)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip() == f"error: {typo}: spag.kl_coef: unknown key (did you mean kl_coeff?)"
+    missing = spag("config", "check", tmp_path / "nowhere.yaml")
+    assert missing.returncode == 2 and missing.stderr.strip().endswith("nowhere.yaml: no such file")
+
+
+def test_config_show_prints_the_resolved_settings(tmp_path):
+    (tmp_path / "params.yaml").write_text("game:\n  max_turns: 3\nspag:\n  epochs:\n    '1': {previous: imitation}\n")
+    shown = spag("config", "show", cwd=tmp_path)  # ./params.yaml by default
+    assert shown.returncode == 0, shown.stderr
+    resolved = yaml.safe_load(shown.stdout)
+    assert resolved["game"]["max_turns"] == 3  # the file's value
+    assert resolved["play"]["temperature"] == Play().temperature  # a default for what it leaves out
+    assert resolved == Settings.model_validate(resolved).model_dump()  # the output is itself a valid file
+    assert validate(resolved).model_dump() == load_settings(tmp_path / "params.yaml").model_dump()
+    shipped = yaml.safe_load(spag("config", "show", ROOT / "params.yaml", "--no-comments").stdout)
+    assert shipped == load_settings(ROOT / "params.yaml").model_dump()
+
+
+# ------------------------------------------------------------------------------------------ the CLI
+
+
+def cli_option(command: str, flag: str):
+    import typer
+
+    from spag.cli import app
+
+    click_command = typer.main.get_command(app).commands[command]
+    return next(p for p in click_command.params if flag in p.opts)
+
+
+@pytest.mark.parametrize("command, flag, section, name", [
+    ("play", "--top-k", Play, "top_k"),
+    ("play", "--max-turns", Game, "max_turns"),
+    ("train", "--clip-range", TrainConfig, "clip_range"),
+    ("train", "--lr", TrainConfig, "learning_rate"),
+    ("words", "--top", Words, "top"),
+])
+def test_cli_options_take_default_and_help_from_the_schema(command, flag, section, name):
+    option = cli_option(command, flag)
+    field = section.model_fields[name]
+    assert option.default == field.default and option.help == field.description
+    assert option.show_default
+
+
+def test_cli_help_shows_the_schemas_default():
+    result = run_cli("words", "--help")
+    assert result.code == 0
+    assert f"[default: {Words().top}]" in result.stdout and "[default: 0.1]" in result.stdout
+
+
+def test_cli_values_are_checked_by_the_schema(tmp_path):
+    (tmp_path / "e.json").write_text("[]")
+    result = run_cli("reward", str(tmp_path / "e.json"), "-o", str(tmp_path / "r.jsonl"), "--decay", "0")
+    assert result.code == 2
+    assert result.error_lines() == ["error: --decay: must be > 0, got 0.0"]
+    result = run_cli("reward", str(tmp_path / "e.json"), "-o", str(tmp_path / "r.jsonl"), "--loser-reward", "0.5")
+    assert result.code == 2 and len(result.error_lines()) == 1 and "--loser-reward" in result.error_lines()[0]
+
+
+# --------------------------------------------------------------------- the stages and their declared params
+
+
+def declared_in_dvc_yaml() -> dict[str, list[str]]:
+    stages = load("dvc.yaml")["stages"]
+    return {name: (stage.get("do", stage)).get("params", []) for name, stage in stages.items()}
+
+
+def test_dvc_yaml_declares_exactly_the_params_each_stage_reads():
+    dvc = declared_in_dvc_yaml()
+    assert set(dvc) == set(STAGE_PARAMS)
+    for name, keys in STAGE_PARAMS.items():
+        assert dvc[name] == [key.replace("{epoch}", "${key}") for key in keys], name
+
+
+def test_every_declared_key_exists_in_the_schema():
+    settings = Settings().model_dump()
+    for name in STAGE_PARAMS:
+        for key in declared_params(name, epoch="1"):
+            node = settings
+            for part in key.split("."):
+                assert part in node, f"{name}: {key}"
+                node = node[part]
+
+
+def test_training_stages_track_every_training_knob():
+    # deepspeed and launcher included: changing them makes train@N (and imitate) stale
+    for name, section in (("train", "spag"), ("imitate", "imitate")):
+        keys = set(STAGE_PARAMS[name])
+        assert {f"{section}.{k}" for k in TrainStep.model_fields} <= keys
+        assert {f"{section}.deepspeed", f"{section}.launcher"} <= keys
+
+
+def test_a_stage_cannot_read_a_key_it_does_not_declare():
+    view = Declared(Settings(), frozenset(declared_params("reward", "2")), "reward")
+    assert view.reward.decay == Settings().reward.decay and view.spag.control is False
+    assert view.game.rules == "whole-word"
+    with pytest.raises(UndeclaredParam, match="stage reward reads spag.learning_rate"):
+        view.spag.learning_rate
+    with pytest.raises(UndeclaredParam, match="reads game.max_turns"):
+        view.game.max_turns
+    train = Declared(Settings(), frozenset(declared_params("train", "2")), "train")
+    assert train.spag.epochs["2"].previous == "epoch_1"
+    with pytest.raises(UndeclaredParam, match="reads spag.epochs.1"):
+        train.spag.epochs["1"]
+    assert {k for k in TrainKnobs.model_fields if getattr(train.spag, k) is not None}
+
+
+def test_a_stage_started_on_a_params_file_with_a_typo_exits_2_naming_the_key(tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "stages", project / "stages")
+    p = load("params.yaml")
+    p["spag"]["kl_coef"] = p["spag"].pop("kl_coeff")
+    (project / "params.yaml").write_text(yaml.safe_dump(p))
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    for stage in (["words.py"], ["reward.py", "1"]):  # the typo is in a section neither stage reads
+        result = subprocess.run([sys.executable, f"stages/{stage[0]}", *stage[1:]], cwd=project, env=env,
+                                capture_output=True, text=True)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip() == "error: params.yaml: spag.kl_coef: unknown key (did you mean kl_coeff?)"
+    assert not (project / "data").exists()
+
+
+def test_under_a_launcher_the_training_settings_travel_as_a_file(tmp_path):
+    import json
+
+    from spag.testing import make_tiny_checkpoint
+    from spag.train.launch import launch
+    from spag.train.trainer import read_summary
+
+    tiny = make_tiny_checkpoint(tmp_path / "tiny")
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Say {w}.", "completion": w, "kind": "sft"}) + "\n"
+                            for w in ("one", "two", "three")))
+    config = TrainConfig(max_steps=1, batch_size=2, grad_accum=1, max_length=64, learning_rate=1e-3,
+                         live=False, show_progress=False, sft_coeff=0.25)
+    launch(sys.executable, "sft", tiny, data, tmp_path / "out", config)  # `python -m spag.train.launch FILE`
+    summary = read_summary(tmp_path / "out")
+    assert summary["steps"] == 1 and summary["config"]["sft_coeff"] == 0.25
+    assert not list(tmp_path.glob(".*train-job.json"))  # the job file is gone
