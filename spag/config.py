@@ -81,6 +81,11 @@ class Words(Section):
     skip_stop_words: bool = knob(True, "Drop function words (the original's list keeps them).")
 
 
+def default(section: type[BaseModel], name: str) -> Any:
+    """The schema's default of ``section.name``: for library objects that mirror a section's knobs."""
+    return section.model_fields[name].default
+
+
 class Game(Section):
     max_turns: int = knob(5, "Rounds per game, an attacker and a defender utterance each (the paper: 5).", ge=1)
     rules: Literal[RULE_SETS] = knob(WHOLE_WORD, "The judge: whole-word (whole words, every inflection) or "

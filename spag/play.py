@@ -34,9 +34,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spag.config import Game, Sampling, default
 from spag.game.episodes import EpisodeStore
 from spag.game.prompts import Template, build_prompt, next_role, play_template
-from spag.game.rules import ATTACKER, OUTCOMES, WHOLE_WORD, check_rules, judge
+from spag.game.rules import ATTACKER, OUTCOMES, check_rules, judge
 from spag.io import DataError
 from spag.players.base import STOP_STRINGS, Player, Speaker, Turn, clean_reply, derive_seed
 from spag.teacher import speakers
@@ -49,21 +50,21 @@ SETTINGS_CHECKED_ON_RESUME = ("max_turns", "temperature", "top_k", "max_new_toke
 
 @dataclass
 class PlayConfig:
-    max_turns: int = 5
-    temperature: float = 1.2      # 0 means greedy
-    top_k: int = 50
-    max_new_tokens: int = 256
-    min_new_tokens: int = 2
+    max_turns: int = default(Game, "max_turns")
+    temperature: float = default(Sampling, "temperature")  # 0 means greedy
+    top_k: int = default(Sampling, "top_k")
+    max_new_tokens: int = default(Sampling, "max_new_tokens")
+    min_new_tokens: int = default(Sampling, "min_new_tokens")
     seed: int = 0
-    batch_size: int = 32
+    batch_size: int = default(Sampling, "batch_size")
     examples: bool = False        # worked examples in the play prompt, for a weak teacher
     empty_retries: int = 2        # resamples of a reply that comes back empty
     # Teacher strategies (off in self-play; see spag.teacher):
     foul_retries: int = 0         # resamples of an attacker utterance that breaks the rules
     coached_attacker: bool = False  # attacker lines describe the word when asked to, the word blanked out
     final_guess: bool = False     # the defender's last utterance is a dictionary guess
-    rules: str = WHOLE_WORD       # the judge's rule set: whole-word, or original (the original code's)
-    templates: str | None = None  # a templates file (spag/game/templates.yaml format); None: the shipped one
+    rules: str = default(Game, "rules")  # the judge's rule set: whole-word, or original (the original code's)
+    templates: str | None = default(Game, "templates")  # a templates file; None: the shipped one
 
     def __post_init__(self):
         if self.max_turns < 1:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from spag.config import Reward, default
 from spag.game.episodes import validate_episode
 from spag.game.prompts import training_prompt_with_bounds
 from spag.game.rules import (
@@ -53,7 +54,7 @@ from spag.io import DataError, collect_or_raise, read_records, write_table_atomi
 from spag.rows import GAME, RAW_PROMPT, SFT, check_output, write_rows
 from spag.sft import load_sft, prompt_completion
 
-DEFAULT_DECAY = 0.8
+DEFAULT_DECAY = default(Reward, "decay")
 
 
 # ------------------------------------------------------------------------------------------- the maths
@@ -180,10 +181,10 @@ class RewardOptions:
     """
 
     decay: float = DEFAULT_DECAY
-    foul_penalty: float = 0.0
-    loser_reward: float = 0.0
-    role_baseline: bool = False
-    keep_truncated: bool = False
+    foul_penalty: float = default(Reward, "foul_penalty")
+    loser_reward: float = default(Reward, "loser_reward")
+    role_baseline: bool = default(Reward, "role_baseline")
+    keep_truncated: bool = default(Reward, "keep_truncated")
 
     def __post_init__(self):
         if self.decay <= 0:
