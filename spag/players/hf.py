@@ -360,8 +360,9 @@ class HFPlayer:
             return None
         _register_decode_attention()
         self.model.set_attn_implementation(_DECODE_ATTENTION)
-        self._decode_attention = True
-        return current
+        # A model that cannot switch at run time keeps its attention (transformers logs why).
+        self._decode_attention = self.model.config._attn_implementation == _DECODE_ATTENTION
+        return current if self._decode_attention else None
 
     def _kv_dtype(self, dtype):
         """The cache's dtype: float32 on CPU whatever the model's (with the decode attention above).
