@@ -110,6 +110,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
+    import transformers
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -125,7 +126,9 @@ def main() -> None:
                         seed=args.seed, batch_size=args.batch_size)
     player = HFPlayer.from_pretrained(model_path, device="cpu", dtype=args.dtype)
     print(f"model {model_path.name} ({sum(p.numel() for p in player.model.parameters()) / 1e6:.0f}M params, "
-          f"{next(player.model.parameters()).dtype}), {torch.get_num_threads()} threads, "
+          f"{next(player.model.parameters()).dtype}), torch {torch.__version__}, transformers "
+          f"{transformers.__version__} ({'batched engine' if player.fast else 'fallback: model.generate'}), "
+          f"{torch.get_num_threads()} threads, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
     print(f"{len(words)} words, max_turns {config.max_turns}, max_new_tokens {config.max_new_tokens}, "
           f"temperature {config.temperature}, top_k {config.top_k}, batch {config.batch_size}")

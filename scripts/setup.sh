@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
-# Create .venv and install spag with everything it needs. Idempotent: re-runs only when pyproject changes.
-# On a machine with no NVIDIA GPU, torch 2.13.0 (CPU build) is installed first so that pip never pulls a
-# multi-GB CUDA build to satisfy the plain `torch` requirement.
+# Create .venv and install exactly the pinned versions of requirements/ (see requirements/lock.sh), then
+# spag itself. Idempotent: re-runs only when the lock, pyproject or this script change.
+#   no NVIDIA GPU: requirements/cpu.txt (torch's CPU build, so pip never pulls a multi-GB CUDA build)
+#   a working nvidia-smi: requirements/gpu.txt (adds vllm and deepspeed, with the torch they pin)
+# VENV and LOCK override both choices, e.g. VENV=.venv-oldtf LOCK=requirements/cpu-oldtf.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
+if [ -z "${LOCK:-}" ]; then
+  LOCK=requirements/cpu.txt
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
+    LOCK=requirements/gpu.txt
+  fi
+fi
 stamp="$VENV/.spag-installed"
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml scripts/setup.sh "$LOCK" | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 pip="$VENV/bin/python -m pip"
 $pip install --quiet --upgrade pip
-extras="dev"
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
-  extras="dev,gpu"
-else
-  $pip install --quiet "torch==2.13.0"
-fi
-$pip install --quiet -e ".[$extras]"
+# The lock names every package; pip installs those versions and checks they fit together.
+$pip install --quiet -r "$LOCK"
+$pip install --quiet --no-deps -e .
 echo "$want" > "$stamp"
-echo "[setup] installed spag[$extras] into $VENV"
+echo "[setup] installed $LOCK and spag into $VENV"

@@ -222,6 +222,29 @@ def test_bfloat16_model_on_the_fast_path(tiny_dir):
     assert player.model.config._attn_implementation == "sdpa"  # the decode attention was only borrowed
 
 
+def test_this_transformers_runs_the_fast_path(player):
+    """CI runs this file under both locks' transformers: the batched engine, not the fallback, must run."""
+    import transformers
+
+    from spag.players.hf import missing_fast_path_api
+
+    assert missing_fast_path_api() is None, transformers.__version__
+    assert player.fast
+
+
+def test_a_transformers_without_the_fast_path_api_falls_back_to_generate(player, monkeypatch):
+    import transformers.cache_utils
+
+    prompts = _prompts()[:2]
+    fast = player.generate(prompts, temperature=0, max_new_tokens=6, min_new_tokens=0)
+    monkeypatch.delattr(transformers.cache_utils, "DynamicLayer")
+    with pytest.warns(UserWarning, match=r"transformers lacks transformers\.cache_utils\.DynamicLayer"):
+        fallback = HFPlayer(player.model, player.tokenizer)
+    assert not fallback.fast
+    replies = fallback.generate(prompts, temperature=0, max_new_tokens=6, min_new_tokens=0)
+    assert [r.text for r in replies] == [r.text for r in fast]
+
+
 def test_prompt_store_keeps_within_its_budget():
     import numpy as np
 

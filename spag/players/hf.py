@@ -18,12 +18,17 @@ again, padding, and decoding rows that already finished. This backend runs its o
   games share its batch.
 
 Models whose attention is not plain causal self-attention in every layer (sliding windows, state
-space layers) go through ``model.generate`` one prompt at a time instead: correct, slower.
+space layers) go through ``model.generate`` one prompt at a time instead: correct, slower. So does
+every model under a transformers release that lacks a piece the loop builds on
+(:func:`missing_fast_path_api`); CI runs the player tests under the transformers of both locks.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -83,6 +88,37 @@ class _KVStore:
 
     def clear(self) -> None:
         self.entries.clear()
+
+
+# What the fast path builds on, module by module. transformers 5.19 (the GPU lock's) to 5.23 (the CPU
+# lock's) have all of it; a release without one piece gets the model.generate path and a warning.
+_FAST_PATH_API = {
+    "transformers.cache_utils": ("Cache", "DynamicCache", "DynamicLayer"),
+    "transformers": ("AttentionInterface", "AttentionMaskInterface"),
+    "transformers.masking_utils": ("sdpa_mask",),
+    "transformers.integrations.sdpa_attention": ("sdpa_attention_forward",),
+    "transformers.modeling_utils": ("PreTrainedModel",),
+}
+
+
+def missing_fast_path_api() -> str | None:
+    """The first piece of the transformers API that the fast path needs and this install lacks, or None."""
+    for module_name, names in _FAST_PATH_API.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            return module_name
+        for name in names:
+            if not hasattr(module, name):
+                return f"{module_name}.{name}"
+    from transformers.cache_utils import Cache
+    from transformers.modeling_utils import PreTrainedModel
+
+    if "layers" not in inspect.signature(Cache.__init__).parameters:
+        return "transformers.cache_utils.Cache(layers=...)"
+    if not hasattr(PreTrainedModel, "set_attn_implementation"):
+        return "transformers.PreTrainedModel.set_attn_implementation"
+    return None
 
 
 def _buffer_layer_class():
@@ -201,11 +237,12 @@ class HFPlayer:
         self.name = name or str(getattr(model, "name_or_path", "") or type(model).__name__)
         self.max_batch = max_batch
         self.prefill_tokens = prefill_tokens
-        self.fast = supports_fast_path(model.config)
+        self.fast = supports_fast_path(model.config) and self._transformers_has_fast_path()
         self._store = _KVStore(int(prefix_cache_gb * 2**30))
         self._keep_between_calls = prefix_cache_gb > 0
         self._end_ids = self._turn_end_ids()
         self._kv_layout = None
+        self._decode_attention = False    # whether this call borrowed _decode_attention (see generate)
         # Counters for benchmarks: prompt tokens encoded, prompt tokens reused, tokens generated.
         self.counters = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
 
@@ -218,6 +255,14 @@ class HFPlayer:
         return cls(loaded, tokenizer, name=name or str(model), **options)
 
     # -------------------------------------------------------------------------------------- helpers
+
+    @staticmethod
+    def _transformers_has_fast_path() -> bool:
+        missing = missing_fast_path_api()
+        if missing is not None:
+            warnings.warn(f"transformers lacks {missing}: the hf player falls back to model.generate, "
+                          "one prompt at a time (correct, slower)", stacklevel=3)
+        return missing is None
 
     @property
     def device(self):
@@ -282,7 +327,8 @@ class HFPlayer:
                         replies[i] = reply
         finally:
             if swap is not None:
-                self.model.config._attn_implementation = swap
+                self.model.set_attn_implementation(swap)
+                self._decode_attention = False
             if not self._keep_between_calls:
                 self._store.clear()
         self.counters["generated_tokens"] += sum(r.n_tokens for r in replies if r is not None)
@@ -313,8 +359,10 @@ class HFPlayer:
         if not self.fast or current != "sdpa" or self.device.type != "cpu":
             return None
         _register_decode_attention()
-        self.model.config._attn_implementation = _DECODE_ATTENTION
-        return current
+        self.model.set_attn_implementation(_DECODE_ATTENTION)
+        # A model that cannot switch at run time keeps its attention (transformers logs why).
+        self._decode_attention = self.model.config._attn_implementation == _DECODE_ATTENTION
+        return current if self._decode_attention else None
 
     def _kv_dtype(self, dtype):
         """The cache's dtype: float32 on CPU whatever the model's (with the decode attention above).
@@ -324,7 +372,7 @@ class HFPlayer:
         """
         import torch
 
-        if self.device.type == "cpu" and self.model.config._attn_implementation == _DECODE_ATTENTION:
+        if self.device.type == "cpu" and self._decode_attention:
             return torch.float32
         return dtype
 
