@@ -2,7 +2,7 @@
 
     python bench/play.py [--model DIR] [--words 32] [--max-turns 3] [--max-new-tokens 32]
                          [--batch-size 32] [--temperature 1.2] [--top-k 50] [--seed 0]
-                         [--dtype bfloat16|float32] [--threads N] [--baseline-words N]
+                         [--dtype auto|bfloat16|float32] [--threads N] [--baseline-words N]
 
 Target: the batched engine collects episodes at least 10x faster than the baseline on CPU with the
 embedded model (SmolLM2-135M-Instruct; 32 words, 3 turns).
@@ -103,7 +103,8 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.2)
     parser.add_argument("--top-k", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", default="bfloat16", help="bfloat16 (default: what the pipeline plays in) or float32")
+    parser.add_argument("--dtype", default="auto", help="auto (what the pipeline plays in: bfloat16 where the CPU "
+                                                        "has it natively, else float32), bfloat16 or float32")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--baseline-words", type=int, default=32, help="words the baseline plays")
     parser.add_argument("--skip-baseline", action="store_true")

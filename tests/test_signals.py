@@ -37,12 +37,21 @@ class SignallingPlayer:
                 for p in prompts]
 
 
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler (KeyboardInterrupt), as in an interactive run: a shell starts background
+    jobs with SIGINT ignored, and Python then leaves it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def config():
     return PlayConfig(max_turns=3, batch_size=len(WORDS) + 1)  # no shard before the end: only a flush writes
 
 
 @pytest.mark.parametrize("signum, raised", [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)])
-def test_a_signal_flushes_the_finished_games_and_resume_completes_the_run(tmp_path, signum, raised):
+def test_a_signal_flushes_the_finished_games_and_resume_completes_the_run(tmp_path, signum, raised, python_sigint):
     out = tmp_path / "episodes"
     with graceful_termination(), pytest.raises(raised):
         play_games(SignallingPlayer(at=3, signum=signum), SignallingPlayer(), WORDS, config(), output=out,
