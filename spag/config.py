@@ -86,6 +86,19 @@ def default(section: type[BaseModel], name: str) -> Any:
     return section.model_fields[name].default
 
 
+def check(section: type[BaseModel], **values: Any) -> None:
+    """Check ``values`` against the fields of ``section``: ValueError naming the first one it refuses.
+
+    Library objects that mirror a section's knobs (:class:`spag.play.PlayConfig`,
+    :class:`spag.rewards.RewardOptions`) check their values here, against the same ranges as a params file.
+    """
+    try:
+        section(**values)
+    except ValidationError as exc:
+        key, message = describe(exc.errors()[0], section)
+        raise ValueError(f"{key}: {message}") from None
+
+
 class Game(Section):
     max_turns: int = knob(5, "Rounds per game, an attacker and a defender utterance each (the paper: 5).", ge=1)
     rules: Literal[RULE_SETS] = knob(WHOLE_WORD, "The judge: whole-word (whole words, every inflection) or "

@@ -34,10 +34,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spag.config import Game, Sampling, default
+from spag.config import Game, Sampling, Teacher, check, default
 from spag.game.episodes import EpisodeStore
 from spag.game.prompts import Template, build_prompt, next_role, play_template
-from spag.game.rules import ATTACKER, OUTCOMES, check_rules, judge
+from spag.game.rules import ATTACKER, OUTCOMES, judge
 from spag.io import DataError
 from spag.players.base import STOP_STRINGS, Player, Speaker, Turn, clean_reply, derive_seed
 from spag.teacher import speakers
@@ -67,15 +67,12 @@ class PlayConfig:
     templates: str | None = default(Game, "templates")  # a templates file; None: the shipped one
 
     def __post_init__(self):
-        if self.max_turns < 1:
-            raise ValueError("max_turns must be at least 1")
-        if self.batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
-        if self.max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be at least 1")
-        if self.empty_retries < 0 or self.foul_retries < 0:
-            raise ValueError("empty_retries and foul_retries cannot be negative")
-        check_rules(self.rules)
+        check(Game, max_turns=self.max_turns, rules=self.rules, templates=self.templates)
+        check(Teacher, temperature=self.temperature, top_k=self.top_k, max_new_tokens=self.max_new_tokens,
+              min_new_tokens=self.min_new_tokens, batch_size=self.batch_size, examples=self.examples,
+              foul_retries=self.foul_retries, coached_attacker=self.coached_attacker, final_guess=self.final_guess)
+        if self.empty_retries < 0:
+            raise ValueError(f"empty_retries: must be >= 0, got {self.empty_retries!r}")
 
     @property
     def template(self) -> Template:

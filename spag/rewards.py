@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from spag.config import Reward, default
+from spag.config import Reward, check, default
 from spag.game.episodes import validate_episode
 from spag.game.prompts import training_prompt_with_bounds
 from spag.game.rules import (
@@ -187,12 +187,8 @@ class RewardOptions:
     keep_truncated: bool = default(Reward, "keep_truncated")
 
     def __post_init__(self):
-        if self.decay <= 0:
-            raise ValueError(f"decay must be positive, got {self.decay}")
-        if self.foul_penalty < 0:
-            raise ValueError(f"foul_penalty must be >= 0 (it is subtracted), got {self.foul_penalty}")
-        if self.loser_reward > 0:
-            raise ValueError(f"loser_reward must be <= 0, got {self.loser_reward}")
+        check(Reward, decay=self.decay, foul_penalty=self.foul_penalty, loser_reward=self.loser_reward,
+              role_baseline=self.role_baseline, keep_truncated=self.keep_truncated)
 
 
 def _is_garbage(utterance: Mapping) -> str | None:

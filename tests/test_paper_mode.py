@@ -123,7 +123,7 @@ def test_play_judges_by_the_rules_of_the_config():
 
 
 def test_play_config_rejects_unknown_rules():
-    with pytest.raises(ValueError, match="unknown rules 'loose'"):
+    with pytest.raises(ValueError, match="rules: 'loose' is not one of whole-word, original"):
         PlayConfig(rules="loose")
 
 

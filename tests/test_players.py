@@ -245,6 +245,47 @@ def test_a_transformers_without_the_fast_path_api_falls_back_to_generate(player,
     assert [r.text for r in replies] == [r.text for r in fast]
 
 
+def test_linear_layers_computed_weight_first_give_nn_linear_results(player):
+    from spag.players.hf import _WEIGHT_FIRST_ROWS, _weight_first, _weight_first_linear
+
+    torch.manual_seed(0)
+    for bias in (False, True):
+        layer = torch.nn.Linear(24, 40, bias=bias)
+        for shape in [(3, 24), (5, 1, 24), (2, 7, 24), (_WEIGHT_FIRST_ROWS + 1, 24)]:
+            x = torch.randn(shape)
+            out = _weight_first_linear(layer, x)
+            assert out.shape == shape[:-1] + (40,)
+            torch.testing.assert_close(out, layer(x), rtol=1e-5, atol=1e-6)
+    linears = [m for m in player.model.modules() if type(m) is torch.nn.Linear]
+    with _weight_first(player.model):
+        assert all("forward" in vars(m) for m in linears)
+    # After a call (which borrows them on CPU) every layer has nn.Linear's own forward back.
+    player.generate(_prompts()[:2], temperature=0, max_new_tokens=3)
+    assert not any("forward" in vars(m) for m in linears)
+
+
+def test_decode_attention_reads_the_shared_slots_once_with_the_same_result():
+    from spag.players.hf import _decode_attention, _shared_slots
+
+    torch.manual_seed(0)
+    batch, heads, kv_heads, length, dim, shared = 4, 6, 2, 20, 8, 9
+    query = torch.randn(batch, heads, 1, dim)
+    key, value = torch.randn(batch, kv_heads, length, dim), torch.randn(batch, kv_heads, length, dim)
+    key[:, :, :shared], value[:, :, :shared] = key[:1, :, :shared], value[:1, :, :shared]
+    mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
+    mask[1, ..., shared : shared + 3] = False  # padding between the shared prefix and a row's own part
+    module = SimpleNamespace()
+    plain, _ = _decode_attention(module, query, key, value, mask)
+    with _shared_slots(shared):
+        split, _ = _decode_attention(module, query, key, value, mask)
+    torch.testing.assert_close(split, plain, rtol=1e-5, atol=1e-6)
+    # Only row 0's copy of the shared slots is read: the others' copies make no difference.
+    key[1:, :, :shared] = 0.0
+    with _shared_slots(shared):
+        unread, _ = _decode_attention(module, query, key, value, mask)
+    torch.testing.assert_close(unread, plain, rtol=1e-5, atol=1e-6)
+
+
 def test_prompt_store_keeps_within_its_budget():
     import numpy as np
 

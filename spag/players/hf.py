@@ -12,6 +12,10 @@ again, padding, and decoding rows that already finished. This backend runs its o
 * prompts are encoded in groups of similar remaining length, left-padded, with explicit position ids
   and masks, so a padded row computes exactly what it would compute alone;
 * keys and values live in preallocated buffers written in place: no concatenation per step;
+* the shared prefix sits in the same first slots of every row, so a decoding step reads its keys and
+  values once for the whole batch rather than once per row (see :func:`_decode_attention`);
+* on CPU, a decoding step's linear layers compute ``W @ xᵀ`` rather than ``x @ Wᵀ``: the same
+  product, which MKL runs much faster when x has a few rows (see :func:`_weight_first`);
 * a row stops costing compute once it ends its turn: finished rows are dropped from the batch and
   from the buffers as they accumulate;
 * each row samples from its own seeded generator, so a game's reply does not depend on which other
@@ -25,17 +29,21 @@ every model under a transformers release that lacks a piece the loop builds on
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import inspect
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 
 from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at_next_speaker, per_prompt_seeds
 
 _TAIL_TOKENS = 12          # tokens decoded each step to look for a stop string
 _MIN_PREFIX = 8            # shorter common prefixes are not worth reusing
+_WEIGHT_FIRST_ROWS = 256   # linear layers over at most this many rows compute W @ xᵀ (see _weight_first)
 
 
 # ------------------------------------------------------------------------------------------ KV store
@@ -161,6 +169,9 @@ def _buffer_layer_class():
 
 
 _DECODE_ATTENTION = "spag_decode"
+# How many leading cache slots hold the same keys/values in every row (the batch's shared prefix),
+# set by the decoding loop for :func:`_decode_attention`.
+_SHARED_SLOTS = contextvars.ContextVar("spag_shared_slots", default=0)
 
 
 def _decode_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -168,6 +179,8 @@ def _decode_attention(module, query, key, value, attention_mask, dropout=0.0, sc
 
     On CPU, SDPA's kernel is slow for a single query against a long, masked cache (ten times slower
     than this in bfloat16); prompts (several queries) still go through SDPA, with grouped heads.
+    The first ``_SHARED_SLOTS`` slots hold the same keys and values in every row: they are read from
+    row 0 only, as one matrix product for the whole batch (reading the cache is most of the cost).
     Anything unusual (no mask, an additive mask, soft-capping, attention sinks) goes to HF's SDPA.
     """
     import torch
@@ -189,13 +202,37 @@ def _decode_attention(module, query, key, value, attention_mask, dropout=0.0, sc
     batch, heads, _, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
     scale = scaling if scaling is not None else dim ** -0.5
-    grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)
-    scores = torch.matmul(grouped, key.transpose(-1, -2)).float() * scale      # (batch, kv, group, length)
+    group = heads // kv_heads
+    grouped = query.reshape(batch, kv_heads, group, dim)
+    shared = min(_SHARED_SLOTS.get(), length) if batch > 1 else 0
+
+    def across_batch(x):  # (batch, kv, group, n) <-> (kv, batch * group, n)
+        return x.transpose(0, 1).reshape(kv_heads, batch * group, x.shape[-1])
+
+    def back(x):
+        return x.reshape(kv_heads, batch, group, x.shape[-1]).transpose(0, 1)
+
+    scores = torch.matmul(grouped, key[:, :, shared:].transpose(-1, -2))       # (batch, kv, group, length)
+    if shared:
+        prefix = back(torch.matmul(across_batch(grouped), key[0, :, :shared].transpose(-1, -2)))
+        scores = torch.cat([prefix, scores], dim=-1)
+    scores = scores.float() * scale
     mask = attention_mask[..., -length:].reshape(batch, 1, 1, length)
     scores = scores.masked_fill(~mask, float("-inf"))
     probs = scores.softmax(dim=-1).to(value.dtype)
-    out = torch.matmul(probs, value)                                            # (batch, kv, group, dim)
+    out = torch.matmul(probs[..., shared:], value[:, :, shared:])              # (batch, kv, group, dim)
+    if shared:
+        out = out + back(torch.matmul(across_batch(probs[..., :shared]), value[0, :, :shared]))
     return out.reshape(batch, 1, heads, dim).to(out_dtype), None
+
+
+@contextmanager
+def _shared_slots(count: int) -> Iterator[None]:
+    token = _SHARED_SLOTS.set(count)
+    try:
+        yield
+    finally:
+        _SHARED_SLOTS.reset(token)
 
 
 def _register_decode_attention() -> None:
@@ -204,6 +241,41 @@ def _register_decode_attention() -> None:
 
     AttentionInterface.register(_DECODE_ATTENTION, _decode_attention)
     AttentionMaskInterface.register(_DECODE_ATTENTION, sdpa_mask)
+
+
+def _weight_first_linear(module, x):
+    """``module(x)`` for an ``nn.Linear``: ``W @ xᵀ`` (transposed back, not copied) when x has few rows."""
+    import torch
+
+    if x.numel() > _WEIGHT_FIRST_ROWS * x.shape[-1]:
+        return torch.nn.functional.linear(x, module.weight, module.bias)
+    rows = x.reshape(-1, x.shape[-1]).t()
+    out = torch.mm(module.weight, rows) if module.bias is None else \
+        torch.addmm(module.bias[:, None], module.weight, rows)
+    return out.t().reshape(*x.shape[:-1], module.weight.shape[0])
+
+
+@contextmanager
+def _weight_first(model) -> Iterator[None]:
+    """Route the model's plain ``nn.Linear`` layers through :func:`_weight_first_linear` meanwhile.
+
+    On a 2-core AVX2 CPU in float32, SmolLM2's linear layers took 1.5x longer as ``x @ Wᵀ`` (what
+    ``nn.Linear`` asks of MKL) than as ``W @ xᵀ`` for 32 rows (one decoding step of a batch of 32); for
+    one row both are the same matrix-vector product. Over many rows (a group of prompts) the
+    transposed result slowed the layers after it more than the product gained, so inputs over
+    ``_WEIGHT_FIRST_ROWS`` rows keep ``nn.Linear``'s own path. Layers that already carry their own
+    ``forward`` (hooks of accelerate, adapters) and subclasses are left alone.
+    """
+    import torch
+
+    layers = [m for m in model.modules() if type(m) is torch.nn.Linear and "forward" not in vars(m)]
+    for layer in layers:
+        layer.forward = partial(_weight_first_linear, layer)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward
 
 
 def supports_fast_path(config) -> bool:
@@ -317,8 +389,9 @@ class HFPlayer:
         settings = dict(temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
                         min_new_tokens=min(min_new_tokens, max_new_tokens), stop=tuple(stop))
         swap = self._use_decode_attention()
+        linears = _weight_first(self.model) if self.fast and self.device.type == "cpu" else nullcontext()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), linears:
                 for start in range(0, len(prompts), size):
                     chunk = list(range(start, min(start + size, len(prompts))))
                     run = self._generate_fast if self.fast else self._generate_fallback
@@ -392,14 +465,14 @@ class HFPlayer:
 
     # ----------------------------------------------------------------------------------- prefix reuse
 
-    def _ensure_prefix(self, prefix) -> None:
-        """Make sure the store holds ``prefix``: encode it at batch 1 on top of its best kept match."""
+    def _ensure_prefix(self, prefix) -> _Entry:
+        """The stored entry that starts with ``prefix``: encoded at batch 1 on top of its best kept match."""
         import torch
         from transformers import DynamicCache
 
         entry, length = self._store.match(prefix)
         if length == len(prefix):
-            return
+            return entry
         cache = DynamicCache()
         if entry is not None and length >= _MIN_PREFIX:
             for layer, (k, v) in enumerate(entry.kv):
@@ -412,7 +485,7 @@ class HFPlayer:
                    logits_to_keep=1)
         self.counters["prompt_tokens"] += len(prefix) - length
         self.counters["reused_tokens"] += length
-        self._store.add(prefix.copy(), [(layer.keys, layer.values) for layer in cache.layers])
+        return self._store.add(prefix.copy(), [(layer.keys, layer.values) for layer in cache.layers])
 
     # ------------------------------------------------------------------------------------ fast path
 
@@ -426,13 +499,14 @@ class HFPlayer:
         n = len(arrays)
 
         # 1. The prefix the whole batch shares is encoded once (or found in the store).
+        shared, shared_entry = 0, None
         if n > 1:
             shared = min(len(a) for a in arrays) - 1
             for a in arrays[1:]:
                 differ = np.flatnonzero(arrays[0][:shared] != a[:shared])
                 shared = int(differ[0]) if len(differ) else shared
             if shared >= _MIN_PREFIX:
-                self._ensure_prefix(arrays[0][:shared])
+                shared_entry = self._ensure_prefix(arrays[0][:shared])
 
         # 2. Each row reuses its longest kept prefix and encodes the rest (at least one token).
         sources = []
@@ -442,6 +516,8 @@ class HFPlayer:
             sources.append((entry, length) if length >= _MIN_PREFIX else (None, 0))
         past = [length for _, length in sources]
         todo = [len(a) - p for a, p in zip(arrays, past)]
+        if shared_entry is None or min(past) < shared:
+            shared = 0    # every row holds the shared prefix in slots [0, shared), copied from shared_entry
         self.counters["prompt_tokens"] += sum(todo)
         self.counters["reused_tokens"] += sum(past)
 
@@ -467,11 +543,15 @@ class HFPlayer:
             for b in range(start, end):
                 i = order[b]
                 entry, c = sources[i]
-                if c:
+                if shared:
+                    for (kb, vb), (k, v) in zip(buffers, shared_entry.kv):
+                        kb[b, :, :shared], vb[b, :, :shared] = k[0, :, :shared], v[0, :, :shared]
+                    attention[b, :shared] = 1
+                if c > shared:
+                    past_slots = slice(width - s_width - (c - shared), width - s_width)
                     for (kb, vb), (k, v) in zip(buffers, entry.kv):
-                        kb[b, :, width - s_width - c : width - s_width] = k[0, :, :c]
-                        vb[b, :, width - s_width - c : width - s_width] = v[0, :, :c]
-                    attention[b, width - s_width - c : width - s_width] = 1
+                        kb[b, :, past_slots], vb[b, :, past_slots] = k[0, :, shared:c], v[0, :, shared:c]
+                    attention[b, past_slots] = 1
                 s = todo[i]
                 ids[b - start, s_width - s :] = torch.as_tensor(arrays[i][c:], device=device)
                 positions[b - start, s_width - s :] = torch.arange(c, c + s, device=device)
@@ -485,7 +565,7 @@ class HFPlayer:
                 first_logits[b] = out.logits[b - start, -1]
             del cache, out
         if self._keep_between_calls:
-            self._keep_prompts(arrays, order, spans, past, todo, buffers, width)
+            self._keep_prompts(arrays, order, spans, past, todo, buffers, width, shared)
 
         # 4. Decode all rows together; finished rows leave the batch as they accumulate.
         layers = [BufferLayer(kb, vb, width) for kb, vb in buffers]
@@ -498,46 +578,47 @@ class HFPlayer:
         finish: list[str | None] = [None] * n
         active = list(range(n))                                     # batch row -> decode position
         length = width
-        for step in range(max_new_tokens):
-            tokens = sampler.sample(logits, active, suppress_end=step < min_new_tokens)
-            for b, r in enumerate(active):
-                if finish[r] is not None:
-                    continue
-                token = int(tokens[b])
-                if token in sampler.end_ids:
-                    finish[r] = FINISH_STOP
-                    continue
-                generated[r].append(token)
-                if self._stopped_by_text(generated[r], stop):
-                    finish[r] = FINISH_STOP
-                elif len(generated[r]) >= max_new_tokens:
-                    finish[r] = FINISH_LENGTH
-            if step == max_new_tokens - 1 or all(finish[r] is not None for r in active):
-                break
-            finished = sum(finish[r] is not None for r in active)
-            # Dropping rows copies the cache, so do it once a few rows have finished, not for each one.
-            if finished and finished >= max(1, (len(active) + 7) // 8):
-                keep = [b for b, r in enumerate(active) if finish[r] is None]
-                index = torch.tensor(keep, dtype=torch.long, device=device)
-                for layer in layers:
-                    layer.keep_rows(index)
-                attention = attention[index]
-                next_position = next_position[index]
-                tokens = tokens[index]
-                active = [active[b] for b in keep]
-            attention[:, length] = 1
-            out = self.model(input_ids=tokens[:, None], attention_mask=attention[:, : length + 1],
-                             position_ids=next_position[:, None], past_key_values=cache, use_cache=True)
-            logits = out.logits[:, -1]
-            length += 1
-            next_position = next_position + 1
+        with _shared_slots(shared):
+            for step in range(max_new_tokens):
+                tokens = sampler.sample(logits, active, suppress_end=step < min_new_tokens)
+                for b, r in enumerate(active):
+                    if finish[r] is not None:
+                        continue
+                    token = int(tokens[b])
+                    if token in sampler.end_ids:
+                        finish[r] = FINISH_STOP
+                        continue
+                    generated[r].append(token)
+                    if self._stopped_by_text(generated[r], stop):
+                        finish[r] = FINISH_STOP
+                    elif len(generated[r]) >= max_new_tokens:
+                        finish[r] = FINISH_LENGTH
+                if step == max_new_tokens - 1 or all(finish[r] is not None for r in active):
+                    break
+                finished = sum(finish[r] is not None for r in active)
+                # Dropping rows copies the cache, so do it once a few rows have finished, not for each one.
+                if finished and finished >= max(1, (len(active) + 7) // 8):
+                    keep = [b for b, r in enumerate(active) if finish[r] is None]
+                    index = torch.tensor(keep, dtype=torch.long, device=device)
+                    for layer in layers:
+                        layer.keep_rows(index)
+                    attention = attention[index]
+                    next_position = next_position[index]
+                    tokens = tokens[index]
+                    active = [active[b] for b in keep]
+                attention[:, length] = 1
+                out = self.model(input_ids=tokens[:, None], attention_mask=attention[:, : length + 1],
+                                 position_ids=next_position[:, None], past_key_values=cache, use_cache=True)
+                logits = out.logits[:, -1]
+                length += 1
+                next_position = next_position + 1
 
         replies: list[Reply | None] = [None] * n
         for b, i in enumerate(order):
             replies[i] = self._finish(generated[b], finish[b] or FINISH_LENGTH, stop)
         return replies
 
-    def _keep_prompts(self, arrays, order, spans, past, todo, buffers, width) -> None:
+    def _keep_prompts(self, arrays, order, spans, past, todo, buffers, width, shared) -> None:
         """Store each prompt's keys/values so the game's next prompt can reuse them."""
         import torch
 
@@ -545,11 +626,10 @@ class HFPlayer:
             for b in range(start, end):
                 i = order[b]
                 c, s = past[i], todo[i]
-                kv = []
-                for kb, vb in buffers:
-                    old, new = slice(width - s_width - c, width - s_width), slice(width - s, width)
-                    kv.append((torch.cat([kb[b : b + 1, :, old], kb[b : b + 1, :, new]], dim=2),
-                               torch.cat([vb[b : b + 1, :, old], vb[b : b + 1, :, new]], dim=2)))
+                slots = [slice(0, shared), slice(width - s_width - (c - shared), width - s_width),
+                         slice(width - s, width)]
+                kv = [(torch.cat([kb[b : b + 1, :, x] for x in slots], dim=2),
+                       torch.cat([vb[b : b + 1, :, x] for x in slots], dim=2)) for kb, vb in buffers]
                 self._store.add(arrays[i], kv)
 
     def _prefill_groups(self, lengths: list[int]) -> list[list[int]]:
