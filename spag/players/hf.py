@@ -9,8 +9,9 @@ again, padding, and decoding rows that already finished. This backend runs its o
   are kept (within a memory budget, least recently used out first), and each new prompt encodes only
   what follows its longest common token prefix with a kept one. The prefix shared by a whole batch
   (chat header, rules) is encoded once, at batch 1, before the rows that need it;
-* prompts are encoded in groups of similar remaining length, left-padded, with explicit position ids
-  and masks, so a padded row computes exactly what it would compute alone;
+* prompts are encoded in groups of similar remaining length, every prompt ending in the same slot
+  (padding between the shared prefix and a row's own tokens), with explicit position ids and masks,
+  so a padded row computes exactly what it would compute alone;
 * keys and values live in preallocated buffers written in place: no concatenation per step;
 * the shared prefix sits in the same first slots of every row, so a decoding step reads its keys and
   values once for the whole batch rather than once per row (see :func:`_decode_attention`);
