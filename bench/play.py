@@ -14,6 +14,10 @@ sampling settings and stop strings, and the same judge; only the engine differs.
 generated tokens/s of each, and as the ceiling the model's forward-pass tokens/s (a batch of long
 prompts through the model, no generation) on this machine, in this run.
 
+One-time setup is done before either side is timed, and its time printed: the player is loaded as
+``spag play`` loads it (``load_player``, which hashes the model's files for the episode records), and
+the judge's word-form tables are read. Whichever side ran first would otherwise pay these alone.
+
 The baseline is slow (seconds per utterance on a small CPU: about 6 minutes for 32 words), so
 ``--baseline-words 8`` plays only the first 8 of the words; the comparison is per episode and per
 utterance either way. Wall-clock and process CPU seconds are both reported: on a shared machine the CPU time is the
@@ -116,8 +120,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
+    from spag.game.rules import word_forms
     from spag.play import PlayConfig, PlayStats, play_games
-    from spag.players.hf import HFPlayer
+    from spag.players import load_player
     from spag.words import top_words
 
     model_path = Path(args.model) if args.model else embedded_model()
@@ -125,12 +130,16 @@ def main() -> None:
     config = PlayConfig(max_turns=args.max_turns, temperature=args.temperature, top_k=args.top_k,
                         max_new_tokens=args.max_new_tokens, min_new_tokens=args.min_new_tokens,
                         seed=args.seed, batch_size=args.batch_size)
-    player = HFPlayer.from_pretrained(model_path, device="cpu", dtype=args.dtype)
+    setup = time.perf_counter()
+    player = load_player(str(model_path), "hf", device="cpu", dtype=args.dtype)  # hashes the model, as spag play
+    word_forms("setup")  # reads the judge's word-form tables, which both sides use
+    setup = time.perf_counter() - setup
     print(f"model {model_path.name} ({sum(p.numel() for p in player.model.parameters()) / 1e6:.0f}M params, "
           f"{next(player.model.parameters()).dtype}), torch {torch.__version__}, transformers "
           f"{transformers.__version__} ({'batched engine' if player.fast else 'fallback: model.generate'}), "
           f"{torch.get_num_threads()} threads, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; setup (load, model hash, judge "
+          f"tables) {setup:.1f}s, not timed")
     print(f"{len(words)} words, max_turns {config.max_turns}, max_new_tokens {config.max_new_tokens}, "
           f"temperature {config.temperature}, top_k {config.top_k}, batch {config.batch_size}")
 

@@ -286,6 +286,38 @@ def test_decode_attention_reads_the_shared_slots_once_with_the_same_result():
     torch.testing.assert_close(unread, plain, rtol=1e-5, atol=1e-6)
 
 
+def test_decode_attention_without_a_mask_sees_every_slot_without_sdpa(monkeypatch):
+    """HF passes no mask when nothing is padded (prompts of equal length): the grouped path still runs."""
+    import transformers.integrations.sdpa_attention as sdpa
+
+    from spag.players.hf import _decode_attention
+
+    torch.manual_seed(1)
+    batch, heads, kv_heads, length, dim = 3, 6, 2, 15, 8
+    query = torch.randn(batch, heads, 1, dim)
+    key, value = torch.randn(batch, kv_heads, length, dim), torch.randn(batch, kv_heads, length, dim)
+    module = SimpleNamespace(num_key_value_groups=heads // kv_heads, is_causal=True, training=False)
+    expected, _ = sdpa.sdpa_attention_forward(module, query, key, value, None)
+    masked, _ = _decode_attention(module, query, key, value, torch.ones(batch, 1, 1, length, dtype=torch.bool))
+    calls = []
+    real = sdpa.sdpa_attention_forward
+    monkeypatch.setattr(sdpa, "sdpa_attention_forward", lambda *a, **k: calls.append(1) or real(*a, **k))
+    unmasked, _ = _decode_attention(module, query, key, value, None)
+    assert calls == []  # the grouped matmuls, not SDPA's repeated cache
+    torch.testing.assert_close(unmasked, masked, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(unmasked, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_prompts_of_equal_length_reply_as_each_would_alone(player):
+    """No padding anywhere (so no attention mask while decoding): each row still gets its own reply."""
+    prompts = [build_prompt("attacker", "coffee", [], 3)] * 3
+    kw = dict(temperature=1.2, top_k=50, max_new_tokens=8, min_new_tokens=1)
+    batch = player.generate(prompts, seed=[5, 6, 7], **kw)
+    alone = [player.generate(prompts[:1], seed=[s], **kw)[0] for s in (5, 6, 7)]
+    assert [r.text for r in batch] == [r.text for r in alone]
+    assert len({r.text for r in batch}) > 1  # three seeds, not one reply copied
+
+
 def test_prompt_store_keeps_within_its_budget():
     import numpy as np
 
