@@ -2,7 +2,7 @@
 
     python bench/play.py [--model DIR] [--words 32] [--max-turns 3] [--max-new-tokens 32]
                          [--batch-size 32] [--temperature 1.2] [--top-k 50] [--seed 0]
-                         [--dtype auto|bfloat16|float32] [--threads N] [--baseline-words N]
+                         [--dtype auto|bfloat16|float32] [--threads N] [--baseline-words N] [--rounds 2]
 
 Target: the batched engine collects episodes at least 10x faster than the baseline on CPU with the
 embedded model (SmolLM2-135M-Instruct; 32 words, 3 turns).
@@ -13,6 +13,12 @@ comparison use the same model and dtype, the same words, prompts, max_new_tokens
 sampling settings and stop strings, and the same judge; only the engine differs. Also printed: the
 generated tokens/s of each, and as the ceiling the model's forward-pass tokens/s (a batch of long
 prompts through the model, no generation) on this machine, in this run.
+
+The two sides alternate (``--rounds``, default 2): the batched engine plays all the words, then the
+baseline the next slice of its words, and so on; the speed-up compares each side's episodes per
+second over all its rounds. A machine whose speed drifts during the run then slows both sides alike,
+not only the one that happened to run later. Every round starts from an empty prompt store and
+plays the same games.
 
 One-time setup is done before either side is timed, and its time printed: the player is loaded as
 ``spag play`` loads it (``load_player``, which hashes the model's files for the episode records), and
@@ -111,6 +117,8 @@ def main() -> None:
                                                         "has it natively, else float32), bfloat16 or float32")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--baseline-words", type=int, default=32, help="words the baseline plays")
+    parser.add_argument("--rounds", type=int, default=2, help="alternate the sides: the batched engine plays all "
+                        "the words, then the baseline the next slice of its words, this many times")
     parser.add_argument("--skip-baseline", action="store_true")
     args = parser.parse_args()
 
@@ -146,39 +154,55 @@ def main() -> None:
     ceiling = forward_ceiling(player.model, player.tokenizer)
     print(f"forward-pass ceiling: {ceiling:.0f} tokens/s (batch 8 x 256 tokens, no generation)")
 
-    stats = PlayStats()
-    wall, cpu = time.perf_counter(), time.process_time()
-    batched = play_games(player, player, words, config, show_progress=False, stats=stats)
-    fast_s, fast_cpu = time.perf_counter() - wall, time.process_time() - cpu
-    fast_utt = sum(len(e["history"]) for e in batched)
-    counters = player.counters
-    print(f"batched : {len(batched)} episodes, {fast_utt} utterances in {fast_s:.1f}s ({fast_cpu:.1f} CPU s) = "
-          f"{len(batched) / fast_s:.3f} episodes/s, {stats.generated_tokens / fast_s:.1f} generated tokens/s "
-          f"({stats.generated_tokens} tokens); prompt tokens encoded {counters['prompt_tokens']}, reused "
-          f"{counters['reused_tokens']}; outcomes {dict(stats.outcomes)}; "
-          f"{stats.empty_replies} empty, {stats.truncated_replies} truncated")
-    if args.skip_baseline:
+    subset = [] if args.skip_baseline else words[: args.baseline_words]
+    rounds = max(1, min(args.rounds, len(subset) or 1))
+    slices = [subset[r * len(subset) // rounds : (r + 1) * len(subset) // rounds] for r in range(rounds)]
+    fast = Counter()    # summed over rounds: episodes, utterances, tokens, wall and CPU seconds
+    slow = Counter()
+    first_games = None
+    for r, part in enumerate(slices, 1):
+        player._store.clear()  # every round starts cold: no prompt kept from the round before
+        stats = PlayStats()
+        before = dict(player.counters)
+        wall, cpu = time.perf_counter(), time.process_time()
+        batched = play_games(player, player, words, config, show_progress=False, stats=stats)
+        fast_s, fast_cpu = time.perf_counter() - wall, time.process_time() - cpu
+        fast_utt = sum(len(e["history"]) for e in batched)
+        games = [(e["target_word"], e["outcome"], [u["content"] for u in e["history"]]) for e in batched]
+        first_games = first_games or games
+        fast.update(episodes=len(batched), utterances=fast_utt, tokens=stats.generated_tokens)
+        fast.update({"wall": fast_s, "cpu": fast_cpu})
+        encoded = player.counters["prompt_tokens"] - before["prompt_tokens"]
+        reused = player.counters["reused_tokens"] - before["reused_tokens"]
+        print(f"round {r} batched : {len(batched)} episodes, {fast_utt} utterances in {fast_s:.1f}s "
+              f"({fast_cpu:.1f} CPU s) = {len(batched) / fast_s:.3f} episodes/s, "
+              f"{stats.generated_tokens / fast_s:.1f} generated tokens/s ({stats.generated_tokens} tokens); prompt "
+              f"tokens encoded {encoded}, reused {reused}; outcomes {dict(stats.outcomes)}; {stats.empty_replies} "
+              f"empty, {stats.truncated_replies} truncated; same games as round 1: {games == first_games}")
+        if not part:
+            continue
+        wall, cpu = time.perf_counter(), time.process_time()
+        baseline, tokens = play_baseline(player.model, player.tokenizer, part, config)
+        base_s, base_cpu = time.perf_counter() - wall, time.process_time() - cpu
+        base_utt = sum(len(e["history"]) for e in baseline)
+        slow.update(episodes=len(baseline), utterances=base_utt, tokens=tokens)
+        slow.update({"wall": base_s, "cpu": base_cpu})
+        print(f"round {r} baseline: {len(baseline)} episodes, {base_utt} utterances in {base_s:.1f}s "
+              f"({base_cpu:.1f} CPU s) = {len(baseline) / base_s:.3f} episodes/s, {tokens / base_s:.1f} generated "
+              f"tokens/s ({tokens} tokens); outcomes {dict(Counter(e['outcome'] for e in baseline))}; this round's "
+              f"ratio {(len(batched) / fast_s) / (len(baseline) / base_s):.1f}x")
+    if not slow:
         return
 
-    subset = words[: args.baseline_words]
-    wall, cpu = time.perf_counter(), time.process_time()
-    baseline, tokens = play_baseline(player.model, player.tokenizer, subset, config)
-    base_s, base_cpu = time.perf_counter() - wall, time.process_time() - cpu
-    base_utt = sum(len(e["history"]) for e in baseline)
-    print(f"baseline: {len(baseline)} episodes, {base_utt} utterances in {base_s:.1f}s ({base_cpu:.1f} CPU s) = "
-          f"{len(baseline) / base_s:.3f} episodes/s, {tokens / base_s:.1f} generated tokens/s "
-          f"({tokens} tokens); outcomes {dict(Counter(e['outcome'] for e in baseline))}")
+    def ratio(what: str, clock: str) -> str:
+        return f"{(fast[what] / fast[clock]) / (slow[what] / slow[clock]):.1f}x"
 
-    def ratio(fast: float, slow: float) -> str:
-        return f"{fast / slow:.1f}x"
-
-    print(f"speed-up (wall clock): {ratio(len(batched) / fast_s, len(baseline) / base_s)} episodes/s, "
-          f"{ratio(fast_utt / fast_s, base_utt / base_s)} utterances/s, "
-          f"{ratio(stats.generated_tokens / fast_s, tokens / base_s)} generated tokens/s")
-    print(f"speed-up (CPU time):   {ratio(len(batched) / fast_cpu, len(baseline) / base_cpu)} episodes/s, "
-          f"{ratio(fast_utt / fast_cpu, base_utt / base_cpu)} utterances/s  (target: 10x episodes/s); "
-          f"load average now {os.getloadavg()[0]:.2f}")
-
+    print(f"batched over {rounds} round(s): {fast['episodes'] / fast['wall']:.3f} episodes/s; baseline over "
+          f"{slow['episodes']:.0f} words: {slow['episodes'] / slow['wall']:.3f} episodes/s")
+    print(f"speed-up (wall clock): {ratio('episodes', 'wall')} episodes/s, {ratio('utterances', 'wall')} "
+          f"utterances/s, {ratio('tokens', 'wall')} generated tokens/s")
+    print(f"speed-up (CPU time):   {ratio('episodes', 'cpu')} episodes/s, {ratio('utterances', 'cpu')} "
+          f"utterances/s  (target: 10x episodes/s); load average now {os.getloadavg()[0]:.2f}")
 
 if __name__ == "__main__":
     main()
