@@ -331,7 +331,7 @@ def test_reward_and_imitation_commands_take_the_rules(tmp_path):
                  for name in ("whole", "original")]
         assert roles == [["defender"], ["attacker", "defender"]], command
         bad = spag(command, src, "-o", tmp_path / "bad.jsonl", "--rules", "loose")
-        assert bad.returncode == 2 and "--rules must be one of whole-word, original" in bad.stderr
+        assert bad.returncode == 2 and "--rules: 'loose' is not one of whole-word, original" in bad.stderr
 
 
 def test_commands_name_a_bad_templates_file(tmp_path):

@@ -16,10 +16,8 @@ OUTPUT_HELP = "Rows out: .parquet or .jsonl (written atomically)."
 
 def _check_rules_and_templates(rules: str, templates: Optional[Path]) -> None:
     from spag.game.prompts import load_templates
-    from spag.game.rules import RULE_SETS
 
-    if rules not in RULE_SETS:
-        _fail(f"--rules must be one of {', '.join(RULE_SETS)}, got {rules!r}")
+    checked(Game, rules=rules)  # the schema's choices and message, as for a params file
     if templates is not None:
         load_templates(templates)  # DataError names the file and the key
 
