@@ -17,6 +17,23 @@ from spag.commands.options import checked, option
 from spag.config import Benchmark, Evaluate, Game
 
 
+# The options `spag evaluate` and `spag tournament` share, declared once (typer reads each from the
+# signature it sits in; the declarations themselves are never changed).
+_WORDS = typer.Option(..., "--words", help="Held-out target words, one per line.")
+_OUTPUT = typer.Option(..., "-o", "--output", help="Metrics JSON.")
+_TRAIN_WORDS = typer.Option(None, "--train-words", help="Training words: refuse to evaluate on any of them.")
+_LIMIT = typer.Option(None, "--limit", min=1, help="Play only the first N words.")
+_RESUME = typer.Option(False, "--resume", help="Keep the games already in --episodes-out.")
+_OVERWRITE = typer.Option(False, "--overwrite", help="Replace a previous --episodes-out folder of this command.")
+_MAX_TURNS = option(Game, "max_turns")
+_SEED = option(Evaluate, "seed")
+_MAX_NEW_TOKENS = option(Evaluate, "max_new_tokens")
+_TEMPERATURE = option(Evaluate, "temperature")
+_TOP_K = option(Evaluate, "top_k")
+_BATCH_SIZE = option(Evaluate, "batch_size")
+_BACKEND = option(Evaluate, "backend")
+
+
 def _play_config(max_turns: int, temperature: float, top_k: int, max_new_tokens: int, seed: int,
                  batch_size: int, backend: str):
     """The games' settings, checked by the schema of the evaluate section."""
@@ -68,24 +85,22 @@ def register(app: typer.Typer) -> None:
     def evaluate_command(
         model: str = typer.Option(..., "--model", help="The model under evaluation (HF dir or name)."),
         opponent: str = typer.Option(..., "--opponent", help="The model it plays against."),
-        words: Path = typer.Option(..., "--words", help="Held-out target words, one per line."),
-        output: Path = typer.Option(..., "-o", "--output", help="Metrics JSON."),
-        train_words: Optional[Path] = typer.Option(
-            None, "--train-words", help="Training words: refuse to evaluate on any of them."),
+        words: Path = _WORDS,
+        output: Path = _OUTPUT,
+        train_words: Optional[Path] = _TRAIN_WORDS,
         episodes_out: Optional[Path] = typer.Option(
             None, "--episodes-out", help="A .parquet file for all episodes, or a folder (a file per role)."),
-        max_turns: int = option(Game, "max_turns"),
-        seed: int = option(Evaluate, "seed"),
-        limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Play only the first N words."),
-        max_new_tokens: int = option(Evaluate, "max_new_tokens"),
-        temperature: float = option(Evaluate, "temperature"),
-        top_k: int = option(Evaluate, "top_k"),
-        batch_size: int = option(Evaluate, "batch_size"),
-        backend: str = option(Evaluate, "backend"),
-        resume: bool = typer.Option(False, "--resume", help="Keep the games already in --episodes-out."),
+        max_turns: int = _MAX_TURNS,
+        seed: int = _SEED,
+        limit: Optional[int] = _LIMIT,
+        max_new_tokens: int = _MAX_NEW_TOKENS,
+        temperature: float = _TEMPERATURE,
+        top_k: int = _TOP_K,
+        batch_size: int = _BATCH_SIZE,
+        backend: str = _BACKEND,
+        resume: bool = _RESUME,
         seeds: int = option(Evaluate, "seeds"),
-        overwrite: bool = typer.Option(False, "--overwrite",
-                                       help="Replace a previous `spag evaluate` --episodes-out folder."),
+        overwrite: bool = _OVERWRITE,
     ) -> None:
         """Play MODEL against OPPONENT in both roles; win, loss, tie and foul rates with 95% intervals.
 
@@ -191,24 +206,23 @@ def register(app: typer.Typer) -> None:
         models_args: Optional[List[str]] = typer.Argument(None, metavar="[MODELS]...",
                                                           help="Models (also accepted after --models)."),
         models: Optional[List[str]] = typer.Option(None, "--models", help="Models: --models M1 M2 M3 ..."),
-        words: Path = typer.Option(..., "--words", help="Held-out target words, one per line."),
-        output: Path = typer.Option(..., "-o", "--output", help="Metrics JSON."),
+        words: Path = _WORDS,
+        output: Path = _OUTPUT,
         heatmap: Optional[Path] = typer.Option(None, "--heatmap", help="PNG of the win-rate matrix."),
-        train_words: Optional[Path] = typer.Option(None, "--train-words", help="Refuse these words."),
+        train_words: Optional[Path] = _TRAIN_WORDS,
         episodes_out: Optional[Path] = typer.Option(
             None, "--episodes-out", help="A .parquet file for all episodes, or a folder (a file per pair)."),
-        max_turns: int = option(Game, "max_turns"),
-        seed: int = option(Evaluate, "seed"),
-        limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Play only the first N words."),
-        max_new_tokens: int = option(Evaluate, "max_new_tokens"),
-        temperature: float = option(Evaluate, "temperature"),
-        top_k: int = option(Evaluate, "top_k"),
-        batch_size: int = option(Evaluate, "batch_size"),
-        backend: str = option(Evaluate, "backend"),
+        max_turns: int = _MAX_TURNS,
+        seed: int = _SEED,
+        limit: Optional[int] = _LIMIT,
+        max_new_tokens: int = _MAX_NEW_TOKENS,
+        temperature: float = _TEMPERATURE,
+        top_k: int = _TOP_K,
+        batch_size: int = _BATCH_SIZE,
+        backend: str = _BACKEND,
         resamples: int = typer.Option(1000, "--resamples", min=1, help="Bootstrap resamples for the Elo intervals."),
-        resume: bool = typer.Option(False, "--resume", help="Keep the games already in --episodes-out."),
-        overwrite: bool = typer.Option(False, "--overwrite",
-                                       help="Replace a previous `spag tournament` --episodes-out folder."),
+        resume: bool = _RESUME,
+        overwrite: bool = _OVERWRITE,
     ) -> None:
         """Round robin: every pair plays both roles on the same words; win rates and Elo (mean 1000)."""
         from spag.console import summary
