@@ -10,11 +10,16 @@ repro: setup
 test: setup
 	.venv/bin/python -m pytest -q
 
-# The player tests again under the GPU lock's transformers (older), in a second CPU venv.
+# The player tests again under the GPU lock's transformers (older): .venv with only the pins in which
+# requirements/cpu-oldtf.txt differs installed into .venv-oldtf, which goes first on PYTHONPATH.
 PLAYER_TESTS = tests/test_play.py tests/test_players.py tests/test_teacher.py
-test-oldtf:
-	VENV=.venv-oldtf LOCK=requirements/cpu-oldtf.txt bash scripts/setup.sh
-	.venv-oldtf/bin/python -m pytest -q $(PLAYER_TESTS)
+OLDTF := $(shell sed -n 's/^transformers==//p' requirements/cpu-oldtf.txt)
+test-oldtf: setup
+	bash scripts/setup_overlay.sh
+	PYTHONPATH=.venv-oldtf .venv/bin/python -c "import transformers as t; v = t.__version__; \
+		assert v == '$(OLDTF)', f'transformers {v} imported, not the overlay $(OLDTF)'; \
+		print('[test-oldtf] transformers', v, 'from', t.__file__)"
+	PYTHONPATH=.venv-oldtf .venv/bin/python -m pytest -q $(PLAYER_TESTS)
 
 bench: setup
 	.venv/bin/python bench/judge.py
