@@ -264,6 +264,58 @@ def test_linear_layers_computed_weight_first_give_nn_linear_results(player):
     assert not any("forward" in vars(m) for m in linears)
 
 
+def test_packed_weights_give_nn_linear_results_and_follow_their_weight(monkeypatch):
+    from spag.players import hf
+
+    monkeypatch.setattr(hf, "_PACKED_MIN_WEIGHTS", 1)
+    torch.manual_seed(0)
+    packs = hf._PackedWeights()
+    for bias in (False, True):
+        layer = torch.nn.Linear(48, 96, bias=bias)
+        packed = packs.get(layer)
+        assert packed is not None and packs.available
+        assert packs.get(layer) is packed                       # kept, not packed again
+        for shape in [(1, 48), (5, 1, 48), (hf._PACKED_ROWS, 48), (hf._PACKED_ROWS + 1, 48)]:
+            x = torch.randn(shape)
+            out = hf._weight_first_linear(layer, x, packed=packed)
+            assert out.shape == shape[:-1] + (96,)
+            torch.testing.assert_close(out, layer(x), rtol=1e-5, atol=1e-5)
+        # An optimiser-style in-place update or a new weight: the packed copy is made again.
+        with torch.no_grad():
+            layer.weight.mul_(2.0)
+        repacked = packs.get(layer)
+        assert repacked is not packed
+        x = torch.randn(3, 48)
+        torch.testing.assert_close(hf._weight_first_linear(layer, x, packed=repacked), layer(x),
+                                   rtol=1e-5, atol=1e-5)
+        layer.weight = torch.nn.Parameter(torch.randn(96, 48))
+        torch.testing.assert_close(hf._weight_first_linear(layer, x, packed=packs.get(layer)), layer(x),
+                                   rtol=1e-5, atol=1e-5)
+    # Small weights, other dtypes and a failed first check keep W @ xᵀ.
+    monkeypatch.setattr(hf, "_PACKED_MIN_WEIGHTS", 10**9)
+    assert packs.get(torch.nn.Linear(48, 96)) is None
+    monkeypatch.setattr(hf, "_PACKED_MIN_WEIGHTS", 1)
+    assert packs.get(torch.nn.Linear(48, 96).to(torch.float64)) is None
+    unchecked = hf._PackedWeights()
+    monkeypatch.setattr(unchecked, "_check", lambda weight: False)
+    assert unchecked.get(torch.nn.Linear(48, 96)) is None and unchecked.available is False
+
+
+def test_fast_path_with_every_layer_packed_matches_model_generate(tiny_dir, monkeypatch):
+    from spag.players import hf
+
+    monkeypatch.setattr(hf, "_PACKED_MIN_WEIGHTS", 1)
+    packed_player = load_player(str(tiny_dir), "hf", device="cpu")
+    prompts = _prompts()
+    fast = packed_player.generate(prompts, temperature=0, max_new_tokens=10, min_new_tokens=0)
+    linears = [m for m in packed_player.model.modules() if type(m) is torch.nn.Linear]
+    assert packed_player._packs.available and len(packed_player._packs._copies) == len(linears)
+    packed_player.fast = False
+    reference = packed_player.generate(prompts, temperature=0, max_new_tokens=10, min_new_tokens=0)
+    assert [r.text for r in fast] == [r.text for r in reference]
+    assert [r.n_tokens for r in fast] == [r.n_tokens for r in reference]
+
+
 def test_decode_attention_reads_the_shared_slots_once_with_the_same_result():
     from spag.players.hf import _decode_attention, _shared_slots
 

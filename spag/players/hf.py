@@ -40,11 +40,14 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 
+from spag.players.allocator import keep_freed_memory
 from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at_next_speaker, per_prompt_seeds
 
 _TAIL_TOKENS = 12          # tokens decoded each step to look for a stop string
 _MIN_PREFIX = 8            # shorter common prefixes are not worth reusing
 _WEIGHT_FIRST_ROWS = 256   # linear layers over at most this many rows compute W @ xᵀ (see _weight_first)
+_PACKED_ROWS = 64          # ... or oneDNN's product over a packed weight, up to this many rows
+_PACKED_MIN_WEIGHTS = 800_000  # for weights of at least this many elements (see _PackedWeights)
 
 
 # ------------------------------------------------------------------------------------------ KV store
@@ -250,34 +253,95 @@ def _register_decode_attention() -> None:
     AttentionMaskInterface.register(_DECODE_ATTENTION, sdpa_mask)
 
 
-def _weight_first_linear(module, x):
-    """``module(x)`` for an ``nn.Linear``: ``W @ xᵀ`` (transposed back, not copied) when x has few rows."""
+def _weight_first_linear(module, x, packed=None):
+    """``module(x)`` for an ``nn.Linear``: ``W @ xᵀ`` (transposed back, not copied) when x has few rows,
+    or oneDNN's product with ``packed`` (the weight in oneDNN's layout, see :class:`_PackedWeights`)
+    when x has at most ``_PACKED_ROWS`` rows."""
     import torch
 
     if x.numel() > _WEIGHT_FIRST_ROWS * x.shape[-1]:
         return torch.nn.functional.linear(x, module.weight, module.bias)
+    if packed is not None and x.numel() <= _PACKED_ROWS * x.shape[-1]:
+        out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), packed, module.bias,
+                                                 "none", [], "")
+        return out.reshape(*x.shape[:-1], module.weight.shape[0])
     rows = x.reshape(-1, x.shape[-1]).t()
     out = torch.mm(module.weight, rows) if module.bias is None else \
         torch.addmm(module.bias[:, None], module.weight, rows)
     return out.t().reshape(*x.shape[:-1], module.weight.shape[0])
 
 
+class _PackedWeights:
+    """The large float32 linear weights of a model, copied once into oneDNN's packed layout.
+
+    For a decoding step (a few rows through each layer, the weights streamed from memory every step)
+    oneDNN's product over a packed weight beat MKL's ``W @ xᵀ`` on a 2-core AVX2 CPU: measured in
+    place, both on the same inputs over a whole bench run, the 49152-word output layer took 0.55x
+    the time, SmolLM2's gate/up layers (1536x576) 0.74x and its down layer 0.92x, while the 576x576
+    layers were even (0.98x) and the 192x576 ones slower (1.2x): only weights of at least
+    ``_PACKED_MIN_WEIGHTS`` elements are packed. A copy costs memory (430 MB for SmolLM2-135M) and is
+    made again when its weight changes (in place, as an optimiser step does, or replaced). Where the
+    oneDNN operators are missing or disagree with ``torch.mm`` on a first check, nothing is packed.
+    """
+
+    def __init__(self):
+        self._copies: dict[int, tuple[tuple, object]] = {}   # id(module) -> (weight key, packed)
+        self.available: bool | None = None                    # None: not checked yet
+
+    @staticmethod
+    def _key(weight) -> tuple:
+        return (weight.data_ptr(), weight._version, tuple(weight.shape))
+
+    def _check(self, weight) -> bool:
+        import torch
+
+        try:
+            x = torch.randn(3, weight.shape[1], generator=torch.Generator().manual_seed(0))
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, _PACKED_ROWS)
+            out = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+            return bool(torch.allclose(out, x @ weight.t(), rtol=1e-4, atol=1e-4))
+        except (AttributeError, RuntimeError, NotImplementedError):
+            return False
+
+    def get(self, module):
+        """The packed copy of ``module.weight``, or None where this layer keeps ``W @ xᵀ``."""
+        import torch
+
+        weight = module.weight
+        if weight.dtype != torch.float32 or weight.device.type != "cpu" \
+                or weight.numel() < _PACKED_MIN_WEIGHTS or self.available is False:
+            return None
+        if self.available is None:
+            self.available = self._check(weight.detach())
+            if not self.available:
+                return None
+        key = self._key(weight)
+        kept = self._copies.get(id(module))
+        if kept is None or kept[0] != key:
+            kept = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _PACKED_ROWS))
+            self._copies[id(module)] = kept
+        return kept[1]
+
+
 @contextmanager
-def _weight_first(model) -> Iterator[None]:
+def _weight_first(model, packs: _PackedWeights | None = None) -> Iterator[None]:
     """Route the model's plain ``nn.Linear`` layers through :func:`_weight_first_linear` meanwhile.
 
     On a 2-core AVX2 CPU in float32, SmolLM2's linear layers took 1.5x longer as ``x @ Wᵀ`` (what
     ``nn.Linear`` asks of MKL) than as ``W @ xᵀ`` for 32 rows (one decoding step of a batch of 32); for
     one row both are the same matrix-vector product. Over many rows (a group of prompts) the
     transposed result slowed the layers after it more than the product gained, so inputs over
-    ``_WEIGHT_FIRST_ROWS`` rows keep ``nn.Linear``'s own path. Layers that already carry their own
-    ``forward`` (hooks of accelerate, adapters) and subclasses are left alone.
+    ``_WEIGHT_FIRST_ROWS`` rows keep ``nn.Linear``'s own path. The largest layers take oneDNN's
+    product over a packed copy of their weight instead, where ``packs`` holds one (see
+    :class:`_PackedWeights`). Layers that already carry their own ``forward`` (hooks of accelerate,
+    adapters) and subclasses are left alone.
     """
     import torch
 
     layers = [m for m in model.modules() if type(m) is torch.nn.Linear and "forward" not in vars(m)]
     for layer in layers:
-        layer.forward = partial(_weight_first_linear, layer)
+        packed = packs.get(layer) if packs is not None else None
+        layer.forward = partial(_weight_first_linear, layer, packed=packed)
     try:
         yield
     finally:
@@ -321,6 +385,7 @@ class HFPlayer:
         self._keep_between_calls = prefix_cache_gb > 0
         self._end_ids = self._turn_end_ids()
         self._kv_layout = None
+        self._packs = _PackedWeights()
         self._decode_attention = False    # whether this call borrowed _decode_attention (see generate)
         # Counters for benchmarks: prompt tokens encoded, prompt tokens reused, tokens generated.
         self.counters = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
@@ -396,7 +461,10 @@ class HFPlayer:
         settings = dict(temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
                         min_new_tokens=min(min_new_tokens, max_new_tokens), stop=tuple(stop))
         swap = self._use_decode_attention()
-        linears = _weight_first(self.model) if self.fast and self.device.type == "cpu" else nullcontext()
+        on_cpu = self.fast and self.device.type == "cpu"
+        if on_cpu:
+            keep_freed_memory()
+        linears = _weight_first(self.model, self._packs) if on_cpu else nullcontext()
         try:
             with torch.inference_mode(), linears:
                 for start in range(0, len(prompts), size):

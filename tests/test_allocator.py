@@ -1,0 +1,59 @@
+"""spag.players.allocator: freed blocks are reused inside the process instead of faulted in again."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+
+import pytest
+
+# Allocate and free one 30 MB tensor; print, from glibc's own counters, how much of it was a separate
+# mmap (given back to the kernel when freed) and how much free memory the heap kept afterwards.
+WORKLOAD = """
+import ctypes, sys, torch
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                               "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == "keep":
+    from spag.players.allocator import keep_freed_memory
+    assert keep_freed_memory()
+before = libc.mallinfo2()
+block = torch.ones(30 * 2**20 // 4)
+during = libc.mallinfo2()
+del block
+after = libc.mallinfo2()
+print(during.hblkhd - before.hblkhd, after.fordblks - before.fordblks)
+"""
+BLOCK = 30 * 2**20
+
+
+def _glibc_counts(mode: str) -> tuple[int, int]:
+    out = subprocess.run([sys.executable, "-c", WORKLOAD, mode], capture_output=True, text=True, check=True)
+    mmapped, kept = out.stdout.split()[-2:]
+    return int(mmapped), int(kept)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the thresholds are glibc's (mallinfo2)")
+def test_freed_blocks_stay_in_the_heap_for_reuse():
+    mmapped, kept = _glibc_counts("plain")
+    assert mmapped >= BLOCK and kept < BLOCK      # glibc's default: its own mmap, unmapped when freed
+    mmapped, kept = _glibc_counts("keep")
+    assert mmapped == 0 and kept >= BLOCK         # from the heap, and still there to be reused
+
+
+def test_the_hf_player_applies_it_on_cpu(tmp_path):
+    """A CPU generate call sets the thresholds (checked in a fresh process: they are process-wide)."""
+    code = f"""
+import spag.players.allocator as a
+from spag.players import load_player
+from spag.testing import make_tiny_checkpoint
+player = load_player(str(make_tiny_checkpoint({str(tmp_path / "ckpt")!r})), "hf", device="cpu")
+assert a._applied is None
+player.generate(["Say a word."], temperature=0, max_new_tokens=2)
+print(a._applied)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-1] == str(platform.libc_ver()[0] == "glibc")
