@@ -280,7 +280,8 @@ class _PackedWeights:
     the time, SmolLM2's gate/up layers (1536x576) 0.74x and its down layer 0.92x, while the 576x576
     layers were even (0.98x) and the 192x576 ones slower (1.2x): only weights of at least
     ``_PACKED_MIN_WEIGHTS`` elements are packed. A copy costs memory (430 MB for SmolLM2-135M) and is
-    made again when its weight changes (in place, as an optimiser step does, or replaced). Where the
+    made again when its weight changes (in place, as an optimiser step does, or replaced; an edit through
+    ``weight.data`` bypasses the version counter and is not seen). Where the
     oneDNN operators are missing or disagree with ``torch.mm`` on a first check, nothing is packed.
     """
 
