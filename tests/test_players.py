@@ -297,7 +297,7 @@ def test_packed_weights_give_nn_linear_results_and_follow_their_weight(monkeypat
     monkeypatch.setattr(hf, "_PACKED_MIN_WEIGHTS", 1)
     assert packs.get(torch.nn.Linear(48, 96).to(torch.float64)) is None
     unchecked = hf._PackedWeights()
-    monkeypatch.setattr(unchecked, "_check", lambda weight: False)
+    monkeypatch.setattr(unchecked, "_first_pack", lambda weight: None)
     assert unchecked.get(torch.nn.Linear(48, 96)) is None and unchecked.available is False
 
 

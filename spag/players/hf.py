@@ -262,13 +262,19 @@ def _weight_first_linear(module, x, packed=None):
     if x.numel() > _WEIGHT_FIRST_ROWS * x.shape[-1]:
         return torch.nn.functional.linear(x, module.weight, module.bias)
     if packed is not None and x.numel() <= _PACKED_ROWS * x.shape[-1]:
-        out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), packed, module.bias,
-                                                 "none", [], "")
+        out = _packed_product(x.reshape(-1, x.shape[-1]), packed, module.bias)
         return out.reshape(*x.shape[:-1], module.weight.shape[0])
     rows = x.reshape(-1, x.shape[-1]).t()
     out = torch.mm(module.weight, rows) if module.bias is None else \
         torch.addmm(module.bias[:, None], module.weight, rows)
     return out.t().reshape(*x.shape[:-1], module.weight.shape[0])
+
+
+def _packed_product(rows, packed, bias):
+    """``rows @ Wᵀ + bias`` by oneDNN, W given as its packed copy (``_reorder_linear_weight``)."""
+    import torch
+
+    return torch.ops.mkldnn._linear_pointwise(rows, packed, bias, "none", [], "")
 
 
 class _PackedWeights:
@@ -293,16 +299,23 @@ class _PackedWeights:
     def _key(weight) -> tuple:
         return (weight.data_ptr(), weight._version, tuple(weight.shape))
 
-    def _check(self, weight) -> bool:
+    @staticmethod
+    def _pack(weight):
+        import torch
+
+        return torch.ops.mkldnn._reorder_linear_weight(weight, _PACKED_ROWS)
+
+    def _first_pack(self, weight):
+        """The first weight's packed copy if oneDNN's product with it agrees with ``torch.mm``, else None."""
         import torch
 
         try:
+            packed = self._pack(weight)
             x = torch.randn(3, weight.shape[1], generator=torch.Generator().manual_seed(0))
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight, _PACKED_ROWS)
-            out = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-            return bool(torch.allclose(out, x @ weight.t(), rtol=1e-4, atol=1e-4))
+            agrees = torch.allclose(_packed_product(x, packed, None), x @ weight.t(), rtol=1e-4, atol=1e-4)
         except (AttributeError, RuntimeError, NotImplementedError):
-            return False
+            return None
+        return packed if agrees else None
 
     def get(self, module):
         """The packed copy of ``module.weight``, or None where this layer keeps ``W @ xᵀ``."""
@@ -312,16 +325,19 @@ class _PackedWeights:
         if weight.dtype != torch.float32 or weight.device.type != "cpu" \
                 or weight.numel() < _PACKED_MIN_WEIGHTS or self.available is False:
             return None
-        if self.available is None:
-            self.available = self._check(weight.detach())
-            if not self.available:
-                return None
         key = self._key(weight)
         kept = self._copies.get(id(module))
-        if kept is None or kept[0] != key:
-            kept = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _PACKED_ROWS))
-            self._copies[id(module)] = kept
-        return kept[1]
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        if self.available is None:        # the first weight: packed once, and checked
+            packed = self._first_pack(weight.detach())
+            self.available = packed is not None
+            if packed is None:
+                return None
+        else:
+            packed = self._pack(weight.detach())
+        self._copies[id(module)] = (key, packed)
+        return packed
 
 
 @contextmanager
