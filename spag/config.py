@@ -115,6 +115,10 @@ class Sampling(Section):
                                           "float32), float32, bfloat16, float16.")
     device: Optional[str] = knob(None, "hf backend: cpu, cuda, cuda:1 ... (null: the best there is).")
     base_url: Optional[str] = knob(None, "openai backend: an OpenAI-compatible endpoint URL.")
+    gpu_memory_utilization: float = knob(0.3, "vllm backend: share of the memory one engine takes (weights, "
+                                              "activations, KV cache): of the GPU, or on vLLM's CPU build of the "
+                                              "CPU's NUMA node; two models in one game are two engines.",
+                                         gt=0, le=1)
     temperature: float = knob(1.2, "Sampling temperature; 0 is greedy.", ge=0)
     top_k: int = knob(50, "Top-k sampling (0: off).", ge=0)
     max_new_tokens: int = knob(256, "Longest utterance, in tokens.", ge=1)
@@ -131,7 +135,8 @@ class Sampling(Section):
 
     def player_options(self) -> dict:
         """What :func:`spag.players.load_player` takes from this section."""
-        return {"dtype": self.dtype, "device": self.device, "base_url": self.base_url}
+        return {"dtype": self.dtype, "device": self.device, "base_url": self.base_url,
+                "gpu_memory_utilization": self.gpu_memory_utilization}
 
 
 class Teacher(Sampling):

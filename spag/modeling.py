@@ -72,6 +72,14 @@ def fast_bf16(device: str) -> bool:
     return device == "cpu" and cpu_has_native_bf16()
 
 
+def resolve_dtype(dtype: str | None, device: str) -> str:
+    """The dtype name that ``dtype`` means on ``device``: ``None``/``"auto"`` is bfloat16 where it is fast
+    (:func:`fast_bf16`), else float32; any other name is itself. Every backend resolves ``auto`` here."""
+    if dtype in (None, "auto"):
+        return "bfloat16" if fast_bf16(device) else "float32"
+    return dtype
+
+
 def load_model(
     name_or_path: str | os.PathLike,
     device: str | None = None,
@@ -86,10 +94,7 @@ def load_model(
     from transformers import AutoModelForCausalLM
 
     device = pick_device(device)
-    if dtype in (None, "auto"):
-        torch_dtype = torch.bfloat16 if fast_bf16(device) else torch.float32
-    else:
-        torch_dtype = getattr(torch, dtype)
+    torch_dtype = getattr(torch, resolve_dtype(dtype, device))
     tokenizer = load_tokenizer(name_or_path, trust_remote_code=trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(
         str(name_or_path), dtype=torch_dtype, trust_remote_code=trust_remote_code
@@ -127,8 +132,13 @@ def save_checkpoint(model, tokenizer, output_dir: str | os.PathLike, kind: str =
     return out
 
 
-def tiny_llama(tokenizer, seed: int = 0, hidden_size: int = 64, layers: int = 2):
-    """A small randomly initialised Llama sized to ``tokenizer``: for tests and benchmarks, no download."""
+def tiny_llama(tokenizer, seed: int = 0, hidden_size: int = 64, layers: int = 2, heads: int = 4,
+               tie_word_embeddings: bool = True):
+    """A small randomly initialised Llama sized to ``tokenizer``: for tests and benchmarks, no download.
+
+    ``heads`` attention heads (half as many key/value heads, at least one); vLLM's CPU attention needs a
+    head size (``hidden_size / heads``) of at least 32.
+    """
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -138,13 +148,13 @@ def tiny_llama(tokenizer, seed: int = 0, hidden_size: int = 64, layers: int = 2)
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
         max_position_embeddings=2048,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_word_embeddings,
     )
     model = LlamaForCausalLM(config)
     model.eval()

@@ -384,7 +384,7 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
     words, both roles, ``evaluate.seeds`` games per word and role; then its benchmark scores."""
     from spag.evaluate.games import evaluate_models
     from spag.partial import resumable_output
-    from spag.players import load_player
+    from spag.players import close_player, load_player
 
     e = settings.evaluate
     # Evaluation words and sampling seeds come from evaluate.seed alone: the same for every epoch, every
@@ -400,11 +400,15 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
         opponents["vs_previous"] = previous
     player = load_player(str(model), e.backend, **e.player_options())  # loaded once for every match
     # Episodes go to a work folder beside the declared output, which DVC does not delete: a killed stage
-    # continues from its finished games on the next `dvc repro` (see spag.partial).
-    with resumable_output(layout.epoch(epoch) / "eval_episodes", "evaluate") as work:
-        games = {name: evaluate_models(player, load_player(str(opponent), e.backend, **e.player_options()), chosen,
-                                       config, episodes_out=work / name, resume=True, seeds=e.seeds)
-                 for name, opponent in opponents.items()}
+    # continues from its finished games on the next `dvc repro` (see spag.partial). Each opponent is
+    # loaded for its match and closed after it (evaluate_models closes what it loads).
+    try:
+        with resumable_output(layout.epoch(epoch) / "eval_episodes", "evaluate") as work:
+            games = {name: evaluate_models(player, str(opponent), chosen, config, episodes_out=work / name,
+                                           resume=True, seeds=e.seeds, backend=e.backend, **e.player_options())
+                     for name, opponent in opponents.items()}
+    finally:
+        close_player(player)
     write_json_atomic(layout.metrics / "epochs" / epoch / "games.json", games)
     scores = _benchmark(settings, model, layout.metrics / "epochs" / epoch,
                         layout.epoch(epoch) / "benchmark.samples.jsonl")

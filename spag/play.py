@@ -353,7 +353,7 @@ def run_games(attacker_model: str, defender_model: str, words: list[str], config
               stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
               overwrite: bool = False, **player_options) -> list[dict]:
     """Load the players (once when both sides are the same model) and play."""
-    from spag.players import load_player
+    from spag.players import close_player, load_player
 
     rank, world = rank_and_world()
     if output is not None:  # before minutes of model loading
@@ -364,7 +364,14 @@ def run_games(attacker_model: str, defender_model: str, words: list[str], config
         if torch.cuda.is_available():
             player_options["device"] = f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}"
     attacker = load_player(attacker_model, backend, **player_options)
-    defender = attacker if defender_model == attacker_model else load_player(defender_model, backend,
-                                                                              **player_options)
-    return play_games(attacker, defender, words, config, output=output, resume=resume,
-                      show_progress=show_progress, stats=stats, guess_words=guess_words, overwrite=overwrite)
+    try:
+        defender = attacker if defender_model == attacker_model else load_player(defender_model, backend,
+                                                                                  **player_options)
+    except BaseException:
+        close_player(attacker)
+        raise
+    try:
+        return play_games(attacker, defender, words, config, output=output, resume=resume,
+                          show_progress=show_progress, stats=stats, guess_words=guess_words, overwrite=overwrite)
+    finally:
+        close_player(attacker, defender)

@@ -50,12 +50,66 @@ def build_tiny_tokenizer(vocab_size: int = 512, chat_template: bool = True):
 
 
 def make_tiny_checkpoint(output_dir: str | os.PathLike, seed: int = 0, hidden_size: int = 64,
-                         layers: int = 2, chat_template: bool = True) -> Path:
-    """Save a tiny random Llama with its tokenizer as a plain HF directory and return its path."""
+                         layers: int = 2, chat_template: bool = True, heads: int = 4) -> Path:
+    """Save a tiny random Llama with its tokenizer as a plain HF directory and return its path.
+
+    vLLM needs ``hidden_size / heads`` >= 32 (its CPU attention kernels' smallest head size).
+    """
     from spag.modeling import save_checkpoint, tiny_llama
 
     tokenizer = build_tiny_tokenizer(chat_template=chat_template)
-    model = tiny_llama(tokenizer, seed=seed, hidden_size=hidden_size, layers=layers)
+    model = tiny_llama(tokenizer, seed=seed, hidden_size=hidden_size, layers=layers, heads=heads)
+    return save_checkpoint(model, tokenizer, output_dir)
+
+
+def make_scripted_checkpoint(output_dir: str | os.PathLike, script: str, *, loop: bool = False,
+                             seed: int = 0, hidden_size: int = 64) -> Path:
+    """A tiny Llama whose greedy reply to any game prompt is ``script``, then its end-of-turn token
+    (``loop``: the script again and again, never ending). Saved as a plain HF directory.
+
+    Its next token depends on the current token alone: attention and MLP write nothing into the
+    residual stream (zero output projections), so the last layer sees the token's embedding, and the
+    output layer holds a table of transitions: the prompt's last token -> the script's first token ->
+    ... Every embedding shares one constant component, which the end-of-turn row reads as a fixed
+    logit: below each scripted transition, above the rest, so any token outside the script (one forced
+    by ``min_new_tokens``, say) is followed by the end of the turn. Being real weights, it makes both
+    backends (hf and vLLM) write the same text, which is what the player contract tests need.
+    """
+    import torch
+
+    from spag.game.prompts import build_prompt, model_input_ids
+    from spag.modeling import save_checkpoint, tiny_llama
+
+    tokenizer = build_tiny_tokenizer()
+    # The reply starts after a special token, so that no text token of the script needs two successors.
+    tokenizer.chat_template = CHAT_TEMPLATE.replace("<|start|>assistant\n{% endif %}",
+                                                    "<|start|>assistant\n<|start|>{% endif %}")
+    model = tiny_llama(tokenizer, seed=seed, hidden_size=hidden_size, layers=1, heads=hidden_size // 32,
+                       tie_word_embeddings=False)
+    last = model_input_ids(tokenizer, build_prompt("attacker", "coffee", [], 3))[-1]
+    ids = tokenizer(script, add_special_tokens=False)["input_ids"]
+    chain = [last, *ids] + ([ids[0]] if loop and ids else [])
+    transitions: dict[int, int] = {}
+    for a, b in zip(chain, chain[1:]):
+        if transitions.setdefault(a, b) != b:
+            raise ValueError(f"script {script!r}: token {tokenizer.decode([a])!r} would need two successors")
+
+    generator = torch.Generator().manual_seed(seed)
+    vocab, width = len(tokenizer), hidden_size
+    shared = 0.5  # the constant component of every (unit-norm) embedding
+    rest = torch.randn(vocab, width - 1, generator=generator)
+    rest = rest / rest.norm(dim=1, keepdim=True)
+    embeddings = torch.cat([torch.full((vocab, 1), shared), rest * (1 - shared**2) ** 0.5], dim=1)
+    head = torch.zeros(vocab, width)
+    for a, b in transitions.items():
+        head[b, 1:] += 4.0 * rest[a]     # logit ~ 4 * sqrt(width) * 0.87 for the scripted successor
+    head[tokenizer.eos_token_id, 0] = 4.0  # logit 4 * sqrt(width) * 0.5 for the end of the turn
+    with torch.no_grad():
+        model.get_input_embeddings().weight.copy_(embeddings)
+        model.get_output_embeddings().weight.copy_(head)
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
     return save_checkpoint(model, tokenizer, output_dir)
 
 

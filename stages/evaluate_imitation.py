@@ -7,4 +7,5 @@ from pathlib import Path
 
 from spag.pipeline import evaluate_imitation, run_stage
 
-run_stage(evaluate_imitation, Path(__file__).resolve().parent.parent)
+if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this file again
+    run_stage(evaluate_imitation, Path(__file__).resolve().parent.parent)

@@ -32,14 +32,19 @@ _TEMPERATURE = option(Evaluate, "temperature")
 _TOP_K = option(Evaluate, "top_k")
 _BATCH_SIZE = option(Evaluate, "batch_size")
 _BACKEND = option(Evaluate, "backend")
+_DTYPE = option(Evaluate, "dtype")
+_MEMORY = option(Evaluate, "gpu_memory_utilization")
 
 
 def _play_config(max_turns: int, temperature: float, top_k: int, max_new_tokens: int, seed: int,
-                 batch_size: int, backend: str):
-    """The games' settings, checked by the schema of the evaluate section."""
+                 batch_size: int, backend: str, dtype: str, gpu_memory_utilization: float):
+    """The games' settings and the players' options, checked by the schema of the evaluate section."""
     game = checked(Game, max_turns=max_turns)
-    return checked(Evaluate, temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
-                   batch_size=batch_size, backend=backend).play_config(game, seed)
+    section = checked(Evaluate, temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
+                      batch_size=batch_size, backend=backend, dtype=dtype,
+                      gpu_memory_utilization=gpu_memory_utilization)
+    options = {k: v for k, v in section.player_options().items() if v is not None}
+    return section.play_config(game, seed), options
 
 
 def _held_out_words(words: Path, train_words: Optional[Path], limit: Optional[int]) -> list[str]:
@@ -98,6 +103,8 @@ def register(app: typer.Typer) -> None:
         top_k: int = _TOP_K,
         batch_size: int = _BATCH_SIZE,
         backend: str = _BACKEND,
+        dtype: str = _DTYPE,
+        gpu_memory_utilization: float = _MEMORY,
         resume: bool = _RESUME,
         seeds: int = option(Evaluate, "seeds"),
         overwrite: bool = _OVERWRITE,
@@ -112,12 +119,13 @@ def register(app: typer.Typer) -> None:
         from spag.modeling import check_model
 
         chosen = _held_out_words(words, train_words, limit)
-        config = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend)
+        config, players = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend,
+                                       dtype, gpu_memory_utilization)
         check_model(model, "--model")
         check_model(opponent, "--opponent")
         _claim_episodes_out(episodes_out, "evaluate", overwrite, resume)
         metrics = evaluate_models(model, opponent, chosen, config, episodes_out=episodes_out, backend=backend,
-                                  resume=resume, seeds=seeds)
+                                  resume=resume, seeds=seeds, **players)
         write_json_atomic(output, metrics)
         points = metrics["bootstrap"]["score"]
         summary("evaluate", f"{metrics['model']} vs {metrics['opponent']}, {metrics['games']} games: "
@@ -220,6 +228,8 @@ def register(app: typer.Typer) -> None:
         top_k: int = _TOP_K,
         batch_size: int = _BATCH_SIZE,
         backend: str = _BACKEND,
+        dtype: str = _DTYPE,
+        gpu_memory_utilization: float = _MEMORY,
         resamples: int = typer.Option(1000, "--resamples", min=1, help="Bootstrap resamples for the Elo intervals."),
         resume: bool = _RESUME,
         overwrite: bool = _OVERWRITE,
@@ -234,14 +244,15 @@ def register(app: typer.Typer) -> None:
         if len(everyone) < 2:
             raise typer.BadParameter("name at least two models", param_hint="--models")
         chosen = _held_out_words(words, train_words, limit)
-        config = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend)
+        config, players = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend,
+                                       dtype, gpu_memory_utilization)
         for name in everyone:
             check_model(name, "--models")
         if resume and episodes_out is None:
             raise typer.BadParameter("--resume needs --episodes-out (a folder)", param_hint="--resume")
         _claim_episodes_out(episodes_out, "tournament", overwrite, resume)
         metrics = run_tournament(everyone, chosen, config, backend=backend, episodes_out=episodes_out,
-                                 heatmap=heatmap, resamples=resamples, seed=seed, resume=resume)
+                                 heatmap=heatmap, resamples=resamples, seed=seed, resume=resume, **players)
         write_json_atomic(output, metrics)
         ranking = sorted(metrics["elo"].items(), key=lambda kv: -kv[1]["rating"])
         table = ", ".join(f"{name} {r['rating']:.0f} [{r['low']:.0f}, {r['high']:.0f}]"

@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
         device: str | None = option(Play, "device"),
         dtype: str = option(Play, "dtype"),
         base_url: str | None = option(Play, "base_url"),
+        gpu_memory_utilization: float = option(Play, "gpu_memory_utilization"),
         api_key_env: str | None = typer.Option(
             None, "--api-key-env", help="openai backend: environment variable holding the API key for --base-url "
                                         "(default: OPENAI_API_KEY, sent to api.openai.com only)."),
@@ -73,6 +74,7 @@ def register(app: typer.Typer) -> None:
             batch_size = 1  # one game at a time when a person is typing
         game = checked(Game, max_turns=max_turns, rules=rules, templates=templates)
         player = checked(Teacher, backend=backend, dtype=dtype, device=device, base_url=base_url,
+                         gpu_memory_utilization=gpu_memory_utilization,
                          temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
                          min_new_tokens=min_new_tokens, batch_size=batch_size, examples=examples,
                          foul_retries=foul_retries, coached_attacker=coached_attacker, final_guess=final_guess)

@@ -216,7 +216,7 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
     from dataclasses import replace
 
     from spag.play import PlayConfig
-    from spag.players import load_player
+    from spag.players import close_player, load_player
 
     if not words:
         raise ValueError("no evaluation words")
@@ -235,14 +235,17 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
     player = load(model)
     rival = player if model_name(opponent) == model_name(model) else load(opponent)
     as_attacker, as_defender = [], []
-    for s in range(seeds):
-        out = episodes_out
-        if episodes_out is not None and seeds > 1:
-            out = Path(episodes_out) / f"seed_{s}"
-        attack, defend = _play_both_roles(player, rival, words, replace(config, seed=config.seed + s), out,
-                                          resume=resume, show_progress=show_progress)
-        as_attacker += attack
-        as_defender += defend
+    try:
+        for s in range(seeds):
+            out = episodes_out
+            if episodes_out is not None and seeds > 1:
+                out = Path(episodes_out) / f"seed_{s}"
+            attack, defend = _play_both_roles(player, rival, words, replace(config, seed=config.seed + s), out,
+                                              resume=resume, show_progress=show_progress)
+            as_attacker += attack
+            as_defender += defend
+    finally:  # the players this call loaded; a caller's own players stay open
+        close_player(*(p for p, given in ((player, model), (rival, opponent)) if given is not p))
     metrics = tally_games(as_attacker, as_defender)
     return {"model": model_name(model), "opponent": model_name(opponent), **metrics,
             "bootstrap": word_bootstrap(as_attacker, as_defender, seed=config.seed),

@@ -229,8 +229,8 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     """
     from pathlib import Path
 
-    from spag.play import PlayConfig, play_games
-    from spag.players import load_player
+    from spag.play import PlayConfig
+    from spag.players import close_player, load_player
 
     if len(models) < 2:
         raise ValueError("a tournament needs at least two models")
@@ -239,12 +239,32 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     if config is None:
         config = PlayConfig(temperature=0.0)
     names = unique_names(models)
-    players = [load_player(str(m), backend, name=name, **player_options) for m, name in zip(models, names)]
     folder = None
     if episodes_out is not None and Path(episodes_out).suffix != ".parquet":
         folder = Path(episodes_out)
     elif resume:
         raise ValueError("resuming needs a folder for --episodes-out, not one .parquet file")
+    players = []
+    try:
+        for m, name in zip(models, names):
+            players.append(load_player(str(m), backend, name=name, **player_options))
+        episodes = _round_robin(players, names, words, config, folder, resume, show_progress)
+    finally:
+        close_player(*players)
+    if episodes_out is not None and folder is None:
+        from spag.game.episodes import write_episodes
+
+        write_episodes(episodes, episodes_out)
+    metrics = tournament_metrics(episodes, names, resamples=resamples, seed=seed)
+    if heatmap is not None:
+        save_heatmap(metrics["win_rate"], names, heatmap)
+    return metrics
+
+
+def _round_robin(players, names, words, config, folder, resume, show_progress) -> list[dict]:
+    """Every ordered pair of players on ``words``, each pair's games stored in ``folder`` as they finish."""
+    from spag.play import play_games
+
     episodes: list[dict] = []
     for i, attacker in enumerate(players):
         for j, defender in enumerate(players):
@@ -255,14 +275,7 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
                                 show_progress=show_progress)
             # The labels in the metrics are the tournament's names, whatever the players call themselves.
             episodes.extend({**e, "attacker_model": names[i], "defender_model": names[j]} for e in played)
-    if episodes_out is not None and folder is None:
-        from spag.game.episodes import write_episodes
-
-        write_episodes(episodes, episodes_out)
-    metrics = tournament_metrics(episodes, names, resamples=resamples, seed=seed)
-    if heatmap is not None:
-        save_heatmap(metrics["win_rate"], names, heatmap)
-    return metrics
+    return episodes
 
 
 def _safe(name: str) -> str:

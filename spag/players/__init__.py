@@ -1,8 +1,10 @@
 """Players: one interface (:class:`Player`), several backends.
 
 ``load_player(model, backend)`` returns a player for an HF id or local checkpoint (``hf``), a vLLM
-engine (``vllm``, GPU), an OpenAI-compatible endpoint (``openai``), or a person at the terminal
-(``human``, also chosen by the model name ``human``). Backends are imported only when used.
+engine (``vllm``: on a GPU, or vLLM's CPU build), an OpenAI-compatible endpoint (``openai``), or a
+person at the terminal (``human``, also chosen by the model name ``human``). Backends are imported only
+when used. Whoever loads a player closes it (:func:`close_player`): a vLLM engine holds its memory
+until then.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ BACKENDS = ("hf", "vllm", "openai", "human")
 
 __all__ = [
     "BACKENDS", "FINISH_LENGTH", "FINISH_STOP", "STOP_STRINGS", "Player", "PlayerError", "Reply",
-    "clean_reply", "derive_seed", "load_player",
+    "clean_reply", "close_player", "derive_seed", "load_player",
 ]
 
 _HF_OPTIONS = {"device", "dtype", "trust_remote_code", "max_batch", "prefill_tokens", "prefix_cache_gb",
                "name"}
-_VLLM_OPTIONS = {"dtype", "trust_remote_code", "tensor_parallel_size", "gpu_memory_utilization", "name", "seed"}
+_VLLM_OPTIONS = {"dtype", "trust_remote_code", "tensor_parallel_size", "gpu_memory_utilization", "enforce_eager",
+                 "name", "seed"}
 _OPENAI_OPTIONS = {"base_url", "api_key_env", "concurrency", "timeout", "max_retries", "api", "extensions",
                    "name"}
 
@@ -41,7 +44,7 @@ def load_player(model: str, backend: str = "hf", **options) -> Player:
     """A player for ``model`` on ``backend``. Options a backend does not use are ignored.
 
     options: device, dtype, trust_remote_code, max_batch, prefill_tokens (hf); tensor_parallel_size,
-    gpu_memory_utilization (vllm); base_url, api_key_env, concurrency, timeout, max_retries, api (openai).
+    gpu_memory_utilization, enforce_eager (vllm); base_url, api_key_env, concurrency, timeout, max_retries, api (openai).
     """
     if model == "human" or backend == "human":
         from spag.players.human import HumanPlayer
@@ -66,3 +69,11 @@ def load_player(model: str, backend: str = "hf", **options) -> Player:
 
         return OpenAIPlayer(model, **_pick(options, _OPENAI_OPTIONS))
     raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
+
+
+def close_player(*players) -> None:
+    """Give back what each player holds (a vLLM engine's memory); players without ``close`` hold nothing."""
+    for player in dict.fromkeys(players):  # the same player on both sides is closed once
+        close = getattr(player, "close", None)
+        if callable(close):
+            close()

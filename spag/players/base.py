@@ -33,6 +33,11 @@ _NEXT_SPEAKER_RE = re.compile(
 _ROLE_PREFIX_RE = re.compile(
     r"^\s*(?:\d+\.\s*)?[\[(*_]*(?:" + _SPEAKERS + r"|me)[\])*_]*\s*[:\]][\])*_]*\s*", re.IGNORECASE
 )
+# The same speakers as literal stop strings, for engines that stop only on literal text (vLLM): a reply
+# that starts another speaker's line ends there instead of running on to max_new_tokens. The regex above
+# still cuts what these miss ("\n**Defender:**"), as the hf backend's does after its own stop check.
+NEXT_SPEAKER_STOPS = tuple(dict.fromkeys(
+    f"\n{form}:" for name in _SPEAKERS.split("|") for form in (name, name.capitalize(), name.upper())))
 _CHAT_MARKERS_RE = re.compile(r"<\|im_(?:start|end)\|>|<\|(?:start|end)\|>|</?s>")
 
 
@@ -93,6 +98,17 @@ def derive_seed(*keys: object) -> int:
     """A stable 31-bit seed from any keys (the run's seed, a word's index, an utterance number, ...)."""
     digest = hashlib.sha256("\x1f".join(map(str, keys)).encode("utf-8")).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def turn_end_ids(tokenizer, eos_ids: Sequence[int] = (), vocab_size: int | None = None) -> list[int]:
+    """Token ids that end a turn: eos (the chat template's end-of-turn) and every other special token.
+
+    A reply never legitimately contains a special token; a model that writes one has left its turn.
+    ``eos_ids`` adds the model's own (its generation config's); ids outside ``vocab_size`` are left out.
+    """
+    ids = set(tokenizer.all_special_ids) | {tokenizer.eos_token_id} | set(eos_ids)
+    limit = vocab_size if vocab_size is not None else float("inf")
+    return sorted(i for i in ids if i is not None and 0 <= i < limit)
 
 
 def cut_at_next_speaker(text: str) -> tuple[str, bool]:

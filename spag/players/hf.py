@@ -41,7 +41,14 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from spag.players.allocator import keep_freed_memory
-from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at_next_speaker, per_prompt_seeds
+from spag.players.base import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Reply,
+    cut_at_next_speaker,
+    per_prompt_seeds,
+    turn_end_ids,
+)
 
 _TAIL_TOKENS = 12          # tokens decoded each step to look for a stop string
 _MIN_PREFIX = 8            # shorter common prefixes are not worth reusing
@@ -430,17 +437,10 @@ class HFPlayer:
         return next(self.model.parameters()).device
 
     def _turn_end_ids(self) -> list[int]:
-        """Token ids that end a turn: eos (the chat template's end-of-turn) and every other special token.
-
-        A reply never legitimately contains a special token; a model that writes one has left its turn.
-        """
-        tok = self.tokenizer
-        ids = set(tok.all_special_ids)
-        eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
-        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        ids.add(tok.eos_token_id)
-        vocab = self.model.get_output_embeddings().weight.shape[0]
-        return sorted(i for i in ids if i is not None and 0 <= i < vocab)
+        gen = self.model.generation_config
+        eos = gen.eos_token_id if gen else None
+        eos_ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
+        return turn_end_ids(self.tokenizer, eos_ids, self.model.get_output_embeddings().weight.shape[0])
 
     def encode(self, prompt: str) -> list[int]:
         """Token ids of the model input for one user-message text."""

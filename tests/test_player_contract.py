@@ -1,0 +1,187 @@
+"""The Player contract, checked against every backend that runs a model here: hf and vLLM (CPU build).
+
+Tiny real checkpoints on disk make each backend write a known text: ``make_scripted_checkpoint`` puts a
+table of token transitions into a model's weights, so a greedy reply is the script whatever the engine.
+Both engines load the same files; the contract is what a game relies on: a reply ends where the next
+speaker starts, min/max new tokens hold, a reply cut at max_new_tokens says so, a seed reproduces.
+Every model runs in float32, so the expectations hold on any CPU (bfloat16 or not).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import pytest
+
+from spag.game.prompts import build_prompt
+from spag.players import STOP_STRINGS, close_player, load_player
+from spag.testing import make_scripted_checkpoint, make_tiny_checkpoint
+
+BACKENDS = ["hf", "vllm"]
+HISTORY = [{"role": "attacker", "content": "What do you drink in the morning to wake up?"},
+           {"role": "defender", "content": "Usually a hot cup of tea."}]
+PROMPTS = [build_prompt("attacker", "coffee", [], 3), build_prompt("defender", "coffee", HISTORY[:1], 3),
+           build_prompt("attacker", "apple", HISTORY, 3)]
+SCRIPTS = {  # name: (script, loop)
+    "speaker": ("Think of tea\ndefender: coffee is it", False),
+    "unlisted_speaker": ("Hot tea\n(Defender): coffee", False),
+    "eager_end": ("", False),
+    "endless": ("warm cup ", True),
+}
+MEMORY = 0.05  # of this machine's memory per vLLM engine: plenty for a tiny model's KV cache
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("scripted")
+    return {name: make_scripted_checkpoint(root / name, script, loop=loop)
+            for name, (script, loop) in SCRIPTS.items()}
+
+
+@pytest.fixture(scope="module")
+def random_model(tmp_path_factory):
+    # Two heads of 32: vLLM's CPU attention has no smaller head size.
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("random") / "ckpt", heads=2)
+
+
+@contextmanager
+def opened(model, backend: str):
+    player = load_player(str(model), backend, dtype="float32", gpu_memory_utilization=MEMORY)
+    try:
+        yield player
+    finally:
+        close_player(player)
+
+
+def tokens_until(tokenizer, script: str, text: str) -> int:
+    """How many of the script's tokens a reply has generated once ``text`` has appeared in it."""
+    ids = tokenizer(script, add_special_tokens=False)["input_ids"]
+    return next(k for k in range(1, len(ids) + 1) if text in tokenizer.decode(ids[:k]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reply_stops_where_the_next_speaker_starts(backend, scripted):
+    with opened(scripted["speaker"], backend) as player:
+        replies = player.generate(PROMPTS, temperature=0, max_new_tokens=40, min_new_tokens=0, stop=STOP_STRINGS)
+        expected = tokens_until(player.tokenizer, SCRIPTS["speaker"][0], "\ndefender:")
+    assert [r.text for r in replies] == ["Think of tea"] * 3
+    assert all(r.finish_reason == "stop" and not r.truncated for r in replies)
+    # Generation stopped at the stop string: the tokens through "\ndefender:", none of the rest.
+    assert [r.n_tokens for r in replies] == [expected] * 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_next_speaker_no_stop_string_names_is_cut_from_the_text(backend, scripted):
+    with opened(scripted["unlisted_speaker"], backend) as player:
+        replies = player.generate(PROMPTS[:1], temperature=0, max_new_tokens=40, min_new_tokens=0)
+    assert replies[0].text == "Hot tea"
+    assert replies[0].finish_reason == "stop"  # the turn ended where the other speaker began
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_min_new_tokens_holds_back_an_eager_end(backend, scripted):
+    with opened(scripted["eager_end"], backend) as player:
+        eager = player.generate(PROMPTS, temperature=0, max_new_tokens=8, min_new_tokens=0)
+        held = player.generate(PROMPTS, temperature=0, max_new_tokens=8, min_new_tokens=3)
+        capped = player.generate(PROMPTS, temperature=0, max_new_tokens=2, min_new_tokens=5)
+    assert [(r.text, r.n_tokens, r.finish_reason) for r in eager] == [("", 0, "stop")] * 3
+    # Three tokens, then the end of the turn (not counted) as soon as it is allowed.
+    assert [(r.n_tokens, r.finish_reason) for r in held] == [(3, "stop")] * 3
+    assert all(r.text for r in held)
+    # min_new_tokens above max_new_tokens: max wins, and the reply says it was cut.
+    assert [(r.n_tokens, r.truncated) for r in capped] == [(2, True)] * 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_reply_cut_at_max_new_tokens_says_so(backend, scripted):
+    with opened(scripted["endless"], backend) as player:
+        replies = player.generate(PROMPTS, temperature=0, max_new_tokens=7, min_new_tokens=0)
+        decoded = player.tokenizer.decode(player.tokenizer("warm cup " * 7, add_special_tokens=False)
+                                          ["input_ids"][:7])
+    assert all(r.n_tokens == 7 and r.truncated and r.finish_reason == "length" for r in replies)
+    assert [r.text for r in replies] == [decoded] * 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_seeded_sampling_reproduces_per_prompt(backend, random_model):
+    kw = dict(temperature=1.2, top_k=50, max_new_tokens=10, min_new_tokens=1)
+    seeds = [11, 12, 13]
+    with opened(random_model, backend) as player:
+        batch = player.generate(PROMPTS, seed=seeds, **kw)
+        again = player.generate(PROMPTS, seed=seeds, **kw)
+        reversed_batch = player.generate(PROMPTS[::-1], seed=seeds[::-1], **kw)[::-1]
+        alone = player.generate(PROMPTS[1:2], seed=seeds[1:2], **kw)
+        other = player.generate(PROMPTS, seed=[21, 22, 23], **kw)
+    texts = [r.text for r in batch]
+    assert [r.text for r in again] == texts
+    # A prompt's sampling depends on its own seed, not on the batch it is in.
+    assert [r.text for r in reversed_batch] == texts and alone[0].text == texts[1]
+    assert [r.text for r in other] != texts
+    assert all(1 <= r.n_tokens <= 10 for r in batch)
+
+
+def test_vllm_engine_options_on_this_machine(random_model):
+    """On vLLM's CPU build: eager, whole prompts only (seeded requests), a KV cache of the given share."""
+    from spag.players.vllm import engine_options, on_vllm_cpu
+
+    assert on_vllm_cpu()
+    options = engine_options(str(random_model), dtype="auto", gpu_memory_utilization=0.1, enforce_eager=None,
+                             trust_remote_code=False, cpu=True)
+    assert options["enforce_eager"] is True and options["enable_chunked_prefill"] is False
+    assert options["max_num_batched_tokens"] >= 2048  # the model's context: any prompt fits one step
+    assert options["kv_cache_memory_bytes"] > 0 and "gpu_memory_utilization" not in options
+    assert options["dtype"] in ("float32", "bfloat16")
+    gpu = engine_options(str(random_model), dtype="float16", gpu_memory_utilization=0.4, enforce_eager=None,
+                         trust_remote_code=False, cpu=False)
+    assert gpu == {"dtype": "float16", "enforce_eager": False, "gpu_memory_utilization": 0.4}
+
+
+def test_two_vllm_engines_play_one_game_in_one_process(scripted):
+    """evaluate with two different models: both engines live at once, each with its own KV cache."""
+    from spag.play import PlayConfig, play_games
+
+    with opened(scripted["speaker"], "vllm") as attacker, opened(scripted["eager_end"], "vllm") as defender:
+        episodes = play_games(attacker, defender, ["coffee"], PlayConfig(temperature=0, max_turns=2,
+                                                                         max_new_tokens=16, min_new_tokens=1),
+                              show_progress=False)
+    (episode,) = episodes
+    assert episode["history"][0] == {**episode["history"][0], "role": "attacker", "content": "Think of tea"}
+    assert episode["history"][1]["role"] == "defender"
+
+
+# ------------------------------------------------------------------------------ the embedded model (slow)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_embedded_model_keeps_the_contract(backend, embedded_model):
+    kw = dict(temperature=1.2, top_k=50, max_new_tokens=24, min_new_tokens=2, stop=STOP_STRINGS)
+    seeds = [3, 4, 5]
+    with opened(embedded_model, backend) as player:
+        first = player.generate(PROMPTS, seed=seeds, **kw)
+        second = player.generate(PROMPTS, seed=seeds, **kw)
+    assert [r.text for r in first] == [r.text for r in second]
+    for reply in first:
+        assert 2 <= reply.n_tokens <= 24
+        assert reply.truncated == (reply.finish_reason == "length")
+        assert not reply.truncated or reply.n_tokens == 24
+        assert not any(s in reply.text for s in STOP_STRINGS)
+
+
+def test_spag_play_with_vllm_gives_the_same_episodes_for_the_same_seed(random_model, tmp_path):
+    from spag.game.episodes import read_episodes
+    from spag.testing import run_cli
+
+    words = tmp_path / "words.txt"
+    words.write_text("apple\nriver\ncoffee\n")
+    runs = []
+    for name in ("first", "second"):
+        out = tmp_path / f"{name}.parquet"
+        result = run_cli("play", "--attacker", random_model, "--defender", random_model, "--words", words,
+                         "-o", out, "--backend", "vllm", "--dtype", "float32", "--gpu-memory-utilization", MEMORY,
+                         "--max-turns", "2", "--max-new-tokens", "8", "--batch-size", "2", "--no-progress")
+        assert result.code == 0, result.stderr
+        assert "[spag play] 3 games" in result.stderr + result.stdout
+        runs.append(sorted(read_episodes(out), key=lambda e: e["word_index"]))
+    assert [e["history"] for e in runs[0]] == [e["history"] for e in runs[1]]
+    assert [e["outcome"] for e in runs[0]] == [e["outcome"] for e in runs[1]]
