@@ -185,3 +185,24 @@ def test_spag_play_with_vllm_gives_the_same_episodes_for_the_same_seed(random_mo
         runs.append(sorted(read_episodes(out), key=lambda e: e["word_index"]))
     assert [e["history"] for e in runs[0]] == [e["history"] for e in runs[1]]
     assert [e["outcome"] for e in runs[0]] == [e["outcome"] for e in runs[1]]
+
+
+def test_evaluate_and_tournament_commands_on_vllm(scripted, tmp_path):
+    """Two (and three) different models, each its own vLLM engine, in the commands that play them."""
+    import json
+
+    from spag.testing import run_cli
+
+    words = tmp_path / "eval.txt"
+    words.write_text("river\ncoffee\n")
+    common = ["--words", words, "--max-turns", "1", "--max-new-tokens", "8", "--backend", "vllm",
+              "--dtype", "float32", "--gpu-memory-utilization", MEMORY]
+    evaluated = run_cli("evaluate", "--model", scripted["speaker"], "--opponent", scripted["eager_end"],
+                        "-o", tmp_path / "eval.json", *common)
+    assert evaluated.code == 0, evaluated.stderr
+    metrics = json.loads((tmp_path / "eval.json").read_text())
+    assert metrics["games"] == 4  # 2 words x 2 roles
+    models = [scripted[name] for name in ("speaker", "eager_end", "endless")]
+    played = run_cli("tournament", "--models", *models, "-o", tmp_path / "t.json", "--resamples", "50", *common)
+    assert played.code == 0, played.stderr
+    assert json.loads((tmp_path / "t.json").read_text())["games"] == 3 * 2 * 2  # ordered pairs x words
