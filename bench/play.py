@@ -23,6 +23,11 @@ side plays once per round, so a machine whose speed drifts slows all of them ali
 rounds. The baseline is slow (seconds per utterance), so it plays the first ``--baseline-words`` words,
 split across the rounds; the comparison is per episode either way.
 
+``--isa avx2`` runs every side as on a CPU without AVX-512 (for comparing on a machine that has it):
+torch's kernels (``ATEN_CPU_CAPABILITY=avx2``), oneDNN's (``ONEDNN_MAX_CPU_ISA=AVX2``) and vLLM's
+(its AVX2 library) are held to AVX2, and ``--dtype auto`` means float32. An emulation: the cache sizes and
+clock of a real AVX2-only CPU differ.
+
 ``--json`` ends the output with one JSON object: per side its figures, plus the CPU's flags (AVX2,
 AVX-512, AVX512-BF16, AMX), the resolved dtype, versions, and the ratios against the targets.
 Without --model the embedded model is materialised once into ~/.cache/spag/SmolLM2-135M-Instruct.
@@ -114,12 +119,24 @@ def play_config(args):
                       batch_size=args.batch_size)
 
 
+def hold_to_avx2() -> None:
+    """Make this process use AVX2 kernels only (``--isa avx2``): torch and oneDNN read the environment
+    set by the parent; vLLM picks its library from torch's AVX-512 checks, answered here before it loads."""
+    import torch
+
+    torch.cpu._is_avx512_supported = lambda: False
+    torch.cpu._is_avx512_bf16_supported = lambda: False
+
+
 def run_side(args) -> dict:
     """One side, one round, in this process: untimed setup, then the games; the figures as a dict."""
     import hashlib
     import resource
 
     import torch
+
+    if args.isa == "avx2":
+        hold_to_avx2()
 
     from spag.game.rules import word_forms
     from spag.modeling import resolve_dtype
@@ -161,7 +178,7 @@ def side_command(args, side: str, start: int = 0, end: int = 0) -> list[str]:
     command = [sys.executable, __file__, "--side", side, "--model", args.model, "--slice-start", str(start),
                "--slice-end", str(end)]
     for name in ("words", "max_turns", "max_new_tokens", "min_new_tokens", "batch_size", "temperature", "top_k",
-                 "seed", "dtype", "baseline_words", "vllm_memory"):
+                 "seed", "dtype", "baseline_words", "vllm_memory", "isa"):
         command += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     return command + (["--threads", str(args.threads)] if args.threads else [])
 
@@ -203,6 +220,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="every side plays once per round, in turn")
     parser.add_argument("--sides", default=",".join(SIDES), help="which sides, comma-separated")
     parser.add_argument("--vllm-memory", type=float, default=0.2, help="vllm side: gpu_memory_utilization")
+    parser.add_argument("--isa", choices=("native", "avx2"), default="native",
+                        help="avx2: every side held to AVX2 kernels (float32 for --dtype auto)")
     parser.add_argument("--json", action="store_true", help="end with one JSON object of every figure")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # a child process: one side, one round
     parser.add_argument("--slice-start", type=int, default=0, help=argparse.SUPPRESS)
@@ -220,6 +239,10 @@ def main() -> None:
     from spag.modeling import resolve_dtype
 
     args.model = str(Path(args.model) if args.model else embedded_model())
+    if args.isa == "avx2":
+        os.environ.update(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
+        if args.dtype == "auto":
+            args.dtype = "float32"  # what auto means on a CPU without native bfloat16
     sides = [s for s in args.sides.split(",") if s]
     unknown = set(sides) - set(SIDES)
     if unknown:
@@ -229,10 +252,11 @@ def main() -> None:
         vllm_version = vllm.__version__
     except ImportError:
         vllm_version = None
-    cpu = cpu_flags()
+    cpu = {**cpu_flags(), "held_to": args.isa}
     print(f"model {Path(args.model).name}, dtype {resolve_dtype(args.dtype, 'cpu')}, torch {torch.__version__}, "
           f"transformers {transformers.__version__}, vLLM {vllm_version}; {cpu['model']}, {cpu['cpus']} CPUs, "
-          f"AVX2 {cpu['avx2']}, AVX-512 {cpu['avx512']}, AVX512-BF16 {cpu['avx512_bf16']}, AMX {cpu['amx_bf16']}")
+          f"AVX2 {cpu['avx2']}, AVX-512 {cpu['avx512']}, AVX512-BF16 {cpu['avx512_bf16']}, AMX {cpu['amx_bf16']}"
+          + ("; every side held to AVX2 kernels" if args.isa == "avx2" else ""))
     print(f"{args.words} words, max_turns {args.max_turns}, max_new_tokens {args.max_new_tokens}, temperature "
           f"{args.temperature}, top_k {args.top_k}, batch {args.batch_size}; baseline {args.baseline_words} words")
     runs = []
