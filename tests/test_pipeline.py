@@ -211,18 +211,20 @@ def test_changing_how_training_runs_makes_train_stale(pipeline, key, value):
 
 
 def test_repro_with_vllm_for_self_play_and_evaluation(tmp_path):
-    """play.backend and evaluate.backend vllm (vLLM's CPU build): the toy loop runs through, one epoch."""
+    """teacher, play and evaluate on the vllm backend (vLLM's CPU build): the toy loop runs through."""
     from spag.game.episodes import read_episodes
 
     model = make_tiny_checkpoint(tmp_path / "model", heads=2)  # vLLM's CPU attention: head size >= 32
     params = small_params(model)
     params["spag"]["epochs"] = {"1": {"previous": "imitation"}}
-    for section in ("play", "evaluate"):
+    for section in ("teacher", "play", "evaluate"):
         params[section].update(backend="vllm", dtype="float32", gpu_memory_utilization=0.05)
+    params["teacher"]["final_guess"] = False  # the dictionary guess scores words with the hf backend
     work = tmp_path / "project"
     work.mkdir()
     env = make_project(work, params)
     result = run(["dvc", "repro"], work, env)
+    assert len(read_episodes(work / "data/teacher/episodes")) == params["teacher"]["words"]
     episodes = read_episodes(work / "data/epoch_1/episodes")
     assert len(episodes) == params["play"]["words"]
     assert all(u["n_tokens"] <= params["play"]["max_new_tokens"] for e in episodes for u in e["history"])
