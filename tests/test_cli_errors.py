@@ -4,6 +4,7 @@ tests named after them.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +144,49 @@ def test_words_top_zero_is_refused_not_743_words(files, tmp_path):
 
 def test_judge_on_a_binary_file_is_one_line_not_a_traceback(files, tmp_path):
     assert "not UTF-8" in check_bad_input(files, tmp_path, *CASES["judge_binary_file"])
+
+
+# ----------------------------------------------------------------- files spag did not write are kept
+
+
+@pytest.fixture
+def user_parquet(tmp_path):
+    """A Parquet file of the user's own (not episodes), which no spag command may replace."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "user.parquet"
+    pq.write_table(pa.table({"name": ["a", "b"], "value": [1, 2]}), path)
+    return path
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_play_never_replaces_a_parquet_file_spag_did_not_write(files, user_parquet, overwrite):
+    before = user_parquet.read_bytes()
+    result = run_cli(*PLAY.replace("{out}", str(user_parquet)).format(**files).split(), "--limit", "1",
+                     "--max-new-tokens", "2", *overwrite)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert str(user_parquet) in line and "not a file of episodes spag wrote" in line
+    assert user_parquet.read_bytes() == before
+
+
+def test_play_overwrites_its_own_episode_file_only_when_asked(files, tmp_path):
+    out = tmp_path / "mine.parquet"
+    args = [*PLAY.replace("{out}", str(out)).format(**files).split(), "--limit", "1", "--max-new-tokens", "2",
+            "--max-turns", "1"]
+    assert run_cli(*args).code == 0
+    again = run_cli(*args)
+    assert again.code == 2 and "already holds episodes" in again.error_lines()[-1]
+    assert run_cli(*args, "--overwrite").code == 0
+
+
+@pytest.mark.parametrize("command", [EVALUATE, TOURNAMENT])
+def test_episodes_out_never_replaces_a_file_spag_did_not_write(files, user_parquet, command):
+    before = user_parquet.read_bytes()
+    result = run_cli(*command.format(**files).split(), "--episodes-out", user_parquet, "--overwrite",
+                     "--max-new-tokens", "2")
+    assert result.code == 2
+    assert str(user_parquet) in result.error_lines()[-1]
+    assert user_parquet.read_bytes() == before
+    assert not Path(files["out"]).exists()  # refused before any game was played

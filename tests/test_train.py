@@ -331,3 +331,27 @@ def test_two_processes_share_the_reference_pass_and_train_together(tiny, tmp_pat
 
     cached = pq.read_table(summary["reference"]["cache"]).column("ref_logprob").to_pylist()
     assert cached == pytest.approx([single[i] for i in range(len(encoded))], abs=1e-5)
+
+
+def test_a_live_dir_holding_someone_elses_files_is_refused_and_kept(tiny, tmp_path):
+    """dvclive replaces dvc.yaml, params.yaml, metrics.json and plots/ in its folder: never a user's."""
+    from spag.testing import run_cli
+
+    data = write_rows(tmp_path / "rows.jsonl", game_rows())
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "dvc.yaml").write_text("stages: {}\n")
+    (project / "params.yaml").write_text("seed: 1\n")
+    args = ["train", "--method", "sft", "--model", tiny, "--data", data, "--max-steps", "1", "--batch-size", "5",
+            "--grad-accum", "1", "--no-bf16"]
+    refused = run_cli(*args, "-o", tmp_path / "out", "--live-dir", project)
+    assert refused.code == 2
+    assert refused.error_lines()[-1].startswith("error: ") and str(project) in refused.error_lines()[-1]
+    assert (project / "dvc.yaml").read_text() == "stages: {}\n" and (project / "params.yaml").read_text() == "seed: 1\n"
+    assert not (tmp_path / "out").exists()
+    # A folder spag's own dvclive wrote is replaced by the next run's curves.
+    live = tmp_path / "live"
+    for output in ("out1", "out2"):
+        done = run_cli(*args, "-o", tmp_path / output, "--live-dir", live)
+        assert done.code == 0, done.stderr
+    assert (live / "metrics.json").exists()

@@ -24,7 +24,8 @@ _OUTPUT = typer.Option(..., "-o", "--output", help="Metrics JSON.")
 _TRAIN_WORDS = typer.Option(None, "--train-words", help="Training words: refuse to evaluate on any of them.")
 _LIMIT = typer.Option(None, "--limit", min=1, help="Play only the first N words.")
 _RESUME = typer.Option(False, "--resume", help="Keep the games already in --episodes-out.")
-_OVERWRITE = typer.Option(False, "--overwrite", help="Replace a previous --episodes-out folder of this command.")
+_OVERWRITE = typer.Option(False, "--overwrite", help="Replace a previous --episodes-out of this command (a folder "
+                                                     "it made, or a .parquet file of spag's episodes).")
 _MAX_TURNS = option(Game, "max_turns")
 _SEED = option(Evaluate, "seed")
 _MAX_NEW_TOKENS = option(Evaluate, "max_new_tokens")
@@ -67,7 +68,9 @@ def _held_out_words(words: Path, train_words: Optional[Path], limit: Optional[in
 
 
 def _claim_episodes_out(episodes_out: Optional[Path], kind: str, overwrite: bool, resume: bool) -> None:
-    """An --episodes-out folder must be new, empty or ours (spag.outputs); a .parquet file is rewritten."""
+    """An --episodes-out folder must be new, empty or ours (spag.outputs); a .parquet file new, or spag's own
+    episodes with --overwrite."""
+    from spag.game.episodes import claim_episode_file
     from spag.io import DataError
     from spag.outputs import prepare_output_dir
 
@@ -76,6 +79,7 @@ def _claim_episodes_out(episodes_out: Optional[Path], kind: str, overwrite: bool
     if episodes_out.suffix == ".parquet":
         if resume:
             raise DataError(episodes_out, None, "--resume needs a folder for --episodes-out, not one .parquet file")
+        claim_episode_file(episodes_out, overwrite=overwrite, resume=False)
         return
     prepare_output_dir(episodes_out, kind, overwrite=overwrite, resume=resume)
 

@@ -136,7 +136,42 @@ def episode_schema():
         ("seed", pa.int64()), ("examples", pa.bool_()), ("foul_retries", pa.int64()),
         ("coached_attacker", pa.bool_()), ("final_guess", pa.bool_()), ("generated_tokens", pa.int64()),
         ("empty_replies", pa.int64()), ("truncated_replies", pa.int64()), ("rules", pa.string()),
-    ])
+    ], metadata={EPISODES_METADATA_KEY: b"episodes"})
+
+
+EPISODES_METADATA_KEY = b"spag"  # in the Parquet schema's metadata: a file spag wrote as episodes
+
+
+def holds_spag_episodes(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a Parquet file of episodes written by spag (its schema's mark, or, for files
+    written before the mark, every episode column); anything else is someone else's file."""
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+    except Exception:  # not Parquet, unreadable: not ours
+        return False
+    if (schema.metadata or {}).get(EPISODES_METADATA_KEY) == b"episodes":
+        return True
+    return set(episode_schema().names) <= set(schema.names)
+
+
+def claim_episode_file(path: str | os.PathLike, *, overwrite: bool, resume: bool) -> None:
+    """Check that episodes may be written to the single file ``path``: it is new, or spag's own episodes
+    with ``overwrite`` (replaced) or ``resume`` (continued). OutputRefused otherwise; changes nothing."""
+    from spag.outputs import OutputRefused
+
+    target = Path(path)
+    if not target.exists():
+        return
+    if not target.is_file():
+        raise OutputRefused(target, "exists and is not a file")
+    if not holds_spag_episodes(target):
+        raise OutputRefused(target, "exists and is not a file of episodes spag wrote; move it away or choose "
+                                    "another path (--overwrite replaces only spag's own episodes)")
+    if not (overwrite or resume):
+        raise OutputRefused(target, "already holds episodes: pass --resume to continue, --overwrite to "
+                                    "replace them, or choose a new output")
 
 
 class EpisodeStore:
@@ -157,7 +192,9 @@ class EpisodeStore:
         """Refuse a directory that is not ours to write (:mod:`spag.outputs`); changes nothing."""
         from spag.outputs import claim_output_dir
 
-        if not self.single_file:
+        if self.single_file:
+            claim_episode_file(self.path, overwrite=overwrite, resume=resume)
+        else:
             # Under several ranks the others' shards are expected here: only a foreign folder is refused.
             claim_output_dir(self.path, PLAY_KIND, overwrite=overwrite, resume=resume or self.world > 1)
 

@@ -46,6 +46,7 @@ SUMMARY_FILE = "training_summary.json"
 CHECKPOINTS = "checkpoints"
 TRAIN_KIND = "train"
 CHECKPOINTS_KIND = "train-checkpoints"
+LIVE_KIND = "train-live"  # the dvclive folder: dvclive replaces dvc.yaml, params.yaml, metrics.json, plots/ there
 
 __all__ = ["SpagTrainer", "TrainConfig", "read_summary", "run_training"]
 
@@ -185,8 +186,8 @@ def _warmup_arguments(ratio: float) -> dict:
     return {"warmup_ratio": ratio} if "warmup_ratio" in names else {"warmup_steps": ratio}
 
 
-def _default_live_dir(output_dir: Path) -> Path:
-    return output_dir.parent / "dvclive" / output_dir.name
+def _live_dir(config: TrainConfig, output_dir: Path) -> Path:
+    return Path(config.live_dir) if config.live_dir else output_dir.parent / "dvclive" / output_dir.name
 
 
 def _same_model(a, b) -> bool:
@@ -379,6 +380,8 @@ def _start(method: str, model, data, output_dir, ref, config: TrainConfig) -> _R
     # Before any work: refuse an output or checkpoint directory that is not ours to replace.
     claim_output_dir(output_dir, TRAIN_KIND, overwrite=config.overwrite, resume=config.resume)
     claim_output_dir(checkpoint_dir, CHECKPOINTS_KIND, overwrite=True)
+    if config.live:  # dvclive rewrites its folder's dvc.yaml, params.yaml, metrics.json and plots/
+        claim_output_dir(_live_dir(config, output_dir), LIVE_KIND, overwrite=True, resume=config.resume)
     resume_from = _last_complete_checkpoint(checkpoint_dir) if config.resume else None
     # The Trainer's arguments come first: they set up the processes (and DeepSpeed's ZeRO-3 loading).
     run = _Run(method, model, ref, Path(data), output_dir, checkpoint_dir, config,
@@ -501,7 +504,8 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
             ref_model = load_reference_model(run.ref, run.args.device, trust_remote_code=config.trust_remote_code)
     live = None
     if config.live and run.main:
-        live_dir = Path(config.live_dir) if config.live_dir else _default_live_dir(run.output_dir)
+        live_dir = _live_dir(config, run.output_dir)
+        mark_output_dir(live_dir, LIVE_KIND)
         params = {"method": run.method, "model": str(run.model), "ref": str(run.ref), "data": str(run.data),
                   **{k: v for k, v in config.model_dump().items() if isinstance(v, (int, float, str, bool))}}
         live = _open_live(live_dir, resume=run.resume_from is not None, params=params)
