@@ -206,3 +206,22 @@ def test_evaluate_and_tournament_commands_on_vllm(scripted, tmp_path):
     played = run_cli("tournament", "--models", *models, "-o", tmp_path / "t.json", "--resamples", "50", *common)
     assert played.code == 0, played.stderr
     assert json.loads((tmp_path / "t.json").read_text())["games"] == 3 * 2 * 2  # ordered pairs x words
+
+
+@pytest.mark.slow
+def test_spag_play_on_the_embedded_model_with_vllm_reproduces_its_episodes(embedded_model, tmp_path):
+    from spag.game.episodes import read_episodes
+    from spag.testing import run_cli
+
+    words = tmp_path / "words.txt"
+    words.write_text("apple\nriver\n")
+    runs = []
+    for name in ("first", "second"):
+        out = tmp_path / f"{name}.parquet"
+        result = run_cli("play", "--attacker", embedded_model, "--defender", embedded_model, "--words", words,
+                         "-o", out, "--backend", "vllm", "--dtype", "float32", "--gpu-memory-utilization", MEMORY,
+                         "--max-turns", "1", "--max-new-tokens", "24", "--no-progress")
+        assert result.code == 0, result.stderr
+        runs.append(sorted(read_episodes(out), key=lambda e: e["word_index"]))
+    assert [e["history"] for e in runs[0]] == [e["history"] for e in runs[1]]
+    assert all(u["content"].strip() for e in runs[0] for u in e["history"][:1])
