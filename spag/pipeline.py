@@ -359,7 +359,7 @@ def play(settings: Settings, layout: Layout, epoch: str) -> None:
                   output=work, resume=True, stats=stats, **p.player_options())
     # The learning-curve numbers of this epoch's self-play (decisive, foul and win rates, lengths), from DuckDB.
     (selfplay,) = run_query("selfplay", str(episodes / "*.parquet"))
-    write_json_atomic(layout.metrics / "epochs" / epoch / "selfplay.json", selfplay)
+    write_json_atomic(layout.metrics / "epochs" / epoch / "selfplay.json", {**selfplay, "provenance": stats.provenance})
     summary(f"play@{epoch}", f"{stats.line()}; decisive {selfplay['decisive_rate']:.2f}, "
                              f"foul {selfplay['foul_rate']:.2f}")
 

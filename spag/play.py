@@ -94,6 +94,7 @@ class PlayStats:
     resampled_fouls: int = 0
     final_guesses: int = 0
     seconds: float = 0.0
+    provenance: dict = field(default_factory=dict)  # how the players ran, on what (spag.provenance.record)
 
     def line(self) -> str:
         rate = self.games / self.seconds if self.seconds else 0.0
@@ -266,7 +267,10 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
     """
     from spag.console import progress
 
+    from spag.provenance import record
+
     stats = stats if stats is not None else PlayStats()
+    stats.provenance = record(attacker=attacker, defender=defender)
     attacking_speaker, defending_speaker = speakers(attacker, defender, config, guess_words)
     rank, world = rank_and_world()
     models = {"attacker_model": attacker.name, "defender_model": defender.name,

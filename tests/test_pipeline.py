@@ -230,6 +230,10 @@ def test_repro_with_vllm_for_self_play_and_evaluation(tmp_path):
     assert all(u["n_tokens"] <= params["play"]["max_new_tokens"] for e in episodes for u in e["history"])
     games = json.loads((work / "metrics/epochs/1/games.json").read_text())
     assert games["vs_imitation"]["games"] == 12
+    players = games["vs_imitation"]["provenance"]["players"]
+    assert {p["engine"] for p in players.values()} == {"vllm-cpu"} and players["model"]["dtype"] == "float32"
+    selfplay = json.loads((work / "metrics/epochs/1/selfplay.json").read_text())
+    assert selfplay["provenance"]["players"]["attacker"]["backend"] == "vllm"
     report = json.loads((work / "metrics/report.json").read_text())
     assert report["final"]["epoch"] == 1
     assert "final score vs imitation" in result.stdout + result.stderr

@@ -225,3 +225,19 @@ def test_spag_play_on_the_embedded_model_with_vllm_reproduces_its_episodes(embed
         runs.append(sorted(read_episodes(out), key=lambda e: e["word_index"]))
     assert [e["history"] for e in runs[0]] == [e["history"] for e in runs[1]]
     assert all(u["content"].strip() for e in runs[0] for u in e["history"][:1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_played_games_record_how_the_players_ran(backend, random_model):
+    """The provenance a stage's metrics carry: backend, engine, device, resolved dtype, CPU, versions."""
+    from spag.play import PlayConfig, PlayStats, play_games
+
+    stats = PlayStats()
+    with opened(random_model, backend) as player:
+        play_games(player, player, ["coffee"], PlayConfig(max_turns=1, max_new_tokens=4), show_progress=False,
+                   stats=stats)
+    attacker = stats.provenance["players"]["attacker"]
+    assert attacker["backend"] == backend and attacker["dtype"] == "float32" and attacker["device"] == "cpu"
+    assert attacker["engine"] == ("batched" if backend == "hf" else "vllm-cpu")
+    assert {"avx2", "avx512", "avx512_bf16", "amx_bf16"} <= set(stats.provenance["cpu"])
+    assert {"torch", "transformers", "spag"} <= set(stats.provenance["versions"])

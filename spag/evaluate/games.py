@@ -234,6 +234,9 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
 
     player = load(model)
     rival = player if model_name(opponent) == model_name(model) else load(opponent)
+    from spag.provenance import record
+
+    provenance = record(model=player, opponent=rival)
     as_attacker, as_defender = [], []
     try:
         for s in range(seeds):
@@ -250,7 +253,7 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
     return {"model": model_name(model), "opponent": model_name(opponent), **metrics,
             "bootstrap": word_bootstrap(as_attacker, as_defender, seed=config.seed),
             "max_turns": int(config.max_turns), "temperature": float(config.temperature),
-            "seeds": seeds, "first_seed": int(config.seed)}
+            "seeds": seeds, "first_seed": int(config.seed), "provenance": provenance}
 
 
 def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, resume: bool,

@@ -529,6 +529,15 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
     return trainer, live
 
 
+def _provenance(run: _Run) -> dict:
+    """How the run computed (device, bfloat16 autocast as resolved, processes) and on what machine."""
+    from spag.provenance import machine
+
+    args = run.args
+    return {"device": str(args.device), "bf16": bool(args.bf16), "processes": int(args.world_size),
+            "deepspeed": bool(args.deepspeed), **machine()}
+
+
 def _save_step(run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_info: dict, live) -> None:
     """Save the model, write its summary, swap it into place and close dvclive."""
     from transformers.integrations import is_deepspeed_zero3_enabled
@@ -564,6 +573,7 @@ def _save_step(run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_
         "resumed_from": str(run.resume_from) if run.resume_from else None,
         "lora": {"r": config.lora_r, "merged": config.merge_lora} if config.lora_r > 0 else None,
         "config": config.model_dump(),
+        "provenance": _provenance(run),
     }
     if not run.main:
         return
