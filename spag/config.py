@@ -59,9 +59,10 @@ def knob(default: Any, help: str, **constraints) -> Any:
 
 
 class Section(BaseModel):
-    """A group of settings. Strict: YAML's true/false, numbers and strings are taken as they are."""
+    """A group of settings. Strict: YAML's true/false, numbers and strings are taken as they are; no
+    number is infinite or NaN (``.inf`` in YAML, ``inf`` on the command line)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, allow_inf_nan=False)
 
 
 # ------------------------------------------------------------------------------------------- sections
@@ -365,27 +366,37 @@ _BOUNDS = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"), "les
            "less_than_equal": ("<=", "le")}
 
 
+def _shown(value: Any) -> str:
+    """A value as an error message shows it: short, however large or deeply nested (a YAML alias bomb
+    is a few lines of text that a full repr expands to billions of characters)."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxlist, short.maxdict, short.maxstring, short.maxother = 2, 4, 4, 60, 60
+    return short.repr(value)
+
+
 def describe(error: dict, model: type[BaseModel] = Settings) -> tuple[str, str]:
     """(key, message) of one pydantic error, in this project's words."""
-    loc, kind, value = tuple(error["loc"]), error["type"], error.get("input")
+    loc, kind, value = tuple(error["loc"]), error["type"], _shown(error.get("input"))
     if kind == "extra_forbidden":
         near = difflib.get_close_matches(str(loc[-1]), _fields_at(model, loc[:-1]), n=1)
         return _key(loc), "unknown key" + (f" (did you mean {near[0]}?)" if near else "")
     if kind == "literal_error":
         allowed = re.findall(r"'([^']*)'", error["msg"])
-        return _key(loc), f"{value!r} is not one of {', '.join(allowed)}"
+        return _key(loc), f"{value} is not one of {', '.join(allowed)}"
     if kind in _EXPECTED:
-        return _key(loc), f"{_EXPECTED[kind]}, got {value!r}"
+        return _key(loc), f"{_EXPECTED[kind]}, got {value}"
     if kind == "missing":
         return _key(loc), "missing"
     if kind in _BOUNDS:
         op, bound = _BOUNDS[kind]
-        return _key(loc), f"must be {op} {error['ctx'][bound]:g}, got {value!r}"
+        return _key(loc), f"must be {op} {error['ctx'][bound]:g}, got {value}"
     message = str(error["msg"]).removeprefix("Value error, ")
     if kind == "value_error" and ": " in message:  # a model validator naming its own key
         inner, _, message = message.partition(": ")
         return _key((*loc, inner)), message
-    return _key(loc), f"{message[0].lower()}{message[1:]}, got {value!r}"
+    return _key(loc), f"{message[0].lower()}{message[1:]}, got {value}"
 
 
 def first_error(exc: ValidationError, source: str | os.PathLike, model: type[BaseModel] = Settings) -> ParamsError:

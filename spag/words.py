@@ -109,13 +109,18 @@ def split_words(words: list[str], eval_fraction: float = 0.1) -> tuple[list[str]
 def read_words(path: str | os.PathLike) -> list[str]:
     """One word per line; blank lines and ``#`` comments skipped. Odd entries, a missing, binary or
     empty file raise DataError naming it: no step has anything to do without words."""
+    import unicodedata
+
     words = []
-    for lineno, line in enumerate(read_text(path).split("\n"), start=1):
+    text = read_text(path).removeprefix("\ufeff")  # a byte-order mark (editors on Windows) is no part of a word
+    for lineno, line in enumerate(text.split("\n"), start=1):
         word = line.strip()
         if not word or word.startswith("#"):
             continue
         if any(ch.isspace() for ch in word) or not any(ch.isalpha() for ch in word):
             raise DataError(path, lineno, f"line {lineno} is not a single word: {word!r}")
+        if any(unicodedata.category(ch).startswith("C") for ch in word):  # NUL, other controls, BOM, ...
+            raise DataError(path, lineno, f"line {lineno} holds an invisible control character: {word!r}")
         words.append(word)
     if not words:
         raise DataError(path, None, "holds no words (one word per line expected)")

@@ -190,3 +190,55 @@ def test_episodes_out_never_replaces_a_file_spag_did_not_write(files, user_parqu
     assert str(user_parquet) in result.error_lines()[-1]
     assert user_parquet.read_bytes() == before
     assert not Path(files["out"]).exists()  # refused before any game was played
+
+
+# ------------------------------------------------------------------------------- odd but real inputs
+
+
+def test_a_yaml_alias_bomb_under_a_known_key_is_one_short_line(tmp_path):
+    """Nine levels of nine aliases: a few lines of YAML whose full repr would be billions of characters."""
+    import time
+
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
+    lines.append(f"seed: [{', '.join(['*l8'] * 9)}]")
+    params = tmp_path / "params.yaml"
+    params.write_text("\n".join(lines) + "\n")
+    started = time.monotonic()
+    result = run_cli("config", "check", params)
+    assert time.monotonic() - started < 10
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert "seed: expected an integer" in line and len(line) < 400
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan", "-.inf"])
+def test_infinite_or_nan_numbers_are_refused_in_a_params_file(tmp_path, value):
+    params = tmp_path / "params.yaml"
+    params.write_text(f"play:\n  temperature: {value}\n")
+    result = run_cli("config", "check", params)
+    assert result.code == 2 and "play.temperature" in result.error_lines()[-1]
+
+
+def test_temperature_inf_on_the_command_line_is_refused(files):
+    result = run_cli(*PLAY.format(**files).split(), "--temperature", "inf")
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line.startswith("error: --temperature:") and "finite" in line
+
+
+def test_a_word_list_with_a_byte_order_mark_and_crlf_reads_clean_words(tmp_path):
+    from spag.words import read_words
+
+    path = tmp_path / "words.txt"
+    path.write_bytes(b"\xef\xbb\xbfapple\r\nriver\r\n")
+    assert read_words(path) == ["apple", "river"]
+
+
+def test_a_control_character_in_a_target_word_names_its_line(tmp_path):
+    path = tmp_path / "words.txt"
+    path.write_bytes(b"apple\nriv\x00er\n")
+    result = run_cli("words", "-o", tmp_path / "out", "--source", path)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert str(path) in line and "line 2" in line and "control character" in line
