@@ -33,6 +33,7 @@ REDUCTIONS = ("rows", "weights")
 BACKENDS = ("hf", "vllm", "openai")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 SUITES = ("auto", "paper", "local")
+DEVICE_PATTERN = r"^(auto|cpu|cuda(:[0-9]+)?)$"
 # The paper's values where a training run leaves them unset (None): imitation 5e-6, SPAG 2e-6; KL 0.1 / 0.2.
 PAPER_LEARNING_RATE = {"sft": 5e-6, "sft-kl": 5e-6, "offline-po": 2e-6}
 PAPER_KL_COEFF = {"sft": 0.0, "sft-kl": 0.1, "offline-po": 0.2}
@@ -114,7 +115,8 @@ class Sampling(Section):
     backend: Literal[BACKENDS] = knob("hf", "Player backend: hf, vllm or openai.")
     dtype: Literal[DTYPES] = knob("auto", "hf/vllm weights: auto (bfloat16 where the hardware has it, else "
                                           "float32), float32, bfloat16, float16.")
-    device: Optional[str] = knob(None, "hf backend: cpu, cuda, cuda:1 ... (null: the best there is).")
+    device: Optional[str] = knob(None, "hf backend: cpu, cuda, cuda:1 ... (null: the best there is).",
+                                 pattern=DEVICE_PATTERN)
     base_url: Optional[str] = knob(None, "openai backend: an OpenAI-compatible endpoint URL.")
     gpu_memory_utilization: float = knob(0.3, "vllm backend: share of the memory one engine takes (weights, "
                                               "activations, KV cache): of the GPU, or on vLLM's CPU build of the "
@@ -311,7 +313,7 @@ class TrainConfig(TrainKnobs):
     weight_decay: float = knob(0.0, "AdamW weight decay.", ge=0)
     max_grad_norm: float = knob(1.0, "Gradient clipping norm.", ge=0)
     tf32: Optional[bool] = knob(None, "TF32 matrix products; null: on with an Ampere or newer GPU.")
-    device: Optional[str] = knob(None, "cpu or cuda (null: cuda if present).")
+    device: Optional[str] = knob(None, "cpu or cuda (null: cuda if present).", pattern=DEVICE_PATTERN)
     lora_alpha: int = knob(16, "LoRA alpha.", ge=1)
     lora_dropout: float = knob(0.05, "LoRA dropout.", ge=0, le=1)
     lora_target_modules: str = knob("all-linear", "all-linear or comma-separated module names.")
@@ -389,6 +391,8 @@ def describe(error: dict, model: type[BaseModel] = Settings) -> tuple[str, str]:
         return _key(loc), f"{_EXPECTED[kind]}, got {value}"
     if kind == "missing":
         return _key(loc), "missing"
+    if kind == "string_pattern_mismatch" and loc and loc[-1] == "device":
+        return _key(loc), f"{value} is not a device (cpu, cuda, cuda:N or auto)"
     if kind in _BOUNDS:
         op, bound = _BOUNDS[kind]
         return _key(loc), f"must be {op} {error['ctx'][bound]:g}, got {value}"

@@ -145,3 +145,25 @@ def read_records(path: str | os.PathLike) -> list[dict]:
             raise DataError(path, len(records), f"line {lineno}: expected an object")
         records.append(record)
     return records
+
+
+def check_distinct_paths(inputs: Mapping[str, object], outputs: Mapping[str, object]) -> None:
+    """DataError when an output is the same file as an input or as another output (an input would be
+    overwritten, or one output's content lost). Keys name the options (``-o``, ``--eval-out``, ...);
+    None values are skipped."""
+    def same(a: Path, b: Path) -> bool:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+        return a.resolve() == b.resolve()
+
+    seen: list[tuple[str, Path]] = [(name, Path(p)) for name, p in inputs.items() if p is not None]
+    first_output = len(seen)
+    for name, value in outputs.items():
+        if value is None:
+            continue
+        path = Path(value)
+        for index, (other, known) in enumerate(seen):
+            if same(path, known):
+                what = "the input" if index < first_output else "another output"
+                raise DataError(path, None, f"{name} is the same file as {other} ({what}); choose another path")
+        seen.append((name, path))

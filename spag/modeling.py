@@ -13,9 +13,14 @@ from pathlib import Path
 
 
 def pick_device(device: str | None = None) -> str:
+    """``device`` itself, or the best there is for None/"auto"; DataError for a GPU this machine lacks."""
     import torch
 
     if device and device != "auto":
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            from spag.io import DataError
+
+            raise DataError("--device", None, f"{device}: no CUDA GPU is available here (use cpu)")
         return device
     if torch.cuda.is_available():
         return "cuda"

@@ -242,3 +242,37 @@ def test_a_control_character_in_a_target_word_names_its_line(tmp_path):
     assert result.code == 2
     (line,) = result.error_lines()
     assert str(path) in line and "line 2" in line and "control character" in line
+
+
+@pytest.mark.parametrize("command", ["reward", "imitation-data", "judge"])
+def test_an_output_that_is_the_input_is_refused_and_the_input_kept(files, command):
+    before = Path(files["episodes"]).read_bytes()
+    result = run_cli(command, files["episodes"], "-o", files["episodes"])
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert "-o is the same file as EPISODES" in line
+    assert Path(files["episodes"]).read_bytes() == before
+
+
+def test_words_outputs_must_differ_from_the_source_and_each_other(files, tmp_path):
+    source = Path(files["words"])
+    before = source.read_bytes()
+    into_source = run_cli("words", "-o", tmp_path / "all.txt", "--source", source, "--eval-out", source)
+    assert into_source.code == 2 and "--eval-out is the same file as --source" in into_source.error_lines()[-1]
+    assert source.read_bytes() == before
+    same = tmp_path / "same.txt"
+    three = run_cli("words", "-o", same, "--source", source, "--train-out", same, "--eval-out", same)
+    assert three.code == 2 and "--train-out is the same file as -o" in three.error_lines()[-1]
+    assert not same.exists()
+
+
+@pytest.mark.parametrize("device, says", [("gpu0", "'gpu0' is not a device"), ("cuda", "no CUDA GPU")])
+def test_a_device_this_machine_lacks_is_one_line(files, device, says):
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    result = run_cli(*PLAY.format(**files).split(), "--device", device)
+    assert result.code == 2, result.stderr
+    (line,) = result.error_lines()
+    assert line.startswith("error: --device") and says in line

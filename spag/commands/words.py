@@ -25,8 +25,14 @@ def register(app: typer.Typer) -> None:
         """Write the most frequent English words (wordfreq) or a list file's, stop words removed."""
         from spag.console import error, summary
         from spag.io import DataError
+        from spag.io import check_distinct_paths
         from spag.words import split_words, top_words, words_from_file, write_words
 
+        try:
+            check_distinct_paths({"--source": source}, {"-o": output, "--train-out": train_out, "--eval-out": eval_out})
+        except DataError as exc:
+            error(str(exc))
+            raise typer.Exit(2)
         if source is not None:
             try:
                 words = words_from_file(source, top, nouns_only=nouns_only, skip_stop_words=skip_stop_words)
