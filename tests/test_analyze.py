@@ -333,3 +333,33 @@ def test_selfplay_statistics_per_epoch(glob):
     # Files without spag play's token counts: the lengths they cannot tell are NULL, not zero.
     assert one["mean_reply_tokens"] is None and one["truncated_share"] is None
     assert one["mean_turns"] == pytest.approx(sum(judged([e])[0]["turns"] for e in EPOCH_1) / 6)
+
+
+def test_a_query_reads_the_episodes_and_nothing_else(tmp_path):
+    """spag analyze --sql runs a file from anywhere: it may not read, write, attach or install."""
+    import duckdb
+
+    from spag.analyze import AnalyzeError, run_query
+    from spag.analyze.views import connect
+    from spag.game.episodes import write_episodes
+
+    folder = tmp_path / "episodes"
+    folder.mkdir()
+    write_episodes([{"target_word": "apple", "max_turns": 1, "outcome": "tie", "turns": 1,
+                     "history": [{"role": "attacker", "content": "a fruit"}]}], folder / "shard.parquet")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password\n")
+    con = connect(str(folder))
+    assert con.execute("SELECT count(*) FROM episodes").fetchone()[0] == 1
+    for sql in (f"SELECT * FROM read_csv('{secret}')", f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'",
+                f"ATTACH '{tmp_path / 'db.duckdb'}'", "INSTALL httpfs", "SET enable_external_access = true"):
+        with pytest.raises(duckdb.Error):
+            con.execute(sql)
+    assert not (tmp_path / "out.csv").exists() and not (tmp_path / "db.duckdb").exists()
+    # The episode files are readable, and spag analyze runs SELECT statements only: none can be rewritten.
+    shard = folder / "shard.parquet"
+    before = shard.read_bytes()
+    with pytest.raises(AnalyzeError, match="only SELECT"):
+        run_query(f"COPY (SELECT 1 AS x) TO '{shard}' (FORMAT parquet)", str(folder))
+    assert shard.read_bytes() == before
+    assert run_query("SELECT count(*) AS n FROM episodes", str(folder)) == [{"n": 1}]

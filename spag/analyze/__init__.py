@@ -137,6 +137,10 @@ def execute(
         raise AnalyzeError(f"cannot read episodes {glob!r}: {_one_line(exc)}") from None
     try:
         files = con.execute("SELECT count(*) FROM spag_files").fetchone()[0]
+        kinds = {statement.type for statement in con.extract_statements(sql)}
+        if kinds - {duckdb.StatementType.SELECT}:
+            raise AnalyzeError(f"query {label}: only SELECT statements run here (no COPY, ATTACH, INSTALL, SET, "
+                               "CREATE ...): spag analyze reads episodes and writes nothing")
         cursor = con.execute(sql, {k: v for k, v in values.items() if k in wanted} or None)
         if cursor.description is None:
             raise AnalyzeError(f"query {label} returned no result set")

@@ -249,20 +249,30 @@ def register_words(con) -> int:
     return len(words)
 
 
+# Once the views are set up, a query may read the episode files and no other file, and may not install or
+# load extensions or change a setting (spag.analyze also runs only SELECT statements: no COPY, no ATTACH).
+_LOCK_DOWN = ("SET enable_external_access = false", "SET autoinstall_known_extensions = false",
+              "SET autoload_known_extensions = false", "SET lock_configuration = true")
+
+
 def connect(glob: str = DEFAULT_GLOB, words: bool = False, rules: str | None = None):
     """An in-memory DuckDB connection with the ``episodes`` view and the macros (and ``words``).
 
-    ``rules``: judge every episode again by these rules instead of reading its stored outcome.
+    ``rules``: judge every episode again by these rules instead of reading its stored outcome. Then
+    the connection is locked down: the episode files are the only files it can reach (``_LOCK_DOWN``).
     """
     import duckdb
 
     con = duckdb.connect()
     try:
         con.execute(_MACROS)
-        register_episodes(con, glob, rules)
+        files = register_episodes(con, glob, rules)
         con.execute(_EPISODE_MACROS)
         if words:
             register_words(con)
+        con.execute("SET allowed_paths = ?", [files])
+        for setting in _LOCK_DOWN:
+            con.execute(setting)
     except BaseException:
         con.close()
         raise
