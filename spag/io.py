@@ -167,3 +167,18 @@ def check_distinct_paths(inputs: Mapping[str, object], outputs: Mapping[str, obj
                 what = "the input" if index < first_output else "another output"
                 raise DataError(path, None, f"{name} is the same file as {other} ({what}); choose another path")
         seen.append((name, path))
+
+
+def check_output_file(path: str | os.PathLike, option: str) -> None:
+    """DataError unless ``path`` can become a file: not a directory, under no parent that is a file.
+
+    For commands that write their result last, after minutes of work: they check this first.
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise DataError(target, None, f"is a directory; {option} names the file to write")
+    for parent in target.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise DataError(target, None, f"cannot be written: {parent} is a file, not a folder ({option})")
+            break

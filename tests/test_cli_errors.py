@@ -276,3 +276,15 @@ def test_a_device_this_machine_lacks_is_one_line(files, device, says):
     assert result.code == 2, result.stderr
     (line,) = result.error_lines()
     assert line.startswith("error: --device") and says in line
+
+
+@pytest.mark.parametrize("command", [EVALUATE + " --max-new-tokens 2", TOURNAMENT + " --max-new-tokens 2",
+                                     "benchmark --model {tiny} -o {out} --limit 1"])
+def test_an_unwritable_metrics_path_is_refused_before_any_game(files, tmp_path, command):
+    folder = tmp_path / "a_folder"
+    folder.mkdir()
+    result = run_cli(*command.replace("{out}", str(folder)).format(**files).split())
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert str(folder) in line and "is a directory" in line
+    assert not any(folder.iterdir())

@@ -119,12 +119,13 @@ def register(app: typer.Typer) -> None:
         """
         from spag.console import summary
         from spag.evaluate.games import evaluate_models
-        from spag.io import write_json_atomic
+        from spag.io import check_output_file, write_json_atomic
         from spag.modeling import check_model
 
         chosen = _held_out_words(words, train_words, limit)
         config, players = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend,
                                        dtype, gpu_memory_utilization)
+        check_output_file(output, "-o")  # before any game: the metrics are written last
         check_model(model, "--model")
         check_model(opponent, "--opponent")
         _claim_episodes_out(episodes_out, "evaluate", overwrite, resume)
@@ -162,6 +163,7 @@ def register(app: typer.Typer) -> None:
 
         from spag.console import error, summary
         from spag.evaluate.benchmark import BenchmarkError, run_benchmark
+        from spag.io import check_output_file
         from spag.modeling import check_model
 
         # Repeated or comma-separated; a spec with a metric ("bbh:exact_match,get-answer") is one task.
@@ -171,6 +173,7 @@ def register(app: typer.Typer) -> None:
         if not (batch_size == "auto" or (batch_size.isdigit() and int(batch_size) > 0)):
             raise typer.BadParameter(f"expected a positive integer or 'auto', got {batch_size!r}",
                                      param_hint="--batch-size")
+        check_output_file(output, "-o")  # before any game: the metrics are written last
         check_model(model, "--model")
         size: int | str = int(batch_size) if batch_size.isdigit() else batch_size
         try:
@@ -241,7 +244,7 @@ def register(app: typer.Typer) -> None:
         """Round robin: every pair plays both roles on the same words; win rates and Elo (mean 1000)."""
         from spag.console import summary
         from spag.evaluate.tournament import run_tournament
-        from spag.io import write_json_atomic
+        from spag.io import check_output_file, write_json_atomic
         from spag.modeling import check_model
 
         everyone = list(models or []) + list(models_args or [])
@@ -250,6 +253,7 @@ def register(app: typer.Typer) -> None:
         chosen = _held_out_words(words, train_words, limit)
         config, players = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend,
                                        dtype, gpu_memory_utilization)
+        check_output_file(output, "-o")  # before any game: the metrics are written last
         for name in everyone:
             check_model(name, "--models")
         if resume and episodes_out is None:
