@@ -155,6 +155,8 @@ def test_a_templates_file_gives_play_and_training_prompts(tmp_path):
     (("parts: [rules, history, instruction]", "parts: [rules, story]"), "parts: unknown part 'story'"),
     (('defender: "\\n\\n### Instruction: Your are the defender.', 'defender: "{target_word}'),
      "instruction.defender: unknown placeholder {target_word}"),
+    (('attacker: "\\n\\n### Instruction: You are the attacker. The target word is `{target_word}`.',
+      'attacker: "{target_word.__class__.__mro__}'), "placeholder {target_word.__class__.__mro__} reaches into"),
     (("play_layout: dash", "play_layout: table"), "history: layout 'table' is not among history.layouts"),
     (('  speakers: {self: "A", other: "Q"}\n', ""), "history.speakers: missing"),
     (("turn: {", "turns: {"), "turns: unknown key"),

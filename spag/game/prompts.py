@@ -91,7 +91,17 @@ def _parse_templates(data, source: str) -> PromptTexts:
         return {role: get(section, role, f"{key}.{role}") for role in ROLES}
 
     def check_format(text: str, path: str, **fields):
+        import string
+
         try:
+            # Plain names only: "{target_word.__class__}" or "{target_word[0]}" would reach into objects.
+            for _, name, spec, _ in string.Formatter().parse(text):
+                if name is None or (name in fields and "{" not in (spec or "")):
+                    continue
+                if any(ch in name for ch in ".[") or name in fields:
+                    fail(path, f"placeholder {{{name}}} reaches into a value; write plain names "
+                               f"({', '.join(fields) or 'none'})")
+                fail(path, f"unknown placeholder {{{name}}}; allowed: {', '.join(fields) or 'none'}")
             text.format(**fields)
         except (KeyError, IndexError) as exc:
             fail(path, f"unknown placeholder {{{exc.args[0]}}}; allowed: {', '.join(fields) or 'none'}")
