@@ -53,3 +53,14 @@ def test_openai_key_goes_to_openai_itself(keys):
 def test_plain_http_to_another_host_is_warned_about(keys, capsys, url, warned):
     OpenAIPlayer("m", base_url=url)
     assert ("plain http" in capsys.readouterr().err) == warned
+
+
+def test_a_password_in_the_base_url_is_never_shown(capsys):
+    from spag.players.openai import check_transport, shown_url
+
+    url = "http://alice:s3cret@models.example.org:8000/v1"
+    assert shown_url(url) == "http://alice:***@models.example.org:8000/v1"
+    assert shown_url("https://models.example.org/v1") == "https://models.example.org/v1"
+    check_transport(url)  # plain http to another host: a warning that names the URL
+    shown = capsys.readouterr()
+    assert "models.example.org" in shown.out + shown.err and "s3cret" not in shown.out + shown.err

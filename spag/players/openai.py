@@ -53,13 +53,22 @@ def api_key_for(base_url: str | None, api_key_env: str | None) -> str | None:
     return os.environ.get(DEFAULT_KEY_ENV) or None if host == OPENAI_HOST else None
 
 
+def shown_url(url: str) -> str:
+    """``url`` as messages show it: a password in it (``https://user:secret@host``) is masked."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    return parts._replace(netloc=f"{parts.username}:***@{netloc}").geturl()
+
+
 def check_transport(base_url: str | None) -> None:
     """Warn about a plain-http endpoint on another machine."""
     if not base_url:
         return
     parts = urlsplit(base_url)
     if parts.scheme == "http" and not is_loopback(parts.hostname or ""):
-        print(f"warning: {base_url} is plain http to another host: prompts and any API key cross the "
+        print(f"warning: {shown_url(base_url)} is plain http to another host: prompts and any API key cross the "
               "network unencrypted (use https)", file=sys.stderr, flush=True)
 
 
@@ -88,7 +97,7 @@ class OpenAIPlayer:
             api_key = "not-needed"  # local servers usually ignore the key, but the client wants one
         self.model = model
         self.name = name or model
-        self.base_url = base_url or "https://api.openai.com/v1"
+        self.base_url = shown_url(base_url or "https://api.openai.com/v1")  # what messages show
         self.api = api
         self.concurrency = max(1, int(concurrency))
         self.max_retries = max(0, int(max_retries))
