@@ -131,10 +131,21 @@ def save_checkpoint(model, tokenizer, output_dir: str | os.PathLike, kind: str =
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     mark_output_dir(tmp, kind)
+    _usual_modes(tmp)
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)
     return out
+
+
+def _usual_modes(folder: Path) -> None:
+    """Give every file in ``folder`` the mode a new file gets here (the umask's), as other tools' files
+    have: safetensors writes its weights readable by their owner alone (0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in Path(folder).rglob("*"):
+        if path.is_file():
+            os.chmod(path, 0o666 & ~umask)
 
 
 def tiny_llama(tokenizer, seed: int = 0, hidden_size: int = 64, layers: int = 2, heads: int = 4,

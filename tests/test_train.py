@@ -355,3 +355,16 @@ def test_a_live_dir_holding_someone_elses_files_is_refused_and_kept(tiny, tmp_pa
         done = run_cli(*args, "-o", tmp_path / output, "--live-dir", live)
         assert done.code == 0, done.stderr
     assert (live / "metrics.json").exists()
+
+
+def test_a_saved_checkpoint_has_the_usual_file_modes(tmp_path):
+    import os
+
+    from spag.testing import make_tiny_checkpoint
+
+    umask = os.umask(0)
+    os.umask(umask)
+    saved = make_tiny_checkpoint(tmp_path / "ckpt")
+    modes = {p.name: p.stat().st_mode & 0o777 for p in saved.iterdir() if p.is_file()}
+    assert modes["model.safetensors"] == 0o666 & ~umask  # others can read the weights, as with any new file
+    assert set(modes.values()) == {0o666 & ~umask}
