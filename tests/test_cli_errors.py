@@ -288,3 +288,28 @@ def test_an_unwritable_metrics_path_is_refused_before_any_game(files, tmp_path, 
     (line,) = result.error_lines()
     assert str(folder) in line and "is a directory" in line
     assert not any(folder.iterdir())
+
+
+@pytest.mark.parametrize("max_turns", ["2.7", "true", "Infinity", "1e400", "NaN"])
+@pytest.mark.parametrize("command", ["judge", "reward", "imitation-data"])
+def test_max_turns_must_be_a_whole_number(tmp_path, command, max_turns):
+    path = tmp_path / "episodes.jsonl"
+    path.write_text(json.dumps(EPISODE)[:-1].replace('"max_turns": 5', f'"max_turns": {max_turns}') + "}\n")
+    assert f'"max_turns": {max_turns}' in path.read_text()
+    strict = [] if command == "judge" else ["--strict"]  # judge stops at the first bad record anyway
+    result = run_cli(command, path, "-o", tmp_path / "out.jsonl", *strict)
+    assert result.code == 2, result.stderr
+    lines = result.error_lines()  # reward/imitation-data: the record's line, then "nothing written"
+    assert str(path) in lines[0] and "'max_turns' is not a whole number" in lines[0]
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_history_out_of_turn_order_names_its_record(tmp_path):
+    path = tmp_path / "episodes.jsonl"
+    swapped = {**EPISODE, "history": EPISODE["history"][::-1]}  # the defender speaks first
+    path.write_text(json.dumps(EPISODE) + "\n" + json.dumps(swapped) + "\n")
+    result = run_cli("judge", path, "-o", tmp_path / "out.jsonl")
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert "record 1" in line and "history[0] is the defender's" in line
+    assert not (tmp_path / "out.jsonl").exists()

@@ -31,8 +31,8 @@ word = text.filter(lambda s: s.strip() != "")
 
 @st.composite
 def episodes(draw):
-    history = draw(st.lists(st.fixed_dictionaries({"role": st.sampled_from(["attacker", "defender"]),
-                                                   "content": text}), max_size=6))
+    contents = draw(st.lists(text, max_size=6))
+    history = [{"role": ("attacker", "defender")[i % 2], "content": c} for i, c in enumerate(contents)]
     return {"target_word": draw(word), "max_turns": draw(st.integers(1, 10)), "history": history}
 
 

@@ -31,10 +31,7 @@ def validate_episode(record: Mapping, index: int, source: str | os.PathLike = "<
         raise DataError(source, index, "missing or empty 'target_word'")
     if "max_turns" not in episode or episode["max_turns"] is None:
         episode["max_turns"] = DEFAULT_MAX_TURNS
-    try:
-        episode["max_turns"] = int(episode["max_turns"])
-    except (TypeError, ValueError):
-        raise DataError(source, index, f"'max_turns' is not an integer: {episode['max_turns']!r}")
+    episode["max_turns"] = _whole_number(episode["max_turns"], source, index)
     if episode["max_turns"] < 1:
         raise DataError(source, index, f"'max_turns' must be at least 1, got {episode['max_turns']}")
     history = episode.get("history")
@@ -47,11 +44,25 @@ def validate_episode(record: Mapping, index: int, source: str | os.PathLike = "<
         role, content = utterance.get("role"), utterance.get("content")
         if role not in ROLES:
             raise DataError(source, index, f"history[{j}] has unknown role {role!r} (attacker|defender)")
+        if role != ROLES[j % 2]:  # the attacker opens and the two speak in turn
+            raise DataError(source, index, f"history[{j}] is the {role}'s, but the {ROLES[j % 2]} speaks there "
+                                           "(the attacker opens, then the players alternate)")
         if not isinstance(content, str):
             raise DataError(source, index, f"history[{j}] content is not a string")
         clean.append({**utterance, "role": role, "content": content})
     episode["history"] = clean
     return episode
+
+
+def _whole_number(value, source, index) -> int:
+    """``max_turns`` as an int: an integer, a float with no fractional part, or digits; else DataError."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():  # 5.0; not 2.7, inf or nan
+        return int(value)
+    raise DataError(source, index, f"'max_turns' is not a whole number: {value!r}")
 
 
 def read_episodes(path: str | os.PathLike) -> list[dict]:
