@@ -421,6 +421,21 @@ def validate(params: Any, source: str | os.PathLike = "params.yaml") -> Settings
         raise first_error(exc, source) from None
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the last silently,
+    so a second ``play:`` section would drop the first without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key != "<<" and isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"{key!r} is given twice",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def load_settings(path: str | os.PathLike) -> Settings:
     """Read and validate a params file: the whole of it, or ParamsError (one line)."""
     path = Path(path)
@@ -431,7 +446,7 @@ def load_settings(path: str | os.PathLike) -> Settings:
     except (OSError, UnicodeError) as exc:
         raise ParamsError(path, "", f"cannot be read ({exc.__class__.__name__})") from None
     try:
-        params = yaml.safe_load(text)
+        params = yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""

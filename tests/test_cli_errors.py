@@ -313,3 +313,12 @@ def test_a_history_out_of_turn_order_names_its_record(tmp_path):
     (line,) = result.error_lines()
     assert "record 1" in line and "history[0] is the defender's" in line
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_section_given_twice_is_named_not_dropped(tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text("play:\n  words: 3\nseed: 1\nplay:\n  words: 5\n")
+    result = run_cli("config", "check", params)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert str(params) in line and "line 4" in line and "'play' is given twice" in line
