@@ -168,21 +168,28 @@ def test_embedded_model_keeps_the_contract(backend, embedded_model):
         assert not any(s in reply.text for s in STOP_STRINGS)
 
 
-def test_spag_play_with_vllm_gives_the_same_episodes_for_the_same_seed(random_model, tmp_path):
+def play_twice_on_vllm(model, tmp_path, words: list[str], *options) -> list[list[dict]]:
+    """``spag play --backend vllm`` run twice with the same seed: each run's episodes in word order."""
     from spag.game.episodes import read_episodes
     from spag.testing import run_cli
 
-    words = tmp_path / "words.txt"
-    words.write_text("apple\nriver\ncoffee\n")
+    word_file = tmp_path / "words.txt"
+    word_file.write_text("".join(w + "\n" for w in words))
     runs = []
     for name in ("first", "second"):
         out = tmp_path / f"{name}.parquet"
-        result = run_cli("play", "--attacker", random_model, "--defender", random_model, "--words", words,
-                         "-o", out, "--backend", "vllm", "--dtype", "float32", "--gpu-memory-utilization", MEMORY,
-                         "--max-turns", "2", "--max-new-tokens", "8", "--batch-size", "2", "--no-progress")
+        result = run_cli("play", "--attacker", model, "--defender", model, "--words", word_file, "-o", out,
+                         "--backend", "vllm", "--dtype", "float32", "--gpu-memory-utilization", MEMORY,
+                         "--no-progress", *options)
         assert result.code == 0, result.stderr
-        assert "[spag play] 3 games" in result.stderr + result.stdout
+        assert f"[spag play] {len(words)} games" in result.stderr + result.stdout
         runs.append(sorted(read_episodes(out), key=lambda e: e["word_index"]))
+    return runs
+
+
+def test_spag_play_with_vllm_gives_the_same_episodes_for_the_same_seed(random_model, tmp_path):
+    runs = play_twice_on_vllm(random_model, tmp_path, ["apple", "river", "coffee"], "--max-turns", "2",
+                              "--max-new-tokens", "8", "--batch-size", "2")
     assert [e["history"] for e in runs[0]] == [e["history"] for e in runs[1]]
     assert [e["outcome"] for e in runs[0]] == [e["outcome"] for e in runs[1]]
 
@@ -210,19 +217,8 @@ def test_evaluate_and_tournament_commands_on_vllm(scripted, tmp_path):
 
 @pytest.mark.slow
 def test_spag_play_on_the_embedded_model_with_vllm_reproduces_its_episodes(embedded_model, tmp_path):
-    from spag.game.episodes import read_episodes
-    from spag.testing import run_cli
-
-    words = tmp_path / "words.txt"
-    words.write_text("apple\nriver\n")
-    runs = []
-    for name in ("first", "second"):
-        out = tmp_path / f"{name}.parquet"
-        result = run_cli("play", "--attacker", embedded_model, "--defender", embedded_model, "--words", words,
-                         "-o", out, "--backend", "vllm", "--dtype", "float32", "--gpu-memory-utilization", MEMORY,
-                         "--max-turns", "1", "--max-new-tokens", "24", "--no-progress")
-        assert result.code == 0, result.stderr
-        runs.append(sorted(read_episodes(out), key=lambda e: e["word_index"]))
+    runs = play_twice_on_vllm(embedded_model, tmp_path, ["apple", "river"], "--max-turns", "1",
+                              "--max-new-tokens", "24")
     assert [e["history"] for e in runs[0]] == [e["history"] for e in runs[1]]
     assert all(u["content"].strip() for e in runs[0] for u in e["history"][:1])
 
