@@ -25,3 +25,10 @@ def summary(command: str, text: str) -> None:
 
 def error(text: str) -> None:
     print(f"error: {text}", file=sys.stderr, flush=True)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (its class name when it has none): a library's
+    multi-line error told in one line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else exc.__class__.__name__

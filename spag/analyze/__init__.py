@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from spag.analyze.views import DEFAULT_GLOB, AnalyzeError, connect
+from spag.console import first_line
 
 QUERY_DIR = Path(__file__).with_name("queries")
 _NAME = re.compile(r"^\w+$")
@@ -103,11 +104,6 @@ def _resolve(name_or_sql: str) -> tuple[str, str, dict]:
     return "sql", text, {}
 
 
-def _one_line(exc: Exception) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else exc.__class__.__name__
-
-
 def execute(
     name_or_sql: str, glob: str = DEFAULT_GLOB, params: Mapping[str, Any] | None = None,
     rules: str | None = None,
@@ -134,7 +130,7 @@ def execute(
     try:
         con = connect(glob, words=bool(_USES_WORDS.search(code)), rules=rules)
     except duckdb.Error as exc:
-        raise AnalyzeError(f"cannot read episodes {glob!r}: {_one_line(exc)}") from None
+        raise AnalyzeError(f"cannot read episodes {glob!r}: {first_line(exc)}") from None
     try:
         files = con.execute("SELECT count(*) FROM spag_files").fetchone()[0]
         kinds = {statement.type for statement in con.extract_statements(sql)}
@@ -147,7 +143,7 @@ def execute(
         columns = [d[0] for d in cursor.description]
         rows = cursor.fetchall()
     except duckdb.Error as exc:
-        raise AnalyzeError(f"query {label} failed: {_one_line(exc)}") from None
+        raise AnalyzeError(f"query {label} failed: {first_line(exc)}") from None
     finally:
         con.close()
     return QueryResult(label, columns, rows, files, time.perf_counter() - start)

