@@ -159,7 +159,7 @@ def test_a_stage_killed_under_dvc_repro_resumes_from_its_finished_games(tmp_path
 
     params = small_params(tiny_model)
     # float32: the guarantee compared here is exact equality; in bfloat16 a game can take another path
-    # when its batch changes (issue: resume in any dtype).
+    # when its batch changes, so resume is only promised to repeat a run exactly in float32 for now.
     params["teacher"].update(words=24, batch_size=4, max_new_tokens=12, dtype="float32")
     params["game"]["max_turns"] = 2
     (tmp_path / "whole").mkdir()
