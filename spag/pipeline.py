@@ -308,17 +308,23 @@ def _train(step: TrainStep, epochs: float, model: Path, data: Path, output: Path
     """One training run in this process, or under ``step.launcher`` with its settings in a file."""
     # Each knob read by name, so that the stage's view of the settings checks it is declared.
     knobs = {key: getattr(step, key) for key in TrainKnobs.model_fields}
-    # overwrite: a stage's output is replaced when it is a previous `spag train` output, never otherwise
+    from spag.partial import partial_path
+
+    # overwrite: a stage's output is replaced when it is a previous `spag train` output, never otherwise.
+    # The checkpoints live beside the output (DVC deletes the output before it re-runs the stage), so a
+    # killed stage continues from its latest checkpoint; those of another run (changed settings, model or
+    # rows: why DVC re-runs it) are dropped.
     config = TrainConfig(**knobs, epochs=epochs, seed=seed, live_dir=layout.live(name), logging_steps=1,
-                         ref_cache_dir=layout.data / "cache" / "reference", overwrite=True)
+                         ref_cache_dir=layout.data / "cache" / "reference", overwrite=True, resume=True,
+                         checkpoint_dir=partial_path(output))
     if not step.launcher:
         from spag.train.trainer import run_training
 
-        run_training(step.method, model, data, output, config=config)
+        run_training(step.method, model, data, output, config=config, other_checkpoints="restart")
         return
     from spag.train.launch import launch
 
-    launch(step.launcher, step.method, model, data, output, config)
+    launch(step.launcher, step.method, model, data, output, config, other_checkpoints="restart")
 
 
 def reward(settings: Settings, layout: Layout, epoch: str) -> None:

@@ -237,3 +237,69 @@ def test_repro_with_vllm_for_self_play_and_evaluation(tmp_path):
     report = json.loads((work / "metrics/report.json").read_text())
     assert report["final"]["epoch"] == 1
     assert "final score vs imitation" in result.stdout + result.stderr
+
+
+def test_training_stages_under_a_launcher_with_zero3_resume_when_killed(tmp_path, tiny_model):
+    """imitate and train@1 run as two processes under torchrun with configs/deepspeed_zero3.json (DeepSpeed's
+    CPU accelerator). A train@1 killed after a checkpoint continues from it on the next `dvc repro`
+    (checkpoints live beside the output, which DVC deletes), and ends with the model and curves of an
+    uninterrupted run."""
+    import signal
+    import time
+
+    from spag.train.trainer import read_summary
+
+    params = small_params(tiny_model)
+    params["spag"]["epochs"] = {"1": {"previous": "imitation"}}
+    params["play"]["words"] = 8
+    for stage in ("imitate", "spag"):
+        params[stage].update(deepspeed=str(ROOT / "configs" / "deepspeed_zero3.json"), bf16=False, batch_size=1,
+                             launcher="torchrun --standalone --nproc_per_node 2", save_steps=2, learning_rate=1e-3)
+    params["spag"].update(epochs_per_iteration=15, save_steps=5)  # 30 steps: time to be killed after a checkpoint
+    work = tmp_path / "project"
+    work.mkdir()
+    env = make_project(work, params)
+    run(["dvc", "repro", "train@1"], work, env)
+    imitation = read_summary(work / "data/imitation/model")
+    assert imitation["provenance"]["processes"] == 2 and imitation["provenance"]["deepspeed"]
+    whole = read_summary(work / "data/epoch_1/model")
+    assert whole["provenance"]["processes"] == 2 and whole["steps"] >= 20
+    whole_weights = (work / "data/epoch_1/model/model.safetensors").read_bytes()
+    whole_loss = (work / "dvclive/epoch_1/plots/metrics/train/loss.tsv").read_text()
+
+    checkpoints = work / "data/epoch_1/.model.partial"
+    stage = subprocess.Popen(["dvc", "repro", "-f", "-s", "train@1"], cwd=work, env=env, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not list(checkpoints.glob("checkpoint-*/trainer_state.json")) and stage.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # dvc, the stage, torchrun and both ranks (torchrun starts them in sessions of their own), as a lost node
+    import psutil
+
+    for process in [psutil.Process(stage.pid), *psutil.Process(stage.pid).children(recursive=True)]:
+        process.kill()
+    stage.wait()
+    assert not (work / "data/epoch_1/model").exists(), "the stage should have been killed part-way"
+
+    again = run(["dvc", "repro", "train@1"], work, env)
+    assert "note: resuming from" in again.stdout + again.stderr
+    resumed = read_summary(work / "data/epoch_1/model")
+    assert resumed["resumed_from"] and resumed["steps"] == whole["steps"]
+    # float32, the same rows in the same order: the resumed run computes what the whole one did, up to the
+    # last bits (DeepSpeed's restored optimiser state is not bit for bit the one it saved)
+    import torch
+    from safetensors.torch import load
+
+    resumed_weights = load((work / "data/epoch_1/model/model.safetensors").read_bytes())
+    for name, tensor in load(whole_weights).items():
+        assert torch.allclose(resumed_weights[name], tensor, rtol=1e-5, atol=1e-6), name
+    # the curve is whole again: the steps up to the checkpoint are written back from its log history
+    resumed_loss = (work / "dvclive/epoch_1/plots/metrics/train/loss.tsv").read_text()
+    assert [int(line.split()[0]) for line in resumed_loss.split("\n")[1:] if line] == list(range(1, whole["steps"] + 1))
+    assert loss_values(resumed_loss) == pytest.approx(loss_values(whole_loss), rel=1e-5)
+    assert not checkpoints.exists()
+
+
+def loss_values(tsv: str) -> list[float]:
+    return [float(line.split("\t")[1]) for line in tsv.split("\n")[1:] if line]

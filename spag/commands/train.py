@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from spag.commands.options import checked, option
-from spag.config import METHOD_HELP, TrainConfig as C
+from spag.config import METHOD_HELP, TrainConfig as C, TrainStep
 
 
 def register(app: typer.Typer) -> None:
@@ -58,6 +59,7 @@ def register(app: typer.Typer) -> None:
         checkpoint_dir: Optional[Path] = option(C, "checkpoint_dir"),
         keep_checkpoints: bool = option(C, "keep_checkpoints"),
         trust_remote_code: bool = option(C, "trust_remote_code"),
+        launcher: Optional[str] = typer.Option(None, "--launcher", help=TrainStep.model_fields["launcher"].description),
     ) -> None:
         """Train a policy on training rows; write a plain HF directory with training_summary.json."""
         # The options named after TrainConfig fields are its knobs (first statement: locals() holds only them).
@@ -74,4 +76,16 @@ def register(app: typer.Typer) -> None:
         if deepspeed is not None and not deepspeed.is_file():
             raise typer.BadParameter(f"{deepspeed}: no such file", param_hint="--deepspeed")
         config = checked(C, **knobs, merge_lora=not no_merge_lora, live=not no_live)
+        if launcher:
+            import subprocess
+
+            from spag.train.launch import launch
+
+            try:
+                launch(launcher, method, model, data, output, config, ref=ref)
+            except subprocess.CalledProcessError as exc:
+                print(f"error: training under {launcher!r} failed (exit code {exc.returncode}); the "
+                      "processes' output is above", file=sys.stderr)
+                raise SystemExit(exc.returncode or 1) from None
+            return
         run_training(method, model, data, output, ref=ref, config=config)

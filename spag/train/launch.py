@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,18 +18,41 @@ from pathlib import Path
 from spag.config import TrainConfig
 
 
-def launch(launcher: str, method: str, model, data, output, config: TrainConfig) -> None:
-    """Run one training job under ``launcher``; raise CalledProcessError when it fails."""
+def launch(launcher: str, method: str, model, data, output, config: TrainConfig, *, ref=None,
+           other_checkpoints: str = "refuse") -> None:
+    """Run one training job under ``launcher`` (the arguments of
+    :func:`spag.train.trainer.run_training`); raise CalledProcessError when it fails."""
     output = Path(output)
     job = output.parent / f".{output.name}.train-job.json"
     job.parent.mkdir(parents=True, exist_ok=True)
     job.write_text(json.dumps({"method": method, "model": os.fspath(model), "data": os.fspath(data),
-                               "output": os.fspath(output), "config": config.model_dump()}, indent=1),
+                               "output": os.fspath(output), "ref": None if ref is None else os.fspath(ref),
+                               "other_checkpoints": other_checkpoints, "config": config.model_dump()}, indent=1),
                    encoding="utf-8")
     try:
-        subprocess.run([*shlex.split(launcher), "-m", "spag.train.launch", str(job)], check=True)
+        subprocess.run([*launcher_command(launcher), "-m", "spag.train.launch", str(job)], check=True)
     finally:
         job.unlink(missing_ok=True)
+
+
+def launcher_command(launcher: str) -> list[str]:
+    """``launcher`` as arguments; a launcher not on PATH is looked for beside this Python (a virtual
+    environment's ``torchrun`` or ``accelerate`` when spag runs without the environment activated)."""
+    argv = shlex.split(launcher)
+    if argv and shutil.which(argv[0]) is None:
+        beside = Path(sys.executable).parent / argv[0]
+        if beside.is_file():
+            argv[0] = str(beside)
+    return argv
+
+
+def free_port() -> int:
+    """A TCP port on this host that nothing listens on now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def main(argv: list[str]) -> None:
@@ -36,8 +60,8 @@ def main(argv: list[str]) -> None:
 
     (job_file,) = argv
     job = json.loads(Path(job_file).read_text(encoding="utf-8"))
-    run_training(job["method"], job["model"], job["data"], job["output"],
-                 config=TrainConfig.model_validate(job["config"]))
+    run_training(job["method"], job["model"], job["data"], job["output"], ref=job["ref"],
+                 config=TrainConfig.model_validate(job["config"]), other_checkpoints=job["other_checkpoints"])
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from spag.config import TrainConfig
-from spag.io import DataError
+from spag.io import DataError, write_json_atomic
 from spag.outputs import claim_output_dir, mark_output_dir
 from spag.train.losses import METHODS, SFT
 from spag.train.losses import compute_loss as method_loss
@@ -44,6 +44,11 @@ from spag.train.schedules import WARMUP_DECAY, warmup_decay_schedule
 
 SUMMARY_FILE = "training_summary.json"
 CHECKPOINTS = "checkpoints"
+IDENTITY_FILE = "run.json"  # in the checkpoint folder: the run its checkpoints belong to
+# Settings that do not change what a run computes: a checkpoint continues a run whatever they are.
+_NOT_THE_RUN = {"resume", "overwrite", "live", "live_dir", "show_progress", "checkpoint_dir", "keep_checkpoints",
+                "ref_cache_dir", "ref_batch_size", "logging_steps", "save_steps", "save_total_limit",
+                "dataloader_num_workers", "device"}
 TRAIN_KIND = "train"
 CHECKPOINTS_KIND = "train-checkpoints"
 LIVE_KIND = "train-live"  # the dvclive folder: dvclive replaces dvc.yaml, params.yaml, metrics.json, plots/ there
@@ -142,15 +147,27 @@ def _make_live_callback(live):
     class LiveCallback(DVCLiveCallback):
         """transformers' dvclive callback, with each curve under ``train/`` (``train_runtime`` as
         ``train/runtime``, as the callback names it) and numbered by the optimiser step; the end-of-training
-        totals are left to run_training (``summary/``)."""
+        totals are left to run_training (``summary/``). A resumed run first writes the curves up to its
+        checkpoint again (from the checkpoint's log history), for ``dvc repro`` deletes dvclive's folder
+        before it re-runs a stage."""
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            super().on_train_begin(args, state, control, model=model, **kwargs)
+            if state.is_world_process_zero and state.global_step > 0 and self.live.step == 0:
+                for entry in state.log_history:
+                    self._log_curves(args, state, control, entry["step"], entry)
 
         def on_log(self, args, state, control, model=None, logs=None, **kwargs):
+            self._log_curves(args, state, control, state.global_step, logs)
+
+        def _log_curves(self, args, state, control, step, logs):
             if not logs or "loss" not in logs:
                 return
-            self.live.step = state.global_step
+            self.live.step = step
             curves = {f"train/{key.removeprefix('train_')}": float(value) for key, value in logs.items()
-                      if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
-            super().on_log(args, state, control, model=model, logs=curves, **kwargs)
+                      if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)
+                      and math.isfinite(value)}
+            super().on_log(args, state, control, logs=curves)
 
     return LiveCallback(live=live)
 
@@ -342,12 +359,13 @@ class _Run:
 
 
 def run_training(method: str, model, data, output_dir, ref=None, config: TrainConfig | None = None,
-                 **knobs) -> Path:
+                 other_checkpoints: str = "refuse", **knobs) -> Path:
     """Train ``model`` on the rows in ``data`` with ``method`` and save the result to ``output_dir``.
 
     ``method`` is ``sft``, ``sft-kl`` (imitation learning) or ``offline-po`` (SPAG); ``ref`` is the
     reference model (default: ``model`` itself). Knobs are the fields of :class:`spag.config.TrainConfig`,
-    given as keywords or as ``config``. Returns ``output_dir``.
+    given as keywords or as ``config``. ``other_checkpoints`` says what ``resume`` does with checkpoints of
+    another run: ``refuse`` or ``restart`` (see :func:`_resume_point`). Returns ``output_dir``.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
@@ -356,7 +374,7 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
         raise TypeError(f"unknown training option(s): {', '.join(sorted(unknown))}")
     config = TrainConfig(**{**(config or TrainConfig()).model_dump(), **knobs}).resolved(method)
     rows, tokenizer = _read_data(method, model, data, config)  # bad rows stop the run before anything is written
-    run = _start(method, model, data, output_dir, ref, config)
+    run = _start(method, model, data, output_dir, ref, config, other_checkpoints)
     encoded = _encode(run, rows, tokenizer)
     ref_info = _reference_step(run, encoded, tokenizer)
     trainer, live = _build_step(run, encoded, tokenizer, ref_info)
@@ -366,7 +384,7 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
     return run.output_dir
 
 
-def _start(method: str, model, data, output_dir, ref, config: TrainConfig) -> _Run:
+def _start(method: str, model, data, output_dir, ref, config: TrainConfig, other_checkpoints: str) -> _Run:
     """Check the run, claim its directories and set up the processes (the Trainer's arguments)."""
     from spag.modeling import pick_device
 
@@ -382,26 +400,79 @@ def _start(method: str, model, data, output_dir, ref, config: TrainConfig) -> _R
     claim_output_dir(checkpoint_dir, CHECKPOINTS_KIND, overwrite=True)
     if config.live:  # dvclive rewrites its folder's dvc.yaml, params.yaml, metrics.json and plots/
         claim_output_dir(_live_dir(config, output_dir), LIVE_KIND, overwrite=True, resume=config.resume)
-    resume_from = _last_complete_checkpoint(checkpoint_dir) if config.resume else None
     # The Trainer's arguments come first: they set up the processes (and DeepSpeed's ZeRO-3 loading).
-    run = _Run(method, model, ref, Path(data), output_dir, checkpoint_dir, config,
-               _training_arguments(config, checkpoint_dir, pick_device(config.device)), resume_from, started)
+    args = _training_arguments(config, checkpoint_dir, pick_device(config.device))
+    identity = _identity(method, model, ref, data, config, args.world_size)
+    resume_from = _resume_point(checkpoint_dir, identity, config.resume, other_checkpoints,
+                                say=print if args.process_index == 0 else lambda *a, **k: None)
+    run = _Run(method, model, ref, Path(data), output_dir, checkpoint_dir, config, args, resume_from, started)
     if run.main:
-        # Marked at once, so a killed run's leftovers (checkpoints) are known as ours to --resume them.
-        mark_output_dir(output_dir, TRAIN_KIND)
+        # Marked at once, so a killed run's leftovers (checkpoints) are known as ours to --resume them. The
+        # output folder itself only when the checkpoints are inside it: a failed run leaves no empty model.
+        if checkpoint_dir.resolve().is_relative_to(output_dir.resolve()):
+            mark_output_dir(output_dir, TRAIN_KIND)
         mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
-    if run.main and not config.resume and _checkpoints_in(checkpoint_dir):
-        shutil.rmtree(checkpoint_dir)
-        mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
-        print(f"note: removed old checkpoints in {checkpoint_dir} (pass --resume to continue from them)")
-    if run.main and config.resume and resume_from is None:
-        print(f"note: no checkpoint in {checkpoint_dir}; starting from the beginning")
+    if run.main and resume_from is None:
+        if _checkpoints_in(checkpoint_dir):
+            shutil.rmtree(checkpoint_dir)
+            mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
+            if not config.resume:
+                print(f"note: removed old checkpoints in {checkpoint_dir} (pass --resume to continue from them)")
+        write_json_atomic(checkpoint_dir / IDENTITY_FILE, identity)
+    if run.main and resume_from is not None:
+        print(f"note: resuming from {resume_from}", flush=True)
     run.wait_for_everyone()
     return run
 
 
+def _identity(method: str, model, ref, data, config: TrainConfig, processes: int) -> dict:
+    """What a checkpoint continues: the method, the bytes of model, reference and rows, the settings that
+    shape training and the number of processes (the data order depends on it)."""
+    from spag.fingerprint import file_digest, model_fingerprint
+
+    data = Path(data)
+    files = sorted(data.rglob("*.parquet")) if data.is_dir() else [data]
+    settings = config.model_dump(exclude=_NOT_THE_RUN)
+    return {"method": method, "model": model_fingerprint(model), "ref": model_fingerprint(ref),
+            "data": [file_digest(f) for f in files], "processes": int(processes), **settings}
+
+
+def _resume_point(checkpoint_dir: Path, identity: dict, resume: bool, other_checkpoints: str,
+                  say=print) -> str | None:
+    """The checkpoint to continue from: the newest complete one, if ``resume`` and it is of this run.
+
+    Checkpoints of another run (other model, rows or settings) are never continued: with
+    ``other_checkpoints="refuse"`` (``spag train --resume``) the run stops and says what differs; with
+    ``"restart"`` (a pipeline stage, re-run because something changed) it starts from the beginning.
+    """
+    from spag.fingerprint import differences
+
+    if not resume:
+        return None
+    latest = _last_complete_checkpoint(checkpoint_dir)
+    if latest is None:
+        say(f"note: no checkpoint in {checkpoint_dir}; starting from the beginning", flush=True)
+        return None
+    try:
+        saved = json.loads((checkpoint_dir / IDENTITY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        saved = {}
+    if saved == identity:
+        return latest
+    changed = differences(saved, identity) if saved else f"{IDENTITY_FILE} missing"
+    if other_checkpoints == "refuse":
+        raise DataError(checkpoint_dir, None, f"its checkpoints are of another run ({changed}); run without "
+                                              "--resume to start over")
+    say(f"note: the checkpoints in {checkpoint_dir} are of another run ({changed}); starting from the "
+        "beginning", flush=True)
+    return None
+
+
 def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str) -> TrainingArguments:
     use_cpu = device == "cpu"
+    configured = bool(config.deepspeed and use_cpu)
+    if configured:
+        _deepspeed_processes_on_cpu()
     bf16, tf32 = _precision(config, device)
     return TrainingArguments(
         output_dir=str(checkpoint_dir),
@@ -434,7 +505,28 @@ def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str) 
         dataloader_pin_memory=not use_cpu,
         disable_tqdm=not config.show_progress,
         ddp_find_unused_parameters=False,
+        accelerator_config={"use_configured_state": configured},
     )
+
+
+def _deepspeed_processes_on_cpu() -> None:
+    """DeepSpeed without a GPU: its CPU accelerator, the processes joined over gloo.
+
+    accelerate joins DeepSpeed's processes only on an accelerator device; with none it falls back to a single
+    process, so each process would train alone. The processes are joined here instead, and the Trainer's
+    arguments take this state as it is (``use_configured_state``).
+    """
+    from accelerate import PartialState
+
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    if "LOCAL_RANK" not in os.environ:  # not under a launcher: a world of one process
+        from spag.train.launch import free_port
+
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+    PartialState(backend="gloo")
 
 
 def _read_data(method: str, model, data, config: TrainConfig):

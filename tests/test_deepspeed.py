@@ -1,0 +1,117 @@
+"""DeepSpeed ZeRO-3 for real, on its CPU accelerator: two processes under torchrun, gloo between them.
+
+The runs use configs/deepspeed_zero3.json itself, the file the GPUs use (parameters and optimiser offloaded to
+the CPU, 16-bit weights gathered on save). Float32 (``--no-bf16``) so that a run with DeepSpeed and one
+without compute the same numbers up to the order of floating-point sums.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from spag.testing import make_tiny_checkpoint
+from spag.train.trainer import read_summary, run_training
+
+from test_train import game_rows, write_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+ZERO3 = ROOT / "configs" / "deepspeed_zero3.json"
+TWO_PROCESSES = "torchrun --standalone --nproc_per_node 2"
+STEPS = 4
+# Two processes with 2 rows each make one optimiser step, as one process accumulating two micro-batches of 2
+# rows: the same rows in the same micro-batches (the losses normalise per micro-batch), the same gradient.
+SETTINGS = ["--max-steps", str(STEPS), "--grad-accum", "1", "--lr", "1e-3", "--warmup-ratio", "0",
+            "--logging-steps", "1", "--device", "cpu", "--no-bf16"]
+# Float32 sums in another order (two processes, gathered gradients, DeepSpeed's CPU Adam): the curves and
+# the weights agree closely but not bit for bit.
+LOSS_TOLERANCE = 1e-4
+WEIGHT_TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory):
+    return write_rows(tmp_path_factory.mktemp("rows") / "rows.jsonl", game_rows() * 4)
+
+
+def spag_command(*args) -> list[str]:
+    return [sys.executable, "-m", "spag.cli", *map(str, args)]
+
+
+def curve(live: Path, name: str = "loss") -> list[float]:
+    lines = (live / "plots" / "metrics" / "train" / f"{name}.tsv").read_text().split("\n")[1:]
+    return [float(line.split("\t")[1]) for line in lines if line]
+
+
+def weights(model_dir: Path) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)  # plain transformers
+    return {name: tensor.detach() for name, tensor in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("method", ["sft-kl", "offline-po"])
+def test_zero3_under_two_processes_trains_like_one_process(method, tiny, rows, tmp_path):
+    done = subprocess.run(
+        spag_command("train", "--method", method, "--model", tiny, "--data", rows, "-o", tmp_path / "zero3",
+                     "--batch-size", "2", *SETTINGS, "--live-dir", tmp_path / "zero3-live",
+                     "--deepspeed", ZERO3, "--launcher", TWO_PROCESSES),
+        capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    summary = read_summary(tmp_path / "zero3")
+    assert summary["provenance"]["processes"] == 2 and summary["provenance"]["deepspeed"] is True
+    assert summary["steps"] == STEPS
+
+    run_training(method, tiny, rows, tmp_path / "plain", batch_size=2, grad_accum=2, learning_rate=1e-3,
+                 warmup_ratio=0.0, max_steps=STEPS, logging_steps=1, device="cpu", bf16=False,
+                 live_dir=tmp_path / "plain-live", show_progress=False)
+    zero3_loss, plain_loss = curve(tmp_path / "zero3-live"), curve(tmp_path / "plain-live")
+    assert len(zero3_loss) == len(plain_loss) == STEPS
+    assert zero3_loss == pytest.approx(plain_loss, abs=LOSS_TOLERANCE)
+    assert plain_loss[-1] < plain_loss[0] - 0.05  # the steps moved the model: the comparison means something
+
+    trained, plain, start = weights(tmp_path / "zero3"), weights(tmp_path / "plain"), weights(tiny)
+    assert trained.keys() == plain.keys()
+    for name, tensor in trained.items():
+        assert torch.allclose(tensor, plain[name], atol=WEIGHT_TOLERANCE), name
+    assert any(not torch.equal(trained[name], start[name]) for name in trained)
+
+
+def test_a_failed_launch_exits_with_an_error(tiny, rows, tmp_path):
+    done = subprocess.run(
+        spag_command("train", "--method", "sft-kl", "--model", tiny, "--data", rows, "-o", tmp_path / "out",
+                     *SETTINGS, "--launcher", f"{sys.executable} -c 'raise SystemExit(3)'"),
+        capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 3
+    assert "training under" in done.stderr and "failed (exit code 3)" in done.stderr
+    assert not (tmp_path / "out" / "training_summary.json").exists()
+
+
+def test_resume_never_continues_checkpoints_of_another_run(tiny, rows, tmp_path):
+    from spag.io import DataError
+
+    checkpoints = tmp_path / "checkpoints"
+    first = dict(max_steps=2, save_steps=1, batch_size=4, grad_accum=1, device="cpu", bf16=False, live=False,
+                 show_progress=False, checkpoint_dir=checkpoints, keep_checkpoints=True)
+    run_training("sft-kl", tiny, rows, tmp_path / "out", **first)
+    assert sorted(p.name for p in checkpoints.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+
+    changed = {**first, "learning_rate": 1e-3, "resume": True, "overwrite": True}
+    with pytest.raises(DataError, match=r"another run \(learning_rate: 5e-06 -> 0.001\)"):
+        run_training("sft-kl", tiny, rows, tmp_path / "out", **changed)
+    assert (checkpoints / "checkpoint-2").is_dir()  # refused: nothing removed
+
+    run_training("sft-kl", tiny, rows, tmp_path / "out", other_checkpoints="restart", **changed)
+    summary = read_summary(tmp_path / "out")
+    assert summary["resumed_from"] is None and summary["config"]["learning_rate"] == 1e-3
+
+    same = {**changed, "max_steps": 2}
+    run_training("sft-kl", tiny, rows, tmp_path / "out", **same)
+    assert read_summary(tmp_path / "out")["resumed_from"] == str(checkpoints / "checkpoint-2")
