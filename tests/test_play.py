@@ -282,3 +282,71 @@ def test_play_command(tiny, tmp_path):
     assert resumed.exit_code == 0, resumed.output
     assert "1 games" in resumed.output and "2 episodes kept" in resumed.output
     assert [e["target_word"] for e in read_episodes(out)] == ["apple", "river", "cloud"]
+
+
+# ------------------------------------------------------------------------------ ranks under torchrun
+
+
+def _play_command(model, words, out, *extra) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "spag.cli", "play", "--attacker", str(model), "--defender", str(model),
+            "--words", str(words), "-o", str(out), "--dtype", "float32", "--device", "cpu", "--max-turns", "2",
+            "--max-new-tokens", "8", "--batch-size", "2", "--seed", "1", "--no-progress", *extra]
+
+
+def _torchrun(*command) -> list[str]:
+    import os
+    import sys
+
+    return [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--standalone", "--nproc_per_node", "2",
+            *command[1:]]  # torchrun takes `-m spag.cli ...` in place of `python -m spag.cli ...`
+
+
+def _by_word(folder) -> list[tuple]:
+    return sorted((e["word_index"], e["target_word"], json.dumps(e["history"]), e["outcome"])
+                  for e in read_episodes(folder))
+
+
+def test_two_ranks_under_torchrun_play_the_games_of_one_process_and_resume_a_killed_rank(tiny, tmp_path):
+    """`spag play` as two ranks: each writes its own shards (its share of the words), together the episodes of
+    a single-process run. A rank killed part-way takes the other down with it (torchrun); the re-run with
+    --resume plays only the unfinished games and ends with the same episodes."""
+    import subprocess
+    import time
+
+    import psutil
+
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(f"{w}{i}" if i >= len(WORDS) else w for i, w in
+                               enumerate(WORDS * 6)) + "\n")  # 42 words, 21 per rank
+    subprocess.run(_play_command(tiny, words, tmp_path / "single"), check=True, capture_output=True, timeout=600)
+    single = _by_word(tmp_path / "single")
+    assert len(single) == 42
+
+    ranks = tmp_path / "ranks"
+    done = subprocess.run(_torchrun(*_play_command(tiny, words, ranks)), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert {p.name[:8] for p in ranks.glob("*.parquet")} == {"shard-r0", "shard-r1"}
+    assert _by_word(ranks) == single
+    assert "rank 1/2: 21 games" in done.stdout + done.stderr
+
+    killed = tmp_path / "killed"
+    launcher = subprocess.Popen(_torchrun(*_play_command(tiny, words, killed)), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not list(killed.glob("shard-r1-*.parquet")) and launcher.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    rank_1 = [p for p in psutil.Process(launcher.pid).children(recursive=True) if p.environ().get("RANK") == "1"]
+    assert len(rank_1) == 1
+    rank_1[0].kill()
+    assert launcher.wait(timeout=120) != 0
+    kept = _by_word(killed)
+    assert 0 < len(kept) < 42, "rank 1 should have been killed part-way"
+
+    again = subprocess.run(_torchrun(*_play_command(tiny, words, killed, "--resume")), capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _by_word(killed) == single
+    assert set(kept) <= set(single)

@@ -49,6 +49,7 @@ IDENTITY_FILE = "run.json"  # in the checkpoint folder: the run its checkpoints 
 _NOT_THE_RUN = {"resume", "overwrite", "live", "live_dir", "show_progress", "checkpoint_dir", "keep_checkpoints",
                 "ref_cache_dir", "ref_batch_size", "logging_steps", "save_steps", "save_total_limit",
                 "dataloader_num_workers", "device"}
+_LENGTH = {"epochs", "max_steps"}  # `spag train --resume` may continue a run for longer (or shorter)
 TRAIN_KIND = "train"
 CHECKPOINTS_KIND = "train-checkpoints"
 LIVE_KIND = "train-live"  # the dvclive folder: dvclive replaces dvc.yaml, params.yaml, metrics.json, plots/ there
@@ -442,8 +443,9 @@ def _resume_point(checkpoint_dir: Path, identity: dict, resume: bool, other_chec
     """The checkpoint to continue from: the newest complete one, if ``resume`` and it is of this run.
 
     Checkpoints of another run (other model, rows or settings) are never continued: with
-    ``other_checkpoints="refuse"`` (``spag train --resume``) the run stops and says what differs; with
-    ``"restart"`` (a pipeline stage, re-run because something changed) it starts from the beginning.
+    ``other_checkpoints="refuse"`` (``spag train --resume``) the run stops and says what differs, unless only
+    the length (epochs, max_steps) changed; with ``"restart"`` (a pipeline stage, re-run because something
+    changed) it starts from the beginning.
     """
     from spag.fingerprint import differences
 
@@ -460,6 +462,11 @@ def _resume_point(checkpoint_dir: Path, identity: dict, resume: bool, other_chec
     if saved == identity:
         return latest
     changed = differences(saved, identity) if saved else f"{IDENTITY_FILE} missing"
+    lengthened = {key for key in set(saved) | set(identity) if saved.get(key) != identity.get(key)} <= _LENGTH
+    if saved and lengthened and other_checkpoints == "refuse":  # `spag train --resume` to train for longer
+        say(f"note: continuing {latest} with another length ({changed}); the schedule follows the new length",
+            flush=True)
+        return latest
     if other_checkpoints == "refuse":
         raise DataError(checkpoint_dir, None, f"its checkpoints are of another run ({changed}); run without "
                                               "--resume to start over")
