@@ -2,8 +2,8 @@
 # Create .venv and install exactly the pinned versions of requirements/ (see requirements/lock.sh), then
 # spag itself. Idempotent: re-runs only when the lock, pyproject or this script change.
 #   no NVIDIA GPU: requirements/cpu.txt (torch's CPU build, so pip never pulls a multi-GB CUDA build,
-#                  and vLLM's CPU build)
-#   a working nvidia-smi: requirements/gpu.txt (adds vllm and deepspeed, with the torch they pin)
+#                  vLLM's CPU build and DeepSpeed, which runs on its CPU accelerator)
+#   a working nvidia-smi: requirements/gpu.txt (vllm and deepspeed, with the CUDA torch they pin)
 # VENV and LOCK override both choices, e.g. VENV=.venv-gpu LOCK=requirements/gpu.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -14,9 +14,11 @@ Nothing here imports torch or transformers: the CLI's help and the stages' check
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
@@ -225,7 +227,7 @@ class TrainStep(TrainKnobs):
     """A pipeline training step: the method, the run's knobs and how it is launched."""
 
     method: Literal[METHODS] = knob("sft-kl", METHOD_HELP)
-    launcher: Optional[str] = knob(None, 'Run under this launcher, e.g. "accelerate launch --num_processes 8" '
+    launcher: Optional[str] = knob(None, 'Run under this launcher, e.g. "torchrun --standalone --nproc_per_node 8" '
                                          "(null: in the stage's process).")
 
 
@@ -436,9 +438,8 @@ class _UniqueKeys(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def load_settings(path: str | os.PathLike) -> Settings:
-    """Read and validate a params file: the whole of it, or ParamsError (one line)."""
-    path = Path(path)
+def _read_yaml(path: Path) -> Any:
+    """A YAML file's content, or ParamsError (one line) naming the file."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -446,12 +447,47 @@ def load_settings(path: str | os.PathLike) -> Settings:
     except (OSError, UnicodeError) as exc:
         raise ParamsError(path, "", f"cannot be read ({exc.__class__.__name__})") from None
     try:
-        params = yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 (a safe loader)
+        return yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         raise ParamsError(path, "", f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
-    return validate({} if params is None else params, path)
+
+
+def apply_overrides(params: dict, overrides: Any, source: str | os.PathLike) -> dict:
+    """``params`` with each ``dotted.key: value`` of ``overrides`` replacing that setting whole (a mapping
+    value such as ``spag.epochs`` replaces the whole mapping). A key naming no setting is refused."""
+    if not isinstance(overrides, dict):
+        raise ParamsError(source, "", "expected a mapping of dotted keys (section.key: value)")
+    params = copy.deepcopy(params)
+    for dotted, value in overrides.items():
+        *sections, name = str(dotted).split(".")
+        model, where = Settings, params
+        for part in [*sections, name]:
+            fields = getattr(model, "model_fields", {})
+            if part not in fields:
+                raise ParamsError(source, dotted, "names no setting")
+            annotation = fields[part].annotation
+            model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+        for part in sections:
+            where = where.setdefault(part, {})
+            if not isinstance(where, dict):
+                raise ParamsError(source, dotted, f"{part} is not a section")
+        where[name] = value
+    return params
+
+
+def load_settings(path: str | os.PathLike, overrides: Sequence[str | os.PathLike] = ()) -> Settings:
+    """Read and validate a params file: the whole of it, or ParamsError (one line). Each file of ``overrides``
+    (``section.key: value`` lines) replaces the settings it names, in order (:func:`apply_overrides`)."""
+    path = Path(path)
+    params = _read_yaml(path)
+    params = {} if params is None else params
+    for override in overrides:
+        if not isinstance(params, dict):
+            break  # validate names the problem
+        params = apply_overrides(params, _read_yaml(Path(override)) or {}, override)
+    return validate(params, path)
 
 
 def existing_file(value: str, key: str, source: str | os.PathLike = "params.yaml") -> str:

@@ -303,3 +303,56 @@ def test_training_stages_under_a_launcher_with_zero3_resume_when_killed(tmp_path
 
 def loss_values(tsv: str) -> list[float]:
     return [float(line.split("\t")[1]) for line in tsv.split("\n")[1:] if line]
+
+
+def _paper_inputs(data: Path) -> None:
+    """A few lines of each of the paper's input files, in the original authors' formats."""
+    words = ["apple", "river", "cloud", "horse", "table", "bread", "stone", "light", "chair", "ocean",
+             "garden", "window", "pencil", "candle", "mirror", "basket", "bottle", "jacket", "ladder", "planet"]
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "all_target_words.txt").write_text("\n".join(words) + "\n")
+    games = []
+    for word in words:
+        games.append({"target_word": word, "max_turns": 5, "history": [
+            {"role": "attacker", "content": f"Tell me about something you could find near a {word}-like thing."},
+            {"role": "defender", "content": f"I know the word! It is {word}"}]})
+        games.append({"target_word": word, "max_turns": 5, "history": [
+            {"role": "attacker", "content": "What do you use every morning?"},
+            {"role": "defender", "content": f"Perhaps a {word} would do."}]})
+    (data / "gpt4_game_top30k_results.json").write_text(json.dumps(games))
+    alpaca = [{"instruction": f"Name a colour number {i}.", "input": "", "output": "Blue."} for i in range(8)]
+    (data / "alpaca_data.json").write_text(json.dumps(alpaca))
+
+
+def test_the_paper_preset_runs_end_to_end_at_toy_size(tmp_path):
+    """configs/paper.yaml with configs/paper-toy.yaml applied, and a tiny model: the paper's judge, methods,
+    vLLM self-play, DeepSpeed ZeRO-3 under torchrun, two epochs, evaluation and report, all through."""
+    from spag.game.episodes import read_episodes
+    from spag.train.trainer import read_summary
+
+    model = make_tiny_checkpoint(tmp_path / "model", heads=2)  # vLLM's CPU attention: head size >= 32
+    (tmp_path / "tiny.yaml").write_text(f"model.base: {model}\n")
+    shown = run([sys.executable, "-m", "spag.cli", "config", "show", "configs/paper.yaml", "--override",
+                 "configs/paper-toy.yaml", "--override", str(tmp_path / "tiny.yaml")], ROOT)
+    params = yaml.safe_load(shown.stdout)
+    work = tmp_path / "project"
+    (work / "configs").mkdir(parents=True)
+    shutil.copy(ROOT / "configs" / "deepspeed_zero3.json", work / "configs")
+    _paper_inputs(work / "data")
+    env = make_project(work, params)
+    result = run(["dvc", "repro"], work, env)
+
+    assert params["game"]["rules"] == "original" and params["play"]["backend"] == "vllm"
+    teacher = read_episodes(work / "data/teacher/episodes")
+    assert teacher and {e["rules"] for e in teacher} == {"original"}
+    for name in ("imitation", "epoch_1", "epoch_2"):
+        summary = read_summary(work / "data" / name / "model")
+        assert summary["provenance"]["processes"] == 2 and summary["provenance"]["deepspeed"] is True, name
+        assert summary["method"] == ("sft-kl" if name == "imitation" else "offline-po")
+        assert summary["config"]["lr_scheduler"] == "warmup_decay"
+    assert len(read_episodes(work / "data/epoch_2/episodes")) == 8
+    selfplay = json.loads((work / "metrics/epochs/2/selfplay.json").read_text())
+    assert selfplay["provenance"]["players"]["attacker"]["backend"] == "vllm"
+    report = json.loads((work / "metrics/report.json").read_text())
+    assert report["final"]["epoch"] == 2
+    assert "final score vs imitation" in result.stdout + result.stderr

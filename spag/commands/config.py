@@ -8,6 +8,9 @@ from typing import Optional
 import typer
 
 
+_EMPTY = Path("/dev/null")  # no params file: the overrides apply to the schema's defaults
+
+
 def register(app: typer.Typer) -> None:
     config_app = typer.Typer(no_args_is_help=True, help="Check a params file, or show resolved settings.")
     app.add_typer(config_app, name="config")
@@ -34,8 +37,15 @@ def register(app: typer.Typer) -> None:
         file: Optional[Path] = typer.Argument(
             None, help="A params file (default: ./params.yaml when there is one, else the schema's defaults)."),
         comments: bool = typer.Option(True, "--comments/--no-comments", help="Each key's help as a comment."),
+        override: Optional[list[Path]] = typer.Option(
+            None, "--override", help="A file of `section.key: value` lines, each replacing that setting of "
+                                     "FILE whole (e.g. configs/paper-toy.yaml); repeat to apply several."),
     ) -> None:
-        """Print the resolved settings (the file's values, the defaults for the keys it leaves out) as YAML."""
+        """Print the resolved settings (the file's values, the defaults for the keys it leaves out) as YAML.
+
+        With --override, the result is a params file:
+        `spag config show configs/paper.yaml --override configs/paper-toy.yaml > params.yaml`.
+        """
         import sys
 
         from spag.config import Settings, load_settings, to_yaml
@@ -44,9 +54,10 @@ def register(app: typer.Typer) -> None:
         if file is None and Path("params.yaml").is_file():
             file = Path("params.yaml")
         try:
-            settings = load_settings(file) if file is not None else Settings()
+            settings = Settings() if not (file or override) else load_settings(file or _EMPTY, override or ())
         except ValueError as exc:
             error(str(exc))
             raise typer.Exit(2)
         sys.stdout.write(to_yaml(settings, comments=comments))
-        summary("config show", f"settings of {file}" if file is not None else "the schema's defaults")
+        shown = f"settings of {file}" if file is not None else "the schema's defaults"
+        summary("config show", shown + "".join(f", {path} applied" for path in override or ()))
