@@ -130,6 +130,7 @@ def read_records(path: str | os.PathLike) -> list[dict]:
         for i, record in enumerate(data):
             if not isinstance(record, dict):
                 raise DataError(path, i, f"expected an object, got {type(record).__name__}")
+        _check_text(data, path, escaped=text)
         return data
     records = []
     # Only "\n" ends a record: str.splitlines() would also split at U+2028, U+2029, U+0085 and other
@@ -144,7 +145,29 @@ def read_records(path: str | os.PathLike) -> list[dict]:
         if not isinstance(record, dict):
             raise DataError(path, len(records), f"line {lineno}: expected an object")
         records.append(record)
+    _check_text(records, path, escaped=text)
     return records
+
+
+def _check_text(records: list, path: Path, escaped: str) -> None:
+    """DataError naming the record that holds a lone surrogate (JSON's ``"\\ud800"``): a string no file
+    format can store, which would fail much later, in a writer, naming nothing."""
+    if "\\ud" not in escaped.lower():  # only a \uD800-\uDFFF escape can make one
+        return
+
+    def lone(value) -> bool:
+        if isinstance(value, str):
+            return any("\ud800" <= ch <= "\udfff" for ch in value)
+        if isinstance(value, dict):
+            return any(lone(k) or lone(v) for k, v in value.items())
+        if isinstance(value, list):
+            return any(lone(v) for v in value)
+        return False
+
+    for index, record in enumerate(records):
+        if lone(record):
+            raise DataError(path, index, "holds a lone surrogate (a \\uD800-\\uDFFF escape on its own): "
+                                         "not valid Unicode text")
 
 
 def check_distinct_paths(inputs: Mapping[str, object], outputs: Mapping[str, object]) -> None:

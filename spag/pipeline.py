@@ -261,7 +261,8 @@ def teacher_play(settings: Settings, layout: Layout) -> None:
     # Resumable under `dvc repro`: the shards live beside the declared output until the stage finishes.
     with resumable_output(out, PLAY_KIND) as work:
         episodes = run_games(model, model, chosen, config, backend=t.backend, output=work, resume=True,
-                             guess_words=read_words(layout.words / "all.txt"), stats=stats, **t.player_options())
+                             stale="restart", guess_words=read_words(layout.words / "all.txt"), stats=stats,
+                             **t.player_options())
     wins = Counter(e["outcome"] for e in episodes if e["outcome"] in DECISIVE)
     summary("teacher_play", f"{stats.line()}; wins for imitation: attacker {wins['attacker_wins']}, "
                             f"defender {wins['defender_wins']}")
@@ -362,7 +363,7 @@ def play(settings: Settings, layout: Layout, epoch: str) -> None:
     # continues from its finished games on the next `dvc repro` (see spag.partial).
     with resumable_output(episodes, PLAY_KIND) as work:
         run_games(model, model, chosen, p.play_config(_game(settings), seed + int(epoch)), backend=p.backend,
-                  output=work, resume=True, stats=stats, **p.player_options())
+                  output=work, resume=True, stale="restart", stats=stats, **p.player_options())
     # The learning-curve numbers of this epoch's self-play (decisive, foul and win rates, lengths), from DuckDB.
     (selfplay,) = run_query("selfplay", str(episodes / "*.parquet"))
     write_json_atomic(layout.metrics / "epochs" / epoch / "selfplay.json", {**selfplay, "provenance": stats.provenance})
@@ -411,7 +412,8 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
     try:
         with resumable_output(layout.epoch(epoch) / "eval_episodes", "evaluate") as work:
             games = {name: evaluate_models(player, str(opponent), chosen, config, episodes_out=work / name,
-                                           resume=True, seeds=e.seeds, backend=e.backend, **e.player_options())
+                                           resume=True, stale="restart", seeds=e.seeds, backend=e.backend,
+                                           **e.player_options())
                      for name, opponent in opponents.items()}
     finally:
         close_player(player)

@@ -256,7 +256,7 @@ def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
 def play_games(attacker: Player, defender: Player, words: list[str], config: PlayConfig, *,
                output: str | Path | None = None, resume: bool = False, show_progress: bool = True,
                stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
-               overwrite: bool = False) -> list[dict]:
+               overwrite: bool = False, stale: str = "refuse") -> list[dict]:
     """Play one game per target word (this rank's share of ``words``); return the judged episodes.
 
     With ``output``, episodes are written incrementally (see the module docstring) and, with
@@ -264,6 +264,9 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
     ``stats`` (optional) is filled in for a summary line. ``guess_words`` is the public vocabulary the
     defender guesses from when ``config.final_guess`` is on. An output directory must be new, empty or a
     previous ``spag play`` output (:mod:`spag.outputs`); ``overwrite`` replaces a previous one's episodes.
+    Episodes kept from a run with other words, settings or models are never reused: with ``stale="refuse"``
+    (``spag play --resume``) the run stops and says why, so no game is thrown away unasked; with
+    ``"restart"`` (a pipeline stage, re-run because something changed) every game is played again.
     """
     from spag.console import progress
 
@@ -288,8 +291,9 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
         try:
             done = _existing_for(words, existing, output, config, models)
         except StaleEpisodes as exc:
-            if world > 1:  # other ranks may be reading these shards: the user must choose
-                raise DataError(output, None, f"{exc}: resume with the same settings or a new output")
+            if world > 1 or stale == "refuse":  # other ranks may be reading these shards: the user must choose
+                raise DataError(output, None, f"{exc}: resume with the same settings, or --overwrite to play "
+                                              "every game again") from None
             print(f"note: {exc}; playing every game again", file=sys.stderr, flush=True)
             store.claim(overwrite=True, resume=False)
             existing, done = [], {}
@@ -355,7 +359,7 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
 def run_games(attacker_model: str, defender_model: str, words: list[str], config: PlayConfig, *,
               backend: str = "hf", output=None, resume: bool = False, show_progress: bool = True,
               stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
-              overwrite: bool = False, **player_options) -> list[dict]:
+              overwrite: bool = False, stale: str = "refuse", **player_options) -> list[dict]:
     """Load the players (once when both sides are the same model) and play."""
     from spag.players import close_player, load_player
 
@@ -376,6 +380,7 @@ def run_games(attacker_model: str, defender_model: str, words: list[str], config
         raise
     try:
         return play_games(attacker, defender, words, config, output=output, resume=resume,
-                          show_progress=show_progress, stats=stats, guess_words=guess_words, overwrite=overwrite)
+                          show_progress=show_progress, stats=stats, guess_words=guess_words, overwrite=overwrite,
+                          stale=stale)
     finally:
         close_player(attacker, defender)

@@ -28,6 +28,7 @@ learns with coefficient 1/2 in expectation however lopsided the games were.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -92,6 +93,7 @@ class RowStats:
     used: int = 0  # decisive games that gave rows
     no_rows: int = 0  # ties, fouls, and decisive games where the winner never spoke
     bad: int = 0  # records skipped as malformed
+    duplicates: int = 0  # records that repeat an earlier game, left out
     instruction_rows: int = 0  # ready-made prompt/completion rows taken over as they were
     rows: Counter = field(default_factory=Counter)  # rows per role ("sft" for general instruction rows)
     attacker_games: int = 0
@@ -113,6 +115,7 @@ class RowStats:
             "used": self.used,
             "no_rows": self.no_rows,
             "bad": self.bad,
+            "duplicates": self.duplicates,
             "instruction_rows": self.instruction_rows,
             "rows": dict(self.rows),
             "attacker_games": self.attacker_games,
@@ -136,6 +139,8 @@ class RowStats:
                 f"{self.bad} skipped as bad"
             )
         ]
+        if self.duplicates:
+            parts.append(f"{self.duplicates} repeated games left out")
         if self.instruction_rows:
             parts.append(f"{self.instruction_rows} ready-made rows")
         parts.append(f"outcomes: {outcomes or 'none'}")
@@ -373,10 +378,13 @@ def _check_episode(record: Mapping, index: int, source: str) -> dict:
 
 
 def read_episode_records(
-    path: str | os.PathLike, errors: list[DataError] | None = None, ready_made: list[dict] | None = None
+    path: str | os.PathLike, errors: list[DataError] | None = None, ready_made: list[dict] | None = None,
+    duplicates: list[int] | None = None,
 ) -> tuple[list[dict], list[int], int]:
     """Valid episodes in ``path``, their positions in it, and how many records it holds.
 
+    An episode that repeats an earlier one (same target word, turns and utterances: a shard copied, two
+    files joined) is left out, its position added to ``duplicates``, so no game is learned from twice.
     Bad records are skipped into ``errors``.
     Without ``errors`` the first bad record raises DataError. With ``ready_made``, records that are
     already training rows (query/target or prompt/completion, no history) are collected there as
@@ -384,6 +392,7 @@ def read_episode_records(
     """
     source = str(path)
     episodes, indices = [], []
+    seen: set[str] = set()
     records = read_records(path)
     for index, record in enumerate(records):
         if (
@@ -395,11 +404,25 @@ def read_episode_records(
             ready_made.append((index, record))
             continue
         try:
-            episodes.append(_check_episode(record, index, source))
-            indices.append(index)
+            episode = _check_episode(record, index, source)
         except DataError as error:
             collect_or_raise(error, errors)
+            continue
+        key = _game_key(episode)
+        if key in seen:
+            if duplicates is not None:
+                duplicates.append(index)
+            continue
+        seen.add(key)
+        episodes.append(episode)
+        indices.append(index)
     return episodes, indices, len(records)
+
+
+def _game_key(episode: Mapping) -> str:
+    """What makes two records the same game: its word, its length and what was said, by whom."""
+    return json.dumps([episode["target_word"], episode.get("max_turns"),
+                       [(u["role"], u["content"]) for u in episode["history"]]])
 
 
 def _ready_made_number(record: Mapping, key: str, index: int, source: str, non_negative: bool = False) -> float:
@@ -489,11 +512,14 @@ def import_ready_made_rows(source: str | os.PathLike, output_dir: str | os.PathL
     return len(clean)
 
 
-def _raise_if_strict(errors: list[DataError], strict: bool, what: str) -> None:
+def _raise_if_strict(errors: list[DataError], strict: bool, what: str, records: int | None = None) -> None:
+    """Report the skipped records; stop when ``strict`` and any is bad, or when every one of ``records`` is."""
     for error in errors:
         print(f"{'error' if strict else 'skipped'}: {error}", file=sys.stderr)
     if strict and errors:
         raise DataError(what, None, f"{len(errors)} bad record(s); nothing written (--strict)")
+    if errors and records is not None and len(errors) >= records:
+        raise DataError(what, None, f"every record is bad ({len(errors)}; the first: {errors[0]}); nothing written")
 
 
 def build_reward_set(
@@ -516,13 +542,14 @@ def build_reward_set(
     """
     check_output(output)
     errors: list[DataError] = []
-    episodes, indices, count = read_episode_records(episodes_path, errors)
-    _raise_if_strict(errors, strict, str(episodes_path))
+    duplicates: list[int] = []
+    episodes, indices, count = read_episode_records(episodes_path, errors, duplicates=duplicates)
+    _raise_if_strict(errors, strict, str(episodes_path), count)
     rows, stats = reward_rows(episodes, decay, seed, indices, options, rules, templates)
     if control:
         rows = []
         stats.rows.clear()
-    stats.records, stats.bad = count, len(errors)
+    stats.records, stats.bad, stats.duplicates = count, len(errors), len(duplicates)
     general = _mix_sft(stats, sft, sft_limit, seed, strict)
     write_rows(rows + general, output)
     return stats
@@ -562,11 +589,12 @@ def build_imitation_set(
     check_output(output)
     errors: list[DataError] = []
     ready_made: list[tuple[int, dict]] = []
-    episodes, indices, count = read_episode_records(episodes_path, errors, ready_made)
+    duplicates: list[int] = []
+    episodes, indices, count = read_episode_records(episodes_path, errors, ready_made, duplicates)
     made = _instruction_game_rows(ready_made, str(episodes_path), errors)
-    _raise_if_strict(errors, strict, str(episodes_path))
+    _raise_if_strict(errors, strict, str(episodes_path), count)
     rows, stats = imitation_rows(episodes, seed, indices, rules, templates, keep_truncated)
-    stats.records, stats.bad = count, len(errors)
+    stats.records, stats.bad, stats.duplicates = count, len(errors), len(duplicates)
     stats.instruction_rows = len(made)
     for row in made:
         stats.rows[row["role"] or "unknown"] += 1

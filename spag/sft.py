@@ -95,7 +95,10 @@ def load_sft(
     unless an ``errors`` list is given to collect them.
     """
     path = builtin_sft_path() if str(source) == BUILTIN else Path(source)
-    rows = sft_rows(read_records(path), str(path), errors)
+    records = read_records(path)
+    if not records:  # asked for general data and given none: a wrong file, not an empty mix
+        raise DataError(path, None, "holds no rows (general instruction data was asked for)")
+    rows = sft_rows(records, str(path), errors)
     if limit is not None and 0 <= limit < len(rows):
         keep = sorted(random.Random(seed).sample(range(len(rows)), limit))
         rows = [rows[i] for i in keep]

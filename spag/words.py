@@ -106,6 +106,9 @@ def split_words(words: list[str], eval_fraction: float = 0.1) -> tuple[list[str]
     return train, held
 
 
+WORD_PUNCTUATION = "-'’"  # inside a target word: t-shirt, o'clock
+
+
 def read_words(path: str | os.PathLike) -> list[str]:
     """One word per line; blank lines and ``#`` comments skipped. Odd entries, a missing, binary or
     empty file raise DataError naming it: no step has anything to do without words."""
@@ -121,6 +124,10 @@ def read_words(path: str | os.PathLike) -> list[str]:
             raise DataError(path, lineno, f"line {lineno} is not a single word: {word!r}")
         if any(unicodedata.category(ch).startswith("C") for ch in word):  # NUL, other controls, BOM, ...
             raise DataError(path, lineno, f"line {lineno} holds an invisible control character: {word!r}")
+        odd = sorted({ch for ch in word if not (ch.isalnum() or ch in WORD_PUNCTUATION)})
+        if odd:  # "c++": the judge finds words between non-letters, so it could never see this one said
+            raise DataError(path, lineno, f"line {lineno} is not a word the judge can match: {word!r} holds "
+                                          f"{' '.join(odd)} (letters, digits, - and ' only)")
         words.append(word)
     if not words:
         raise DataError(path, None, "holds no words (one word per line expected)")

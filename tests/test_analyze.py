@@ -4,6 +4,7 @@ import csv
 import io
 import json
 import math
+import re
 
 import pyarrow.parquet as pq
 import pytest
@@ -363,3 +364,20 @@ def test_a_query_reads_the_episodes_and_nothing_else(tmp_path):
         run_query(f"COPY (SELECT 1 AS x) TO '{shard}' (FORMAT parquet)", str(folder))
     assert shard.read_bytes() == before
     assert run_query("SELECT count(*) AS n FROM episodes", str(folder)) == [{"n": 1}]
+
+
+@pytest.mark.parametrize("columns, named", [
+    ({"target_word": [1], "history": [["a"]]}, "column target_word is int64, expected text"),
+    ({"target_word": ["a"], "history": [1]}, "column history is int64, expected a list of {role, content}"),
+    ({"target_word": ["a"], "history": ["[]"], "outcome": [1], "turns": [1]}, "column outcome is int64"),
+])
+def test_a_file_of_another_shape_is_named_with_its_column(tmp_path, columns, named):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spag.analyze import AnalyzeError, run_query
+
+    path = tmp_path / "other.parquet"
+    pq.write_table(pa.table(columns), path)
+    with pytest.raises(AnalyzeError, match=rf"{path}: not an episode file \({re.escape(named)}"):
+        run_query("win_rate", str(path))

@@ -284,3 +284,14 @@ def test_compare_reports_bad_files(tmp_path):
     samples.write_text('{"task": "x", "doc_id": 0}\n')
     with pytest.raises(DataError, match="record 0: needs task, doc_id and a numeric correct"):
         compare_benchmarks(run, run)
+
+
+def test_compare_refuses_a_benchmark_of_one_document_and_a_score_that_is_not_a_number(tmp_path):
+    one = write_run(tmp_path / "one.json", {"x": [1]})  # what --limit 1 gives
+    with pytest.raises(DataError, match="x: one document in common .* at least 2"):
+        compare_benchmarks(one, one)
+    run = write_run(tmp_path / "a.json", {"x": [1, 0]})
+    (tmp_path / "a.samples.jsonl").write_text('{"task": "x", "doc_id": 0, "correct": NaN}\n'
+                                              '{"task": "x", "doc_id": 1, "correct": 1}\n')
+    with pytest.raises(DataError, match="record 0: correct is nan"):
+        compare_benchmarks(run, run)

@@ -4,6 +4,7 @@ tests named after them.
 """
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -322,3 +323,39 @@ def test_a_section_given_twice_is_named_not_dropped(tmp_path):
     assert result.code == 2
     (line,) = result.error_lines()
     assert str(params) in line and "line 4" in line and "'play' is given twice" in line
+
+
+@pytest.mark.parametrize("entry, shown", [("c++", "+"), ("r&d", "&"), ("a/b", "/")])
+def test_a_target_word_the_judge_cannot_match_names_its_line(tmp_path, entry, shown):
+    path = tmp_path / "words.txt"
+    path.write_text(f"apple\nt-shirt\no'clock\n{entry}\n")
+    result = run_cli("words", "-o", tmp_path / "out", "--source", path)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert str(path) in line and "line 4" in line and f"holds {shown}" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_lone_surrogate_names_its_file_and_record(files, tmp_path):
+    episodes = tmp_path / "episodes.jsonl"
+    good = '{"target_word": "apple", "max_turns": 1, "history": [{"role": "attacker", "content": "hi"}]}\n'
+    episodes.write_text(good + good.replace('"hi"', '"h\\ud800i"'))
+    result = run_cli("reward", episodes, "-o", tmp_path / "rows.parquet")
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert str(episodes) in line and "record 1" in line and "lone surrogate" in line
+    assert not (tmp_path / "rows.parquet").exists()
+
+
+def test_train_on_a_model_with_its_own_code_asks_for_trust(files, tmp_path):
+    model = tmp_path / "custom"
+    shutil.copytree(files["tiny"], model)
+    config = json.loads((model / "config.json").read_text())
+    config.update(model_type="my_own_llama", auto_map={"AutoModelForCausalLM": "modeling_mine.MyModel"})
+    (model / "config.json").write_text(json.dumps(config))
+    result = run_cli("train", "--method", "sft", "--model", model, "--data", files["episodes"], "-o",
+                     tmp_path / "out")
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert str(model / "config.json") in line and "--trust-remote-code" in line and "'my_own_llama'" in line
+    assert not (tmp_path / "out").exists()

@@ -179,7 +179,7 @@ def test_shards_resume_after_a_crash(tmp_path):
     assert again == episodes  # nothing left to play
 
 
-def test_resume_with_other_words_or_settings_plays_again_and_says_so(tmp_path, capsys):
+def test_resume_with_other_words_or_settings_is_refused_or_replayed_as_asked(tmp_path, capsys):
     out = tmp_path / "eps"
     player = ScriptedPlayer()
     play_games(player, player, WORDS[:3], _config(), output=out, show_progress=False)
@@ -187,42 +187,25 @@ def test_resume_with_other_words_or_settings_plays_again_and_says_so(tmp_path, c
     assert [e["target_word"] for e in grown] == WORDS
     assert "again" not in capsys.readouterr().err
 
+    # `spag play --resume` with another word list: refused, every kept game still there
     changed = ["fig", "apple", "pear"]
-    replayed = play_games(player, player, changed, _config(), output=out, resume=True, show_progress=False)
+    with pytest.raises(DataError, match="word list .*--overwrite to play every game again"):
+        play_games(player, player, changed, _config(), output=out, resume=True, show_progress=False)
+    assert sorted(e["target_word"] for e in read_episodes(out)) == sorted(WORDS)
+
+    # a pipeline stage re-run because something changed: played again, with a note
+    replayed = play_games(player, player, changed, _config(), output=out, resume=True, show_progress=False,
+                          stale="restart")
     assert "word list" in capsys.readouterr().err
     assert replayed == play_games(ScriptedPlayer(), ScriptedPlayer(), changed, _config(), show_progress=False)
     assert sorted(e["target_word"] for e in read_episodes(out)) == sorted(changed)  # the stale ones are gone
 
-    play_games(player, player, changed, _config(max_turns=2), output=out, resume=True, show_progress=False)
+    with pytest.raises(DataError, match="max_turns=3, this run has 2"):
+        play_games(player, player, changed, _config(max_turns=2), output=out, resume=True, show_progress=False)
+    play_games(player, player, changed, _config(max_turns=2), output=out, resume=True, show_progress=False,
+               stale="restart")
     assert "max_turns=3" in capsys.readouterr().err
     assert [e["max_turns"] for e in read_episodes(out)] == [2, 2, 2]
-
-
-def test_resume_after_the_model_changed_at_the_same_path_plays_again(tmp_path, capsys):
-    out = tmp_path / "eps"
-    before, after = ScriptedPlayer(), ScriptedPlayer()
-    before.fingerprint, after.fingerprint = "weights-a", "weights-b"
-    play_games(before, before, WORDS[:3], _config(), output=out, show_progress=False)
-    play_games(after, after, WORDS[:3], _config(), output=out, resume=True, show_progress=False)
-    assert "attacker_fingerprint='weights-a'" in capsys.readouterr().err
-    assert {e["attacker_fingerprint"] for e in read_episodes(out)} == {"weights-b"}
-    assert len(after.calls) > 0
-
-
-def test_single_file_output_and_json_export(tmp_path):
-    out = tmp_path / "episodes.parquet"
-    player = ScriptedPlayer()
-    play_games(player, player, WORDS[:4], _config(batch_size=1), output=out, show_progress=False)
-    episodes = play_games(player, player, WORDS, _config(batch_size=1), output=out, resume=True,
-                          show_progress=False)
-    assert [e["target_word"] for e in read_episodes(out)] == WORDS
-    exported = tmp_path / "episodes.json"
-    export_json(episodes, exported)
-    data = json.loads(exported.read_text())
-    assert set(data[0]) == {"target_word", "max_turns", "history"}
-    assert set(data[0]["history"][0]) == {"role", "content"}
-    assert [e["history"] for e in read_episodes(exported)] == [
-        [{"role": u["role"], "content": u["content"]} for u in e["history"]] for e in episodes]
 
 
 def test_ranks_split_the_words(tmp_path, monkeypatch):
@@ -248,6 +231,25 @@ def tiny(tmp_path_factory):
     from spag.testing import make_tiny_checkpoint
 
     return str(make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_resumed_run_keeps_its_games_and_plays_each_missing_one_once(tiny, tmp_path, dtype):
+    """What resuming promises in any dtype: the finished games stay as they are, every missing word is
+    played once, with its own seed. In float32 the result is also the uninterrupted run's, game for game; in
+    bfloat16 a resumed game may take another path (its batch differs, and bfloat16 sums depend on it)."""
+    config = PlayConfig(max_turns=2, max_new_tokens=6, batch_size=2, seed=3)
+    words = ["apple", "river", "cloud", "horse", "table"]
+    whole = run_games(tiny, tiny, words, config, device="cpu", dtype=dtype, show_progress=False)
+    out = tmp_path / "eps"
+    kept = run_games(tiny, tiny, words[:3], config, device="cpu", dtype=dtype, output=out, show_progress=False)
+    resumed = run_games(tiny, tiny, words, config, device="cpu", dtype=dtype, output=out, resume=True,
+                        show_progress=False)
+    assert [e["target_word"] for e in resumed] == words
+    assert resumed[:3] == kept
+    assert sorted(e["word_index"] for e in read_episodes(out)) == list(range(len(words)))
+    if dtype == "float32":
+        assert [e["history"] for e in resumed] == [e["history"] for e in whole]
 
 
 def test_hf_backend_is_deterministic_with_a_seed(tiny, tmp_path):

@@ -528,3 +528,26 @@ def test_spag_reward_keep_truncated_option(tmp_path):
     assert kept.exit_code == 0, kept.output
     count = lambda name: len((tmp_path / name).read_text(encoding="utf-8").splitlines())  # noqa: E731
     assert (count("a.jsonl"), count("b.jsonl")) == (2, 3)
+
+
+def test_a_game_given_twice_is_learned_from_once(tmp_path):
+    once = write_jsonl(tmp_path / "once.jsonl", [DEFENDER_WIN_2, ATTACKER_WIN_1])
+    twice = write_jsonl(tmp_path / "twice.jsonl", [DEFENDER_WIN_2, ATTACKER_WIN_1, DEFENDER_WIN_2])
+    for command in ("reward", "imitation-data"):
+        a, b = tmp_path / f"{command}-once.parquet", tmp_path / f"{command}-twice.parquet"
+        assert invoke(command, once, "-o", a).exit_code == 0
+        result = invoke(command, twice, "-o", b)
+        assert result.exit_code == 0, result.output
+        assert "1 repeated games left out" in result.stderr
+        strip = [{k: v for k, v in r.items() if k != "episode"} for r in pq.read_table(a).to_pylist()]
+        assert [{k: v for k, v in r.items() if k != "episode"} for r in pq.read_table(b).to_pylist()] == strip
+
+
+def test_a_file_of_bad_records_only_is_an_error_without_strict(tmp_path):
+    episodes = write_jsonl(tmp_path / "e.jsonl", BAD[1:5])
+    for command in ("reward", "imitation-data"):
+        out = tmp_path / f"{command}.parquet"
+        result = invoke(command, episodes, "-o", out)
+        assert result.exit_code == 2, result.output
+        assert "every record is bad (4; the first: " in result.stderr and "record 0" in result.stderr
+        assert not out.exists()

@@ -240,6 +240,10 @@ def test_resume_continues_from_the_latest_checkpoint(tiny, tmp_path):
     steps = [line.split("\t")[0] for line in
              (tmp_path / "live" / "plots" / "metrics" / "train" / "loss.tsv").read_text().splitlines()[1:]]
     assert steps == ["1", "2", "3", "4"]
+    # the mean loss covers all four steps, not only the two after the resume
+    losses = [float(line.split("\t")[1]) for line in
+              (tmp_path / "live" / "plots" / "metrics" / "train" / "loss.tsv").read_text().splitlines()[1:]]
+    assert summary["mean_loss"] == pytest.approx(sum(losses) / 4, rel=1e-3)
 
 
 def test_lora_on_the_fly_reference_is_merged_on_save(tiny, tmp_path):

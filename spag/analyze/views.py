@@ -116,14 +116,36 @@ def _judge_udf(target_word: str, history_json: str, max_turns: int, rules: str =
 
 
 def _file_columns(files: list[str]) -> list[set[str]]:
+    """Each file's column names; AnalyzeError naming the file when it cannot be read or a column an episode
+    has is of another type (a number as target word, text as outcome count ...)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    def text(t) -> bool:
+        return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+    def utterances(t) -> bool:  # the history: JSON text, or a list of {role, content, ...}
+        if text(t):
+            return True
+        if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not pa.types.is_struct(t.value_type):
+            return False
+        fields = {t.value_type.field(i).name: t.value_type.field(i).type for i in range(t.value_type.num_fields)}
+        return all(name in fields and text(fields[name]) for name in ("role", "content"))
+
+    expected = {"target_word": (text, "text"), "outcome": (text, "text"), "history": (utterances, "a list of "
+                "{role, content} or JSON text"), "turns": (pa.types.is_integer, "an integer"),
+                "max_turns": (pa.types.is_integer, "an integer")}
     columns = []
     for file in files:
         try:
-            columns.append(set(pq.read_schema(file).names))
+            schema = pq.read_schema(file)
         except Exception as exc:  # pyarrow raises several types for a broken file
             raise AnalyzeError(f"{file}: not a readable Parquet file ({exc.__class__.__name__}: {exc})")
+        for name, (fits, what) in expected.items():
+            if name in schema.names and not fits(schema.field(name).type):
+                raise AnalyzeError(f"{file}: not an episode file (column {name} is {schema.field(name).type}, "
+                                   f"expected {what})")
+        columns.append(set(schema.names))
     return columns
 
 

@@ -70,9 +70,9 @@ def register(app: typer.Typer) -> None:
 
         if method not in METHODS:
             raise typer.BadParameter(f"expected one of {', '.join(METHODS)}", param_hint="--method")
-        check_model(model, "--model")
+        check_model(model, "--model", trust_remote_code)
         if ref is not None:
-            check_model(ref, "--ref")
+            check_model(ref, "--ref", trust_remote_code)
         if deepspeed is not None and not deepspeed.is_file():
             raise typer.BadParameter(f"{deepspeed}: no such file", param_hint="--deepspeed")
         config = checked(C, **knobs, merge_lora=not no_merge_lora, live=not no_live)

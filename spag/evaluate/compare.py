@@ -14,6 +14,7 @@ the size-weighted mean that lm-eval reports. Only documents present in both runs
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Mapping
@@ -49,6 +50,8 @@ def read_benchmark(path: str | os.PathLike) -> tuple[dict, dict[str, dict[tuple[
             benchmark = str(record.get("benchmark", record["task"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(samples_file, i, f"needs task, doc_id and a numeric correct ({exc})")
+        if not math.isfinite(correct):
+            raise DataError(samples_file, i, f"correct is {correct}: a score must be a finite number")
         per_benchmark.setdefault(benchmark, {})[key] = correct
     return metrics, per_benchmark
 
@@ -117,6 +120,9 @@ def compare_benchmarks(path_a: str | os.PathLike, path_b: str | os.PathLike, res
         docs = sorted(set(samples_a[name]) & set(samples_b[name]))
         if not docs:
             raise DataError(path_b, None, f"{name}: no document in common with {path_a}")
+        if len(docs) < 2:
+            raise DataError(path_b, None, f"{name}: one document in common with {path_a}; an interval needs "
+                                          "at least 2 (run the benchmarks with a larger --limit)")
         dropped = len(samples_a[name]) + len(samples_b[name]) - 2 * len(docs)
         if dropped:
             say(f"compare: {name}: {dropped} documents answered in only one run; compared on {len(docs)}")

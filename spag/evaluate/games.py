@@ -199,14 +199,15 @@ def model_name(model) -> str:
 
 def evaluate_models(model, opponent, words: list[str], config=None, episodes_out=None, *,
                     backend: str = "hf", resume: bool = False, show_progress: bool = True, seeds: int = 1,
-                    **player_options) -> dict:
+                    stale: str = "refuse", **player_options) -> dict:
     """Play ``model`` against ``opponent`` in both roles on ``words`` and return the metrics.
 
     ``model`` and ``opponent`` are paths/names, loaded once each with ``load_player(backend,
     **player_options)`` (once in all when they are the same), or ready players. ``config`` is a
     ``spag.play.PlayConfig`` (default: greedy decoding, as the paper evaluates). ``episodes_out``: a
     folder that gets ``as_attacker.parquet`` and ``as_defender.parquet``, written as games finish (so
-    ``resume=True`` continues an interrupted run), or one ``.parquet`` file written at the end.
+    ``resume=True`` continues an interrupted run; ``stale`` says what to do with games of another run,
+    as in :func:`spag.play.play_games`), or one ``.parquet`` file written at the end.
 
     ``seeds`` > 1 plays every word that many times per role, with sampling seeds ``config.seed``,
     ``config.seed + 1``, ...; the games of seed ``s`` go to ``episodes_out/seed_<s>/`` (greedy decoding
@@ -244,7 +245,7 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
             if episodes_out is not None and seeds > 1:
                 out = Path(episodes_out) / f"seed_{s}"
             attack, defend = _play_both_roles(player, rival, words, replace(config, seed=config.seed + s), out,
-                                              resume=resume, show_progress=show_progress)
+                                              resume=resume, show_progress=show_progress, stale=stale)
             as_attacker += attack
             as_defender += defend
     finally:  # the players this call loaded; a caller's own players stay open
@@ -257,7 +258,7 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
 
 
 def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, resume: bool,
-                     show_progress: bool) -> tuple[list, list]:
+                     show_progress: bool, stale: str) -> tuple[list, list]:
     """The games of ``player`` as attacker and as defender against ``rival``, saved to ``episodes_out``."""
     from spag.play import play_games
 
@@ -270,9 +271,9 @@ def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, r
             attack_out = episodes_out / "as_attacker.parquet"
             defend_out = episodes_out / "as_defender.parquet"
     as_attacker = list(play_games(player, rival, words, config, output=attack_out, resume=resume,
-                                  show_progress=show_progress))
+                                  show_progress=show_progress, stale=stale))
     as_defender = list(play_games(rival, player, words, config, output=defend_out, resume=resume,
-                                  show_progress=show_progress))
+                                  show_progress=show_progress, stale=stale))
     if single_file is not None:
         from spag.game.episodes import write_episodes
 

@@ -637,6 +637,19 @@ def _provenance(run: _Run) -> dict:
             "deepspeed": bool(args.deepspeed), **machine()}
 
 
+def _mean_loss(log_history: list[dict]) -> float | None:
+    """The mean loss over every step of a resumed run, from the logged losses (the Trainer's own figure
+    covers the steps since the resume only). Each logged loss is the mean over its logging window, so it
+    counts once per step of that window."""
+    total = steps = 0.0
+    previous = 0
+    for entry in sorted((e for e in log_history if "loss" in e and "step" in e), key=lambda e: e["step"]):
+        window = entry["step"] - previous
+        if window > 0:
+            total, steps, previous = total + entry["loss"] * window, steps + window, entry["step"]
+    return total / steps if steps else None
+
+
 def _save_step(run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_info: dict, live) -> None:
     """Save the model, write its summary, swap it into place and close dvclive."""
     from transformers.integrations import is_deepspeed_zero3_enabled
@@ -660,7 +673,7 @@ def _save_step(run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_
         "steps": int(trainer.state.global_step),
         "epochs": float(trainer.state.epoch or 0.0),
         "final_loss": trainer.last_logged_loss,
-        "mean_loss": float(result.training_loss),
+        "mean_loss": _mean_loss(trainer.state.log_history) if run.resume_from else float(result.training_loss),
         "tokens": tokens,
         "train_seconds": round(train_seconds, 3),
         "total_seconds": round(elapsed, 3),
