@@ -203,10 +203,13 @@ class TrainKnobs(Section):
                                                 "sft/sft-kl, 2e-6 offline-po).", gt=0)
     batch_size: int = knob(2, "Rows per device per micro-batch.", ge=1)
     grad_accum: int = knob(8, "Micro-batches per optimiser step.", ge=1)
-    max_length: int = knob(2048, "Tokens per row; prompts are cut from the left.", ge=2)
+    max_length: int = knob(2048, "Tokens per row; a longer row gives up its oldest history lines, or is left "
+                                 "out (never cut mid-text).", ge=2)
     warmup_ratio: float = knob(0.03, "Share of the steps spent warming up.", ge=0, lt=1)
-    lr_scheduler: Literal[LR_SCHEDULERS] = knob(COSINE, "cosine, linear, or warmup_decay (DeepSpeed's "
-                                                        "WarmupDecayLR, what the original code ran).")
+    lr_scheduler: Literal[LR_SCHEDULERS] = knob(
+        COSINE, "cosine, linear, warmup_decay (DeepSpeed's WarmupDecayLR: the first two steps at rate 0) or "
+                "warmup_decay_ds013 (as the original's DeepSpeed 0.13.1 ran it: the first step at the full rate, "
+                "the second at 0).")
     kl_coeff: Optional[float] = knob(None, "β of the KL penalty; null: the paper's for the method (0.1 sft-kl, "
                                            "0.2 offline-po).", ge=0)
     clip_range: float = knob(0.2, "ε of the clipped importance ratio (offline-po).", gt=0, lt=1)

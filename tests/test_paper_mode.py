@@ -53,7 +53,7 @@ def test_paper_yaml_turns_every_switch_to_the_original():
     p = check_params(load("configs/paper.yaml"), "configs/paper.yaml")
     assert p["game"]["rules"] == "original"
     assert p["spag"]["reduction"] == "rows" and p["spag"]["detach_advantage"] is False
-    assert p["imitate"]["lr_scheduler"] == p["spag"]["lr_scheduler"] == "warmup_decay"
+    assert p["imitate"]["lr_scheduler"] == p["spag"]["lr_scheduler"] == "warmup_decay_ds013"
     assert p["imitate"]["sft"] is None
     assert p["words"]["source"].endswith("all_target_words.txt") and p["words"]["skip_stop_words"] is False
     assert p["words"]["nouns_only"] is False

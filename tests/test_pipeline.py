@@ -349,7 +349,7 @@ def test_the_paper_preset_runs_end_to_end_at_toy_size(tmp_path):
         summary = read_summary(work / "data" / name / "model")
         assert summary["provenance"]["processes"] == 2 and summary["provenance"]["deepspeed"] is True, name
         assert summary["method"] == ("sft-kl" if name == "imitation" else "offline-po")
-        assert summary["config"]["lr_scheduler"] == "warmup_decay"
+        assert summary["config"]["lr_scheduler"] == "warmup_decay_ds013"
     assert len(read_episodes(work / "data/epoch_2/episodes")) == 8
     selfplay = json.loads((work / "metrics/epochs/2/selfplay.json").read_text())
     assert selfplay["provenance"]["players"]["attacker"]["backend"] == "vllm"

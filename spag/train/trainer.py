@@ -3,13 +3,14 @@
 :class:`SpagTrainer` is a thin subclass of ``transformers.Trainer`` (TRL style): ``compute_loss`` runs the
 model once, takes the completion log-likelihoods and hands them to the pure loss functions of
 :mod:`spag.train.losses`. Everything else (optimiser, schedule and warm-up (plus the original's
-``warmup_decay``, :mod:`spag.train.schedules`), gradient accumulation,
+DeepSpeed's ``warmup_decay``, :mod:`spag.train.schedules`), gradient accumulation,
 gradient checkpointing, bf16/tf32, DeepSpeed, checkpoints and resuming) is the HF Trainer's.
 
 :func:`run_training` is the whole step as one call, used by ``spag train`` and the DVC stages, in steps:
 
-1. data (:func:`_read_data`, :func:`_encode`): read and check the rows, tokenise them (prompt cut from the
-   left to fit ``max_length``); :func:`_start` claims the output and sets up the processes in between;
+1. data (:func:`_read_data`, :func:`_encode`): read and check the rows, tokenise them (a row longer than
+   ``max_length`` gives up its oldest history lines, or is left out); :func:`_start` claims the output and
+   sets up the processes in between;
 2. reference (:func:`_reference_step`): log-probs from the cache beside the data, or one pass of the
    reference model before training (so training holds one model), or on the fly (two models);
 3. build (:func:`_build_step`): the policy (LoRA when asked), dvclive and the :class:`SpagTrainer`;
@@ -40,7 +41,7 @@ from spag.outputs import claim_output_dir, mark_output_dir
 from spag.train.losses import METHODS, SFT
 from spag.train.losses import compute_loss as method_loss
 from spag.train.reference import _accepts, model_forward_logprobs
-from spag.train.schedules import WARMUP_DECAY, warmup_decay_schedule
+from spag.train.schedules import DEEPSPEED_SCHEDULES, warmup_decay_schedule
 
 SUMMARY_FILE = "training_summary.json"
 CHECKPOINTS = "checkpoints"
@@ -94,13 +95,13 @@ class SpagTrainer(Trainer):
         self.last_logged_loss: float | None = None
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
-        """The HF Trainer's schedules, plus ``warmup_decay`` (see :mod:`spag.train.schedules`)."""
-        if self.schedule != WARMUP_DECAY:
+        """The HF Trainer's schedules, plus DeepSpeed's ``warmup_decay`` ones (:mod:`spag.train.schedules`)."""
+        if self.schedule not in DEEPSPEED_SCHEDULES:
             return super().create_scheduler(num_training_steps, optimizer)
         if self.lr_scheduler is None:
             self.lr_scheduler = warmup_decay_schedule(
                 self.optimizer if optimizer is None else optimizer,
-                self.args.get_warmup_steps(num_training_steps), num_training_steps)
+                self.args.get_warmup_steps(num_training_steps), num_training_steps, self.schedule)
             self._created_lr_scheduler = True
         return self.lr_scheduler
 
@@ -488,8 +489,8 @@ def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str) 
         num_train_epochs=config.epochs,
         max_steps=config.max_steps,
         learning_rate=config.learning_rate,
-        # warmup_decay is built by SpagTrainer.create_scheduler; "linear" only fills the argument.
-        lr_scheduler_type="linear" if config.lr_scheduler == WARMUP_DECAY else config.lr_scheduler,
+        # DeepSpeed's schedules are built by SpagTrainer.create_scheduler; "linear" only fills the argument.
+        lr_scheduler_type="linear" if config.lr_scheduler in DEEPSPEED_SCHEDULES else config.lr_scheduler,
         **_warmup_arguments(config.warmup_ratio),
         weight_decay=config.weight_decay,
         max_grad_norm=config.max_grad_norm,
