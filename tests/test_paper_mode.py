@@ -59,6 +59,11 @@ def test_paper_yaml_turns_every_switch_to_the_original():
     assert p["words"]["nouns_only"] is False
     assert p["teacher"]["episodes"].endswith("gpt4_game_top30k_results.json")
     assert p["reward"]["sft"] is not None  # the original mixes Alpaca into the SPAG set (not imitation)
+    # the original's play_llm_game.py: float16 weights, no shortest reply; its training ran with
+    # --gradient_checkpointing True
+    assert p["play"]["dtype"] == p["evaluate"]["dtype"] == "float16"
+    assert p["teacher"]["min_new_tokens"] == p["play"]["min_new_tokens"] == p["evaluate"]["min_new_tokens"] == 0
+    assert p["imitate"]["gradient_checkpointing"] is True and p["spag"]["gradient_checkpointing"] is True
 
 
 def keys(tree, prefix=""):
