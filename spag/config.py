@@ -128,6 +128,8 @@ class Sampling(Section):
     top_k: int = knob(50, "Top-k sampling (0: off).", ge=0)
     max_new_tokens: int = knob(256, "Longest utterance, in tokens.", ge=1)
     min_new_tokens: int = knob(2, "Shortest utterance before it may end.", ge=0)
+    empty_retries: int = knob(2, "Resamples of a reply that comes back empty, each with a longer shortest "
+                                 "utterance (the original: 0, an empty reply is kept).", ge=0)
     batch_size: int = knob(32, "Games played together.", ge=1)
 
     def play_config(self, game: Game, seed: int, **strategies):
@@ -136,7 +138,8 @@ class Sampling(Section):
 
         return PlayConfig(max_turns=game.max_turns, rules=game.rules, templates=game.templates, seed=seed,
                           temperature=self.temperature, top_k=self.top_k, max_new_tokens=self.max_new_tokens,
-                          min_new_tokens=self.min_new_tokens, batch_size=self.batch_size, **strategies)
+                          min_new_tokens=self.min_new_tokens, empty_retries=self.empty_retries,
+                          batch_size=self.batch_size, **strategies)
 
     def player_options(self) -> dict:
         """What :func:`spag.players.load_player` takes from this section."""

@@ -64,6 +64,7 @@ def test_paper_yaml_turns_every_switch_to_the_original():
     assert p["play"]["dtype"] == p["evaluate"]["dtype"] == "float16"
     assert p["teacher"]["min_new_tokens"] == p["play"]["min_new_tokens"] == p["evaluate"]["min_new_tokens"] == 0
     assert p["imitate"]["gradient_checkpointing"] is True and p["spag"]["gradient_checkpointing"] is True
+    assert p["teacher"]["empty_retries"] == p["play"]["empty_retries"] == p["evaluate"]["empty_retries"] == 0
 
 
 def keys(tree, prefix=""):

@@ -130,6 +130,17 @@ def test_empty_replies_are_resampled_then_counted():
     assert stats.resampled_replies >= 2
 
 
+def test_without_empty_retries_an_empty_reply_is_kept_as_the_original_did():
+    silent = ScriptedPlayer(respond=lambda prompt: "")
+    episodes = play_games(silent, ScriptedPlayer(), ["fig"], _config(max_turns=1, empty_retries=0),
+                          show_progress=False)
+    assert episodes[0]["history"][0]["content"] == "" and episodes[0]["empty_replies"] == 1
+    assert len(silent.calls) == 1  # asked once, not again
+    again = ScriptedPlayer(respond=lambda prompt: "")
+    play_games(again, ScriptedPlayer(), ["fig"], _config(max_turns=1), show_progress=False)
+    assert len(again.calls) == 3  # the default: two more tries
+
+
 def test_truncated_replies_are_counted():
     class Endless(ScriptedPlayer):
         def generate(self, prompts, **kw):

@@ -25,6 +25,7 @@ def register(app: typer.Typer) -> None:
         top_k: int = option(Play, "top_k"),
         max_new_tokens: int = option(Play, "max_new_tokens"),
         min_new_tokens: int = option(Play, "min_new_tokens"),
+        empty_retries: int = option(Play, "empty_retries"),
         batch_size: int = option(Play, "batch_size"),
         seed: int = option(Settings, "seed"),
         resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in OUTPUT."),
@@ -76,7 +77,8 @@ def register(app: typer.Typer) -> None:
         player = checked(Teacher, backend=backend, dtype=dtype, device=device, base_url=base_url,
                          gpu_memory_utilization=gpu_memory_utilization,
                          temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
-                         min_new_tokens=min_new_tokens, batch_size=batch_size, examples=examples,
+                         min_new_tokens=min_new_tokens, empty_retries=empty_retries, batch_size=batch_size,
+                         examples=examples,
                          foul_retries=foul_retries, coached_attacker=coached_attacker, final_guess=final_guess)
         try:
             config = player.play_config(game, seed)
