@@ -433,7 +433,7 @@ def _identity(method: str, model, ref, data, config: TrainConfig, processes: int
     from spag.fingerprint import file_digest, model_fingerprint
 
     data = Path(data)
-    files = sorted(data.rglob("*.parquet")) if data.is_dir() else [data]
+    files = sorted(data.glob("*.parquet")) if data.is_dir() else [data]  # the shards read_records reads
     settings = config.model_dump(exclude=_NOT_THE_RUN)
     return {"method": method, "model": model_fingerprint(model), "ref": model_fingerprint(ref),
             "data": [file_digest(f) for f in files], "processes": int(processes), **settings}
