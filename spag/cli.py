@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "judge",
     "base_model",
     "play",
+    "prompt",
     "reward",
     "train",
     "evaluate",

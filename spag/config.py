@@ -35,6 +35,11 @@ REDUCTIONS = ("rows", "weights")
 BACKENDS = ("hf", "vllm", "openai")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 SUITES = ("auto", "paper", "local")
+PROMPT_STYLES = ("templates", "original")
+REPLY_HANDLING = ("clean", "raw")
+GAME_ENDS = ("decided", "guess-phrase")
+SFT_FORMATS = ("chat", "original")
+TRUNCATIONS = ("history", "left")
 DEVICE_PATTERN = r"^(auto|cpu|cuda(:[0-9]+)?)$"
 # The paper's values where a training run leaves them unset (None): imitation 5e-6, SPAG 2e-6; KL 0.1 / 0.2.
 PAPER_LEARNING_RATE = {"sft": 5e-6, "sft-kl": 5e-6, "offline-po": 2e-6}
@@ -109,6 +114,20 @@ class Game(Section):
                                                  "original (the original code's substring rule).")
     templates: Optional[PathStr] = knob(None, "Prompt templates file (format: spag/game/templates.yaml); null: "
                                               "the shipped templates.")
+    play_prompts: Literal[PROMPT_STYLES] = knob(
+        "templates", "What a player is asked: templates (the templates file, in the model's chat template) or "
+                     "original (the original's play prompt, BOS + its text, no chat template).")
+    row_prompts: Literal[PROMPT_STYLES] = knob(
+        "templates", "Training rows' prompts: templates (a rules text and history layout of the templates "
+                     "file, drawn at random) or original (the original's randomly drawn query formats, the "
+                     "model's whole input).")
+    replies: Literal[REPLY_HANDLING] = knob(
+        "clean", "clean (a reply ends where the model writes another speaker's line; role labels and chat "
+                 "markers are removed) or raw (the decoded reply as it is, as the original kept it).")
+    end: Literal[GAME_ENDS] = knob(
+        "decided", "When a game stops: decided (as soon as the judge decides) or guess-phrase (the "
+                   "original's: only after a defender line with \"i know the word\", else all turns are played "
+                   "and judged afterwards).")
 
 
 class Sampling(Section):
@@ -131,12 +150,15 @@ class Sampling(Section):
     empty_retries: int = knob(2, "Resamples of a reply that comes back empty, each with a longer shortest "
                                  "utterance (the original: 0, an empty reply is kept).", ge=0)
     batch_size: int = knob(32, "Games played together.", ge=1)
+    max_prompt_tokens: Optional[int] = knob(None, "hf/vllm: keep the last N tokens of a longer prompt (the "
+                                                  "original cut at 2048); null: the whole prompt.", ge=1)
 
     def play_config(self, game: Game, seed: int, **strategies):
         """The :class:`spag.play.PlayConfig` of this section in ``game``: the one place it is assembled."""
         from spag.play import PlayConfig
 
-        return PlayConfig(max_turns=game.max_turns, rules=game.rules, templates=game.templates, seed=seed,
+        return PlayConfig(max_turns=game.max_turns, rules=game.rules, templates=game.templates,
+                          play_prompts=game.play_prompts, replies=game.replies, end=game.end, seed=seed,
                           temperature=self.temperature, top_k=self.top_k, max_new_tokens=self.max_new_tokens,
                           min_new_tokens=self.min_new_tokens, empty_retries=self.empty_retries,
                           batch_size=self.batch_size, **strategies)
@@ -144,7 +166,7 @@ class Sampling(Section):
     def player_options(self) -> dict:
         """What :func:`spag.players.load_player` takes from this section."""
         return {"dtype": self.dtype, "device": self.device, "base_url": self.base_url,
-                "gpu_memory_utilization": self.gpu_memory_utilization}
+                "gpu_memory_utilization": self.gpu_memory_utilization, "max_prompt_tokens": self.max_prompt_tokens}
 
 
 class Teacher(Sampling):
@@ -181,6 +203,13 @@ class Play(Sampling):
     """Self-play collection, every SPAG epoch."""
 
     words: int = knob(64, "Target words per epoch (the paper: all ~50k).", ge=1)
+    include_held_out: bool = knob(False, "Self-play on the held-out evaluation words too (the original played "
+                                         "every word of its list).")
+
+
+SFT_FORMAT = knob("chat", "General rows: chat (instruction and input as one user message in the model's chat "
+                          "template; rows without an output left out) or original (Alpaca in Stanford Alpaca's "
+                          "template, query/target rows as they are, the model's whole input; every row kept).")
 
 
 class Reward(Section):
@@ -188,6 +217,7 @@ class Reward(Section):
     sft: Optional[PathStr] = knob(None, 'General instruction data to mix in: "builtin" (shipped with spag), a file '
                                         "(Alpaca, prompt/completion or query/target rows), or null.")
     sft_limit: Optional[int] = knob(None, "Keep a random N of the general rows (null: all).", ge=0)
+    sft_format: Literal[SFT_FORMATS] = SFT_FORMAT
     foul_penalty: float = knob(0.0, "p >= 0: the attacker line that says the word becomes a row with reward -p "
                                     "(0: off).", ge=0)
     loser_reward: float = knob(0.0, "q <= 0: the loser's lines get rewards summing to q per game (0: off).", le=0)
@@ -206,8 +236,13 @@ class TrainKnobs(Section):
                                                 "sft/sft-kl, 2e-6 offline-po).", gt=0)
     batch_size: int = knob(2, "Rows per device per micro-batch.", ge=1)
     grad_accum: int = knob(8, "Micro-batches per optimiser step.", ge=1)
-    max_length: int = knob(2048, "Tokens per row; a longer row gives up its oldest history lines, or is left "
-                                 "out (never cut mid-text).", ge=2)
+    max_length: int = knob(2048, "Tokens per row (see truncation).", ge=2)
+    truncation: Literal[TRUNCATIONS] = knob(
+        "history", "A row longer than max_length: history (it gives up its oldest history lines, or is left out; "
+                   "never cut mid-text) or left (the original's: the whole sequence cut from the left).")
+    ref_on_the_fly: bool = knob(False, "Run the reference model beside the policy, in its precision (the "
+                                       "original's; under DeepSpeed inside the engine, ratio 1 at step 0); false: "
+                                       "reference log-probs computed once, in float32, before training.")
     warmup_ratio: float = knob(0.03, "Share of the steps spent warming up.", ge=0, lt=1)
     lr_scheduler: Literal[LR_SCHEDULERS] = knob(
         COSINE, "cosine, linear, warmup_decay (DeepSpeed's WarmupDecayLR: the first two steps at rate 0) or "
@@ -246,6 +281,7 @@ class Imitate(TrainStep):
     sft: Optional[PathStr] = knob(None, 'General data mixed into the imitation set: "builtin", a file, or null '
                                         "(the original: none).")
     sft_limit: Optional[int] = knob(None, "Rows of it (null: all).", ge=0)
+    sft_format: Literal[SFT_FORMATS] = SFT_FORMAT
     epochs: float = TRAINING_EPOCHS
 
 
@@ -329,7 +365,6 @@ class TrainConfig(TrainKnobs):
     seed: int = knob(42, "Training seed (data order, LoRA initialisation).")
     resume: bool = knob(False, "Continue from the latest complete checkpoint.")
     overwrite: bool = knob(False, "Replace a previous `spag train` output at the same path (nothing else).")
-    ref_on_the_fly: bool = knob(False, "Run the reference model during training (two models in memory).")
     ref_cache_dir: Optional[PathStr] = knob(None, "Where reference log-probs are cached (null: beside the data).")
     ref_batch_size: int = knob(8, "Rows per reference forward pass.", ge=1)
     live_dir: Optional[PathStr] = knob(None, "dvclive directory (null: OUTPUT/../dvclive/<name of OUTPUT>).")

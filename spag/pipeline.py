@@ -30,12 +30,12 @@ STAGE_PARAMS: dict[str, tuple[str, ...]] = {
     "base_model": ("model",),
     "words": ("words",),
     "teacher_play": ("seed", "game", "teacher"),
-    "imitation_data": ("seed", "game.rules", "game.templates", "imitate.sft", "imitate.sft_limit",
-                       "reward.keep_truncated"),
+    "imitation_data": ("seed", "game.rules", "game.templates", "game.row_prompts", "imitate.sft",
+                       "imitate.sft_limit", "imitate.sft_format", "reward.keep_truncated"),
     "imitate": ("seed", "imitate.epochs", *(f"imitate.{k}" for k in _TRAINING)),
     "evaluate_imitation": ("seed", "evaluate.benchmark"),
     "play": ("seed", "game", "play", "spag.epochs.{epoch}"),
-    "reward": ("seed", "game.rules", "game.templates", "reward", "spag.control"),
+    "reward": ("seed", "game.rules", "game.templates", "game.row_prompts", "reward", "spag.control"),
     "train": ("seed", "spag.epochs.{epoch}", "spag.epochs_per_iteration", *(f"spag.{k}" for k in _TRAINING)),
     "evaluate": ("seed", "game", "evaluate", "play.temperature", "spag.epochs.{epoch}"),
     "report": ("spag.epochs",),
@@ -283,7 +283,8 @@ def imitation_data(settings: Settings, layout: Layout) -> None:
     stats = build_imitation_set(layout.data / "teacher" / "episodes", layout.data / "imitation" / "rows.parquet",
                                 seed=settings.seed, sft=settings.imitate.sft, sft_limit=settings.imitate.sft_limit,
                                 rules=settings.game.rules, templates=_templates(settings),
-                                keep_truncated=settings.reward.keep_truncated)
+                                keep_truncated=settings.reward.keep_truncated,
+                                row_prompts=settings.game.row_prompts, sft_format=settings.imitate.sft_format)
     write_json_atomic(layout.metrics / "imitation" / "data.json", stats.as_dict())
     if not stats.attacker_games or not stats.defender_games:
         print("warning: the imitation set lacks wins of one role; give the teacher more words or a stronger model")
@@ -341,7 +342,8 @@ def reward(settings: Settings, layout: Layout, epoch: str) -> None:
         sft_limit=r.sft_limit, seed=settings.seed + int(epoch), control=settings.spag.control,
         options=RewardOptions(decay=r.decay, foul_penalty=r.foul_penalty, loser_reward=r.loser_reward,
                               role_baseline=r.role_baseline, keep_truncated=r.keep_truncated),
-        rules=settings.game.rules, templates=_templates(settings))
+        rules=settings.game.rules, templates=_templates(settings), row_prompts=settings.game.row_prompts,
+        sft_format=r.sft_format)
     write_json_atomic(layout.metrics / "epochs" / epoch / "reward.json", stats.as_dict())
     summary(f"reward@{epoch}", stats.line())
 
@@ -354,8 +356,10 @@ def play(settings: Settings, layout: Layout, epoch: str) -> None:
     from spag.play import PlayStats, run_games
 
     p, seed = settings.play, settings.seed
-    # Each epoch plays a fresh seeded sample of the training words (the paper plays all of them).
-    chosen = _sample_words(layout.words / "train.txt", p.words, seed=f"{seed}-{epoch}")
+    # Each epoch plays a fresh seeded sample of the training words (the paper plays all of them, and the
+    # original's list had no held-out part: include_held_out).
+    source = layout.words / ("all.txt" if p.include_held_out else "train.txt")
+    chosen = _sample_words(source, p.words, seed=f"{seed}-{epoch}")
     model = str(_previous(settings, layout, epoch))
     stats = PlayStats()
     episodes = layout.epoch(epoch) / "episodes"

@@ -4,7 +4,8 @@ Up to ``batch_size`` games are live at once. Each step asks every live game's ne
 utterance, all in one call per player (when the same model plays both sides, attacker and defender
 prompts of a step go in one batch). After each step the judge (:func:`spag.game.rules.judge`) looks at
 every game; a game it decides, or one that reached ``2 * max_turns`` utterances, leaves at once and a
-game for the next target word takes its place.
+game for the next target word takes its place. (With ``end="guess-phrase"``, the original's rule, a game
+stops only after a defender line saying "i know the word" or after all its turns, and is judged then.)
 
 Finished episodes are written as Parquet shards (``OUT/shard-00000.parquet``, ...; under several ranks
 ``shard-r1-00000.parquet``) each time ``batch_size`` of them are ready and when the run stops, however
@@ -44,8 +45,10 @@ from spag.teacher import speakers
 
 # Everything an episode depends on: a kept episode must match all of them, or the run plays again.
 SETTINGS_CHECKED_ON_RESUME = ("max_turns", "temperature", "top_k", "max_new_tokens", "min_new_tokens", "seed", "rules",
-                              "examples", "foul_retries", "coached_attacker", "final_guess",
+                              "examples", "foul_retries", "coached_attacker", "final_guess", "empty_retries",
+                              "play_prompts", "replies", "end",
                               "attacker_model", "defender_model", "attacker_fingerprint", "defender_fingerprint")
+GUESS_PHRASE = "i know the word"  # game.end: guess-phrase stops a game after a defender line with it
 
 
 @dataclass
@@ -65,9 +68,13 @@ class PlayConfig:
     final_guess: bool = False     # the defender's last utterance is a dictionary guess
     rules: str = default(Game, "rules")  # the judge's rule set: whole-word, or original (the original code's)
     templates: str | None = default(Game, "templates")  # a templates file; None: the shipped one
+    play_prompts: str = default(Game, "play_prompts")  # templates, or original (the original's play prompt)
+    replies: str = default(Game, "replies")  # clean, or raw (the decoded reply as it is)
+    end: str = default(Game, "end")  # decided (stop once judged), or guess-phrase (the original's)
 
     def __post_init__(self):
-        check(Game, max_turns=self.max_turns, rules=self.rules, templates=self.templates)
+        check(Game, max_turns=self.max_turns, rules=self.rules, templates=self.templates,
+              play_prompts=self.play_prompts, replies=self.replies, end=self.end)
         check(Teacher, temperature=self.temperature, top_k=self.top_k, max_new_tokens=self.max_new_tokens,
               min_new_tokens=self.min_new_tokens, batch_size=self.batch_size, examples=self.examples,
               foul_retries=self.foul_retries, coached_attacker=self.coached_attacker, final_guess=self.final_guess)
@@ -77,6 +84,24 @@ class PlayConfig:
     @property
     def template(self) -> Template:
         return play_template(self.templates, examples=self.examples)
+
+    def prompt(self, role: str, word: str, history: Sequence[dict]) -> str:
+        """What ``role`` is asked after ``history``: the templates' prompt or the original's."""
+        if self.play_prompts == "original":
+            from spag.game.original_prompts import play_query
+
+            return play_query(history, word, self.max_turns)
+        return build_prompt(role, word, history, self.max_turns, self.template)
+
+    def is_over(self, word: str, history: Sequence[dict]) -> bool:
+        """Whether a game stops here: all its turns played, or (``end``) the judge decided / a defender
+        line said the guess phrase."""
+        if len(history) >= 2 * self.max_turns:
+            return True
+        if self.end == "guess-phrase":
+            last = history[-1] if history else None
+            return last is not None and last["role"] != ATTACKER and GUESS_PHRASE in last["content"].lower()
+        return judge(word, history, self.max_turns, self.rules).decided
 
 
 @dataclass
@@ -192,16 +217,18 @@ def _speak(speaker: Speaker, games: list[_Game], config: PlayConfig, stats: Play
     todo = list(range(len(games)))
     results: dict[int, tuple[str, object]] = {}
     min_new = config.min_new_tokens
+    clean = config.replies == "clean"
+    stops = STOP_STRINGS if clean else ()  # raw: the reply runs to the end-of-turn token, as the original's
     for attempt in range(max(config.empty_retries, speaker.resamples) + 1):
         seeds = [derive_seed(config.seed, games[i].index, len(games[i].history), attempt) for i in todo]
         replies = speaker.player.generate([prompts[i] for i in todo], temperature=config.temperature,
                                           top_k=config.top_k, max_new_tokens=config.max_new_tokens,
-                                          min_new_tokens=min_new, seed=seeds, stop=STOP_STRINGS)
+                                          min_new_tokens=min_new, seed=seeds, stop=stops)
         again, empty = [], False
         for i, reply in zip(todo, replies):
             games[i].generated_tokens += reply.n_tokens
             stats.generated_tokens += reply.n_tokens
-            text = speaker.utterance(turns[i], clean_reply(reply.text))
+            text = speaker.utterance(turns[i], clean_reply(reply.text) if clean else reply.text)
             results[i] = (text, reply)
             if not text and attempt < config.empty_retries:
                 again.append(i)
@@ -222,8 +249,7 @@ def _speak(speaker: Speaker, games: list[_Game], config: PlayConfig, stats: Play
 
 def _turn(game: _Game, config: PlayConfig) -> Turn:
     role = next_role(game.history)
-    return Turn(role, game.word, game.history,
-                build_prompt(role, game.word, game.history, config.max_turns, config.template))
+    return Turn(role, game.word, game.history, config.prompt(role, game.word, game.history))
 
 
 def _say(game: _Game, text: str, n_tokens: int, truncated: bool, stats: PlayStats) -> None:
@@ -248,6 +274,8 @@ def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
         "seed": int(config.seed), "examples": bool(config.examples),
         "foul_retries": int(config.foul_retries), "coached_attacker": bool(config.coached_attacker),
         "final_guess": bool(config.final_guess), "rules": config.rules,
+        "empty_retries": int(config.empty_retries), "play_prompts": config.play_prompts,
+        "replies": config.replies, "end": config.end,
         "generated_tokens": game.generated_tokens, "empty_replies": game.empty_replies,
         "truncated_replies": game.truncated_replies,
     }
@@ -330,8 +358,7 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
                         _speak(speaker, turn, config, stats)
             still = []
             for game in live:
-                verdict = judge(game.word, game.history, config.max_turns, config.rules)
-                if verdict.decided or len(game.history) >= 2 * config.max_turns:
+                if config.is_over(game.word, game.history):
                     episode = _episode(game, config, models)
                     new.append(episode)
                     unwritten.append(episode)

@@ -41,7 +41,8 @@ from typing import Mapping, Sequence
 
 from spag.config import Reward, check, default
 from spag.game.episodes import validate_episode
-from spag.game.prompts import training_prompt_with_bounds
+from spag.game.original_prompts import row_query
+from spag.game.prompts import RawPrompt, training_prompt_with_bounds
 from spag.game.rules import (
     ATTACKER,
     ATTACKER_BREAKS_RULES,
@@ -249,10 +250,12 @@ def _game_rows(
     options: RewardOptions = RewardOptions(),
     rules: str = WHOLE_WORD,
     templates: str | os.PathLike | None = None,
+    row_prompts: str = "templates",
 ) -> list[dict]:
     """Rows from judged games; ``winner_rewards(n)`` gives the rewards of a winner's n moves.
 
-    ``rules`` is the judge's rule set; ``templates`` the templates file of the prompts (None: shipped)."""
+    ``rules`` is the judge's rule set; ``templates`` the templates file of the prompts (None: shipped);
+    ``row_prompts`` "original" draws each prompt from the original's query formats instead."""
     from spag.console import progress
 
     rng = random.Random(seed)
@@ -275,10 +278,14 @@ def _game_rows(
             before = [{"role": u["role"], "content": u["content"]} for u in history[:turn]]
             if reward < 0:
                 stats.negative_rows += 1
-            prompt, bounds = training_prompt_with_bounds(role, target, before, max_turns, rng, templates)
+            if row_prompts == "original":  # the model's whole input: no history lines to give up
+                prompt, bounds = row_query(before, target, max_turns, rng), None
+            else:
+                prompt, bounds = training_prompt_with_bounds(role, target, before, max_turns, rng, templates)
             rows.append(
                 {
-                    "prompt": prompt,
+                    **({RAW_PROMPT: True} if isinstance(prompt, RawPrompt) else {}),
+                    "prompt": str(prompt),
                     "completion": history[turn]["content"].strip(),
                     "reward": float(reward),
                     "weight": 0.0,  # set once every game has been counted
@@ -322,6 +329,7 @@ def reward_rows(
     options: RewardOptions | None = None,
     rules: str = WHOLE_WORD,
     templates: str | os.PathLike | None = None,
+    row_prompts: str = "templates",
 ) -> tuple[list[dict], RowStats]:
     """SPAG training rows from validated episodes: decayed, normalised rewards and role weights.
 
@@ -332,7 +340,7 @@ def reward_rows(
     options = options or RewardOptions(decay=decay)
     stats = RowStats(records=len(episodes))
     rows = _game_rows(episodes, indices, seed, lambda n: utterance_rewards(n, options.decay), stats, options,
-                      rules, templates)
+                      rules, templates, row_prompts)
     if options.role_baseline:
         _subtract_role_baselines(rows, stats)
     _apply_role_weights(rows, stats)
@@ -346,12 +354,13 @@ def imitation_rows(
     rules: str = WHOLE_WORD,
     templates: str | os.PathLike | None = None,
     keep_truncated: bool = False,
+    row_prompts: str = "templates",
 ) -> tuple[list[dict], RowStats]:
     """The imitation set from a teacher's episodes: every winning utterance, reward 1, role weights
     (empty or truncated utterances left out unless ``keep_truncated``)."""
     stats = RowStats(records=len(episodes))
     rows = _game_rows(episodes, indices, seed, lambda n: [1.0] * n, stats, RewardOptions(keep_truncated=keep_truncated),
-                      rules=rules, templates=templates)
+                      rules=rules, templates=templates, row_prompts=row_prompts)
     _apply_role_weights(rows, stats)
     return rows, stats
 
@@ -534,6 +543,8 @@ def build_reward_set(
     options: RewardOptions | None = None,
     rules: str = WHOLE_WORD,
     templates: str | os.PathLike | None = None,
+    row_prompts: str = "templates",
+    sft_format: str = "chat",
 ) -> RowStats:
     """``spag reward``: episodes file -> SPAG training rows (+ general SFT rows) written to ``output``.
 
@@ -545,22 +556,23 @@ def build_reward_set(
     duplicates: list[int] = []
     episodes, indices, count = read_episode_records(episodes_path, errors, duplicates=duplicates)
     _raise_if_strict(errors, strict, str(episodes_path), count)
-    rows, stats = reward_rows(episodes, decay, seed, indices, options, rules, templates)
+    rows, stats = reward_rows(episodes, decay, seed, indices, options, rules, templates, row_prompts)
     if control:
         rows = []
         stats.rows.clear()
     stats.records, stats.bad, stats.duplicates = count, len(errors), len(duplicates)
-    general = _mix_sft(stats, sft, sft_limit, seed, strict)
+    general = _mix_sft(stats, sft, sft_limit, seed, strict, sft_format)
     write_rows(rows + general, output)
     return stats
 
 
-def _mix_sft(stats: RowStats, sft, sft_limit: int | None, seed: int, strict: bool) -> list[dict]:
+def _mix_sft(stats: RowStats, sft, sft_limit: int | None, seed: int, strict: bool,
+             sft_format: str = "chat") -> list[dict]:
     """The general SFT rows to append (none without ``sft``), counted in ``stats``."""
     if sft is None:
         return []
     sft_errors: list[DataError] = []
-    general = load_sft(sft, sft_limit, seed, sft_errors)
+    general = load_sft(sft, sft_limit, seed, sft_errors, sft_format)
     _raise_if_strict(sft_errors, strict, str(sft))
     stats.sft_bad = len(sft_errors)
     stats.sft_source = str(sft)
@@ -579,6 +591,8 @@ def build_imitation_set(
     rules: str = WHOLE_WORD,
     templates: str | os.PathLike | None = None,
     keep_truncated: bool = False,
+    row_prompts: str = "templates",
+    sft_format: str = "chat",
 ) -> RowStats:
     """``spag imitation-data``: a teacher's episodes (or ready-made query/target rows) -> imitation rows.
 
@@ -593,11 +607,11 @@ def build_imitation_set(
     episodes, indices, count = read_episode_records(episodes_path, errors, ready_made, duplicates)
     made = _instruction_game_rows(ready_made, str(episodes_path), errors)
     _raise_if_strict(errors, strict, str(episodes_path), count)
-    rows, stats = imitation_rows(episodes, seed, indices, rules, templates, keep_truncated)
+    rows, stats = imitation_rows(episodes, seed, indices, rules, templates, keep_truncated, row_prompts)
     stats.records, stats.bad, stats.duplicates = count, len(errors), len(duplicates)
     stats.instruction_rows = len(made)
     for row in made:
         stats.rows[row["role"] or "unknown"] += 1
-    general = _mix_sft(stats, sft, sft_limit, seed, strict)
+    general = _mix_sft(stats, sft, sft_limit, seed, strict, sft_format)
     write_rows(rows + made + general, output)
     return stats

@@ -3,6 +3,11 @@ accepted record shapes, or the small built-in set shipped with the package (``"b
 
 Accepted shapes: Alpaca (``instruction``, optional ``input``, ``output``), ``prompt``/``completion``, and the
 original project's ``query``/``target``. Rows are training rows (:mod:`spag.rows`) of kind ``sft``.
+
+Two formats (``sft_format``): ``chat`` makes each record a user message (Alpaca's instruction and input
+joined by a blank line) that training wraps in the model's chat template, and leaves out records without
+an output; ``original`` does what the original project did: Alpaca in Stanford Alpaca's prompt template,
+other records' prompts as they are, each the model's whole input (``raw_prompt``), every record kept.
 """
 
 from __future__ import annotations
@@ -13,13 +18,17 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from spag.io import DataError, collect_or_raise, read_records
-from spag.rows import SFT
+from spag.game.original_prompts import alpaca_prompt
+from spag.game.prompts import RawPrompt
+from spag.rows import RAW_PROMPT, SFT
 
 BUILTIN = "builtin"
 
 
-def prompt_completion(record: Mapping, index: int, source: str) -> tuple[str, str]:
-    """The (prompt, completion) of an instruction record in any of the accepted shapes."""
+def prompt_completion(record: Mapping, index: int, source: str, sft_format: str = "chat") -> tuple[str, str]:
+    """The (prompt, completion) of an instruction record in any of the accepted shapes; with
+    ``sft_format="original"`` the prompt is a RawPrompt and an empty completion is kept."""
+    original = sft_format == "original"
     if "instruction" in record:  # Alpaca: instruction, optional input, output
         instruction, extra, output = (
             record.get("instruction"),
@@ -30,7 +39,10 @@ def prompt_completion(record: Mapping, index: int, source: str) -> tuple[str, st
             raise DataError(source, index, "missing or empty 'instruction'")
         if not isinstance(extra, str):
             raise DataError(source, index, "'input' is not a string")
-        prompt = instruction.strip() + ("\n\n" + extra.strip() if extra.strip() else "")
+        if original:
+            prompt = alpaca_prompt(instruction, extra)
+        else:
+            prompt = instruction.strip() + ("\n\n" + extra.strip() if extra.strip() else "")
         completion = output
         name = "output"
     elif "prompt" in record or "completion" in record:
@@ -43,25 +55,31 @@ def prompt_completion(record: Mapping, index: int, source: str) -> tuple[str, st
         )
     if not isinstance(prompt, str) or not prompt.strip():
         raise DataError(source, index, "missing or empty prompt")
+    if original:
+        if not isinstance(completion, str):
+            raise DataError(source, index, f"missing '{name}' or not a string")
+        return RawPrompt(prompt), completion
     if not isinstance(completion, str) or not completion.strip():
         raise DataError(source, index, f"missing or empty '{name}'")
     return prompt, completion.strip()
 
 
 def sft_rows(
-    records: Iterable[Mapping], source: str = "<sft>", errors: list[DataError] | None = None
+    records: Iterable[Mapping], source: str = "<sft>", errors: list[DataError] | None = None,
+    sft_format: str = "chat",
 ) -> list[dict]:
     """General instruction rows: kind ``sft``, reward 0, weight 1, no role."""
     rows = []
     for index, record in enumerate(records):
         try:
-            prompt, completion = prompt_completion(record, index, source)
+            prompt, completion = prompt_completion(record, index, source, sft_format)
         except DataError as error:
             collect_or_raise(error, errors)
             continue
         rows.append(
             {
-                "prompt": prompt,
+                **({RAW_PROMPT: True} if isinstance(prompt, RawPrompt) else {}),
+                "prompt": str(prompt),
                 "completion": completion,
                 "reward": 0.0,
                 "weight": 1.0,
@@ -88,8 +106,10 @@ def load_sft(
     limit: int | None = None,
     seed: int = 0,
     errors: list[DataError] | None = None,
+    sft_format: str = "chat",
 ) -> list[dict]:
-    """General instruction rows from a file (Alpaca, prompt/completion or query/target) or ``"builtin"``.
+    """General instruction rows from a file (Alpaca, prompt/completion or query/target) or ``"builtin"``,
+    in ``sft_format`` (see the module docstring).
 
     With ``limit``, a seeded random sample of that many rows, in file order. Bad rows raise DataError
     unless an ``errors`` list is given to collect them.
@@ -98,7 +118,7 @@ def load_sft(
     records = read_records(path)
     if not records:  # asked for general data and given none: a wrong file, not an empty mix
         raise DataError(path, None, "holds no rows (general instruction data was asked for)")
-    rows = sft_rows(records, str(path), errors)
+    rows = sft_rows(records, str(path), errors, sft_format)
     if limit is not None and 0 <= limit < len(rows):
         keep = sorted(random.Random(seed).sample(range(len(rows)), limit))
         rows = [rows[i] for i in keep]

@@ -115,3 +115,26 @@ def test_resume_never_continues_checkpoints_of_another_run(tiny, rows, tmp_path)
     same = {**changed, "max_steps": 2}
     run_training("sft-kl", tiny, rows, tmp_path / "out", **same)
     assert read_summary(tmp_path / "out")["resumed_from"] == str(checkpoints / "checkpoint-2")
+
+
+def test_the_reference_on_the_fly_runs_inside_the_engine_in_its_precision(tiny, rows, tmp_path):
+    """The original's setting: the reference is a frozen part of the DeepSpeed engine, cast to bfloat16 with
+    the policy, so before the first update the two agree exactly (KL 0, ratio 1); the saved model is the
+    policy alone, loadable by plain transformers (checkpoints are taken after every step on the way)."""
+    from safetensors import safe_open
+
+    out, live = tmp_path / "out", tmp_path / "live"
+    done = subprocess.run(
+        spag_command("train", "--method", "offline-po", "--model", tiny, "--data", rows, "-o", out,
+                     "--batch-size", "2", "--grad-accum", "1", "--max-steps", "2", "--lr", "1e-3",
+                     "--warmup-ratio", "0", "--logging-steps", "1", "--device", "cpu", "--bf16",
+                     "--deepspeed", ZERO3, "--ref-on-the-fly", "--live-dir", live, "--save-steps", "1"),
+        capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    summary = read_summary(out)
+    assert summary["reference"]["mode"] == "on-the-fly" and summary["provenance"]["bf16"] is True
+    assert curve(live, "kl")[0] == 0.0 and curve(live, "ratio_mean")[0] == 1.0
+    assert curve(live, "kl")[1] != 0.0  # after one update the policy has moved away from it
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert not [k for k in f.keys() if "spag_reference" in k]
+    assert weights(out).keys() == weights(tiny).keys()

@@ -47,6 +47,9 @@ def test_default_params_keep_this_projects_behaviour():
     assert (p["imitate"]["sft"], p["imitate"]["sft_limit"]) == ("builtin", 16)
     assert p["imitate"]["lr_scheduler"] == p["spag"]["lr_scheduler"] == "cosine"
     assert p["spag"]["reduction"] == "rows" and p["spag"]["detach_advantage"] is True
+    assert (p["game"]["play_prompts"], p["game"]["row_prompts"], p["game"]["replies"], p["game"]["end"]) == (
+        "templates", "templates", "clean", "decided")
+    assert p["spag"]["truncation"] == "history" and p["spag"]["ref_on_the_fly"] is False
 
 
 def test_paper_yaml_turns_every_switch_to_the_original():
@@ -65,6 +68,15 @@ def test_paper_yaml_turns_every_switch_to_the_original():
     assert p["teacher"]["min_new_tokens"] == p["play"]["min_new_tokens"] == p["evaluate"]["min_new_tokens"] == 0
     assert p["imitate"]["gradient_checkpointing"] is True and p["spag"]["gradient_checkpointing"] is True
     assert p["teacher"]["empty_retries"] == p["play"]["empty_retries"] == p["evaluate"]["empty_retries"] == 0
+    # the original's prompts, replies, game end, general rows, truncation and reference (the details:
+    # tests/test_original_prompts.py)
+    assert (p["game"]["play_prompts"], p["game"]["row_prompts"]) == ("original", "original")
+    assert (p["game"]["replies"], p["game"]["end"]) == ("raw", "guess-phrase")
+    assert p["reward"]["sft_format"] == p["imitate"]["sft_format"] == "original"
+    assert p["play"]["max_prompt_tokens"] == p["evaluate"]["max_prompt_tokens"] == 2048
+    assert p["play"]["include_held_out"] is True
+    for step in ("imitate", "spag"):
+        assert (p[step]["truncation"], p[step]["ref_on_the_fly"], p[step]["max_length"]) == ("left", True, 2048)
 
 
 def keys(tree, prefix=""):
@@ -302,12 +314,14 @@ def test_teacher_rows_are_used_as_they_are_with_their_weight(tmp_path):
         (ORIGINAL_QUERY, 3.5, "defender", True),
         ("### Instruction: You are the attacker. The target word is `apple`.\n\n### Response:", 1.0, "attacker",
          True)]
-    # training sees the query as the whole model input: no chat template around it
+    # training sees the query as the whole model input, as the original's collator built it: BOS + the
+    # query's tokens + the target's + EOS, no chat template around it
     tok = build_tiny_tokenizer(chat_template=True)
     rows = read_rows(project / "data/imitation/rows.parquet")
     encoded = encode_rows(rows, tok, 4096, show_progress=False)
-    query_ids = tok(ORIGINAL_QUERY, add_special_tokens=True)["input_ids"]
-    assert encoded.input_ids[0][:len(query_ids)] == query_ids
+    query_ids = [tok.bos_token_id] + tok(ORIGINAL_QUERY, add_special_tokens=False)["input_ids"]
+    target_ids = tok(rows[0]["completion"], add_special_tokens=False)["input_ids"]
+    assert encoded.input_ids[0] == query_ids + target_ids + [tok.eos_token_id]
     assert encoded.weights == [3.5, 1.0]
 
 

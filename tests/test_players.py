@@ -183,12 +183,17 @@ def test_reply_stops_where_the_other_player_starts(player):
     tokens = player.tokenizer("Think of tea\ndefender: coffee is it", add_special_tokens=False)["input_ids"]
     script = _Script(player.model, tokens)
     try:
-        (reply,) = player.generate(_prompts()[:1], temperature=0, max_new_tokens=40, min_new_tokens=0)
+        # any stop string turns the cut at another speaker's line on (this one never occurs)
+        (reply,) = player.generate(_prompts()[:1], temperature=0, max_new_tokens=40, min_new_tokens=0,
+                                   stop=("<never>",))
+        (raw,) = player.generate(_prompts()[:1], temperature=0, max_new_tokens=len(tokens), min_new_tokens=0)
     finally:
         script.remove()
     assert reply.text.strip() == "Think of tea"
     assert reply.finish_reason == "stop"
     assert reply.n_tokens < len(tokens)  # generation stopped, it did not run on to the end of the script
+    # without stop strings the reply is the model's text as it is (game.replies: raw, the original's)
+    assert raw.text.startswith("Think of tea\ndefender: coffee is it") and raw.n_tokens == len(tokens)
 
 
 def test_saved_checkpoint_plays_with_its_special_tokens(tmp_path):

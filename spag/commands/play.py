@@ -52,6 +52,10 @@ def register(app: typer.Typer) -> None:
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
         rules: str = option(Game, "rules"),
         templates: Path | None = option(Game, "templates"),
+        play_prompts: str = option(Game, "play_prompts"),
+        replies: str = option(Game, "replies"),
+        end: str = option(Game, "end"),
+        max_prompt_tokens: int | None = option(Play, "max_prompt_tokens"),
     ) -> None:
         """Play Adversarial Taboo between two models and store the judged episodes."""
         from spag.console import error, summary
@@ -73,12 +77,13 @@ def register(app: typer.Typer) -> None:
         chosen_guess_words = read_words(guess_words) if guess_words else words
         if "human" in (attacker, defender):
             batch_size = 1  # one game at a time when a person is typing
-        game = checked(Game, max_turns=max_turns, rules=rules, templates=templates)
+        game = checked(Game, max_turns=max_turns, rules=rules, templates=templates, play_prompts=play_prompts,
+                       replies=replies, end=end)
         player = checked(Teacher, backend=backend, dtype=dtype, device=device, base_url=base_url,
                          gpu_memory_utilization=gpu_memory_utilization,
                          temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
                          min_new_tokens=min_new_tokens, empty_retries=empty_retries, batch_size=batch_size,
-                         examples=examples,
+                         max_prompt_tokens=max_prompt_tokens, examples=examples,
                          foul_retries=foul_retries, coached_attacker=coached_attacker, final_guess=final_guess)
         try:
             config = player.play_config(game, seed)

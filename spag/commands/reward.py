@@ -7,8 +7,17 @@ from typing import Optional
 
 import typer
 
-from spag.commands.options import checked, option
+from spag.commands.options import checked, from_params, option
 from spag.config import Game, Imitate, Reward
+
+PARAMS_HELP = ("Take the game, reward and templates settings from this params file (options given on the "
+               "command line win).")
+# Options read from a params file with --params, and the section each comes from.
+REWARD_SETTINGS = {"decay": "reward", "sft": "reward", "sft_limit": "reward", "sft_format": "reward",
+                   "foul_penalty": "reward", "loser_reward": "reward", "role_baseline": "reward",
+                   "keep_truncated": "reward", "rules": "game", "templates": "game", "row_prompts": "game"}
+IMITATION_SETTINGS = {"sft": "imitate", "sft_limit": "imitate", "sft_format": "imitate",
+                      "keep_truncated": "reward", "rules": "game", "templates": "game", "row_prompts": "game"}
 
 EPISODES_HELP = "Episodes: a JSON list, JSON lines, or Parquet (a file or a directory of shards)."
 OUTPUT_HELP = "Rows out: .parquet or .jsonl (written atomically)."
@@ -40,6 +49,7 @@ def _require_episodes(path: Path) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("reward")
     def reward_command(
+        ctx: typer.Context,
         episodes: Path = typer.Argument(..., help=EPISODES_HELP),
         output: Path = typer.Option(..., "-o", "--output", help=OUTPUT_HELP),
         decay: float = option(Reward, "decay"),
@@ -55,24 +65,35 @@ def register(app: typer.Typer) -> None:
         rules: str = option(Game, "rules"),
         templates: Optional[Path] = option(Game, "templates"),
         keep_truncated: bool = option(Reward, "keep_truncated"),
+        row_prompts: str = option(Game, "row_prompts"),
+        sft_format: str = option(Reward, "sft_format"),
+        params: Optional[Path] = typer.Option(None, "--params", help=PARAMS_HELP),
     ) -> None:
         """SPAG training rows: the winners' moves in decisive games, with decayed rewards and role weights."""
         from spag.console import summary
         from spag.io import DataError, check_distinct_paths
         from spag.rewards import RewardOptions, build_reward_set
 
+        given = {name: value for name, value in locals().items() if name in REWARD_SETTINGS}
+        s = from_params(ctx, params, REWARD_SETTINGS, given)
+        decay, sft, sft_limit, sft_format, foul_penalty, loser_reward, role_baseline, keep_truncated = (
+            s["decay"], s["sft"], s["sft_limit"], s["sft_format"], s["foul_penalty"], s["loser_reward"],
+            s["role_baseline"], s["keep_truncated"])
+        rules, templates, row_prompts = s["rules"], s["templates"], s["row_prompts"]
+        checked(Game, rules=rules, row_prompts=row_prompts)
+        checked(Reward, sft_format=sft_format)
         if sft_limit is not None and sft is None:
             _fail("--sft-limit needs --sft")
         checked(Reward, decay=decay, foul_penalty=foul_penalty, loser_reward=loser_reward)
         options = RewardOptions(decay=decay, foul_penalty=foul_penalty, loser_reward=loser_reward,
                                 role_baseline=role_baseline, keep_truncated=keep_truncated)
         try:
-            check_distinct_paths({"EPISODES": episodes}, {"-o": output})
+            check_distinct_paths({"EPISODES": episodes, "--params": params}, {"-o": output})
             _check_rules_and_templates(rules, templates)
             _require_episodes(episodes)
             stats = build_reward_set(
                 episodes, output, decay=decay, sft=sft, seed=seed, strict=strict, sft_limit=sft_limit,
-                options=options, rules=rules, templates=templates,
+                options=options, rules=rules, templates=templates, row_prompts=row_prompts, sft_format=sft_format,
             )
         except DataError as exc:
             _fail(str(exc))
@@ -80,6 +101,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("imitation-data")
     def imitation_command(
+        ctx: typer.Context,
         episodes: Path = typer.Argument(
             ..., help=EPISODES_HELP + " Also the original project's GPT-4 episodes and its query/target file."
         ),
@@ -93,20 +115,30 @@ def register(app: typer.Typer) -> None:
         sft: Optional[str] = option(Imitate, "sft"),
         sft_limit: Optional[int] = option(Imitate, "sft_limit"),
         keep_truncated: bool = option(Reward, "keep_truncated"),
+        row_prompts: str = option(Game, "row_prompts"),
+        sft_format: str = option(Imitate, "sft_format"),
+        params: Optional[Path] = typer.Option(None, "--params", help=PARAMS_HELP),
     ) -> None:
         """The imitation set: a teacher's winning moves in decisive games, both roles, reward 1."""
         from spag.console import summary
         from spag.io import DataError, check_distinct_paths
         from spag.rewards import build_imitation_set
 
+        given = {name: value for name, value in locals().items() if name in IMITATION_SETTINGS}
+        s = from_params(ctx, params, IMITATION_SETTINGS, given)
+        sft, sft_limit, sft_format, keep_truncated = s["sft"], s["sft_limit"], s["sft_format"], s["keep_truncated"]
+        rules, templates, row_prompts = s["rules"], s["templates"], s["row_prompts"]
+        checked(Game, rules=rules, row_prompts=row_prompts)
+        checked(Imitate, sft_format=sft_format)
         if sft_limit is not None and sft is None:
             _fail("--sft-limit needs --sft")
         try:
-            check_distinct_paths({"EPISODES": episodes}, {"-o": output})
+            check_distinct_paths({"EPISODES": episodes, "--params": params}, {"-o": output})
             _check_rules_and_templates(rules, templates)
             _require_episodes(episodes)
             stats = build_imitation_set(episodes, output, seed=seed, strict=strict, sft=sft, sft_limit=sft_limit,
-                                        rules=rules, templates=templates, keep_truncated=keep_truncated)
+                                        rules=rules, templates=templates, keep_truncated=keep_truncated,
+                                        row_prompts=row_prompts, sft_format=sft_format)
         except DataError as exc:
             _fail(str(exc))
         summary("imitation-data", f"{stats.line(with_sft=sft is not None)} -> {output}")

@@ -30,6 +30,7 @@ def register(app: typer.Typer) -> None:
         weight_decay: float = option(C, "weight_decay"),
         max_grad_norm: float = option(C, "max_grad_norm"),
         max_length: int = option(C, "max_length"),
+        truncation: str = option(C, "truncation"),
         kl_coeff: Optional[float] = option(C, "kl_coeff"),
         clip_range: float = option(C, "clip_range"),
         sft_coeff: float = option(C, "sft_coeff"),

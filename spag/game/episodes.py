@@ -147,6 +147,7 @@ def episode_schema():
         ("seed", pa.int64()), ("examples", pa.bool_()), ("foul_retries", pa.int64()),
         ("coached_attacker", pa.bool_()), ("final_guess", pa.bool_()), ("generated_tokens", pa.int64()),
         ("empty_replies", pa.int64()), ("truncated_replies", pa.int64()), ("rules", pa.string()),
+        ("empty_retries", pa.int64()), ("play_prompts", pa.string()), ("replies", pa.string()), ("end", pa.string()),
     ], metadata={EPISODES_METADATA_KEY: b"episodes"})
 
 
@@ -164,7 +165,8 @@ def holds_spag_episodes(path: str | os.PathLike) -> bool:
         return False
     if (schema.metadata or {}).get(EPISODES_METADATA_KEY) == b"episodes":
         return True
-    return set(episode_schema().names) <= set(schema.names)
+    newer = {"empty_retries", "play_prompts", "replies", "end"}  # columns files without the mark never had
+    return set(episode_schema().names) - newer <= set(schema.names)
 
 
 def claim_episode_file(path: str | os.PathLike, *, overwrite: bool, resume: bool) -> None:

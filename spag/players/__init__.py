@@ -28,9 +28,9 @@ __all__ = [
 ]
 
 _HF_OPTIONS = {"device", "dtype", "trust_remote_code", "max_batch", "prefill_tokens", "prefix_cache_gb",
-               "name"}
+               "name", "max_prompt_tokens"}
 _VLLM_OPTIONS = {"dtype", "trust_remote_code", "tensor_parallel_size", "gpu_memory_utilization", "enforce_eager",
-                 "name", "seed"}
+                 "name", "seed", "max_prompt_tokens"}
 _OPENAI_OPTIONS = {"base_url", "api_key_env", "concurrency", "timeout", "max_retries", "api", "extensions",
                    "name"}
 
@@ -43,7 +43,7 @@ def _pick(options: dict, allowed: set[str]) -> dict:
 def load_player(model: str, backend: str = "hf", **options) -> Player:
     """A player for ``model`` on ``backend``. Options a backend does not use are ignored.
 
-    options: device, dtype, trust_remote_code, max_batch, prefill_tokens (hf); tensor_parallel_size,
+    options: device, dtype, trust_remote_code, max_batch, prefill_tokens, max_prompt_tokens (hf, vllm); tensor_parallel_size,
     gpu_memory_utilization, enforce_eager (vllm); base_url, api_key_env, concurrency, timeout, max_retries, api (openai).
     """
     if model == "human" or backend == "human":

@@ -62,7 +62,9 @@ class Player(Protocol):
     order. ``temperature == 0`` means greedy decoding. ``seed`` is one seed for the call or one per prompt;
     per-prompt seeds make a game's sampling independent of which other games share its batch.
     ``min_new_tokens`` keeps the model from ending its turn before saying anything; ``stop`` are literal
-    strings that end a reply (they are not part of the returned text).
+    strings that end a reply (they are not part of the returned text); when any are given, a reply also
+    ends where it starts another speaker's line (:func:`cut_at_next_speaker`). Without ``stop`` a reply
+    runs to the model's end-of-turn token or ``max_new_tokens``, as the original project's play did.
     """
 
     name: str

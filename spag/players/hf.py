@@ -393,10 +393,11 @@ class HFPlayer:
     ``max_batch`` bounds how many replies are decoded together (None: all prompts of a call),
     ``prefill_tokens`` how many prompt tokens are encoded in one forward pass, and ``prefix_cache_gb``
     the memory kept for reusable prompt keys/values (0 keeps nothing between calls).
+    ``max_prompt_tokens`` keeps the last that many tokens of a longer prompt (None: the whole prompt).
     """
 
     def __init__(self, model, tokenizer, name: str | None = None, *, max_batch: int | None = None,
-                 prefill_tokens: int = 4096, prefix_cache_gb: float = 2.0):
+                 prefill_tokens: int = 4096, prefix_cache_gb: float = 2.0, max_prompt_tokens: int | None = None):
         from spag.modeling import setup_special_tokens
 
         setup_special_tokens(tokenizer, model)
@@ -404,6 +405,7 @@ class HFPlayer:
         self.name = name or str(getattr(model, "name_or_path", "") or type(model).__name__)
         self.max_batch = max_batch
         self.prefill_tokens = prefill_tokens
+        self.max_prompt_tokens = max_prompt_tokens
         self.fast = supports_fast_path(model.config) and self._transformers_has_fast_path()
         self._store = _KVStore(int(prefix_cache_gb * 2**30))
         self._keep_between_calls = prefix_cache_gb > 0
@@ -446,7 +448,7 @@ class HFPlayer:
         """Token ids of the model input for one user-message text."""
         from spag.game.prompts import model_input_ids
 
-        return model_input_ids(self.tokenizer, prompt)
+        return model_input_ids(self.tokenizer, prompt, self.max_prompt_tokens)
 
     def _layout(self) -> list[tuple[int, int, object]]:
         """(kv heads, head dim, dtype) of each layer's cache, read once from a one-token forward pass."""
@@ -546,14 +548,15 @@ class HFPlayer:
         for s in stop:
             if s in text:
                 text = text[: text.index(s)]
-        text, _ = cut_at_next_speaker(text)
+        if stop:
+            text, _ = cut_at_next_speaker(text)
         return Reply(text=text, n_tokens=len(ids), finish_reason=finish)
 
     def _stopped_by_text(self, ids: list[int], stop: Sequence[str]) -> bool:
         tail = self.tokenizer.decode(ids[-_TAIL_TOKENS:], skip_special_tokens=True)
         if any(s in tail for s in stop):
             return True
-        return cut_at_next_speaker(tail)[1]
+        return bool(stop) and cut_at_next_speaker(tail)[1]
 
     # ----------------------------------------------------------------------------------- prefix reuse
 

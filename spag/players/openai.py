@@ -160,7 +160,8 @@ class OpenAIPlayer:
             text = choice.text or ""
         usage = getattr(response, "usage", None)
         n_tokens = usage.completion_tokens if usage is not None and usage.completion_tokens else len(text.split())
-        text, _ = cut_at_next_speaker(text)
+        if stop:
+            text, _ = cut_at_next_speaker(text)
         finish = FINISH_LENGTH if choice.finish_reason == "length" else FINISH_STOP
         return Reply(text=text, n_tokens=int(n_tokens), finish_reason=finish)
 

@@ -7,9 +7,10 @@ only when this backend is used.
 
 What a reply means is the hf backend's (:mod:`spag.players.hf`):
 
-* a reply ends at an end-of-turn token (eos or any other special token), at a ``stop`` string, or where
-  the model starts another speaker's line (:data:`~spag.players.base.NEXT_SPEAKER_STOPS` as literal
-  stops, the base module's regex for the rest); none of these is part of the text;
+* a reply ends at an end-of-turn token (eos or any other special token), at a ``stop`` string, or, when
+  ``stop`` strings are given, where the model starts another speaker's line
+  (:data:`~spag.players.base.NEXT_SPEAKER_STOPS` as literal stops, the base module's regex for the
+  rest); none of these is part of the text;
 * ``min_new_tokens`` holds the end-of-turn tokens back (vLLM's ``min_tokens``); ``max_new_tokens`` cuts;
 * ``n_tokens`` counts the reply's generated tokens, the end-of-turn token not included;
 * ``finish_reason`` is ``length`` only for a reply cut at ``max_new_tokens`` that did not end its turn.
@@ -93,8 +94,10 @@ def engine_options(model: str, *, dtype: str | None, gpu_memory_utilization: flo
 class VLLMPlayer:
     """``llm`` is a ``vllm.LLM`` (or anything with its ``generate(prompts, sampling_params)``)."""
 
-    def __init__(self, llm, tokenizer, name: str, vocab_size: int | None = None):
+    def __init__(self, llm, tokenizer, name: str, vocab_size: int | None = None,
+                 max_prompt_tokens: int | None = None):
         self.llm, self.tokenizer, self.name = llm, tokenizer, name
+        self.max_prompt_tokens = max_prompt_tokens  # keep the last that many tokens of a longer prompt
         self._end_ids = turn_end_ids(tokenizer, vocab_size=vocab_size)
         # Counters for benchmarks, as the hf player keeps them.
         self.counters = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
@@ -103,7 +106,7 @@ class VLLMPlayer:
     def from_pretrained(cls, model: str | os.PathLike, tensor_parallel_size: int = 1, dtype: str | None = None,
                         trust_remote_code: bool = False, gpu_memory_utilization: float = 0.3,
                         enforce_eager: bool | None = None, name: str | None = None, seed: int = 0,
-                        **options) -> VLLMPlayer:
+                        max_prompt_tokens: int | None = None, **options) -> VLLMPlayer:
         # vLLM logs every step of its start at INFO and each converted weight at WARNING; a play run
         # shows its own progress and summary. VLLM_LOGGING_LEVEL set by the user wins.
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -130,7 +133,7 @@ class VLLMPlayer:
             raise PlayerError(f"vLLM could not start {model}: {first_line(exc)}") from exc
         tokenizer = setup_special_tokens(llm.get_tokenizer())
         vocab = llm.llm_engine.model_config.get_vocab_size()
-        player = cls(llm, tokenizer, name=name or str(model), vocab_size=vocab)
+        player = cls(llm, tokenizer, name=name or str(model), vocab_size=vocab, max_prompt_tokens=max_prompt_tokens)
         player.engine_options = chosen  # what was resolved, for provenance and the bench
         return player
 
@@ -156,8 +159,8 @@ class VLLMPlayer:
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be at least 1")
         # Token ids, not text: vLLM would add a second BOS in front of a chat template's own.
-        inputs = [{"prompt_token_ids": model_input_ids(self.tokenizer, p)} for p in prompts]
-        stops = list(dict.fromkeys([*stop, *NEXT_SPEAKER_STOPS]))
+        inputs = [{"prompt_token_ids": model_input_ids(self.tokenizer, p, self.max_prompt_tokens)} for p in prompts]
+        stops = list(dict.fromkeys([*stop, *NEXT_SPEAKER_STOPS])) if stop else []
         params = [
             SamplingParams(n=1, temperature=max(temperature, 0.0),
                            top_k=top_k if top_k and temperature > 0 else -1, max_tokens=max_new_tokens,
@@ -166,12 +169,12 @@ class VLLMPlayer:
             for s in per_prompt_seeds(seed, len(prompts))
         ]
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
-        replies = [self._reply(out.outputs[0]) for out in outputs]
+        replies = [self._reply(out.outputs[0], speaker_cut=bool(stop)) for out in outputs]
         self.counters["prompt_tokens"] += sum(len(i["prompt_token_ids"]) for i in inputs)
         self.counters["generated_tokens"] += sum(r.n_tokens for r in replies)
         return replies
 
-    def _reply(self, completion) -> Reply:
+    def _reply(self, completion, speaker_cut: bool = True) -> Reply:
         """A Reply from one vLLM completion, in the hf backend's terms (see the module docstring)."""
         ids = list(completion.token_ids)
         finish = getattr(completion, "finish_reason", None)
@@ -179,7 +182,7 @@ class VLLMPlayer:
         if finish == "stop" and not isinstance(getattr(completion, "stop_reason", None), str) \
                 and ids and ids[-1] in self._end_ids:
             ids = ids[:-1]
-        text, cut = cut_at_next_speaker(completion.text)
+        text, cut = cut_at_next_speaker(completion.text) if speaker_cut else (completion.text, False)
         ended = finish != "length" or cut
         return Reply(text=text, n_tokens=len(ids), finish_reason=FINISH_STOP if ended else FINISH_LENGTH)
 

@@ -1,16 +1,23 @@
 """Training rows to token ids, and token ids to padded batches.
 
 A row's model input is ``to_model_input(tokenizer, prompt)`` followed by the completion and the
-tokenizer's eos; the loss sees only the completion and that eos. A row with ``raw_prompt`` true (a
-ready-made row of the original project, whose query already is the whole input) skips
-``to_model_input``: its prompt is tokenised as it is, with the tokenizer's special tokens (BOS). The prompt and the completion are
-tokenised separately, as at play time, where the model's reply starts right after the prompt's tokens.
+tokenizer's eos; the loss sees only the completion and that eos. A row with ``raw_prompt`` true (the
+original project's formats, whose query already is the whole input) skips ``to_model_input``: it is
+BOS + the prompt's tokens (:func:`spag.game.prompts.raw_prompt_ids`), as the original's collator built
+it. The prompt and the completion are tokenised separately, as at play time, where the model's reply
+starts right after the prompt's tokens.
 
-A row longer than ``max_length`` gives up the OLDEST lines of its game history first (a game row carries
-``history_bounds``, where those lines lie in its prompt), so the rules, the attacker's target word, the
-latest lines and the turn line always stay; the completion is never cut. A row that still does not fit
-(or has no history to give up: a general SFT row, a ready-made raw prompt) is left out rather than cut
-into something the model should not learn; :class:`EncodedRows` counts both so the caller can say so.
+A row longer than ``max_length`` is shortened by ``truncation``:
+
+- ``history``: it gives up the OLDEST lines of its game history first (a game row carries
+  ``history_bounds``, where those lines lie in its prompt), so the rules, the attacker's target word, the
+  latest lines and the turn line always stay; the completion is never cut. A row that still does not fit
+  (or has no history to give up: a general SFT row, a raw prompt) is left out rather than cut into
+  something the model should not learn;
+- ``left``: the original's: the whole sequence keeps its last ``max_length`` tokens (the rules and BOS go
+  first; a completion longer than that loses its own beginning).
+
+:class:`EncodedRows` counts what was shortened or left out, so the caller can say so.
 
 Batches are padded on the LEFT with explicit position ids, so every completion ends at the last column
 and the model can be asked for the logits of the last few positions only (``logits_to_keep``): the
@@ -26,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spag.game.prompts import drop_history_lines, has_chat_template, to_model_input
+from spag.game.prompts import drop_history_lines, has_chat_template, raw_prompt_ids, to_model_input
 from spag.io import DataError
 from spag.rows import GAME
 
@@ -60,6 +67,7 @@ class EncodedRows:
     prompts_shortened: int = 0  # rows that gave up their oldest history lines to fit
     history_lines_dropped: int = 0
     rows_too_long: int = 0  # rows left out: too long even without their history
+    rows_cut_left: int = 0  # truncation "left": rows that lost their first tokens
     ref_logprobs: list[float] | None = field(default=None)
 
     def __len__(self) -> int:
@@ -95,15 +103,20 @@ def _prompt_ids(rows: Sequence[Mapping], tokenizer, add_special: bool) -> list[l
         picked = [i for i, row in enumerate(rows) if bool(row.get("raw_prompt")) == raw]
         if not picked:
             continue
-        texts = [rows[i]["prompt"] if raw else to_model_input(tokenizer, rows[i]["prompt"]) for i in picked]
-        for i, row_ids in zip(picked, tokenizer(texts, add_special_tokens=raw or add_special)["input_ids"]):
+        if raw:
+            for i in picked:
+                ids[i] = raw_prompt_ids(tokenizer, rows[i]["prompt"])
+            continue
+        texts = [to_model_input(tokenizer, rows[i]["prompt"]) for i in picked]
+        for i, row_ids in zip(picked, tokenizer(texts, add_special_tokens=add_special)["input_ids"]):
             ids[i] = row_ids
     return ids
 
 
 def encode_rows(rows: Sequence[Mapping], tokenizer, max_length: int, batch_size: int = 512,
-                show_progress: bool = True) -> EncodedRows:
-    """Tokenise rows the way training and the reference pass both see them."""
+                show_progress: bool = True, truncation: str = "history") -> EncodedRows:
+    """Tokenise rows the way training and the reference pass both see them (``truncation``: see the
+    module docstring)."""
     from spag.console import progress
 
     if tokenizer.eos_token_id is None:
@@ -121,7 +134,11 @@ def encode_rows(rows: Sequence[Mapping], tokenizer, max_length: int, batch_size:
         for row, p_ids, c_ids in zip(chunk, prompt_ids, completion_ids):
             c_ids = list(c_ids) + [eos]
             p_ids = list(p_ids)
-            if len(p_ids) + len(c_ids) > max_length:
+            if len(p_ids) + len(c_ids) > max_length and truncation == "left":
+                out.rows_cut_left += 1
+                cut = len(p_ids) + len(c_ids) - max_length
+                p_ids, c_ids = p_ids[cut:], c_ids[max(0, cut - len(p_ids)):]
+            elif len(p_ids) + len(c_ids) > max_length:
                 shortened = _shortened_prompt(row, tokenizer, add_special, max_length - len(c_ids))
                 if shortened is None:
                     out.rows_too_long += 1

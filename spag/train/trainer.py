@@ -9,10 +9,12 @@ gradient checkpointing, bf16/tf32, DeepSpeed, checkpoints and resuming) is the H
 :func:`run_training` is the whole step as one call, used by ``spag train`` and the DVC stages, in steps:
 
 1. data (:func:`_read_data`, :func:`_encode`): read and check the rows, tokenise them (a row longer than
-   ``max_length`` gives up its oldest history lines, or is left out); :func:`_start` claims the output and
-   sets up the processes in between;
+   ``max_length`` is shortened by ``truncation``: it gives up its oldest history lines or is left out, or,
+   the original's way, loses its first tokens); :func:`_start` claims the output and sets up the processes
+   in between;
 2. reference (:func:`_reference_step`): log-probs from the cache beside the data, or one pass of the
-   reference model before training (so training holds one model), or on the fly (two models);
+   reference model before training (so training holds one model), or on the fly (two models; under
+   DeepSpeed the reference is a frozen part of the engine, in the policy's precision, as in the original);
 3. build (:func:`_build_step`): the policy (LoRA when asked), dvclive and the :class:`SpagTrainer`;
 4. train: ``Trainer.train``, logging loss, KL, clip fraction, mean ratio and per-term losses to dvclive;
 5. save (:func:`_save_step`): a plain HF directory (LoRA merged unless asked otherwise) with
@@ -61,6 +63,27 @@ __all__ = ["SpagTrainer", "TrainConfig", "read_summary", "run_training"]
 # ------------------------------------------------------------------------------------------ trainer
 
 
+REFERENCE_SUBMODULE = "spag_reference"  # the on-the-fly reference under DeepSpeed (see _attach_reference)
+
+
+def _attach_reference(policy, ref_path, config: TrainConfig) -> None:
+    """Load the frozen reference as a submodule of the policy, as the original code did: DeepSpeed then
+    partitions it (ZeRO-3) and casts it (bf16) with the policy, so the reference runs in the policy's own
+    precision and the importance ratio is exactly 1 before the first update. Removed before saving."""
+    from transformers import AutoModelForCausalLM
+
+    ref = AutoModelForCausalLM.from_pretrained(str(ref_path), dtype=torch.float32,
+                                               trust_remote_code=config.trust_remote_code)
+    ref.requires_grad_(False)
+    ref.eval()
+    policy.add_module(REFERENCE_SUBMODULE, ref)
+
+
+def _detach_reference(model) -> None:
+    if hasattr(model, REFERENCE_SUBMODULE):
+        delattr(model, REFERENCE_SUBMODULE)
+
+
 def _base_model(model):
     """The transformers model under any accelerate / DDP / DeepSpeed / peft wrapping."""
     while hasattr(model, "module"):
@@ -107,6 +130,11 @@ class SpagTrainer(Trainer):
 
     def _reference_logprobs(self, model, inputs):
         with torch.no_grad():
+            if self.ref_model is None and not self.ref_is_base_without_adapter:
+                # The reference inside the policy (DeepSpeed): the engine gathers and casts it as the policy.
+                ref = self.accelerator.unwrap_model(model).get_submodule(REFERENCE_SUBMODULE)
+                ref.eval()
+                return model_forward_logprobs(ref, inputs, self._keeps_logits).detach()
             if self.ref_is_base_without_adapter:
                 # LoRA on the reference itself: the base weights with adapters switched off.
                 peft_model = self.accelerator.unwrap_model(model)
@@ -257,6 +285,7 @@ def _save_final(trainer, tokenizer, staging: Path, config: TrainConfig, zero3: b
 
     main = trainer.is_world_process_zero()
     model = trainer.accelerator.unwrap_model(trainer.model)
+    _detach_reference(model)  # the saved model is the policy alone
     is_peft = hasattr(model, "merge_and_unload")
     if zero3:
         # Parameters are partitioned: the Trainer gathers them (needs
@@ -393,9 +422,6 @@ def _start(method: str, model, data, output_dir, ref, config: TrainConfig, other
     ref = ref if ref is not None else model
     output_dir = Path(output_dir)
     checkpoint_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else output_dir / CHECKPOINTS
-    if config.deepspeed and config.ref_on_the_fly and not (config.lora_r > 0 and _same_model(ref, model)):
-        raise ValueError("--ref-on-the-fly with DeepSpeed is not supported: drop it (the reference "
-                         "log-probs are then computed once before training)")
     started = time.time()
     # Before any work: refuse an output or checkpoint directory that is not ours to replace.
     claim_output_dir(output_dir, TRAIN_KIND, overwrite=config.overwrite, resume=config.resume)
@@ -549,13 +575,17 @@ def _read_data(method: str, model, data, config: TrainConfig):
 
 
 def _encode(run: _Run, rows, tokenizer):
-    """Rows -> token ids; a row too long for max_length gives up its oldest history lines, or is left out."""
+    """Rows -> token ids; a row too long for max_length is shortened by ``truncation``
+    (:mod:`spag.train.data`)."""
     from spag.train.data import encode_rows
 
     config = run.config
-    encoded = encode_rows(rows, tokenizer, config.max_length, show_progress=config.show_progress and run.main)
+    encoded = encode_rows(rows, tokenizer, config.max_length, show_progress=config.show_progress and run.main,
+                          truncation=config.truncation)
     if not len(encoded):
         raise DataError(run.data, None, f"no row fits max_length {config.max_length} tokens")
+    if run.main and encoded.rows_cut_left:
+        print(f"note: max length {config.max_length}: {encoded.rows_cut_left} row(s) cut from the left")
     if run.main and (encoded.rows_too_long or encoded.prompts_shortened):
         print(f"note: max length {config.max_length}: {encoded.prompts_shortened} prompt(s) gave up "
               f"{encoded.history_lines_dropped} oldest history line(s); {encoded.rows_too_long} row(s) too long "
@@ -600,6 +630,8 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
     if ref_info["mode"] == "on-the-fly":
         if config.lora_r > 0 and _same_model(run.ref, run.model):
             ref_without_adapter = True
+        elif run.args.deepspeed:
+            _attach_reference(policy, run.ref, config)
         else:
             ref_model = load_reference_model(run.ref, run.args.device, trust_remote_code=config.trust_remote_code)
     live = None
