@@ -73,9 +73,12 @@ def test_reply_stops_where_the_next_speaker_starts(backend, scripted):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_next_speaker_no_stop_string_names_is_cut_from_the_text(backend, scripted):
     with opened(scripted["unlisted_speaker"], backend) as player:
-        replies = player.generate(PROMPTS[:1], temperature=0, max_new_tokens=40, min_new_tokens=0)
+        replies = player.generate(PROMPTS[:1], temperature=0, max_new_tokens=40, min_new_tokens=0, stop=STOP_STRINGS)
+        raw = player.generate(PROMPTS[:1], temperature=0, max_new_tokens=40, min_new_tokens=0)
     assert replies[0].text == "Hot tea"
     assert replies[0].finish_reason == "stop"  # the turn ended where the other speaker began
+    # without stop strings (game.replies: raw) the reply runs on past the other speaker's label
+    assert raw[0].text.startswith("Hot tea\n") and len(raw[0].text) > len("Hot tea\n")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
