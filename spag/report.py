@@ -4,10 +4,13 @@ Reads what the stages wrote under ``metrics/`` (``epochs/N/games.json`` from ``e
 ``epochs/N/selfplay.json`` from ``play@N``, ``epochs/N/benchmark.json``, ``imitation/benchmark.json``)
 and writes:
 
-- ``report.json`` for ``dvc metrics``/``dvc exp show``: ``epochs.N.score_vs_imitation`` = ``{value, low,
-  high, games}`` (mean score, win 1 / tie 1/2 / loss or foul 0, 95% bootstrap interval over words), the
-  same for win and foul rates per role, the self-play statistics, the benchmark; and ``final``, the
-  last epoch's entry, so runs with different numbers of epochs line up;
+- ``summary.json``, the headline that ``dvc metrics show`` and ``dvc exp show`` print: per epoch the
+  score against the imitation model with its 95% interval and the number of games behind it, the
+  attacker's foul rate in those games, self-play's decisive and foul rates and the benchmark mean;
+- ``report.json``, everything: ``epochs.N.score_vs_imitation`` = ``{value, low, high, games}`` (mean
+  score, win 1 / tie 1/2 / loss or foul 0, 95% bootstrap interval over words), the same for win and foul
+  rates per role, the self-play statistics, the benchmark; and ``final``, the last epoch's entry, so
+  runs with different numbers of epochs line up;
 - long-format CSVs under ``plots/`` (``epoch, series, value, low, high``), one series per role, rate or
   task, drawn by the ``interval`` template (``.dvc/plots/interval.json``: a line per series with its 95%
   band) in ``dvc plots show`` / ``dvc plots diff``;
@@ -77,6 +80,25 @@ def build_report(metrics: Path, epochs: list[int]) -> dict:
     if epochs:
         report["final"] = {"epoch": epochs[-1], **report["epochs"][str(epochs[-1])]}
     return report
+
+
+def headline(report: dict) -> dict:
+    """The few numbers per epoch a reader looks at first (``summary.json``), flat so that ``dvc metrics
+    show`` prints one short column each: ``{"1": {"score": ..., "score_low": ..., ...}, ...}``."""
+    out: dict = {}
+    for epoch, entry in report["epochs"].items():
+        line: dict = {}
+        if "score_vs_imitation" in entry:
+            score = entry["score_vs_imitation"]
+            line.update(score=score["value"], score_low=score["low"], score_high=score["high"],
+                        games=score["games"], attacker_foul=entry["foul_rate"]["attacker"]["value"])
+        if "selfplay" in entry:
+            line.update(selfplay_decisive=entry["selfplay"]["decisive_rate"],
+                        selfplay_foul=entry["selfplay"]["foul_rate"])
+        if "benchmark" in entry:
+            line["benchmark"] = entry["benchmark"]["geometric_mean"]
+        out[epoch] = line
+    return out
 
 
 def plot_rows(report: dict) -> dict[str, list[dict]]:
@@ -155,9 +177,11 @@ def draw_png(plots: dict[str, list[dict]], path: Path) -> None:
 
 
 def write_report(metrics: Path, epochs: list[int]) -> dict:
-    """Write report.json, the plot CSVs and learning_curves.png under ``metrics``; return the report."""
+    """Write summary.json, report.json, the plot CSVs and learning_curves.png under ``metrics``; return
+    the report."""
     report = build_report(metrics, epochs)
     write_json_atomic(metrics / "report.json", report)
+    write_json_atomic(metrics / "summary.json", headline(report))
     plots = plot_rows(report)
     for stem, rows in plots.items():
         write_csv(metrics / "plots" / f"{stem}.csv", rows)

@@ -45,6 +45,12 @@ def test_report_per_epoch_with_intervals_csvs_and_png(tmp_path):
     assert report["epochs"]["2"]["win_rate"]["attacker"]["value"] == pytest.approx(0.5)
     assert report["epochs"]["2"]["selfplay"]["decisive_rate"] == pytest.approx(0.2)
     assert report["imitation_benchmark"]["geometric_mean"] == 0.28
+    # the headline: a few flat numbers per epoch, the interval and the games behind it included
+    summary = json.loads((metrics / "summary.json").read_text())
+    assert summary["2"] == {"score": score["value"], "score_low": score["low"], "score_high": score["high"],
+                            "games": 8, "attacker_foul": pytest.approx(0.25), "selfplay_decisive": pytest.approx(0.2),
+                            "selfplay_foul": pytest.approx(0.2), "benchmark": 0.3}
+    assert summary["1"]["attacker_foul"] == pytest.approx(0.5) and set(summary) == {"1", "2"}
 
     with open(metrics / "plots" / "vs_imitation.csv", newline="") as f:
         rows = list(csv.DictReader(f))

@@ -275,6 +275,7 @@ def test_cli_trains_with_a_separate_reference(tiny, tmp_path):
         "--ref-on-the-fly", "--live-dir", str(tmp_path / "live"), "--logging-steps", "1",
     ])
     assert result.exit_code == 0, result.output
+    assert "{'loss'" not in result.output  # logged numbers go to the bar's postfix, not a printed dict
     summary = read_summary(tmp_path / "out")
     assert summary["ref"] == str(ref) and summary["config"]["learning_rate"] == 2e-6
     assert summary["config"]["kl_coeff"] == 0.2

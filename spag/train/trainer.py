@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 from transformers import Trainer, TrainingArguments
+from transformers.trainer_callback import ProgressCallback
 
 from spag.config import TrainConfig
 from spag.io import DataError, write_json_atomic
@@ -658,7 +659,23 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
         ref_model=ref_model,
         ref_is_base_without_adapter=ref_without_adapter,
     )
+    if trainer.pop_callback(ProgressCallback) is not None:  # present when progress bars are on
+        trainer.add_callback(_PostfixProgress)
     return trainer, live
+
+
+class _PostfixProgress(ProgressCallback):
+    """The Trainer's progress bar, its logged numbers shown as the bar's postfix (loss, KL, learning rate)
+    instead of a printed dict per logging step; the curves are in dvclive and training_summary.json."""
+
+    SHOWN = {"loss": "loss", "kl": "kl", "ratio_mean": "ratio", "learning_rate": "lr"}
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None and logs:
+            shown = {name: f"{logs[key]:.4g}" for key, name in self.SHOWN.items()
+                     if isinstance(logs.get(key), (int, float))}
+            if shown:
+                self.training_bar.set_postfix(shown, refresh=False)
 
 
 def _provenance(run: _Run) -> dict:
