@@ -228,7 +228,7 @@ def teacher_play(settings: Settings, layout: Layout) -> None:
     t, rules = settings.teacher, settings.game.rules
     out = layout.data / "teacher" / "episodes"
     if t.rows:
-        from spag.rewards import import_ready_made_rows
+        from spag.ready_made import import_ready_made_rows
 
         try:
             n = import_ready_made_rows(_file(settings, "teacher.rows"), out)
@@ -338,7 +338,7 @@ def reward(settings: Settings, layout: Layout, epoch: str) -> None:
 
     r = settings.reward
     stats = build_reward_set(
-        layout.epoch(epoch) / "episodes", layout.epoch(epoch) / "rows.parquet", decay=r.decay, sft=r.sft,
+        layout.epoch(epoch) / "episodes", layout.epoch(epoch) / "rows.parquet", sft=r.sft,
         sft_limit=r.sft_limit, seed=settings.seed + int(epoch), control=settings.spag.control,
         options=RewardOptions(decay=r.decay, foul_penalty=r.foul_penalty, loser_reward=r.loser_reward,
                               role_baseline=r.role_baseline, keep_truncated=r.keep_truncated),

@@ -29,20 +29,17 @@ learns with coefficient 1/2 in expectation however lopsided the games were.
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
-import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Mapping, Sequence
 
 from spag.config import Reward, check, default
 from spag.game.episodes import validate_episode
 from spag.game.original_prompts import row_query
-from spag.game.prompts import RawPrompt, training_prompt_with_bounds
+from spag.game.prompts import training_prompt_with_bounds
 from spag.game.rules import (
     ATTACKER,
     ATTACKER_BREAKS_RULES,
@@ -52,9 +49,10 @@ from spag.game.rules import (
     WHOLE_WORD,
     judge_episode,
 )
-from spag.io import DataError, collect_or_raise, read_records, write_table_atomic
-from spag.rows import GAME, RAW_PROMPT, SFT, check_output, write_rows
-from spag.sft import load_sft, prompt_completion
+from spag.io import DataError, collect_or_raise, read_records
+from spag.ready_made import ready_made_rows
+from spag.rows import GAME, SFT, check_output, episode_id, make_row, write_rows
+from spag.sft import load_sft
 
 DEFAULT_DECAY = default(Reward, "decay")
 
@@ -164,11 +162,6 @@ class RowStats:
 
 
 # ----------------------------------------------------------------------------------------- game rows
-
-
-def _episode_id(episode: Mapping, index: int) -> str:
-    ident = episode.get("id")
-    return str(ident if ident is not None else index)
 
 
 @dataclass(frozen=True)
@@ -282,21 +275,10 @@ def _game_rows(
                 prompt, bounds = row_query(before, target, max_turns, rng), None
             else:
                 prompt, bounds = training_prompt_with_bounds(role, target, before, max_turns, rng, templates)
-            rows.append(
-                {
-                    **({RAW_PROMPT: True} if isinstance(prompt, RawPrompt) else {}),
-                    "prompt": str(prompt),
-                    "completion": history[turn]["content"].strip(),
-                    "reward": float(reward),
-                    "weight": 0.0,  # set once every game has been counted
-                    "role": role,
-                    "kind": GAME,
-                    "target_word": target,
-                    "turn": turn,
-                    "episode": _episode_id(episode, index),
-                    "history_bounds": bounds,
-                }
-            )
+            rows.append(make_row(prompt, history[turn]["content"].strip(), reward=float(reward),
+                                 weight=0.0,  # set once every game has been counted
+                                 role=role, target_word=target, turn=turn, episode=episode_id(episode, index),
+                                 history_bounds=bounds))
     return rows
 
 
@@ -323,7 +305,6 @@ def _apply_role_weights(rows: list[dict], stats: RowStats) -> None:
 
 def reward_rows(
     episodes: Sequence[Mapping],
-    decay: float = DEFAULT_DECAY,
     seed: int = 0,
     indices: Sequence[int] | None = None,
     options: RewardOptions | None = None,
@@ -333,11 +314,11 @@ def reward_rows(
 ) -> tuple[list[dict], RowStats]:
     """SPAG training rows from validated episodes: decayed, normalised rewards and role weights.
 
-    ``options`` adds rows beyond the winners' (foul penalty, losers' lines) and the per-role baseline;
-    its ``decay`` wins over ``decay``. ``indices`` gives each episode's position in its source file (for
+    ``options`` holds the reward decay and adds rows beyond the winners' (foul penalty, losers' lines) and
+    the per-role baseline (default: the paper's winners-only rows, decay 0.8). ``indices`` gives each episode's position in its source file (for
     the ``episode`` column when an episode has no ``id``); by default its position in ``episodes``.
     """
-    options = options or RewardOptions(decay=decay)
+    options = options or RewardOptions()
     stats = RowStats(records=len(episodes))
     rows = _game_rows(episodes, indices, seed, lambda n: utterance_rewards(n, options.decay), stats, options,
                       rules, templates, row_prompts)
@@ -363,17 +344,6 @@ def imitation_rows(
                       rules=rules, templates=templates, row_prompts=row_prompts)
     _apply_role_weights(rows, stats)
     return rows, stats
-
-
-# ------------------------------------------------------------------------------ ready-made instruction rows
-
-_ROLE_IN_PROMPT = re.compile(r"\byour?\s+are\s+(?:the\s+|an?\s+)?(attacker|defender)\b", re.IGNORECASE)
-
-
-def infer_role(prompt: str) -> str | None:
-    """The role a ready-made game prompt addresses ("You are the attacker ..."), or None if unclear."""
-    found = {m.group(1).lower() for m in _ROLE_IN_PROMPT.finditer(prompt)}
-    return found.pop() if len(found) == 1 else None
 
 
 # -------------------------------------------------------------------------------------------- reading
@@ -434,93 +404,6 @@ def _game_key(episode: Mapping) -> str:
                        [(u["role"], u["content"]) for u in episode["history"]]])
 
 
-def _ready_made_number(record: Mapping, key: str, index: int, source: str, non_negative: bool = False) -> float:
-    """A ready-made record's ``weight`` or ``reward``: 1 when absent, else a finite number."""
-    value = record.get(key)
-    if value is None:
-        return 1.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise DataError(source, index, f"{key!r} must be a number, got {value!r}")
-    if non_negative and value < 0:
-        raise DataError(source, index, f"{key!r} must not be negative, got {value!r}")
-    return float(value)
-
-
-def _instruction_game_rows(
-    items: list[tuple[int, Mapping]], source: str, errors: list[DataError] | None
-) -> list[dict]:
-    """Ready-made imitation rows: the original project's ``query``/``target`` file, or this project's
-    ``prompt``/``completion`` rows. Reward and weight are the record's (1 where it has none).
-
-    A ``query`` is the original's whole model input (its rules, history and "### Response:" framing), so
-    its row is marked ``raw_prompt`` and goes to the model as it is; a ``prompt`` is a user message and is
-    rendered like any other.
-    """
-    rows = []
-    for index, record in items:
-        try:
-            prompt, completion = prompt_completion(record, index, source)
-            weight = _ready_made_number(record, "weight", index, source, non_negative=True)
-            reward = _ready_made_number(record, "reward", index, source)
-        except DataError as error:
-            collect_or_raise(error, errors)
-            continue
-        role = record.get("role") if record.get("role") in ROLES else infer_role(prompt)
-        target = record.get("target_word")
-        row = {
-            "prompt": prompt,
-            "completion": completion,
-            "reward": reward,
-            "weight": weight,
-            "role": role,
-            "kind": GAME,
-            "target_word": target if isinstance(target, str) else None,
-            "turn": None,
-            "episode": _episode_id(record, index),
-            "history_bounds": None,  # a ready-made prompt: where its history lies is unknown
-        }
-        if "query" in record:
-            row[RAW_PROMPT] = True
-        rows.append(row)
-    return rows
-
-
-READY_MADE_FILE = "ready_made.parquet"
-_READY_MADE_SHAPES = (("query", "target"), ("prompt", "completion"))
-_READY_MADE_EXTRAS = (("weight", "float"), ("reward", "float"), ("role", "string"), ("target_word", "string"))
-
-
-def import_ready_made_rows(source: str | os.PathLike, output_dir: str | os.PathLike) -> int:
-    """A ready-made imitation file (the original's ``train_imitation_gpt4.json``: ``query``, ``target`` and
-    possibly ``weight``) copied into ``output_dir/ready_made.parquet``, where :func:`build_imitation_set`
-    takes it up as rows: the ``query`` used as the whole model input, the ``weight`` kept.
-
-    Every record must have the same shape (query/target, or prompt/completion); the first bad one raises
-    DataError naming it. Returns the number of records.
-    """
-    import pyarrow as pa
-
-    records = read_records(source)
-    if not records:
-        raise DataError(source, None, "no rows to import")
-    shape = next((s for s in _READY_MADE_SHAPES if set(s) <= records[0].keys()), None)
-    if shape is None:
-        raise DataError(source, 0, "expected query/target (or prompt/completion) fields")
-    columns = [(name, pa.string()) for name in shape]
-    columns += [(name, pa.float64() if kind == "float" else pa.string()) for name, kind in _READY_MADE_EXTRAS]
-    errors: list[DataError] = []
-    clean = []
-    for index, record in enumerate(records):
-        if not set(shape) <= record.keys() or "history" in record:
-            raise DataError(source, index, f"expected {shape[0]}/{shape[1]} fields like the first record")
-        _instruction_game_rows([(index, record)], str(source), errors)  # the same checks as at use
-        if errors:
-            raise errors[0]
-        clean.append({name: record.get(name) for name, _ in columns})
-    write_table_atomic(Path(output_dir) / READY_MADE_FILE, clean, schema=pa.schema(columns))
-    return len(clean)
-
-
 def _raise_if_strict(errors: list[DataError], strict: bool, what: str, records: int | None = None) -> None:
     """Report the skipped records; stop when ``strict`` and any is bad, or when every one of ``records`` is."""
     for error in errors:
@@ -534,7 +417,6 @@ def _raise_if_strict(errors: list[DataError], strict: bool, what: str, records: 
 def build_reward_set(
     episodes_path: str | os.PathLike,
     output: str | os.PathLike,
-    decay: float = DEFAULT_DECAY,
     sft: str | os.PathLike | None = None,
     seed: int = 0,
     strict: bool = False,
@@ -556,7 +438,7 @@ def build_reward_set(
     duplicates: list[int] = []
     episodes, indices, count = read_episode_records(episodes_path, errors, duplicates=duplicates)
     _raise_if_strict(errors, strict, str(episodes_path), count)
-    rows, stats = reward_rows(episodes, decay, seed, indices, options, rules, templates, row_prompts)
+    rows, stats = reward_rows(episodes, seed, indices, options, rules, templates, row_prompts)
     if control:
         rows = []
         stats.rows.clear()
@@ -605,7 +487,7 @@ def build_imitation_set(
     ready_made: list[tuple[int, dict]] = []
     duplicates: list[int] = []
     episodes, indices, count = read_episode_records(episodes_path, errors, ready_made, duplicates)
-    made = _instruction_game_rows(ready_made, str(episodes_path), errors)
+    made = ready_made_rows(ready_made, str(episodes_path), errors)
     _raise_if_strict(errors, strict, str(episodes_path), count)
     rows, stats = imitation_rows(episodes, seed, indices, rules, templates, keep_truncated, row_prompts)
     stats.records, stats.bad, stats.duplicates = count, len(errors), len(duplicates)

@@ -57,6 +57,30 @@ def row_schema(raw_prompt: bool = False):
     )
 
 
+# ------------------------------------------------------------------------------------------ making
+
+
+def make_row(prompt: str, completion: str, *, kind: str = GAME, reward: float | None = None, weight: float = 1.0,
+             role: str | None = None, target_word: str | None = None, turn: int | None = None,
+             episode: str | None = None, history_bounds: list[int] | None = None) -> dict:
+    """A training row with every column of :data:`ROW_COLUMNS`; a ``prompt`` that is a
+    :class:`~spag.game.prompts.RawPrompt` (the model's whole input) also gets ``raw_prompt: true``."""
+    from spag.game.prompts import RawPrompt
+
+    row = {"prompt": str(prompt), "completion": completion, "reward": reward, "weight": weight, "role": role,
+           "kind": kind, "target_word": target_word, "turn": turn, "episode": episode,
+           "history_bounds": history_bounds}
+    if isinstance(prompt, RawPrompt):
+        row[RAW_PROMPT] = True
+    return row
+
+
+def episode_id(record: Mapping, index: int) -> str:
+    """A row's ``episode``: its game record's ``id``, else the record's position in its file."""
+    ident = record.get("id")
+    return str(ident if ident is not None else index)
+
+
 # ------------------------------------------------------------------------------------------ writing
 
 OUTPUT_SUFFIXES = (".parquet", ".jsonl")

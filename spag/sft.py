@@ -17,10 +17,10 @@ import random
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from spag.io import DataError, collect_or_raise, read_records
 from spag.game.original_prompts import alpaca_prompt
 from spag.game.prompts import RawPrompt
-from spag.rows import RAW_PROMPT, SFT
+from spag.io import DataError, collect_or_raise, read_records
+from spag.rows import SFT, make_row
 
 BUILTIN = "builtin"
 
@@ -76,21 +76,7 @@ def sft_rows(
         except DataError as error:
             collect_or_raise(error, errors)
             continue
-        rows.append(
-            {
-                **({RAW_PROMPT: True} if isinstance(prompt, RawPrompt) else {}),
-                "prompt": str(prompt),
-                "completion": completion,
-                "reward": 0.0,
-                "weight": 1.0,
-                "role": None,
-                "kind": SFT,
-                "target_word": None,
-                "turn": None,
-                "episode": None,
-                "history_bounds": None,
-            }
-        )
+        rows.append(make_row(prompt, completion, kind=SFT, reward=0.0, weight=1.0))
     return rows
 
 

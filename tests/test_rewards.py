@@ -16,7 +16,7 @@ from spag.rewards import (
     build_imitation_set,
     build_reward_set,
     imitation_rows,
-    infer_role,
+
     reward_rows,
     role_weights,
     utterance_rewards,
@@ -106,7 +106,7 @@ def test_role_weight_formula():
 
 def test_rewards_and_weights_on_mixed_games():
     episodes = [ATTACKER_WIN_3, DEFENDER_WIN_2, ATTACKER_WIN_1, TIE, FOUL]
-    rows, stats = reward_rows(episodes, decay=0.8, seed=1)
+    rows, stats = reward_rows(episodes, seed=1, options=RewardOptions(decay=0.8))
     attacker, defender = rows_of(rows, "attacker"), rows_of(rows, "defender")
 
     # Game 0: attacker moves at utterances 0, 2, 4 -> 16/61, 20/61, 25/61; game 2: one move -> 1.
@@ -136,18 +136,18 @@ def test_rewards_and_weights_on_mixed_games():
 
 
 def test_other_decay_values():
-    rows, _ = reward_rows([ATTACKER_WIN_3], decay=0.5)
+    rows, _ = reward_rows([ATTACKER_WIN_3], options=RewardOptions(decay=0.5))
     assert [r["reward"] for r in rows] == pytest.approx([1 / 7, 2 / 7, 4 / 7])
-    rows, _ = reward_rows([ATTACKER_WIN_3], decay=1.0)
+    rows, _ = reward_rows([ATTACKER_WIN_3], options=RewardOptions(decay=1.0))
     assert [r["reward"] for r in rows] == pytest.approx([1 / 3] * 3)
     # Exact fractions for an unusual decay: (1/0.6)^k = (5/3)^k -> 9 : 15 : 25.
     expected = [Fraction(9, 49), Fraction(15, 49), Fraction(25, 49)]
-    rows, _ = reward_rows([ATTACKER_WIN_3], decay=0.6)
+    rows, _ = reward_rows([ATTACKER_WIN_3], options=RewardOptions(decay=0.6))
     assert [r["reward"] for r in rows] == pytest.approx([float(f) for f in expected])
 
 
 def test_only_one_side_winning():
-    rows, stats = reward_rows([ATTACKER_WIN_3, ATTACKER_WIN_1], decay=0.8)
+    rows, stats = reward_rows([ATTACKER_WIN_3, ATTACKER_WIN_1], options=RewardOptions(decay=0.8))
     assert {r["role"] for r in rows} == {"attacker"}
     assert all_equal([r["weight"] for r in rows], 0.5)  # (2 + 0) / (2 * 2)
     assert stats.attacker_weight == pytest.approx(0.5) and stats.defender_weight == 0.0
@@ -284,7 +284,7 @@ def test_build_reward_set_parquet_with_sft(tmp_path):
     alpaca = tmp_path / "alpaca.json"
     alpaca.write_text(json.dumps([{"instruction": "Name a colour.", "input": "", "output": "Blue."}]))
     out = tmp_path / "rows.parquet"
-    stats = build_reward_set(episodes, out, decay=0.8, sft=alpaca, seed=0)
+    stats = build_reward_set(episodes, out, sft=alpaca, seed=0, options=RewardOptions(decay=0.8))
     table = pq.read_table(out)
     assert table.column_names == list(ROW_COLUMNS)
     assert (
@@ -425,6 +425,8 @@ def test_imitation_data_from_ready_made_instruction_rows(tmp_path):
 
 
 def test_infer_role():
+    from spag.ready_made import infer_role
+
     assert infer_role("You are the attacker. The target word is x.") == "attacker"
     assert infer_role("you are a defender") == "defender"
     assert infer_role("The attacker and the defender talk.") is None

@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
             _check_rules_and_templates(rules, templates)
             _require_episodes(episodes)
             stats = build_reward_set(
-                episodes, output, decay=decay, sft=sft, seed=seed, strict=strict, sft_limit=sft_limit,
+                episodes, output, sft=sft, seed=seed, strict=strict, sft_limit=sft_limit,
                 options=options, rules=rules, templates=templates, row_prompts=row_prompts, sft_format=sft_format,
             )
         except DataError as exc:
