@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spag.config import Game, Sampling, Teacher, check, default
-from spag.game.episodes import EpisodeStore
+from spag.game.episodes import SETTINGS_CHECKED_ON_RESUME, EpisodeStore, episode_settings
 from spag.game.prompts import Template, build_prompt, next_role, play_template
 from spag.game.rules import ATTACKER, OUTCOMES, judge
 from spag.io import DataError
@@ -44,10 +44,6 @@ from spag.players.base import STOP_STRINGS, Player, Speaker, Turn, clean_reply, 
 from spag.teacher import speakers
 
 # Everything an episode depends on: a kept episode must match all of them, or the run plays again.
-SETTINGS_CHECKED_ON_RESUME = ("max_turns", "temperature", "top_k", "max_new_tokens", "min_new_tokens", "seed", "rules",
-                              "examples", "foul_retries", "coached_attacker", "final_guess", "empty_retries",
-                              "play_prompts", "replies", "end",
-                              "attacker_model", "defender_model", "attacker_fingerprint", "defender_fingerprint")
 GUESS_PHRASE = "i know the word"  # game.end: guess-phrase stops a game after a defender line with it
 
 
@@ -172,7 +168,7 @@ def _existing_for(words: Sequence[str], existing: list[dict], source, config: Pl
                   models: dict[str, str]) -> dict[int, dict]:
     """Already played episodes by word index, checked against the word list, the settings and the models'
     content; raises StaleEpisodes on the first that does not match."""
-    expected = {**{k: getattr(config, k) for k in SETTINGS_CHECKED_ON_RESUME if hasattr(config, k)}, **models}
+    expected = {**episode_settings(config), **models}
     done: dict[int, dict] = {}
     for i, episode in enumerate(existing):
         index = episode.get("word_index")
@@ -267,15 +263,8 @@ def _say(game: _Game, text: str, n_tokens: int, truncated: bool, stats: PlayStat
 def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
     verdict = judge(game.word, game.history, config.max_turns, config.rules)
     return {
-        "target_word": game.word, "word_index": game.index, "max_turns": config.max_turns,
-        "history": game.history, "outcome": verdict.outcome, "turns": verdict.turns, **models,
-        "temperature": float(config.temperature), "top_k": int(config.top_k),
-        "max_new_tokens": int(config.max_new_tokens), "min_new_tokens": int(config.min_new_tokens),
-        "seed": int(config.seed), "examples": bool(config.examples),
-        "foul_retries": int(config.foul_retries), "coached_attacker": bool(config.coached_attacker),
-        "final_guess": bool(config.final_guess), "rules": config.rules,
-        "empty_retries": int(config.empty_retries), "play_prompts": config.play_prompts,
-        "replies": config.replies, "end": config.end,
+        "target_word": game.word, "word_index": game.index, "history": game.history, "outcome": verdict.outcome,
+        "turns": verdict.turns, **models, **episode_settings(config),
         "generated_tokens": game.generated_tokens, "empty_replies": game.empty_replies,
         "truncated_replies": game.truncated_replies,
     }

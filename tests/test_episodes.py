@@ -85,3 +85,27 @@ def test_judged_adds_outcome_and_turns():
     assert (out[0]["outcome"], out[0]["turns"]) == ("defender_wins", 2)
     assert (out[1]["outcome"], out[1]["turns"]) == ("tie", 1)
     assert out[0]["id"] == "game-1"
+
+
+def test_a_played_episode_has_exactly_the_fields_of_its_one_definition(tmp_path):
+    from spag.game.episodes import EPISODE_FIELDS, SETTINGS_CHECKED_ON_RESUME, episode_schema
+    from spag.play import PlayConfig, play_games
+    from spag.players import Reply
+
+    class Chatty:
+        name = "chatty"
+
+        def generate(self, prompts, **_):
+            return [Reply("Hello there.", 2) for _ in prompts]
+
+    names = [name for name, _, _ in EPISODE_FIELDS]
+    (episode,) = play_games(Chatty(), Chatty(), ["apple"], PlayConfig(max_turns=1, end="guess-phrase"),
+                            output=tmp_path / "episodes", show_progress=False)
+    assert set(episode) == set(names) and episode_schema().names == names
+    assert episode["end"] == "guess-phrase" and episode["max_turns"] == 1
+    assert {"end", "replies", "play_prompts", "empty_retries", "attacker_fingerprint"} <= set(SETTINGS_CHECKED_ON_RESUME)
+    assert not {"outcome", "history", "generated_tokens"} & set(SETTINGS_CHECKED_ON_RESUME)
+    # a resume under another game end would pass off these games as its own: refused, naming the setting
+    with pytest.raises(DataError, match="end='guess-phrase'"):
+        play_games(Chatty(), Chatty(), ["apple"], PlayConfig(max_turns=1), output=tmp_path / "episodes",
+                   resume=True, show_progress=False)

@@ -132,23 +132,43 @@ def import_episodes(
 PLAY_KIND = "play"  # the output-folder marker of a play run (spag.outputs)
 
 
+# A played episode, every field once: (name, type, part). The parts: "game" (what happened), "player" (who
+# played: the model names and content hashes), "setting" (every setting its games depend on: the play
+# config's field of the same name), "count" (what it cost). A resumed run keeps an episode only if its
+# players and settings equal the run's (SETTINGS_CHECKED_ON_RESUME); the Parquet schema is built from it.
+EPISODE_FIELDS = (
+    ("target_word", "string", "game"), ("word_index", "int", "game"), ("max_turns", "int", "setting"),
+    ("history", "history", "game"), ("outcome", "string", "game"), ("turns", "int", "game"),
+    ("attacker_model", "string", "player"), ("defender_model", "string", "player"),
+    ("attacker_fingerprint", "string", "player"), ("defender_fingerprint", "string", "player"),
+    ("temperature", "float", "setting"), ("top_k", "int", "setting"), ("max_new_tokens", "int", "setting"),
+    ("min_new_tokens", "int", "setting"), ("seed", "int", "setting"), ("examples", "bool", "setting"),
+    ("foul_retries", "int", "setting"), ("coached_attacker", "bool", "setting"), ("final_guess", "bool", "setting"),
+    ("generated_tokens", "int", "count"), ("empty_replies", "int", "count"), ("truncated_replies", "int", "count"),
+    ("rules", "string", "setting"), ("empty_retries", "int", "setting"), ("play_prompts", "string", "setting"),
+    ("replies", "string", "setting"), ("end", "string", "setting"),
+)
+EPISODE_SETTINGS = tuple(name for name, _, part in EPISODE_FIELDS if part == "setting")
+SETTINGS_CHECKED_ON_RESUME = EPISODE_SETTINGS + tuple(name for name, _, part in EPISODE_FIELDS if part == "player")
+_PYTHON_TYPES = {"string": str, "int": int, "float": float, "bool": bool}
+
+
+def episode_settings(config) -> dict:
+    """The setting fields of an episode played under ``config`` (a :class:`spag.play.PlayConfig`)."""
+    types = {name: kind for name, kind, _ in EPISODE_FIELDS}
+    return {name: _PYTHON_TYPES[types[name]](getattr(config, name)) for name in EPISODE_SETTINGS}
+
+
 def episode_schema():
-    """The Parquet schema of an episode as the play engine writes it (every setting its games depend on)."""
+    """The Parquet schema of an episode as the play engine writes it (:data:`EPISODE_FIELDS`)."""
     import pyarrow as pa
 
     utterance = pa.struct([("role", pa.string()), ("content", pa.string()), ("n_tokens", pa.int64()),
                            ("truncated", pa.bool_())])
-    return pa.schema([
-        ("target_word", pa.string()), ("word_index", pa.int64()), ("max_turns", pa.int64()),
-        ("history", pa.list_(utterance)), ("outcome", pa.string()), ("turns", pa.int64()),
-        ("attacker_model", pa.string()), ("defender_model", pa.string()),
-        ("attacker_fingerprint", pa.string()), ("defender_fingerprint", pa.string()), ("temperature", pa.float64()),
-        ("top_k", pa.int64()), ("max_new_tokens", pa.int64()), ("min_new_tokens", pa.int64()),
-        ("seed", pa.int64()), ("examples", pa.bool_()), ("foul_retries", pa.int64()),
-        ("coached_attacker", pa.bool_()), ("final_guess", pa.bool_()), ("generated_tokens", pa.int64()),
-        ("empty_replies", pa.int64()), ("truncated_replies", pa.int64()), ("rules", pa.string()),
-        ("empty_retries", pa.int64()), ("play_prompts", pa.string()), ("replies", pa.string()), ("end", pa.string()),
-    ], metadata={EPISODES_METADATA_KEY: b"episodes"})
+    types = {"string": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(),
+             "history": pa.list_(utterance)}
+    return pa.schema([(name, types[kind]) for name, kind, _ in EPISODE_FIELDS],
+                     metadata={EPISODES_METADATA_KEY: b"episodes"})
 
 
 EPISODES_METADATA_KEY = b"spag"  # in the Parquet schema's metadata: a file spag wrote as episodes
