@@ -145,6 +145,10 @@ def run_side(args) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.side == "batched":
+        from spag.players.allocator import keep_freed_memory
+
+        keep_freed_memory()  # as `spag play` runs the engine (the command opts its process in)
     words, config = bench_words(args.words), play_config(args)
     if args.side == "baseline":
         words = words[: args.baseline_words][args.slice_start: args.slice_end]

@@ -56,6 +56,9 @@ def _click_exceptions():
 
 
 def main(argv: list[str] | None = None) -> None:
+    from spag.players.allocator import keep_freed_memory
+
+    keep_freed_memory()  # the command owns its process: freed memory is kept for reuse (CPU inference)
     click = _click_exceptions()
     try:
         # A scheduler's (or `timeout`'s) SIGTERM unwinds like Ctrl-C: finished work is written first.

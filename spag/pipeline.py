@@ -115,6 +115,9 @@ def run_stage(stage: Callable, root: str | Path, argv: list[str] | None = None) 
 
     Bad params or input data end the process with one line on stderr and exit code 2.
     """
+    from spag.players.allocator import keep_freed_memory
+
+    keep_freed_memory()  # a stage owns its process: freed memory is kept for reuse (CPU inference)
     name = stage.__name__
     argv = sys.argv[1:] if argv is None else argv
     epoch = None

@@ -44,16 +44,26 @@ def test_freed_blocks_stay_in_the_heap_for_reuse():
     assert mmapped == 0 and kept >= BLOCK         # from the heap, and still there to be reused
 
 
-def test_the_hf_player_applies_it_on_cpu(tmp_path):
-    """A CPU generate call sets the thresholds (checked in a fresh process: they are process-wide)."""
+def test_the_library_leaves_the_process_alone_and_the_spag_command_opts_in(tmp_path):
+    """The thresholds are process-wide: a program that uses the hf player as a library keeps glibc's own
+    (checked in a fresh process), while the `spag` command and the pipeline's stages, which own their
+    process, set them when they start."""
     code = f"""
 import spag.players.allocator as a
 from spag.players import load_player
 from spag.testing import make_tiny_checkpoint
 player = load_player(str(make_tiny_checkpoint({str(tmp_path / "ckpt")!r})), "hf", device="cpu")
-assert a._applied is None
 player.generate(["Say a word."], temperature=0, max_new_tokens=2)
-print(a._applied)
+print("library", a._applied)
+import spag.cli
+try:
+    spag.cli.main(["--help"])
+except SystemExit:
+    pass
+print("command", a._applied)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split()[-1] == str(platform.libc_ver()[0] == "glibc")
+    said = dict(line.split() for line in out.stdout.splitlines() if line.startswith(("library ", "command ")))
+    library, command = said["library"], said["command"]
+    assert library == "None"
+    assert command == str(platform.libc_ver()[0] == "glibc")

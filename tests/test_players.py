@@ -251,18 +251,18 @@ def test_a_transformers_without_the_fast_path_api_falls_back_to_generate(player,
 
 
 def test_linear_layers_computed_weight_first_give_nn_linear_results(player):
-    from spag.players.hf import _WEIGHT_FIRST_ROWS, _weight_first, _weight_first_linear
+    from spag.players.hf.linear import WEIGHT_FIRST_ROWS, weight_first, weight_first_linear
 
     torch.manual_seed(0)
     for bias in (False, True):
         layer = torch.nn.Linear(24, 40, bias=bias)
-        for shape in [(3, 24), (5, 1, 24), (2, 7, 24), (_WEIGHT_FIRST_ROWS + 1, 24)]:
+        for shape in [(3, 24), (5, 1, 24), (2, 7, 24), (WEIGHT_FIRST_ROWS + 1, 24)]:
             x = torch.randn(shape)
-            out = _weight_first_linear(layer, x)
+            out = weight_first_linear(layer, x)
             assert out.shape == shape[:-1] + (40,)
             torch.testing.assert_close(out, layer(x), rtol=1e-5, atol=1e-6)
     linears = [m for m in player.model.modules() if type(m) is torch.nn.Linear]
-    with _weight_first(player.model):
+    with weight_first(player.model):
         assert all("forward" in vars(m) for m in linears)
     # After a call (which borrows them on CPU) every layer has nn.Linear's own forward back.
     player.generate(_prompts()[:2], temperature=0, max_new_tokens=3)
@@ -270,19 +270,19 @@ def test_linear_layers_computed_weight_first_give_nn_linear_results(player):
 
 
 def test_packed_weights_give_nn_linear_results_and_follow_their_weight(monkeypatch):
-    from spag.players import hf
+    from spag.players.hf import linear as hf
 
-    monkeypatch.setattr(hf, "_PACKED_MIN_WEIGHTS", 1)
+    monkeypatch.setattr(hf, "PACKED_MIN_WEIGHTS", 1)
     torch.manual_seed(0)
-    packs = hf._PackedWeights()
+    packs = hf.PackedWeights()
     for bias in (False, True):
         layer = torch.nn.Linear(48, 96, bias=bias)
         packed = packs.get(layer)
         assert packed is not None and packs.available
         assert packs.get(layer) is packed                       # kept, not packed again
-        for shape in [(1, 48), (5, 1, 48), (hf._PACKED_ROWS, 48), (hf._PACKED_ROWS + 1, 48)]:
+        for shape in [(1, 48), (5, 1, 48), (hf.PACKED_ROWS, 48), (hf.PACKED_ROWS + 1, 48)]:
             x = torch.randn(shape)
-            out = hf._weight_first_linear(layer, x, packed=packed)
+            out = hf.weight_first_linear(layer, x, packed=packed)
             assert out.shape == shape[:-1] + (96,)
             torch.testing.assert_close(out, layer(x), rtol=1e-5, atol=1e-5)
         # An optimiser-style in-place update or a new weight: the packed copy is made again.
@@ -291,25 +291,25 @@ def test_packed_weights_give_nn_linear_results_and_follow_their_weight(monkeypat
         repacked = packs.get(layer)
         assert repacked is not packed
         x = torch.randn(3, 48)
-        torch.testing.assert_close(hf._weight_first_linear(layer, x, packed=repacked), layer(x),
+        torch.testing.assert_close(hf.weight_first_linear(layer, x, packed=repacked), layer(x),
                                    rtol=1e-5, atol=1e-5)
         layer.weight = torch.nn.Parameter(torch.randn(96, 48))
-        torch.testing.assert_close(hf._weight_first_linear(layer, x, packed=packs.get(layer)), layer(x),
+        torch.testing.assert_close(hf.weight_first_linear(layer, x, packed=packs.get(layer)), layer(x),
                                    rtol=1e-5, atol=1e-5)
     # Small weights, other dtypes and a failed first check keep W @ xᵀ.
-    monkeypatch.setattr(hf, "_PACKED_MIN_WEIGHTS", 10**9)
+    monkeypatch.setattr(hf, "PACKED_MIN_WEIGHTS", 10**9)
     assert packs.get(torch.nn.Linear(48, 96)) is None
-    monkeypatch.setattr(hf, "_PACKED_MIN_WEIGHTS", 1)
+    monkeypatch.setattr(hf, "PACKED_MIN_WEIGHTS", 1)
     assert packs.get(torch.nn.Linear(48, 96).to(torch.float64)) is None
-    unchecked = hf._PackedWeights()
+    unchecked = hf.PackedWeights()
     monkeypatch.setattr(unchecked, "_first_pack", lambda weight: None)
     assert unchecked.get(torch.nn.Linear(48, 96)) is None and unchecked.available is False
 
 
 def test_fast_path_with_every_layer_packed_matches_model_generate(tiny_dir, monkeypatch):
-    from spag.players import hf
+    from spag.players.hf import linear as hf
 
-    monkeypatch.setattr(hf, "_PACKED_MIN_WEIGHTS", 1)
+    monkeypatch.setattr(hf, "PACKED_MIN_WEIGHTS", 1)
     packed_player = load_player(str(tiny_dir), "hf", device="cpu", dtype="float32")  # packs float32 only
     prompts = _prompts()
     fast = packed_player.generate(prompts, temperature=0, max_new_tokens=10, min_new_tokens=0)
@@ -322,7 +322,7 @@ def test_fast_path_with_every_layer_packed_matches_model_generate(tiny_dir, monk
 
 
 def test_decode_attention_reads_the_shared_slots_once_with_the_same_result():
-    from spag.players.hf import _decode_attention, _shared_slots
+    from spag.players.hf.attention import decode_attention, shared_slots
 
     torch.manual_seed(0)
     batch, heads, kv_heads, length, dim, shared = 4, 6, 2, 20, 8, 9
@@ -332,14 +332,14 @@ def test_decode_attention_reads_the_shared_slots_once_with_the_same_result():
     mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
     mask[1, ..., shared : shared + 3] = False  # padding between the shared prefix and a row's own part
     module = SimpleNamespace()
-    plain, _ = _decode_attention(module, query, key, value, mask)
-    with _shared_slots(shared):
-        split, _ = _decode_attention(module, query, key, value, mask)
+    plain, _ = decode_attention(module, query, key, value, mask)
+    with shared_slots(shared):
+        split, _ = decode_attention(module, query, key, value, mask)
     torch.testing.assert_close(split, plain, rtol=1e-5, atol=1e-6)
     # Only row 0's copy of the shared slots is read: the others' copies make no difference.
     key[1:, :, :shared] = 0.0
-    with _shared_slots(shared):
-        unread, _ = _decode_attention(module, query, key, value, mask)
+    with shared_slots(shared):
+        unread, _ = decode_attention(module, query, key, value, mask)
     torch.testing.assert_close(unread, plain, rtol=1e-5, atol=1e-6)
 
 
@@ -347,7 +347,7 @@ def test_decode_attention_without_a_mask_sees_every_slot_without_sdpa(monkeypatc
     """HF passes no mask when nothing is padded (prompts of equal length): the grouped path still runs."""
     import transformers.integrations.sdpa_attention as sdpa
 
-    from spag.players.hf import _decode_attention
+    from spag.players.hf.attention import decode_attention
 
     torch.manual_seed(1)
     batch, heads, kv_heads, length, dim = 3, 6, 2, 15, 8
@@ -355,11 +355,11 @@ def test_decode_attention_without_a_mask_sees_every_slot_without_sdpa(monkeypatc
     key, value = torch.randn(batch, kv_heads, length, dim), torch.randn(batch, kv_heads, length, dim)
     module = SimpleNamespace(num_key_value_groups=heads // kv_heads, is_causal=True, training=False)
     expected, _ = sdpa.sdpa_attention_forward(module, query, key, value, None)
-    masked, _ = _decode_attention(module, query, key, value, torch.ones(batch, 1, 1, length, dtype=torch.bool))
+    masked, _ = decode_attention(module, query, key, value, torch.ones(batch, 1, 1, length, dtype=torch.bool))
     calls = []
     real = sdpa.sdpa_attention_forward
     monkeypatch.setattr(sdpa, "sdpa_attention_forward", lambda *a, **k: calls.append(1) or real(*a, **k))
-    unmasked, _ = _decode_attention(module, query, key, value, None)
+    unmasked, _ = decode_attention(module, query, key, value, None)
     assert calls == []  # the grouped matmuls, not SDPA's repeated cache
     torch.testing.assert_close(unmasked, masked, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(unmasked, expected, rtol=1e-5, atol=1e-6)
@@ -378,12 +378,12 @@ def test_prompts_of_equal_length_reply_as_each_would_alone(player):
 def test_prompt_store_keeps_within_its_budget():
     import numpy as np
 
-    from spag.players.hf import _KVStore
+    from spag.players.hf.prefix_store import KVStore
 
     def kv(n):
         return [(torch.zeros(1, 1, n, 4), torch.zeros(1, 1, n, 4))]
 
-    store = _KVStore(budget_bytes=2 * 2 * 10 * 4 * 4)  # room for two 10-token entries
+    store = KVStore(budget_bytes=2 * 2 * 10 * 4 * 4)  # room for two 10-token entries
     a = np.arange(10)
     store.add(a, kv(10))
     store.add(np.arange(10) + 100, kv(10))

@@ -1,0 +1,47 @@
+"""Which models and transformers releases the fast decoding loop serves; the rest use ``model.generate``."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+# What the fast path builds on, module by module. transformers 5.19 (the GPU lock's) to 5.23 (the CPU
+# lock's) have all of it; a release without one piece gets the model.generate path and a warning.
+FAST_PATH_API = {
+    "transformers.cache_utils": ("Cache", "DynamicCache", "DynamicLayer"),
+    "transformers": ("AttentionInterface", "AttentionMaskInterface"),
+    "transformers.masking_utils": ("sdpa_mask",),
+    "transformers.integrations.sdpa_attention": ("sdpa_attention_forward",),
+    "transformers.modeling_utils": ("PreTrainedModel",),
+}
+
+
+def missing_fast_path_api() -> str | None:
+    """The first piece of the transformers API that the fast path needs and this install lacks, or None."""
+    for module_name, names in FAST_PATH_API.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            return module_name
+        for name in names:
+            if not hasattr(module, name):
+                return f"{module_name}.{name}"
+    from transformers.cache_utils import Cache
+    from transformers.modeling_utils import PreTrainedModel
+
+    if "layers" not in inspect.signature(Cache.__init__).parameters:
+        return "transformers.cache_utils.Cache(layers=...)"
+    if not hasattr(PreTrainedModel, "set_attn_implementation"):
+        return "transformers.PreTrainedModel.set_attn_implementation"
+    return None
+
+
+def supports_fast_path(config) -> bool:
+    """True for decoder-only models with plain causal self-attention in every layer."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types and any(t != "full_attention" for t in layer_types):
+        return False
+    if getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
+        return False
+    return not getattr(text, "is_encoder_decoder", False)

@@ -1,0 +1,436 @@
+"""The transformers player: prompts in, replies out, through the decoding loop described in
+:mod:`spag.players.hf` (or ``model.generate`` where that loop cannot serve the model)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+from spag.players.base import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Reply,
+    cut_at_next_speaker,
+    per_prompt_seeds,
+    turn_end_ids,
+)
+from spag.players.hf.attention import DECODE_ATTENTION, register_decode_attention, shared_slots
+from spag.players.hf.compat import missing_fast_path_api, supports_fast_path
+from spag.players.hf.linear import PackedWeights, weight_first
+from spag.players.hf.prefix_store import MIN_PREFIX, Entry, KVStore, buffer_layer_class
+from spag.players.hf.sampling import Sampler
+
+_TAIL_TOKENS = 12          # tokens decoded each step to look for a stop string
+
+
+@dataclass
+class _Plan:
+    """How one batch of prompts is encoded (:meth:`HFPlayer._plan`), by prompt unless said otherwise."""
+
+    arrays: list          # token ids
+    shared: int           # slots [0, shared) of every row hold the prefix the whole batch shares
+    shared_entry: object  # the store's entry holding that prefix
+    sources: list         # (kept entry, tokens reused from it)
+    past: list            # tokens reused
+    todo: list            # tokens to encode
+    order: list           # decode position -> prompt (by tokens to encode)
+    spans: list           # prefill groups: (start, end, past width, new width), in decode positions
+    width: int            # every prompt ends at this slot
+
+
+class HFPlayer:
+    """A transformers causal LM as a player.
+
+    ``max_batch`` bounds how many replies are decoded together (None: all prompts of a call),
+    ``prefill_tokens`` how many prompt tokens are encoded in one forward pass, and ``prefix_cache_gb``
+    the memory kept for reusable prompt keys/values (0 keeps nothing between calls).
+    ``max_prompt_tokens`` keeps the last that many tokens of a longer prompt (None: the whole prompt).
+    """
+
+    def __init__(self, model, tokenizer, name: str | None = None, *, max_batch: int | None = None,
+                 prefill_tokens: int = 4096, prefix_cache_gb: float = 2.0, max_prompt_tokens: int | None = None):
+        from spag.modeling import setup_special_tokens
+
+        setup_special_tokens(tokenizer, model)
+        self.model, self.tokenizer = model, tokenizer
+        self.name = name or str(getattr(model, "name_or_path", "") or type(model).__name__)
+        self.max_batch = max_batch
+        self.prefill_tokens = prefill_tokens
+        self.max_prompt_tokens = max_prompt_tokens
+        self.fast = supports_fast_path(model.config) and self._transformers_has_fast_path()
+        self._store = KVStore(int(prefix_cache_gb * 2**30))
+        self._keep_between_calls = prefix_cache_gb > 0
+        self._end_ids = self._turn_end_ids()
+        self._kv_layout = None
+        self._packs = PackedWeights()
+        self._decode_attention = False    # whether this call borrowed decode_attention (see generate)
+        # Counters for benchmarks: prompt tokens encoded, prompt tokens reused, tokens generated.
+        self.counters = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
+
+    @classmethod
+    def from_pretrained(cls, model: str | os.PathLike, device: str | None = None, dtype: str | None = None,
+                        trust_remote_code: bool = False, name: str | None = None, **options) -> HFPlayer:
+        from spag.modeling import load_model
+
+        loaded, tokenizer = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+        return cls(loaded, tokenizer, name=name or str(model), **options)
+
+    # -------------------------------------------------------------------------------------- helpers
+
+    @staticmethod
+    def _transformers_has_fast_path() -> bool:
+        missing = missing_fast_path_api()
+        if missing is not None:
+            warnings.warn(f"transformers lacks {missing}: the hf player falls back to model.generate, "
+                          "one prompt at a time (correct, slower)", stacklevel=3)
+        return missing is None
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    def _turn_end_ids(self) -> list[int]:
+        gen = self.model.generation_config
+        eos = gen.eos_token_id if gen else None
+        eos_ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
+        return turn_end_ids(self.tokenizer, eos_ids, self.model.get_output_embeddings().weight.shape[0])
+
+    def encode(self, prompt: str) -> list[int]:
+        """Token ids of the model input for one user-message text."""
+        from spag.game.prompts import model_input_ids
+
+        return model_input_ids(self.tokenizer, prompt, self.max_prompt_tokens)
+
+    def _layout(self) -> list[tuple[int, int, object]]:
+        """(kv heads, head dim, dtype) of each layer's cache, read once from a one-token forward pass."""
+        if self._kv_layout is None:
+            import torch
+            from transformers import DynamicCache
+
+            cache = DynamicCache()
+            token = torch.tensor([[self._end_ids[0]]], device=self.device)
+            self.model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            self._kv_layout = [(layer.keys.shape[1], layer.keys.shape[3], layer.keys.dtype)
+                               for layer in cache.layers]
+        return self._kv_layout
+
+    # ------------------------------------------------------------------------------------- generate
+
+    def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,
+                 min_new_tokens: int = 1, seed=None, stop: Sequence[str] = ()) -> list[Reply]:
+        import torch
+
+        if not prompts:
+            return []
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        seeds = per_prompt_seeds(seed, len(prompts))
+        encoded = [self.encode(p) for p in prompts]
+        size = self.max_batch or len(prompts)
+        replies: list[Reply | None] = [None] * len(prompts)
+        settings = dict(temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
+                        min_new_tokens=min(min_new_tokens, max_new_tokens), stop=tuple(stop))
+        swap = self._use_decode_attention()
+        on_cpu = self.fast and self.device.type == "cpu"
+        linears = weight_first(self.model, self._packs) if on_cpu else nullcontext()
+        try:
+            with torch.inference_mode(), linears:
+                for start in range(0, len(prompts), size):
+                    chunk = list(range(start, min(start + size, len(prompts))))
+                    run = self._generate_fast if self.fast else self._generate_fallback
+                    outs = run([encoded[i] for i in chunk], [seeds[i] for i in chunk], **settings)
+                    for i, reply in zip(chunk, outs):
+                        replies[i] = reply
+        finally:
+            if swap is not None:
+                self.model.set_attn_implementation(swap)
+                self._decode_attention = False
+            if not self._keep_between_calls:
+                self._store.clear()
+        self.counters["generated_tokens"] += sum(r.n_tokens for r in replies if r is not None)
+        return replies  # type: ignore[return-value]
+
+    def next_token_logprobs(self, prompts: Sequence[str], opening: str = ""):
+        """log p(next token) after each prompt's model input plus ``opening`` (the start of the reply).
+
+        A (len(prompts), vocab) float32 tensor; one plain forward pass per prompt, no cache kept.
+        """
+        import torch
+
+        opening_ids = self.tokenizer(opening, add_special_tokens=False)["input_ids"] if opening else []
+        rows = []
+        with torch.inference_mode():
+            for prompt in prompts:
+                ids = torch.tensor([self.encode(prompt) + opening_ids], device=self.device)
+                logits = self.model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[0, -1]
+                rows.append(torch.log_softmax(logits.float(), dim=-1).cpu())
+        return torch.stack(rows) if rows else torch.empty(0)
+
+    def _use_decode_attention(self) -> str | None:
+        """On CPU, route one-token attention through :func:`decode_attention` for this call.
+
+        Returns the implementation to restore afterwards (None when nothing was changed).
+        """
+        current = getattr(self.model.config, "_attn_implementation", None)
+        if not self.fast or current != "sdpa" or self.device.type != "cpu":
+            return None
+        register_decode_attention()
+        self.model.set_attn_implementation(DECODE_ATTENTION)
+        # A model that cannot switch at run time keeps its attention (transformers logs why).
+        self._decode_attention = self.model.config._attn_implementation == DECODE_ATTENTION
+        return current if self._decode_attention else None
+
+    def _kv_dtype(self, dtype):
+        """The cache's dtype: float32 on CPU whatever the model's (with the decode attention above).
+
+        CPU matrix kernels read a strided slice of a growing float32 buffer in place, but copy a
+        bfloat16 one first, and that copy cost more than the rest of a decoding step.
+        """
+        import torch
+
+        if self.device.type == "cpu" and self._decode_attention:
+            return torch.float32
+        return dtype
+
+    def _finish(self, ids: list[int], finish: str, stop: Sequence[str]) -> Reply:
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        for s in stop:
+            if s in text:
+                text = text[: text.index(s)]
+        if stop:
+            text, _ = cut_at_next_speaker(text)
+        return Reply(text=text, n_tokens=len(ids), finish_reason=finish)
+
+    def _stopped_by_text(self, ids: list[int], stop: Sequence[str]) -> bool:
+        tail = self.tokenizer.decode(ids[-_TAIL_TOKENS:], skip_special_tokens=True)
+        if any(s in tail for s in stop):
+            return True
+        return bool(stop) and cut_at_next_speaker(tail)[1]
+
+    # ----------------------------------------------------------------------------------- prefix reuse
+
+    def _ensure_prefix(self, prefix) -> Entry:
+        """The stored entry that starts with ``prefix``: encoded at batch 1 on top of its best kept match."""
+        import torch
+        from transformers import DynamicCache
+
+        entry, length = self._store.match(prefix)
+        if length == len(prefix):
+            return entry
+        cache = DynamicCache()
+        if entry is not None and length >= MIN_PREFIX:
+            for layer, (k, v) in enumerate(entry.kv):
+                cache.update(k[:, :, :length], v[:, :, :length], layer)
+        else:
+            length = 0
+        rest = torch.as_tensor(prefix[length:], dtype=torch.long, device=self.device)[None]
+        positions = torch.arange(length, len(prefix), device=self.device)[None]
+        self.model(input_ids=rest, position_ids=positions, past_key_values=cache, use_cache=True,
+                   logits_to_keep=1)
+        self.counters["prompt_tokens"] += len(prefix) - length
+        self.counters["reused_tokens"] += length
+        return self._store.add(prefix.copy(), [(layer.keys, layer.values) for layer in cache.layers])
+
+    # ------------------------------------------------------------------------------------ fast path
+
+    def _generate_fast(self, encoded, seeds, *, temperature, top_k, max_new_tokens, min_new_tokens, stop):
+        plan = self._plan(encoded)
+        layers, attention, logits = self._prefill(plan, max_new_tokens)
+        sampler = Sampler([seeds[i] for i in plan.order], temperature, top_k, self.device, self._end_ids)
+        generated, finish = self._decode(plan, layers, attention, logits, sampler, max_new_tokens=max_new_tokens,
+                                         min_new_tokens=min_new_tokens, stop=stop)
+        replies: list[Reply | None] = [None] * len(encoded)
+        for b, i in enumerate(plan.order):
+            replies[i] = self._finish(generated[b], finish[b] or FINISH_LENGTH, stop)
+        return replies
+
+    def _plan(self, encoded) -> _Plan:
+        """Which tokens of each prompt are found in the store and which are encoded, in which groups."""
+        import numpy as np
+
+        arrays = [np.asarray(e, dtype=np.int64) for e in encoded]
+        n = len(arrays)
+        # 1. The prefix the whole batch shares is encoded once (or found in the store).
+        shared, shared_entry = 0, None
+        if n > 1:
+            shared = min(len(a) for a in arrays) - 1
+            for a in arrays[1:]:
+                differ = np.flatnonzero(arrays[0][:shared] != a[:shared])
+                shared = int(differ[0]) if len(differ) else shared
+            if shared >= MIN_PREFIX:
+                shared_entry = self._ensure_prefix(arrays[0][:shared])
+        # 2. Each row reuses its longest kept prefix and encodes the rest (at least one token).
+        sources = []
+        for a in arrays:
+            entry, length = self._store.match(a)
+            length = min(length, len(a) - 1)
+            sources.append((entry, length) if length >= MIN_PREFIX else (None, 0))
+        past = [length for _, length in sources]
+        todo = [len(a) - p for a, p in zip(arrays, past)]
+        if shared_entry is None or min(past) < shared:
+            shared = 0    # every row holds the shared prefix in slots [0, shared), copied from shared_entry
+        self.counters["prompt_tokens"] += sum(todo)
+        self.counters["reused_tokens"] += sum(past)
+        # 3. Rows in decode order (by length still to encode), grouped so padding stays small.
+        order = sorted(range(n), key=lambda i: todo[i])
+        spans = []
+        for g in self._prefill_groups([todo[i] for i in order]):   # ranges of decode positions
+            rows = [order[b] for b in g]
+            spans.append((g[0], g[-1] + 1, max(past[i] for i in rows), max(todo[i] for i in rows)))
+        width = max(c + s for _, _, c, s in spans)
+        return _Plan(arrays, shared, shared_entry, sources, past, todo, order, spans, width)
+
+    def _prefill(self, plan: _Plan, max_new_tokens: int):
+        """Encode every prompt into preallocated buffers (room for ``max_new_tokens`` more); return the
+        cache layers over them, the attention mask and the logits of each prompt's last token."""
+        import torch
+        from transformers.cache_utils import Cache
+
+        device, n, width, shared = self.device, len(plan.arrays), plan.width, plan.shared
+        capacity = width + max_new_tokens
+        buffers = [(torch.zeros((n, heads, capacity, dim), dtype=self._kv_dtype(dtype), device=device),
+                    torch.zeros((n, heads, capacity, dim), dtype=self._kv_dtype(dtype), device=device))
+                   for heads, dim, dtype in self._layout()]
+        attention = torch.zeros((n, capacity), dtype=torch.long, device=device)
+        first_logits = [None] * n
+        BufferLayer = buffer_layer_class()
+        for start, end, c_width, s_width in plan.spans:
+            ids = torch.zeros((end - start, s_width), dtype=torch.long, device=device)
+            positions = torch.zeros((end - start, s_width), dtype=torch.long, device=device)
+            for b in range(start, end):
+                i = plan.order[b]
+                entry, c = plan.sources[i]
+                if shared:
+                    for (kb, vb), (k, v) in zip(buffers, plan.shared_entry.kv):
+                        kb[b, :, :shared], vb[b, :, :shared] = k[0, :, :shared], v[0, :, :shared]
+                    attention[b, :shared] = 1
+                if c > shared:
+                    past_slots = slice(width - s_width - (c - shared), width - s_width)
+                    for (kb, vb), (k, v) in zip(buffers, entry.kv):
+                        kb[b, :, past_slots], vb[b, :, past_slots] = k[0, :, shared:c], v[0, :, shared:c]
+                    attention[b, past_slots] = 1
+                s = plan.todo[i]
+                ids[b - start, s_width - s :] = torch.as_tensor(plan.arrays[i][c:], device=device)
+                positions[b - start, s_width - s :] = torch.arange(c, c + s, device=device)
+                attention[b, width - s : width] = 1
+            # The group writes straight into its rows of the decode buffers (views, no copies).
+            cache = Cache(layers=[BufferLayer(kb[start:end], vb[start:end], width - s_width)
+                                  for kb, vb in buffers])
+            out = self.model(input_ids=ids, attention_mask=attention[start:end, :width], position_ids=positions,
+                             past_key_values=cache, use_cache=True, logits_to_keep=1)
+            for b in range(start, end):
+                first_logits[b] = out.logits[b - start, -1]
+            del cache, out
+        if self._keep_between_calls:
+            self._keep_prompts(plan.arrays, plan.order, plan.spans, plan.past, plan.todo, buffers, width, shared)
+        return [BufferLayer(kb, vb, width) for kb, vb in buffers], attention, torch.stack(first_logits)
+
+    def _decode(self, plan: _Plan, layers, attention, logits, sampler, *, max_new_tokens, min_new_tokens, stop):
+        """4. Decode all rows together; finished rows leave the batch as they accumulate. Returns the
+        generated ids and the finish reason of each row, by decode position."""
+        import torch
+        from transformers.cache_utils import Cache
+
+        n, device = len(plan.arrays), self.device
+        cache = Cache(layers=layers)
+        next_position = torch.tensor([len(plan.arrays[i]) for i in plan.order], device=device)
+        generated: list[list[int]] = [[] for _ in range(n)]       # by decode position
+        finish: list[str | None] = [None] * n
+        active = list(range(n))                                     # batch row -> decode position
+        length = plan.width
+        with shared_slots(plan.shared):
+            for step in range(max_new_tokens):
+                tokens = sampler.sample(logits, active, suppress_end=step < min_new_tokens)
+                for b, r in enumerate(active):
+                    if finish[r] is not None:
+                        continue
+                    token = int(tokens[b])
+                    if token in sampler.end_ids:
+                        finish[r] = FINISH_STOP
+                        continue
+                    generated[r].append(token)
+                    if self._stopped_by_text(generated[r], stop):
+                        finish[r] = FINISH_STOP
+                    elif len(generated[r]) >= max_new_tokens:
+                        finish[r] = FINISH_LENGTH
+                if step == max_new_tokens - 1 or all(finish[r] is not None for r in active):
+                    break
+                finished = sum(finish[r] is not None for r in active)
+                # Dropping rows copies the cache, so do it once a few rows have finished, not for each one.
+                if finished and finished >= max(1, (len(active) + 7) // 8):
+                    keep = [b for b, r in enumerate(active) if finish[r] is None]
+                    index = torch.tensor(keep, dtype=torch.long, device=device)
+                    for layer in layers:
+                        layer.keep_rows(index)
+                    attention, next_position, tokens = attention[index], next_position[index], tokens[index]
+                    active = [active[b] for b in keep]
+                attention[:, length] = 1
+                out = self.model(input_ids=tokens[:, None], attention_mask=attention[:, : length + 1],
+                                 position_ids=next_position[:, None], past_key_values=cache, use_cache=True)
+                logits = out.logits[:, -1]
+                length += 1
+                next_position = next_position + 1
+        return generated, finish
+
+    def _keep_prompts(self, arrays, order, spans, past, todo, buffers, width, shared) -> None:
+        """Store each prompt's keys/values so the game's next prompt can reuse them."""
+        import torch
+
+        for start, end, _, s_width in spans:
+            for b in range(start, end):
+                i = order[b]
+                c, s = past[i], todo[i]
+                slots = [slice(0, shared), slice(width - s_width - (c - shared), width - s_width),
+                         slice(width - s, width)]
+                kv = [(torch.cat([kb[b : b + 1, :, x] for x in slots], dim=2),
+                       torch.cat([vb[b : b + 1, :, x] for x in slots], dim=2)) for kb, vb in buffers]
+                self._store.add(arrays[i], kv)
+
+    def _prefill_groups(self, lengths: list[int]) -> list[list[int]]:
+        """Consecutive rows (sorted by length) grouped so padding stays small and memory bounded."""
+        groups: list[list[int]] = []
+        current: list[int] = []
+        for r, length in enumerate(lengths):
+            if current:
+                widest = max(length, max(lengths[c] for c in current))
+                padded = widest * (len(current) + 1)
+                useful = sum(lengths[c] for c in current) + length
+                if padded > self.prefill_tokens or padded > 1.25 * useful + 16:
+                    groups.append(current)
+                    current = []
+            current.append(r)
+        if current:
+            groups.append(current)
+        return groups
+
+    # -------------------------------------------------------------------------------- fallback path
+
+    def _generate_fallback(self, encoded, seeds, *, temperature, top_k, max_new_tokens, min_new_tokens, stop):
+        """``model.generate`` one prompt at a time: slow, but correct for any architecture."""
+        import torch
+
+        replies = []
+        for ids, seed in zip(encoded, seeds):
+            if seed is not None:
+                torch.manual_seed(seed)
+            input_ids = torch.tensor([ids], device=self.device)
+            kwargs = dict(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                          eos_token_id=self._end_ids, pad_token_id=self.tokenizer.pad_token_id,
+                          attention_mask=torch.ones_like(input_ids))
+            if stop:
+                kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
+            if temperature > 0:
+                kwargs.update(do_sample=True, temperature=temperature, top_k=top_k or None)
+            else:
+                kwargs.update(do_sample=False)
+            out = self.model.generate(input_ids, **kwargs)[0, len(ids):].tolist()
+            ended = bool(out) and out[-1] in self._end_ids
+            if ended:
+                out = out[:-1]
+            finish = FINISH_STOP if ended or len(out) < max_new_tokens else FINISH_LENGTH
+            self.counters["prompt_tokens"] += len(ids)
+            replies.append(self._finish(out, finish, stop))
+        return replies
