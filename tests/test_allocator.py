@@ -37,6 +37,7 @@ def _glibc_counts(mode: str) -> tuple[int, int]:
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the thresholds are glibc's (mallinfo2)")
+@pytest.mark.slow
 def test_freed_blocks_stay_in_the_heap_for_reuse():
     mmapped, kept = _glibc_counts("plain")
     assert mmapped >= BLOCK and kept < BLOCK      # glibc's default: its own mmap, unmapped when freed
@@ -44,6 +45,7 @@ def test_freed_blocks_stay_in_the_heap_for_reuse():
     assert mmapped == 0 and kept >= BLOCK         # from the heap, and still there to be reused
 
 
+@pytest.mark.slow
 def test_the_library_leaves_the_process_alone_and_the_spag_command_opts_in(tmp_path):
     """The thresholds are process-wide: a program that uses the hf player as a library keeps glibc's own
     (checked in a fresh process), while the `spag` command and the pipeline's stages, which own their

@@ -59,6 +59,7 @@ def test_syllogism_answers_are_drawn_evenly():
     assert np.bincount([item["label"] for item in items]).min() > 160
 
 
+@pytest.mark.slow
 def test_plain_lm_eval_runs_the_local_suite_from_any_directory(tmp_path):
     """The shipped task folder under the real lm_eval CLI, started from an unrelated working directory:
     the data paths must not depend on where lm_eval runs."""
@@ -120,6 +121,7 @@ def run_a(tiny, tmp_path_factory):
     return out, metrics
 
 
+@pytest.mark.slow
 def test_local_suite_runs_through_lm_eval(run_a):
     out, metrics = run_a
     assert metrics["suite"] == "local"
@@ -171,6 +173,7 @@ def test_unknown_task_is_a_clear_error(tiny, tmp_path):
         bm.run_benchmark(str(tiny[0]), tasks=["nope"], suite="local", output=tmp_path / "x.json")
 
 
+@pytest.mark.slow
 def test_benchmark_and_compare_commands(run_a, tiny, tmp_path):
     out_a, _ = run_a
     out_b = tmp_path / "b.json"
@@ -196,6 +199,7 @@ def test_benchmark_and_compare_commands(run_a, tiny, tmp_path):
     assert data["geometric_mean"]["b"] == pytest.approx(metrics_b["geometric_mean"])
 
 
+@pytest.mark.slow
 def test_paper_suite_offline_is_a_clear_error(tiny, tmp_path):
     result = spag("benchmark", "--model", tiny[0], "--suite", "paper", "--tasks", "arc_easy", "-o",
                   tmp_path / "p.json")

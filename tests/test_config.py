@@ -273,6 +273,7 @@ def test_a_stage_started_on_a_params_file_with_a_typo_exits_2_naming_the_key(tmp
     assert not (project / "data").exists()
 
 
+@pytest.mark.slow
 def test_under_a_launcher_the_training_settings_travel_as_a_file(tmp_path):
     import json
 

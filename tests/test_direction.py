@@ -81,6 +81,7 @@ def rows():
     return rows
 
 
+@pytest.mark.slow
 def test_offline_po_moves_each_row_in_its_reward_direction_and_flipping_the_sign_reverses_it(tiny, rows, tmp_path):
     signs = [1 if r["reward"] > 0 else -1 for r in rows]
     assert sorted(signs) == [-1, 1, 1]  # two winners' lines, one penalised foul line
@@ -93,6 +94,7 @@ def test_offline_po_moves_each_row_in_its_reward_direction_and_flipping_the_sign
     assert all(s * d < -0.02 for s, d in zip(signs, flipped)), list(zip(signs, flipped))
 
 
+@pytest.mark.slow
 def test_the_losers_lines_are_not_what_rises(tiny, rows, tmp_path):
     """The defender's losing line of the coffee game is no row: it must rise less than the winner's line."""
     loser = reward_rows([EPISODES[0]], options=RewardOptions(loser_reward=-1.0))[0]
@@ -111,6 +113,7 @@ def test_the_losers_lines_are_not_what_rises(tiny, rows, tmp_path):
     assert moved[A] > 0.02 and moved[D] < -0.02, moved
 
 
+@pytest.mark.slow
 def test_role_baseline_turns_the_weaker_rows_of_a_role_negative(tiny, tmp_path):
     games = [EPISODES[0], episode("milk", "A white drink that comes from cows, good with cereal.",
                                   "Maybe juice?", "It is white and cows give it.", "Then milk!")]
@@ -124,6 +127,7 @@ def test_role_baseline_turns_the_weaker_rows_of_a_role_negative(tiny, tmp_path):
         assert (shift > 0) == (row["reward"] > 0), (row["completion"], row["reward"], shift)
 
 
+@pytest.mark.slow
 def test_imitation_raises_the_imitated_lines(tiny, tmp_path):
     rows, _ = imitation_rows(EPISODES)
     # The winners' own lines: the coffee attacker's clue and the tea defender's right guess.

@@ -144,6 +144,7 @@ def test_evaluate_refuses_overlapping_words(tmp_path, tiny):
     assert not (tmp_path / "m.json").exists()
 
 
+@pytest.mark.slow
 def test_evaluate_plays_both_roles_on_the_tiny_model(tmp_path, tiny):
     words, train = tmp_path / "eval.txt", tmp_path / "train.txt"
     words.write_text("river\nmountain\ncoffee\n")

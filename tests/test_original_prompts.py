@@ -262,6 +262,7 @@ def test_spag_prompt_under_the_paper_preset_gives_the_originals_play_prompts(tmp
     assert "2 prompts (original play prompts)" in result.stderr
 
 
+@pytest.mark.slow
 def test_spag_prompt_with_templates_renders_the_models_chat_template(tmp_path):
     from spag.config import load_settings
     from spag.modeling import load_tokenizer
@@ -283,6 +284,7 @@ def test_spag_prompt_with_templates_renders_the_models_chat_template(tmp_path):
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "bad.jsonl" in result.stderr
 
 
+@pytest.mark.slow
 def test_spag_reward_takes_its_settings_from_a_params_file(tmp_path):
     episodes = tmp_path / "episodes.jsonl"
     episodes.write_text(json.dumps({"target_word": "apple", "max_turns": 5, "history": [

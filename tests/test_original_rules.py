@@ -134,6 +134,7 @@ def test_random_games_agree_with_the_restatement(seed):
         assert (verdict.outcome, verdict.turns) == reference_judge(target, history, max_turns), history
 
 
+@pytest.mark.slow
 def test_cli_judge_with_the_original_rules(tmp_path):
     games = [{"target_word": "cat", "max_turns": 5, "history": game("a category", "ok")},
              {"target_word": "apple", "max_turns": 5, "history": game("fruit?", "I know the word! It is pineapple")}]

@@ -126,6 +126,7 @@ def test_base_model_output_dir_with_user_files_is_refused_not_deleted(tmp_path):
     assert sorted(p.name for p in target.iterdir()) == ["thesis.tex"]
 
 
+@pytest.mark.slow
 def test_play_output_dir_with_user_files_is_refused(tiny, tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("apple\nriver\n")

@@ -266,6 +266,7 @@ GPT4_SHAPE = [  # the original results file: target_word, max_turns, history
 
 
 @pytest.mark.parametrize("fmt", ["json", "jsonl", "parquet"])
+@pytest.mark.slow
 def test_teacher_episodes_are_imported_judged_and_held_out_words_left_out(tmp_path, fmt):
     from spag.game.episodes import write_episodes
     from spag.io import read_records
@@ -293,6 +294,7 @@ ORIGINAL_QUERY = ("Play the game ...\n### Game History:\n  - attacker: A red fru
                   "the defender. Provide your response to infer the target word.\n\n### Response:")
 
 
+@pytest.mark.slow
 def test_teacher_rows_are_used_as_they_are_with_their_weight(tmp_path):
     from spag.io import read_records
     from spag.rows import read_rows
@@ -340,6 +342,7 @@ def spag(*args):
     return subprocess.run([sys.executable, "-m", "spag.cli", *map(str, args)], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_reward_and_imitation_commands_take_the_rules(tmp_path):
     src = tmp_path / "episodes.json"
     src.write_text(json.dumps(EPISODES))

@@ -56,6 +56,7 @@ def test_someone_elses_folder_in_the_way_is_refused(tmp_path):
     assert (out / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_a_killed_play_stage_continues_from_its_finished_games(tmp_path):
     model = make_tiny_checkpoint(tmp_path / "model")
     script = tmp_path / "stage.py"

@@ -245,6 +245,7 @@ def tiny(tmp_path_factory):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.slow
 def test_a_resumed_run_keeps_its_games_and_plays_each_missing_one_once(tiny, tmp_path, dtype):
     """What resuming promises in any dtype: the finished games stay as they are, every missing word is
     played once, with its own seed. In float32 the result is also the uninterrupted run's, game for game; in
@@ -263,6 +264,7 @@ def test_a_resumed_run_keeps_its_games_and_plays_each_missing_one_once(tiny, tmp
         assert [e["history"] for e in resumed] == [e["history"] for e in whole]
 
 
+@pytest.mark.slow
 def test_hf_backend_is_deterministic_with_a_seed(tiny, tmp_path):
     config = PlayConfig(max_turns=2, max_new_tokens=6, batch_size=2, seed=3)  # 3 words: a refill
     words = ["apple", "river", "cloud"]
@@ -276,6 +278,7 @@ def test_hf_backend_is_deterministic_with_a_seed(tiny, tmp_path):
     assert [e["history"] for e in other] != [e["history"] for e in first]
 
 
+@pytest.mark.slow
 def test_play_command(tiny, tmp_path):
     from typer.testing import CliRunner
 
@@ -321,6 +324,7 @@ def _by_word(folder) -> list[tuple]:
                   for e in read_episodes(folder))
 
 
+@pytest.mark.slow
 def test_two_ranks_under_torchrun_play_the_games_of_one_process_and_resume_a_killed_rank(tiny, tmp_path):
     """`spag play` as two ranks: each writes its own shards (its share of the words), together the episodes of
     a single-process run. A rank killed part-way takes the other down with it (torchrun); the re-run with

@@ -123,6 +123,7 @@ def test_seeds():
 # ---------------------------------------------------------------------------------------- hf backend
 
 
+@pytest.mark.slow
 def test_fast_path_matches_model_generate(player):
     """The custom decode loop (shared prefix, padding, buffers, row dropping) gives generate's tokens."""
     prompts = _prompts()

@@ -36,6 +36,7 @@ def test_model_fingerprint_follows_content_not_path(models, tmp_path):
     assert model_fingerprint(moved) == model_fingerprint(b) != model_fingerprint(a)
 
 
+@pytest.mark.slow
 def test_benchmark_resumed_after_a_retrain_at_the_same_path_scores_the_new_model(models, tmp_path):
     """Issue 11: `spag benchmark` resumed from FILE.json.parts/ keyed by the model's path."""
     from spag.evaluate import benchmark as bm

@@ -38,6 +38,7 @@ def test_unknown_scheduler_is_rejected():
 
 
 @pytest.mark.parametrize("schedule", ["warmup_decay", "warmup_decay_ds013"])
+@pytest.mark.slow
 def test_a_training_run_follows_the_deepspeed_schedule(tmp_path, schedule):
     import json
 

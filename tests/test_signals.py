@@ -84,6 +84,7 @@ def wait_for(condition, process, seconds=240):
     assert process.poll() is None, "the run ended before it could be interrupted"
 
 
+@pytest.mark.slow
 def test_spag_play_terminated_resumes_to_the_uninterrupted_episodes(tiny, tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("\n".join(WORDS * 3) + "\n")
@@ -104,6 +105,7 @@ def test_spag_play_terminated_resumes_to_the_uninterrupted_episodes(tiny, tmp_pa
     assert by_index(read_episodes(out)) == by_index(read_episodes(tmp_path / "whole"))
 
 
+@pytest.mark.slow
 def test_spag_evaluate_terminated_keeps_its_games_and_resumes(tiny, tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("\n".join(WORDS * 2) + "\n")
@@ -125,6 +127,7 @@ def test_spag_evaluate_terminated_keeps_its_games_and_resumes(tiny, tmp_path):
     assert resumed == whole
 
 
+@pytest.mark.slow
 def test_spag_train_killed_resumes_from_its_checkpoint_to_the_same_step_count(tiny, tmp_path):
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"prompt": f"Question {i}?", "completion": f"Answer {i}.", "reward": None,

@@ -165,6 +165,7 @@ def test_unique_names():
 # ------------------------------------------------------------------------------------------ end to end
 
 
+@pytest.mark.slow
 def test_tournament_command_on_tiny_models(tmp_path):
     from spag.testing import make_tiny_checkpoint
 

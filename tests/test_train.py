@@ -156,6 +156,7 @@ def mean_nll(model_dir, rows):
     return -sum(logp.values()) / len(logp)
 
 
+@pytest.mark.slow
 def test_sft_training_lowers_the_loss_and_saves_a_plain_hf_directory(tiny, tokenizer, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -183,6 +184,7 @@ def test_sft_training_lowers_the_loss_and_saves_a_plain_hf_directory(tiny, token
     assert losses[0] == "step\tloss" and len(losses) == 13
 
 
+@pytest.mark.slow
 def test_offline_po_reference_cache_is_reused_and_keyed_by_the_data(tiny, tmp_path):
     rows = game_rows()
     data = write_rows(tmp_path / "rows.jsonl", rows)
@@ -225,6 +227,7 @@ def test_offline_po_reference_cache_is_reused_and_keyed_by_the_data(tiny, tmp_pa
     assert read_cache(Path(cache), "not-the-key", len(rows)) is None
 
 
+@pytest.mark.slow
 def test_resume_continues_from_the_latest_checkpoint(tiny, tmp_path):
     data = write_rows(tmp_path / "rows.jsonl", game_rows())
     out = tmp_path / "imitation"
@@ -246,6 +249,7 @@ def test_resume_continues_from_the_latest_checkpoint(tiny, tmp_path):
     assert summary["mean_loss"] == pytest.approx(sum(losses) / 4, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_lora_on_the_fly_reference_is_merged_on_save(tiny, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
@@ -306,6 +310,7 @@ def test_deepspeed_zero3_config_offloads_and_leaves_sizes_to_the_trainer():
     assert "scheduler" not in config  # the Trainer's cosine schedule with warm-up applies
 
 
+@pytest.mark.slow
 def test_two_processes_share_the_reference_pass_and_train_together(tiny, tmp_path):
     """torchrun on CPU (gloo): each process scores half the rows, the main one writes cache and model."""
     import os
@@ -338,6 +343,7 @@ def test_two_processes_share_the_reference_pass_and_train_together(tiny, tmp_pat
     assert cached == pytest.approx([single[i] for i in range(len(encoded))], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_a_live_dir_holding_someone_elses_files_is_refused_and_kept(tiny, tmp_path):
     """dvclive replaces dvc.yaml, params.yaml, metrics.json and plots/ in its folder: never a user's."""
     from spag.testing import run_cli
