@@ -245,6 +245,20 @@ def test_a_control_character_in_a_target_word_names_its_line(tmp_path):
     assert str(path) in line and "line 2" in line and "control character" in line
 
 
+@pytest.mark.parametrize("target", ["\ufeffapple", "app\x00le", "apple\r"])
+@pytest.mark.parametrize("command", ["judge", "reward", "imitation-data"])
+def test_a_control_character_in_an_episodes_target_word_names_its_record(tmp_path, command, target):
+    """A word list's BOM or NUL copied into episodes: the judge would never match the word as said."""
+    path = tmp_path / "episodes.jsonl"
+    path.write_text(json.dumps(EPISODE) + "\n" + json.dumps({**EPISODE, "target_word": target}) + "\n")
+    strict = [] if command == "judge" else ["--strict"]
+    result = run_cli(command, path, "-o", tmp_path / "out.jsonl", *strict)
+    assert result.code == 2, result.stderr
+    line = result.error_lines()[0]
+    assert str(path) in line and "record 1" in line and "'target_word' holds an invisible control character" in line
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 @pytest.mark.parametrize("command", ["reward", "imitation-data", "judge"])
 def test_an_output_that_is_the_input_is_refused_and_the_input_kept(files, command):
     before = Path(files["episodes"]).read_bytes()

@@ -12,6 +12,7 @@ shards, or one file) and the export to the original project's JSON.
 from __future__ import annotations
 
 import os
+import unicodedata
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -29,6 +30,8 @@ def validate_episode(record: Mapping, index: int, source: str | os.PathLike = "<
     target = episode.get("target_word")
     if not isinstance(target, str) or not target.strip():
         raise DataError(source, index, "missing or empty 'target_word'")
+    if any(unicodedata.category(ch).startswith("C") for ch in target):  # NUL, other controls, a BOM, ...
+        raise DataError(source, index, f"'target_word' holds an invisible control character: {target!r}")
     if "max_turns" not in episode or episode["max_turns"] is None:
         episode["max_turns"] = DEFAULT_MAX_TURNS
     episode["max_turns"] = _whole_number(episode["max_turns"], source, index)
