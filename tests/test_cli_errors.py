@@ -269,6 +269,34 @@ def test_an_output_that_is_the_input_is_refused_and_the_input_kept(files, comman
     assert Path(files["episodes"]).read_bytes() == before
 
 
+SAME_FILE = {
+    "play_export_json_onto_words": (PLAY + " --export-json {words}", "--export-json is the same file as --words"),
+    "play_export_json_onto_output": (PLAY.replace("{out}", "{out}.parquet") + " --export-json {out}.parquet",
+                                     "--export-json is the same file as -o"),
+    "evaluate_metrics_onto_words": (EVALUATE.replace("{out}", "{words}"), "-o is the same file as --words"),
+    "evaluate_episodes_onto_metrics": (EVALUATE + " --episodes-out {out}", "--episodes-out is the same file as -o"),
+    "tournament_heatmap_onto_metrics": (TOURNAMENT + " --heatmap {out}", "--heatmap is the same file as -o"),
+    "benchmark_samples_onto_metrics": ("benchmark --model {tiny} -o {out} --samples-out {out}",
+                                       "--samples-out is the same file as -o"),
+    "compare_output_onto_a": ("compare {episodes} {words} -o {episodes}", "-o is the same file as A"),
+    "train_output_onto_data": (TRAIN.replace("{out}", "{episodes}"), "-o is the same file as --data"),
+    "train_output_onto_model": (TRAIN.replace("{out}", "{tiny}"), "-o is the same file as --model"),
+    "train_live_dir_onto_output": (TRAIN.replace("--no-live", "--live-dir {out}"), "--live-dir is the same file as -o"),
+    "base_model_output_onto_wheel": ("base-model -o {words} --wheel {words}", "-o is the same file as --wheel"),
+}
+
+
+@pytest.mark.parametrize("args, says", SAME_FILE.values(), ids=SAME_FILE.keys())
+def test_an_output_that_is_an_input_or_another_output_is_refused_first(files, tmp_path, args, says):
+    def contents():
+        return {p: p.read_bytes() for folder in (tmp_path, Path(files["tiny"])) for p in folder.rglob("*")
+                if p.is_file()}
+
+    before = contents()
+    check_bad_input(files, tmp_path, args, says)
+    assert contents() == before
+
+
 def test_words_outputs_must_differ_from_the_source_and_each_other(files, tmp_path):
     source = Path(files["words"])
     before = source.read_bytes()

@@ -119,9 +119,11 @@ def register(app: typer.Typer) -> None:
         """
         from spag.console import summary
         from spag.evaluate.games import evaluate_models
-        from spag.io import check_output_file, write_json_atomic
+        from spag.io import check_distinct_paths, check_output_file, write_json_atomic
         from spag.modeling import check_model
 
+        check_distinct_paths({"--words": words, "--train-words": train_words},
+                             {"-o": output, "--episodes-out": episodes_out})
         chosen = _held_out_words(words, train_words, limit)
         config, players = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend,
                                        dtype, gpu_memory_utilization)
@@ -163,7 +165,7 @@ def register(app: typer.Typer) -> None:
 
         from spag.console import error, summary
         from spag.evaluate.benchmark import BenchmarkError, run_benchmark
-        from spag.io import check_output_file
+        from spag.io import check_distinct_paths, check_output_file
         from spag.modeling import check_model
 
         # Repeated or comma-separated; a spec with a metric ("bbh:exact_match,get-answer") is one task.
@@ -173,6 +175,7 @@ def register(app: typer.Typer) -> None:
         if not (batch_size == "auto" or (batch_size.isdigit() and int(batch_size) > 0)):
             raise typer.BadParameter(f"expected a positive integer or 'auto', got {batch_size!r}",
                                      param_hint="--batch-size")
+        check_distinct_paths({}, {"-o": output, "--samples-out": samples_out})
         check_output_file(output, "-o")  # before any game: the metrics are written last
         check_model(model, "--model")
         size: int | str = int(batch_size) if batch_size.isdigit() else batch_size
@@ -202,8 +205,9 @@ def register(app: typer.Typer) -> None:
 
         from spag.console import summary
         from spag.evaluate.compare import compare_benchmarks, format_table
-        from spag.io import write_json_atomic
+        from spag.io import check_distinct_paths, write_json_atomic
 
+        check_distinct_paths({"A": a, "B": b}, {"-o": output})
         result = compare_benchmarks(a, b, resamples=resamples, seed=seed,
                                     say=lambda text: print(text, file=sys.stderr, flush=True))
         print(format_table(result))
@@ -244,9 +248,11 @@ def register(app: typer.Typer) -> None:
         """Round robin: every pair plays both roles on the same words; win rates and Elo (mean 1000)."""
         from spag.console import summary
         from spag.evaluate.tournament import run_tournament
-        from spag.io import check_output_file, write_json_atomic
+        from spag.io import check_distinct_paths, check_output_file, write_json_atomic
         from spag.modeling import check_model
 
+        check_distinct_paths({"--words": words, "--train-words": train_words},
+                             {"-o": output, "--heatmap": heatmap, "--episodes-out": episodes_out})
         everyone = list(models or []) + list(models_args or [])
         if len(everyone) < 2:
             raise typer.BadParameter("name at least two models", param_hint="--models")

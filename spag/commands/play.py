@@ -55,6 +55,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Play Adversarial Taboo between two models and store the judged episodes."""
         from spag.console import error, summary
+        from spag.io import check_distinct_paths
         from spag.modeling import check_model
         from spag.game.episodes import export_json as write_json
         from spag.play import PlayStats, rank_and_world, run_games
@@ -64,6 +65,8 @@ def register(app: typer.Typer) -> None:
         if backend not in BACKENDS or backend == "human":
             error(f"--backend must be one of hf, vllm, openai (got {backend!r})")
             raise typer.Exit(2)
+        check_distinct_paths({"--words": words_file, "--guess-words": guess_words, "--templates": templates},
+                             {"-o": output, "--export-json": export_json})
         words = read_words(words_file)
         if limit is not None:
             words = words[:limit]
