@@ -13,13 +13,19 @@ from pathlib import Path
 
 
 def pick_device(device: str | None = None) -> str:
-    """``device`` itself, or the best there is for None/"auto"; DataError for a GPU this machine lacks."""
+    """``device`` itself, or the best there is for None/"auto"; DataError for a name that is no device
+    (``gpu0``) or a GPU this machine lacks."""
+    import re
+
     import torch
 
+    from spag.config import DEVICE_PATTERN
+    from spag.io import DataError
+
+    if device and not re.match(DEVICE_PATTERN, device):
+        raise DataError("--device", None, f"{device!r} is not a device (cpu, cuda, cuda:N or auto)")
     if device and device != "auto":
         if device.startswith("cuda") and not torch.cuda.is_available():
-            from spag.io import DataError
-
             raise DataError("--device", None, f"{device}: no CUDA GPU is available here (use cpu)")
         return device
     if torch.cuda.is_available():

@@ -310,14 +310,13 @@ def test_words_outputs_must_differ_from_the_source_and_each_other(files, tmp_pat
 
 
 @pytest.mark.parametrize("device, says", [("gpu0", "'gpu0' is not a device"), ("cuda", "no CUDA GPU")])
-def test_a_device_this_machine_lacks_is_one_line(files, device, says):
+@pytest.mark.parametrize("command", [PLAY, "benchmark --model {tiny} -o {out} --limit 1"])
+def test_a_device_this_machine_lacks_is_one_line(files, tmp_path, command, device, says):
     import torch
 
     if device == "cuda" and torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
-    result = run_cli(*PLAY.format(**files).split(), "--device", device)
-    assert result.code == 2, result.stderr
-    (line,) = result.error_lines()
+    line = check_bad_input(files, tmp_path, f"{command} --device {device}", "--device")
     assert line.startswith("error: --device") and says in line
 
 

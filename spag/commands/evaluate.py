@@ -166,7 +166,7 @@ def register(app: typer.Typer) -> None:
         from spag.console import error, summary
         from spag.evaluate.benchmark import BenchmarkError, run_benchmark
         from spag.io import check_distinct_paths, check_output_file
-        from spag.modeling import check_model
+        from spag.modeling import check_model, pick_device
 
         # Repeated or comma-separated; a spec with a metric ("bbh:exact_match,get-answer") is one task.
         names = [t.strip() for spec in tasks for t in ([spec] if ":" in spec else spec.split(","))
@@ -178,6 +178,7 @@ def register(app: typer.Typer) -> None:
         check_distinct_paths({}, {"-o": output, "--samples-out": samples_out})
         check_output_file(output, "-o")  # before any game: the metrics are written last
         check_model(model, "--model")
+        pick_device(device)  # a device this machine lacks, before lm-eval starts
         size: int | str = int(batch_size) if batch_size.isdigit() else batch_size
         try:
             metrics = run_benchmark(model, tasks=names, suite=suite, limit=limit, output=output,
