@@ -4,6 +4,7 @@ tests named after them.
 """
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -182,13 +183,15 @@ def test_play_overwrites_its_own_episode_file_only_when_asked(files, tmp_path):
     assert run_cli(*args, "--overwrite").code == 0
 
 
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
 @pytest.mark.parametrize("command", [EVALUATE, TOURNAMENT])
-def test_episodes_out_never_replaces_a_file_spag_did_not_write(files, user_parquet, command):
+def test_episodes_out_never_replaces_a_file_spag_did_not_write(files, user_parquet, command, overwrite):
     before = user_parquet.read_bytes()
-    result = run_cli(*command.format(**files).split(), "--episodes-out", user_parquet, "--overwrite",
+    result = run_cli(*command.format(**files).split(), "--episodes-out", user_parquet, *overwrite,
                      "--max-new-tokens", "2")
     assert result.code == 2
-    assert str(user_parquet) in result.error_lines()[-1]
+    (line,) = result.error_lines()
+    assert str(user_parquet) in line and "not a file of episodes spag wrote" in line
     assert user_parquet.read_bytes() == before
     assert not Path(files["out"]).exists()  # refused before any game was played
 
@@ -400,3 +403,20 @@ def test_train_on_a_model_with_its_own_code_asks_for_trust(files, tmp_path):
     (line,) = result.error_lines()
     assert str(model / "config.json") in line and "--trust-remote-code" in line and "'my_own_llama'" in line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_files_spag_writes_get_the_mode_the_umask_gives(files, tmp_path, umask):
+    """Atomic writes go through a temporary file (mkstemp makes it 0600): the finished file has the mode
+    any new file gets here."""
+    previous = os.umask(umask)
+    try:
+        words = run_cli("words", "-o", tmp_path / "all.txt", "--source", files["words"], "--eval-out",
+                        tmp_path / "held.txt")
+        rows = run_cli("reward", files["episodes"], "-o", tmp_path / "rows.parquet")
+        judged = run_cli("judge", files["episodes"], "-o", tmp_path / "judged.jsonl")
+    finally:
+        os.umask(previous)
+    assert words.code == rows.code == judged.code == 0, words.stderr + rows.stderr + judged.stderr
+    for name in ("all.txt", "held.txt", "rows.parquet", "judged.jsonl"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
