@@ -332,7 +332,10 @@ class TrainConfig(TrainKnobs):
     ref_on_the_fly: bool = knob(False, "Run the reference model during training (two models in memory).")
     ref_cache_dir: Optional[PathStr] = knob(None, "Where reference log-probs are cached (null: beside the data).")
     ref_batch_size: int = knob(8, "Rows per reference forward pass.", ge=1)
-    live_dir: Optional[PathStr] = knob(None, "dvclive directory (null: OUTPUT/../dvclive/<name of OUTPUT>).")
+    live_dir: Optional[PathStr] = knob(None, "dvclive directory (null: OUTPUT/../dvclive/<name of OUTPUT>): new, "
+                                             "empty, or one spag train made (it holds .spag-output.json), as "
+                                             "dvclive replaces dvc.yaml, params.yaml, metrics.json and plots/ in "
+                                             "it; anything else is refused.")
     live: bool = knob(True, "Log training curves to dvclive.")
     logging_steps: int = knob(10, "Log every N optimiser steps.", ge=1)
     save_total_limit: int = knob(2, "Intermediate checkpoints kept.", ge=1)

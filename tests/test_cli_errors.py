@@ -420,3 +420,24 @@ def test_files_spag_writes_get_the_mode_the_umask_gives(files, tmp_path, umask):
     assert words.code == rows.code == judged.code == 0, words.stderr + rows.stderr + judged.stderr
     for name in ("all.txt", "held.txt", "rows.parquet", "judged.jsonl"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+
+
+@pytest.mark.parametrize("flag", [[], ["--overwrite"], ["--resume"]])
+def test_a_live_dir_of_the_users_files_is_refused_whatever_the_flag(files, tmp_path, flag):
+    """--live-dir . in a project: dvclive would delete and replace its dvc.yaml, params.yaml, metrics.json,
+    report.html and plots/."""
+    rows = tmp_path / "rows.jsonl"
+    assert run_cli("reward", files["episodes"], "-o", rows).code == 0
+    project = tmp_path / "project"
+    (project / "plots" / "metrics").mkdir(parents=True)
+    for name in ("dvc.yaml", "params.yaml", "metrics.json", "report.html", "plots/metrics/loss.tsv"):
+        (project / name).write_text(f"the user's {name}\n")
+    before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
+    result = run_cli(*TRAIN.replace("{episodes}", str(rows)).replace("--no-live", "--live-dir {tmp}/project")
+                     .format(**files).split(), *flag)
+    assert result.code == 2, result.stderr
+    (line,) = result.error_lines()
+    assert line.startswith(f"error: {project}: ")
+    assert "was not written by `spag train` (its dvclive folder)" in line
+    assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before
+    assert not Path(files["out"]).exists()
