@@ -309,6 +309,24 @@ def test_an_output_that_is_an_input_or_another_output_is_refused_first(files, tm
     assert contents() == before
 
 
+@pytest.mark.parametrize("command", ["reward", "imitation-data", "judge"])
+@pytest.mark.parametrize("output", ["shard-0.parquet", "rows.parquet", "sub/rows.jsonl"])
+def test_an_output_inside_a_folder_of_episode_shards_is_refused(tmp_path, command, output):
+    """reward SHARDS -o SHARDS/shard-0.parquet would replace a shard with rows (a new file there would be
+    read as a shard next time)."""
+    from spag.game.episodes import write_episodes
+
+    shards = tmp_path / "episodes"
+    write_episodes([EPISODE], shards / "shard-0.parquet")
+    before = (shards / "shard-0.parquet").read_bytes()
+    result = run_cli(command, shards, "-o", shards / output)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line == f"error: {shards / output}: -o is inside the folder EPISODES (the input); choose a path outside it"
+    assert sorted(p.name for p in shards.rglob("*")) == ["shard-0.parquet"]
+    assert (shards / "shard-0.parquet").read_bytes() == before
+
+
 def test_words_outputs_must_differ_from_the_source_and_each_other(files, tmp_path):
     source = Path(files["words"])
     before = source.read_bytes()
