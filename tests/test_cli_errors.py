@@ -30,7 +30,8 @@ def files(tmp_path, tiny):
     (tmp_path / "episodes.jsonl").write_text(json.dumps(EPISODE) + "\n")
     (tmp_path / "not_a_model").mkdir()
     (tmp_path / "not_a_model" / "notes.txt").write_text("hello")
-    return {"tiny": str(tiny), "tmp": str(tmp_path), "missing": str(tmp_path / "missing.txt"),
+    (tmp_path / "tiny_too").symlink_to(tiny, target_is_directory=True)  # a second model for tournament
+    return {"tiny": str(tiny), "tiny_too": str(tmp_path / "tiny_too"), "tmp": str(tmp_path), "missing": str(tmp_path / "missing.txt"),
             "empty": str(tmp_path / "empty.txt"), "binary": str(tmp_path / "binary.bin"),
             "words": str(tmp_path / "words.txt"), "episodes": str(tmp_path / "episodes.jsonl"),
             "not_a_model": str(tmp_path / "not_a_model"), "no_model": str(tmp_path / "no" / "model"),
@@ -40,7 +41,7 @@ def files(tmp_path, tiny):
 PLAY = "play --attacker {tiny} --defender {tiny} --words {words} -o {out} --no-progress"
 EVALUATE = "evaluate --model {tiny} --opponent {tiny} --words {words} -o {out}"
 TRAIN = "train --method sft --model {tiny} --data {episodes} -o {out} --no-live"
-TOURNAMENT = "tournament --models {tiny} --models {tiny} --words {words} -o {out}"
+TOURNAMENT = "tournament --models {tiny} --models {tiny_too} --words {words} -o {out}"
 
 # (subcommand arguments, what the one error line must name)
 CASES = {
@@ -90,6 +91,7 @@ CASES = {
     "tournament_words_missing_file": (TOURNAMENT.replace("{words}", "{missing}"), "{missing}"),
     "tournament_max_turns_zero": (TOURNAMENT + " --max-turns 0", "--max-turns"),
     "tournament_one_model": ("tournament --models {tiny} --words {words} -o {out}", "--models"),
+    "tournament_same_model_twice": (TOURNAMENT.replace("{tiny_too}", "{tiny}"), "the same model is listed twice"),
     "tournament_unknown_model_path": (TOURNAMENT.replace("--models {tiny} --models", "--models {no_model} --models"),
                                       "--models"),
     "analyze_no_episode_files": ("analyze {missing}", "{missing}"),
@@ -281,13 +283,18 @@ def test_an_output_that_is_the_input_is_refused_and_the_input_kept(files, comman
     assert Path(files["episodes"]).read_bytes() == before
 
 
-SAME_FILE = {
+BAD_OUTPUTS = {
     "play_export_json_onto_words": (PLAY + " --export-json {words}", "--export-json is the same file as --words"),
     "play_export_json_onto_output": (PLAY.replace("{out}", "{out}.parquet") + " --export-json {out}.parquet",
                                      "--export-json is the same file as -o"),
     "evaluate_metrics_onto_words": (EVALUATE.replace("{out}", "{words}"), "-o is the same file as --words"),
     "evaluate_episodes_onto_metrics": (EVALUATE + " --episodes-out {out}", "--episodes-out is the same file as -o"),
     "tournament_heatmap_onto_metrics": (TOURNAMENT + " --heatmap {out}", "--heatmap is the same file as -o"),
+    "tournament_heatmap_a_folder": (TOURNAMENT + " --heatmap {not_a_model}", "--heatmap names the file to write"),
+    "play_export_json_a_folder": (PLAY + " --export-json {not_a_model}", "--export-json names the file to write"),
+    "benchmark_samples_a_folder": ("benchmark --model {tiny} -o {out} --samples-out {not_a_model} --limit 1",
+                                   "--samples-out names the file to write"),
+    "compare_output_a_folder": ("compare {episodes} {words} -o {not_a_model}", "-o names the file to write"),
     "benchmark_samples_onto_metrics": ("benchmark --model {tiny} -o {out} --samples-out {out}",
                                        "--samples-out is the same file as -o"),
     "compare_output_onto_a": ("compare {episodes} {words} -o {episodes}", "-o is the same file as A"),
@@ -298,8 +305,8 @@ SAME_FILE = {
 }
 
 
-@pytest.mark.parametrize("args, says", SAME_FILE.values(), ids=SAME_FILE.keys())
-def test_an_output_that_is_an_input_or_another_output_is_refused_first(files, tmp_path, args, says):
+@pytest.mark.parametrize("args, says", BAD_OUTPUTS.values(), ids=BAD_OUTPUTS.keys())
+def test_an_output_path_that_cannot_be_used_is_refused_before_any_work(files, tmp_path, args, says):
     def contents():
         return {p: p.read_bytes() for folder in (tmp_path, Path(files["tiny"])) for p in folder.rglob("*")
                 if p.is_file()}

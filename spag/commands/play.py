@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Play Adversarial Taboo between two models and store the judged episodes."""
         from spag.console import error, summary
-        from spag.io import check_distinct_paths
+        from spag.io import check_distinct_paths, check_output_file
         from spag.modeling import check_model
         from spag.game.episodes import export_json as write_json
         from spag.play import PlayStats, rank_and_world, run_games
@@ -67,6 +67,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
         check_distinct_paths({"--words": words_file, "--guess-words": guess_words, "--templates": templates},
                              {"-o": output, "--export-json": export_json})
+        if export_json is not None:
+            check_output_file(export_json, "--export-json")  # written after the last game
         words = read_words(words_file)
         if limit is not None:
             words = words[:limit]
