@@ -171,8 +171,18 @@ def test_play_never_replaces_a_parquet_file_spag_did_not_write(files, user_parqu
                      "--max-new-tokens", "2", *overwrite)
     assert result.code == 2
     (line,) = result.error_lines()
-    assert str(user_parquet) in line and "not a file of episodes spag wrote" in line
+    assert str(user_parquet) in line and "holds a Parquet table of other columns (name, value), not episodes spag wrote" in line
     assert user_parquet.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", [PLAY.replace("{out}", "{tmp}/notes.parquet"),
+                                     EVALUATE + " --episodes-out {tmp}/notes.parquet"])
+def test_a_file_that_is_not_parquet_is_refused_saying_so(files, tmp_path, command):
+    notes = tmp_path / "notes.parquet"
+    notes.write_text("my notes\n")
+    line = check_bad_input(files, tmp_path, command + " --overwrite", str(notes))
+    assert "is not a Parquet file, so not episodes spag wrote" in line
+    assert notes.read_text() == "my notes\n"
 
 
 def test_play_overwrites_its_own_episode_file_only_when_asked(files, tmp_path):
@@ -193,7 +203,7 @@ def test_episodes_out_never_replaces_a_file_spag_did_not_write(files, user_parqu
                      "--max-new-tokens", "2")
     assert result.code == 2
     (line,) = result.error_lines()
-    assert str(user_parquet) in line and "not a file of episodes spag wrote" in line
+    assert str(user_parquet) in line and "holds a Parquet table of other columns (name, value), not episodes spag wrote" in line
     assert user_parquet.read_bytes() == before
     assert not Path(files["out"]).exists()  # refused before any game was played
 
