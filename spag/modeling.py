@@ -137,14 +137,14 @@ def save_checkpoint(model, tokenizer, output_dir: str | os.PathLike, kind: str =
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     mark_output_dir(tmp, kind)
-    _usual_modes(tmp)
+    usual_modes(tmp)
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)
     return out
 
 
-def _usual_modes(folder: Path) -> None:
+def usual_modes(folder: str | os.PathLike) -> None:
     """Give every file in ``folder`` the mode a new file gets here (the umask's), as other tools' files
     have: safetensors writes its weights readable by their owner alone (0600)."""
     umask = os.umask(0)
