@@ -485,3 +485,23 @@ def test_a_live_dir_of_the_users_files_is_refused_whatever_the_flag(files, tmp_p
     assert "was not written by `spag train` (its dvclive folder)" in line
     assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before
     assert not Path(files["out"]).exists()
+
+
+@pytest.mark.parametrize("url", ["http://alice:pw-42@127.0.0.1:notaport/v1", "http://alice:pw-42@[::1/v1",
+                                 "alice:pw-42@127.0.0.1:8000/v1", "ftp://alice:pw-42@127.0.0.1/v1",
+                                 "http://alice:pw/42@models.example.org/v1"])
+def test_a_bad_base_url_is_one_line_that_never_shows_its_password(files, tmp_path, url):
+    """A URL the client cannot use is refused before any game; the one line masks the password even where the
+    URL is too broken to parse."""
+    result = run_cli(*(PLAY + " --backend openai").format(**files).split(), "--base-url", url)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line.startswith("error: --base-url: expected an http:// or https:// URL") and "alice:***@" in line
+    assert not Path(files["out"]).exists()
+    assert "pw" not in line.replace("alice:***@", "")
+    params = tmp_path / "params.yaml"
+    params.write_text(f"play:\n  base_url: {json.dumps(url)}\n")
+    checked = run_cli("config", "check", params)
+    assert checked.code == 2
+    (line,) = checked.error_lines()
+    assert "play.base_url: expected an http" in line and "pw" not in line.replace("alice:***@", "")
