@@ -435,18 +435,48 @@ def test_a_lone_surrogate_names_its_file_and_record(files, tmp_path):
     assert not (tmp_path / "rows.parquet").exists()
 
 
-def test_train_on_a_model_with_its_own_code_asks_for_trust(files, tmp_path):
+@pytest.fixture
+def own_code_model(files, tmp_path):
+    """A copy of the tiny model whose config names an architecture only its own code defines."""
     model = tmp_path / "custom"
     shutil.copytree(files["tiny"], model)
     config = json.loads((model / "config.json").read_text())
     config.update(model_type="my_own_llama", auto_map={"AutoModelForCausalLM": "modeling_mine.MyModel"})
     (model / "config.json").write_text(json.dumps(config))
+    return model
+
+
+def test_train_on_a_model_with_its_own_code_asks_for_trust(files, tmp_path, own_code_model):
+    model = own_code_model
     result = run_cli("train", "--method", "sft", "--model", model, "--data", files["episodes"], "-o",
                      tmp_path / "out")
     assert result.code == 2
     (line,) = result.error_lines()
     assert str(model / "config.json") in line and "--trust-remote-code" in line and "'my_own_llama'" in line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command, option, remedy", [
+    (PLAY.replace("--attacker {tiny}", "--attacker {tmp}/custom"), "--attacker", "pass --trust-remote-code"),
+    (EVALUATE.replace("--opponent {tiny}", "--opponent {tmp}/custom"), "--opponent", "this command does not run"),
+    (TOURNAMENT.replace("{tiny_too}", "{tmp}/custom"), "--models", "this command does not run"),
+    ("benchmark --model {tmp}/custom -o {out} --limit 1", "--model", "this command does not run"),
+])
+def test_every_command_refuses_a_model_with_its_own_code_before_loading_it(files, tmp_path, own_code_model,
+                                                                             command, option, remedy):
+    line = check_bad_input(files, tmp_path, command, f"(given to {option})")
+    assert str(own_code_model / "config.json") in line and "'my_own_llama' is defined by the model's own code" in line
+    assert remedy in line
+
+
+def test_a_library_error_of_several_lines_is_told_in_one(files, tmp_path, own_code_model):
+    """--trust-remote-code on a model whose code is missing: transformers' multi-line message, one line."""
+    result = run_cli(*PLAY.replace("--attacker {tiny}", f"--attacker {own_code_model}").format(**files).split(),
+                     "--trust-remote-code")
+    assert result.code == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "my_own_llama" in errors[0]
+    assert result.stderr.rstrip().endswith(errors[0])
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o077])

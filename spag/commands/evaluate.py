@@ -128,8 +128,8 @@ def register(app: typer.Typer) -> None:
         config, players = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend,
                                        dtype, gpu_memory_utilization)
         check_output_file(output, "-o")  # before any game: the metrics are written last
-        check_model(model, "--model")
-        check_model(opponent, "--opponent")
+        check_model(model, "--model", trust_remote_code=None)
+        check_model(opponent, "--opponent", trust_remote_code=None)
         _claim_episodes_out(episodes_out, "evaluate", overwrite, resume)
         metrics = evaluate_models(model, opponent, chosen, config, episodes_out=episodes_out, backend=backend,
                                   resume=resume, seeds=seeds, **players)
@@ -178,7 +178,7 @@ def register(app: typer.Typer) -> None:
         check_distinct_paths({}, {"-o": output, "--samples-out": samples_out})
         check_output_file(output, "-o")  # before any task: the metrics are written last
         check_output_file(samples_out or samples_path(output), "--samples-out")
-        check_model(model, "--model")
+        check_model(model, "--model", trust_remote_code=None)
         pick_device(device)  # a device this machine lacks, before lm-eval starts
         size: int | str = int(batch_size) if batch_size.isdigit() else batch_size
         try:
@@ -267,7 +267,7 @@ def register(app: typer.Typer) -> None:
         if heatmap is not None:
             check_output_file(heatmap, "--heatmap")
         for name in everyone:
-            check_model(name, "--models")
+            check_model(name, "--models", trust_remote_code=None)
         try:
             unique_names(everyone)
         except ValueError as exc:  # the same model twice

@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
             words = words[:limit]
         for model, side in ((attacker, "--attacker"), (defender, "--defender")):
             if model != "human":
-                check_model(model, side)
+                check_model(model, side, trust_remote_code)
         chosen_guess_words = read_words(guess_words) if guess_words else words
         if "human" in (attacker, defender):
             batch_size = 1  # one game at a time when a person is typing
