@@ -393,14 +393,18 @@ def test_max_turns_must_be_a_whole_number(tmp_path, command, max_turns):
     assert not (tmp_path / "out.jsonl").exists()
 
 
-def test_a_history_out_of_turn_order_names_its_record(tmp_path):
+@pytest.mark.parametrize("command", [["judge"], ["reward", "--strict"], ["imitation-data", "--strict"]])
+@pytest.mark.parametrize("history, says", [
+    (EPISODE["history"][::-1], "history[0] is the defender's"),  # the defender speaks first
+    (EPISODE["history"][:1] * 2, "history[1] is the attacker's"),  # the attacker twice in a row
+])
+def test_a_history_out_of_turn_order_names_its_record(tmp_path, command, history, says):
     path = tmp_path / "episodes.jsonl"
-    swapped = {**EPISODE, "history": EPISODE["history"][::-1]}  # the defender speaks first
-    path.write_text(json.dumps(EPISODE) + "\n" + json.dumps(swapped) + "\n")
-    result = run_cli("judge", path, "-o", tmp_path / "out.jsonl")
+    path.write_text(json.dumps(EPISODE) + "\n" + json.dumps({**EPISODE, "history": history}) + "\n")
+    result = run_cli(command[0], path, "-o", tmp_path / "out.jsonl", *command[1:])
     assert result.code == 2
-    (line,) = result.error_lines()
-    assert "record 1" in line and "history[0] is the defender's" in line
+    line = result.error_lines()[0]  # reward/imitation-data: then "nothing written"
+    assert str(path) in line and "record 1" in line and says in line
     assert not (tmp_path / "out.jsonl").exists()
 
 
