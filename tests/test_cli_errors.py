@@ -311,6 +311,8 @@ BAD_OUTPUTS = {
     "train_output_onto_data": (TRAIN.replace("{out}", "{episodes}"), "-o is the same file as --data"),
     "train_output_onto_model": (TRAIN.replace("{out}", "{tiny}"), "-o is the same file as --model"),
     "train_live_dir_onto_output": (TRAIN.replace("--no-live", "--live-dir {out}"), "--live-dir is the same file as -o"),
+    "train_live_dir_onto_checkpoints": (TRAIN.replace("--no-live", "--live-dir {out}/checkpoints"),
+                                        "--live-dir is the same file as the checkpoints (-o/checkpoints)"),
     "base_model_output_onto_wheel": ("base-model -o {words} --wheel {words}", "-o is the same file as --wheel"),
 }
 

@@ -67,14 +67,15 @@ def register(app: typer.Typer) -> None:
         from spag.config import METHODS
         from spag.io import check_distinct_paths
         from spag.modeling import check_model
-        from spag.train.trainer import run_training
+        from spag.train.trainer import CHECKPOINTS, run_training
 
         if method not in METHODS:
             raise typer.BadParameter(f"expected one of {', '.join(METHODS)}", param_hint="--method")
         local = {"--model": model, "--ref": ref}  # a hub name is no path on this machine
+        checkpoints = "--checkpoint-dir" if checkpoint_dir else f"the checkpoints (-o/{CHECKPOINTS})"
         check_distinct_paths({"--data": data, "--deepspeed": deepspeed,
                               **{name: path for name, path in local.items() if path and Path(path).exists()}},
-                             {"-o": output, "--live-dir": live_dir, "--checkpoint-dir": checkpoint_dir})
+                             {"-o": output, checkpoints: checkpoint_dir or output / CHECKPOINTS, "--live-dir": live_dir})
         check_model(model, "--model", trust_remote_code)
         if ref is not None:
             check_model(ref, "--ref", trust_remote_code)
