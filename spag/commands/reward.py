@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """SPAG training rows: the winners' moves in decisive games, with decayed rewards and role weights."""
         from spag.console import summary
-        from spag.io import DataError, check_distinct_paths
+        from spag.io import DataError, check_distinct_paths, check_output_file
         from spag.rewards import RewardOptions, build_reward_set
 
         if sft_limit is not None and sft is None:
@@ -68,6 +68,7 @@ def register(app: typer.Typer) -> None:
                                 role_baseline=role_baseline, keep_truncated=keep_truncated)
         try:
             check_distinct_paths({"EPISODES": episodes}, {"-o": output})
+            check_output_file(output, "-o")
             _check_rules_and_templates(rules, templates)
             _require_episodes(episodes)
             stats = build_reward_set(
@@ -96,13 +97,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The imitation set: a teacher's winning moves in decisive games, both roles, reward 1."""
         from spag.console import summary
-        from spag.io import DataError, check_distinct_paths
+        from spag.io import DataError, check_distinct_paths, check_output_file
         from spag.rewards import build_imitation_set
 
         if sft_limit is not None and sft is None:
             _fail("--sft-limit needs --sft")
         try:
             check_distinct_paths({"EPISODES": episodes}, {"-o": output})
+            check_output_file(output, "-o")
             _check_rules_and_templates(rules, templates)
             _require_episodes(episodes)
             stats = build_imitation_set(episodes, output, seed=seed, strict=strict, sft=sft, sft_limit=sft_limit,
