@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from spag.game.rules import RULE_SETS, WHOLE_WORD
 from spag.train.schedules import COSINE, LR_SCHEDULERS
@@ -59,6 +59,34 @@ def _fspath(value: Any) -> Any:
 
 # A file or directory path: a string (a pathlib.Path from Python code is accepted), never empty.
 PathStr = Annotated[str, BeforeValidator(_fspath), Field(min_length=1)]
+
+
+def shown_url(url: str) -> str:
+    """``url`` as messages show it: a password in it (``https://user:secret@host``) is masked, also in a
+    URL too broken to parse (everything between the user name and the last ``@`` is taken as the password)."""
+    head, sep, rest = url.partition("//")
+    head, rest = (head + sep, rest) if sep else ("", url)
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return f"{head}{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+def _http_url(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("expected an http:// or https:// URL with a host (and a numeric port, if any)")
+    return url
+
+
+# An endpoint URL: http or https, with a host; messages show it with any password masked.
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
 
 
 def knob(default: Any, help: str, **constraints) -> Any:
@@ -138,7 +166,7 @@ class Sampling(Section):
                                           "float32), float32, bfloat16, float16.")
     device: Optional[str] = knob(None, "hf backend: cpu, cuda, cuda:1 ... (null: the best there is).",
                                  pattern=DEVICE_PATTERN)
-    base_url: Optional[str] = knob(None, "openai backend: an OpenAI-compatible endpoint URL.")
+    base_url: Optional[HttpUrl] = knob(None, "openai backend: an OpenAI-compatible endpoint URL.")
     gpu_memory_utilization: float = knob(0.3, "vllm backend: share of the memory one engine takes (weights, "
                                               "activations, KV cache): of the GPU, or on vLLM's CPU build of the "
                                               "CPU's NUMA node; two models in one game are two engines.",
@@ -367,7 +395,10 @@ class TrainConfig(TrainKnobs):
     overwrite: bool = knob(False, "Replace a previous `spag train` output at the same path (nothing else).")
     ref_cache_dir: Optional[PathStr] = knob(None, "Where reference log-probs are cached (null: beside the data).")
     ref_batch_size: int = knob(8, "Rows per reference forward pass.", ge=1)
-    live_dir: Optional[PathStr] = knob(None, "dvclive directory (null: OUTPUT/../dvclive/<name of OUTPUT>).")
+    live_dir: Optional[PathStr] = knob(None, "dvclive directory (null: OUTPUT/../dvclive/<name of OUTPUT>): new, "
+                                             "empty, or one spag train made (it holds .spag-output.json), as "
+                                             "dvclive replaces dvc.yaml, params.yaml, metrics.json and plots/ in "
+                                             "it; anything else is refused.")
     live: bool = knob(True, "Log training curves to dvclive.")
     logging_steps: int = knob(10, "Log every N optimiser steps.", ge=1)
     save_total_limit: int = knob(2, "Intermediate checkpoints kept.", ge=1)
@@ -424,6 +455,8 @@ def _shown(value: Any) -> str:
 def describe(error: dict, model: type[BaseModel] = Settings) -> tuple[str, str]:
     """(key, message) of one pydantic error, in this project's words."""
     loc, kind, value = tuple(error["loc"]), error["type"], _shown(error.get("input"))
+    if loc and loc[-1] == "base_url" and isinstance(error.get("input"), str):
+        value = _shown(shown_url(error["input"]))
     if kind == "extra_forbidden":
         near = difflib.get_close_matches(str(loc[-1]), _fields_at(model, loc[:-1]), n=1)
         return _key(loc), "unknown key" + (f" (did you mean {near[0]}?)" if near else "")

@@ -24,7 +24,8 @@ def summary(command: str, text: str) -> None:
 
 
 def error(text: str) -> None:
-    print(f"error: {text}", file=sys.stderr, flush=True)
+    """``error: TEXT`` on stderr, as one line (a library's multi-line message joined)."""
+    print(f"error: {' '.join(str(text).split())}", file=sys.stderr, flush=True)
 
 
 def first_line(exc: BaseException) -> str:

@@ -172,8 +172,9 @@ def _check_text(records: list, path: Path, escaped: str) -> None:
 
 def check_distinct_paths(inputs: Mapping[str, object], outputs: Mapping[str, object]) -> None:
     """DataError when an output is the same file as an input or as another output (an input would be
-    overwritten, or one output's content lost). Keys name the options (``-o``, ``--eval-out``, ...);
-    None values are skipped."""
+    overwritten, or one output's content lost), or lies inside an input folder (a folder of shards would
+    lose a shard, or read the output as one next time). Keys name the options (``-o``, ``--eval-out``,
+    ...); None values are skipped."""
     def same(a: Path, b: Path) -> bool:
         if a.exists() and b.exists():
             return os.path.samefile(a, b)
@@ -189,6 +190,10 @@ def check_distinct_paths(inputs: Mapping[str, object], outputs: Mapping[str, obj
             if same(path, known):
                 what = "the input" if index < first_output else "another output"
                 raise DataError(path, None, f"{name} is the same file as {other} ({what}); choose another path")
+            if index < first_output and known.is_dir() and any(same(parent, known) for parent in
+                                                               path.absolute().parents):
+                raise DataError(path, None, f"{name} is inside the folder {other} (the input); choose a "
+                                            "path outside it")
         seen.append((name, path))
 
 

@@ -13,13 +13,19 @@ from pathlib import Path
 
 
 def pick_device(device: str | None = None) -> str:
-    """``device`` itself, or the best there is for None/"auto"; DataError for a GPU this machine lacks."""
+    """``device`` itself, or the best there is for None/"auto"; DataError for a name that is no device
+    (``gpu0``) or a GPU this machine lacks."""
+    import re
+
     import torch
 
+    from spag.config import DEVICE_PATTERN
+    from spag.io import DataError
+
+    if device and not re.match(DEVICE_PATTERN, device):
+        raise DataError("--device", None, f"{device!r} is not a device (cpu, cuda, cuda:N or auto)")
     if device and device != "auto":
         if device.startswith("cuda") and not torch.cuda.is_available():
-            from spag.io import DataError
-
             raise DataError("--device", None, f"{device}: no CUDA GPU is available here (use cpu)")
         return device
     if torch.cuda.is_available():
@@ -131,14 +137,14 @@ def save_checkpoint(model, tokenizer, output_dir: str | os.PathLike, kind: str =
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     mark_output_dir(tmp, kind)
-    _usual_modes(tmp)
+    usual_modes(tmp)
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)
     return out
 
 
-def _usual_modes(folder: Path) -> None:
+def usual_modes(folder: str | os.PathLike) -> None:
     """Give every file in ``folder`` the mode a new file gets here (the umask's), as other tools' files
     have: safetensors writes its weights readable by their owner alone (0600)."""
     umask = os.umask(0)
@@ -177,13 +183,14 @@ def tiny_llama(tokenizer, seed: int = 0, hidden_size: int = 64, layers: int = 2,
     return model
 
 
-def check_model(name: str | os.PathLike, option: str, trust_remote_code: bool | None = None) -> None:
+def check_model(name: str | os.PathLike, option: str, trust_remote_code: bool | None = False) -> None:
     """Fail early, in one line naming ``option``, on a model path that cannot be loaded.
 
     A name that exists on disk, or is written as a path (``/``, ``./``, ``../``, ``~``), must be a model
     directory (with ``config.json``, or ``adapter_config.json`` for LoRA adapters); anything else is left
-    to the backend as a model id. With ``trust_remote_code`` False, a model whose architecture only its own
-    code defines (``auto_map``, a model type transformers does not know) is refused too.
+    to the backend as a model id. Unless ``trust_remote_code``, a model whose architecture only its own
+    code defines (``auto_map``, a model type transformers does not know) is refused too: False for a command
+    with a --trust-remote-code option (the message suggests it), None for one that never runs such code.
     """
     from spag.io import DataError
 
@@ -195,7 +202,7 @@ def check_model(name: str | os.PathLike, option: str, trust_remote_code: bool | 
         return
     if not path.is_dir() or not any((path / f).is_file() for f in ("config.json", "adapter_config.json")):
         raise DataError(text, None, f"is not a model directory: no config.json (given to {option})")
-    if trust_remote_code is False and (path / "config.json").is_file():
+    if not trust_remote_code and (path / "config.json").is_file():
         import json
 
         from transformers import CONFIG_MAPPING
@@ -205,6 +212,7 @@ def check_model(name: str | os.PathLike, option: str, trust_remote_code: bool | 
         except (OSError, ValueError):
             return  # the loader names a broken config
         if isinstance(config, dict) and config.get("auto_map") and config.get("model_type") not in CONFIG_MAPPING:
+            remedy = ("pass --trust-remote-code to run it, only for code you trust" if trust_remote_code is False
+                      else "this command does not run a model's own code")
             raise DataError(path / "config.json", None, f"model type {config.get('model_type')!r} is defined by "
-                            f"the model's own code: pass --trust-remote-code to run it, only for code you trust "
-                            f"(given to {option})")
+                            f"the model's own code: {remedy} (given to {option})")

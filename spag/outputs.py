@@ -41,6 +41,16 @@ def mark_output_dir(path: str | os.PathLike, kind: str) -> None:
     write_json_atomic(Path(path) / MARKER, {"kind": kind, "spag": __version__})
 
 
+# The folders one command writes beside its main output, as messages name their writer.
+_WRITERS = {"train-live": "`spag train` (its dvclive folder)",
+            "train-checkpoints": "`spag train` (its checkpoints)"}
+
+
+def writer(kind: str) -> str:
+    """The command that writes outputs of ``kind``, as a message names it: "`spag play`"."""
+    return _WRITERS.get(kind, f"`spag {kind}`")
+
+
 def claim_output_dir(path: str | os.PathLike, kind: str, *, overwrite: bool = False,
                      resume: bool = False) -> None:
     """Check that ``spag <kind>`` may write the directory ``path``; raise OutputRefused if not.
@@ -53,18 +63,18 @@ def claim_output_dir(path: str | os.PathLike, kind: str, *, overwrite: bool = Fa
     if not target.exists():
         return
     if not target.is_dir():
-        raise OutputRefused(target, f"exists and is not a directory; `spag {kind}` needs a directory here")
+        raise OutputRefused(target, f"exists and is not a directory; {writer(kind)} needs a directory here")
     if not any(target.iterdir()):
         return
     found = output_kind(target)
     if found is None:
-        raise OutputRefused(target, f"is not empty and was not written by `spag {kind}`: refusing to "
+        raise OutputRefused(target, f"is not empty and was not written by {writer(kind)}: refusing to "
                                     "replace it (choose a new or empty directory)")
     if found != kind:
-        raise OutputRefused(target, f"holds the output of `spag {found}`, not `spag {kind}`: refusing to "
+        raise OutputRefused(target, f"holds the output of {writer(found)}, not {writer(kind)}: refusing to "
                                     "replace it (choose a new or empty directory)")
     if not (overwrite or resume):
-        raise OutputRefused(target, f"holds a previous `spag {kind}` output: pass --overwrite to replace it"
+        raise OutputRefused(target, f"holds a previous {writer(kind)} output: pass --overwrite to replace it"
                             + (" or --resume to continue it" if kind in RESUMABLE else ""))
 
 

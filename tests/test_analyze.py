@@ -366,6 +366,28 @@ def test_a_query_reads_the_episodes_and_nothing_else(tmp_path):
     assert run_query("SELECT count(*) AS n FROM episodes", str(folder)) == [{"n": 1}]
 
 
+@pytest.mark.parametrize("statement, message", [
+    ("SELECT * FROM read_csv('{secret}')", "file system operations are disabled"),
+    ("SELECT count(*) FROM episodes WHERE target_word IN (SELECT * FROM read_text('{secret}'))",
+     "file system operations are disabled"),
+    ("COPY (SELECT * FROM episodes) TO '{written}'", "only SELECT statements"),
+    ("ATTACH '{written}' AS other", "only SELECT statements"),
+    ("INSTALL httpfs", "only SELECT statements"),
+    ("LOAD httpfs", "only SELECT statements"),
+])
+def test_a_sql_file_from_elsewhere_reads_no_other_file_and_writes_nothing(glob, tmp_path, statement, message):
+    """spag analyze --sql FILE: one line and exit 2 for a query that reaches beyond the episodes."""
+    secret, written = tmp_path / "secret.txt", tmp_path / "written.out"
+    secret.write_text("password\n")
+    query = tmp_path / "query.sql"
+    query.write_text(statement.format(secret=secret, written=written) + "\n")
+    result = invoke(glob, "--sql", query)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: query query.sql") and message in lines[0], lines
+    assert "password" not in result.output and not written.exists()
+
+
 @pytest.mark.parametrize("columns, named", [
     ({"target_word": [1], "history": [["a"]]}, "column target_word is int64, expected text"),
     ({"target_word": ["a"], "history": [1]}, "column history is int64, expected a list of {role, content}"),

@@ -4,6 +4,7 @@ tests named after them.
 """
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -29,17 +30,19 @@ def files(tmp_path, tiny):
     (tmp_path / "episodes.jsonl").write_text(json.dumps(EPISODE) + "\n")
     (tmp_path / "not_a_model").mkdir()
     (tmp_path / "not_a_model" / "notes.txt").write_text("hello")
-    return {"tiny": str(tiny), "tmp": str(tmp_path), "missing": str(tmp_path / "missing.txt"),
+    (tmp_path / "tiny_too").symlink_to(tiny, target_is_directory=True)  # a second model for tournament
+    return {"tiny": str(tiny), "tiny_too": str(tmp_path / "tiny_too"), "tmp": str(tmp_path), "missing": str(tmp_path / "missing.txt"),
             "empty": str(tmp_path / "empty.txt"), "binary": str(tmp_path / "binary.bin"),
             "words": str(tmp_path / "words.txt"), "episodes": str(tmp_path / "episodes.jsonl"),
             "not_a_model": str(tmp_path / "not_a_model"), "no_model": str(tmp_path / "no" / "model"),
             "out": str(tmp_path / "out")}
 
 
+PAPER = Path(__file__).resolve().parent.parent / "configs" / "paper.yaml"  # the original's prompts: no model
 PLAY = "play --attacker {tiny} --defender {tiny} --words {words} -o {out} --no-progress"
 EVALUATE = "evaluate --model {tiny} --opponent {tiny} --words {words} -o {out}"
 TRAIN = "train --method sft --model {tiny} --data {episodes} -o {out} --no-live"
-TOURNAMENT = "tournament --models {tiny} --models {tiny} --words {words} -o {out}"
+TOURNAMENT = "tournament --models {tiny} --models {tiny_too} --words {words} -o {out}"
 
 # (subcommand arguments, what the one error line must name)
 CASES = {
@@ -61,6 +64,9 @@ CASES = {
     "play_unknown_model_path": (PLAY.replace("--attacker {tiny}", "--attacker {no_model}"), "--attacker"),
     "play_folder_that_is_no_model": (PLAY.replace("--defender {tiny}", "--defender {not_a_model}"), "--defender"),
     "play_unknown_backend": (PLAY + " --backend nope", "--backend"),
+    "prompt_missing_params": ("prompt {episodes} --params {missing} -o {out}", "{missing}"),
+    "prompt_missing_file": (f"prompt {{missing}} --params {PAPER} -o {{out}}", "{missing}"),
+    "prompt_binary_file": (f"prompt {{binary}} --params {PAPER} -o {{out}}", "{binary}"),
     "reward_missing_file": ("reward {missing} -o {out}", "{missing}"),
     "reward_empty_file": ("reward {empty} -o {out}", "{empty}"),
     "reward_binary_file": ("reward {binary} -o {out}", "{binary}"),
@@ -89,6 +95,7 @@ CASES = {
     "tournament_words_missing_file": (TOURNAMENT.replace("{words}", "{missing}"), "{missing}"),
     "tournament_max_turns_zero": (TOURNAMENT + " --max-turns 0", "--max-turns"),
     "tournament_one_model": ("tournament --models {tiny} --words {words} -o {out}", "--models"),
+    "tournament_same_model_twice": (TOURNAMENT.replace("{tiny_too}", "{tiny}"), "the same model is listed twice"),
     "tournament_unknown_model_path": (TOURNAMENT.replace("--models {tiny} --models", "--models {no_model} --models"),
                                       "--models"),
     "analyze_no_episode_files": ("analyze {missing}", "{missing}"),
@@ -120,7 +127,7 @@ def test_the_table_covers_every_subcommand():
     commands = {c.name or c.callback.__name__ for c in app.registered_commands}
     commands |= {group.name for group in app.registered_groups}
     covered = {args.split()[0] for args, _ in CASES.values()}
-    assert len(COMMAND_MODULES) == 9 and commands == covered
+    assert len(COMMAND_MODULES) == 10 and commands == covered
 
 
 # ------------------------------------------------------------- the failures listed in issue 11
@@ -168,8 +175,18 @@ def test_play_never_replaces_a_parquet_file_spag_did_not_write(files, user_parqu
                      "--max-new-tokens", "2", *overwrite)
     assert result.code == 2
     (line,) = result.error_lines()
-    assert str(user_parquet) in line and "not a file of episodes spag wrote" in line
+    assert str(user_parquet) in line and "holds a Parquet table of other columns (name, value), not episodes spag wrote" in line
     assert user_parquet.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", [PLAY.replace("{out}", "{tmp}/notes.parquet"),
+                                     EVALUATE + " --episodes-out {tmp}/notes.parquet"])
+def test_a_file_that_is_not_parquet_is_refused_saying_so(files, tmp_path, command):
+    notes = tmp_path / "notes.parquet"
+    notes.write_text("my notes\n")
+    line = check_bad_input(files, tmp_path, command + " --overwrite", str(notes))
+    assert "is not a Parquet file, so not episodes spag wrote" in line
+    assert notes.read_text() == "my notes\n"
 
 
 def test_play_overwrites_its_own_episode_file_only_when_asked(files, tmp_path):
@@ -182,13 +199,15 @@ def test_play_overwrites_its_own_episode_file_only_when_asked(files, tmp_path):
     assert run_cli(*args, "--overwrite").code == 0
 
 
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
 @pytest.mark.parametrize("command", [EVALUATE, TOURNAMENT])
-def test_episodes_out_never_replaces_a_file_spag_did_not_write(files, user_parquet, command):
+def test_episodes_out_never_replaces_a_file_spag_did_not_write(files, user_parquet, command, overwrite):
     before = user_parquet.read_bytes()
-    result = run_cli(*command.format(**files).split(), "--episodes-out", user_parquet, "--overwrite",
+    result = run_cli(*command.format(**files).split(), "--episodes-out", user_parquet, *overwrite,
                      "--max-new-tokens", "2")
     assert result.code == 2
-    assert str(user_parquet) in result.error_lines()[-1]
+    (line,) = result.error_lines()
+    assert str(user_parquet) in line and "holds a Parquet table of other columns (name, value), not episodes spag wrote" in line
     assert user_parquet.read_bytes() == before
     assert not Path(files["out"]).exists()  # refused before any game was played
 
@@ -196,21 +215,30 @@ def test_episodes_out_never_replaces_a_file_spag_did_not_write(files, user_parqu
 # ------------------------------------------------------------------------------- odd but real inputs
 
 
-def test_a_yaml_alias_bomb_under_a_known_key_is_one_short_line(tmp_path):
-    """Nine levels of nine aliases: a few lines of YAML whose full repr would be billions of characters."""
-    import time
+LISTS = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]',
+         *[f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]]
+MAPPINGS = ["m0: &m0 {a: lol, b: lol, c: lol, d: lol, e: lol, f: lol, g: lol, h: lol, i: lol}",
+            *[f"m{i}: &m{i} {{{', '.join(f'k{j}: *m{i - 1}' for j in range(9))}}}" for i in range(1, 9)]]
 
-    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
-    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
-    lines.append(f"seed: [{', '.join(['*l8'] * 9)}]")
+
+@pytest.mark.parametrize("bomb, says", [
+    ([*LISTS, f"seed: [{', '.join(['*l8'] * 9)}]"], "seed: expected an integer"),
+    ([*LISTS, "play:", "  temperature: *l8"], "play.temperature: expected a number"),
+    ([*MAPPINGS, "seed: *m8"], "seed: expected an integer"),
+])
+def test_a_yaml_alias_bomb_under_a_known_key_is_one_short_line(tmp_path, bomb, says):
+    """Nine levels of nine aliases: a few lines of YAML whose full repr would be billions of characters.
+    Run as its own process with a time limit: a regression fails here instead of hanging the suite."""
+    import subprocess
+    import sys
+
     params = tmp_path / "params.yaml"
-    params.write_text("\n".join(lines) + "\n")
-    started = time.monotonic()
-    result = run_cli("config", "check", params)
-    assert time.monotonic() - started < 10
-    assert result.code == 2
-    (line,) = result.error_lines()
-    assert "seed: expected an integer" in line and len(line) < 400
+    params.write_text("\n".join(bomb) + "\n")
+    result = subprocess.run([sys.executable, "-m", "spag.cli", "config", "check", str(params)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: {params}: {says}") and len(line) - len(str(params)) < 400
 
 
 @pytest.mark.parametrize("value", [".inf", ".nan", "-.inf"])
@@ -245,6 +273,20 @@ def test_a_control_character_in_a_target_word_names_its_line(tmp_path):
     assert str(path) in line and "line 2" in line and "control character" in line
 
 
+@pytest.mark.parametrize("target", ["\ufeffapple", "app\x00le", "apple\r"])
+@pytest.mark.parametrize("command", ["judge", "reward", "imitation-data"])
+def test_a_control_character_in_an_episodes_target_word_names_its_record(tmp_path, command, target):
+    """A word list's BOM or NUL copied into episodes: the judge would never match the word as said."""
+    path = tmp_path / "episodes.jsonl"
+    path.write_text(json.dumps(EPISODE) + "\n" + json.dumps({**EPISODE, "target_word": target}) + "\n")
+    strict = [] if command == "judge" else ["--strict"]
+    result = run_cli(command, path, "-o", tmp_path / "out.jsonl", *strict)
+    assert result.code == 2, result.stderr
+    line = result.error_lines()[0]
+    assert str(path) in line and "record 1" in line and "'target_word' holds an invisible control character" in line
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 @pytest.mark.parametrize("command", ["reward", "imitation-data", "judge"])
 def test_an_output_that_is_the_input_is_refused_and_the_input_kept(files, command):
     before = Path(files["episodes"]).read_bytes()
@@ -253,6 +295,66 @@ def test_an_output_that_is_the_input_is_refused_and_the_input_kept(files, comman
     (line,) = result.error_lines()
     assert "-o is the same file as EPISODES" in line
     assert Path(files["episodes"]).read_bytes() == before
+
+
+BAD_OUTPUTS = {
+    "play_export_json_onto_words": (PLAY + " --export-json {words}", "--export-json is the same file as --words"),
+    "play_export_json_onto_output": (PLAY.replace("{out}", "{out}.parquet") + " --export-json {out}.parquet",
+                                     "--export-json is the same file as -o"),
+    "evaluate_metrics_onto_words": (EVALUATE.replace("{out}", "{words}"), "-o is the same file as --words"),
+    "evaluate_episodes_onto_metrics": (EVALUATE + " --episodes-out {out}", "--episodes-out is the same file as -o"),
+    "tournament_heatmap_onto_metrics": (TOURNAMENT + " --heatmap {out}", "--heatmap is the same file as -o"),
+    "tournament_heatmap_a_folder": (TOURNAMENT + " --heatmap {not_a_model}", "--heatmap names the file to write"),
+    "play_export_json_a_folder": (PLAY + " --export-json {not_a_model}", "--export-json names the file to write"),
+    "benchmark_samples_a_folder": ("benchmark --model {tiny} -o {out} --samples-out {not_a_model} --limit 1",
+                                   "--samples-out names the file to write"),
+    "words_output_a_folder": ("words -o {not_a_model} --source {words}", "-o names the file to write"),
+    "words_eval_out_under_a_file": ("words -o {out} --source {words} --eval-out {empty}/held.txt",
+                                    "{empty} is a file, not a folder (--eval-out)"),
+    "judge_output_a_folder": ("judge {episodes} -o {not_a_model}", "-o names the file to write"),
+    "reward_output_a_folder": ("reward {episodes} -o {not_a_model}", "-o names the file to write"),
+    "imitation_data_output_under_a_file": ("imitation-data {episodes} -o {empty}/rows.parquet",
+                                           "{empty} is a file, not a folder (-o)"),
+    "compare_output_a_folder": ("compare {episodes} {words} -o {not_a_model}", "-o names the file to write"),
+    "benchmark_samples_onto_metrics": ("benchmark --model {tiny} -o {out} --samples-out {out}",
+                                       "--samples-out is the same file as -o"),
+    "compare_output_onto_a": ("compare {episodes} {words} -o {episodes}", "-o is the same file as A"),
+    "train_output_onto_data": (TRAIN.replace("{out}", "{episodes}"), "-o is the same file as --data"),
+    "train_output_onto_model": (TRAIN.replace("{out}", "{tiny}"), "-o is the same file as --model"),
+    "train_live_dir_onto_output": (TRAIN.replace("--no-live", "--live-dir {out}"), "--live-dir is the same file as -o"),
+    "train_live_dir_onto_checkpoints": (TRAIN.replace("--no-live", "--live-dir {out}/checkpoints"),
+                                        "--live-dir is the same file as the checkpoints (-o/checkpoints)"),
+    "base_model_output_onto_wheel": ("base-model -o {words} --wheel {words}", "-o is the same file as --wheel"),
+}
+
+
+@pytest.mark.parametrize("args, says", BAD_OUTPUTS.values(), ids=BAD_OUTPUTS.keys())
+def test_an_output_path_that_cannot_be_used_is_refused_before_any_work(files, tmp_path, args, says):
+    def contents():
+        return {p: p.read_bytes() for folder in (tmp_path, Path(files["tiny"])) for p in folder.rglob("*")
+                if p.is_file()}
+
+    before = contents()
+    check_bad_input(files, tmp_path, args, says)
+    assert contents() == before
+
+
+@pytest.mark.parametrize("command", ["reward", "imitation-data", "judge"])
+@pytest.mark.parametrize("output", ["shard-0.parquet", "rows.parquet", "sub/rows.jsonl"])
+def test_an_output_inside_a_folder_of_episode_shards_is_refused(tmp_path, command, output):
+    """reward SHARDS -o SHARDS/shard-0.parquet would replace a shard with rows (a new file there would be
+    read as a shard next time)."""
+    from spag.game.episodes import write_episodes
+
+    shards = tmp_path / "episodes"
+    write_episodes([EPISODE], shards / "shard-0.parquet")
+    before = (shards / "shard-0.parquet").read_bytes()
+    result = run_cli(command, shards, "-o", shards / output)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line == f"error: {shards / output}: -o is inside the folder EPISODES (the input); choose a path outside it"
+    assert sorted(p.name for p in shards.rglob("*")) == ["shard-0.parquet"]
+    assert (shards / "shard-0.parquet").read_bytes() == before
 
 
 def test_words_outputs_must_differ_from_the_source_and_each_other(files, tmp_path):
@@ -268,14 +370,13 @@ def test_words_outputs_must_differ_from_the_source_and_each_other(files, tmp_pat
 
 
 @pytest.mark.parametrize("device, says", [("gpu0", "'gpu0' is not a device"), ("cuda", "no CUDA GPU")])
-def test_a_device_this_machine_lacks_is_one_line(files, device, says):
+@pytest.mark.parametrize("command", [PLAY, "benchmark --model {tiny} -o {out} --limit 1"])
+def test_a_device_this_machine_lacks_is_one_line(files, tmp_path, command, device, says):
     import torch
 
     if device == "cuda" and torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
-    result = run_cli(*PLAY.format(**files).split(), "--device", device)
-    assert result.code == 2, result.stderr
-    (line,) = result.error_lines()
+    line = check_bad_input(files, tmp_path, f"{command} --device {device}", "--device")
     assert line.startswith("error: --device") and says in line
 
 
@@ -305,14 +406,18 @@ def test_max_turns_must_be_a_whole_number(tmp_path, command, max_turns):
     assert not (tmp_path / "out.jsonl").exists()
 
 
-def test_a_history_out_of_turn_order_names_its_record(tmp_path):
+@pytest.mark.parametrize("command", [["judge"], ["reward", "--strict"], ["imitation-data", "--strict"]])
+@pytest.mark.parametrize("history, says", [
+    (EPISODE["history"][::-1], "history[0] is the defender's"),  # the defender speaks first
+    (EPISODE["history"][:1] * 2, "history[1] is the attacker's"),  # the attacker twice in a row
+])
+def test_a_history_out_of_turn_order_names_its_record(tmp_path, command, history, says):
     path = tmp_path / "episodes.jsonl"
-    swapped = {**EPISODE, "history": EPISODE["history"][::-1]}  # the defender speaks first
-    path.write_text(json.dumps(EPISODE) + "\n" + json.dumps(swapped) + "\n")
-    result = run_cli("judge", path, "-o", tmp_path / "out.jsonl")
+    path.write_text(json.dumps(EPISODE) + "\n" + json.dumps({**EPISODE, "history": history}) + "\n")
+    result = run_cli(command[0], path, "-o", tmp_path / "out.jsonl", *command[1:])
     assert result.code == 2
-    (line,) = result.error_lines()
-    assert "record 1" in line and "history[0] is the defender's" in line
+    line = result.error_lines()[0]  # reward/imitation-data: then "nothing written"
+    assert str(path) in line and "record 1" in line and says in line
     assert not (tmp_path / "out.jsonl").exists()
 
 
@@ -347,15 +452,103 @@ def test_a_lone_surrogate_names_its_file_and_record(files, tmp_path):
     assert not (tmp_path / "rows.parquet").exists()
 
 
-def test_train_on_a_model_with_its_own_code_asks_for_trust(files, tmp_path):
+@pytest.fixture
+def own_code_model(files, tmp_path):
+    """A copy of the tiny model whose config names an architecture only its own code defines."""
     model = tmp_path / "custom"
     shutil.copytree(files["tiny"], model)
     config = json.loads((model / "config.json").read_text())
     config.update(model_type="my_own_llama", auto_map={"AutoModelForCausalLM": "modeling_mine.MyModel"})
     (model / "config.json").write_text(json.dumps(config))
+    return model
+
+
+def test_train_on_a_model_with_its_own_code_asks_for_trust(files, tmp_path, own_code_model):
+    model = own_code_model
     result = run_cli("train", "--method", "sft", "--model", model, "--data", files["episodes"], "-o",
                      tmp_path / "out")
     assert result.code == 2
     (line,) = result.error_lines()
     assert str(model / "config.json") in line and "--trust-remote-code" in line and "'my_own_llama'" in line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command, option, remedy", [
+    (PLAY.replace("--attacker {tiny}", "--attacker {tmp}/custom"), "--attacker", "pass --trust-remote-code"),
+    (EVALUATE.replace("--opponent {tiny}", "--opponent {tmp}/custom"), "--opponent", "this command does not run"),
+    (TOURNAMENT.replace("{tiny_too}", "{tmp}/custom"), "--models", "this command does not run"),
+    ("benchmark --model {tmp}/custom -o {out} --limit 1", "--model", "this command does not run"),
+])
+def test_every_command_refuses_a_model_with_its_own_code_before_loading_it(files, tmp_path, own_code_model,
+                                                                             command, option, remedy):
+    line = check_bad_input(files, tmp_path, command, f"(given to {option})")
+    assert str(own_code_model / "config.json") in line and "'my_own_llama' is defined by the model's own code" in line
+    assert remedy in line
+
+
+def test_a_library_error_of_several_lines_is_told_in_one(files, tmp_path, own_code_model):
+    """--trust-remote-code on a model whose code is missing: transformers' multi-line message, one line."""
+    result = run_cli(*PLAY.replace("--attacker {tiny}", f"--attacker {own_code_model}").format(**files).split(),
+                     "--trust-remote-code")
+    assert result.code == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "my_own_llama" in errors[0]
+    assert result.stderr.rstrip().endswith(errors[0])
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_files_spag_writes_get_the_mode_the_umask_gives(files, tmp_path, umask):
+    """Atomic writes go through a temporary file (mkstemp makes it 0600): the finished file has the mode
+    any new file gets here."""
+    previous = os.umask(umask)
+    try:
+        words = run_cli("words", "-o", tmp_path / "all.txt", "--source", files["words"], "--eval-out",
+                        tmp_path / "held.txt")
+        rows = run_cli("reward", files["episodes"], "-o", tmp_path / "rows.parquet")
+        judged = run_cli("judge", files["episodes"], "-o", tmp_path / "judged.jsonl")
+    finally:
+        os.umask(previous)
+    assert words.code == rows.code == judged.code == 0, words.stderr + rows.stderr + judged.stderr
+    for name in ("all.txt", "held.txt", "rows.parquet", "judged.jsonl"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+
+
+@pytest.mark.parametrize("flag", [[], ["--overwrite"], ["--resume"]])
+def test_a_live_dir_of_the_users_files_is_refused_whatever_the_flag(files, tmp_path, flag):
+    """--live-dir . in a project: dvclive would delete and replace its dvc.yaml, params.yaml, metrics.json,
+    report.html and plots/."""
+    rows = tmp_path / "rows.jsonl"
+    assert run_cli("reward", files["episodes"], "-o", rows).code == 0
+    project = tmp_path / "project"
+    (project / "plots" / "metrics").mkdir(parents=True)
+    for name in ("dvc.yaml", "params.yaml", "metrics.json", "report.html", "plots/metrics/loss.tsv"):
+        (project / name).write_text(f"the user's {name}\n")
+    before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
+    result = run_cli(*TRAIN.replace("{episodes}", str(rows)).replace("--no-live", "--live-dir {tmp}/project")
+                     .format(**files).split(), *flag)
+    assert result.code == 2, result.stderr
+    (line,) = result.error_lines()
+    assert line.startswith(f"error: {project}: ")
+    assert "was not written by `spag train` (its dvclive folder)" in line
+    assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before
+    assert not Path(files["out"]).exists()
+
+
+@pytest.mark.parametrize("url", ["http://alice:pw-42@127.0.0.1:notaport/v1", "http://alice:pw-42@[::1/v1",
+                                 "alice:pw-42@127.0.0.1:8000/v1", "ftp://alice:pw-42@127.0.0.1/v1",
+                                 "http://alice:pw/42@models.example.org/v1"])
+def test_a_bad_base_url_is_one_line_that_never_shows_its_password(files, tmp_path, url):
+    """A URL the client cannot use is refused before any game; the one line masks the password even where the
+    URL is too broken to parse."""
+    result = run_cli(*(PLAY + " --backend openai").format(**files).split(), "--base-url", url)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line.startswith("error: --base-url: expected an http:// or https:// URL") and "alice:***@" in line
+    assert not Path(files["out"]).exists()
+    assert "pw" not in line.replace("alice:***@", "")
+    params = tmp_path / "params.yaml"
+    params.write_text(f"play:\n  base_url: {json.dumps(url)}\n")
+    checked = run_cli("config", "check", params)
+    assert checked.code == 2
+    (line,) = checked.error_lines()
+    assert "play.base_url: expected an http" in line and "pw" not in line.replace("alice:***@", "")

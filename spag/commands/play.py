@@ -59,6 +59,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Play Adversarial Taboo between two models and store the judged episodes."""
         from spag.console import error, summary
+        from spag.io import check_distinct_paths, check_output_file
         from spag.modeling import check_model
         from spag.game.episodes import export_json as write_json
         from spag.play import PlayStats, rank_and_world, run_games
@@ -68,12 +69,16 @@ def register(app: typer.Typer) -> None:
         if backend not in BACKENDS or backend == "human":
             error(f"--backend must be one of hf, vllm, openai (got {backend!r})")
             raise typer.Exit(2)
+        check_distinct_paths({"--words": words_file, "--guess-words": guess_words, "--templates": templates},
+                             {"-o": output, "--export-json": export_json})
+        if export_json is not None:
+            check_output_file(export_json, "--export-json")  # written after the last game
         words = read_words(words_file)
         if limit is not None:
             words = words[:limit]
         for model, side in ((attacker, "--attacker"), (defender, "--defender")):
             if model != "human":
-                check_model(model, side)
+                check_model(model, side, trust_remote_code)
         chosen_guess_words = read_words(guess_words) if guess_words else words
         if "human" in (attacker, defender):
             batch_size = 1  # one game at a time when a person is typing

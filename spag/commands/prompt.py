@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         """Write the prompt the play model gets next in each game state (role and exact text)."""
         from spag.config import ParamsError, load_settings
         from spag.console import error, summary
-        from spag.io import DataError, check_distinct_paths, read_records, write_jsonl_atomic
+        from spag.io import DataError, check_distinct_paths, check_output_file, read_records, write_jsonl_atomic
 
         try:
             settings = load_settings(params)
@@ -72,6 +72,7 @@ def register(app: typer.Typer) -> None:
             error(str(exc))
             raise typer.Exit(2) from None
         check_distinct_paths({"STATES": states, "--params": params}, {"-o": output})
+        check_output_file(output, "-o")
         records = read_records(states)
         if not records:
             raise DataError(states, None, "holds no game states")

@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """SPAG training rows: the winners' moves in decisive games, with decayed rewards and role weights."""
         from spag.console import summary
-        from spag.io import DataError, check_distinct_paths
+        from spag.io import DataError, check_distinct_paths, check_output_file
         from spag.rewards import RewardOptions, build_reward_set
 
         given = {name: value for name, value in locals().items() if name in REWARD_SETTINGS}
@@ -89,6 +89,7 @@ def register(app: typer.Typer) -> None:
                                 role_baseline=role_baseline, keep_truncated=keep_truncated)
         try:
             check_distinct_paths({"EPISODES": episodes, "--params": params}, {"-o": output})
+            check_output_file(output, "-o")
             _check_rules_and_templates(rules, templates)
             _require_episodes(episodes)
             stats = build_reward_set(
@@ -121,7 +122,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The imitation set: a teacher's winning moves in decisive games, both roles, reward 1."""
         from spag.console import summary
-        from spag.io import DataError, check_distinct_paths
+        from spag.io import DataError, check_distinct_paths, check_output_file
         from spag.rewards import build_imitation_set
 
         given = {name: value for name, value in locals().items() if name in IMITATION_SETTINGS}
@@ -134,6 +135,7 @@ def register(app: typer.Typer) -> None:
             _fail("--sft-limit needs --sft")
         try:
             check_distinct_paths({"EPISODES": episodes, "--params": params}, {"-o": output})
+            check_output_file(output, "-o")
             _check_rules_and_templates(rules, templates)
             _require_episodes(episodes)
             stats = build_imitation_set(episodes, output, seed=seed, strict=strict, sft=sft, sft_limit=sft_limit,

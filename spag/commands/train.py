@@ -66,11 +66,17 @@ def register(app: typer.Typer) -> None:
         # The options named after TrainConfig fields are its knobs (first statement: locals() holds only them).
         knobs = {name: value for name, value in locals().items() if name in C.model_fields}
         from spag.config import METHODS
+        from spag.io import check_distinct_paths
         from spag.modeling import check_model
-        from spag.train.trainer import run_training
+        from spag.train.trainer import CHECKPOINTS, run_training
 
         if method not in METHODS:
             raise typer.BadParameter(f"expected one of {', '.join(METHODS)}", param_hint="--method")
+        local = {"--model": model, "--ref": ref}  # a hub name is no path on this machine
+        checkpoints = "--checkpoint-dir" if checkpoint_dir else f"the checkpoints (-o/{CHECKPOINTS})"
+        check_distinct_paths({"--data": data, "--deepspeed": deepspeed,
+                              **{name: path for name, path in local.items() if path and Path(path).exists()}},
+                             {"-o": output, checkpoints: checkpoint_dir or output / CHECKPOINTS, "--live-dir": live_dir})
         check_model(model, "--model", trust_remote_code)
         if ref is not None:
             check_model(ref, "--ref", trust_remote_code)

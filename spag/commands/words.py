@@ -24,12 +24,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write the most frequent English words (wordfreq) or a list file's, stop words removed."""
         from spag.console import error, summary
-        from spag.io import DataError
-        from spag.io import check_distinct_paths
+        from spag.io import DataError, check_distinct_paths, check_output_file
         from spag.words import split_words, top_words, words_from_file, write_words
 
+        outputs = {"-o": output, "--train-out": train_out, "--eval-out": eval_out}
         try:
-            check_distinct_paths({"--source": source}, {"-o": output, "--train-out": train_out, "--eval-out": eval_out})
+            check_distinct_paths({"--source": source}, outputs)
+            for option, path in outputs.items():
+                if path is not None:
+                    check_output_file(path, option)
         except DataError as exc:
             error(str(exc))
             raise typer.Exit(2)

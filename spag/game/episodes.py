@@ -12,6 +12,7 @@ shards, or one file) and the export to the original project's JSON.
 from __future__ import annotations
 
 import os
+import unicodedata
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -29,6 +30,8 @@ def validate_episode(record: Mapping, index: int, source: str | os.PathLike = "<
     target = episode.get("target_word")
     if not isinstance(target, str) or not target.strip():
         raise DataError(source, index, "missing or empty 'target_word'")
+    if any(unicodedata.category(ch).startswith("C") for ch in target):  # NUL, other controls, a BOM, ...
+        raise DataError(source, index, f"'target_word' holds an invisible control character: {target!r}")
     if "max_turns" not in episode or episode["max_turns"] is None:
         episode["max_turns"] = DEFAULT_MAX_TURNS
     episode["max_turns"] = _whole_number(episode["max_turns"], source, index)
@@ -189,6 +192,18 @@ def holds_spag_episodes(path: str | os.PathLike) -> bool:
     return set(episode_schema().names) - newer <= set(schema.names)
 
 
+def _what_is_in(path: Path) -> str:
+    """What a file that is not spag's episodes holds, as a refusal says it."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(path).names
+    except Exception:  # not Parquet, unreadable
+        return "is not a Parquet file, so"
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"holds a Parquet table of other columns ({shown})," if names else "holds a Parquet table of no columns,"
+
+
 def claim_episode_file(path: str | os.PathLike, *, overwrite: bool, resume: bool) -> None:
     """Check that episodes may be written to the single file ``path``: it is new, or spag's own episodes
     with ``overwrite`` (replaced) or ``resume`` (continued). OutputRefused otherwise; changes nothing."""
@@ -200,7 +215,7 @@ def claim_episode_file(path: str | os.PathLike, *, overwrite: bool, resume: bool
     if not target.is_file():
         raise OutputRefused(target, "exists and is not a file")
     if not holds_spag_episodes(target):
-        raise OutputRefused(target, "exists and is not a file of episodes spag wrote; move it away or choose "
+        raise OutputRefused(target, f"{_what_is_in(target)} not episodes spag wrote: move it away or choose "
                                     "another path (--overwrite replaces only spag's own episodes)")
     if not (overwrite or resume):
         raise OutputRefused(target, "already holds episodes: pass --resume to continue, --overwrite to "

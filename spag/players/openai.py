@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
+from spag.config import shown_url
 from spag.players.base import (
     FINISH_LENGTH,
     FINISH_STOP,
@@ -51,15 +52,6 @@ def api_key_for(base_url: str | None, api_key_env: str | None) -> str | None:
         return os.environ.get(api_key_env) or None
     host = urlsplit(base_url).hostname if base_url else OPENAI_HOST
     return os.environ.get(DEFAULT_KEY_ENV) or None if host == OPENAI_HOST else None
-
-
-def shown_url(url: str) -> str:
-    """``url`` as messages show it: a password in it (``https://user:secret@host``) is masked."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    return parts._replace(netloc=f"{parts.username}:***@{netloc}").geturl()
 
 
 def check_transport(base_url: str | None) -> None:

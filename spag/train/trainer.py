@@ -172,6 +172,24 @@ class SpagTrainer(Trainer):
         super().log(logs, start_time)
 
 
+def _usual_modes_callback():
+    from transformers import TrainerCallback
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    from spag.modeling import usual_modes
+
+    class UsualModes(TrainerCallback):
+        """An intermediate checkpoint's files get the usual mode, as the final model's do (safetensors
+        writes its weights 0600)."""
+
+        def on_save(self, args, state, control, **kwargs):
+            folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+            if state.is_world_process_zero and folder.is_dir():
+                usual_modes(folder)
+
+    return UsualModes()
+
+
 def _make_live_callback(live):
     from transformers.integrations import DVCLiveCallback
 
@@ -648,7 +666,7 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
         data_collator=Collator(tokenizer.pad_token_id),
         train_dataset=RowDataset(encoded),
         processing_class=tokenizer,
-        callbacks=[_make_live_callback(live)] if live is not None else None,
+        callbacks=[_usual_modes_callback()] + ([_make_live_callback(live)] if live is not None else []),
         method=run.method,
         kl_coeff=config.kl_coeff,
         clip_range=config.clip_range,
