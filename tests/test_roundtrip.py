@@ -27,13 +27,16 @@ text = st.lists(
     max_size=8,
 ).map("".join)
 word = text.filter(lambda s: s.strip() != "")
+# A target word is refused with a control character in it (a BOM or NUL from a word list): any other text.
+target_word = st.text(st.characters(exclude_categories=("Cs", "Cc", "Cf", "Co", "Cn")), min_size=1,
+                      max_size=20).filter(lambda s: s.strip() != "")
 
 
 @st.composite
 def episodes(draw):
     contents = draw(st.lists(text, max_size=6))
     history = [{"role": ("attacker", "defender")[i % 2], "content": c} for i, c in enumerate(contents)]
-    return {"target_word": draw(word), "max_turns": draw(st.integers(1, 10)), "history": history}
+    return {"target_word": draw(target_word), "max_turns": draw(st.integers(1, 10)), "history": history}
 
 
 rows = st.fixed_dictionaries({
