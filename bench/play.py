@@ -217,15 +217,15 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.2)
     parser.add_argument("--top-k", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", default="auto", help="auto (what the pipeline plays in: bfloat16 where the CPU "
-                                                        "has it natively, else float32), bfloat16 or float32")
+    parser.add_argument("--dtype", default="auto", help="auto (what the pipeline plays in: float32 on a CPU), "
+                                                        "bfloat16 or float32")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--baseline-words", type=int, default=8, help="words the baseline plays, over all rounds")
     parser.add_argument("--rounds", type=int, default=2, help="every side plays once per round, in turn")
     parser.add_argument("--sides", default=",".join(SIDES), help="which sides, comma-separated")
     parser.add_argument("--vllm-memory", type=float, default=0.2, help="vllm side: gpu_memory_utilization")
     parser.add_argument("--isa", choices=("native", "avx2"), default="native",
-                        help="avx2: every side held to AVX2 kernels (float32 for --dtype auto)")
+                        help="avx2: every side held to AVX2 kernels")
     parser.add_argument("--json", action="store_true", help="end with one JSON object of every figure")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # a child process: one side, one round
     parser.add_argument("--slice-start", type=int, default=0, help=argparse.SUPPRESS)
@@ -245,8 +245,6 @@ def main() -> None:
     args.model = str(Path(args.model) if args.model else embedded_model())
     if args.isa == "avx2":
         os.environ.update(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
-        if args.dtype == "auto":
-            args.dtype = "float32"  # what auto means on a CPU without native bfloat16
     sides = [s for s in args.sides.split(",") if s]
     unknown = set(sides) - set(SIDES)
     if unknown:

@@ -20,10 +20,18 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from spag.game.rules import RULE_SETS, WHOLE_WORD
 from spag.train.schedules import COSINE, LR_SCHEDULERS
@@ -110,7 +118,7 @@ class Model(Section):
 
 
 class Words(Section):
-    source: Optional[PathStr] = knob(None, "A word-list file (one word per line, order kept); null: wordfreq's "
+    source: PathStr | None = knob(None, "A word-list file (one word per line, order kept); null: wordfreq's "
                                            "most frequent words.")
     top: int = knob(50_000, "How many of the most frequent words.", ge=1)
     eval_fraction: float = knob(0.1, "Share of the words held out for evaluation.", ge=0, le=1)
@@ -140,7 +148,7 @@ class Game(Section):
     max_turns: int = knob(5, "Rounds per game, an attacker and a defender utterance each (the paper: 5).", ge=1)
     rules: Literal[RULE_SETS] = knob(WHOLE_WORD, "The judge: whole-word (whole words, every inflection) or "
                                                  "original (the original code's substring rule).")
-    templates: Optional[PathStr] = knob(None, "Prompt templates file (format: spag/game/templates.yaml); null: "
+    templates: PathStr | None = knob(None, "Prompt templates file (format: spag/game/templates.yaml); null: "
                                               "the shipped templates.")
     play_prompts: Literal[PROMPT_STYLES] = knob(
         "templates", "What a player is asked: templates (the templates file, in the model's chat template) or "
@@ -162,11 +170,11 @@ class Sampling(Section):
     """How a model plays: the backend and the sampling of each utterance."""
 
     backend: Literal[BACKENDS] = knob("hf", "Player backend: hf, vllm or openai.")
-    dtype: Literal[DTYPES] = knob("auto", "hf/vllm weights: auto (bfloat16 where the hardware has it, else "
+    dtype: Literal[DTYPES] = knob("auto", "hf/vllm weights: auto (bfloat16 on a GPU that has it, else "
                                           "float32), float32, bfloat16, float16.")
-    device: Optional[str] = knob(None, "hf backend: cpu, cuda, cuda:1 ... (null: the best there is).",
+    device: str | None = knob(None, "hf backend: cpu, cuda, cuda:1 ... (null: the best there is).",
                                  pattern=DEVICE_PATTERN)
-    base_url: Optional[HttpUrl] = knob(None, "openai backend: an OpenAI-compatible endpoint URL.")
+    base_url: HttpUrl | None = knob(None, "openai backend: an OpenAI-compatible endpoint URL.")
     gpu_memory_utilization: float = knob(0.3, "vllm backend: share of the memory one engine takes (weights, "
                                               "activations, KV cache): of the GPU, or on vLLM's CPU build of the "
                                               "CPU's NUMA node; two models in one game are two engines.",
@@ -178,7 +186,7 @@ class Sampling(Section):
     empty_retries: int = knob(2, "Resamples of a reply that comes back empty, each with a longer shortest "
                                  "utterance (the original: 0, an empty reply is kept).", ge=0)
     batch_size: int = knob(32, "Games played together.", ge=1)
-    max_prompt_tokens: Optional[int] = knob(None, "hf/vllm: keep the last N tokens of a longer prompt (the "
+    max_prompt_tokens: int | None = knob(None, "hf/vllm: keep the last N tokens of a longer prompt (the "
                                                   "original cut at 2048); null: the whole prompt.", ge=1)
 
     def play_config(self, game: Game, seed: int, **strategies):
@@ -200,9 +208,9 @@ class Sampling(Section):
 class Teacher(Sampling):
     """Who plays the imitation episodes, and the strategies that let a small model win both roles."""
 
-    episodes: Optional[PathStr] = knob(None, "Import episodes from this file (e.g. the original's GPT-4 games) "
+    episodes: PathStr | None = knob(None, "Import episodes from this file (e.g. the original's GPT-4 games) "
                                              "instead of playing.")
-    rows: Optional[PathStr] = knob(None, "Or import a ready-made imitation file (query/target[/weight] rows).")
+    rows: PathStr | None = knob(None, "Or import a ready-made imitation file (query/target[/weight] rows).")
     model: str = knob("base", '"base" (the base model itself), an HF id or path, or a model served at base_url.')
     words: int = knob(48, "Target words the teacher plays.", ge=1)
     examples: bool = knob(False, "Worked examples in the play prompt (weak teachers).")
@@ -242,9 +250,9 @@ SFT_FORMAT = knob("chat", "General rows: chat (instruction and input as one user
 
 class Reward(Section):
     decay: float = knob(0.8, "Reward decay d: the k-th winning move gets (1/d)^k.", gt=0, le=1)
-    sft: Optional[PathStr] = knob(None, 'General instruction data to mix in: "builtin" (shipped with spag), a file '
+    sft: PathStr | None = knob(None, 'General instruction data to mix in: "builtin" (shipped with spag), a file '
                                         "(Alpaca, prompt/completion or query/target rows), or null.")
-    sft_limit: Optional[int] = knob(None, "Keep a random N of the general rows (null: all).", ge=0)
+    sft_limit: int | None = knob(None, "Keep a random N of the general rows (null: all).", ge=0)
     sft_format: Literal[SFT_FORMATS] = SFT_FORMAT
     foul_penalty: float = knob(0.0, "p >= 0: the attacker line that says the word becomes a row with reward -p "
                                     "(0: off).", ge=0)
@@ -260,7 +268,7 @@ METHOD_HELP = "sft (weighted NLL), sft-kl (imitation learning), offline-po (SPAG
 class TrainKnobs(Section):
     """The knobs of a training run that a params section (imitate, spag) sets."""
 
-    learning_rate: Optional[float] = knob(None, "Peak learning rate; null: the paper's for the method (5e-6 "
+    learning_rate: float | None = knob(None, "Peak learning rate; null: the paper's for the method (5e-6 "
                                                 "sft/sft-kl, 2e-6 offline-po).", gt=0)
     batch_size: int = knob(2, "Rows per device per micro-batch.", ge=1)
     grad_accum: int = knob(8, "Micro-batches per optimiser step.", ge=1)
@@ -276,7 +284,7 @@ class TrainKnobs(Section):
         COSINE, "cosine, linear, warmup_decay (DeepSpeed's WarmupDecayLR: the first two steps at rate 0) or "
                 "warmup_decay_ds013 (as the original's DeepSpeed 0.13.1 ran it: the first step at the full rate, "
                 "the second at 0).")
-    kl_coeff: Optional[float] = knob(None, "β of the KL penalty; null: the paper's for the method (0.1 sft-kl, "
+    kl_coeff: float | None = knob(None, "β of the KL penalty; null: the paper's for the method (0.1 sft-kl, "
                                            "0.2 offline-po).", ge=0)
     clip_range: float = knob(0.2, "ε of the clipped importance ratio (offline-po).", gt=0, lt=1)
     sft_coeff: float = knob(0.5, "α of the SFT term on general rows (offline-po).", ge=0)
@@ -286,17 +294,17 @@ class TrainKnobs(Section):
                                         "original kept it attached).")
     gradient_checkpointing: bool = knob(False, "Recompute activations in the backward pass (less memory).")
     lora_r: int = knob(0, "LoRA rank; 0 trains every weight.", ge=0)
-    bf16: Optional[bool] = knob(None, "bfloat16 autocast; null: where it is fast (bf16 GPU, CPU with "
-                                      "AVX512-BF16/AMX).")
+    bf16: bool | None = knob(None, "bfloat16 autocast; null: on a GPU that has it (float32 on a "
+                                      "CPU).")
     save_steps: int = knob(500, "Checkpoint every N optimiser steps (what --resume continues from).", ge=1)
-    deepspeed: Optional[PathStr] = knob(None, "DeepSpeed config JSON (e.g. configs/deepspeed_zero3.json).")
+    deepspeed: PathStr | None = knob(None, "DeepSpeed config JSON (e.g. configs/deepspeed_zero3.json).")
 
 
 class TrainStep(TrainKnobs):
     """A pipeline training step: the method, the run's knobs and how it is launched."""
 
     method: Literal[METHODS] = knob("sft-kl", METHOD_HELP)
-    launcher: Optional[str] = knob(None, 'Run under this launcher, e.g. "torchrun --standalone --nproc_per_node 8" '
+    launcher: str | None = knob(None, 'Run under this launcher, e.g. "torchrun --standalone --nproc_per_node 8" '
                                          "(null: in the stage's process).")
 
 
@@ -306,9 +314,9 @@ TRAINING_EPOCHS = knob(1.0, "Passes over the training rows.", ge=0)
 class Imitate(TrainStep):
     """Imitation learning on the teacher's winning moves."""
 
-    sft: Optional[PathStr] = knob(None, 'General data mixed into the imitation set: "builtin", a file, or null '
+    sft: PathStr | None = knob(None, 'General data mixed into the imitation set: "builtin", a file, or null '
                                         "(the original: none).")
-    sft_limit: Optional[int] = knob(None, "Rows of it (null: all).", ge=0)
+    sft_limit: int | None = knob(None, "Rows of it (null: all).", ge=0)
     sft_format: Literal[SFT_FORMATS] = SFT_FORMAT
     epochs: float = TRAINING_EPOCHS
 
@@ -343,14 +351,14 @@ class Spag(TrainStep):
 class Benchmark(Section):
     suite: Literal[SUITES] = knob("auto", "local (offline, shipped with spag), paper, or auto (paper when its "
                                           "datasets can be had).")
-    tasks: Optional[list[str]] = knob(None, "lm-eval tasks (null: the suite's list).")
-    limit: Optional[int] = knob(None, "Documents per task (null: all).", ge=1)
+    tasks: list[str] | None = knob(None, "lm-eval tasks (null: the suite's list).")
+    limit: int | None = knob(None, "Documents per task (null: all).", ge=1)
 
 
 class Evaluate(Sampling):
     """Each SPAG epoch against the imitation model, on held-out words, both roles."""
 
-    temperature: Optional[float] = knob(0.0, "Sampling temperature; 0 = greedy (the paper's evaluation); null: "
+    temperature: float | None = knob(0.0, "Sampling temperature; 0 = greedy (the paper's evaluation); null: "
                                              "play.temperature.", ge=0)
     seed: int = knob(0, "Picks the evaluation words and sampling seeds: fixed for every run and epoch.")
     words: int = knob(64, "Held-out target words.", ge=1)
@@ -384,8 +392,8 @@ class TrainConfig(TrainKnobs):
     max_steps: int = knob(-1, "Stop after N optimiser steps (-1: run the epochs).", ge=-1)
     weight_decay: float = knob(0.0, "AdamW weight decay.", ge=0)
     max_grad_norm: float = knob(1.0, "Gradient clipping norm.", ge=0)
-    tf32: Optional[bool] = knob(None, "TF32 matrix products; null: on with an Ampere or newer GPU.")
-    device: Optional[str] = knob(None, "cpu or cuda (null: cuda if present).", pattern=DEVICE_PATTERN)
+    tf32: bool | None = knob(None, "TF32 matrix products; null: on with an Ampere or newer GPU.")
+    device: str | None = knob(None, "cpu or cuda (null: cuda if present).", pattern=DEVICE_PATTERN)
     lora_alpha: int = knob(16, "LoRA alpha.", ge=1)
     lora_dropout: float = knob(0.05, "LoRA dropout.", ge=0, le=1)
     lora_target_modules: str = knob("all-linear", "all-linear or comma-separated module names.")
@@ -393,16 +401,16 @@ class TrainConfig(TrainKnobs):
     seed: int = knob(42, "Training seed (data order, LoRA initialisation).")
     resume: bool = knob(False, "Continue from the latest complete checkpoint.")
     overwrite: bool = knob(False, "Replace a previous `spag train` output at the same path (nothing else).")
-    ref_cache_dir: Optional[PathStr] = knob(None, "Where reference log-probs are cached (null: beside the data).")
+    ref_cache_dir: PathStr | None = knob(None, "Where reference log-probs are cached (null: beside the data).")
     ref_batch_size: int = knob(8, "Rows per reference forward pass.", ge=1)
-    live_dir: Optional[PathStr] = knob(None, "dvclive directory (null: OUTPUT/../dvclive/<name of OUTPUT>): new, "
+    live_dir: PathStr | None = knob(None, "dvclive directory (null: OUTPUT/../dvclive/<name of OUTPUT>): new, "
                                              "empty, or one spag train made (it holds .spag-output.json), as "
                                              "dvclive replaces dvc.yaml, params.yaml, metrics.json and plots/ in "
                                              "it; anything else is refused.")
     live: bool = knob(True, "Log training curves to dvclive.")
     logging_steps: int = knob(10, "Log every N optimiser steps.", ge=1)
     save_total_limit: int = knob(2, "Intermediate checkpoints kept.", ge=1)
-    checkpoint_dir: Optional[PathStr] = knob(None, "Intermediate checkpoints (null: OUTPUT/checkpoints).")
+    checkpoint_dir: PathStr | None = knob(None, "Intermediate checkpoints (null: OUTPUT/checkpoints).")
     keep_checkpoints: bool = knob(False, "Keep intermediate checkpoints after a finished run.")
     dataloader_num_workers: int = knob(0, "Data loader worker processes.", ge=0)
     trust_remote_code: bool = knob(False, "Allow model code from the hub.")
@@ -521,7 +529,7 @@ def _read_yaml(path: Path) -> Any:
     except (OSError, UnicodeError) as exc:
         raise ParamsError(path, "", f"cannot be read ({exc.__class__.__name__})") from None
     try:
-        return yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 (a safe loader)
+        return yaml.load(text, Loader=_UniqueKeys)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""

@@ -74,20 +74,28 @@ def cpu_has_native_bf16() -> bool:
     return bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
-def fast_bf16(device: str) -> bool:
-    """bfloat16 is the faster choice on ``device``: a CUDA GPU that supports it, or a CPU that has it natively."""
+def bf16_by_default(device: str) -> bool:
+    """Whether ``auto`` (``dtype``) and ``null`` (``bf16``) mean bfloat16 on ``device``: on a CUDA GPU that
+    supports it, never on a CPU.
+
+    On a CPU, even one with native bfloat16, the default is float32. At laptop scale a SPAG epoch moves most
+    weights by less than bfloat16's resolution, so a trained model cast to bfloat16 for play and evaluation is
+    mostly the model it started from: measured on the default run, 2026-11-24 (docs/experiments.md). Float32 on
+    every CPU also gives an AVX2 machine and an AVX-512 machine the same computation. bfloat16 stays a choice
+    (``dtype: bfloat16``, ``bf16: true``).
+    """
     import torch
 
     if device.startswith("cuda"):
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    return device == "cpu" and cpu_has_native_bf16()
+    return False
 
 
 def resolve_dtype(dtype: str | None, device: str) -> str:
-    """The dtype name that ``dtype`` means on ``device``: ``None``/``"auto"`` is bfloat16 where it is fast
-    (:func:`fast_bf16`), else float32; any other name is itself. Every backend resolves ``auto`` here."""
+    """The dtype name that ``dtype`` means on ``device``: ``None``/``"auto"`` is bfloat16 on a GPU that has
+    it (:func:`bf16_by_default`), else float32; any other name is itself. Every backend resolves ``auto`` here."""
     if dtype in (None, "auto"):
-        return "bfloat16" if fast_bf16(device) else "float32"
+        return "bfloat16" if bf16_by_default(device) else "float32"
     return dtype
 
 
@@ -99,7 +107,7 @@ def load_model(
 ):
     """(model, tokenizer) in eval mode on ``device``.
 
-    ``dtype`` None or ``"auto"``: bfloat16 where it is fast (:func:`fast_bf16`), else float32.
+    ``dtype`` None or ``"auto"``: bfloat16 on a GPU that has it (:func:`bf16_by_default`), else float32.
     """
     import torch
     from transformers import AutoModelForCausalLM

@@ -1,7 +1,7 @@
 """What produced a result: the machine, the library versions and how each model ran.
 
-Two machines can play different games from the same settings: ``dtype: auto`` resolves to bfloat16 on
-a CPU with AVX512-BF16 or AMX and to float32 elsewhere, and engines and kernels differ. Every stage's
+Two machines can play different games from the same settings: ``dtype: auto`` resolves to bfloat16 on a
+GPU and to float32 on a CPU, and engines and kernels differ (AVX2, AVX-512, AMX). Every stage's
 metrics carry this record, so two runs that disagree say why.
 """
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from spag.game.prompts import build_prompt, model_input_ids, to_model_input
-from spag.players import PlayerError, Reply, clean_reply, derive_seed, load_player
+from spag.game.prompts import build_prompt
+from spag.players import PlayerError, clean_reply, derive_seed, load_player
 from spag.players.base import cut_at_next_speaker, per_prompt_seeds
 from spag.players.hf import HFPlayer
 from spag.testing import make_tiny_checkpoint
@@ -219,6 +219,23 @@ def test_saved_checkpoint_plays_with_its_special_tokens(tmp_path):
     assert saved.eos_token_id in player._end_ids
     (reply,) = player.generate(_prompts()[:1], temperature=0, max_new_tokens=4)
     assert reply.n_tokens >= 1
+
+
+def test_auto_means_float32_on_any_cpu_and_a_player_says_so(tiny_dir, monkeypatch):
+    """dtype auto and bf16 null are float32 on a CPU, with or without native bfloat16, so that an AVX2 and an
+    AVX-512 machine run the same computation; provenance records what auto resolved to."""
+    from spag import modeling
+    from spag.provenance import player_provenance
+    from spag.train.trainer import TrainConfig, _precision
+
+    for native in (False, True):
+        monkeypatch.setattr(modeling, "cpu_has_native_bf16", lambda native=native: native)
+        assert modeling.resolve_dtype("auto", "cpu") == "float32"
+        assert modeling.resolve_dtype("bfloat16", "cpu") == "bfloat16"  # an explicit choice stays
+        assert _precision(TrainConfig(), "cpu") == (False, False)
+        assert _precision(TrainConfig(bf16=True), "cpu")[0] is True
+    player = load_player(str(tiny_dir), "hf", device="cpu", dtype="auto")
+    assert player_provenance(player)["dtype"] == "float32"
 
 
 def test_bfloat16_model_on_the_fast_path(tiny_dir):

@@ -69,7 +69,7 @@ def engine_options(model: str, *, dtype: str | None, gpu_memory_utilization: flo
                    enforce_eager: bool | None, trust_remote_code: bool, cpu: bool) -> dict:
     """The ``vllm.LLM`` keyword arguments this backend adds to the user's, for a GPU or the CPU build.
 
-    ``dtype`` auto resolves as in the hf backend (bfloat16 where the device does it fast, else float32).
+    ``dtype`` auto resolves as in the hf backend (bfloat16 on a GPU that has it, float32 on a CPU).
     ``enforce_eager`` None: eager on the CPU (the engine starts in seconds instead of minutes of
     torch.compile; bench/play.py and docs/benchmarks.md), compiled with CUDA graphs on a GPU.
 

@@ -33,6 +33,7 @@ import shutil
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from transformers import Trainer, TrainingArguments
@@ -225,11 +226,12 @@ def _make_live_callback(live):
 
 
 def _precision(config: TrainConfig, device: str) -> tuple[bool, bool]:
-    """(bf16, tf32); bf16 None means "where it is fast" (a bf16 GPU, or a CPU with native bf16)."""
-    from spag.modeling import fast_bf16
+    """(bf16, tf32); bf16 None means bfloat16 autocast on a GPU that has it, float32 on a CPU
+    (:func:`spag.modeling.bf16_by_default`)."""
+    from spag.modeling import bf16_by_default
 
     on_cuda = device.startswith("cuda")
-    bf16 = config.bf16 if config.bf16 is not None else fast_bf16(device)
+    bf16 = config.bf16 if config.bf16 is not None else bf16_by_default(device)
     tf32 = config.tf32 if config.tf32 is not None else (
         on_cuda and torch.cuda.get_device_capability()[0] >= 8)
     return bool(bf16), bool(tf32)
@@ -686,7 +688,7 @@ class _PostfixProgress(ProgressCallback):
     """The Trainer's progress bar, its logged numbers shown as the bar's postfix (loss, KL, learning rate)
     instead of a printed dict per logging step; the curves are in dvclive and training_summary.json."""
 
-    SHOWN = {"loss": "loss", "kl": "kl", "ratio_mean": "ratio", "learning_rate": "lr"}
+    SHOWN: ClassVar[dict[str, str]] = {"loss": "loss", "kl": "kl", "ratio_mean": "ratio", "learning_rate": "lr"}
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and self.training_bar is not None and logs:
