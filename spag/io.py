@@ -10,8 +10,9 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 
 class DataError(ValueError):
@@ -118,7 +119,7 @@ def read_records(path: str | os.PathLike) -> list[dict]:
 
         try:
             return pq.read_table(path).to_pylist()
-        except Exception as exc:  # pyarrow raises several types for a broken file
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a broken file
             raise DataError(path, None, f"not a readable Parquet file ({exc.__class__.__name__}: {exc})")
     text = read_text(path)
     stripped = text.lstrip()

@@ -13,8 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from spag.outputs import MARKER, output_kind
 from spag.signals import graceful_termination

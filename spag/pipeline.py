@@ -14,12 +14,20 @@ import random
 import shutil
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from spag.config import (ParamsError, Settings, TrainConfig, TrainKnobs, TrainStep, existing_file,
-                         load_settings)
+from spag.config import (
+    ParamsError,
+    Settings,
+    TrainConfig,
+    TrainKnobs,
+    TrainStep,
+    existing_file,
+    load_settings,
+)
 from spag.console import summary
 from spag.io import DataError, write_json_atomic
 
@@ -354,8 +362,8 @@ def reward(settings: Settings, layout: Layout, epoch: str) -> None:
 def play(settings: Settings, layout: Layout, epoch: str) -> None:
     """The previous checkpoint plays itself on this epoch's training words."""
     from spag.analyze import run_query
-    from spag.partial import resumable_output
     from spag.game.episodes import PLAY_KIND
+    from spag.partial import resumable_output
     from spag.play import PlayStats, run_games
 
     p, seed = settings.play, settings.seed

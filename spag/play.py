@@ -286,7 +286,6 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
     ``"restart"`` (a pipeline stage, re-run because something changed) every game is played again.
     """
     from spag.console import progress
-
     from spag.provenance import record
 
     stats = stats if stats is not None else PlayStats()

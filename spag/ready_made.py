@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from spag.game.prompts import RawPrompt
 from spag.game.rules import ROLES

@@ -33,8 +33,10 @@ import os
 import random
 import sys
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+
+import polars as pl
 
 from spag.config import Reward, check, default
 from spag.game.episodes import validate_episode
@@ -51,7 +53,7 @@ from spag.game.rules import (
 )
 from spag.io import DataError, collect_or_raise, read_records
 from spag.ready_made import ready_made_rows
-from spag.rows import GAME, SFT, check_output, episode_id, make_row, write_rows
+from spag.rows import SFT, check_output, episode_id, make_row, write_rows
 from spag.sft import load_sft
 
 DEFAULT_DECAY = default(Reward, "decay")
@@ -190,117 +192,120 @@ class RewardOptions:
               role_baseline=self.role_baseline, keep_truncated=self.keep_truncated)
 
 
-def _is_garbage(utterance: Mapping) -> str | None:
-    """Why an utterance must not be learnt from (None: it may): empty, or cut at max_new_tokens."""
-    if not str(utterance.get("content") or "").strip():
-        return "empty"
-    if utterance.get("truncated"):
-        return "truncated"
-    return None
+# The moves of a set of games are one polars frame: a row per utterance that earns a reward, with its
+# game's position (``game``), its ``turn`` (index in the history), ``role`` and ``reward``.
+_KEY = ["game", "role"]
 
 
-def _keep_sound_moves(history: Sequence[Mapping], moves: list[tuple[str, int, float]], options: RewardOptions,
-                      stats: RowStats) -> list[tuple[str, int, float]]:
+def _utterances(episodes: Sequence[Mapping], verdicts: Sequence) -> pl.DataFrame:
+    """Every utterance of every game's judged part, with the game's winner, loser and outcome."""
+    columns: dict[str, list] = {"game": [], "turn": [], "role": [], "content": [], "truncated": []}
+    for game, (episode, verdict) in enumerate(zip(episodes, verdicts)):
+        for turn, utterance in enumerate(episode["history"][: verdict.turns]):
+            columns["game"].append(game)
+            columns["turn"].append(turn)
+            columns["role"].append(utterance["role"])
+            columns["content"].append(str(utterance.get("content") or ""))
+            columns["truncated"].append(bool(utterance.get("truncated")))
+    games = pl.DataFrame({
+        "game": range(len(verdicts)),
+        "outcome": [v.outcome for v in verdicts],
+        "winner": [v.winner for v in verdicts],
+    }, schema={"game": pl.Int64, "outcome": pl.String, "winner": pl.String})
+    loser = (pl.when(pl.col("winner") == ATTACKER).then(pl.lit(DEFENDER))
+             .when(pl.col("winner") == DEFENDER).then(pl.lit(ATTACKER)))
+    return (pl.DataFrame(columns, schema={"game": pl.Int64, "turn": pl.Int64, "role": pl.String,
+                                          "content": pl.String, "truncated": pl.Boolean})
+            .join(games.with_columns(loser=loser), on="game", how="left"))
+
+
+def decayed_shares(decay: float) -> pl.Expr:
+    """:func:`utterance_rewards` as a polars expression over a frame of moves in turn order: the share of
+    each move among its game's moves of the same role, (1/decay)^k normalised to sum to 1."""
+    k = pl.col("turn").rank("ordinal").over(_KEY)
+    raw = pl.lit(decay, dtype=pl.Float64).pow(pl.len().over(_KEY) - k)
+    return raw / raw.sum().over(_KEY)
+
+
+def _rewarded_moves(utterances: pl.DataFrame, options: RewardOptions, decayed: bool) -> pl.DataFrame:
+    """The utterances that earn a reward, with it: the winner's (decayed shares, or 1 each when not
+    ``decayed``), the loser's (``loser_reward``) and the rule-breaking attacker line (``foul_penalty``)."""
+    winners = utterances.filter(pl.col("role") == pl.col("winner"))
+    parts = [winners.with_columns(reward=decayed_shares(options.decay) if decayed else pl.lit(1.0))]
+    if options.loser_reward:
+        losers = utterances.filter(pl.col("role") == pl.col("loser"))
+        parts.append(losers.with_columns(reward=options.loser_reward * decayed_shares(options.decay)))
+    if options.foul_penalty:  # the line that said the word: the last of the judged part
+        fouls = utterances.filter((pl.col("outcome") == ATTACKER_BREAKS_RULES)
+                                  & (pl.col("turn") == pl.col("turn").max().over("game")))
+        parts.append(fouls.with_columns(role=pl.lit(ATTACKER), reward=pl.lit(-options.foul_penalty)))
+    return pl.concat(parts).sort("game", "turn")
+
+
+def _drop_unsound(moves: pl.DataFrame, options: RewardOptions, stats: RowStats) -> pl.DataFrame:
     """``moves`` without empty or truncated utterances (unless ``keep_truncated``), counted in ``stats``."""
     if options.keep_truncated:
         return moves
-    kept = []
-    for move in moves:
-        why = _is_garbage(history[move[1]])
-        if why == "empty":
-            stats.dropped_empty += 1
-        elif why == "truncated":
-            stats.dropped_truncated += 1
-        else:
-            kept.append(move)
-    return kept
+    empty = pl.col("content").str.strip_chars() == ""
+    truncated = ~empty & pl.col("truncated")
+    counts = moves.select(empty=empty.sum(), truncated=truncated.sum()).row(0, named=True)
+    stats.dropped_empty += counts["empty"]
+    stats.dropped_truncated += counts["truncated"]
+    return moves.filter(~empty & ~pl.col("truncated"))
 
 
-def _rewarded_moves(episode: Mapping, verdict, winner_rewards, options: RewardOptions) -> list[tuple[str, int, float]]:
-    """``(role, turn, reward)`` of every utterance of one judged game that earns a reward."""
-    history = episode["history"][: verdict.turns]
-    moves: list[tuple[str, int, float]] = []
-    winner = verdict.winner
-    if winner:
-        mine = [t for t, u in enumerate(history) if u["role"] == winner]
-        moves += [(winner, t, r) for t, r in zip(mine, winner_rewards(len(mine)))]
-        if options.loser_reward:
-            loser = DEFENDER if winner == ATTACKER else ATTACKER
-            theirs = [t for t, u in enumerate(history) if u["role"] == loser]
-            shares = utterance_rewards(len(theirs), options.decay)
-            moves += [(loser, t, options.loser_reward * r) for t, r in zip(theirs, shares)]
-    elif verdict.outcome == ATTACKER_BREAKS_RULES and options.foul_penalty and history:
-        moves.append((ATTACKER, len(history) - 1, -options.foul_penalty))  # the line that said the word
-    return sorted(moves, key=lambda move: move[1])
+def _weigh(moves: pl.DataFrame, options: RewardOptions, stats: RowStats) -> pl.DataFrame:
+    """Per-role baselines (when asked) and role weights, counted in ``stats``."""
+    stats.used = moves["game"].n_unique()
+    stats.no_rows = stats.records - stats.used
+    stats.negative_rows = moves.filter(pl.col("reward") < 0).height
+    games = {role: moves.filter(pl.col("role") == role)["game"].n_unique() for role in ROLES}
+    stats.attacker_games, stats.defender_games = games[ATTACKER], games[DEFENDER]
+    if options.role_baseline and moves.height:
+        stats.baselines = dict(moves.group_by("role").agg(pl.col("reward").mean()).iter_rows())
+        moves = moves.with_columns(pl.col("reward") - pl.col("role").replace_strict(stats.baselines))
+    stats.attacker_weight, stats.defender_weight = role_weights(*games.values())
+    weight = {ATTACKER: stats.attacker_weight, DEFENDER: stats.defender_weight}
+    stats.rows.update(dict(moves["role"].value_counts().iter_rows()))
+    return moves.with_columns(weight=pl.col("role").replace_strict(weight, return_dtype=pl.Float64))
 
 
 def _game_rows(
     episodes: Sequence[Mapping],
     indices: Sequence[int] | None,
     seed: int,
-    winner_rewards,
-    stats: RowStats,
-    options: RewardOptions = RewardOptions(),
+    decayed: bool,
+    options: RewardOptions,
     rules: str = WHOLE_WORD,
     templates: str | os.PathLike | None = None,
     row_prompts: str = "templates",
-) -> list[dict]:
-    """Rows from judged games; ``winner_rewards(n)`` gives the rewards of a winner's n moves.
+) -> tuple[list[dict], RowStats]:
+    """Rows from judged games: the rewarded moves (a polars frame), then each move's prompt.
 
     ``rules`` is the judge's rule set; ``templates`` the templates file of the prompts (None: shipped);
     ``row_prompts`` "original" draws each prompt from the original's query formats instead."""
     from spag.console import progress
 
-    rng = random.Random(seed)
-    rows: list[dict] = []
-    for position, episode in enumerate(progress(episodes, desc="episodes", unit="ep", disable=None)):
-        index = indices[position] if indices is not None else position
-        verdict = judge_episode(episode, rules)
-        stats.outcomes[verdict.outcome] += 1
-        history = episode["history"]
-        moves = _keep_sound_moves(history, _rewarded_moves(episode, verdict, winner_rewards, options), options, stats)
-        if not moves:
-            stats.no_rows += 1
-            continue
-        stats.used += 1
-        roles = {role for role, _, _ in moves}
-        stats.attacker_games += ATTACKER in roles
-        stats.defender_games += DEFENDER in roles
-        target, max_turns = episode["target_word"], int(episode["max_turns"])
-        for role, turn, reward in moves:
-            before = [{"role": u["role"], "content": u["content"]} for u in history[:turn]]
-            if reward < 0:
-                stats.negative_rows += 1
-            if row_prompts == "original":  # the model's whole input: no history lines to give up
-                prompt, bounds = row_query(before, target, max_turns, rng), None
-            else:
-                prompt, bounds = training_prompt_with_bounds(role, target, before, max_turns, rng, templates)
-            rows.append(make_row(prompt, history[turn]["content"].strip(), reward=float(reward),
-                                 weight=0.0,  # set once every game has been counted
-                                 role=role, target_word=target, turn=turn, episode=episode_id(episode, index),
-                                 history_bounds=bounds))
-    return rows
-
-
-def _subtract_role_baselines(rows: list[dict], stats: RowStats) -> None:
-    """Centre each role's game rewards on 0 (the role's mean reward is its baseline)."""
-    for role in ROLES:
-        mine = [row for row in rows if row["kind"] == GAME and row["role"] == role]
-        if not mine:
-            continue
-        baseline = sum(row["reward"] for row in mine) / len(mine)
-        stats.baselines[role] = baseline
-        for row in mine:
-            row["reward"] -= baseline
-
-
-def _apply_role_weights(rows: list[dict], stats: RowStats) -> None:
-    stats.attacker_weight, stats.defender_weight = role_weights(stats.attacker_games, stats.defender_games)
-    weight = {ATTACKER: stats.attacker_weight, DEFENDER: stats.defender_weight}
-    for row in rows:
-        if row["kind"] == GAME and row["role"] in weight:
-            row["weight"] = weight[row["role"]]
-        stats.rows[row["role"] or "unknown"] += 1
+    stats = RowStats(records=len(episodes))
+    verdicts = [judge_episode(e, rules) for e in progress(episodes, desc="judging", unit="ep", disable=None)]
+    stats.outcomes.update(v.outcome for v in verdicts)
+    moves = _rewarded_moves(_utterances(episodes, verdicts), options, decayed)
+    moves = _weigh(_drop_unsound(moves, options, stats), options, stats)
+    rng = random.Random(seed)  # one draw per row, in game and turn order
+    rows = []
+    for move in progress(moves.iter_rows(named=True), total=moves.height, desc="rows", unit="row", disable=None):
+        episode = episodes[move["game"]]
+        target, max_turns, turn = episode["target_word"], int(episode["max_turns"]), move["turn"]
+        before = [{"role": u["role"], "content": u["content"]} for u in episode["history"][:turn]]
+        if row_prompts == "original":  # the model's whole input: no history lines to give up
+            prompt, bounds = row_query(before, target, max_turns, rng), None
+        else:
+            prompt, bounds = training_prompt_with_bounds(move["role"], target, before, max_turns, rng, templates)
+        index = indices[move["game"]] if indices is not None else move["game"]
+        rows.append(make_row(prompt, move["content"].strip(), reward=move["reward"], weight=move["weight"],
+                             role=move["role"], target_word=target, turn=turn, episode=episode_id(episode, index),
+                             history_bounds=bounds))
+    return rows, stats
 
 
 def reward_rows(
@@ -315,17 +320,11 @@ def reward_rows(
     """SPAG training rows from validated episodes: decayed, normalised rewards and role weights.
 
     ``options`` holds the reward decay and adds rows beyond the winners' (foul penalty, losers' lines) and
-    the per-role baseline (default: the paper's winners-only rows, decay 0.8). ``indices`` gives each episode's position in its source file (for
-    the ``episode`` column when an episode has no ``id``); by default its position in ``episodes``.
+    the per-role baseline (default: the paper's winners-only rows, decay 0.8). ``indices`` gives each
+    episode's position in its source file (for the ``episode`` column when an episode has no ``id``); by
+    default its position in ``episodes``.
     """
-    options = options or RewardOptions()
-    stats = RowStats(records=len(episodes))
-    rows = _game_rows(episodes, indices, seed, lambda n: utterance_rewards(n, options.decay), stats, options,
-                      rules, templates, row_prompts)
-    if options.role_baseline:
-        _subtract_role_baselines(rows, stats)
-    _apply_role_weights(rows, stats)
-    return rows, stats
+    return _game_rows(episodes, indices, seed, True, options or RewardOptions(), rules, templates, row_prompts)
 
 
 def imitation_rows(
@@ -339,11 +338,8 @@ def imitation_rows(
 ) -> tuple[list[dict], RowStats]:
     """The imitation set from a teacher's episodes: every winning utterance, reward 1, role weights
     (empty or truncated utterances left out unless ``keep_truncated``)."""
-    stats = RowStats(records=len(episodes))
-    rows = _game_rows(episodes, indices, seed, lambda n: [1.0] * n, stats, RewardOptions(keep_truncated=keep_truncated),
-                      rules=rules, templates=templates, row_prompts=row_prompts)
-    _apply_role_weights(rows, stats)
-    return rows, stats
+    options = RewardOptions(foul_penalty=0.0, loser_reward=0.0, role_baseline=False, keep_truncated=keep_truncated)
+    return _game_rows(episodes, indices, seed, False, options, rules, templates, row_prompts)
 
 
 # -------------------------------------------------------------------------------------------- reading

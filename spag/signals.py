@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from typing import Iterator
+from collections.abc import Iterator
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143   # 128 + SIGTERM

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 CHAT_TEMPLATE = (
@@ -90,7 +91,7 @@ def make_scripted_checkpoint(output_dir: str | os.PathLike, script: str, *, loop
     ids = tokenizer(script, add_special_tokens=False)["input_ids"]
     chain = [last, *ids] + ([ids[0]] if loop and ids else [])
     transitions: dict[int, int] = {}
-    for a, b in zip(chain, chain[1:]):
+    for a, b in pairwise(chain):
         if transitions.setdefault(a, b) != b:
             raise ValueError(f"script {script!r}: token {tokenizer.decode([a])!r} would need two successors")
 

@@ -5,7 +5,7 @@ The stage validates params.yaml and runs spag.pipeline.teacher_play on the param
 
 from pathlib import Path
 
-from spag.pipeline import teacher_play, run_stage
+from spag.pipeline import run_stage, teacher_play
 
 if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this file again
     run_stage(teacher_play, Path(__file__).resolve().parent.parent)

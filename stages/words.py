@@ -5,7 +5,7 @@ The stage validates params.yaml and runs spag.pipeline.words on the params it de
 
 from pathlib import Path
 
-from spag.pipeline import words, run_stage
+from spag.pipeline import run_stage, words
 
 if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this file again
     run_stage(words, Path(__file__).resolve().parent.parent)

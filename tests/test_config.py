@@ -11,8 +11,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spag.config import (BACKENDS, METHODS, REDUCTIONS, SUITES, Game, ParamsError, Play, Settings, TrainConfig,
-                         TrainKnobs, TrainStep, Words, load_settings, validate)
+from spag.config import (
+    BACKENDS,
+    METHODS,
+    REDUCTIONS,
+    SUITES,
+    Game,
+    ParamsError,
+    Play,
+    Settings,
+    TrainConfig,
+    TrainKnobs,
+    TrainStep,
+    Words,
+    load_settings,
+    validate,
+)
 from spag.pipeline import STAGE_PARAMS, Declared, UndeclaredParam, declared_params
 from spag.testing import run_cli
 

@@ -8,7 +8,14 @@ mask over the wrong tokens or a reduction that drops a term makes one of these t
 
 import pytest
 
-from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS, judge_episode
+from spag.game.rules import (
+    ATTACKER,
+    ATTACKER_BREAKS_RULES,
+    ATTACKER_WINS,
+    DEFENDER,
+    DEFENDER_WINS,
+    judge_episode,
+)
 from spag.rewards import RewardOptions, imitation_rows, reward_rows
 from spag.rows import validate_row, write_rows
 from spag.testing import make_tiny_checkpoint

@@ -1,10 +1,10 @@
 """The OpenAI key goes only where the user sent it; plain http to another machine is warned about."""
 
 import pytest
+from test_openai_backend import Endpoint
 
 from spag.players import load_player
 from spag.players.openai import OpenAIPlayer, api_key_for
-from test_openai_backend import Endpoint
 
 OPENAI_SECRET = "sk-openai-secret"
 NAMED_SECRET = "sk-named-secret"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spag.game.rules import ATTACKER_BREAKS_RULES, TIE
 from spag.config import REDUCTIONS, ParamsError, Settings, validate
+from spag.game.rules import ATTACKER_BREAKS_RULES, TIE
 from spag.play import PlayConfig, play_games
 from spag.players import Reply
 from spag.rewards import build_imitation_set, reward_rows

@@ -34,11 +34,10 @@ STAGE = textwrap.dedent("""
 
 def test_work_is_moved_into_place_only_when_the_block_finishes(tmp_path):
     out = tmp_path / "episodes"
-    with pytest.raises(RuntimeError):
-        with resumable_output(out, "play") as work:
-            work.mkdir()
-            (work / "shard-00000.parquet").write_text("finished games")
-            raise RuntimeError("killed")
+    with pytest.raises(RuntimeError), resumable_output(out, "play") as work:
+        work.mkdir()
+        (work / "shard-00000.parquet").write_text("finished games")
+        raise RuntimeError("killed")
     assert not out.exists() and (partial_path(out) / "shard-00000.parquet").exists()
     with resumable_output(out, "play") as again:
         assert again == partial_path(out)
@@ -50,9 +49,8 @@ def test_someone_elses_folder_in_the_way_is_refused(tmp_path):
     out = tmp_path / "episodes"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(OutputRefused):
-        with resumable_output(out, "play") as work:
-            work.mkdir()
+    with pytest.raises(OutputRefused), resumable_output(out, "play") as work:
+        work.mkdir()
     assert (out / "notes.txt").read_text() == "mine"
 
 
@@ -79,7 +77,7 @@ def test_a_killed_play_stage_continues_from_its_finished_games(tmp_path):
     assert f"resuming from {work}" in again.stdout
     whole = tmp_path / "whole"
     assert subprocess.run([*stage[:3], str(whole), stage[4]], capture_output=True).returncode == 0
-    by_index = lambda episodes: sorted(episodes, key=lambda e: e["word_index"])  # noqa: E731
+    by_index = lambda episodes: sorted(episodes, key=lambda e: e["word_index"])
     assert by_index(read_episodes(out)) == by_index(read_episodes(whole))
     assert f"kept {len(kept)}, played {len(WORDS) - len(kept)}" in again.stdout  # none played twice
     assert not work.exists()

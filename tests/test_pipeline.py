@@ -249,7 +249,6 @@ def test_training_stages_under_a_launcher_with_zero3_resume_when_killed(tmp_path
     CPU accelerator). A train@1 killed after a checkpoint continues from it on the next `dvc repro`
     (checkpoints live beside the output, which DVC deletes), and ends with the model and curves of an
     uninterrupted run."""
-    import signal
     import time
 
     from spag.train.trainer import read_summary

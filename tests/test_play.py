@@ -11,7 +11,6 @@ import pytest
 from spag.game.episodes import read_episodes
 from spag.game.rules import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
 from spag.io import DataError
-from spag.game.episodes import export_json
 from spag.play import PlayConfig, PlayStats, play_games, run_games
 from spag.players import Reply
 

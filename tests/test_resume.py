@@ -3,7 +3,6 @@ the data, the settings), so a model retrained at the same path is never credited
 """
 
 import json
-import os
 import shutil
 import signal
 import subprocess

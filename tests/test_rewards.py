@@ -16,7 +16,6 @@ from spag.rewards import (
     build_imitation_set,
     build_reward_set,
     imitation_rows,
-
     reward_rows,
     role_weights,
     utterance_rewards,
@@ -528,7 +527,7 @@ def test_spag_reward_keep_truncated_option(tmp_path):
     assert "dropped 1 truncated and 0 empty utterances" in dropped.output
     kept = runner.invoke(app, ["reward", str(episodes), "-o", str(tmp_path / "b.jsonl"), "--keep-truncated"])
     assert kept.exit_code == 0, kept.output
-    count = lambda name: len((tmp_path / name).read_text(encoding="utf-8").splitlines())  # noqa: E731
+    count = lambda name: len((tmp_path / name).read_text(encoding="utf-8").splitlines())
     assert (count("a.jsonl"), count("b.jsonl")) == (2, 3)
 
 

@@ -12,11 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spag.game.episodes import read_episodes, write_episodes
+from spag.game.episodes import EpisodeStore, read_episodes, write_episodes
 from spag.io import read_records, write_json_atomic, write_jsonl_atomic, write_table_atomic
-from spag.game.episodes import EpisodeStore
-from spag.testing import run_cli
 from spag.rows import read_rows, row_schema
+from spag.testing import run_cli
 
 # Characters that have broken line-oriented readers: str.splitlines() splits at every one of them.
 AWKWARD = ["\u2028", "\u2029", "\x85", "\x00", "\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e",

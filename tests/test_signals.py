@@ -101,7 +101,7 @@ def test_spag_play_terminated_resumes_to_the_uninterrupted_episodes(tiny, tmp_pa
 
     assert run_cli("play", *common, "-o", out, "--resume").code == 0
     assert run_cli("play", *common, "-o", tmp_path / "whole").code == 0
-    by_index = lambda episodes: sorted(episodes, key=lambda e: e["word_index"])  # noqa: E731
+    by_index = lambda episodes: sorted(episodes, key=lambda e: e["word_index"])
     assert by_index(read_episodes(out)) == by_index(read_episodes(tmp_path / "whole"))
 
 

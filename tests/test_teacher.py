@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from spag.game.prompts import PLAY_TEMPLATE, build_prompt
-from spag.game.rules import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS, PREDICTION_PHRASE, judge
+from spag.game.rules import (
+    ATTACKER_BREAKS_RULES,
+    ATTACKER_WINS,
+    DEFENDER,
+    DEFENDER_WINS,
+    PREDICTION_PHRASE,
+    judge,
+)
 from spag.play import PlayConfig, PlayStats, play_games
 from spag.players import Reply, load_player
 from spag.teacher import BLANK, DictionaryGuesser, blank_out, coaching_prompt

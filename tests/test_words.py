@@ -24,7 +24,7 @@ def test_split_is_disjoint_stable_and_roughly_sized():
     assert sorted(train + held) == sorted(words)
     assert 0.07 < len(held) / len(words) < 0.13
     # a word's side never depends on the rest of the list
-    train_small, held_small = split_words(words[:500], 0.1)
+    _, held_small = split_words(words[:500], 0.1)
     assert set(held_small) == set(held) & set(words[:500])
 
 

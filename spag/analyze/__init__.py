@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from spag.analyze.views import DEFAULT_GLOB, AnalyzeError, connect
 from spag.console import first_line
@@ -25,8 +26,8 @@ _COMMENT = re.compile(r"--[^\n]*")
 _USES_WORDS = re.compile(r"\b(?:from|join)\s+words\b", re.IGNORECASE)
 
 __all__ = [
-    "AnalyzeError",
     "DEFAULT_GLOB",
+    "AnalyzeError",
     "NamedQuery",
     "QueryResult",
     "execute",

@@ -139,7 +139,7 @@ def _file_columns(files: list[str]) -> list[set[str]]:
     for file in files:
         try:
             schema = pq.read_schema(file)
-        except Exception as exc:  # pyarrow raises several types for a broken file
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a broken file
             raise AnalyzeError(f"{file}: not a readable Parquet file ({exc.__class__.__name__}: {exc})")
         for name, (fits, what) in expected.items():
             if name in schema.names and not fits(schema.field(name).type):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
 
 import typer
 
@@ -82,21 +81,21 @@ def format_rows(columns: list[str], rows: list[tuple], fmt: str) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("analyze")
     def analyze_command(
-        episodes: Optional[str] = typer.Argument(
+        episodes: str | None = typer.Argument(
             None,
             help="Episode Parquet files: a glob (quote it), a folder, or a file. "
             "Default: data/**/episodes/*.parquet",
         ),
-        query: Optional[str] = typer.Option(None, "--query", "-q", help="A named query (see --list)."),
-        sql: Optional[str] = typer.Option(
+        query: str | None = typer.Option(None, "--query", "-q", help="A named query (see --list)."),
+        sql: str | None = typer.Option(
             None, "--sql", help="SQL over the `episodes` view, or a .sql file."
         ),
         fmt: str = typer.Option("table", "--format", "-f", help="Output: table, csv or json."),
-        param: List[str] = typer.Option(
+        param: list[str] = typer.Option(
             [], "--param", "-p", help="A query parameter, NAME=VALUE (repeatable)."
         ),
         list_queries: bool = typer.Option(False, "--list", help="List the named queries and exit."),
-        rules: Optional[str] = typer.Option(
+        rules: str | None = typer.Option(
             None, "--rules",
             help="Judge every episode again by these rules (whole-word or original) instead of reading "
                  "its stored outcome."),

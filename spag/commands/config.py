@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
-
 
 _EMPTY = Path("/dev/null")  # no params file: the overrides apply to the schema's defaults
 
@@ -34,10 +32,10 @@ def register(app: typer.Typer) -> None:
 
     @config_app.command("show")
     def show_command(
-        file: Optional[Path] = typer.Argument(
+        file: Path | None = typer.Argument(
             None, help="A params file (default: ./params.yaml when there is one, else the schema's defaults)."),
         comments: bool = typer.Option(True, "--comments/--no-comments", help="Each key's help as a comment."),
-        override: Optional[list[Path]] = typer.Option(
+        override: list[Path] | None = typer.Option(
             None, "--override", help="A file of `section.key: value` lines, each replacing that setting of "
                                      "FILE whole (e.g. configs/paper-toy.yaml); repeat to apply several."),
     ) -> None:

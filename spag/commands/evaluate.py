@@ -9,13 +9,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
 from spag.commands.options import checked, option
 from spag.config import Benchmark, Evaluate, Game
-
 
 # The options `spag evaluate` and `spag tournament` share, declared once (typer reads each from the
 # signature it sits in; the declarations themselves are never changed).
@@ -48,7 +46,7 @@ def _play_config(max_turns: int, temperature: float, top_k: int, max_new_tokens:
     return section.play_config(game, seed), options
 
 
-def _held_out_words(words: Path, train_words: Optional[Path], limit: Optional[int]) -> list[str]:
+def _held_out_words(words: Path, train_words: Path | None, limit: int | None) -> list[str]:
     from spag.evaluate.games import check_held_out
     from spag.io import DataError
     from spag.words import read_words
@@ -67,7 +65,7 @@ def _held_out_words(words: Path, train_words: Optional[Path], limit: Optional[in
     return chosen
 
 
-def _claim_episodes_out(episodes_out: Optional[Path], kind: str, overwrite: bool, resume: bool) -> None:
+def _claim_episodes_out(episodes_out: Path | None, kind: str, overwrite: bool, resume: bool) -> None:
     """An --episodes-out folder must be new, empty or ours (spag.outputs); a .parquet file new, or spag's own
     episodes with --overwrite."""
     from spag.game.episodes import claim_episode_file
@@ -96,12 +94,12 @@ def register(app: typer.Typer) -> None:
         opponent: str = typer.Option(..., "--opponent", help="The model it plays against."),
         words: Path = _WORDS,
         output: Path = _OUTPUT,
-        train_words: Optional[Path] = _TRAIN_WORDS,
-        episodes_out: Optional[Path] = typer.Option(
+        train_words: Path | None = _TRAIN_WORDS,
+        episodes_out: Path | None = typer.Option(
             None, "--episodes-out", help="A .parquet file for all episodes, or a folder (a file per role)."),
         max_turns: int = _MAX_TURNS,
         seed: int = _SEED,
-        limit: Optional[int] = _LIMIT,
+        limit: int | None = _LIMIT,
         max_new_tokens: int = _MAX_NEW_TOKENS,
         temperature: float = _TEMPERATURE,
         top_k: int = _TOP_K,
@@ -145,17 +143,17 @@ def register(app: typer.Typer) -> None:
     def benchmark_command(
         model: str = typer.Option(..., "--model", help="HF checkpoint dir or name."),
         output: Path = typer.Option(..., "-o", "--output", help="Metrics JSON."),
-        tasks: List[str] = typer.Option(
+        tasks: list[str] = typer.Option(
             [], "--tasks", help="lm-eval tasks, repeated or comma-separated; 'name:metric,filter' (one "
                                   "per --tasks) picks the metric. Default: the suite's list."),
 
         suite: str = option(Benchmark, "suite"),
-        limit: Optional[int] = option(Benchmark, "limit"),
+        limit: int | None = option(Benchmark, "limit"),
         batch_size: str = typer.Option("8", "--batch-size", help="An integer or 'auto'."),
-        num_fewshot: Optional[int] = typer.Option(None, "--num-fewshot", min=0, help="Override every task's shots."),
-        samples_out: Optional[Path] = typer.Option(
+        num_fewshot: int | None = typer.Option(None, "--num-fewshot", min=0, help="Override every task's shots."),
+        samples_out: Path | None = typer.Option(
             None, "--samples-out", help="Per-sample results (default: OUTPUT's name + .samples.jsonl)."),
-        device: Optional[str] = typer.Option(None, "--device", help="cuda, cpu, ... (default: best)."),
+        device: str | None = typer.Option(None, "--device", help="cuda, cpu, ... (default: best)."),
         apply_chat_template: bool = typer.Option(False, "--chat-template", help="Wrap prompts in the chat "
                                                                                 "template."),
         seed: int = typer.Option(0, "--seed"),
@@ -198,7 +196,7 @@ def register(app: typer.Typer) -> None:
     def compare_command(
         a: Path = typer.Argument(..., help="Benchmark result of checkpoint A (spag benchmark -o)."),
         b: Path = typer.Argument(..., help="Benchmark result of checkpoint B."),
-        output: Optional[Path] = typer.Option(None, "-o", "--output", help="Comparison JSON."),
+        output: Path | None = typer.Option(None, "-o", "--output", help="Comparison JSON."),
         resamples: int = typer.Option(2000, "--resamples", min=1, help="Bootstrap resamples."),
         seed: int = typer.Option(0, "--seed"),
     ) -> None:
@@ -226,18 +224,18 @@ def register(app: typer.Typer) -> None:
 
     @app.command("tournament")
     def tournament_command(
-        models_args: Optional[List[str]] = typer.Argument(None, metavar="[MODELS]...",
+        models_args: list[str] | None = typer.Argument(None, metavar="[MODELS]...",
                                                           help="Models (also accepted after --models)."),
-        models: Optional[List[str]] = typer.Option(None, "--models", help="Models: --models M1 M2 M3 ..."),
+        models: list[str] | None = typer.Option(None, "--models", help="Models: --models M1 M2 M3 ..."),
         words: Path = _WORDS,
         output: Path = _OUTPUT,
-        heatmap: Optional[Path] = typer.Option(None, "--heatmap", help="PNG of the win-rate matrix."),
-        train_words: Optional[Path] = _TRAIN_WORDS,
-        episodes_out: Optional[Path] = typer.Option(
+        heatmap: Path | None = typer.Option(None, "--heatmap", help="PNG of the win-rate matrix."),
+        train_words: Path | None = _TRAIN_WORDS,
+        episodes_out: Path | None = typer.Option(
             None, "--episodes-out", help="A .parquet file for all episodes, or a folder (a file per pair)."),
         max_turns: int = _MAX_TURNS,
         seed: int = _SEED,
-        limit: Optional[int] = _LIMIT,
+        limit: int | None = _LIMIT,
         max_new_tokens: int = _MAX_NEW_TOKENS,
         temperature: float = _TEMPERATURE,
         top_k: int = _TOP_K,

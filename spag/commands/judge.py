@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -17,7 +16,7 @@ def register(app: typer.Typer) -> None:
     @app.command("judge")
     def judge_command(
         episodes: Path = typer.Argument(..., help="Episodes: JSON list, JSONL, or Parquet (file or dir)."),
-        output: Optional[Path] = typer.Option(None, "-o", "--output", help="JSONL out (default stdout)."),
+        output: Path | None = typer.Option(None, "-o", "--output", help="JSONL out (default stdout)."),
         rules: str = option(Game, "rules"),
     ) -> None:
         """Add `outcome` and `turns` to every episode; all input fields are kept."""

@@ -59,9 +59,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Play Adversarial Taboo between two models and store the judged episodes."""
         from spag.console import error, summary
+        from spag.game.episodes import export_json as write_json
         from spag.io import check_distinct_paths, check_output_file
         from spag.modeling import check_model
-        from spag.game.episodes import export_json as write_json
         from spag.play import PlayStats, rank_and_world, run_games
         from spag.players import BACKENDS, PlayerError
         from spag.words import read_words

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -31,7 +30,7 @@ def prompt_records(records: list[dict], source, settings, tokenizer) -> list[dic
     return out
 
 
-def _tokenizer(settings, model: Optional[str]):
+def _tokenizer(settings, model: str | None):
     """The play model's tokenizer (its chat template), or None where the prompt needs none."""
     from spag.io import DataError
     from spag.modeling import load_tokenizer
@@ -57,14 +56,20 @@ def register(app: typer.Typer) -> None:
                                                 "max_turns, history}; the history may be empty."),
         params: Path = typer.Option(Path("params.yaml"), "--params", help="Params file (game settings, model)."),
         output: Path = typer.Option(..., "-o", "--output", help="JSON lines out: {id, role, prompt}."),
-        model: Optional[str] = typer.Option(None, "--model", help="Model or tokenizer directory whose chat "
+        model: str | None = typer.Option(None, "--model", help="Model or tokenizer directory whose chat "
                                                                  "template renders the prompt (default: "
                                                                  "model.base of the params file)."),
     ) -> None:
         """Write the prompt the play model gets next in each game state (role and exact text)."""
         from spag.config import ParamsError, load_settings
         from spag.console import error, summary
-        from spag.io import DataError, check_distinct_paths, check_output_file, read_records, write_jsonl_atomic
+        from spag.io import (
+            DataError,
+            check_distinct_paths,
+            check_output_file,
+            read_records,
+            write_jsonl_atomic,
+        )
 
         try:
             settings = load_settings(params)

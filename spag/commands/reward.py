@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -23,7 +22,7 @@ EPISODES_HELP = "Episodes: a JSON list, JSON lines, or Parquet (a file or a dire
 OUTPUT_HELP = "Rows out: .parquet or .jsonl (written atomically)."
 
 
-def _check_rules_and_templates(rules: str, templates: Optional[Path]) -> None:
+def _check_rules_and_templates(rules: str, templates: Path | None) -> None:
     from spag.game.prompts import load_templates
 
     checked(Game, rules=rules)  # the schema's choices and message, as for a params file
@@ -53,8 +52,8 @@ def register(app: typer.Typer) -> None:
         episodes: Path = typer.Argument(..., help=EPISODES_HELP),
         output: Path = typer.Option(..., "-o", "--output", help=OUTPUT_HELP),
         decay: float = option(Reward, "decay"),
-        sft: Optional[str] = option(Reward, "sft"),
-        sft_limit: Optional[int] = option(Reward, "sft_limit"),
+        sft: str | None = option(Reward, "sft"),
+        sft_limit: int | None = option(Reward, "sft_limit"),
         seed: int = typer.Option(0, "--seed", help="Seed for the training-template draw and the SFT sample."),
         strict: bool = typer.Option(
             False, "--strict", help="Reject the input (exit 2) if any record is bad."
@@ -63,11 +62,11 @@ def register(app: typer.Typer) -> None:
         loser_reward: float = option(Reward, "loser_reward"),
         role_baseline: bool = option(Reward, "role_baseline"),
         rules: str = option(Game, "rules"),
-        templates: Optional[Path] = option(Game, "templates"),
+        templates: Path | None = option(Game, "templates"),
         keep_truncated: bool = option(Reward, "keep_truncated"),
         row_prompts: str = option(Game, "row_prompts"),
         sft_format: str = option(Reward, "sft_format"),
-        params: Optional[Path] = typer.Option(None, "--params", help=PARAMS_HELP),
+        params: Path | None = typer.Option(None, "--params", help=PARAMS_HELP),
     ) -> None:
         """SPAG training rows: the winners' moves in decisive games, with decayed rewards and role weights."""
         from spag.console import summary
@@ -112,13 +111,13 @@ def register(app: typer.Typer) -> None:
             False, "--strict", help="Reject the input (exit 2) if any record is bad."
         ),
         rules: str = option(Game, "rules"),
-        templates: Optional[Path] = option(Game, "templates"),
-        sft: Optional[str] = option(Imitate, "sft"),
-        sft_limit: Optional[int] = option(Imitate, "sft_limit"),
+        templates: Path | None = option(Game, "templates"),
+        sft: str | None = option(Imitate, "sft"),
+        sft_limit: int | None = option(Imitate, "sft_limit"),
         keep_truncated: bool = option(Reward, "keep_truncated"),
         row_prompts: str = option(Game, "row_prompts"),
         sft_format: str = option(Imitate, "sft_format"),
-        params: Optional[Path] = typer.Option(None, "--params", help=PARAMS_HELP),
+        params: Path | None = typer.Option(None, "--params", help=PARAMS_HELP),
     ) -> None:
         """The imitation set: a teacher's winning moves in decisive games, both roles, reward 1."""
         from spag.console import summary

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from spag.commands.options import checked, option
-from spag.config import METHOD_HELP, TrainConfig as C, TrainStep
+from spag.config import METHOD_HELP, TrainStep
+from spag.config import TrainConfig as C
 
 
 def register(app: typer.Typer) -> None:
@@ -19,8 +19,8 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option(..., "--model", help="Policy to start from: an HF directory."),
         data: Path = typer.Option(..., "--data", help="Training rows: Parquet (file or shard dir) or JSONL."),
         output: Path = typer.Option(..., "-o", "--output", help="Output HF directory."),
-        ref: Optional[str] = typer.Option(None, "--ref", help="Reference model (default: --model)."),
-        learning_rate: Optional[float] = option(C, "learning_rate", "--lr", "--learning-rate"),
+        ref: str | None = typer.Option(None, "--ref", help="Reference model (default: --model)."),
+        learning_rate: float | None = option(C, "learning_rate", "--lr", "--learning-rate"),
         epochs: float = option(C, "epochs"),
         max_steps: int = option(C, "max_steps"),
         batch_size: int = option(C, "batch_size"),
@@ -31,36 +31,36 @@ def register(app: typer.Typer) -> None:
         max_grad_norm: float = option(C, "max_grad_norm"),
         max_length: int = option(C, "max_length"),
         truncation: str = option(C, "truncation"),
-        kl_coeff: Optional[float] = option(C, "kl_coeff"),
+        kl_coeff: float | None = option(C, "kl_coeff"),
         clip_range: float = option(C, "clip_range"),
         sft_coeff: float = option(C, "sft_coeff"),
         reduction: str = option(C, "reduction"),
         detach_advantage: bool = option(C, "detach_advantage", "--detach-advantage/--attached-advantage"),
         gradient_checkpointing: bool = option(C, "gradient_checkpointing"),
-        bf16: Optional[bool] = option(C, "bf16", "--bf16/--no-bf16"),
-        tf32: Optional[bool] = option(C, "tf32", "--tf32/--no-tf32"),
-        device: Optional[str] = option(C, "device"),
+        bf16: bool | None = option(C, "bf16", "--bf16/--no-bf16"),
+        tf32: bool | None = option(C, "tf32", "--tf32/--no-tf32"),
+        device: str | None = option(C, "device"),
         lora_r: int = option(C, "lora_r"),
         lora_alpha: int = option(C, "lora_alpha"),
         lora_dropout: float = option(C, "lora_dropout"),
         lora_target_modules: str = option(C, "lora_target_modules"),
         no_merge_lora: bool = typer.Option(False, "--no-merge-lora", help="Save LoRA adapters unmerged."),
         seed: int = option(C, "seed"),
-        deepspeed: Optional[Path] = option(C, "deepspeed"),
+        deepspeed: Path | None = option(C, "deepspeed"),
         resume: bool = option(C, "resume"),
         overwrite: bool = option(C, "overwrite"),
         ref_on_the_fly: bool = option(C, "ref_on_the_fly"),
-        ref_cache_dir: Optional[Path] = option(C, "ref_cache_dir"),
+        ref_cache_dir: Path | None = option(C, "ref_cache_dir"),
         ref_batch_size: int = option(C, "ref_batch_size"),
-        live_dir: Optional[Path] = option(C, "live_dir"),
+        live_dir: Path | None = option(C, "live_dir"),
         no_live: bool = typer.Option(False, "--no-live", help="Do not log to dvclive."),
         logging_steps: int = option(C, "logging_steps"),
         save_steps: int = option(C, "save_steps"),
         save_total_limit: int = option(C, "save_total_limit"),
-        checkpoint_dir: Optional[Path] = option(C, "checkpoint_dir"),
+        checkpoint_dir: Path | None = option(C, "checkpoint_dir"),
         keep_checkpoints: bool = option(C, "keep_checkpoints"),
         trust_remote_code: bool = option(C, "trust_remote_code"),
-        launcher: Optional[str] = typer.Option(None, "--launcher", help=TrainStep.model_fields["launcher"].description),
+        launcher: str | None = typer.Option(None, "--launcher", help=TrainStep.model_fields["launcher"].description),
     ) -> None:
         """Train a policy on training rows; write a plain HF directory with training_summary.json."""
         # The options named after TrainConfig fields are its knobs (first statement: locals() holds only them).

@@ -27,8 +27,8 @@ import os
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 LOCAL_TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 SUITES = ("auto", "paper", "local")

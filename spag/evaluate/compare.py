@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
@@ -27,9 +27,7 @@ from spag.io import DataError
 def read_benchmark(path: str | os.PathLike) -> tuple[dict, dict[str, dict[tuple[str, int], float]]]:
     """(metrics, {benchmark: {(task, doc_id): correct}}) of a ``spag benchmark`` output."""
     from spag.evaluate.benchmark import samples_path
-    from spag.io import read_records
-
-    from spag.io import read_text
+    from spag.io import read_records, read_text
 
     path = Path(path)
     try:

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS, TIE
 
@@ -139,6 +139,7 @@ def word_bootstrap(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping
     ``attacker_foul_rate``, ``defender_win_rate`` and ``defender_opponent_foul_rate``.
     """
     import numpy as np
+    import polars as pl
 
     quantities = {  # name -> (role, value of one game for the model)
         "attacker_win_rate": (ATTACKER, lambda o: float(o == ATTACKER_WINS)),
@@ -146,22 +147,23 @@ def word_bootstrap(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping
         "defender_win_rate": (DEFENDER, lambda o: float(role_result(o, DEFENDER) == "win")),
         "defender_opponent_foul_rate": (DEFENDER, lambda o: float(o == ATTACKER_BREAKS_RULES)),
     }
-    per_word: dict[str, dict[str, list[float]]] = {}
+    names = ("score", *quantities)
+    games = []  # one record per game: its word, its score, and each quantity of its role (others null)
     for role, episodes in ((ATTACKER, as_attacker), (DEFENDER, as_defender)):
         for i, episode in enumerate(episodes):
             outcome = _outcome(episode, i)
-            cell = per_word.setdefault(episode["target_word"], {})
-            cell.setdefault("score", []).append(score(outcome, role))
-            for name, (wanted, value) in quantities.items():
-                if role == wanted:
-                    cell.setdefault(name, []).append(value(outcome))
-    words = sorted(per_word)
+            games.append({"word": episode["target_word"], "score": score(outcome, role),
+                          **{name: value(outcome) if role == wanted else None
+                             for name, (wanted, value) in quantities.items()}})
+    frame = pl.DataFrame(games, schema={"word": pl.String, **{name: pl.Float64 for name in names}})
+    per_word = frame.group_by("word").agg(  # sums and counts per word: the bootstrap resamples words
+        *(pl.col(name).sum().alias(f"{name}_sum") for name in names),
+        *(pl.col(name).count().alias(f"{name}_games") for name in names),
+    ).sort("word")
     out = {}
-    for name in ("score", *quantities):
-        sums = [sum(per_word[w].get(name, [])) for w in words]
-        counts = [len(per_word[w].get(name, [])) for w in words]
-        keep = [i for i, n in enumerate(counts) if n]
-        out[name] = _interval_entry([sums[i] for i in keep], [counts[i] for i in keep],
+    for name in names:
+        played = per_word.filter(pl.col(f"{name}_games") > 0)
+        out[name] = _interval_entry(played[f"{name}_sum"].to_numpy(), played[f"{name}_games"].to_numpy(),
                                     np.random.default_rng(seed), confidence, n_resamples)
     return out
 

@@ -15,8 +15,8 @@ The 95% intervals are percentiles of the ratings refitted on games resampled wit
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from spag.game.rules import ROLES, WHOLE_WORD, judge_episode
 from spag.io import DataError, read_records, write_json_atomic, write_jsonl_atomic, write_table_atomic
@@ -184,7 +184,7 @@ def holds_spag_episodes(path: str | os.PathLike) -> bool:
 
     try:
         schema = pq.read_schema(path)
-    except Exception:  # not Parquet, unreadable: not ours
+    except Exception:  # noqa: BLE001 - not Parquet, unreadable: not ours
         return False
     if (schema.metadata or {}).get(EPISODES_METADATA_KEY) == b"episodes":
         return True
@@ -198,7 +198,7 @@ def _what_is_in(path: Path) -> str:
 
     try:
         names = pq.read_schema(path).names
-    except Exception:  # not Parquet, unreadable
+    except Exception:  # noqa: BLE001 - not Parquet, unreadable
         return "is not a Parquet file, so"
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     return f"holds a Parquet table of other columns ({shown})," if names else "holds a Parquet table of no columns,"

@@ -25,10 +25,18 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Mapping, Sequence
 
-from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS, TIE, Verdict
+from spag.game.rules import (
+    ATTACKER,
+    ATTACKER_BREAKS_RULES,
+    ATTACKER_WINS,
+    DEFENDER,
+    DEFENDER_WINS,
+    TIE,
+    Verdict,
+)
 
 GUESS_WINDOW = r"i know the word! it.{1,8}"
 _GUESS = re.compile(GUESS_WINDOW)

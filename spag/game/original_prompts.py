@@ -19,9 +19,9 @@ A query built here is a :class:`~spag.game.prompts.RawPrompt`: it already is the
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from spag.game.prompts import RawPrompt, next_role
 from spag.game.rules import ATTACKER, DEFENDER

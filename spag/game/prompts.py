@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from spag.game.rules import ATTACKER, DEFENDER, ROLES
 
@@ -112,7 +112,7 @@ def _parse_templates(data, source: str) -> PromptTexts:
         fail("(top)", "expected a mapping of the template sections")
     unknown = set(data) - {"separator", "parts", "rules", "instruction", "examples", "history", "turn", "last_round"}
     if unknown:
-        fail(sorted(unknown)[0], "unknown key")
+        fail(min(unknown), "unknown key")
     parts = tuple(get(data, "parts", "parts", list))
     for part in parts:
         if part not in PART_NAMES:

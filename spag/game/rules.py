@@ -14,9 +14,9 @@ paper's; every caller picks one with the ``rules`` argument of :func:`judge`.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Mapping, Sequence
+from functools import cache, lru_cache
 
 ATTACKER = "attacker"
 DEFENDER = "defender"
@@ -87,7 +87,7 @@ def _regular_forms(word: str) -> set[str]:
     return forms
 
 
-@lru_cache(maxsize=None)
+@cache
 def _lexicon():
     import lemminflect
 
@@ -127,7 +127,7 @@ def normalise_word(word: str) -> str:
 class _WordMatcher:
     """A target word's forms, compiled once: a cheap substring screen, then the whole-word regex."""
 
-    __slots__ = ("screens", "pattern")
+    __slots__ = ("pattern", "screens")
 
     def __init__(self, word: str):
         forms = sorted(word_forms(word), key=len, reverse=True)
