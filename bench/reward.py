@@ -4,7 +4,7 @@
 
 The corpus is bench/judge.py's (every outcome: fouls, said words, right and wrong guesses, ties), written
 once as Parquet through spag's episode writer. The command runs as a user runs it (`spag reward EPISODES
--o ROWS`, default settings: decayed winners' rewards, foul penalty, the built-in general rows), three times; the
+-o ROWS`, the command's defaults: decayed winners' rewards, no general SFT rows), three times; the
 best time counts. With --keep the episodes and the rows stay in DIR, so that two versions of the code can
 be compared on the same input and their rows checked for equality.
 """

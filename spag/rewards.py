@@ -361,7 +361,7 @@ def read_episode_records(
     An episode that repeats an earlier one (same target word, turns and utterances: a shard copied, two
     files joined) is left out, its position added to ``duplicates``, so no game is learned from twice.
     Bad records are skipped into ``errors``.
-    Without ``errors`` the first bad record raises DataError. With ``ready_made``, records that are
+    An empty file, and without ``errors`` the first bad record, raise DataError. With ``ready_made``, records that are
     already training rows (query/target or prompt/completion, no history) are collected there as
     ``(index, record)`` instead of being rejected.
     """
@@ -369,6 +369,8 @@ def read_episode_records(
     episodes, indices = [], []
     seen: set[str] = set()
     records = read_records(path)
+    if not records:  # a wrong path, a stage that played nothing: say so, write nothing
+        raise DataError(path, None, "holds no episodes")
     for index, record in enumerate(records):
         if (
             ready_made is not None

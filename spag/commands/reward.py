@@ -37,14 +37,6 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _require_episodes(path: Path) -> None:
-    """An empty input is a mistake (a wrong path, a stage that played nothing): say so, write nothing."""
-    from spag.io import DataError, read_records
-
-    if not read_records(path):
-        raise DataError(path, None, "holds no episodes")
-
-
 def register(app: typer.Typer) -> None:
     @app.command("reward")
     def reward_command(
@@ -72,6 +64,7 @@ def register(app: typer.Typer) -> None:
         from spag.console import summary
         from spag.io import DataError, check_distinct_paths, check_output_file
         from spag.rewards import RewardOptions, build_reward_set
+        from spag.rows import check_output
 
         given = {name: value for name, value in locals().items() if name in REWARD_SETTINGS}
         s = from_params(ctx, params, REWARD_SETTINGS, given)
@@ -89,8 +82,8 @@ def register(app: typer.Typer) -> None:
         try:
             check_distinct_paths({"EPISODES": episodes, "--params": params}, {"-o": output})
             check_output_file(output, "-o")
+            check_output(output)  # .parquet or .jsonl
             _check_rules_and_templates(rules, templates)
-            _require_episodes(episodes)
             stats = build_reward_set(
                 episodes, output, sft=sft, seed=seed, strict=strict, sft_limit=sft_limit,
                 options=options, rules=rules, templates=templates, row_prompts=row_prompts, sft_format=sft_format,
@@ -123,6 +116,7 @@ def register(app: typer.Typer) -> None:
         from spag.console import summary
         from spag.io import DataError, check_distinct_paths, check_output_file
         from spag.rewards import build_imitation_set
+        from spag.rows import check_output
 
         given = {name: value for name, value in locals().items() if name in IMITATION_SETTINGS}
         s = from_params(ctx, params, IMITATION_SETTINGS, given)
@@ -135,8 +129,8 @@ def register(app: typer.Typer) -> None:
         try:
             check_distinct_paths({"EPISODES": episodes, "--params": params}, {"-o": output})
             check_output_file(output, "-o")
+            check_output(output)  # .parquet or .jsonl
             _check_rules_and_templates(rules, templates)
-            _require_episodes(episodes)
             stats = build_imitation_set(episodes, output, seed=seed, strict=strict, sft=sft, sft_limit=sft_limit,
                                         rules=rules, templates=templates, keep_truncated=keep_truncated,
                                         row_prompts=row_prompts, sft_format=sft_format)

@@ -31,7 +31,7 @@ Reductions (why they differ):
 
   ``weights``: each term is Σ w·l / Σ w over its rows. Within a batch of one role the role weight cancels
   out, so with mostly single-role batches the role re-weighting is lost (the defender's share falls to
-  roughly its share of rows). Kept for comparison with earlier runs of this project.
+  roughly its share of rows). Kept as the simpler alternative to compare against.
 
   In both, a batch without rows of one kind contributes 0 for that term.
 
