@@ -41,8 +41,19 @@ def machine() -> dict:
             versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             continue
-    return {"cpu": {"model": name, "cores": os.cpu_count(), **{k: f in flags for k, f in _CPU_FLAGS.items()}},
+    return {"cpu": {"model": name, "cores": os.cpu_count(), **{k: f in flags for k, f in _CPU_FLAGS.items()},
+                    "kernels": _kernels()},
             "versions": versions}
+
+
+def _kernels() -> dict:
+    """The instruction set torch's CPU kernels run with (lower than the CPU's when ``ATEN_CPU_CAPABILITY``
+    caps it) and oneDNN's cap (``ONEDNN_MAX_CPU_ISA``; None: the CPU's best)."""
+    import os
+
+    import torch
+
+    return {"torch": torch.backends.cpu.get_cpu_capability(), "onednn_max_isa": os.environ.get("ONEDNN_MAX_CPU_ISA")}
 
 
 def player_provenance(player) -> dict:

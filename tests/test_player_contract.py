@@ -239,4 +239,18 @@ def test_played_games_record_how_the_players_ran(backend, random_model):
     assert attacker["backend"] == backend and attacker["dtype"] == "float32" and attacker["device"] == "cpu"
     assert attacker["engine"] == ("batched" if backend == "hf" else "vllm-cpu")
     assert {"avx2", "avx512", "avx512_bf16", "amx_bf16"} <= set(stats.provenance["cpu"])
+    assert stats.provenance["cpu"]["kernels"]["torch"] in ("DEFAULT", "AVX2", "AVX512", "ZVECTOR", "VSX", "SVE256")
     assert {"torch", "transformers", "spag"} <= set(stats.provenance["versions"])
+
+
+def test_provenance_names_the_kernels_torch_runs_when_they_are_capped():
+    """A run held to lower kernels (as on an AVX2-only machine) says so, though the CPU has more."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    code = "import json; from spag.provenance import machine; print(json.dumps(machine()['cpu']['kernels']))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == {"torch": "DEFAULT", "onednn_max_isa": "AVX2"}
