@@ -24,6 +24,10 @@ rows: the attacker's and the defender's wins)::
 
 so the attacker's rows together carry (A + D)/2 of weighted reward, and so do the defender's: each role
 learns with coefficient 1/2 in expectation however lopsided the games were.
+
+How: the games are judged one by one; their utterances then form one polars frame, in which the rewarded
+moves, the shares r_k, the filter of unsound utterances, the baselines and the weights are expressions.
+Only the prompts are rendered in a loop, one seeded template draw per row, in game and turn order.
 """
 
 from __future__ import annotations
