@@ -15,3 +15,4 @@ bench: setup
 	.venv/bin/python bench/analyze.py
 	.venv/bin/python bench/play.py
 	.venv/bin/python bench/train.py
+	.venv/bin/python bench/reward.py
