@@ -3,9 +3,12 @@
 import json
 from fractions import Fraction
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from spag.cli import app
@@ -15,6 +18,7 @@ from spag.rewards import (
     RewardOptions,
     build_imitation_set,
     build_reward_set,
+    decayed_shares,
     imitation_rows,
     reward_rows,
     role_weights,
@@ -81,6 +85,20 @@ def rows_of(rows, role):
 
 
 # ---------------------------------------------------------------------------------------------- maths
+
+
+@given(moves=st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["attacker", "defender"])), min_size=1,
+                      max_size=30),
+       decay=st.floats(0.05, 1.0))
+def test_the_polars_shares_are_utterance_rewards_in_every_game_and_role(moves, decay):
+    """decayed_shares over a frame of several games and roles gives each (game, role) the shares
+    utterance_rewards gives its n moves, in turn order."""
+    frame = pl.DataFrame({"game": [g for g, _ in moves], "role": [r for _, r in moves],
+                          "turn": list(range(len(moves)))})
+    shares = frame.with_columns(share=decayed_shares(decay))
+    for (game, role), group in shares.group_by("game", "role"):
+        expected = utterance_rewards(group.height, decay)
+        assert group.sort("turn")["share"].to_list() == pytest.approx(expected, rel=1e-12)
 
 
 def test_utterance_rewards_hand_computed():
