@@ -268,7 +268,7 @@ def _weigh(moves: pl.DataFrame, options: RewardOptions, stats: RowStats) -> pl.D
     if options.role_baseline and moves.height:
         stats.baselines = dict(moves.group_by("role").agg(pl.col("reward").mean()).iter_rows())
         moves = moves.with_columns(pl.col("reward") - pl.col("role").replace_strict(stats.baselines))
-    stats.attacker_weight, stats.defender_weight = role_weights(*games.values())
+    stats.attacker_weight, stats.defender_weight = role_weights(games[ATTACKER], games[DEFENDER])
     weight = {ATTACKER: stats.attacker_weight, DEFENDER: stats.defender_weight}
     stats.rows.update(dict(moves["role"].value_counts().iter_rows()))
     return moves.with_columns(weight=pl.col("role").replace_strict(weight, return_dtype=pl.Float64))
