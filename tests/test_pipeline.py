@@ -281,8 +281,12 @@ def test_training_stages_under_a_launcher_with_zero3_resume_when_killed(tmp_path
     # dvc, the stage, torchrun and both ranks (torchrun starts them in sessions of their own), as a lost node
     import psutil
 
-    for process in [psutil.Process(stage.pid), *psutil.Process(stage.pid).children(recursive=True)]:
-        process.kill()
+    root = psutil.Process(stage.pid)
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:  # it ended between the listing and the kill (its parent died): gone anyway
+            pass
     stage.wait()
     assert not (work / "data/epoch_1/model").exists(), "the stage should have been killed part-way"
 
