@@ -16,7 +16,8 @@ from collections import Counter
 from spag.game.rules import judge, word_forms
 from spag.words import top_words
 
-FILLER = ["think", "about", "what", "you", "use", "in", "the", "morning", "when", "the", "weather", "turns", "cold", "and", "people", "gather", "near", "something", "warm", "while", "they", "talk", "about", "small", "things", "and", "old", "stories"]
+FILLER = ("think about what you use in the morning when the weather turns cold and people gather "
+          "near something warm while they talk about small things and old stories").split()
 
 
 def utterance(rng: random.Random, target: str, mention: bool) -> str:

@@ -14,7 +14,21 @@ _ALPHA = re.compile(r"^[a-z]+$")
 
 # Words that carry grammar rather than a topic: no game can be played on them.
 FUNCTION_WORDS = frozenset(
-    ["the", "and", "for", "are", "but", "not", "you", "all", "any", "can", "had", "her", "was", "one", "our", "out", "day", "get", "has", "him", "his", "how", "man", "new", "now", "old", "see", "two", "way", "who", "boy", "did", "its", "let", "put", "say", "she", "too", "use", "that", "with", "have", "this", "will", "your", "from", "they", "know", "want", "been", "good", "much", "some", "time", "very", "when", "come", "here", "just", "like", "long", "make", "many", "more", "only", "over", "such", "take", "than", "them", "well", "were", "what", "which", "while", "would", "there", "their", "these", "those", "then", "into", "onto", "upon", "about", "above", "after", "again", "against", "below", "between", "both", "before", "being", "during", "each", "few", "further", "once", "other", "same", "should", "through", "under", "until", "where", "why", "yours", "yourself", "yourselves", "ourselves", "themselves", "himself", "herself", "itself", "myself", "does", "doing", "done", "because", "also", "could", "might", "must", "shall", "may", "ought", "since", "though", "although", "unless", "whether", "whom", "whose", "within", "without", "among", "amongst", "across", "along", "around", "behind", "beyond", "beside", "besides", "toward", "towards", "near", "off", "per", "via", "yet", "nor", "either", "neither", "every", "everyone", "everything", "someone", "something", "anyone", "anything", "nothing", "nobody", "none", "somebody", "anybody", "thus", "hence", "therefore", "however", "moreover", "else", "ever", "even", "still", "already", "just", "almost", "quite", "rather", "really", "perhaps", "maybe", "indeed", "yes", "okay", "hey", "hello", "dont", "cant", "wont", "isnt", "arent", "wasnt", "werent", "doesnt", "didnt", "hasnt", "havent", "hadnt", "shouldnt", "wouldnt", "couldnt", "im", "ive", "youre", "theyre", "weve", "hes", "shes", "thats", "whats", "theres", "lets", "etc"]
+    """
+    the and for are but not you all any can had her was one our out day get has him his how man new now
+    old see two way who boy did its let put say she too use that with have this will your from they know
+    want been good much some time very when come here just like long make many more only over such take
+    than them well were what which while would there their these those then into onto upon about above
+    after again against below between both before being during each few further once other same should
+    through under until where why yours yourself yourselves ourselves themselves himself herself itself
+    myself does doing done because also could might must shall may ought since though although unless
+    whether whom whose within without among amongst across along around behind beyond beside besides
+    toward towards near off per via yet nor either neither every everyone everything someone something
+    anyone anything nothing nobody none somebody anybody thus hence therefore however moreover else ever
+    even still already just almost quite rather really perhaps maybe indeed yes okay hey hello dont cant
+    wont isnt arent wasnt werent doesnt didnt hasnt havent hadnt shouldnt wouldnt couldnt im ive youre
+    theyre weve hes shes thats whats theres lets etc
+    """.split()
 )
 
 

@@ -72,18 +72,18 @@ def arith_compare_item(rng: random.Random) -> Item:
 
 # No word belongs to two categories ("orange", "peach" and "plum" are colours too, so they are left out).
 CATEGORIES = {
-    "fruits": ["apple", "banana", "mango", "pear", "melon", "fig", "kiwi", "papaya", "pineapple", "strawberry"],
-    "animals": ["dog", "horse", "tiger", "rabbit", "sheep", "monkey", "elephant", "wolf", "goat", "camel", "lion", "bear"],
-    "tools": ["hammer", "saw", "wrench", "screwdriver", "chisel", "drill", "pliers", "shovel", "axe", "rake"],
-    "colours": ["red", "blue", "green", "yellow", "purple", "brown", "pink", "grey", "scarlet", "crimson"],
-    "vehicles": ["car", "bus", "truck", "bicycle", "train", "tram", "scooter", "motorcycle", "van", "tractor"],
-    "instruments": ["piano", "violin", "guitar", "trumpet", "flute", "drum", "cello", "harp", "clarinet", "banjo"],
-    "body parts": ["elbow", "knee", "shoulder", "ankle", "wrist", "finger", "chin", "thumb", "forehead", "heel"],
-    "furniture": ["table", "chair", "sofa", "wardrobe", "bed", "desk", "shelf", "stool", "bench", "dresser"],
-    "clothing": ["shirt", "jacket", "trousers", "sock", "scarf", "glove", "coat", "skirt", "sweater", "hat"],
-    "countries": ["France", "Japan", "Brazil", "Kenya", "Canada", "Egypt", "India", "Spain", "Mexico", "Norway"],
-    "weather": ["rain", "snow", "hail", "fog", "thunder", "drizzle", "sleet", "frost", "breeze", "storm"],
-    "kitchenware": ["pan", "kettle", "ladle", "whisk", "spatula", "colander", "teapot", "saucepan", "grater"],
+    "fruits": "apple banana mango pear melon fig kiwi papaya pineapple strawberry".split(),
+    "animals": "dog horse tiger rabbit sheep monkey elephant wolf goat camel lion bear".split(),
+    "tools": "hammer saw wrench screwdriver chisel drill pliers shovel axe rake".split(),
+    "colours": "red blue green yellow purple brown pink grey scarlet crimson".split(),
+    "vehicles": "car bus truck bicycle train tram scooter motorcycle van tractor".split(),
+    "instruments": "piano violin guitar trumpet flute drum cello harp clarinet banjo".split(),
+    "body parts": "elbow knee shoulder ankle wrist finger chin thumb forehead heel".split(),
+    "furniture": "table chair sofa wardrobe bed desk shelf stool bench dresser".split(),
+    "clothing": "shirt jacket trousers sock scarf glove coat skirt sweater hat".split(),
+    "countries": "France Japan Brazil Kenya Canada Egypt India Spain Mexico Norway".split(),
+    "weather": "rain snow hail fog thunder drizzle sleet frost breeze storm".split(),
+    "kitchenware": "pan kettle ladle whisk spatula colander teapot saucepan grater".split(),
 }
 
 
@@ -100,8 +100,9 @@ def odd_one_out_item(rng: random.Random) -> Item:
 
 # ------------------------------------------------------------------------------------------- syllogisms
 
-_NONSENSE = ["blicket", "wug", "dax", "fep", "zorp", "toma", "kiki", "bouba", "lorp", "mib", "snarf", "glim", "trell", "vosk", "quib", "nerp", "florn", "gax", "pim", "rull", "sapp", "teb", "vinx", "yorb", "zell"]
-_NAMES = ["Ada", "Ben", "Cleo", "Dev", "Ema", "Finn", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lena", "Milo", "Nora", "Omar", "Pia", "Rex", "Suki", "Theo", "Uma"]
+_NONSENSE = ("blicket wug dax fep zorp toma kiki bouba lorp mib snarf glim trell vosk quib nerp "
+             "florn gax pim rull sapp teb vinx yorb zell").split()
+_NAMES = "Ada Ben Cleo Dev Ema Finn Gus Hana Ivo Jun Kai Lena Milo Nora Omar Pia Rex Suki Theo Uma".split()
 _YES, _NO, _UNKNOWN = "yes", "no", "cannot tell"
 SYLLOGISM_CHOICES = [_YES, _NO, _UNKNOWN]
 
