@@ -60,20 +60,6 @@ def load_tokenizer(name_or_path: str | os.PathLike, trust_remote_code: bool = Fa
     return setup_special_tokens(tokenizer)
 
 
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU does bfloat16 arithmetic in hardware (AVX512-BF16 or AMX).
-
-    Without it, bfloat16 matrix products run emulated: measured about 9x slower than float32 on a 2-core
-    AVX2 machine, where on a CPU with AMX they are about 1.7x faster.
-    """
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
-
-
 def bf16_by_default(device: str) -> bool:
     """Whether ``auto`` (``dtype``) and ``null`` (``bf16``) mean bfloat16 on ``device``: on a CUDA GPU that
     supports it, never on a CPU.
@@ -82,7 +68,8 @@ def bf16_by_default(device: str) -> bool:
     weights by less than bfloat16's resolution, so a trained model cast to bfloat16 for play and evaluation is
     mostly the model it started from: measured on the default run, 2026-11-24 (docs/experiments.md). Float32 on
     every CPU also gives an AVX2 machine and an AVX-512 machine the same computation. bfloat16 stays a choice
-    (``dtype: bfloat16``, ``bf16: true``).
+    (``dtype: bfloat16``, ``bf16: true``): emulated without AVX512-BF16 or AMX, about 9x slower than float32
+    on a 2-core AVX2 machine; with AMX about 1.7x faster. Which of them a CPU has is in ``provenance``.
     """
     import torch
 
