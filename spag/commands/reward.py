@@ -64,7 +64,6 @@ def register(app: typer.Typer) -> None:
         from spag.console import summary
         from spag.io import DataError, check_distinct_paths, check_output_file
         from spag.rewards import RewardOptions, build_reward_set
-        from spag.rows import check_output
 
         given = {name: value for name, value in locals().items() if name in REWARD_SETTINGS}
         s = from_params(ctx, params, REWARD_SETTINGS, given)
@@ -82,7 +81,6 @@ def register(app: typer.Typer) -> None:
         try:
             check_distinct_paths({"EPISODES": episodes, "--params": params}, {"-o": output})
             check_output_file(output, "-o")
-            check_output(output)  # .parquet or .jsonl
             _check_rules_and_templates(rules, templates)
             stats = build_reward_set(
                 episodes, output, sft=sft, seed=seed, strict=strict, sft_limit=sft_limit,
@@ -116,7 +114,6 @@ def register(app: typer.Typer) -> None:
         from spag.console import summary
         from spag.io import DataError, check_distinct_paths, check_output_file
         from spag.rewards import build_imitation_set
-        from spag.rows import check_output
 
         given = {name: value for name, value in locals().items() if name in IMITATION_SETTINGS}
         s = from_params(ctx, params, IMITATION_SETTINGS, given)
@@ -129,7 +126,6 @@ def register(app: typer.Typer) -> None:
         try:
             check_distinct_paths({"EPISODES": episodes, "--params": params}, {"-o": output})
             check_output_file(output, "-o")
-            check_output(output)  # .parquet or .jsonl
             _check_rules_and_templates(rules, templates)
             stats = build_imitation_set(episodes, output, seed=seed, strict=strict, sft=sft, sft_limit=sft_limit,
                                         rules=rules, templates=templates, keep_truncated=keep_truncated,
