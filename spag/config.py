@@ -48,6 +48,11 @@ REPLY_HANDLING = ("clean", "raw")
 GAME_ENDS = ("decided", "guess-phrase")
 SFT_FORMATS = ("chat", "original")
 TRUNCATIONS = ("history", "left")
+WORD_SETS = ("dev", "fresh")
+CREDITS = ("all", "skill")
+# Kept here as names so that reading a config never imports the players; a test checks them against
+# spag.evaluate.baselines.BASELINES.
+BASELINE_NAMES = ("imitation-resample", "imitation-filter", "imitation-filter-guess", "base-teacher")
 DEVICE_PATTERN = r"^(auto|cpu|cuda(:[0-9]+)?)$"
 # The paper's values where a training run leaves them unset (None): imitation 5e-6, SPAG 2e-6; KL 0.1 / 0.2.
 PAPER_LEARNING_RATE = {"sft": 5e-6, "sft-kl": 5e-6, "offline-po": 2e-6}
@@ -258,6 +263,9 @@ class Reward(Section):
                                     "(0: off).", ge=0)
     loser_reward: float = knob(0.0, "q <= 0: the loser's lines get rewards summing to q per game (0: off).", le=0)
     role_baseline: bool = knob(False, "Subtract each role's mean reward from its rows' rewards (SPIRAL-style).")
+    credit: Literal[CREDITS] = knob("all", "Which wins earn the winner rows: all (the paper's) or skill (only wins "
+                                           "by the winner's own play: a word the attacker led the defender to "
+                                           "say, a correct guess; not the opponent's wrong guess).")
     keep_truncated: bool = knob(False, "Also learn from empty replies and replies cut at max_new_tokens "
                                        "(the imitation set too); left out by default and counted.")
 
@@ -361,9 +369,21 @@ class Evaluate(Sampling):
     temperature: float | None = knob(0.0, "Sampling temperature; 0 = greedy (the paper's evaluation); null: "
                                              "play.temperature.", ge=0)
     seed: int = knob(0, "Picks the evaluation words and sampling seeds: fixed for every run and epoch.")
-    words: int = knob(64, "Held-out target words.", ge=1)
+    word_set: Literal[WORD_SETS] = knob(
+        "dev", "dev: a sample of the held-out words (data/words/eval.txt), the development set that settings "
+               "were chosen on; fresh: the 128 nouns of spag/data/fresh_eval_words.txt, which no decision "
+               "looked at (a frequency band the training words never come from).")
+    words: int = knob(64, "Evaluation words (a sample of the word set; all of it when it has fewer).", ge=1)
     seeds: int = knob(1, "Games per word and role (sampling seeds seed, seed+1, ...; greedy plays one).", ge=1)
     vs_previous: bool = knob(False, "Also play each epoch against the previous one.")
+    skill: bool = knob(True, "Skill metrics (hf): the clue rank of the attacker's opening lines and the guess rank "
+                             "of the defender, paired per word with the imitation model's.")
+    clue_lines: int = knob(2, "Fixed clue lines per word (the base model's descriptions) for the guess rank.", ge=1)
+    baselines: list[Literal[BASELINE_NAMES]] = knob(
+        list(BASELINE_NAMES), "No-training baselines (spag.evaluate.baselines) played against the imitation "
+                              "model on the evaluation words and seeds; each epoch is compared with the "
+                              "strongest, paired per word.")
+    vs_baseline: bool = knob(False, "Also play each epoch head to head against the strongest baseline.")
     benchmark: Benchmark = Field(default_factory=Benchmark, description="Reasoning benchmarks (lm-eval).")
 
 

@@ -9,6 +9,7 @@ entry, so that adding an epoch leaves the others up to date).
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import shutil
@@ -32,6 +33,11 @@ from spag.console import summary
 from spag.io import DataError, write_json_atomic
 
 _TRAINING = tuple(TrainStep.model_fields)
+# What playing evaluation games reads: the words, seeds and sampling (spag.pipeline._evaluation).
+_EVALUATION_PLAY = ("game", "play.temperature", *(f"evaluate.{k}" for k in (
+    "seed", "word_set", "words", "seeds", "temperature", "top_k", "max_new_tokens", "min_new_tokens",
+    "empty_retries", "batch_size", "max_prompt_tokens", "backend", "dtype", "device", "base_url",
+    "gpu_memory_utilization")))
 
 # The params each stage reads: dvc.yaml declares exactly these (tests/test_config.py checks).
 STAGE_PARAMS: dict[str, tuple[str, ...]] = {
@@ -41,7 +47,9 @@ STAGE_PARAMS: dict[str, tuple[str, ...]] = {
     "imitation_data": ("seed", "game.rules", "game.templates", "game.row_prompts", "imitate.sft",
                        "imitate.sft_limit", "imitate.sft_format", "reward.keep_truncated"),
     "imitate": ("seed", "imitate.epochs", *(f"imitate.{k}" for k in _TRAINING)),
-    "evaluate_imitation": ("seed", "evaluate.benchmark"),
+    "skill_clues": (*_EVALUATION_PLAY, "evaluate.clue_lines"),
+    "evaluate_imitation": ("seed", "evaluate.benchmark", *_EVALUATION_PLAY, "evaluate.skill"),
+    "baselines": (*_EVALUATION_PLAY, "evaluate.skill", "evaluate.baselines"),
     "play": ("seed", "game", "play", "spag.epochs.{epoch}"),
     "reward": ("seed", "game.rules", "game.templates", "game.row_prompts", "reward", "spag.control"),
     "train": ("seed", "spag.epochs.{epoch}", "spag.epochs_per_iteration", *(f"spag.{k}" for k in _TRAINING)),
@@ -72,6 +80,9 @@ class Declared:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
+        method = getattr(type(self._value), name, None)
+        if callable(method):  # a section's method reads its fields through this view, so they are checked too
+            return functools.partial(method, self)
         return self._get(name, getattr(self._value, name))
 
     def __getitem__(self, key: str) -> Any:
@@ -352,7 +363,8 @@ def reward(settings: Settings, layout: Layout, epoch: str) -> None:
         layout.epoch(epoch) / "episodes", layout.epoch(epoch) / "rows.parquet", sft=r.sft,
         sft_limit=r.sft_limit, seed=settings.seed + int(epoch), control=settings.spag.control,
         options=RewardOptions(decay=r.decay, foul_penalty=r.foul_penalty, loser_reward=r.loser_reward,
-                              role_baseline=r.role_baseline, keep_truncated=r.keep_truncated),
+                              role_baseline=r.role_baseline, keep_truncated=r.keep_truncated,
+                              credit=r.credit),
         rules=settings.game.rules, templates=_templates(settings), row_prompts=settings.game.row_prompts,
         sft_format=r.sft_format)
     write_json_atomic(layout.metrics / "epochs" / epoch / "reward.json", stats.as_dict())
@@ -394,52 +406,205 @@ def _benchmark(settings: Declared, model: Path, metrics_dir: Path, samples: Path
                          output=metrics_dir / "benchmark.json", samples_out=samples, seed=settings.seed)
 
 
+FRESH_WORDS = Path(__file__).resolve().parent / "data" / "fresh_eval_words.txt"
+
+
+def _evaluation(settings: Declared, layout: Layout):
+    """(evaluation words, PlayConfig) of every evaluation game: from ``evaluate.seed`` alone, the same for
+    every epoch, training seed, baseline and experiment, so all comparisons are paired."""
+    from spag.evaluate.games import check_held_out
+    from spag.words import read_words
+
+    e = settings.evaluate
+    source = FRESH_WORDS if e.word_set == "fresh" else layout.words / "eval.txt"
+    chosen = _sample_words(source, e.words, seed=f"evaluate-{e.seed}")
+    if e.word_set == "fresh":
+        check_held_out(chosen, read_words(layout.words / "all.txt"), str(source), "data/words/all.txt")
+    config = e.play_config(_game(settings), e.seed)
+    if e.temperature is None:
+        config.temperature = settings.play.temperature
+    return chosen, config
+
+
+def _guess_vocabulary(layout: Layout, words: list[str]) -> list[str]:
+    """The public vocabulary a dictionary-guessing baseline guesses from: the game's words and these."""
+    from spag.words import read_words
+
+    return list(dict.fromkeys([*read_words(layout.words / "all.txt"), *words]))
+
+
+def _clues(layout: Layout) -> list[dict]:
+    import json
+
+    path = layout.data / "skill" / "clues.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def skill_clues(settings: Settings, layout: Layout) -> None:
+    """The fixed clue lines of the guess rank: the base model's plain descriptions of each evaluation
+    word, the word blanked out (:func:`spag.evaluate.skill.clue_set`)."""
+    import json
+
+    from spag.evaluate.skill import clue_set
+    from spag.io import write_text_atomic
+    from spag.players import close_player, load_player
+
+    words, config = _evaluation(settings, layout)
+    e = settings.evaluate
+    base = load_player(str(layout.base_model), "hf", **e.player_options())
+    try:
+        clues = clue_set(base, words, config, e.clue_lines)
+    finally:
+        close_player(base)
+    write_text_atomic(layout.data / "skill" / "clues.jsonl", "".join(json.dumps(c) + "\n" for c in clues))
+    summary("skill_clues", f"{len(clues)} clue lines on {len(words)} words ({e.word_set} set) by the base model")
+
+
+def _skill(settings: Declared, layout: Layout, player, judge_player, words: list[str], config) -> dict:
+    from spag.evaluate.skill import measure_skill
+
+    return measure_skill(player, judge_player, words, config, _clues(layout), lines_per_word=settings.evaluate.seeds,
+                         seed=settings.evaluate.seed)
+
+
+def _skill_line(skill: dict) -> str:
+    return (f"clue rank {skill['clue_rank']['value']:.1f}, guess rank {skill['guess_rank']['value']:.1f} "
+            f"(chance {skill['clue_rank']['chance']:.1f})")
+
+
 def evaluate_imitation(settings: Settings, layout: Layout) -> None:
-    """The imitation model's benchmark scores: the baseline of every epoch's."""
+    """The imitation model's benchmark scores and skill metrics: the baseline of every epoch's."""
+    from spag.players import close_player, load_player
+
     scores = _benchmark(settings, layout.model("imitation"), layout.metrics / "imitation",
                         layout.data / "imitation" / "benchmark.samples.jsonl")
-    summary("evaluate_imitation", f"benchmark geometric mean {scores['geometric_mean']:.3f}")
+    line = f"benchmark geometric mean {scores['geometric_mean']:.3f}"
+    if settings.evaluate.skill:
+        words, config = _evaluation(settings, layout)
+        options = settings.evaluate.player_options()
+        model = load_player(str(layout.model("imitation")), "hf", **options)
+        judge_player = load_player(str(layout.base_model), "hf", **options)
+        try:
+            skill = _skill(settings, layout, model, judge_player, words, config)
+        finally:
+            close_player(model, judge_player)
+        line += "; " + _skill_line(skill)
+    else:
+        skill = {"skill": "off"}
+    write_json_atomic(layout.metrics / "imitation" / "skill.json", skill)
+    summary("evaluate_imitation", line)
 
 
-def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
-    """Epoch N against the imitation model (and, with ``vs_previous``, against epoch N-1) on held-out
-    words, both roles, ``evaluate.seeds`` games per word and role; then its benchmark scores."""
+def baselines(settings: Settings, layout: Layout) -> None:
+    """Each no-training baseline (:mod:`spag.evaluate.baselines`) against the imitation model on the
+    evaluation words and seeds, with its skill metrics: ``metrics/baselines/NAME.json``."""
+    from spag.evaluate.baselines import BASE, IMITATION, baseline_player, strongest
     from spag.evaluate.games import evaluate_models
     from spag.partial import resumable_output
     from spag.players import close_player, load_player
 
     e = settings.evaluate
-    # Evaluation words and sampling seeds come from evaluate.seed alone: the same for every epoch, every
-    # training seed and every experiment, so all comparisons are paired.
-    chosen = _sample_words(layout.words / "eval.txt", e.words, seed=f"evaluate-{e.seed}")
-    config = e.play_config(_game(settings), e.seed)
-    if e.temperature is None:
-        config.temperature = settings.play.temperature
+    words, config = _evaluation(settings, layout)
+    options = e.player_options()
+    players = {IMITATION: load_player(str(layout.model("imitation")), "hf", **options),
+               BASE: load_player(str(layout.base_model), "hf", **options)}
+    results = {}
+    (layout.metrics / "baselines").mkdir(parents=True, exist_ok=True)
+    try:
+        with resumable_output(layout.data / "baselines" / "episodes", "evaluate") as work:
+            work.mkdir(parents=True, exist_ok=True)
+            for name in e.baselines:
+                player = baseline_player(name, players)
+                games = evaluate_models(player, players[IMITATION], words, config, episodes_out=work / name,
+                                        resume=True, stale="restart", seeds=e.seeds,
+                                        guess_words=_guess_vocabulary(layout, words))
+                entry = {"games": games}
+                if e.skill:
+                    entry["skill"] = _skill(settings, layout, player, players[BASE], words, config)
+                results[name] = entry
+                write_json_atomic(layout.metrics / "baselines" / f"{name}.json", entry)
+    finally:
+        close_player(*players.values())
+    best = strongest({name: r["games"] for name, r in results.items()})
+    scores = ", ".join(f"{name} {r['games']['bootstrap']['score']['value']:.3f}" for name, r in results.items())
+    summary("baselines", f"score vs imitation: {scores}; strongest: {best}")
+
+
+def _strongest_baseline(layout: Layout, names) -> str | None:
+    import json
+
+    from spag.evaluate.baselines import strongest
+
+    results = {name: json.loads((layout.metrics / "baselines" / f"{name}.json").read_text())["games"]
+               for name in names}
+    return strongest(results)
+
+
+def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
+    """Epoch N against the imitation model (with ``vs_previous`` also against epoch N-1, with
+    ``vs_baseline`` against the strongest no-training baseline) on the evaluation words, both roles,
+    ``evaluate.seeds`` games per word and role; its skill metrics; then its benchmark scores."""
+    from spag.evaluate.baselines import BASE, IMITATION, baseline_player
+    from spag.evaluate.games import evaluate_models
+    from spag.evaluate.skill import compare_skill
+    from spag.partial import resumable_output
+    from spag.players import close_player, load_player
+
+    e = settings.evaluate
+    chosen, config = _evaluation(settings, layout)
     model = layout.model(f"epoch_{epoch}")
-    opponents = {"vs_imitation": layout.model("imitation")}
+    options = e.player_options()
+    opponents: dict[str, Any] = {"vs_imitation": layout.model("imitation")}
     previous = _previous(settings, layout, epoch)
     if e.vs_previous and previous != layout.model("imitation"):
         opponents["vs_previous"] = previous
-    player = load_player(str(model), e.backend, **e.player_options())  # loaded once for every match
+    player = load_player(str(model), e.backend, **options)  # loaded once for every match
+    base = None
+    if e.vs_baseline or e.skill:
+        base = load_player(str(layout.base_model), "hf", **options)
     # Episodes go to a work folder beside the declared output, which DVC does not delete: a killed stage
     # continues from its finished games on the next `dvc repro` (see spag.partial). Each opponent is
     # loaded for its match and closed after it (evaluate_models closes what it loads).
     try:
+        if e.vs_baseline:
+            name = _strongest_baseline(layout, e.baselines)
+            imitation = load_player(str(layout.model("imitation")), "hf", **options)
+            opponents["vs_baseline"] = baseline_player(name, {IMITATION: imitation, BASE: base})
         with resumable_output(layout.epoch(epoch) / "eval_episodes", "evaluate") as work:
-            games = {name: evaluate_models(player, str(opponent), chosen, config, episodes_out=work / name,
+            games = {name: evaluate_models(player, opponent, chosen, config, episodes_out=work / name,
                                            resume=True, stale="restart", seeds=e.seeds, backend=e.backend,
-                                           **e.player_options())
+                                           guess_words=_guess_vocabulary(layout, chosen), **options)
                      for name, opponent in opponents.items()}
+        skill = None
+        if e.skill:  # log-probabilities need the hf backend
+            scorer = player if e.backend == "hf" else load_player(str(model), "hf", **options)
+            try:
+                skill = _skill(settings, layout, scorer, base, chosen, config)
+            finally:
+                if scorer is not player:
+                    close_player(scorer)
     finally:
-        close_player(player)
+        close_player(*(p for p in (player, base, getattr(opponents.get("vs_baseline"), "player", None)) if p))
     write_json_atomic(layout.metrics / "epochs" / epoch / "games.json", games)
+    if skill is not None:
+        import json
+
+        imitation_skill = json.loads((layout.metrics / "imitation" / "skill.json").read_text())
+        skill["vs_imitation"] = compare_skill(skill, imitation_skill, seed=e.seed)
+    write_json_atomic(layout.metrics / "epochs" / epoch / "skill.json", skill or {"skill": "off"})
     scores = _benchmark(settings, model, layout.metrics / "epochs" / epoch,
                         layout.epoch(epoch) / "benchmark.samples.jsonl")
     rates = "; ".join(
         f"{name}: score {g['bootstrap']['score']['value']:.3f} [{g['bootstrap']['score']['low']:.3f}, "
         f"{g['bootstrap']['score']['high']:.3f}] over {g['games']} games, attacker foul rate "
         f"{g['bootstrap']['attacker_foul_rate']['value']:.2f}" for name, g in games.items())
+    if skill is not None:
+        rates += "; " + _skill_line(skill)
     summary(f"evaluate@{epoch}", f"{rates}; benchmark geometric mean {scores['geometric_mean']:.3f}")
+
+
+def _delta_text(d: dict | None) -> str:
+    return f"{d['value']:+6.2f} [{d['low']:+.2f}, {d['high']:+.2f}]" if d else ""
 
 
 def report(settings: Settings, layout: Layout) -> None:
@@ -457,6 +622,19 @@ def report(settings: Settings, layout: Layout) -> None:
         if s:
             print(f"{epoch:>5}  {s['value']:>18.3f}  [{s['low']:.3f}, {s['high']:.3f}]  {s['games']:>7}  {foul:>13.2f}"
                   f"  {sp.get('decisive_rate', float('nan')):>18.2f}  {sp.get('foul_rate', float('nan')):.2f}")
+    print("epoch  induced words  correct guesses  clue rank delta [95%]     guess rank delta [95%]     "
+          "vs strongest baseline [95%]")
+    for epoch, entry in result["epochs"].items():
+        parts = entry.get("decomposition")
+        if not parts:
+            continue
+        skill = entry.get("skill", {})
+        clue, guess = (_delta_text(skill.get(m, {}).get("vs_imitation")) for m in ("clue_rank", "guess_rank"))
+        base = entry.get("vs_baselines", {}).get("vs_strongest")
+        versus = (f"{base['value']:+.3f} [{base['low']:+.3f}, {base['high']:+.3f}] "
+                  f"{entry['vs_baselines']['strongest']}") if base else ""
+        print(f"{epoch:>5}  {parts['attacker']['win_induced_word']['value']:>13.3f}  "
+              f"{parts['defender']['win_correct_guess']['value']:>15.3f}  {clue:>24}  {guess:>24}  {versus}")
     final = result.get("final", {}).get("score_vs_imitation")
     summary("report", f"{len(epochs)} epochs; final score vs imitation "
             + (f"{final['value']:.3f} [{final['low']:.3f}, {final['high']:.3f}] over {final['games']} games"

@@ -41,7 +41,7 @@ from spag.game.prompts import Template, build_prompt, next_role, play_template
 from spag.game.rules import ATTACKER, OUTCOMES, judge
 from spag.io import DataError
 from spag.players.base import STOP_STRINGS, Player, Speaker, Turn, clean_reply, derive_seed
-from spag.teacher import speakers
+from spag.teacher import speaker, speakers
 
 # Everything an episode depends on: a kept episode must match all of them, or the run plays again.
 GUESS_PHRASE = "i know the word"  # game.end: guess-phrase stops a game after a defender line with it
@@ -369,6 +369,23 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
         bar.close()
         stats.seconds = time.perf_counter() - start
     return sorted(kept + new, key=lambda e: e["word_index"])
+
+
+def opening_lines(attacker: Player, words: list[str], config: PlayConfig, *, show_progress: bool = False
+                  ) -> list[str]:
+    """The attacker's first utterance on each word: what :func:`play_games` would have it say first, with
+    the same seeds and the strategies it plays with, without playing the rest of the game."""
+    from spag.console import progress
+
+    attacking = speaker(attacker, (ATTACKER,), config)
+    games = [_Game(index=i, word=w) for i, w in enumerate(words)]
+    stats = PlayStats()
+    with progress(total=len(games), desc="opening lines", unit="line", disable=not show_progress) as bar:
+        for start in range(0, len(games), config.batch_size):
+            batch = games[start:start + config.batch_size]
+            _speak(attacking, batch, config, stats)
+            bar.update(len(batch))
+    return [g.history[0]["content"] for g in games]
 
 
 def run_games(attacker_model: str, defender_model: str, words: list[str], config: PlayConfig, *,

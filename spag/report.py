@@ -50,6 +50,31 @@ def _entry(point: dict) -> dict:
     return {k: point[k] for k in ("value", "low", "high", "games")}
 
 
+def _baselines(metrics: Path) -> dict[str, dict]:
+    """``metrics/baselines/NAME.json`` of the baselines stage, by name."""
+    folder = metrics / "baselines"
+    return {p.stem: _read(p) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+
+
+def baseline_comparison(games: dict, baselines: dict[str, dict]) -> dict:
+    """The epoch's score against the imitation model minus each baseline's on the same words and seeds,
+    paired per word (negative: the baseline does better), and which baseline is the strongest."""
+    from spag.evaluate.baselines import strongest
+    from spag.evaluate.clustered import paired_difference
+
+    mine = {w: tuple(v) for w, v in games["per_word"].items()}
+    out: dict = {"differences": {}}
+    for name, result in baselines.items():
+        theirs = {w: tuple(v) for w, v in result["games"]["per_word"].items()}
+        out["differences"][name] = _entry(paired_difference(mine, theirs))
+        out["differences"][name]["baseline_score"] = result["games"]["bootstrap"]["score"]["value"]
+    best = strongest({name: r["games"] for name, r in baselines.items()})
+    if best is not None:
+        out["strongest"] = best
+        out["vs_strongest"] = out["differences"][best]
+    return out
+
+
 def epoch_entry(metrics: Path, epoch: int) -> dict:
     """Everything the report says about one epoch (empty parts left out)."""
     folder = metrics / "epochs" / str(epoch)
@@ -61,6 +86,21 @@ def epoch_entry(metrics: Path, epoch: int) -> dict:
         entry["win_rate"] = {role: _entry(boot[f"{role}_win_rate"]) for role in ("attacker", "defender")}
         entry["foul_rate"] = {"attacker": _entry(boot["attacker_foul_rate"])}
         entry["opponent_foul_rate"] = {"defender": _entry(boot["defender_opponent_foul_rate"])}
+        entry["decomposition"] = {role: {part: _entry(point) for part, point in parts.items()}
+                                  for role, parts in boot["decomposition"].items()}
+        baselines = _baselines(metrics)
+        if baselines and "per_word" in games["vs_imitation"]:
+            entry["vs_baselines"] = baseline_comparison(games["vs_imitation"], baselines)
+    if games and "vs_baseline" in games:
+        entry["score_vs_baseline"] = _entry(games["vs_baseline"]["bootstrap"]["score"])
+        entry["score_vs_baseline"]["opponent"] = games["vs_baseline"]["opponent"]
+    skill = _read(folder / "skill.json")
+    if skill and "clue_rank" in skill:
+        entry["skill"] = {metric: {**_entry({**skill[metric], "games": skill[metric].get("lines",
+                                                                                     skill[metric].get("games"))}),
+                                   "vs_imitation": _entry(skill["vs_imitation"][metric])}
+                          for metric in ("clue_rank", "guess_rank", "opening_foul_rate")}
+        entry["skill"]["candidates"] = skill["candidates"]
     selfplay = _read(folder / "selfplay.json")
     if selfplay:
         entry["selfplay"] = {k: v for k, v in selfplay.items() if k not in ("run", "epoch")}
@@ -92,6 +132,18 @@ def headline(report: dict) -> dict:
             score = entry["score_vs_imitation"]
             line.update(score=score["value"], score_low=score["low"], score_high=score["high"],
                         games=score["games"], attacker_foul=entry["foul_rate"]["attacker"]["value"])
+        if "decomposition" in entry:  # how the games ended, per role, with intervals
+            line["outcomes"] = {role: {part: _point(point) for part, point in parts.items()}
+                                for role, parts in entry["decomposition"].items()}
+        if "skill" in entry:  # ranks among the evaluation words, lower is better; delta = minus imitation's
+            line["skill"] = {metric: {"value": entry["skill"][metric]["value"],
+                                      **{f"delta{suffix}": entry["skill"][metric]["vs_imitation"][key]
+                                         for suffix, key in (("", "value"), ("_low", "low"), ("_high", "high"))}}
+                             for metric in ("clue_rank", "guess_rank", "opening_foul_rate")}
+        if "vs_baselines" in entry and "vs_strongest" in entry["vs_baselines"]:
+            line["vs_strongest_baseline"] = _point(entry["vs_baselines"]["vs_strongest"])
+        if "score_vs_baseline" in entry:
+            line["score_vs_baseline"] = _point(entry["score_vs_baseline"])
         if "selfplay" in entry:
             line.update(selfplay_decisive=entry["selfplay"]["decisive_rate"],
                         selfplay_foul=entry["selfplay"]["foul_rate"])
@@ -99,6 +151,10 @@ def headline(report: dict) -> dict:
             line["benchmark"] = entry["benchmark"]["geometric_mean"]
         out[epoch] = line
     return out
+
+
+def _point(entry: dict) -> dict:
+    return {"value": entry["value"], "low": entry["low"], "high": entry["high"]}
 
 
 def plot_rows(report: dict) -> dict[str, list[dict]]:

@@ -49,7 +49,9 @@ from spag.game.prompts import training_prompt_with_bounds
 from spag.game.rules import (
     ATTACKER,
     ATTACKER_BREAKS_RULES,
+    CORRECT_GUESS,
     DEFENDER,
+    DEFENDER_SAID_WORD,
     OUTCOMES,
     ROLES,
     WHOLE_WORD,
@@ -61,6 +63,7 @@ from spag.rows import SFT, check_output, episode_id, make_row, write_rows
 from spag.sft import load_sft
 
 DEFAULT_DECAY = default(Reward, "decay")
+SKILL_WINS = (DEFENDER_SAID_WORD, CORRECT_GUESS)  # wins by the winner's own play (credit: skill)
 
 
 # ------------------------------------------------------------------------------------------- the maths
@@ -181,6 +184,9 @@ class RewardOptions:
     - ``role_baseline``: subtract from every game row's reward the mean reward of its role's rows in
       the set (a per-role baseline, the role-conditioned advantage of SPIRAL), so each role's rewards
       average 0 and a role's better moves are pushed up and its worse ones down.
+    - ``credit`` "skill": the winner's rows come only from games won by the winner's own play (the
+      defender said the word the attacker led it to, or guessed right), not from the opponent's wrong
+      guess, which rewards an attacker whatever its line said.
     - ``keep_truncated``: also make rows of empty utterances and of those cut at ``max_new_tokens``
       (left out by default: a cut reply followed by the end-of-sequence token teaches stopping mid-sentence).
     """
@@ -190,10 +196,11 @@ class RewardOptions:
     loser_reward: float = default(Reward, "loser_reward")
     role_baseline: bool = default(Reward, "role_baseline")
     keep_truncated: bool = default(Reward, "keep_truncated")
+    credit: str = default(Reward, "credit")
 
     def __post_init__(self):
         check(Reward, decay=self.decay, foul_penalty=self.foul_penalty, loser_reward=self.loser_reward,
-              role_baseline=self.role_baseline, keep_truncated=self.keep_truncated)
+              role_baseline=self.role_baseline, keep_truncated=self.keep_truncated, credit=self.credit)
 
 
 # The moves of a set of games are one polars frame: a row per utterance that earns a reward, with its
@@ -214,8 +221,9 @@ def _utterances(episodes: Sequence[Mapping], verdicts: Sequence) -> pl.DataFrame
     games = pl.DataFrame({
         "game": range(len(verdicts)),
         "outcome": [v.outcome for v in verdicts],
+        "cause": [v.cause for v in verdicts],
         "winner": [v.winner for v in verdicts],
-    }, schema={"game": pl.Int64, "outcome": pl.String, "winner": pl.String})
+    }, schema={"game": pl.Int64, "outcome": pl.String, "cause": pl.String, "winner": pl.String})
     loser = (pl.when(pl.col("winner") == ATTACKER).then(pl.lit(DEFENDER))
              .when(pl.col("winner") == DEFENDER).then(pl.lit(ATTACKER)))
     return (pl.DataFrame(columns, schema={"game": pl.Int64, "turn": pl.Int64, "role": pl.String,
@@ -235,6 +243,8 @@ def _rewarded_moves(utterances: pl.DataFrame, options: RewardOptions, decayed: b
     """The utterances that earn a reward, with it: the winner's (decayed shares, or 1 each when not
     ``decayed``), the loser's (``loser_reward``) and the rule-breaking attacker line (``foul_penalty``)."""
     winners = utterances.filter(pl.col("role") == pl.col("winner"))
+    if options.credit == "skill":
+        winners = winners.filter(pl.col("cause").is_in(SKILL_WINS))
     parts = [winners.with_columns(reward=decayed_shares(options.decay) if decayed else pl.lit(1.0))]
     if options.loser_reward:
         losers = utterances.filter(pl.col("role") == pl.col("loser"))

@@ -17,13 +17,18 @@ teacher good enough without telling a player anything it could not know:
   conversation (pointwise mutual information, which cancels the model's bias towards a few common
   words), and says the best one.
 
+A fourth, **word filter**, is a decode-time filter rather than a teacher's help: every form of the target
+word left in an attacker line (after the foul retries) is blanked out, so the attacker never says it.
+
 Each is a wrapper around a :class:`spag.players.base.Speaker` (a player as the play engine uses it),
-so the engine plays with whatever it is given; :func:`speakers` builds them from a ``PlayConfig``.
+so the engine plays with whatever it is given; :func:`speakers` builds them from a ``PlayConfig``, or, for
+a player wrapped in :class:`WithStrategies` (a baseline that needs no training), from the player's own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 
 from spag.game.prompts import build_prompt
 from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER, PREDICTION_PHRASE, blank_word, judge
@@ -147,6 +152,14 @@ class FoulRetries(Strategy):
         return judge(turn.word, history, self.max_turns, self.rules).outcome == ATTACKER_BREAKS_RULES
 
 
+class WordFilter(Strategy):
+    """Attacker lines have every form of the target word blanked out: the line can no longer say it."""
+
+    def utterance(self, turn: Turn, text: str) -> str:
+        text = self.inner.utterance(turn, text)
+        return blank_out(text, turn.word) if turn.role == ATTACKER else text
+
+
 class FinalGuess(Strategy):
     """The defender's last turn is its dictionary guess (:class:`DictionaryGuesser`), not a sample."""
 
@@ -163,24 +176,67 @@ class FinalGuess(Strategy):
         return said
 
 
+@dataclass(frozen=True)
+class Strategies:
+    """Which strategies a player uses; in a :class:`spag.play.PlayConfig` they are fields of their own."""
+
+    coached_attacker: bool = False
+    foul_retries: int = 0
+    word_filter: bool = False
+    final_guess: bool = False
+
+    @classmethod
+    def of(cls, config) -> Strategies:
+        """The strategies a ``PlayConfig`` turns on for every player."""
+        return cls(**{f.name: getattr(config, f.name, f.default) for f in fields(cls)})
+
+    def label(self) -> str:
+        """``coached+foul_retries=2+final_guess``: what a player's name says of its strategies."""
+        parts = [f.name if value is True else f"{f.name}={value}" for f in fields(self)
+                 if (value := getattr(self, f.name)) and value != f.default]
+        return "+".join(parts) or "none"
+
+
+class WithStrategies:
+    """A player that always plays with its own strategies, whatever the game's config says: a baseline.
+
+    It speaks through the player it wraps (every attribute is that player's) under a name of its own
+    (``model+strategies``), which the episodes record, so a resumed run never mixes its games with the
+    plain model's.
+    """
+
+    def __init__(self, player: Player, strategies: Strategies, name: str | None = None):
+        self.player, self.strategies = player, strategies
+        self.name = name or f"{player.name}+{strategies.label()}"
+
+    def __getattr__(self, attribute):
+        return getattr(self.player, attribute)
+
+
+def speaker(player: Player, roles: Sequence[str], config, guess_words: Sequence[str] | None = None) -> Speaker:
+    """``player`` as a speaker of ``roles``, with the strategies ``config`` (a PlayConfig) turns on for
+    those roles, or a :class:`WithStrategies` player's own."""
+    chosen = player.strategies if isinstance(player, WithStrategies) else Strategies.of(config)
+    model = player.player if isinstance(player, WithStrategies) else player
+    wrapped = Speaker(model)
+    if ATTACKER in roles and chosen.coached_attacker:
+        wrapped = CoachedAttacker(wrapped)
+    if ATTACKER in roles and chosen.foul_retries:
+        wrapped = FoulRetries(wrapped, chosen.foul_retries, config.max_turns, config.rules)
+    if ATTACKER in roles and chosen.word_filter:
+        wrapped = WordFilter(wrapped)
+    if DEFENDER in roles and chosen.final_guess:
+        if not guess_words:
+            raise ValueError("final_guess needs guess_words: the vocabulary the defender guesses from")
+        wrapped = FinalGuess(wrapped, DictionaryGuesser(model, guess_words, config.max_turns, config.template))
+    return wrapped
+
+
 def speakers(attacker: Player, defender: Player, config, guess_words: Sequence[str] | None = None
              ) -> tuple[Speaker, Speaker]:
-    """(attacker's speaker, defender's speaker) with the strategies ``config`` (a PlayConfig) turns on;
-    one speaker for both roles when both are the same player, so their turns go in one batch."""
-
-    def wrap(player: Player, roles: tuple[str, ...]) -> Speaker:
-        speaker = Speaker(player)
-        if ATTACKER in roles and config.coached_attacker:
-            speaker = CoachedAttacker(speaker)
-        if ATTACKER in roles and config.foul_retries:
-            speaker = FoulRetries(speaker, config.foul_retries, config.max_turns, config.rules)
-        if DEFENDER in roles and config.final_guess:
-            if not guess_words:
-                raise ValueError("final_guess needs guess_words: the vocabulary the defender guesses from")
-            speaker = FinalGuess(speaker, DictionaryGuesser(player, guess_words, config.max_turns, config.template))
-        return speaker
-
+    """(attacker's speaker, defender's speaker) (see :func:`speaker`); one speaker for both roles when
+    both are the same player, so their turns go in one batch."""
     if attacker is defender:
-        both = wrap(attacker, (ATTACKER, DEFENDER))
+        both = speaker(attacker, (ATTACKER, DEFENDER), config, guess_words)
         return both, both
-    return wrap(attacker, (ATTACKER,)), wrap(defender, (DEFENDER,))
+    return speaker(attacker, (ATTACKER,), config, guess_words), speaker(defender, (DEFENDER,), config, guess_words)

@@ -139,3 +139,24 @@ def run_cli(*args) -> CliResult:
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def episode_ending(word: str, cause: str, max_turns: int = 2) -> dict:
+    """A judged episode on ``word`` that ends the way ``cause`` names (``spag.game.rules.CAUSES``)."""
+    from spag.game.rules import judge
+
+    clue = {"role": "attacker", "content": "It is something you can find in many places."}
+    neutral = {"role": "defender", "content": "Tell me more about it."}
+    endings = {
+        "defender_said_word": [clue, {"role": "defender", "content": f"Maybe a {word}?"}],
+        "wrong_guess": [clue, {"role": "defender", "content": "I know the word! It is zyzzyva."}],
+        "correct_guess": [clue, {"role": "defender", "content": f"I know the word! It is {word}."}],
+        "attacker_said_word": [{"role": "attacker", "content": f"Think of a {word}."}],
+        "attacker_guessed": [{"role": "attacker", "content": "I know the word! It is fun."}],
+        "out_of_turns": [clue, neutral] * max_turns,
+    }
+    history = endings[cause]
+    verdict = judge(word, history, max_turns)
+    assert verdict.cause == cause, (word, cause, verdict)
+    return {"target_word": word, "max_turns": max_turns, "history": history, "outcome": verdict.outcome,
+            "turns": verdict.turns, "rules": "whole-word"}

@@ -177,15 +177,21 @@ def test_evaluate_plays_both_roles_on_the_tiny_model(tmp_path, tiny):
 # ------------------------------------------------------------------------- bootstrap over target words
 
 
+_CAUSE = {ATTACKER_WINS: "wrong_guess", DEFENDER_WINS: "correct_guess", TIE: "out_of_turns",
+          ATTACKER_BREAKS_RULES: "attacker_said_word"}
+
+
 def games_of(word, outcomes):
-    return [{"target_word": word, "outcome": o} for o in outcomes]
+    from spag.testing import episode_ending
+
+    return [episode_ending(word, _CAUSE[o]) for o in outcomes]
 
 
 def test_word_bootstrap_values_by_hand():
     from spag.evaluate.games import word_bootstrap
 
-    as_attacker = games_of("a", [ATTACKER_WINS, ATTACKER_BREAKS_RULES]) + games_of("b", [TIE, DEFENDER_WINS])
-    as_defender = games_of("a", [ATTACKER_BREAKS_RULES, TIE]) + games_of("b", [DEFENDER_WINS, ATTACKER_WINS])
+    as_attacker = games_of("apple", [ATTACKER_WINS, ATTACKER_BREAKS_RULES]) + games_of("river", [TIE, DEFENDER_WINS])
+    as_defender = games_of("apple", [ATTACKER_BREAKS_RULES, TIE]) + games_of("river", [DEFENDER_WINS, ATTACKER_WINS])
     boot = word_bootstrap(as_attacker, as_defender, n_resamples=2000)
     # attacker points: 1, 0, 1/2, 0; defender points: 1 (opponent foul), 1/2, 1, 0 -> 4 / 8
     assert boot["score"]["value"] == pytest.approx(0.5) and boot["score"]["games"] == 8
@@ -193,7 +199,8 @@ def test_word_bootstrap_values_by_hand():
     assert boot["attacker_foul_rate"]["value"] == pytest.approx(0.25)
     assert boot["defender_win_rate"]["value"] == pytest.approx(0.5)
     assert boot["defender_opponent_foul_rate"]["value"] == pytest.approx(0.25)
-    for entry in boot.values():
+    parts = boot.pop("decomposition")
+    for entry in [*boot.values(), *parts["attacker"].values(), *parts["defender"].values()]:
         assert 0 <= entry["low"] <= entry["value"] <= entry["high"] <= 1 and entry["words"] == 2
 
 
@@ -201,13 +208,13 @@ def test_word_bootstrap_resamples_words_not_games():
     """Ten words, each always won or always lost over 20 games: the evidence is ten words, not 200 games."""
     from spag.evaluate.games import word_bootstrap
 
-    as_attacker = [g for i in range(10) for g in games_of(f"w{i}", [ATTACKER_WINS if i % 2 else TIE] * 20)]
+    as_attacker = [g for i in range(10) for g in games_of(f"word{chr(97 + i)}", [ATTACKER_WINS if i % 2 else TIE] * 20)]
     boot = word_bootstrap(as_attacker, [], n_resamples=4000)["attacker_win_rate"]
     wilson_low, wilson_high = wilson_interval(100, 200)
     assert boot["value"] == pytest.approx(0.5) and boot["games"] == 200 and boot["words"] == 10
     assert (boot["high"] - boot["low"]) > 2.5 * (wilson_high - wilson_low)
     # The same games spread so that every word has half wins: words agree, the interval collapses.
-    mixed = [g for i in range(10) for g in games_of(f"w{i}", [ATTACKER_WINS, TIE] * 10)]
+    mixed = [g for i in range(10) for g in games_of(f"word{chr(97 + i)}", [ATTACKER_WINS, TIE] * 10)]
     tight = word_bootstrap(mixed, [], n_resamples=4000)["attacker_win_rate"]
     assert tight["low"] == pytest.approx(0.5) and tight["high"] == pytest.approx(0.5)
 
@@ -215,7 +222,7 @@ def test_word_bootstrap_resamples_words_not_games():
 def test_word_bootstrap_is_seeded_and_one_word_is_uninformative():
     from spag.evaluate.games import word_bootstrap
 
-    games = [g for i in range(6) for g in games_of(f"w{i}", [ATTACKER_WINS] * i + [TIE] * (5 - i))]
+    games = [g for i in range(6) for g in games_of(f"word{chr(97 + i)}", [ATTACKER_WINS] * i + [TIE] * (5 - i))]
     assert word_bootstrap(games, [], seed=3) == word_bootstrap(games, [], seed=3)
-    single = word_bootstrap(games_of("w", [ATTACKER_WINS, TIE]), [])["attacker_win_rate"]
+    single = word_bootstrap(games_of("river", [ATTACKER_WINS, TIE]), [])["attacker_win_rate"]
     assert (single["low"], single["high"]) == (0.0, 1.0)

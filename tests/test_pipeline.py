@@ -32,7 +32,7 @@ def small_params(tiny_model: Path) -> dict:
     p["imitate"]["sft_limit"] = 4
     for stage in ("imitate", "spag"):
         p[stage].update(batch_size=2, max_length=256)
-    p["evaluate"].update(words=3, seeds=2, max_new_tokens=6)
+    p["evaluate"].update(words=3, seeds=2, max_new_tokens=6, vs_baseline=True, clue_lines=1)
     p["reward"]["foul_penalty"] = 1.0
     p["evaluate"]["benchmark"]["limit"] = 4
     return p
@@ -85,9 +85,20 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
         assert len(episodes) == p["play"]["words"]
         assert all(e["outcome"] in OUTCOMES for e in episodes)
     games = json.loads((work / "metrics/epochs/2/games.json").read_text())
-    # 3 held-out words x 2 roles x 2 sampling seeds, against the imitation model only (vs_previous is off)
-    assert set(games) == {"vs_imitation"}
+    # 3 held-out words x 2 roles x 2 sampling seeds, against the imitation model and the strongest baseline
+    assert set(games) == {"vs_imitation", "vs_baseline"}
     assert games["vs_imitation"]["games"] == 12 and games["vs_imitation"]["seeds"] == 2
+    baselines = {path.stem: json.loads(path.read_text()) for path in (work / "metrics/baselines").glob("*.json")}
+    assert set(baselines) == set(p["evaluate"]["baselines"])
+    scores = {name: b["games"]["bootstrap"]["score"]["value"] for name, b in baselines.items()}
+    assert games["vs_baseline"]["opponent"] == max(sorted(scores), key=scores.get)
+    # every role's outcome decomposition adds up to 1
+    for role, parts in games["vs_imitation"]["bootstrap"]["decomposition"].items():
+        assert sum(part["value"] for part in parts.values()) == pytest.approx(1.0), role
+    skill = json.loads((work / "metrics/epochs/2/skill.json").read_text())
+    assert skill["candidates"] == 3 and 1 <= skill["clue_rank"]["value"] <= 3 and 1 <= skill["guess_rank"]["value"] <= 3
+    assert skill["clue_rank"]["lines"] == 6 and skill["guess_rank"]["lines"] == 3  # 3 words x (2 seeds | 1 clue)
+    assert set(skill["vs_imitation"]) == {"clue_rank", "guess_rank", "opening_foul_rate"}
     assert sorted(p.name for p in (work / "data/epoch_2/eval_episodes/vs_imitation").iterdir()) == ["seed_0",
                                                                                                    "seed_1"]
     report = json.loads((work / "metrics/report.json").read_text())
@@ -98,6 +109,11 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
         selfplay = report["epochs"][epoch]["selfplay"]
         assert selfplay["games"] == 4 and 0 <= selfplay["decisive_rate"] <= 1
     assert report["final"]["score_vs_imitation"] == report["epochs"]["2"]["score_vs_imitation"]
+    assert report["final"]["vs_baselines"]["strongest"] == games["vs_baseline"]["opponent"]
+    headline = json.loads((work / "metrics/summary.json").read_text())["2"]
+    assert set(headline["outcomes"]) == {"attacker", "defender"} and "win_induced_word" in headline["outcomes"]["attacker"]
+    assert set(headline["skill"]) == {"clue_rank", "guess_rank", "opening_foul_rate"}
+    assert {"value", "low", "high"} == set(headline["vs_strongest_baseline"])
     assert "final score vs imitation" in result.stdout + result.stderr
 
 

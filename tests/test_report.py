@@ -8,6 +8,7 @@ import pytest
 from spag.evaluate.games import word_bootstrap
 from spag.game.rules import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
 from spag.report import write_report
+from spag.testing import episode_ending
 
 
 def write(path, data):
@@ -15,9 +16,14 @@ def write(path, data):
     path.write_text(json.dumps(data))
 
 
+WORDS = ("apple", "river", "mountain", "coffee", "window", "garden")
+CAUSE = {ATTACKER_WINS: "wrong_guess", DEFENDER_WINS: "correct_guess", TIE: "out_of_turns",
+         ATTACKER_BREAKS_RULES: "attacker_said_word"}
+
+
 def fake_epoch(metrics, epoch, attacker_outcomes):
-    as_attacker = [{"target_word": f"w{i}", "outcome": o} for i, o in enumerate(attacker_outcomes)]
-    as_defender = [{"target_word": f"w{i}", "outcome": DEFENDER_WINS} for i in range(len(attacker_outcomes))]
+    as_attacker = [episode_ending(WORDS[i], CAUSE[o]) for i, o in enumerate(attacker_outcomes)]
+    as_defender = [episode_ending(WORDS[i], "correct_guess") for i in range(len(attacker_outcomes))]
     write(metrics / "epochs" / str(epoch) / "games.json",
           {"vs_imitation": {"bootstrap": word_bootstrap(as_attacker, as_defender, n_resamples=500)}})
     selfplay = {"run": f"epoch_{epoch}", "epoch": epoch, "games": 64, "mean_turns": 3.5, "mean_reply_tokens": 20.0,

@@ -570,3 +570,20 @@ def test_a_file_of_bad_records_only_is_an_error_without_strict(tmp_path):
         assert result.exit_code == 2, result.output
         assert "every record is bad (4; the first: " in result.stderr and "record 0" in result.stderr
         assert not out.exists()
+
+
+def test_skill_credit_rewards_only_wins_by_the_winners_own_play():
+    games = [ATTACKER_WIN_3, DEFENDER_WIN_2, ATTACKER_WIN_1, FOUL]
+    everything, _ = reward_rows(games)
+    skill, stats = reward_rows(games, options=RewardOptions(credit="skill"))
+    # the wrong guess on "river" earned its attacker a row; under skill credit it earns nothing
+    assert {r["target_word"] for r in everything} == {"piano", "bread", "river"}
+    assert {r["target_word"] for r in skill} == {"piano", "bread"}
+    def moves(rows):
+        return [(r["target_word"], r["role"], r["completion"], r["reward"]) for r in rows]
+
+    assert moves(r for r in everything if r["target_word"] != "river") == moves(skill)
+    assert (stats.attacker_games, stats.defender_games) == (1, 1)
+    # the foul penalty is not a win's credit: it stays
+    penalised, _ = reward_rows(games, options=RewardOptions(credit="skill", foul_penalty=1.0))
+    assert [r["reward"] for r in penalised if r["target_word"] == "apple"] == [-1.0]

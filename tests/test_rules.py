@@ -128,23 +128,23 @@ def test_no_prediction_phrase():
 
 def test_attacker_saying_the_word_breaks_the_rules():
     v = judge("apple", [a("Do you like apples?")], 5)
-    assert (v.outcome, v.turns) == (ATTACKER_BREAKS_RULES, 1)
+    assert (v.outcome, v.turns, v.cause) == (ATTACKER_BREAKS_RULES, 1, "attacker_said_word")
 
 
 def test_attacker_using_the_prediction_phrase_breaks_the_rules():
     v = judge("apple", [a("Tell me about fruit."), d("Fruit is sweet."), a("I know the word! It is pear")], 5)
-    assert (v.outcome, v.turns) == (ATTACKER_BREAKS_RULES, 3)
+    assert (v.outcome, v.turns, v.cause) == (ATTACKER_BREAKS_RULES, 3, "attacker_guessed")
 
 
 def test_defender_correct_guess_wins():
     v = judge("write", [a("What do authors do?"), d("I know the word! It is writing")], 5)
-    assert (v.outcome, v.turns) == (DEFENDER_WINS, 2)
+    assert (v.outcome, v.turns, v.cause) == (DEFENDER_WINS, 2, "correct_guess")
     assert v.winner == "defender" and v.decided
 
 
 def test_defender_wrong_guess_loses():
     v = judge("apple", [a("A red fruit?"), d("I know the word! It is cherry")], 5)
-    assert (v.outcome, v.turns) == (ATTACKER_WINS, 2)
+    assert (v.outcome, v.turns, v.cause) == (ATTACKER_WINS, 2, "wrong_guess")
     assert v.winner == "attacker"
 
 
@@ -155,7 +155,7 @@ def test_defender_empty_guess_loses():
 def test_defender_saying_the_word_loses():
     history = [a("What keeps the doctor away?"), d("An apple a day, they say.")]
     v = judge("apple", history, 5)
-    assert (v.outcome, v.turns) == (ATTACKER_WINS, 2)
+    assert (v.outcome, v.turns, v.cause) == (ATTACKER_WINS, 2, "defender_said_word")
 
 
 def test_defender_saying_an_inflected_form_loses():
@@ -166,7 +166,7 @@ def test_defender_saying_an_inflected_form_loses():
 def test_defender_saying_a_containing_word_does_not_lose():
     history = [a("Name a group of things"), d("A category, perhaps.")]
     v = judge("cat", history, 1)
-    assert (v.outcome, v.turns) == (TIE, 2)
+    assert (v.outcome, v.turns, v.cause) == (TIE, 2, "out_of_turns")
 
 
 def test_a_correct_guess_beats_having_said_the_word_in_the_same_utterance():
@@ -236,3 +236,15 @@ def test_word_embedded_in_a_longer_word_never_counts(word, before, after, left):
         return  # e.g. "cats" is a real form of "cat"
     assert not says_word(f"look: {embedded} here", word)
     assert says_word(f"look: {word} here", word)
+
+
+def test_every_cause_belongs_to_its_outcome_under_both_rule_sets():
+    from spag.game.rules import CAUSES, judge_episode
+    from spag.testing import episode_ending
+
+    for outcome, causes in CAUSES.items():
+        for cause in causes:
+            episode = episode_ending("apple", cause)
+            for rules in ("whole-word", "original"):
+                verdict = judge_episode(episode, rules)
+                assert (verdict.outcome, verdict.cause) == (outcome, cause), (cause, rules)

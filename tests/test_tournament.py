@@ -91,7 +91,8 @@ def test_bootstrap_interval_contains_the_estimate_and_shrinks_with_games():
         out = []
         for _ in range(n):
             i, j = (int(x) for x in rng.choice(3, 2, replace=False))
-            out.append(Game(i, j, float(rng.random() < expected_score(truth[i], truth[j]))))
+            # every game on a word of its own: independent games
+            out.append(Game(i, j, float(rng.random() < expected_score(truth[i], truth[j])), len(out)))
         return out
 
     small, large = elo_ratings(simulate(60), 3, resamples=300), elo_ratings(simulate(1500), 3, resamples=300)
@@ -111,8 +112,8 @@ def test_bootstrap_is_reproducible_with_a_seed():
 # --------------------------------------------------------------------------------- episodes and matrices
 
 
-def ep(attacker, defender, outcome):
-    return {"attacker_model": attacker, "defender_model": defender, "outcome": outcome}
+def ep(attacker, defender, outcome, word="apple"):
+    return {"attacker_model": attacker, "defender_model": defender, "outcome": outcome, "target_word": word}
 
 
 EPISODES = [

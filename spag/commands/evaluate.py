@@ -226,10 +226,20 @@ def register(app: typer.Typer) -> None:
     def tournament_command(
         models_args: list[str] | None = typer.Argument(None, metavar="[MODELS]...",
                                                           help="Models (also accepted after --models)."),
-        models: list[str] | None = typer.Option(None, "--models", help="Models: --models M1 M2 M3 ..."),
+        models: list[str] | None = typer.Option(None, "--models", help="Models: --models M1 M2 NAME=M3 ... (NAME= "
+                                                                          "labels a model)."),
+        baselines: list[str] | None = typer.Option(
+            None, "--baselines", help="No-training baselines as players too: imitation-resample, imitation-filter, "
+                                      "imitation-filter-guess, base-teacher (see spag.evaluate.baselines)."),
+        imitation: Path | None = typer.Option(None, "--imitation", help="The imitation model the baselines use."),
+        base: Path | None = typer.Option(None, "--base", help="The base model the base-teacher baseline uses."),
+        vocabulary: Path | None = typer.Option(
+            None, "--vocabulary", help="Words a dictionary-guessing baseline guesses from (default: --words)."),
+        seeds: int = typer.Option(1, "--seeds", min=1, help="Games per ordered pair and word (sampling seeds "
+                                                            "--seed, +1, ...; greedy plays one)."),
         words: Path = _WORDS,
         output: Path = _OUTPUT,
-        heatmap: Path | None = typer.Option(None, "--heatmap", help="PNG of the win-rate matrix."),
+        heatmap: Path | None = typer.Option(None, "--heatmap", help="PNG of the score matrix."),
         train_words: Path | None = _TRAIN_WORDS,
         episodes_out: Path | None = typer.Option(
             None, "--episodes-out", help="A .parquet file for all episodes, or a folder (a file per pair)."),
@@ -247,7 +257,8 @@ def register(app: typer.Typer) -> None:
         resume: bool = _RESUME,
         overwrite: bool = _OVERWRITE,
     ) -> None:
-        """Round robin: every pair plays both roles on the same words; win rates and Elo (mean 1000)."""
+        """Round robin: every pair plays both roles on the same words; scores with 95% intervals over words,
+        and Elo (mean 1000) with word-resampled intervals."""
         from spag.console import summary
         from spag.evaluate.tournament import run_tournament, unique_names
         from spag.io import check_distinct_paths, check_output_file, write_json_atomic
@@ -255,9 +266,21 @@ def register(app: typer.Typer) -> None:
 
         check_distinct_paths({"--words": words, "--train-words": train_words},
                              {"-o": output, "--heatmap": heatmap, "--episodes-out": episodes_out})
-        everyone = list(models or []) + list(models_args or [])
-        if len(everyone) < 2:
-            raise typer.BadParameter("name at least two models", param_hint="--models")
+        from spag.evaluate.baselines import BASELINES, IMITATION
+
+        given = list(models or []) + list(models_args or [])
+        labels = [m.split("=", 1)[0] if "=" in m else None for m in given]
+        everyone = [m.split("=", 1)[1] if "=" in m else m for m in given]
+        baselines = list(baselines or [])
+        for name in baselines:
+            if name not in BASELINES:
+                raise typer.BadParameter(f"unknown baseline {name!r}; expected one of {', '.join(BASELINES)}",
+                                         param_hint="--baselines")
+            needed = imitation if BASELINES[name][0] == IMITATION else base
+            if needed is None:
+                raise typer.BadParameter(f"baseline {name} needs --{BASELINES[name][0]}", param_hint="--baselines")
+        if len(everyone) + len(baselines) < 2:
+            raise typer.BadParameter("name at least two players (models and baselines)", param_hint="--models")
         chosen = _held_out_words(words, train_words, limit)
         config, players = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend,
                                        dtype, gpu_memory_utilization)
@@ -266,18 +289,33 @@ def register(app: typer.Typer) -> None:
             check_output_file(heatmap, "--heatmap")
         for name in everyone:
             check_model(name, "--models", trust_remote_code=None)
+        for name, path in (("--imitation", imitation), ("--base", base)):
+            if path is not None:
+                check_model(str(path), name, trust_remote_code=None)
         try:
-            unique_names(everyone)
+            names = unique_names(everyone)
         except ValueError as exc:  # the same model twice
             raise typer.BadParameter(str(exc), param_hint="--models") from None
+        names = [label or name for label, name in zip(labels, names)]
+        if len(set(names) | set(baselines)) != len(names) + len(baselines):
+            raise typer.BadParameter(f"two players share a name: {', '.join(names + baselines)}",
+                                     param_hint="--models")
+        guess_words = chosen
+        if vocabulary is not None:
+            from spag.words import read_words
+
+            guess_words = list(dict.fromkeys([*read_words(vocabulary), *chosen]))
         if resume and episodes_out is None:
             raise typer.BadParameter("--resume needs --episodes-out (a folder)", param_hint="--resume")
         _claim_episodes_out(episodes_out, "tournament", overwrite, resume)
         metrics = run_tournament(everyone, chosen, config, backend=backend, episodes_out=episodes_out,
-                                 heatmap=heatmap, resamples=resamples, seed=seed, resume=resume, **players)
+                                 heatmap=heatmap, resamples=resamples, seed=seed, resume=resume, names=names,
+                                 baselines=baselines, seeds=seeds, guess_words=guess_words,
+                                 baseline_models={"imitation": str(imitation) if imitation else None,
+                                                  "base": str(base) if base else None}, **players)
         write_json_atomic(output, metrics)
         ranking = sorted(metrics["elo"].items(), key=lambda kv: -kv[1]["rating"])
         table = ", ".join(f"{name} {r['rating']:.0f} [{r['low']:.0f}, {r['high']:.0f}]"
                           for name, r in ranking)
-        summary("tournament", f"{metrics['games']} games; Elo {table} -> {output}"
+        summary("tournament", f"{metrics['games']} games on {metrics['words']} words; Elo {table} -> {output}"
                 + (f", heatmap {heatmap}" if heatmap else ""))

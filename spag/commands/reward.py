@@ -14,7 +14,7 @@ PARAMS_HELP = ("Take the game, reward and templates settings from this params fi
 # Options read from a params file with --params, and the section each comes from.
 REWARD_SETTINGS = {"decay": "reward", "sft": "reward", "sft_limit": "reward", "sft_format": "reward",
                    "foul_penalty": "reward", "loser_reward": "reward", "role_baseline": "reward",
-                   "keep_truncated": "reward", "rules": "game", "templates": "game", "row_prompts": "game"}
+                   "credit": "reward", "keep_truncated": "reward", "rules": "game", "templates": "game", "row_prompts": "game"}
 IMITATION_SETTINGS = {"sft": "imitate", "sft_limit": "imitate", "sft_format": "imitate",
                       "keep_truncated": "reward", "rules": "game", "templates": "game", "row_prompts": "game"}
 
@@ -53,6 +53,7 @@ def register(app: typer.Typer) -> None:
         foul_penalty: float = option(Reward, "foul_penalty"),
         loser_reward: float = option(Reward, "loser_reward"),
         role_baseline: bool = option(Reward, "role_baseline"),
+        credit: str = option(Reward, "credit"),
         rules: str = option(Game, "rules"),
         templates: Path | None = option(Game, "templates"),
         keep_truncated: bool = option(Reward, "keep_truncated"),
@@ -67,17 +68,17 @@ def register(app: typer.Typer) -> None:
 
         given = {name: value for name, value in locals().items() if name in REWARD_SETTINGS}
         s = from_params(ctx, params, REWARD_SETTINGS, given)
-        decay, sft, sft_limit, sft_format, foul_penalty, loser_reward, role_baseline, keep_truncated = (
+        decay, sft, sft_limit, sft_format, foul_penalty, loser_reward, role_baseline, keep_truncated, credit = (
             s["decay"], s["sft"], s["sft_limit"], s["sft_format"], s["foul_penalty"], s["loser_reward"],
-            s["role_baseline"], s["keep_truncated"])
+            s["role_baseline"], s["keep_truncated"], s["credit"])
         rules, templates, row_prompts = s["rules"], s["templates"], s["row_prompts"]
         checked(Game, rules=rules, row_prompts=row_prompts)
         checked(Reward, sft_format=sft_format)
         if sft_limit is not None and sft is None:
             _fail("--sft-limit needs --sft")
-        checked(Reward, decay=decay, foul_penalty=foul_penalty, loser_reward=loser_reward)
+        checked(Reward, decay=decay, foul_penalty=foul_penalty, loser_reward=loser_reward, credit=credit)
         options = RewardOptions(decay=decay, foul_penalty=foul_penalty, loser_reward=loser_reward,
-                                role_baseline=role_baseline, keep_truncated=keep_truncated)
+                                role_baseline=role_baseline, keep_truncated=keep_truncated, credit=credit)
         try:
             check_distinct_paths({"EPISODES": episodes, "--params": params}, {"-o": output})
             check_output_file(output, "-o")

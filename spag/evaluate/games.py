@@ -27,7 +27,20 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS, TIE
+from spag.game.rules import (
+    ATTACKER,
+    ATTACKER_BREAKS_RULES,
+    ATTACKER_GUESSED,
+    ATTACKER_SAID_WORD,
+    ATTACKER_WINS,
+    CORRECT_GUESS,
+    DEFENDER,
+    DEFENDER_SAID_WORD,
+    DEFENDER_WINS,
+    OUT_OF_TURNS,
+    TIE,
+    WRONG_GUESS,
+)
 
 # outcome -> what it is for the model, per role
 _AS_ATTACKER = {ATTACKER_WINS: "win", DEFENDER_WINS: "loss", TIE: "tie", ATTACKER_BREAKS_RULES: "foul"}
@@ -105,27 +118,29 @@ def tally_games(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping]) 
     return {"attacker": attacker, "defender": defender, "overall": overall, "games": n}
 
 
-def _interval_entry(sums, counts, rng, confidence: float, n_resamples: int) -> dict:
-    """Mean of per-word sums over per-word counts, with a bootstrap interval over words."""
-    import numpy as np
-    from scipy.stats import bootstrap
+# The outcome decomposition: how each game ended, for the model in each role (see spag.game.rules.CAUSES).
+# A role's parts add up to 1; wins by the model's own skill (an induced word, a correct guess) stand apart
+# from wins handed over by the opponent's mistake (a wrong guess, a foul).
+DECOMPOSITION = {
+    ATTACKER: {DEFENDER_SAID_WORD: "win_induced_word", WRONG_GUESS: "win_opponent_wrong_guess",
+               CORRECT_GUESS: "loss_opponent_correct_guess", ATTACKER_SAID_WORD: "foul_said_word",
+               ATTACKER_GUESSED: "foul_guessed", OUT_OF_TURNS: "tie"},
+    DEFENDER: {CORRECT_GUESS: "win_correct_guess", ATTACKER_SAID_WORD: "win_opponent_foul",
+               ATTACKER_GUESSED: "win_opponent_foul", DEFENDER_SAID_WORD: "loss_said_word",
+               WRONG_GUESS: "loss_wrong_guess", OUT_OF_TURNS: "tie"},
+}
 
-    sums, counts = np.asarray(sums, dtype=float), np.asarray(counts, dtype=float)
-    games = int(counts.sum())
-    value = float(sums.sum() / games) if games else 0.0
-    if len(sums) < 2 or games == 0:
-        return {"value": value, "low": 0.0, "high": 1.0, "games": games, "words": len(sums)}
 
-    def ratio(s, n, axis=-1):
-        return s.sum(axis=axis) / n.sum(axis=axis)
+def cause_of(episode: Mapping, index: int = 0) -> str:
+    """How a judged game ended (``spag.game.rules.CAUSES``): the judge again, under the episode's own
+    rules; it must agree with the stored outcome."""
+    from spag.game.rules import WHOLE_WORD, judge_episode
 
-    result = bootstrap((sums, counts), ratio, paired=True, vectorized=True, confidence_level=confidence,
-                       n_resamples=n_resamples, method="percentile", random_state=rng)
-    low, high = result.confidence_interval
-    # A resample can be all-equal: the interval then collapses on the value.
-    low = value if not np.isfinite(low) else min(float(low), value)
-    high = value if not np.isfinite(high) else max(float(high), value)
-    return {"value": value, "low": low, "high": high, "games": games, "words": len(sums)}
+    verdict = judge_episode(episode, episode.get("rules") or WHOLE_WORD)
+    if verdict.outcome != _outcome(episode, index):
+        raise ValueError(f"episode {index} ({episode['target_word']!r}): stored outcome {episode['outcome']!r} "
+                         f"but the judge says {verdict.outcome!r}")
+    return verdict.cause
 
 
 def word_bootstrap(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping], confidence: float = 0.95,
@@ -136,36 +151,58 @@ def word_bootstrap(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping
     per word (several seeds). Words are resampled with all their games in both roles, so the interval
     accounts for games of the same word being alike. Returns ``{name: {value, low, high, games, words}}``
     for ``score`` (win 1, tie 1/2, loss or foul 0, both roles), ``attacker_win_rate``,
-    ``attacker_foul_rate``, ``defender_win_rate`` and ``defender_opponent_foul_rate``.
+    ``attacker_foul_rate``, ``defender_win_rate`` and ``defender_opponent_foul_rate``, and under
+    ``decomposition`` ``{role: {part: entry}}``: the share of the role's games that ended each way of
+    :data:`DECOMPOSITION`.
     """
-    import numpy as np
     import polars as pl
 
-    quantities = {  # name -> (role, value of one game for the model)
-        "attacker_win_rate": (ATTACKER, lambda o: float(o == ATTACKER_WINS)),
-        "attacker_foul_rate": (ATTACKER, lambda o: float(o == ATTACKER_BREAKS_RULES)),
-        "defender_win_rate": (DEFENDER, lambda o: float(role_result(o, DEFENDER) == "win")),
-        "defender_opponent_foul_rate": (DEFENDER, lambda o: float(o == ATTACKER_BREAKS_RULES)),
+    from spag.evaluate.clustered import clustered_mean
+
+    quantities = {  # name -> (role, value of one game for the model, from its outcome and cause)
+        "attacker_win_rate": (ATTACKER, lambda o, c: float(o == ATTACKER_WINS)),
+        "attacker_foul_rate": (ATTACKER, lambda o, c: float(o == ATTACKER_BREAKS_RULES)),
+        "defender_win_rate": (DEFENDER, lambda o, c: float(role_result(o, DEFENDER) == "win")),
+        "defender_opponent_foul_rate": (DEFENDER, lambda o, c: float(o == ATTACKER_BREAKS_RULES)),
     }
+    for role, parts in DECOMPOSITION.items():
+        for part in dict.fromkeys(parts.values()):
+            quantities[f"{role}/{part}"] = (role, lambda o, c, r=role, p=part: float(DECOMPOSITION[r][c] == p))
     names = ("score", *quantities)
     games = []  # one record per game: its word, its score, and each quantity of its role (others null)
     for role, episodes in ((ATTACKER, as_attacker), (DEFENDER, as_defender)):
         for i, episode in enumerate(episodes):
-            outcome = _outcome(episode, i)
+            outcome, cause = _outcome(episode, i), cause_of(episode, i)
             games.append({"word": episode["target_word"], "score": score(outcome, role),
-                          **{name: value(outcome) if role == wanted else None
+                          **{name: value(outcome, cause) if role == wanted else None
                              for name, (wanted, value) in quantities.items()}})
     frame = pl.DataFrame(games, schema={"word": pl.String, **{name: pl.Float64 for name in names}})
     per_word = frame.group_by("word").agg(  # sums and counts per word: the bootstrap resamples words
         *(pl.col(name).sum().alias(f"{name}_sum") for name in names),
         *(pl.col(name).count().alias(f"{name}_games") for name in names),
     ).sort("word")
-    out = {}
+    out: dict = {"decomposition": {role: {} for role in DECOMPOSITION}}
     for name in names:
         played = per_word.filter(pl.col(f"{name}_games") > 0)
-        out[name] = _interval_entry(played[f"{name}_sum"].to_numpy(), played[f"{name}_games"].to_numpy(),
-                                    np.random.default_rng(seed), confidence, n_resamples)
+        entry = clustered_mean(played[f"{name}_sum"].to_numpy(), played[f"{name}_games"].to_numpy(), seed=seed,
+                               confidence=confidence, n_resamples=n_resamples)
+        role, _, part = name.partition("/")
+        if part:
+            out["decomposition"][role][part] = entry
+        else:
+            out[name] = entry
     return out
+
+
+def per_word_scores(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping]) -> dict[str, tuple[float, int]]:
+    """``{word: (points, games)}`` of the model over both roles: what paired comparisons resample."""
+    points: dict[str, list] = {}
+    for role, episodes in ((ATTACKER, as_attacker), (DEFENDER, as_defender)):
+        for i, episode in enumerate(episodes):
+            entry = points.setdefault(episode["target_word"], [0.0, 0])
+            entry[0] += score(_outcome(episode, i), role)
+            entry[1] += 1
+    return {word: (s, n) for word, (s, n) in points.items()}
 
 
 def _outcome(episode: Mapping, index: int) -> str:
@@ -201,7 +238,7 @@ def model_name(model) -> str:
 
 def evaluate_models(model, opponent, words: list[str], config=None, episodes_out=None, *,
                     backend: str = "hf", resume: bool = False, show_progress: bool = True, seeds: int = 1,
-                    stale: str = "refuse", **player_options) -> dict:
+                    stale: str = "refuse", guess_words: list[str] | None = None, **player_options) -> dict:
     """Play ``model`` against ``opponent`` in both roles on ``words`` and return the metrics.
 
     ``model`` and ``opponent`` are paths/names, loaded once each with ``load_player(backend,
@@ -214,7 +251,9 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
     ``seeds`` > 1 plays every word that many times per role, with sampling seeds ``config.seed``,
     ``config.seed + 1``, ...; the games of seed ``s`` go to ``episodes_out/seed_<s>/`` (greedy decoding
     plays one seed: the others would repeat it). The result's ``bootstrap`` holds score, win and foul
-    rates with 95% intervals from a bootstrap over words (:func:`word_bootstrap`).
+    rates with 95% intervals from a bootstrap over words (:func:`word_bootstrap`), and the outcome
+    decomposition per role; ``per_word`` each word's points and games, for paired comparisons.
+    ``guess_words``: the vocabulary of a player whose strategies include the dictionary guess.
     """
     from dataclasses import replace
 
@@ -247,7 +286,8 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
             if episodes_out is not None and seeds > 1:
                 out = Path(episodes_out) / f"seed_{s}"
             attack, defend = _play_both_roles(player, rival, words, replace(config, seed=config.seed + s), out,
-                                              resume=resume, show_progress=show_progress, stale=stale)
+                                              resume=resume, show_progress=show_progress, stale=stale,
+                                              guess_words=guess_words)
             as_attacker += attack
             as_defender += defend
     finally:  # the players this call loaded; a caller's own players stay open
@@ -255,12 +295,13 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
     metrics = tally_games(as_attacker, as_defender)
     return {"model": model_name(model), "opponent": model_name(opponent), **metrics,
             "bootstrap": word_bootstrap(as_attacker, as_defender, seed=config.seed),
+            "per_word": per_word_scores(as_attacker, as_defender),
             "max_turns": int(config.max_turns), "temperature": float(config.temperature),
             "seeds": seeds, "first_seed": int(config.seed), "provenance": provenance}
 
 
 def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, resume: bool,
-                     show_progress: bool, stale: str) -> tuple[list, list]:
+                     show_progress: bool, stale: str, guess_words: list[str] | None) -> tuple[list, list]:
     """The games of ``player`` as attacker and as defender against ``rival``, saved to ``episodes_out``."""
     from spag.play import play_games
 
@@ -273,9 +314,9 @@ def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, r
             attack_out = episodes_out / "as_attacker.parquet"
             defend_out = episodes_out / "as_defender.parquet"
     as_attacker = list(play_games(player, rival, words, config, output=attack_out, resume=resume,
-                                  show_progress=show_progress, stale=stale))
+                                  show_progress=show_progress, stale=stale, guess_words=guess_words))
     as_defender = list(play_games(rival, player, words, config, output=defend_out, resume=resume,
-                                  show_progress=show_progress, stale=stale))
+                                  show_progress=show_progress, stale=stale, guess_words=guess_words))
     if single_file is not None:
         from spag.game.episodes import write_episodes
 

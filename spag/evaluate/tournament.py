@@ -9,7 +9,13 @@ Ratings follow the Bradley-Terry model on the Elo scale: the expected score of i
 by the order-dependent online Elo update), with ties as half a win. To keep the estimate finite when a
 model wins every game, each pair of models is given one extra drawn game (a weak prior towards equal
 strength, worth one game against the many real ones). Ratings are shifted so that their mean is 1000.
-The 95% intervals are percentiles of the ratings refitted on games resampled with replacement.
+The 95% intervals are percentiles of the ratings refitted on resampled games. Games are resampled by
+target word (every game on a word, all pairs, roles and seeds, together), since games of one word are
+alike: the same clustering as every other interval of the evaluation (:mod:`spag.evaluate.clustered`).
+The score matrix carries the same word-clustered interval for each pair.
+
+Players can be checkpoints or no-training baselines (:mod:`spag.evaluate.baselines`): a cross-play
+tournament of base, imitation, SPAG epochs, ablation arms and baselines on fresh words.
 """
 
 from __future__ import annotations
@@ -26,11 +32,13 @@ ELO_MEAN = 1000.0
 
 @dataclass(frozen=True)
 class Game:
-    """One game between models ``a`` and ``b`` (indices), with ``a``'s points: 1, 1/2 or 0."""
+    """One game between models ``a`` and ``b`` (indices), with ``a``'s points: 1, 1/2 or 0, on the target
+    word with index ``word`` (the unit the intervals resample)."""
 
     a: int
     b: int
     score_a: float
+    word: int = 0
 
 
 def _pair_tables(games_a: np.ndarray, games_b: np.ndarray, scores: np.ndarray, k: int):
@@ -84,14 +92,23 @@ def elo_ratings(games: Sequence[Game], k: int, resamples: int = 1000, seed: int 
     rating = fit_bradley_terry(*_pair_tables(a, b, s, k), prior_draws=prior_draws)
     rng = np.random.default_rng(seed)
     samples = np.empty((resamples, k))
+    by_word = _games_by_word(games)
     for r in range(resamples):
-        idx = rng.integers(0, len(games), size=len(games))
+        idx = np.concatenate([by_word[w] for w in rng.integers(0, len(by_word), size=len(by_word))])
         samples[r] = fit_bradley_terry(*_pair_tables(a[idx], b[idx], s[idx], k), prior_draws=prior_draws)
     if resamples:
         low, high = np.percentile(samples, [2.5, 97.5], axis=0)
     else:
         low = high = np.full(k, math.nan)
     return {"rating": rating, "low": low, "high": high}
+
+
+def _games_by_word(games: Sequence[Game]) -> list[np.ndarray]:
+    """The indices of each word's games: the clusters a bootstrap resamples."""
+    words: dict[int, list[int]] = {}
+    for i, g in enumerate(games):
+        words.setdefault(g.word, []).append(i)
+    return [np.array(v) for v in words.values()]
 
 
 def expected_score(rating_a: float, rating_b: float) -> float:
@@ -107,14 +124,34 @@ def games_from_episodes(episodes: Sequence[Mapping], names: Sequence[str]) -> li
     from spag.game.rules import ATTACKER
 
     index = {name: i for i, name in enumerate(names)}
+    words: dict[str, int] = {}
     games = []
     for n, episode in enumerate(episodes):
         try:
             attacker, defender = index[episode["attacker_model"]], index[episode["defender_model"]]
         except KeyError as exc:
             raise ValueError(f"episode {n}: model {exc.args[0]!r} is not in the tournament") from None
-        games.append(Game(attacker, defender, score(episode["outcome"], ATTACKER)))
+        word = words.setdefault(episode["target_word"], len(words))
+        games.append(Game(attacker, defender, score(episode["outcome"], ATTACKER), word))
     return games
+
+
+def score_intervals(games: Sequence[Game], names: Sequence[str], seed: int = 0) -> dict:
+    """Row model's score against column model (both roles, ties 1/2) with a 95% interval over words:
+    ``{row: {col: {value, low, high, games, words}}}``."""
+    from spag.evaluate.clustered import clustered_mean
+
+    per_pair: dict[tuple[int, int], dict[int, list[float]]] = {}
+    for g in games:
+        for me, other, points in ((g.a, g.b, g.score_a), (g.b, g.a, 1.0 - g.score_a)):
+            cell = per_pair.setdefault((me, other), {}).setdefault(g.word, [0.0, 0])
+            cell[0] += points
+            cell[1] += 1
+    out: dict = {name: {} for name in names}
+    for (i, j), cells in sorted(per_pair.items()):
+        sums, counts = zip(*cells.values())
+        out[names[i]][names[j]] = clustered_mean(sums, counts, seed=seed)
+    return out
 
 
 def win_matrices(games: Sequence[Game], names: Sequence[str]) -> dict[str, dict[str, dict[str, float]]]:
@@ -153,9 +190,11 @@ def tournament_metrics(episodes: Sequence[Mapping], names: Sequence[str], resamp
     return {
         "models": list(names),
         "games": len(games),
+        "words": len({g.word for g in games}),
         "elo": {name: {"rating": float(elo["rating"][i]), "low": float(elo["low"][i]),
                        "high": float(elo["high"][i])} for i, name in enumerate(names)},
         **matrices,
+        "score_interval": score_intervals(games, names, seed=seed),
         "resamples": resamples,
     }
 
@@ -219,49 +258,76 @@ def save_heatmap(matrix: Mapping[str, Mapping[str, float]], names: Sequence[str]
 
 def run_tournament(models: Sequence[str], words: list[str], config=None, *, backend: str = "hf",
                    episodes_out=None, heatmap=None, resamples: int = 1000, seed: int = 0,
-                   resume: bool = False, show_progress: bool = True, **player_options) -> dict:
-    """Every ordered pair of distinct models plays all ``words`` (so each pair meets in both roles).
+                   resume: bool = False, show_progress: bool = True, names: Sequence[str] | None = None,
+                   baselines: Sequence[str] = (), baseline_models: Mapping[str, str] | None = None,
+                   seeds: int = 1, guess_words: Sequence[str] | None = None, **player_options) -> dict:
+    """Every ordered pair of distinct players plays all ``words`` (so each pair meets in both roles),
+    ``seeds`` times (sampling seeds ``config.seed``, +1, ...).
 
-    Each model is loaded once (``load_player(model, backend, **player_options)``), named by
-    :func:`unique_names`. ``episodes_out``: a ``.parquet`` file for all episodes, or a folder
-    with one Parquet file per ordered pair (``<attacker>__vs__<defender>.parquet``; those files let
-    an interrupted tournament resume). Returns the metrics of :func:`tournament_metrics`.
+    Players are the checkpoints ``models`` (each loaded once, ``load_player(model, backend,
+    **player_options)``, named ``names`` or by :func:`unique_names`) and the no-training ``baselines``
+    (:mod:`spag.evaluate.baselines`), built over ``baseline_models`` (``{"imitation": path, "base":
+    path}``); ``guess_words`` is the vocabulary of a baseline's dictionary guess. ``episodes_out``: a
+    ``.parquet`` file for all episodes, or a folder with one Parquet file per ordered pair and seed
+    (``<attacker>__vs__<defender>[__seed<s>].parquet``; those files let an interrupted tournament resume).
+    Returns the metrics of :func:`tournament_metrics`.
     """
+    from dataclasses import replace
     from pathlib import Path
 
+    from spag.evaluate.baselines import BASELINES, baseline_player
     from spag.play import PlayConfig
     from spag.players import close_player, load_player
 
-    if len(models) < 2:
-        raise ValueError("a tournament needs at least two models")
+    if len(models) + len(baselines) < 2:
+        raise ValueError("a tournament needs at least two players")
     if not words:
         raise ValueError("no evaluation words")
     if config is None:
         config = PlayConfig(temperature=0.0)
-    names = unique_names(models)
+    names = list(names) if names is not None else unique_names(models)
+    names += list(baselines)
+    if len(set(names)) != len(names):
+        raise ValueError(f"two players share a name: {names}")
     folder = None
     if episodes_out is not None and Path(episodes_out).suffix != ".parquet":
         folder = Path(episodes_out)
     elif resume:
         raise ValueError("resuming needs a folder for --episodes-out, not one .parquet file")
-    players = []
+    loaded: dict[str, object] = {}  # path -> player, each model loaded once
+
+    def load(path: str):
+        if path not in loaded:
+            loaded[path] = load_player(str(path), backend if path in map(str, models) else "hf", **player_options)
+        return loaded[path]
+
     try:
-        for m, name in zip(models, names):
-            players.append(load_player(str(m), backend, name=name, **player_options))
-        episodes = _round_robin(players, names, words, config, folder, resume, show_progress)
+        players = [load(str(m)) for m in models]
+        for name in baselines:
+            model = (baseline_models or {}).get(BASELINES[name][0])
+            if model is None:
+                raise ValueError(f"baseline {name} needs the {BASELINES[name][0]} model")
+            players.append(baseline_player(name, {BASELINES[name][0]: load(str(model))}))
+        episodes = []
+        for s in range(seeds if config.temperature else 1):
+            suffix = f"__seed{config.seed + s}" if seeds > 1 else ""
+            episodes += _round_robin(players, names, words, replace(config, seed=config.seed + s), folder, resume,
+                                     show_progress, suffix, guess_words)
     finally:
-        close_player(*players)
+        close_player(*loaded.values())
     if episodes_out is not None and folder is None:
         from spag.game.episodes import write_episodes
 
         write_episodes(episodes, episodes_out)
     metrics = tournament_metrics(episodes, names, resamples=resamples, seed=seed)
     if heatmap is not None:
-        save_heatmap(metrics["win_rate"], names, heatmap)
+        save_heatmap(metrics["score"], names, heatmap,
+                     title="Score of row player against column player (both roles, ties 1/2)")
     return metrics
 
 
-def _round_robin(players, names, words, config, folder, resume, show_progress) -> list[dict]:
+def _round_robin(players, names, words, config, folder, resume, show_progress, suffix="",
+                 guess_words=None) -> list[dict]:
     """Every ordered pair of players on ``words``, each pair's games stored in ``folder`` as they finish."""
     from spag.play import play_games
 
@@ -270,9 +336,9 @@ def _round_robin(players, names, words, config, folder, resume, show_progress) -
         for j, defender in enumerate(players):
             if i == j:
                 continue
-            shard = folder / f"{_safe(names[i])}__vs__{_safe(names[j])}.parquet" if folder else None
+            shard = folder / f"{_safe(names[i])}__vs__{_safe(names[j])}{suffix}.parquet" if folder else None
             played = play_games(attacker, defender, words, config, output=shard, resume=resume,
-                                show_progress=show_progress)
+                                show_progress=show_progress, guess_words=guess_words)
             # The labels in the metrics are the tournament's names, whatever the players call themselves.
             episodes.extend({**e, "attacker_model": names[i], "defender_model": names[j]} for e in played)
     return episodes

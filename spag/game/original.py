@@ -31,10 +31,16 @@ from functools import lru_cache
 from spag.game.rules import (
     ATTACKER,
     ATTACKER_BREAKS_RULES,
+    ATTACKER_GUESSED,
+    ATTACKER_SAID_WORD,
     ATTACKER_WINS,
+    CORRECT_GUESS,
     DEFENDER,
+    DEFENDER_SAID_WORD,
     DEFENDER_WINS,
+    OUT_OF_TURNS,
     TIE,
+    WRONG_GUESS,
     Verdict,
 )
 
@@ -102,15 +108,18 @@ def judge_original(target_word: str, history: Sequence[Mapping[str, str]], max_t
         role, content = utterance["role"], utterance["content"]
         if role == DEFENDER:
             if guesses_original(content):
-                won = right_guess_original(content, target_word)
-                return Verdict(DEFENDER_WINS if won else ATTACKER_WINS, considered)
+                if right_guess_original(content, target_word):
+                    return Verdict(DEFENDER_WINS, considered, CORRECT_GUESS)
+                return Verdict(ATTACKER_WINS, considered, WRONG_GUESS)
             if says_word_original(content, target_word):
-                return Verdict(ATTACKER_WINS, considered)
+                return Verdict(ATTACKER_WINS, considered, DEFENDER_SAID_WORD)
         elif role == ATTACKER:
-            if says_word_original(content, target_word) or guesses_original(content):
-                return Verdict(ATTACKER_BREAKS_RULES, considered)
+            if says_word_original(content, target_word):
+                return Verdict(ATTACKER_BREAKS_RULES, considered, ATTACKER_SAID_WORD)
+            if guesses_original(content):
+                return Verdict(ATTACKER_BREAKS_RULES, considered, ATTACKER_GUESSED)
         else:
             raise ValueError(f"unknown role {role!r} in utterance {considered - 1}")
         if considered >= 2 * max_turns:
             break
-    return Verdict(TIE, considered)
+    return Verdict(TIE, considered, OUT_OF_TURNS)

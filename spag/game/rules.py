@@ -29,6 +29,16 @@ ATTACKER_BREAKS_RULES = "attacker_breaks_rules"
 OUTCOMES = (ATTACKER_WINS, DEFENDER_WINS, TIE, ATTACKER_BREAKS_RULES)
 DECISIVE = (ATTACKER_WINS, DEFENDER_WINS)
 
+# How a game ended, finer than its outcome: the outcome decomposition of an evaluation counts these.
+DEFENDER_SAID_WORD = "defender_said_word"   # attacker_wins: the attacker led the defender to the word
+WRONG_GUESS = "wrong_guess"                 # attacker_wins: the defender guessed, and missed
+CORRECT_GUESS = "correct_guess"             # defender_wins
+ATTACKER_SAID_WORD = "attacker_said_word"   # attacker_breaks_rules
+ATTACKER_GUESSED = "attacker_guessed"       # attacker_breaks_rules: the attacker used the guess phrase
+OUT_OF_TURNS = "out_of_turns"               # tie
+CAUSES = {ATTACKER_WINS: (DEFENDER_SAID_WORD, WRONG_GUESS), DEFENDER_WINS: (CORRECT_GUESS,),
+          ATTACKER_BREAKS_RULES: (ATTACKER_SAID_WORD, ATTACKER_GUESSED), TIE: (OUT_OF_TURNS,)}
+
 PREDICTION_PHRASE = "I know the word! It is"
 
 WHOLE_WORD = "whole-word"
@@ -55,10 +65,12 @@ _PREDICTION_RE = re.compile(
 
 @dataclass(frozen=True)
 class Verdict:
-    """What the judge decided: the outcome and how many utterances it took."""
+    """What the judge decided: the outcome, how many utterances it took, and how it came about
+    (``cause``, one of ``CAUSES[outcome]``)."""
 
     outcome: str
     turns: int
+    cause: str
 
     @property
     def decided(self) -> bool:
@@ -217,18 +229,21 @@ def judge(target_word: str, history: Sequence[Mapping[str, str]], max_turns: int
         role, content = utterance["role"], utterance["content"]
         low = content.lower()
         if role == ATTACKER:
-            if matcher.said_in(content, low) or uses_prediction_phrase(content, low):
-                return Verdict(ATTACKER_BREAKS_RULES, considered)
+            if matcher.said_in(content, low):
+                return Verdict(ATTACKER_BREAKS_RULES, considered, ATTACKER_SAID_WORD)
+            if uses_prediction_phrase(content, low):
+                return Verdict(ATTACKER_BREAKS_RULES, considered, ATTACKER_GUESSED)
         elif role == DEFENDER:
             guess = parse_prediction(content, low)
             if guess is not None:
-                correct = guess != "" and is_form_of(guess, target_word)
-                return Verdict(DEFENDER_WINS if correct else ATTACKER_WINS, considered)
+                if guess != "" and is_form_of(guess, target_word):
+                    return Verdict(DEFENDER_WINS, considered, CORRECT_GUESS)
+                return Verdict(ATTACKER_WINS, considered, WRONG_GUESS)
             if matcher.said_in(content, low):
-                return Verdict(ATTACKER_WINS, considered)
+                return Verdict(ATTACKER_WINS, considered, DEFENDER_SAID_WORD)
         else:
             raise ValueError(f"unknown role {role!r} in utterance {considered - 1}")
-    return Verdict(TIE, considered)
+    return Verdict(TIE, considered, OUT_OF_TURNS)
 
 
 def judge_episode(episode: Mapping, rules: str = WHOLE_WORD) -> Verdict:

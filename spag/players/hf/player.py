@@ -169,6 +169,41 @@ class HFPlayer:
                 rows.append(torch.log_softmax(logits.float(), dim=-1).cpu())
         return torch.stack(rows) if rows else torch.empty(0)
 
+    def continuation_logprobs(self, prompts: Sequence[str], opening: str, continuations: Sequence[str]):
+        """log p(continuation | prompt's model input + ``opening``) for every prompt and continuation.
+
+        A (len(prompts), len(continuations)) float32 tensor: each continuation's tokens (encoded after a
+        space, as a word follows the opening) summed. The prompt is run once; its cache is repeated for
+        all continuations, which are scored in one batch.
+        """
+        import torch
+        from transformers import DynamicCache
+
+        opening_ids = self.tokenizer(opening, add_special_tokens=False)["input_ids"] if opening else []
+        pieces = [self.tokenizer(" " + c, add_special_tokens=False)["input_ids"] for c in continuations]
+        if not pieces or any(not p for p in pieces):
+            raise ValueError("every continuation needs at least one token")
+        width = max(len(p) for p in pieces)
+        pad = self._end_ids[0]
+        tokens = torch.tensor([p + [pad] * (width - len(p)) for p in pieces], device=self.device)
+        mask = torch.tensor([[1.0] * len(p) + [0.0] * (width - len(p)) for p in pieces])
+        rows = []
+        with torch.inference_mode():
+            for prompt in prompts:
+                cache = DynamicCache()
+                ids = torch.tensor([self.encode(prompt) + opening_ids], device=self.device)
+                first = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+                logp = torch.log_softmax(first[0, -1].float(), dim=-1).cpu()[tokens[:, 0].cpu()]
+                if width > 1:
+                    # Right padding: a continuation's tokens never attend to the padding after them.
+                    cache.batch_repeat_interleave(len(pieces))
+                    logits = self.model(input_ids=tokens[:, :-1], past_key_values=cache, use_cache=True).logits
+                    later = torch.log_softmax(logits.float(), dim=-1).cpu()
+                    picked = later.gather(2, tokens[:, 1:].cpu().unsqueeze(-1)).squeeze(-1)
+                    logp = logp + (picked * mask[:, 1:]).sum(dim=1)
+                rows.append(logp)
+        return torch.stack(rows) if rows else torch.empty(0, len(pieces))
+
     def _use_decode_attention(self) -> str | None:
         """On CPU, route one-token attention through :func:`decode_attention` for this call.
 

@@ -1,0 +1,155 @@
+"""Skill at Adversarial Taboo that does not depend on the opponent's mistakes.
+
+A game's score mixes what a player does well with what its opponent does badly: an attacker "wins" when
+the defender guesses wrong, a defender "wins" when the attacker says the word. Two measurements look at
+each role's own skill, on the evaluation words, each a rank of the target among the ``C`` evaluation words
+(1 = the target is the most likely word, chance = (C + 1) / 2, lower is better):
+
+- **clue rank** (the attacker's skill): the model's opening lines on each word (the lines it says first
+  in an evaluation game, with the same sampling seeds and the strategies it plays with), every form of
+  the target blanked out, are read by a fixed *judge model* (the base model). The words are ranked by
+  how much the line raises the judge's log-probability of each word after "The secret word is" over the
+  same request with an empty description (pointwise mutual information, which cancels the judge's
+  preference for a few common words). An informative description puts the target near the top; a line
+  that changes the topic, or one whose only clue was the word itself, does not. A line that said the
+  word is still scored, blanked, and counted apart as an opening foul.
+- **guess rank** (the defender's skill): a fixed set of clue lines (descriptions of each word by the
+  base model when asked plainly, the word blanked: :func:`clue_set`) is given to the model as the
+  attacker's first line of a game, in the model's own defender prompt; the words are ranked by the
+  model's log-probability of each after "I know the word! It is" (its guess distribution).
+
+Both are paired per word against another model (the imitation model) with a bootstrap over words
+(:func:`spag.evaluate.clustered.paired_difference`); a negative difference is an improvement.
+Scoring needs the hf backend (full-sequence log-probabilities).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from spag.evaluate.clustered import clustered_mean, paired_difference
+from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER, PREDICTION_PHRASE, judge
+from spag.teacher import Strategies, WithStrategies, blank_out
+
+JUDGE_REQUEST = 'Someone describes a secret word without saying it: "{clue}"\nWhich word is it?'
+JUDGE_OPENING = "The secret word is"
+
+
+def ranks(scores, targets: Sequence[int]) -> list[float]:
+    """The rank of ``targets[i]`` in row ``i`` of ``scores`` (higher score, better rank; 1 is the best;
+    ties share the mean of their ranks)."""
+    out = []
+    for row, target in zip(scores.tolist(), targets):
+        mine = row[target]
+        above = sum(1 for v in row if v > mine)
+        tied = sum(1 for v in row if v == mine) - 1
+        out.append(1 + above + tied / 2)
+    return out
+
+
+def _index(candidates: Sequence[str]) -> dict[str, int]:
+    if len(set(candidates)) != len(candidates):
+        raise ValueError("the candidate words repeat a word")
+    return {w: i for i, w in enumerate(candidates)}
+
+
+def clue_ranks(judge_player, clues: Sequence[tuple[str, str]], candidates: Sequence[str]) -> list[float]:
+    """The rank of each clue's target among ``candidates`` by the judge's PMI (see the module docstring).
+
+    ``clues``: ``(target word, line)`` pairs; the line's forms of the target are blanked here."""
+    index = _index(candidates)
+    prior = judge_player.continuation_logprobs([JUDGE_REQUEST.format(clue="")], JUDGE_OPENING, candidates)[0]
+    prompts = [JUDGE_REQUEST.format(clue=blank_out(line, word)) for word, line in clues]
+    scores = judge_player.continuation_logprobs(prompts, JUDGE_OPENING, candidates) - prior
+    return ranks(scores, [index[word] for word, _ in clues])
+
+
+def guess_ranks(defender, clues: Sequence[tuple[str, str]], candidates: Sequence[str], config) -> list[float]:
+    """The rank of each clue's target among ``candidates`` in ``defender``'s guess distribution after the
+    clue as the attacker's first line (``config``: the game's ``PlayConfig``, for the defender prompt)."""
+    index = _index(candidates)
+    prompts = [config.prompt(DEFENDER, "", [{"role": ATTACKER, "content": line}]) for _, line in clues]
+    scores = defender.continuation_logprobs(prompts, PREDICTION_PHRASE, candidates)
+    return ranks(scores, [index[word] for word, _ in clues])
+
+
+def model_of(player):
+    """The model a (possibly strategy-wrapped) player speaks with: what log-probabilities are read from."""
+    return player.player if isinstance(player, WithStrategies) else player
+
+
+def clue_set(base, words: Sequence[str], config, per_word: int) -> list[dict]:
+    """Fixed clue lines for the guess rank: ``per_word`` descriptions of each word by ``base`` when asked
+    plainly (the teacher's coached attacker, the word blanked), with seeds ``config.seed``, +1, ...
+
+    Records ``{target_word, seed, line}``, in word order within each seed."""
+    from spag.play import opening_lines
+
+    coached = WithStrategies(model_of(base), Strategies(coached_attacker=True), name="clue-writer")
+    out = []
+    for s in range(per_word):
+        lines = opening_lines(coached, list(words), replace(config, seed=config.seed + s))
+        out += [{"target_word": w, "seed": config.seed + s, "line": line} for w, line in zip(words, lines)]
+    return out
+
+
+def _per_word(words: Sequence[str], values: Sequence[float]) -> dict[str, tuple[float, int]]:
+    out: dict[str, list] = {}
+    for word, value in zip(words, values):
+        entry = out.setdefault(word, [0.0, 0])
+        entry[0] += value
+        entry[1] += 1
+    return {w: (s, n) for w, (s, n) in out.items()}
+
+
+def _mean_entry(per_word: Mapping[str, tuple[float, int]], chance: float, seed: int) -> dict:
+    words = sorted(per_word)
+    entry = clustered_mean([per_word[w][0] for w in words], [per_word[w][1] for w in words], seed=seed)
+    if len(words) < 2:  # a rank's interval has no natural [0, 1] default
+        entry["low"], entry["high"] = 1.0, 2 * chance - 1
+    return {**entry, "lines": entry.pop("games"), "chance": chance}
+
+
+def measure_skill(player, judge_player, words: Sequence[str], config, clues: Sequence[Mapping], *,
+                  lines_per_word: int = 1, seed: int = 0) -> dict:
+    """The clue rank of ``player``'s attacker and the guess rank of its defender on ``words``.
+
+    ``config``: the evaluation's ``PlayConfig`` (sampling, seeds, prompts); ``clues``: the records of
+    :func:`clue_set` for these words. Returns ``{clue_rank, guess_rank, opening_foul_rate, candidates,
+    per_word}``, ``per_word`` holding each word's ``[sum, count]`` per metric, for paired comparisons.
+    """
+    from spag.play import opening_lines
+
+    candidates = list(words)
+    chance = (len(candidates) + 1) / 2
+    said, spoken = [], []
+    for s in range(lines_per_word):
+        said += opening_lines(player, candidates, replace(config, seed=config.seed + s))
+        spoken += candidates
+    fouls = [float(judge(w, [{"role": ATTACKER, "content": line}], config.max_turns, config.rules).outcome
+                   == ATTACKER_BREAKS_RULES) for w, line in zip(spoken, said)]
+    clue = _per_word(spoken, clue_ranks(judge_player, list(zip(spoken, said)), candidates))
+    known = [c for c in clues if c["target_word"] in set(candidates)]
+    guess = _per_word([c["target_word"] for c in known],
+                      guess_ranks(model_of(player), [(c["target_word"], c["line"]) for c in known], candidates,
+                                  config))
+    foul = _per_word(spoken, fouls)
+    foul_entry = clustered_mean([foul[w][0] for w in sorted(foul)], [foul[w][1] for w in sorted(foul)], seed=seed)
+    return {"clue_rank": _mean_entry(clue, chance, seed), "guess_rank": _mean_entry(guess, chance, seed),
+            "opening_foul_rate": foul_entry, "candidates": len(candidates),
+            "opening_lines": [{"target_word": w, "line": line} for w, line in zip(spoken, said)],
+            "per_word": {"clue_rank": clue, "guess_rank": guess, "opening_foul_rate": foul}}
+
+
+SKILL_METRICS = ("clue_rank", "guess_rank", "opening_foul_rate")
+
+
+def compare_skill(mine: Mapping, reference: Mapping, seed: int = 0) -> dict:
+    """Per metric, ``mine - reference`` paired per word with a bootstrap interval (negative ranks: better)."""
+    out = {}
+    for metric in SKILL_METRICS:
+        a = {w: tuple(v) for w, v in mine["per_word"][metric].items()}
+        b = {w: tuple(v) for w, v in reference["per_word"][metric].items()}
+        out[metric] = paired_difference(a, b, seed=seed)
+    return out
