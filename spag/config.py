@@ -384,6 +384,12 @@ class Evaluate(Sampling):
                               "model on the evaluation words and seeds; each epoch is compared with the "
                               "strongest, paired per word.")
     vs_baseline: bool = knob(False, "Also play each epoch head to head against the strongest baseline.")
+
+    @model_validator(mode="after")
+    def _baseline_to_play(self):
+        if self.vs_baseline and not self.baselines:
+            raise ValueError("vs_baseline: needs at least one name in evaluate.baselines")
+        return self
     benchmark: Benchmark = Field(default_factory=Benchmark, description="Reasoning benchmarks (lm-eval).")
 
 
