@@ -179,10 +179,11 @@ def test_a_tournament_of_checkpoints_and_baselines(tmp_path, sayer):
     model = str(make_scripted_checkpoint(tmp_path / "sayer", "Drink coffee."))
     config = PlayConfig(max_turns=1, temperature=0.0, max_new_tokens=8)
     metrics = run_tournament([model], ["coffee", "lemon"], config, names=["imitation"],
-                             baselines=["imitation-filter"], baseline_models={"imitation": model},
+                             baselines=["imitation-filter"], baseline_models={"imitation": model}, filtered=["imitation"],
                              episodes_out=tmp_path / "games", show_progress=False, resamples=50, device="cpu",
                              dtype="float32")
-    assert metrics["models"] == ["imitation", "imitation-filter"] and metrics["words"] == 2
+    assert metrics["models"] == ["imitation", "imitation-filter", "imitation+filter"] and metrics["words"] == 2
+    assert metrics["score"]["imitation-filter"]["imitation+filter"] == 0.5  # the same player under two names
     # Both always say "Drink coffee." On coffee, the filtered attacker says "Drink ___." and the plain
     # defender then says the word (1 point to the baseline), the plain attacker fouls (1 point); on lemon
     # nobody says anything that counts: two ties. 3 points of 4.

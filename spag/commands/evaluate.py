@@ -233,6 +233,9 @@ def register(app: typer.Typer) -> None:
                                       "imitation-filter-guess, base-teacher (see spag.evaluate.baselines)."),
         imitation: Path | None = typer.Option(None, "--imitation", help="The imitation model the baselines use."),
         base: Path | None = typer.Option(None, "--base", help="The base model the base-teacher baseline uses."),
+        filtered: list[str] | None = typer.Option(
+            None, "--filtered", help="A model's label (NAME of --models NAME=PATH): it also plays with the decode-time "
+                                     "filter of imitation-filter, as NAME+filter."),
         vocabulary: Path | None = typer.Option(
             None, "--vocabulary", help="Words a dictionary-guessing baseline guesses from (default: --words)."),
         seeds: int = typer.Option(1, "--seeds", min=1, help="Games per ordered pair and word (sampling seeds "
@@ -297,6 +300,10 @@ def register(app: typer.Typer) -> None:
         except ValueError as exc:  # the same model twice
             raise typer.BadParameter(str(exc), param_hint="--models") from None
         names = [label or name for label, name in zip(labels, names)]
+        for label in filtered or []:
+            if label not in names:
+                raise typer.BadParameter(f"{label!r} is not a model's name ({', '.join(names)})",
+                                         param_hint="--filtered")
         if len(set(names) | set(baselines)) != len(names) + len(baselines):
             raise typer.BadParameter(f"two players share a name: {', '.join(names + baselines)}",
                                      param_hint="--models")
@@ -311,6 +318,7 @@ def register(app: typer.Typer) -> None:
         metrics = run_tournament(everyone, chosen, config, backend=backend, episodes_out=episodes_out,
                                  heatmap=heatmap, resamples=resamples, seed=seed, resume=resume, names=names,
                                  baselines=baselines, seeds=seeds, guess_words=guess_words,
+                                 filtered=list(filtered or []),
                                  baseline_models={"imitation": str(imitation) if imitation else None,
                                                   "base": str(base) if base else None}, **players)
         write_json_atomic(output, metrics)

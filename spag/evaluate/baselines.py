@@ -30,6 +30,11 @@ BASELINES: dict[str, tuple[str, Strategies]] = {
 }
 
 
+# The decode-time filter alone (imitation-filter's strategies), to give any checkpoint: what training adds
+# beyond not saying the word is its score with the filter against the filtered imitation model.
+FILTER = BASELINES["imitation-filter"][1]
+
+
 def check_baseline(name: str) -> str:
     if name not in BASELINES:
         raise ValueError(f"unknown baseline {name!r}; expected one of {', '.join(BASELINES)}")

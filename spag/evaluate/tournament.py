@@ -260,14 +260,16 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
                    episodes_out=None, heatmap=None, resamples: int = 1000, seed: int = 0,
                    resume: bool = False, show_progress: bool = True, names: Sequence[str] | None = None,
                    baselines: Sequence[str] = (), baseline_models: Mapping[str, str] | None = None,
-                   seeds: int = 1, guess_words: Sequence[str] | None = None, **player_options) -> dict:
+                   seeds: int = 1, guess_words: Sequence[str] | None = None, filtered: Sequence[str] = (),
+                   **player_options) -> dict:
     """Every ordered pair of distinct players plays all ``words`` (so each pair meets in both roles),
     ``seeds`` times (sampling seeds ``config.seed``, +1, ...).
 
     Players are the checkpoints ``models`` (each loaded once, ``load_player(model, backend,
     **player_options)``, named ``names`` or by :func:`unique_names`) and the no-training ``baselines``
     (:mod:`spag.evaluate.baselines`), built over ``baseline_models`` (``{"imitation": path, "base":
-    path}``); ``guess_words`` is the vocabulary of a baseline's dictionary guess. ``episodes_out``: a
+    path}``); ``guess_words`` is the vocabulary of a baseline's dictionary guess. Each model named in
+    ``filtered`` plays a second time with the decode-time filter (``NAME+filter``). ``episodes_out``: a
     ``.parquet`` file for all episodes, or a folder with one Parquet file per ordered pair and seed
     (``<attacker>__vs__<defender>[__seed<s>].parquet``; those files let an interrupted tournament resume).
     Returns the metrics of :func:`tournament_metrics`.
@@ -275,9 +277,10 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     from dataclasses import replace
     from pathlib import Path
 
-    from spag.evaluate.baselines import BASELINES, baseline_player
+    from spag.evaluate.baselines import BASELINES, FILTER, baseline_player
     from spag.play import PlayConfig
     from spag.players import close_player, load_player
+    from spag.teacher import WithStrategies
 
     if len(models) + len(baselines) < 2:
         raise ValueError("a tournament needs at least two players")
@@ -286,7 +289,11 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     if config is None:
         config = PlayConfig(temperature=0.0)
     names = list(names) if names is not None else unique_names(models)
-    names += list(baselines)
+    unknown = [label for label in filtered if label not in names]
+    if unknown:
+        raise ValueError(f"filtered: {', '.join(unknown)} is not a model of the tournament")
+    model_names = list(names)
+    names += list(baselines) + [f"{label}+filter" for label in filtered]
     if len(set(names)) != len(names):
         raise ValueError(f"two players share a name: {names}")
     folder = None
@@ -308,6 +315,9 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
             if model is None:
                 raise ValueError(f"baseline {name} needs the {BASELINES[name][0]} model")
             players.append(baseline_player(name, {BASELINES[name][0]: load(str(model))}))
+        for label in filtered:
+            model = players[model_names.index(label)]
+            players.append(WithStrategies(model, FILTER, name=f"{label}+filter"))
         episodes = []
         for s in range(seeds if config.temperature else 1):
             suffix = f"__seed{config.seed + s}" if seeds > 1 else ""
