@@ -152,6 +152,19 @@ def test_two_vllm_engines_play_one_game_in_one_process(scripted):
     assert episode["history"][1]["role"] == "defender"
 
 
+def test_a_vllm_engine_plays_on_after_another_in_this_process_closes(scripted):
+    """evaluate plays its model against one opponent after another, closing each: closing an opponent's
+    in-process engine leaves the model's engine able to generate, and the last close shuts it down."""
+    kw = dict(temperature=0, max_new_tokens=6, min_new_tokens=1)
+    with opened(scripted["speaker"], "vllm") as player:
+        with opened(scripted["eager_end"], "vllm") as opponent:
+            before = player.generate(PROMPTS[:1], **kw)
+            opponent.generate(PROMPTS[:1], **kw)
+        after = player.generate(PROMPTS[:1], **kw)
+    assert after[0].text == before[0].text and after[0].text.startswith("Think")
+    assert player.llm is None  # closed for good once the last engine is closed
+
+
 # ------------------------------------------------------------------------------ the embedded model (slow)
 
 

@@ -53,9 +53,13 @@ def test_report_per_epoch_with_intervals_csvs_and_png(tmp_path):
     assert report["imitation_benchmark"]["geometric_mean"] == 0.28
     # the headline: a few flat numbers per epoch, the interval and the games behind it included
     summary = json.loads((metrics / "summary.json").read_text())
+    outcomes = summary["2"].pop("outcomes")
     assert summary["2"] == {"score": score["value"], "score_low": score["low"], "score_high": score["high"],
                             "games": 8, "attacker_foul": pytest.approx(0.25), "selfplay_decisive": pytest.approx(0.2),
                             "selfplay_foul": pytest.approx(0.2), "benchmark": 0.3}
+    # how the games ended, per role, each with its interval: one attacker foul in four games at epoch 2
+    assert sum(point["value"] for point in outcomes["attacker"].values() if point is not None) == pytest.approx(1.0)
+    assert all(point["low"] <= point["value"] <= point["high"] for point in outcomes["attacker"].values())
     assert summary["1"]["attacker_foul"] == pytest.approx(0.5) and set(summary) == {"1", "2"}
 
     with open(metrics / "plots" / "vs_imitation.csv", newline="") as f:

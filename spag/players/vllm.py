@@ -26,7 +26,9 @@ process beside it: faster to start, and it leaves the other core to the work it 
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Sequence
+from unittest.mock import patch
 
 from spag.players.base import (
     FINISH_LENGTH,
@@ -91,6 +93,17 @@ def engine_options(model: str, *, dtype: str | None, gpu_memory_utilization: flo
     return options
 
 
+# Players whose engine core runs in this process and has not been closed (see VLLMPlayer.close).
+_IN_PROCESS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _in_process(core) -> bool:
+    """Whether vLLM's engine-core client runs the core in this process (no engine process beside it)."""
+    from vllm.v1.engine.core_client import InprocClient
+
+    return isinstance(core, InprocClient)
+
+
 class VLLMPlayer:
     """``llm`` is a ``vllm.LLM`` (or anything with its ``generate(prompts, sampling_params)``)."""
 
@@ -134,17 +147,31 @@ class VLLMPlayer:
         tokenizer = setup_special_tokens(llm.get_tokenizer())
         vocab = llm.llm_engine.model_config.get_vocab_size()
         player = cls(llm, tokenizer, name=name or str(model), vocab_size=vocab, max_prompt_tokens=max_prompt_tokens)
+        if _in_process(llm.llm_engine.engine_core):
+            _IN_PROCESS.add(player)
         player.engine_options = chosen  # what was resolved, for provenance and the bench
         return player
 
     def close(self) -> None:
-        """Stop the engine and give its memory back (the player cannot generate afterwards)."""
+        """Stop the engine and give its memory back (the player cannot generate afterwards).
+
+        An engine core that runs in this process ends its shutdown by tearing down vLLM's process-wide
+        parallel groups, on which every other engine in the process runs (an evaluation plays its model
+        against one opponent after another). While another in-process engine is alive, this one shuts
+        down its executor and scheduler as usual and leaves those groups to the last one."""
         import gc
 
         engine = getattr(self.llm, "llm_engine", None)
         core = getattr(engine, "engine_core", None)
+        _IN_PROCESS.discard(self)
         if core is not None and hasattr(core, "shutdown"):
-            core.shutdown()
+            if _in_process(core) and _IN_PROCESS:
+                import vllm.v1.engine.core as engine_core
+
+                with patch.object(engine_core, "cleanup_dist_env_and_memory", gc.collect):
+                    core.shutdown()
+            else:
+                core.shutdown()
         self.llm = None
         gc.collect()
 
