@@ -119,7 +119,7 @@ def train(model: str, cpu: bool, work: Path, parameters: int) -> dict:
     write_jsonl_atomic(rows, synthetic_rows(16 if cpu else 256))
     steps = "2" if cpu else "12"
     common = ["--model", model, "--data", rows, "--max-steps", steps, "--batch-size", "2", "--grad-accum", "1",
-              "--max-length", "256" if cpu else "2048", "--warmup-ratio", "0", "--logging-steps", "1",
+              "--max-length", "1024" if cpu else "2048", "--warmup-ratio", "0", "--logging-steps", "1",
               "--no-live", "--gradient-checkpointing"] + (["--device", "cpu", "--no-bf16"] if cpu else ["--bf16"])
     runs = {
         "offline-po, ZeRO-3, reference in the engine": ["--method", "offline-po", "--ref-on-the-fly", "--deepspeed",
@@ -179,7 +179,7 @@ def main() -> None:
         if args.cpu:
             from spag.testing import make_tiny_checkpoint
 
-            models = {"tiny": str(make_tiny_checkpoint(work / "tiny"))}
+            models = {"tiny": str(make_tiny_checkpoint(work / "models" / "tiny"))}
         else:
             from play import embedded_model
 
@@ -191,8 +191,8 @@ def main() -> None:
             if "play" in parts:
                 entry["play"] = play(model, args.cpu, parameters)
             if "train" in parts:
-                (work / label).mkdir()
-                entry["train"] = train(model, args.cpu, work / label, parameters)
+                (work / "runs" / label).mkdir(parents=True)
+                entry["train"] = train(model, args.cpu, work / "runs" / label, parameters)
             if peak:
                 for figures in (*entry.get("train", {}).values(), *entry.get("play", {}).get("sides", {}).values()):
                     flops = figures.get("flops_per_s") or figures.get("generation_flops_per_s")
