@@ -1,7 +1,7 @@
 """Preflight: what a run will need, checked before any work, every problem listed at once.
 
 A pipeline stage (:func:`spag.pipeline.run_stage`) and the commands that start long work (``spag train``,
-``play``, ``benchmark``) call it first. It looks at:
+``spag play``) call it first. It looks at:
 
 - the files and models the params name (``words.source``, ``teacher.episodes``/``rows``, ``reward.sft``,
   ``imitate.sft``, ``game.templates``, ``model.base``, ``teacher.model``), the DeepSpeed configs, and the
@@ -312,8 +312,9 @@ def memory_checks(settings, base_config: dict | None, gpus) -> tuple[list[tuple[
     sections = [("teacher_play", "teacher", settings.teacher, 1), ("play", "play", settings.play, 1),
                 ("evaluate", "evaluate", settings.evaluate, 2)]
     for stage, name, section, models in sections:
-        if name == "teacher" and (section.episodes or section.rows or section.backend == "openai"):
-            continue
+        if name == "teacher" and (section.episodes or section.rows or section.backend == "openai"
+                                  or section.model != "base"):
+            continue  # no games here, or another model than the base model (its shape unknown here)
         dtype = "bfloat16" if section.dtype == "auto" else section.dtype
         tokens = min(section.max_prompt_tokens or context, context) + section.max_new_tokens
         if section.backend == "hf":
@@ -425,14 +426,14 @@ def pipeline_problems(settings, root: str | os.PathLike = ".", running: str | No
         (GPU_STAGES, lambda: [cuda_problem()]),
     ]
     found = [p for kinds, check in checks if needed(*kinds) for p in check() if p is not None]
-    found = [Problem(p.key, p.message, params_file if p.source == "params.yaml" else p.source) for p in found]
-    python = python_problem()
     notes: list[str] = []
     if not any(p.key == "cuda" for p in found):
         problems, tagged_notes = _memory(s, root)
         found += [p for stage, p in problems if needed(stage)]
         notes += [n for stage, n in tagged_notes if needed(stage)]
-    return ([python] if python else []) + found, notes
+    python = python_problem()
+    found = ([python] if python else []) + found
+    return [Problem(p.key, p.message, params_file if p.source == "params.yaml" else p.source) for p in found], notes
 
 
 def _memory(settings, root: Path):

@@ -178,9 +178,6 @@ def register(app: typer.Typer) -> None:
         check_output_file(samples_out or samples_path(output), "--samples-out")
         check_model(model, "--model", trust_remote_code=None)
         pick_device(device)  # a device this machine lacks, before lm-eval starts
-        from spag.preflight import benchmark_problem, refuse
-
-        refuse([p for p in (benchmark_problem("--suite", suite, names, source=""),) if p])
         size: int | str = int(batch_size) if batch_size.isdigit() else batch_size
         try:
             metrics = run_benchmark(model, tasks=names, suite=suite, limit=limit, output=output,
