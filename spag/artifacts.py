@@ -136,6 +136,22 @@ def _index_url() -> str | None:
     return (os.environ.get("PIP_INDEX_URL") or DEFAULT_INDEX).rstrip("/")
 
 
+def index_reachable(timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the package index opens (a quick check before long work)."""
+    import socket
+
+    url = _index_url()
+    if url is None:
+        return False
+    parts = urllib.parse.urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "", parts.port or (80 if parts.scheme == "http" else 443)),
+                                      timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def _download_sdist(artifact: Artifact, target: Path, cache: Path) -> None:
     """Find ``artifact.filename`` in the index's JSON listing (PEP 691) and stream it to ``target``."""
     from spag.console import progress

@@ -190,6 +190,8 @@ class Sampling(Section):
     min_new_tokens: int = knob(2, "Shortest utterance before it may end.", ge=0)
     empty_retries: int = knob(2, "Resamples of a reply that comes back empty, each with a longer shortest "
                                  "utterance (the original: 0, an empty reply is kept).", ge=0)
+    tensor_parallel_size: int = knob(1, "vllm backend: GPUs one engine spans (under a launcher, each rank takes "
+                                        "this many of the visible GPUs).", ge=1)
     batch_size: int = knob(32, "Games played together.", ge=1)
     max_prompt_tokens: int | None = knob(None, "hf/vllm: keep the last N tokens of a longer prompt (the "
                                                   "original cut at 2048); null: the whole prompt.", ge=1)
@@ -207,7 +209,8 @@ class Sampling(Section):
     def player_options(self) -> dict:
         """What :func:`spag.players.load_player` takes from this section."""
         return {"dtype": self.dtype, "device": self.device, "base_url": self.base_url,
-                "gpu_memory_utilization": self.gpu_memory_utilization, "max_prompt_tokens": self.max_prompt_tokens}
+                "gpu_memory_utilization": self.gpu_memory_utilization, "max_prompt_tokens": self.max_prompt_tokens,
+                "tensor_parallel_size": self.tensor_parallel_size}
 
 
 class Teacher(Sampling):
@@ -246,6 +249,9 @@ class Play(Sampling):
     words: int = knob(64, "Target words per epoch (the paper: all ~50k).", ge=1)
     include_held_out: bool = knob(False, "Self-play on the held-out evaluation words too (the original played "
                                          "every word of its list).")
+    launcher: str | None = knob(None, 'Play under this launcher, the words shared by rank, e.g. "torchrun '
+                                         '--standalone --nproc_per_node auto" (auto: one process per visible GPU, '
+                                         "each with tensor_parallel_size GPUs); null: in the stage's process.")
 
 
 SFT_FORMAT = knob("chat", "General rows: chat (instruction and input as one user message in the model's chat "
@@ -313,7 +319,8 @@ class TrainStep(TrainKnobs):
 
     method: Literal[METHODS] = knob("sft-kl", METHOD_HELP)
     launcher: str | None = knob(None, 'Run under this launcher, e.g. "torchrun --standalone --nproc_per_node 8" '
-                                         "(null: in the stage's process).")
+                                         "(auto for the count: one process per visible GPU, one without a GPU; "
+                                         "null: in the stage's process).")
 
 
 TRAINING_EPOCHS = knob(1.0, "Passes over the training rows.", ge=0)

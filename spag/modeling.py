@@ -14,7 +14,13 @@ from pathlib import Path
 
 def pick_device(device: str | None = None) -> str:
     """``device`` itself, or the best there is for None/"auto"; DataError for a name that is no device
-    (``gpu0``) or a GPU this machine lacks."""
+    (``gpu0``) or a GPU this machine lacks.
+
+    A machine whose driver reports GPUs that torch cannot use (a driver older than torch's CUDA build, a
+    CPU build of torch) is refused rather than run on the CPU: a 7B model would otherwise train for days
+    on DeepSpeed's CPU path without a word. ``cpu`` asked for by name, or every GPU hidden on purpose
+    (``CUDA_VISIBLE_DEVICES=``), runs on the CPU.
+    """
     import re
 
     import torch
@@ -30,6 +36,11 @@ def pick_device(device: str | None = None) -> str:
         return device
     if torch.cuda.is_available():
         return "cuda"
+    from spag.devices import cuda_unusable
+
+    reason = cuda_unusable()
+    if reason:
+        raise DataError("--device", None, reason)
     return "cpu"
 
 
@@ -76,6 +87,22 @@ def bf16_by_default(device: str) -> bool:
     if device.startswith("cuda"):
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     return False
+
+
+def set_tf32(enabled: bool) -> None:
+    """TF32 for float32 matrix products on CUDA, on or off: the one place spag sets it.
+
+    Through torch's fp32_precision settings (``torch.backends.cuda.matmul.fp32_precision``), never the
+    older ``allow_tf32`` flags; the Trainer is not asked to set it a second way (transformers sets the
+    generic ``torch.backends.fp32_precision``). torch 2.13 still reads the matmul precision through its older
+    getter in places (torch.compile's autotune cache calls ``torch.get_float32_matmul_precision``), which
+    raises "mix of the legacy and new APIs" unless it agrees: it is set to the same value ("high" is TF32,
+    "highest" full float32). Convolutions (cuDNN) are left as they are: the models here have none.
+    """
+    import torch
+
+    torch.backends.cuda.matmul.fp32_precision = "tf32" if enabled else "ieee"
+    torch.set_float32_matmul_precision("high" if enabled else "highest")
 
 
 def resolve_dtype(dtype: str | None, device: str) -> str:

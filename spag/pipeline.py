@@ -158,6 +158,10 @@ def run_stage(stage: Callable, root: str | Path, argv: list[str] | None = None) 
         settings = load_settings(params_file)
         if epoch is not None and epoch not in settings.spag.epochs:
             raise ParamsError(params_file, f"spag.epochs.{epoch}", "no such epoch")
+        from spag.preflight import check_stage
+
+        # Before any work: what this stage and those after it need, every problem listed (exit 2).
+        check_stage(settings, root, name if epoch is None else f"{name}@{epoch}", params_file)
         view = Declared(settings, frozenset(declared_params(name, epoch)), name)
         stage(view, Layout(root), *([epoch] if epoch is not None else []))
     except (ParamsError, DataError) as exc:
@@ -394,9 +398,15 @@ def play(settings: Settings, layout: Layout, epoch: str) -> None:
     episodes = layout.epoch(epoch) / "episodes"
     # Shards go to a work folder beside the declared output, which DVC does not delete: a killed stage
     # continues from its finished games on the next `dvc repro` (see spag.partial).
+    config = p.play_config(_game(settings), seed + int(epoch))
     with resumable_output(episodes, PLAY_KIND) as work:
-        run_games(model, model, chosen, p.play_config(_game(settings), seed + int(epoch)), backend=p.backend,
-                  output=work, resume=True, stale="restart", stats=stats, **p.player_options())
+        if p.launcher:  # one rank per GPU (or per tensor-parallel group), the words shared by rank
+            from spag.play_job import play_under_launcher
+
+            stats = play_under_launcher(p.launcher, model, chosen, config, p.backend, p.player_options(), work)
+        else:
+            run_games(model, model, chosen, config, backend=p.backend, output=work, resume=True, stale="restart",
+                      stats=stats, **p.player_options())
     # The learning-curve numbers of this epoch's self-play (decisive, foul and win rates, lengths), from DuckDB.
     (selfplay,) = run_query("selfplay", str(episodes / "*.parquet"))
     write_json_atomic(layout.metrics / "epochs" / epoch / "selfplay.json", {**selfplay, "provenance": stats.provenance})

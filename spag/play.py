@@ -186,6 +186,26 @@ def _existing_for(words: Sequence[str], existing: list[dict], source, config: Pl
     return done
 
 
+def drop_stale_episodes(output, words: Sequence[str], config: PlayConfig, attacker_model: str,
+                        defender_model: str) -> None:
+    """Remove the episodes in the folder ``output`` when they cannot be resumed (other words, settings or
+    models), saying so: what a single process does with ``stale="restart"``, done once before several ranks
+    start (a rank never removes another's shards)."""
+    from spag.fingerprint import model_fingerprint
+
+    store = EpisodeStore(output)
+    if not store.has_own_shards():
+        return
+    models = {"attacker_model": attacker_model, "defender_model": defender_model,
+              "attacker_fingerprint": model_fingerprint(attacker_model),
+              "defender_fingerprint": model_fingerprint(defender_model)}
+    try:
+        _existing_for(words, store.read(), output, config, models)
+    except StaleEpisodes as exc:
+        print(f"note: {exc}; playing every game again", file=sys.stderr, flush=True)
+        store.claim(overwrite=True, resume=False)
+
+
 def _fingerprint_of(player: Player) -> str:
     """The content hash of the player's model (set by load_player), else a hash of its name."""
     from spag.fingerprint import model_fingerprint
@@ -388,6 +408,24 @@ def opening_lines(attacker: Player, words: list[str], config: PlayConfig, *, sho
     return [g.history[0]["content"] for g in games]
 
 
+def place_rank(backend: str, player_options: dict) -> None:
+    """Under a launcher, put this rank's engine on its own GPU(s) (:mod:`spag.devices`): the hf backend on
+    ``cuda:LOCAL_RANK`` (unless a device is given), the vllm backend on the ``tensor_parallel_size`` GPUs
+    of its rank, made the only visible ones before vLLM starts (vLLM's "cuda" is GPU 0 of those visible)."""
+    from spag.devices import hf_rank_device, local_rank, pin_rank_to_gpus
+
+    rank = local_rank()
+    if rank is None:
+        return
+    if backend == "vllm":
+        pin_rank_to_gpus(int(player_options.get("tensor_parallel_size") or 1))
+    elif backend == "hf" and player_options.get("device") is None and rank_and_world()[1] > 1:
+        import torch
+
+        if torch.cuda.is_available():
+            player_options["device"] = hf_rank_device(rank, torch.cuda.device_count())
+
+
 def run_games(attacker_model: str, defender_model: str, words: list[str], config: PlayConfig, *,
               backend: str = "hf", output=None, resume: bool = False, show_progress: bool = True,
               stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
@@ -398,11 +436,7 @@ def run_games(attacker_model: str, defender_model: str, words: list[str], config
     rank, world = rank_and_world()
     if output is not None:  # before minutes of model loading
         EpisodeStore(output, rank, world).check(overwrite=overwrite and not resume, resume=resume)
-    if backend == "hf" and world > 1 and player_options.get("device") is None:
-        import torch
-
-        if torch.cuda.is_available():
-            player_options["device"] = f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}"
+    place_rank(backend, player_options)
     attacker = load_player(attacker_model, backend, **player_options)
     try:
         defender = attacker if defender_model == attacker_model else load_player(defender_model, backend,

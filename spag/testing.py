@@ -160,3 +160,19 @@ def episode_ending(word: str, cause: str, max_turns: int = 2) -> dict:
     assert verdict.cause == cause, (word, cause, verdict)
     return {"target_word": word, "max_turns": max_turns, "history": history, "outcome": verdict.outcome,
             "turns": verdict.turns, "rules": "whole-word"}
+
+
+def fake_nvidia_smi(bin_dir: str | os.PathLike, gpus: int = 1, name: str = "NVIDIA A100-SXM4-40GB",
+                    memory_mib: int = 40960, driver: str = "580.95.05", fails: bool = False) -> Path:
+    """An ``nvidia-smi`` in ``bin_dir`` that reports ``gpus`` GPUs as the real one answers spag's query
+    (:mod:`spag.devices`), or fails as it does without a working driver: for simulating GPU machines."""
+    bin_dir = Path(bin_dir)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    lines = "".join(f"{i}, GPU-{i:08x}-0000-0000-0000-000000000000, {name}, {memory_mib}, {driver}\\n"
+                    for i in range(gpus))
+    body = ("echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.' >&2; exit 9"
+            if fails else f"printf '{lines}'")
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")
+    tool.chmod(0o755)
+    return tool

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -25,3 +27,25 @@ def pytest_collection_modifyitems(config, items):
         module = item.module.__name__.rpartition(".")[2] if item.module else ""
         if module in SLOW_MODULES or "embedded_model" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def gpu_machine(tmp_path, monkeypatch):
+    """Make this process look like a machine with NVIDIA GPUs: a fake nvidia-smi first on PATH and torch's
+    CUDA answers patched. ``gpu_machine(gpus, memory_mib=..., driver=..., cuda_works=..., cuda_build=...)``."""
+    import torch
+
+    from spag import devices
+    from spag.testing import fake_nvidia_smi
+
+    def simulate(gpus: int = 1, *, cuda_works: bool = True, cuda_build: str | None = "13.0", **nvidia_smi):
+        fake_nvidia_smi(tmp_path / "fake-bin", gpus, **nvidia_smi)
+        monkeypatch.setenv("PATH", f"{tmp_path / 'fake-bin'}{os.pathsep}{os.environ['PATH']}")
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        monkeypatch.setattr(torch.version, "cuda", cuda_build)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda_works and gpus > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus if cuda_works else 0)
+        devices.nvidia_gpus.cache_clear()
+
+    yield simulate
+    devices.nvidia_gpus.cache_clear()

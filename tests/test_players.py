@@ -442,3 +442,50 @@ def test_human_player_reads_a_line_per_prompt():
     with pytest.raises(PlayerError, match="end of file"):
         human.generate(["PROMPT THREE"])
     assert isinstance(load_player("human"), HumanPlayer)
+
+
+# ------------------------------------------------------------------------------------------ memory planning
+
+
+def test_a_row_costs_its_key_value_buffers_mask_and_logits(player):
+    config = player.model.config
+    kv_heads = config.num_key_value_heads
+    head_dim = config.hidden_size // config.num_attention_heads
+    per_token = config.num_hidden_layers * 2 * kv_heads * head_dim * 4  # float32 buffers on a CPU
+    assert player._row_bytes(100) == 100 * (per_token + 8) + 4 * config.vocab_size
+
+
+def test_a_batch_is_played_in_parts_that_fit_the_free_memory(player, monkeypatch):
+    """A GPU with room for 3 rows (simulated: its free memory and a row's cost patched): 8 games are played
+    3, 3 and 2 at a time, and each reply is what the whole batch gave it (its own seed)."""
+    prompts = _prompts() * 2
+    seeds = list(range(31, 39))
+    kw = dict(temperature=1.2, top_k=50, max_new_tokens=8, min_new_tokens=1)
+    whole = player.generate(prompts, seed=seeds, **kw)
+    monkeypatch.setattr(player, "_row_bytes", lambda tokens: 1000)
+    monkeypatch.setattr(player, "_working_bytes", lambda: 500)
+    monkeypatch.setattr(player, "_free_device_memory", lambda: 500 + 3 * 1000 + 999)
+    monkeypatch.setattr(player, "_told_batch", False)
+    sizes = []
+    fast = player._generate_fast
+    monkeypatch.setattr(player, "_generate_fast", lambda encoded, seeds, **k: sizes.append(len(encoded)) or
+                        fast(encoded, seeds, **k))
+    with pytest.warns(UserWarning, match="8 games of up to .* tokens do not fit .* playing 3 at a time"):
+        parts = player.generate(prompts, seed=seeds, **kw)
+    assert sizes == [3, 3, 2]
+    assert [r.text for r in parts] == [r.text for r in whole]
+
+
+def test_a_gpu_without_room_for_one_game_is_refused_with_the_numbers(player, monkeypatch):
+    monkeypatch.setattr(player, "_row_bytes", lambda tokens: 3 * 2**30)
+    monkeypatch.setattr(player, "_working_bytes", lambda: 2**30)
+    monkeypatch.setattr(player, "_free_device_memory", lambda: 2 * 2**30)
+    with pytest.raises(PlayerError) as caught:
+        player.generate(_prompts(), temperature=0, max_new_tokens=8)
+    assert "needs 3.00 GiB of key/value buffers and 1.00 GiB of working memory, cpu has 2.00 GiB free" \
+        in str(caught.value)
+
+
+def test_on_a_cpu_no_plan_is_made(player):
+    assert player._free_device_memory() is None
+    assert player._rows_that_fit(10_000, 64) == 64

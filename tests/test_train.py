@@ -397,3 +397,53 @@ def test_every_file_training_writes_has_the_usual_mode(tiny, tmp_path):
     assert any(p.name == "model.safetensors" and "checkpoint-1" in p.parts for p in written)
     assert {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in written
             if p.stat().st_mode & 0o777 != 0o644} == {}
+
+
+# ------------------------------------------------------------------------------------------ TF32
+
+
+@pytest.fixture
+def fp32_precision():
+    """torch's float32 matmul precision as it was before the test, put back after (a process-wide setting)."""
+    import torch
+
+    before = torch.backends.cuda.matmul.fp32_precision, torch.get_float32_matmul_precision()
+    yield
+    torch.backends.cuda.matmul.fp32_precision = before[0]
+    torch.set_float32_matmul_precision(before[1])
+
+
+def test_transformers_own_tf32_switch_leaves_the_older_reader_raising(fp32_precision):
+    """Why spag sets TF32 itself: after transformers' switch, torch.get_float32_matmul_precision (which
+    torch.compile's autotune cache calls) raises "mix of the legacy and new APIs"."""
+    import torch
+    from transformers.utils.import_utils import enable_tf32
+
+    enable_tf32.__wrapped__(True)  # what TrainingArguments(tf32=True) calls
+    with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+        torch.get_float32_matmul_precision()
+
+
+def test_tf32_is_set_in_one_place_and_every_reader_agrees(fp32_precision):
+    import torch
+
+    from spag.modeling import set_tf32
+
+    set_tf32(True)
+    assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    assert torch.get_float32_matmul_precision() == "high"
+    assert torch.backends.cuda.matmul.allow_tf32 is True  # the older flag reads the same, and does not raise
+    set_tf32(False)
+    assert torch.backends.cuda.matmul.fp32_precision == "ieee"
+    assert torch.get_float32_matmul_precision() == "highest"
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+
+
+def test_the_trainer_is_never_asked_to_set_tf32(tmp_path):
+    from spag.config import TrainConfig
+    from spag.train.trainer import _training_arguments
+
+    args = _training_arguments(TrainConfig(live=False), tmp_path, "cpu")
+    assert args.tf32 is None
+    with pytest.raises(DataError, match="--tf32: TF32 is a mode of NVIDIA GPUs"):
+        _training_arguments(TrainConfig(tf32=True, live=False), tmp_path, "cpu")

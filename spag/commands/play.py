@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
             None, "--api-key-env", help="openai backend: environment variable holding the API key for --base-url "
                                         "(default: OPENAI_API_KEY, sent to api.openai.com only)."),
         concurrency: int = typer.Option(8, "--concurrency", min=1, help="openai backend: parallel requests."),
-        tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", min=1, help="vllm backend: GPUs per model."),
+        tensor_parallel_size: int = option(Play, "tensor_parallel_size"),
         trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
         rules: str = option(Game, "rules"),
@@ -69,6 +69,14 @@ def register(app: typer.Typer) -> None:
         if backend not in BACKENDS or backend == "human":
             error(f"--backend must be one of hf, vllm, openai (got {backend!r})")
             raise typer.Exit(2)
+        if backend == "vllm":  # under torchrun, this rank's GPUs only: before anything looks at CUDA
+            from spag.devices import pin_rank_to_gpus
+
+            pin_rank_to_gpus(tensor_parallel_size)
+        if backend != "openai":
+            from spag.preflight import cuda_problem, refuse
+
+            refuse([p for p in (cuda_problem(),) if p])
         check_distinct_paths({"--words": words_file, "--guess-words": guess_words, "--templates": templates},
                              {"-o": output, "--export-json": export_json})
         if export_json is not None:
@@ -85,7 +93,7 @@ def register(app: typer.Typer) -> None:
         game = checked(Game, max_turns=max_turns, rules=rules, templates=templates, play_prompts=play_prompts,
                        replies=replies, end=end)
         player = checked(Teacher, backend=backend, dtype=dtype, device=device, base_url=base_url,
-                         gpu_memory_utilization=gpu_memory_utilization,
+                         gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
                          temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
                          min_new_tokens=min_new_tokens, empty_retries=empty_retries, batch_size=batch_size,
                          max_prompt_tokens=max_prompt_tokens, examples=examples,
@@ -104,8 +112,7 @@ def register(app: typer.Typer) -> None:
             episodes = run_games(attacker, defender, words, config, backend=backend, output=output,
                                  resume=resume, overwrite=overwrite, show_progress=progress, stats=stats,
                                  guess_words=chosen_guess_words, **player.player_options(), api_key_env=api_key_env,
-                                 concurrency=concurrency, tensor_parallel_size=tensor_parallel_size,
-                                 trust_remote_code=trust_remote_code)
+                                 concurrency=concurrency, trust_remote_code=trust_remote_code)
         except PlayerError as exc:
             error(str(exc))
             raise typer.Exit(1)

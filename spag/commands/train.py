@@ -83,6 +83,10 @@ def register(app: typer.Typer) -> None:
         if deepspeed is not None and not deepspeed.is_file():
             raise typer.BadParameter(f"{deepspeed}: no such file", param_hint="--deepspeed")
         config = checked(C, **knobs, merge_lora=not no_merge_lora, live=not no_live)
+        from spag.preflight import cuda_problem, deepspeed_problems, launcher_problems, refuse
+
+        refuse([p for p in (cuda_problem(), *launcher_problems("--launcher", launcher, source=""),
+                            *deepspeed_problems("--deepspeed", deepspeed and str(deepspeed), source="")) if p])
         if launcher:
             import subprocess
 

@@ -29,8 +29,11 @@ def launch(launcher: str, method: str, model, data, output, config: TrainConfig,
                                "output": os.fspath(output), "ref": None if ref is None else os.fspath(ref),
                                "other_checkpoints": other_checkpoints, "config": config.model_dump()}, indent=1),
                    encoding="utf-8")
+    from spag.devices import resolve_launcher
+
     try:
-        subprocess.run([*launcher_command(launcher), "-m", "spag.train.launch", str(job)], check=True)
+        subprocess.run([*launcher_command(resolve_launcher(launcher)), "-m", "spag.train.launch", str(job)],
+                       check=True)
     finally:
         job.unlink(missing_ok=True)
 

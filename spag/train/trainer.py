@@ -4,7 +4,8 @@
 model once, takes the completion log-likelihoods and hands them to the pure loss functions of
 :mod:`spag.train.losses`. Everything else (optimiser, schedule and warm-up (plus the original's
 DeepSpeed's ``warmup_decay``, :mod:`spag.train.schedules`), gradient accumulation,
-gradient checkpointing, bf16/tf32, DeepSpeed, checkpoints and resuming) is the HF Trainer's.
+gradient checkpointing, bf16, DeepSpeed, checkpoints and resuming) is the HF Trainer's; TF32 is set by
+:func:`spag.modeling.set_tf32` alone.
 
 :func:`run_training` is the whole step as one call, used by ``spag train`` and the DVC stages, in steps:
 
@@ -26,6 +27,7 @@ leaves something that looks finished; ``resume=True`` continues from the latest 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -71,7 +73,11 @@ REFERENCE_SUBMODULE = "spag_reference"  # the on-the-fly reference under DeepSpe
 def _attach_reference(policy, ref_path, config: TrainConfig) -> None:
     """Load the frozen reference as a submodule of the policy, as the original code did: DeepSpeed then
     partitions it (ZeRO-3) and casts it (bf16) with the policy, so the reference runs in the policy's own
-    precision and the importance ratio is exactly 1 before the first update. Removed before saving."""
+    precision and the importance ratio is exactly 1 before the first update. Removed before saving.
+
+    Checkpoints leave it out (:meth:`SpagTrainer.save_model`): a 7B reference is 13.5 GB of 16-bit weights
+    and as much again of DeepSpeed's frozen-parameter fragments in every checkpoint, and it never changes. A
+    resumed run loads it from ``ref_path`` again, so its keys are allowed to be missing from a checkpoint."""
     from transformers import AutoModelForCausalLM
 
     ref = AutoModelForCausalLM.from_pretrained(str(ref_path), dtype=torch.float32,
@@ -79,6 +85,13 @@ def _attach_reference(policy, ref_path, config: TrainConfig) -> None:
     ref.requires_grad_(False)
     ref.eval()
     policy.add_module(REFERENCE_SUBMODULE, ref)
+    policy.register_load_state_dict_post_hook(_reference_not_in_checkpoints)
+
+
+def _reference_not_in_checkpoints(module, incompatible_keys) -> None:
+    """A checkpoint without the reference's weights loads strictly: the reference is loaded from its path."""
+    incompatible_keys.missing_keys[:] = [key for key in incompatible_keys.missing_keys
+                                         if not key.startswith(REFERENCE_SUBMODULE + ".")]
 
 
 def _detach_reference(model) -> None:
@@ -118,6 +131,36 @@ class SpagTrainer(Trainer):
         self._stat_sums: dict[str, float] = {}
         self._stat_counts: dict[str, int] = {}
         self.last_logged_loss: float | None = None
+
+    def _holds_reference(self) -> bool:
+        return self.is_deepspeed_enabled and hasattr(self.accelerator.unwrap_model(self.model), REFERENCE_SUBMODULE)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """An intermediate checkpoint's weights are the policy's alone, the in-engine reference left out
+        (the final save detaches the reference first and takes the usual path)."""
+        if not self._holds_reference():
+            return super().save_model(output_dir, _internal_call)
+        if self.deepspeed.zero_optimization_partition_weights():  # ZeRO-3: gathered layer by layer
+            state = self.deepspeed._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)
+        else:
+            state = self.accelerator.get_state_dict(self.deepspeed)
+        if self.args.should_save:
+            state = {k: v for k, v in (state or {}).items() if not k.startswith(REFERENCE_SUBMODULE + ".")}
+            self._save(output_dir or self.args.output_dir, state_dict=state)
+        return None
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        """DeepSpeed's checkpoint without the frozen reference (its weights and fragments); the rest, the
+        scheduler included, as the Trainer saves it."""
+        if not self._holds_reference():
+            return super()._save_optimizer_and_scheduler(output_dir)
+        engine = self.model_wrapped
+        engine.save_checkpoint = functools.partial(type(engine).save_checkpoint, engine,
+                                                   exclude_frozen_parameters=True)
+        try:
+            return super()._save_optimizer_and_scheduler(output_dir)
+        finally:
+            del engine.save_checkpoint  # the class's method again
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         """The HF Trainer's schedules, plus DeepSpeed's ``warmup_decay`` ones (:mod:`spag.train.schedules`)."""
@@ -529,6 +572,12 @@ def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str) 
     if configured:
         _deepspeed_processes_on_cpu()
     bf16, tf32 = _precision(config, device)
+    if device.startswith("cuda"):
+        from spag.modeling import set_tf32
+
+        set_tf32(tf32)  # here only: the Trainer's own tf32 switch stays unset (see set_tf32)
+    elif config.tf32:
+        raise DataError("--tf32", None, "TF32 is a mode of NVIDIA GPUs (Ampere or newer); this run is on the CPU")
     return TrainingArguments(
         output_dir=str(checkpoint_dir),
         per_device_train_batch_size=config.batch_size,
@@ -543,7 +592,7 @@ def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str) 
         max_grad_norm=config.max_grad_norm,
         **_checkpointing_arguments(config.gradient_checkpointing),
         bf16=bf16,
-        tf32=tf32 if tf32 else None,
+        tf32=None,
         use_cpu=use_cpu,
         seed=config.seed,
         deepspeed=config.deepspeed,

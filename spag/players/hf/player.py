@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from spag.players.base import (
     FINISH_LENGTH,
     FINISH_STOP,
+    PlayerError,
     Reply,
     cut_at_next_speaker,
     per_prompt_seeds,
@@ -67,6 +68,7 @@ class HFPlayer:
         self._kv_layout = None
         self._packs = PackedWeights()
         self._decode_attention = False    # whether this call borrowed decode_attention (see generate)
+        self._told_batch = False          # a batch cut to the free memory is said once
         # Counters for benchmarks: prompt tokens encoded, prompt tokens reused, tokens generated.
         self.counters = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
 
@@ -117,6 +119,55 @@ class HFPlayer:
                                for layer in cache.layers]
         return self._kv_layout
 
+    # ---------------------------------------------------------------------------------- memory planning
+
+    def _free_device_memory(self) -> int | None:
+        """Bytes the model's GPU can still give (free, plus what torch's allocator holds unused); None on a
+        CPU, where no plan is made."""
+        if self.device.type != "cuda":
+            return None
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(self.device)
+        return free + torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+
+    def _row_bytes(self, tokens: int) -> int:
+        """One row's share of a batch of ``tokens`` slots: its key/value buffers in every layer, its attention
+        mask and the float32 logits of its next token."""
+        kv = sum(2 * heads * dim * self._kv_dtype(dtype).itemsize for heads, dim, dtype in self._layout())
+        vocab = self.model.get_output_embeddings().weight.shape[0]
+        return tokens * (kv + 8) + 4 * vocab
+
+    def _working_bytes(self) -> int:
+        """What a batch needs beside its rows: a prefill group's activations (``prefill_tokens`` tokens through
+        the widest layer, with room for the attention's temporaries) and the part of the prompt cache's
+        budget not yet used (it may fill during the call)."""
+        config = self.model.config.get_text_config()
+        widest = max(config.hidden_size * 6, getattr(config, "intermediate_size", 0) * 3)
+        element = next(self.model.parameters()).element_size()
+        kept = sum(entry.nbytes for entry in self._store.entries)
+        return 2 * self.prefill_tokens * widest * element + max(0, self._store.budget_bytes - kept)
+
+    def _rows_that_fit(self, tokens: int, wanted: int) -> int:
+        """How many of ``wanted`` rows of ``tokens`` slots to decode together: all of them on a CPU, as many
+        as the GPU has memory for there, at least one; PlayerError with the numbers when not even one fits."""
+        free = self._free_device_memory()
+        if free is None:
+            return wanted
+        row, working = self._row_bytes(tokens), self._working_bytes()
+        fit = (free - working) // row
+        if fit < 1:
+            gib = 2**30
+            raise PlayerError(f"hf backend: one game of {tokens} tokens needs {row / gib:.2f} GiB of key/value "
+                              f"buffers and {working / gib:.2f} GiB of working memory, {self.device} has "
+                              f"{free / gib:.2f} GiB free beside the model: lower max_prompt_tokens or "
+                              "max_new_tokens, play in bfloat16/float16, or give the model a GPU of its own")
+        if fit < wanted and not self._told_batch:
+            warnings.warn(f"hf backend: {wanted} games of up to {tokens} tokens do not fit in the "
+                          f"{free / 2**30:.1f} GiB free on {self.device}; playing {fit} at a time", stacklevel=3)
+            self._told_batch = True
+        return min(wanted, fit)
+
     # ------------------------------------------------------------------------------------- generate
 
     def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,
@@ -138,12 +189,18 @@ class HFPlayer:
         linears = weight_first(self.model, self._packs) if on_cpu else nullcontext()
         try:
             with torch.inference_mode(), linears:
-                for start in range(0, len(prompts), size):
-                    chunk = list(range(start, min(start + size, len(prompts))))
+                start = 0
+                while start < len(prompts):
+                    end = min(start + size, len(prompts))
+                    if self.fast:  # as many rows as the device has memory for (a row's result is its own)
+                        longest = max(len(encoded[i]) for i in range(start, end))
+                        end = start + min(end - start, self._rows_that_fit(longest + max_new_tokens, end - start))
+                    chunk = list(range(start, end))
                     run = self._generate_fast if self.fast else self._generate_fallback
                     outs = run([encoded[i] for i in chunk], [seeds[i] for i in chunk], **settings)
                     for i, reply in zip(chunk, outs):
                         replies[i] = reply
+                    start = end
         finally:
             if swap is not None:
                 self.model.set_attn_implementation(swap)
