@@ -91,6 +91,7 @@ CASES = {
     "benchmark_unknown_model_path": ("benchmark --model {no_model} -o {out}", "--model"),
     "benchmark_limit_zero": ("benchmark --model {tiny} -o {out} --limit 0", "--limit"),
     "benchmark_batch_size_zero": ("benchmark --model {tiny} -o {out} --batch-size 0", "--batch-size"),
+    "benchmark_data_unknown_task": ("benchmark-data -o {out} --tasks nosuchtask", "--tasks: unknown lm-eval task"),
     "compare_missing_file": ("compare {missing} {missing} -o {out}", "{missing}"),
     "compare_binary_file": ("compare {binary} {binary} -o {out}", "{binary}"),
     "tournament_words_missing_file": (TOURNAMENT.replace("{words}", "{missing}"), "{missing}"),

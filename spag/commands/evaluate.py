@@ -217,7 +217,7 @@ def register(app: typer.Typer) -> None:
         try:
             wanted = datasets_for(names) if names else None
         except BenchmarkError as exc:
-            error(str(exc))
+            error(f"--tasks: {exc}")
             raise typer.Exit(2)
         manifest = build_benchmark_data(output, wanted, overwrite=overwrite,
                                         say=lambda text: print(text, file=sys.stderr, flush=True))
