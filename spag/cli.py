@@ -16,6 +16,7 @@ import sys
 import typer
 
 from spag.io import DataError
+from spag.outputs import release_held
 from spag.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, graceful_termination
 
 COMMAND_MODULES = (
@@ -86,6 +87,8 @@ def main(argv: list[str] | None = None) -> None:
     except Terminated:
         print("error: terminated (SIGTERM); finished games were written", file=sys.stderr)
         code = EXIT_TERMINATED
+    finally:
+        release_held()  # the outputs this command claimed: the next writer may have them
     sys.exit(code if isinstance(code, int) else 0)
 
 

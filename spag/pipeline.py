@@ -30,6 +30,12 @@ from spag.config import (
 )
 from spag.console import summary
 from spag.io import DataError, write_json_atomic
+from spag.outputs import MARKER
+
+# A stage's declared outputs are its own: DVC deletes them before it runs the stage and restores them
+# from its cache, so a stage replaces any regular file at those paths (never a folder, device or FIFO), and
+# records nothing beside them (dvc.lock is their record).
+OWN = "any"
 
 _TRAINING = tuple(TrainStep.model_fields)
 
@@ -186,12 +192,14 @@ def base_model(settings: Settings, layout: Layout) -> None:
 
         materialize_base_model(target, overwrite=True)
     elif Path(source).is_dir():
+        from spag.outputs import claim_output_dir, publish_dir
+
+        claim_output_dir(target, "base-model", overwrite=True)
         tmp = target.parent / ".base_model.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(source, tmp, ignore=shutil.ignore_patterns("checkpoint-*", "optimizer.pt",
-                                                                     "*.bin.index.json.tmp"))
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
+                                                                     "*.bin.index.json.tmp", MARKER))
+        publish_dir(tmp, target, "base-model")
     else:
         from transformers import AutoModelForCausalLM
 
@@ -218,9 +226,9 @@ def words(settings: Settings, layout: Layout) -> None:
     else:
         chosen = top_words(w.top, nouns_only=w.nouns_only, skip_stop_words=w.skip_stop_words)
     train, held = split_words(chosen, w.eval_fraction)
-    write_words(chosen, layout.words / "all.txt")
-    write_words(train, layout.words / "train.txt")
-    write_words(held, layout.words / "eval.txt")
+    write_words(chosen, layout.words / "all.txt", replace=OWN)
+    write_words(train, layout.words / "train.txt", replace=OWN)
+    write_words(held, layout.words / "eval.txt", replace=OWN)
     summary("words", f"{len(chosen)} words{' from ' + w.source if w.source else ''}: {len(train)} training, "
                      f"{len(held)} held out")
 
@@ -295,8 +303,9 @@ def imitation_data(settings: Settings, layout: Layout) -> None:
                                 seed=settings.seed, sft=settings.imitate.sft, sft_limit=settings.imitate.sft_limit,
                                 rules=settings.game.rules, templates=_templates(settings),
                                 keep_truncated=settings.reward.keep_truncated,
-                                row_prompts=settings.game.row_prompts, sft_format=settings.imitate.sft_format)
-    write_json_atomic(layout.metrics / "imitation" / "data.json", stats.as_dict())
+                                row_prompts=settings.game.row_prompts, sft_format=settings.imitate.sft_format,
+                                replace=OWN)
+    write_json_atomic(layout.metrics / "imitation" / "data.json", stats.as_dict(), replace=OWN)
     if not stats.attacker_games or not stats.defender_games:
         print("warning: the imitation set lacks wins of one role; give the teacher more words or a stronger model")
     summary("imitation_data", stats.line())
@@ -354,8 +363,8 @@ def reward(settings: Settings, layout: Layout, epoch: str) -> None:
         options=RewardOptions(decay=r.decay, foul_penalty=r.foul_penalty, loser_reward=r.loser_reward,
                               role_baseline=r.role_baseline, keep_truncated=r.keep_truncated),
         rules=settings.game.rules, templates=_templates(settings), row_prompts=settings.game.row_prompts,
-        sft_format=r.sft_format)
-    write_json_atomic(layout.metrics / "epochs" / epoch / "reward.json", stats.as_dict())
+        sft_format=r.sft_format, replace=OWN)
+    write_json_atomic(layout.metrics / "epochs" / epoch / "reward.json", stats.as_dict(), replace=OWN)
     summary(f"reward@{epoch}", stats.line())
 
 
@@ -381,7 +390,8 @@ def play(settings: Settings, layout: Layout, epoch: str) -> None:
                   output=work, resume=True, stale="restart", stats=stats, **p.player_options())
     # The learning-curve numbers of this epoch's self-play (decisive, foul and win rates, lengths), from DuckDB.
     (selfplay,) = run_query("selfplay", str(episodes / "*.parquet"))
-    write_json_atomic(layout.metrics / "epochs" / epoch / "selfplay.json", {**selfplay, "provenance": stats.provenance})
+    write_json_atomic(layout.metrics / "epochs" / epoch / "selfplay.json", {**selfplay, "provenance": stats.provenance},
+                      replace=OWN)
     summary(f"play@{epoch}", f"{stats.line()}; decisive {selfplay['decisive_rate']:.2f}, "
                              f"foul {selfplay['foul_rate']:.2f}")
 
@@ -391,7 +401,7 @@ def _benchmark(settings: Declared, model: Path, metrics_dir: Path, samples: Path
 
     bench = settings.evaluate.benchmark
     return run_benchmark(str(model), tasks=bench.tasks, suite=bench.suite, limit=bench.limit,
-                         output=metrics_dir / "benchmark.json", samples_out=samples, seed=settings.seed)
+                         output=metrics_dir / "benchmark.json", samples_out=samples, seed=settings.seed, replace=OWN)
 
 
 def evaluate_imitation(settings: Settings, layout: Layout) -> None:
@@ -432,7 +442,7 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
                      for name, opponent in opponents.items()}
     finally:
         close_player(player)
-    write_json_atomic(layout.metrics / "epochs" / epoch / "games.json", games)
+    write_json_atomic(layout.metrics / "epochs" / epoch / "games.json", games, replace=OWN)
     scores = _benchmark(settings, model, layout.metrics / "epochs" / epoch,
                         layout.epoch(epoch) / "benchmark.samples.jsonl")
     rates = "; ".join(

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from spag.cli import COMMAND_MODULES, app
+from spag.io import MANIFEST
 from spag.testing import make_tiny_checkpoint, run_cli
 
 EPISODE = {"target_word": "apple", "max_turns": 5, "history": [
@@ -354,7 +355,7 @@ def test_an_output_inside_a_folder_of_episode_shards_is_refused(tmp_path, comman
     assert result.code == 2
     (line,) = result.error_lines()
     assert line == f"error: {shards / output}: -o is inside the folder EPISODES (the input); choose a path outside it"
-    assert sorted(p.name for p in shards.rglob("*")) == ["shard-0.parquet"]
+    assert sorted(p.name for p in shards.rglob("*") if p.name != MANIFEST) == ["shard-0.parquet"]
     assert (shards / "shard-0.parquet").read_bytes() == before
 
 
@@ -553,3 +554,196 @@ def test_a_bad_base_url_is_one_line_that_never_shows_its_password(files, tmp_pat
     assert checked.code == 2
     (line,) = checked.error_lines()
     assert "play.base_url: expected an http" in line and "pw" not in line.replace("alice:***@", "")
+
+
+# ------------------------------------------------------ one output rule for every command (issue 34)
+
+ROWS_FILE = "{tmp}/rows.jsonl"
+# Every output a command writes, as (arguments with {target}, the target's suffix, what is written there):
+# "file" (any file), "episodes" (a .parquet file of episodes, spag's by its schema) or a folder
+# ("dir:<kind>", the spag command that marks it).
+OUTPUTS = {
+    "words -o": ("words -o {target} --source {words}", ".txt", "file"),
+    "words --train-out": ("words -o {tmp}/all.txt --source {words} --train-out {target}", ".txt", "file"),
+    "words --eval-out": ("words -o {tmp}/all.txt --source {words} --eval-out {target}", ".txt", "file"),
+    "judge -o": ("judge {episodes} -o {target}", ".jsonl", "file"),
+    "prompt -o": (f"prompt {{episodes}} --params {PAPER} -o {{target}}", ".jsonl", "file"),
+    "reward -o": ("reward {episodes} -o {target}", ".jsonl", "file"),
+    "imitation-data -o": ("imitation-data {episodes} -o {target}", ".parquet", "file"),
+    "play -o (a file)": (PLAY.replace("{out}", "{target}"), ".parquet", "episodes"),
+    "play -o (a folder)": (PLAY.replace("{out}", "{target}"), "", "dir:play"),
+    "play --export-json": (PLAY.replace("{out}", "{tmp}/played") + " --export-json {target}", ".json", "file"),
+    "evaluate -o": (EVALUATE.replace("{out}", "{target}"), ".json", "file"),
+    "evaluate --episodes-out (a file)": (EVALUATE.replace("{out}", "{tmp}/m.json") + " --episodes-out {target}",
+                                         ".parquet", "episodes"),
+    "evaluate --episodes-out (a folder)": (EVALUATE.replace("{out}", "{tmp}/m.json") + " --episodes-out {target}",
+                                           "", "dir:evaluate"),
+    "benchmark -o": ("benchmark --model {tiny} -o {target} --limit 1", ".json", "file"),
+    "benchmark --samples-out": ("benchmark --model {tiny} -o {tmp}/b.json --samples-out {target} --limit 1",
+                                ".jsonl", "file"),
+    "compare -o": ("compare {episodes} {words} -o {target}", ".json", "file"),
+    "tournament -o": (TOURNAMENT.replace("{out}", "{target}"), ".json", "file"),
+    "tournament --heatmap": (TOURNAMENT.replace("{out}", "{tmp}/t.json") + " --heatmap {target}", ".png", "file"),
+    "tournament --episodes-out": (TOURNAMENT.replace("{out}", "{tmp}/t.json") + " --episodes-out {target}", "",
+                                  "dir:tournament"),
+    "train -o": (TRAIN.replace("{episodes}", ROWS_FILE).replace("{out}", "{target}"), "", "dir:train"),
+    "train --checkpoint-dir": (TRAIN.replace("{episodes}", ROWS_FILE) + " --checkpoint-dir {target}", "",
+                               "dir:train-checkpoints"),
+    "train --live-dir": (TRAIN.replace("{episodes}", ROWS_FILE).replace("--no-live", "--live-dir {target}"), "",
+                         "dir:train-live"),
+    "base-model -o": ("base-model -o {target} --wheel {missing}", "", "dir:base-model"),
+}
+
+
+def test_the_output_table_covers_every_command_with_an_output():
+    writing = {args.split()[0] for args, _, _ in OUTPUTS.values()}
+    assert writing == {args.split()[0] for args, _ in CASES.values()} - {"analyze", "config"}
+
+
+def _spags(target: Path, what: str) -> None:
+    """A previous output of spag's at ``target`` (what --overwrite may replace)."""
+    from spag.game.episodes import write_episodes
+    from spag.io import write_text_atomic
+    from spag.outputs import prepare_output_dir
+
+    if what == "episodes":
+        write_episodes([EPISODE], target)
+    elif what.startswith("dir:"):
+        prepare_output_dir(target, what.removeprefix("dir:"))
+    else:
+        write_text_atomic(target, "spag wrote this\n")
+
+
+def _make_target(kind: str, target: Path, what: str, tmp_path: Path) -> None:
+    import socket
+    import stat
+
+    if kind == "foreign file":
+        target.write_text("the user's data\n")
+    elif kind == "read-only, spag's":
+        _spags(target, what)
+        target.chmod(0o555 if target.is_dir() else 0o444)
+    elif kind == "FIFO":
+        os.mkfifo(target)
+    elif kind == "device node":
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        os.mknod(target, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # what /dev/null is, in a temporary folder
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(target.name)  # relative to the test's folder: a socket path is short
+    elif kind == "symlink to a foreign file":
+        (tmp_path / "theirs").mkdir()
+        (tmp_path / "theirs" / "data").write_text("the user's data\n")
+        target.symlink_to(tmp_path / "theirs" / "data")
+    elif kind == "dangling symlink":
+        target.symlink_to(tmp_path / "nowhere" / "at_all")
+
+
+def _state(tmp_path: Path) -> dict:
+    """Every path under ``tmp_path``: its type, its link target and its bytes."""
+    import stat
+
+    state = {}
+    for path in tmp_path.rglob("*"):
+        st = path.lstat()
+        state[path] = (stat.S_IFMT(st.st_mode), os.readlink(path) if path.is_symlink() else None,
+                       path.read_bytes() if stat.S_ISREG(st.st_mode) else None)
+    return state
+
+
+TARGETS = {"foreign file": "was not written by spag|not episodes spag wrote|not a directory",
+           "read-only, spag's": "read-only",
+           "FIFO": "is a FIFO",
+           "device node": "is a character device",
+           "socket": "is a socket",
+           "symlink to a foreign file": "was not written by spag|not episodes spag wrote|not a directory",
+           "dangling symlink": "which does not exist"}
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_an_output_path_is_never_replaced_unless_it_is_spags(files, tmp_path, monkeypatch, output, kind):
+    """The output rule, for every output of every command: with --overwrite (the most a user can allow),
+    a foreign file, a read-only file, a FIFO, a device node, a socket and a symlink's foreign target are
+    left exactly as they are, and the command stops with one line naming the path and exit code 2."""
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    args, suffix, what = OUTPUTS[output]
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n")
+    target = tmp_path / f"target{suffix}"
+    _make_target(kind, target, what, tmp_path)
+    before = _state(tmp_path)
+    result = run_cli(*args.replace("{target}", str(target)).format(**files).split(), "--overwrite")
+    assert result.code == 2, result.stderr
+    (line,) = result.error_lines()
+    assert line.startswith(f"error: {target}: ") and re.search(TARGETS[kind], line), line
+    assert _state(tmp_path) == before
+
+
+# spag train's checkpoint and dvclive folders are its working folders, not results: a new run replaces the
+# checkpoints and curves spag wrote there (saying so), never anything else (docs/reliability.md).
+@pytest.mark.parametrize("output", [name for name, (_, _, what) in OUTPUTS.items()
+                                    if what not in ("dir:train-live", "dir:train-checkpoints")])
+def test_a_previous_output_is_replaced_only_with_overwrite(files, tmp_path, output):
+    args, suffix, what = OUTPUTS[output]
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n")
+    target = tmp_path / f"target{suffix}"
+    _spags(target, what)
+    (target / "NOTES.md").write_text("mine") if target.is_dir() else None
+    before = _state(tmp_path)
+    result = run_cli(*args.replace("{target}", str(target)).format(**files).split())
+    assert result.code == 2, result.stderr
+    (line,) = result.error_lines()
+    assert line.startswith(f"error: {target}: ") and "--overwrite" in line, line
+    assert _state(tmp_path) == before
+
+
+@pytest.mark.parametrize("command", ["words -o {target} --source {words}", "judge {episodes} -o {target}",
+                                     "reward {episodes} -o {target}"])
+def test_overwrite_writes_through_a_symlink_and_keeps_the_link(files, tmp_path, command):
+    real = tmp_path / "real" / "out.jsonl"
+    real.parent.mkdir()
+    first = run_cli(*command.replace("{target}", str(real)).format(**files).split())
+    assert first.code == 0, first.stderr
+    written = real.read_bytes()
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    again = run_cli(*command.replace("{target}", str(link)).format(**files).split(), "--overwrite")
+    assert again.code == 0, again.stderr
+    assert link.is_symlink() and os.readlink(link) == str(real) and real.read_bytes() == written
+    real.write_bytes(written)  # the same bytes, but written since by someone else: no longer spag's file
+    changed = run_cli(*command.replace("{target}", str(link)).format(**files).split(), "--overwrite")
+    assert changed.code == 2 and "was changed since" in changed.error_lines()[0]
+    assert link.is_symlink() and real.read_bytes() == written
+
+
+FAST_TRAIN = ["--max-steps", "1", "--batch-size", "1", "--grad-accum", "1", "--save-steps", "1"]
+
+
+@pytest.mark.parametrize("command, kind", [
+    (TRAIN.replace("{episodes}", ROWS_FILE) + " " + " ".join(FAST_TRAIN), "train"),
+    (PLAY + " --max-turns 1 --max-new-tokens 2", "play"),
+    (EVALUATE.replace("{out}", "{tmp}/m.json") + " --episodes-out {out} --max-turns 1 --max-new-tokens 2",
+     "evaluate"),
+])
+def test_overwrite_of_a_folder_removes_only_what_spag_wrote(files, tmp_path, command, kind):
+    """H3: `--overwrite` replaced the whole folder, deleting a user's NOTES.md and subfolders."""
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n")
+    args = command.format(**files).split()
+    out = Path(files["out"])
+    first = run_cli(*args)
+    assert first.code == 0, first.stderr
+    spags = sorted(p.name for p in out.iterdir())
+    (out / "NOTES.md").write_text("n\n")
+    (out / "mine" / "deeper").mkdir(parents=True)
+    (out / "mine" / "deeper" / "data.csv").write_text("1,2\n")
+    again = run_cli(*args, "--overwrite", *(["--overwrite"] if kind == "evaluate" else []))
+    assert again.code == 0, again.stderr
+    assert (out / "NOTES.md").read_text() == "n\n" and (out / "mine" / "deeper" / "data.csv").read_text() == "1,2\n"
+    assert sorted(p.name for p in out.iterdir()) == sorted([*spags, "NOTES.md", "mine"])
+    if kind == "train":  # the new model moved in beside the user's files, and is what spag records there
+        from spag.io import written_by_spag
+
+        assert written_by_spag(out / "training_summary.json") and not written_by_spag(out / "NOTES.md")

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from spag.commands.options import claim_outputs, overwrite_option
+
 
 def prompt_records(records: list[dict], source, settings, tokenizer) -> list[dict]:
     """``{id, role, prompt}`` per game-state record ``{id, target_word, max_turns, history}``: ``prompt``
@@ -59,17 +61,12 @@ def register(app: typer.Typer) -> None:
         model: str | None = typer.Option(None, "--model", help="Model or tokenizer directory whose chat "
                                                                  "template renders the prompt (default: "
                                                                  "model.base of the params file)."),
+        overwrite: bool = overwrite_option(),
     ) -> None:
         """Write the prompt the play model gets next in each game state (role and exact text)."""
         from spag.config import ParamsError, load_settings
         from spag.console import error, summary
-        from spag.io import (
-            DataError,
-            check_distinct_paths,
-            check_output_file,
-            read_records,
-            write_jsonl_atomic,
-        )
+        from spag.io import DataError, check_distinct_paths, read_records, replace_mode, write_jsonl_atomic
 
         try:
             settings = load_settings(params)
@@ -77,9 +74,10 @@ def register(app: typer.Typer) -> None:
             error(str(exc))
             raise typer.Exit(2) from None
         check_distinct_paths({"STATES": states, "--params": params}, {"-o": output})
-        check_output_file(output, "-o")
+        claim_outputs({"-o": output}, overwrite=overwrite)
         records = read_records(states)
         if not records:
             raise DataError(states, None, "holds no game states")
-        written = write_jsonl_atomic(output, prompt_records(records, states, settings, _tokenizer(settings, model)))
+        written = write_jsonl_atomic(output, prompt_records(records, states, settings, _tokenizer(settings, model)),
+                                     replace=replace_mode(overwrite))
         summary("prompt", f"{written} prompts ({settings.game.play_prompts} play prompts) -> {output}")

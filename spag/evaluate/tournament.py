@@ -180,7 +180,8 @@ def unique_names(models: Sequence[str]) -> list[str]:
 
 
 def save_heatmap(matrix: Mapping[str, Mapping[str, float]], names: Sequence[str], path,
-                 title: str = "Win rate of row model against column model (both roles)") -> None:
+                 title: str = "Win rate of row model against column model (both roles)", *,
+                 replace: str = "no") -> None:
     """A PNG heatmap of a row-vs-column matrix, values written in the cells; written atomically."""
     import matplotlib
 
@@ -209,7 +210,7 @@ def save_heatmap(matrix: Mapping[str, Mapping[str, float]], names: Sequence[str]
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
+    with atomic_path(path, replace=replace) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
     plt.close(fig)
 
@@ -219,13 +220,15 @@ def save_heatmap(matrix: Mapping[str, Mapping[str, float]], names: Sequence[str]
 
 def run_tournament(models: Sequence[str], words: list[str], config=None, *, backend: str = "hf",
                    episodes_out=None, heatmap=None, resamples: int = 1000, seed: int = 0,
-                   resume: bool = False, show_progress: bool = True, **player_options) -> dict:
+                   resume: bool = False, show_progress: bool = True, replace: str = "no",
+                   **player_options) -> dict:
     """Every ordered pair of distinct models plays all ``words`` (so each pair meets in both roles).
 
     Each model is loaded once (``load_player(model, backend, **player_options)``), named by
     :func:`unique_names`. ``episodes_out``: a ``.parquet`` file for all episodes, or a folder
     with one Parquet file per ordered pair (``<attacker>__vs__<defender>.parquet``; those files let
-    an interrupted tournament resume). Returns the metrics of :func:`tournament_metrics`.
+    an interrupted tournament resume), claimed by the caller. ``replace``: what an existing ``heatmap`` may
+    be replaced by (:func:`spag.io.atomic_path`). Returns the metrics of :func:`tournament_metrics`.
     """
     from pathlib import Path
 
@@ -254,10 +257,10 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     if episodes_out is not None and folder is None:
         from spag.game.episodes import write_episodes
 
-        write_episodes(episodes, episodes_out)
+        write_episodes(episodes, episodes_out, replace="any")  # claimed by the caller
     metrics = tournament_metrics(episodes, names, resamples=resamples, seed=seed)
     if heatmap is not None:
-        save_heatmap(metrics["win_rate"], names, heatmap)
+        save_heatmap(metrics["win_rate"], names, heatmap, replace=replace)
     return metrics
 
 

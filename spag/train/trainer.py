@@ -26,6 +26,7 @@ leaves something that looks finished; ``resume=True`` continues from the latest 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -41,7 +42,14 @@ from transformers.trainer_callback import ProgressCallback
 
 from spag.config import TrainConfig
 from spag.io import DataError, write_json_atomic
-from spag.outputs import claim_output_dir, mark_output_dir
+from spag.outputs import (
+    claim_output_dir,
+    clear_output_dir,
+    mark_output_dir,
+    publish_dir,
+    remove_output_dir,
+    writing,
+)
 from spag.train.losses import METHODS, SFT
 from spag.train.losses import compute_loss as method_loss
 from spag.train.reference import _accepts, model_forward_logprobs
@@ -177,16 +185,18 @@ def _usual_modes_callback():
     from transformers import TrainerCallback
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+    from spag.io import record_written
     from spag.modeling import usual_modes
 
     class UsualModes(TrainerCallback):
         """An intermediate checkpoint's files get the usual mode, as the final model's do (safetensors
-        writes its weights 0600)."""
+        writes its weights 0600); the checkpoint is recorded as spag's in the checkpoint folder."""
 
         def on_save(self, args, state, control, **kwargs):
             folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
             if state.is_world_process_zero and folder.is_dir():
                 usual_modes(folder)
+                record_written(folder)
 
     return UsualModes()
 
@@ -340,17 +350,16 @@ def _save_final(trainer, tokenizer, staging: Path, config: TrainConfig, zero3: b
 
 
 def _publish(staging: Path, output_dir: Path, checkpoint_dir: Path, keep_checkpoints: bool) -> None:
-    """Swap the finished model into place; keep or drop the intermediate checkpoints."""
+    """Swap the finished model into place (replacing what spag wrote there before, nothing else); keep or
+    drop the intermediate checkpoints."""
     inside = checkpoint_dir.resolve().is_relative_to(output_dir.resolve())
     if keep_checkpoints and inside and checkpoint_dir.exists():
         target = staging / checkpoint_dir.resolve().relative_to(output_dir.resolve())
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(checkpoint_dir, target)
-    if output_dir.exists():
-        shutil.rmtree(output_dir)
-    os.replace(staging, output_dir)
+    publish_dir(staging, output_dir, TRAIN_KIND, last=SUMMARY_FILE)
     if not keep_checkpoints and not inside and checkpoint_dir.exists():
-        shutil.rmtree(checkpoint_dir)
+        remove_output_dir(checkpoint_dir)
 
 
 def _last_complete_checkpoint(folder: Path) -> str | None:
@@ -426,14 +435,24 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
         raise TypeError(f"unknown training option(s): {', '.join(sorted(unknown))}")
     config = TrainConfig(**{**(config or TrainConfig()).model_dump(), **knobs}).resolved(method)
     rows, tokenizer = _read_data(method, model, data, config)  # bad rows stop the run before anything is written
-    run = _start(method, model, data, output_dir, ref, config, other_checkpoints)
-    encoded = _encode(run, rows, tokenizer)
-    ref_info = _reference_step(run, encoded, tokenizer)
-    trainer, live = _build_step(run, encoded, tokenizer, ref_info)
-    result = trainer.train(resume_from_checkpoint=run.resume_from)
-    _save_step(run, trainer, tokenizer, encoded, result, ref_info, live)
-    run.wait_for_everyone()
+    with contextlib.ExitStack() as locks:
+        if int(os.environ.get("RANK", "0")) == 0:  # one run writes an output and its checkpoints at a time
+            locks.enter_context(writing(output_dir))
+            checkpoint_dir = _checkpoint_dir(config, Path(output_dir))
+            if not checkpoint_dir.absolute().is_relative_to(Path(output_dir).absolute()):
+                locks.enter_context(writing(checkpoint_dir))
+        run = _start(method, model, data, output_dir, ref, config, other_checkpoints)
+        encoded = _encode(run, rows, tokenizer)
+        ref_info = _reference_step(run, encoded, tokenizer)
+        trainer, live = _build_step(run, encoded, tokenizer, ref_info)
+        result = trainer.train(resume_from_checkpoint=run.resume_from)
+        _save_step(run, trainer, tokenizer, encoded, result, ref_info, live)
+        run.wait_for_everyone()
     return run.output_dir
+
+
+def _checkpoint_dir(config: TrainConfig, output_dir: Path) -> Path:
+    return Path(config.checkpoint_dir) if config.checkpoint_dir else output_dir / CHECKPOINTS
 
 
 def _start(method: str, model, data, output_dir, ref, config: TrainConfig, other_checkpoints: str) -> _Run:
@@ -441,12 +460,10 @@ def _start(method: str, model, data, output_dir, ref, config: TrainConfig, other
     from spag.modeling import pick_device
 
     ref = ref if ref is not None else model
-    output_dir = Path(output_dir)
-    checkpoint_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else output_dir / CHECKPOINTS
     started = time.time()
     # Before any work: refuse an output or checkpoint directory that is not ours to replace.
-    claim_output_dir(output_dir, TRAIN_KIND, overwrite=config.overwrite, resume=config.resume)
-    claim_output_dir(checkpoint_dir, CHECKPOINTS_KIND, overwrite=True)
+    output_dir = claim_output_dir(output_dir, TRAIN_KIND, overwrite=config.overwrite, resume=config.resume)
+    checkpoint_dir = claim_output_dir(_checkpoint_dir(config, output_dir), CHECKPOINTS_KIND, overwrite=True)
     if config.live:  # dvclive rewrites its folder's dvc.yaml, params.yaml, metrics.json and plots/
         claim_output_dir(_live_dir(config, output_dir), LIVE_KIND, overwrite=True, resume=config.resume)
     # The Trainer's arguments come first: they set up the processes (and DeepSpeed's ZeRO-3 loading).
@@ -463,11 +480,10 @@ def _start(method: str, model, data, output_dir, ref, config: TrainConfig, other
         mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
     if run.main and resume_from is None:
         if _checkpoints_in(checkpoint_dir):
-            shutil.rmtree(checkpoint_dir)
-            mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
+            clear_output_dir(checkpoint_dir)
             if not config.resume:
                 print(f"note: removed old checkpoints in {checkpoint_dir} (pass --resume to continue from them)")
-        write_json_atomic(checkpoint_dir / IDENTITY_FILE, identity)
+        write_json_atomic(checkpoint_dir / IDENTITY_FILE, identity, replace="any")
     if run.main and resume_from is not None:
         print(f"note: resuming from {resume_from}", flush=True)
     run.wait_for_everyone()
@@ -759,8 +775,7 @@ def _save_step(run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_
     }
     if not run.main:
         return
-    write_json_atomic(staging / SUMMARY_FILE, record)
-    mark_output_dir(staging, TRAIN_KIND)
+    write_json_atomic(staging / SUMMARY_FILE, record, replace="any")
     _publish(staging, run.output_dir, run.checkpoint_dir, config.keep_checkpoints)
     if live is not None:
         for key in ("steps", "final_loss", "mean_loss", "tokens", "tokens_per_second"):
