@@ -348,9 +348,10 @@ def claim_files(outputs: Mapping[str, str | os.PathLike | None], *, overwrite: b
     return claimed
 
 
-def hold(output: str | os.PathLike) -> None:
-    """Lock ``output`` until :func:`release_held`: for folder outputs a command claims."""
-    _SESSION.append(_acquire(Path(output)))
+def hold(output: str | os.PathLike, part: str | None = None) -> None:
+    """Lock ``output`` (or a ``part`` of it, see :func:`writing`) until :func:`release_held`: for folder
+    outputs a command claims before minutes of loading models."""
+    _SESSION.append(_acquire(Path(output), part))
 
 
 def release_held() -> None:

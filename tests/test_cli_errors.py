@@ -747,3 +747,111 @@ def test_overwrite_of_a_folder_removes_only_what_spag_wrote(files, tmp_path, com
         from spag.io import written_by_spag
 
         assert written_by_spag(out / "training_summary.json") and not written_by_spag(out / "NOTES.md")
+
+
+# ---------------------------------------------------------------------------- one writer per output
+
+
+HOLDER = """
+import sys, time
+from spag.outputs import writing
+with writing(sys.argv[1]):
+    print("holding", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.fixture
+def held(tmp_path):
+    """Another process writing ``tmp_path/out``: it holds the output's lock until the test ends."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "holding"
+    yield out, holder.pid
+    holder.kill()
+    holder.wait()
+
+
+@pytest.mark.parametrize("command", [PLAY, "reward {episodes} -o {out}", "words -o {out} --source {words}",
+                                     TRAIN.replace("{episodes}", ROWS_FILE) + " --max-steps 1"])
+def test_a_second_writer_of_an_output_is_refused_naming_the_first(files, tmp_path, held, command):
+    """M4: two `spag play -o DIR` started at once both ran and kept every game twice."""
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n")
+    out, pid = held
+    before = _state(tmp_path)
+    result = run_cli(*command.format(**files).split())
+    assert result.code == 2, result.stderr
+    (line,) = result.error_lines()
+    assert line.startswith(f"error: {out}: is being written by another spag process (pid {pid} of ") and \
+        "wait for it to end" in line
+    assert _state(tmp_path) == before
+
+
+def test_the_lock_goes_with_its_writer(files, tmp_path):
+    """A writer killed with SIGKILL leaves no lock (the kernel's), at most its small file, which the next
+    writer takes over."""
+    import signal
+    import subprocess
+    import sys
+
+    out = Path(files["out"])
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "holding"
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    assert (tmp_path / ".out.spag-lock").exists()
+    result = run_cli("words", "-o", out, "--source", files["words"])
+    assert result.code == 0, result.stderr
+    assert out.read_text() == "apple\nriver\n" and not (tmp_path / ".out.spag-lock").exists()
+
+
+def test_a_new_file_that_appears_meanwhile_is_not_replaced(tmp_path):
+    """A new file is checked again when it is published (by a hard link, which never replaces a file): a
+    file another writer put there meanwhile stays."""
+    from spag.io import OutputExists, atomic_path
+
+    target = tmp_path / "shard-00000.parquet"
+    with pytest.raises(OutputExists):
+        with atomic_path(target) as tmp:
+            tmp.write_text("ours")
+            target.write_text("theirs")
+    assert target.read_text() == "theirs" and [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+@pytest.mark.slow
+def test_two_plays_into_one_folder_cannot_double_the_games(tmp_path):
+    """M4, as the QA pass ran it: the second `spag play -o DIR` stops at once, naming the first; the games
+    in DIR are each played once."""
+    import subprocess
+    import sys
+    import time
+
+    from spag.game.episodes import read_episodes
+    from spag.testing import make_scripted_checkpoint
+
+    model = make_scripted_checkpoint(tmp_path / "talker", "blah", loop=True)  # never ends: long utterances
+    words = tmp_path / "words.txt"
+    words.write_text("".join(f"{w}\n" for w in ("apple", "river", "stone", "cloud", "bread", "chair", "glass", "horse")))
+    out = tmp_path / "episodes"
+    args = ["play", "--attacker", model, "--defender", model, "--words", words, "-o", out, "--no-progress",
+            "--batch-size", "2", "--max-new-tokens", "200", "--temperature", "0"]
+    first = subprocess.Popen([sys.executable, "-m", "spag.cli", *map(str, args)], stderr=subprocess.PIPE, text=True)
+    lock = tmp_path / ".episodes.spag-lock"
+    for _ in range(600):
+        if lock.exists() or first.poll() is not None:
+            break
+        time.sleep(0.1)
+    second = run_cli(*args)
+    still_running = first.poll() is None
+    first.terminate()
+    _, err = first.communicate(timeout=120)
+    assert still_running, err
+    assert second.code == 2
+    (line,) = second.error_lines()
+    assert f"is being written by another spag process (pid {first.pid} of " in line and "spag play" in line
+    played = read_episodes(out) if any(out.glob("*.parquet")) else []
+    indices = [e["word_index"] for e in played]
+    assert len(indices) == len(set(indices))

@@ -38,12 +38,12 @@ def claim_outputs(outputs: dict[str, Any], *, overwrite: bool = False) -> dict:
     return claim_files(outputs, overwrite=overwrite)
 
 
-def hold_output(path) -> None:
-    """Lock the folder output ``path`` (:func:`spag.outputs.hold`) until the command ends."""
+def hold_output(path, part: str | None = None) -> None:
+    """Lock the output ``path`` (or a part of it: :func:`spag.outputs.hold`) until the command ends."""
     from spag.outputs import hold
 
     _release_when_the_command_ends()
-    hold(path)
+    hold(path, part)
 
 
 def _release_when_the_command_ends() -> None:

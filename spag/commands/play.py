@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from spag.commands.options import checked, claim_outputs, option
+from spag.commands.options import checked, claim_outputs, hold_output, option
 from spag.config import Game, Play, Settings, Teacher
 
 
@@ -76,6 +76,7 @@ def register(app: typer.Typer) -> None:
         if export_json is not None and world > 1:  # each rank writes its own share
             export_json = export_json.with_name(f"{export_json.stem}.r{rank}{export_json.suffix}")
         claim_outputs({"--export-json": export_json}, overwrite=overwrite)  # written after the last game
+        hold_output(output, f"r{rank}" if world > 1 else None)  # a second writer stops before loading a model
         words = read_words(words_file)
         if limit is not None:
             words = words[:limit]
