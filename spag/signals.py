@@ -3,6 +3,9 @@
 A cluster scheduler, ``timeout`` or ``kill`` sends SIGTERM; Python's default is to die at once, losing
 the finished games not yet in a shard. Under :func:`graceful_termination` SIGTERM raises
 :class:`Terminated` in the main thread instead; a second SIGTERM during the flush is ignored.
+
+A command (:func:`command_signals`) also turns Ctrl-C into :class:`Interrupted` rather than Python's
+KeyboardInterrupt, which typer turns into a silent exit 130: the command's one line would be lost.
 """
 
 from __future__ import annotations
@@ -19,6 +22,14 @@ class Terminated(BaseException):
     """SIGTERM arrived. A BaseException, like KeyboardInterrupt, so ``except Exception`` does not eat it."""
 
 
+class Interrupted(BaseException):
+    """Ctrl-C (SIGINT) arrived in a command (see the module docstring)."""
+
+
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted()
+
+
 def _raise_terminated(signum, frame) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let the flush finish
     raise Terminated()
@@ -31,3 +42,14 @@ def graceful_termination() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def command_signals() -> Iterator[None]:
+    """SIGTERM as :class:`Terminated` (:func:`graceful_termination`) and Ctrl-C as :class:`Interrupted`."""
+    previous = signal.signal(signal.SIGINT, _raise_interrupted)
+    try:
+        with graceful_termination():
+            yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -814,10 +814,9 @@ def test_a_new_file_that_appears_meanwhile_is_not_replaced(tmp_path):
     from spag.io import OutputExists, atomic_path
 
     target = tmp_path / "shard-00000.parquet"
-    with pytest.raises(OutputExists):
-        with atomic_path(target) as tmp:
-            tmp.write_text("ours")
-            target.write_text("theirs")
+    with pytest.raises(OutputExists), atomic_path(target) as tmp:
+        tmp.write_text("ours")
+        target.write_text("theirs")
     assert target.read_text() == "theirs" and [p.name for p in tmp_path.iterdir()] == [target.name]
 
 
@@ -855,3 +854,106 @@ def test_two_plays_into_one_folder_cannot_double_the_games(tmp_path):
     played = read_episodes(out) if any(out.glob("*.parquet")) else []
     indices = [e["word_index"] for e in played]
     assert len(indices) == len(set(indices))
+
+
+# ------------------------------------------------------------------------------------- spag analyze
+
+
+@pytest.fixture
+def episode_files(tmp_path):
+    from spag.game.episodes import write_episodes
+
+    folder = tmp_path / "data" / "epoch_1" / "episodes"
+    write_episodes([{**EPISODE, "outcome": "defender_wins", "turns": 1}], folder / "shard-00000.parquet")
+    return folder
+
+
+@pytest.mark.parametrize("sql", ["SELECT * FROM read_text('.tmp/*')", "SELECT * FROM read_text('.tmp/secret')",
+                                 "SELECT * FROM glob('.tmp/*')"])
+def test_analyze_cannot_read_the_working_folders_tmp(episode_files, tmp_path, monkeypatch, sql):
+    """H4: DuckDB always lets a query read its temporary folder, by default `.tmp` of the working folder."""
+    import tempfile
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".tmp").mkdir()
+    (tmp_path / ".tmp" / "secret").write_text("password-42\n")
+    private_before = set(Path(tempfile.gettempdir()).glob("spag-analyze-*"))
+    result = run_cli("analyze", episode_files, "--sql", sql)
+    assert "password-42" not in result.stdout + result.stderr and ".tmp/secret" not in result.stdout
+    assert result.code == 2 or result.stdout.count("\n") <= 3, result.stdout  # glob: no file of yours listed
+    if result.code == 2:
+        (line,) = result.error_lines()
+        assert line.startswith("error: query sql failed") and "disabled" in line
+    assert set(Path(tempfile.gettempdir()).glob("spag-analyze-*")) <= private_before  # its own, removed
+
+
+HEAVY = "SELECT count(*) FROM range(1000000000) a, range(1000000000) b"
+
+
+def test_analyze_stops_a_query_at_its_time_limit(episode_files):
+    """M1: a cross join of two huge ranges ran for 15 minutes and more."""
+    result = run_cli("analyze", episode_files, "--sql", HEAVY, "--time-limit", "1")
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line == "error: query sql stopped after 1 s, its time limit (--time-limit SECONDS)"
+
+
+@pytest.mark.parametrize("signal_name, code, says", [("SIGINT", 130, "error: interrupted (Ctrl-C); the query was stopped"),
+                                                     ("SIGTERM", 143, "error: terminated (SIGTERM); the query was stopped")])
+def test_ctrl_c_or_sigterm_stops_a_running_query_with_one_line(episode_files, signal_name, code, says):
+    """M1: Ctrl-C did nothing, SIGTERM gave a traceback or was ignored."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    query = subprocess.Popen([sys.executable, "-m", "spag.cli", "analyze", str(episode_files), "--sql", HEAVY],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # imported, connected and running
+    assert query.poll() is None
+    query.send_signal(getattr(signal, signal_name))
+    _, err = query.communicate(timeout=60)
+    assert query.returncode == code, err
+    assert err.strip().splitlines() == [says]
+
+
+TYPES = ("INTERVAL 1 DAY AS i, gen_random_uuid() AS u, 170141183460469231731687303715884105727::HUGEINT AS h, "
+         "1.5::DECIMAL(10,2) AS d, 'ab'::BLOB AS b, '101'::BIT AS bit, TIME '12:00:00' AS t, "
+         "TIMETZ '12:00:00+01' AS ttz, TIMESTAMP_NS '2020-01-01 00:00:00.123456789' AS tns, "
+         "TIMESTAMPTZ '2020-01-01 00:00:00+00' AS tz, DATE 'infinity' AS dinf, MAP {'a': 1} AS m, "
+         "MAP {[1]: 'a'} AS listkey, {'x': [1, 2]} AS s, [1, 2]::INTEGER[2] AS arr, union_value(num := 2) AS un, "
+         "'x'::ENUM('x', 'y') AS e, 'nan'::DOUBLE AS n, '-infinity'::DOUBLE AS ninf, "
+         "12345678901234567890123::VARINT AS vi, '{\"a\": 1}'::JSON AS j, 2::UHUGEINT AS uh, NULL AS nothing")
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "table"])
+def test_every_duckdb_type_is_written_in_every_format(episode_files, fmt):
+    """M2: `-f json` on an INTERVAL or a UUID ended in a TypeError traceback."""
+    import csv
+    import io
+
+    result = run_cli("analyze", episode_files, "-f", fmt, "--sql", f"SELECT {TYPES}")
+    assert result.code == 0, result.stderr
+    if fmt == "json":
+        (row,) = json.loads(result.stdout)
+        assert row["i"] == "1 day, 0:00:00" and len(row["u"]) == 36 and row["b"] == "6162"
+        assert row["m"] == {"a": 1} and row["listkey"] == {"key": [[1]], "value": ["a"]} and row["arr"] == [1, 2]
+        assert row["n"] is None and row["ninf"] is None and row["nothing"] is None
+        assert row["tz"].startswith("2020-01-01T00:00:00") and row["h"] == 2**127 - 1
+    elif fmt == "csv":
+        header, values = list(csv.reader(io.StringIO(result.stdout)))
+        row = dict(zip(header, values))
+        assert row["i"] == "1 day, 0:00:00" and row["s"] == '{"x": [1, 2]}' and row["n"] == "nan"
+        assert row["nothing"] == "" and row["b"] == "6162"
+    else:
+        assert "1 day, 0:00:00" in result.stdout and '{"x": [1, 2]}' in result.stdout
+
+
+def test_a_dollar_word_inside_a_string_is_text_not_a_parameter(episode_files):
+    """L1: `--sql "SELECT '$x'"` asked for a parameter x."""
+    result = run_cli("analyze", episode_files, "-f", "json", "--sql",
+                     "SELECT '$x' AS s, \"$y\" FROM (SELECT 1 AS \"$y\") -- $z")
+    assert result.code == 0, result.stderr
+    assert json.loads(result.stdout) == [{"s": "$x", "$y": 1}]
+    needs = run_cli("analyze", episode_files, "--sql", "SELECT count(*) FROM episodes WHERE turns >= $least")
+    assert needs.code == 2 and "needs parameter(s) least" in needs.error_lines()[0]
