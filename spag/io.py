@@ -77,44 +77,60 @@ def _stamp(st: os.stat_result) -> list[int]:
 
 
 @contextlib.contextmanager
-def _manifest_locked(folder: Path, exclusive: bool) -> Iterator[Any]:
-    """The manifest of ``folder`` opened under a lock (several writers may share a folder: the ranks of
-    one play run, two commands writing beside each other), or None when there is none to read."""
+def _manifest_locked(folder: Path) -> Iterator[Path]:
+    """The manifest of ``folder`` under its lock (several writers may share a folder: the ranks of one play
+    run, two commands writing beside each other). The lock is the manifest file's own; a new manifest is
+    renamed into place, so a writer that waited on the one it replaced opens the new one and waits again."""
     path = folder / MANIFEST
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
     try:
-        fd = os.open(path, (os.O_RDWR | os.O_CREAT) if exclusive else os.O_RDONLY, 0o666)
-    except FileNotFoundError:
-        yield None
-        return
-    with os.fdopen(fd, "r+" if exclusive else "r", encoding="utf-8") as f:
-        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield f
+        yield path
+    finally:
+        os.close(fd)
 
 
-def _parse_manifest(f) -> dict:
+def _parse_manifest(text: str) -> dict:
     try:
-        data = json.loads(f.read() or "{}")
-    except ValueError:  # a manifest cut short: nothing in it is trusted (refusing is the safe side)
+        data = json.loads(text or "{}")
+    except ValueError:  # not spag's, or damaged: nothing in it is trusted (refusing is the safe side)
         return {}
     return data if isinstance(data, dict) else {}
 
 
 def read_manifest(folder: str | os.PathLike) -> dict:
     """What the manifest of ``folder`` says (``{}`` when it has none)."""
-    with _manifest_locked(Path(folder), exclusive=False) as f:
-        return {} if f is None else _parse_manifest(f)
+    try:
+        return _parse_manifest((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeError):
+        return {}
 
 
 def update_manifest(folder: str | os.PathLike, change: Callable[[dict], None]) -> None:
-    """Apply ``change`` to the manifest of ``folder`` (created if needed) under its lock."""
-    with _manifest_locked(Path(folder), exclusive=True) as f:
-        data = _parse_manifest(f)
+    """Apply ``change`` to the manifest of ``folder`` (created if needed) under its lock. The new manifest
+    is written beside it and renamed into place: a process killed meanwhile leaves the old one whole."""
+    with _manifest_locked(Path(folder)) as path:
+        data = _parse_manifest(path.read_text(encoding="utf-8"))
         change(data)
-        f.seek(0)
-        f.truncate()
-        f.write(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+        fd, tmp = tempfile.mkstemp(prefix=f"{MANIFEST}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+        os.chmod(tmp, usual_mode())
+        os.replace(tmp, path)
+
+
+def usual_mode() -> int:
+    """The mode a new file gets here (0o666 less the umask): mkstemp makes its files 0600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def recorded_files(data: dict) -> dict:
@@ -268,9 +284,7 @@ def atomic_path(path: str | os.PathLike, *, replace: Replace = "no") -> Iterator
             from None
     os.close(fd)
     tmp_path = Path(tmp)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp makes 0600; a finished file gets the usual mode
+    os.chmod(tmp_path, usual_mode())  # mkstemp makes 0600; a finished file gets the usual mode
     try:
         try:
             yield tmp_path

@@ -89,7 +89,7 @@ def writer(kind: str) -> str:
 
 def _others(folder: Path) -> list[Path]:
     """The entries of ``folder`` apart from spag's manifest and lock files."""
-    return [p for p in folder.iterdir() if p.name != MARKER and not p.name.endswith(LOCK_SUFFIX)]
+    return [p for p in folder.iterdir() if not p.name.startswith(MARKER) and not p.name.endswith(LOCK_SUFFIX)]
 
 
 def claim_output_dir(path: str | os.PathLike, kind: str, *, overwrite: bool = False,

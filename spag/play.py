@@ -41,6 +41,7 @@ from spag.game.prompts import Template, build_prompt, next_role, play_template
 from spag.game.rules import ATTACKER, OUTCOMES, judge
 from spag.io import DataError
 from spag.players.base import STOP_STRINGS, Player, Speaker, Turn, clean_reply, derive_seed
+from spag.signals import uninterrupted
 from spag.teacher import speakers
 
 # Everything an episode depends on: a kept episode must match all of them, or the run plays again.
@@ -377,8 +378,9 @@ def _play_games(attacker: Player, defender: Player, words: list[str], config: Pl
             bar.set_postfix(tok_s=f"{stats.generated_tokens / max(elapsed, 1e-9):.0f}",
                             empty=stats.empty_replies, refresh=False)
             if store is not None and len(unwritten) >= config.batch_size:
-                store.append(unwritten)
-                unwritten = []
+                with uninterrupted():  # a signal now must not write these games twice (in the flush below)
+                    store.append(unwritten)
+                    unwritten = []
     finally:
         # Whatever stopped the run, the finished games are kept.
         if store is not None and unwritten:

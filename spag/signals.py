@@ -26,13 +26,40 @@ class Interrupted(BaseException):
     """Ctrl-C (SIGINT) arrived in a command (see the module docstring)."""
 
 
+_held: list[BaseException] = []  # a signal that arrived inside uninterrupted(), raised at its end
+_depth = 0
+
+
+def _raise(stop: BaseException) -> None:
+    if _depth:
+        _held.append(stop)
+        return
+    raise stop
+
+
 def _raise_interrupted(signum, frame) -> None:
-    raise Interrupted()
+    _raise(Interrupted())
 
 
 def _raise_terminated(signum, frame) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let the flush finish
-    raise Terminated()
+    _raise(Terminated())
+
+
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """A step that must end whole (a shard written *and* counted as written): Ctrl-C or SIGTERM arriving
+    inside it (under :func:`command_signals` or :func:`graceful_termination`) is raised when it ends."""
+    global _depth
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+        if not _depth and _held:
+            stop = _held[0]
+            _held.clear()
+            raise stop
 
 
 @contextlib.contextmanager
