@@ -957,3 +957,121 @@ def test_a_dollar_word_inside_a_string_is_text_not_a_parameter(episode_files):
     assert json.loads(result.stdout) == [{"s": "$x", "$y": 1}]
     needs = run_cli("analyze", episode_files, "--sql", "SELECT count(*) FROM episodes WHERE turns >= $least")
     assert needs.code == 2 and "needs parameter(s) least" in needs.error_lines()[0]
+
+
+# ----------------------------------------------------------------------------------- settings files
+
+
+def _deep_block(levels: int) -> str:
+    return "".join("  " * i + f"k{i}:\n" for i in range(levels)) + "  " * levels + "x: 1\n"
+
+
+BAD_PARAMS = {
+    "nested 5,000 levels in brackets": ("seed: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper than 32 levels"),
+    "nested 300 levels by indentation": (_deep_block(300), "nested deeper than 32 levels"),
+    "a list as a key": ("? [a, b]\n: 1\n", "a key must be a plain name, not a sequence"),
+    "a mapping as a key": ("? {a: 1}\n: 1\n", "a key must be a plain name, not a mapping"),
+    "larger than 1 MiB": ("# padding\n" * 120_000, "is larger than 1 MiB"),
+}
+
+
+@pytest.mark.parametrize("how", ["config check", "--override", "prompt --params"])
+@pytest.mark.parametrize("name", BAD_PARAMS)
+def test_a_hostile_settings_file_is_one_line(files, tmp_path, how, name):
+    """M3: a file nested 5,000 levels deep gave a RecursionError, a list as a key `TypeError: unhashable`,
+    in `spag config check`, through --override and through `spag prompt --params`."""
+    text, says = BAD_PARAMS[name]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    args = {"config check": ["config", "check", bad],
+            "--override": ["config", "show", PAPER, "--override", bad],
+            "prompt --params": ["prompt", files["episodes"], "--params", bad, "-o", files["out"]]}[how]
+    result = run_cli(*args)
+    assert result.code == 2, result.stderr
+    (line,) = result.error_lines()
+    assert line.startswith(f"error: {bad}: ") and says in line and len(line) < 300, line
+    assert not Path(files["out"]).exists()
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "device node", "folder"])
+def test_a_settings_file_that_is_no_regular_file_is_refused_at_once(tmp_path, kind):
+    """L9: `spag config check` waited forever on a FIFO and ran out of memory on /dev/zero."""
+    import stat
+
+    path = tmp_path / "params.yaml"
+    if kind == "FIFO":
+        os.mkfifo(path)
+    elif kind == "device node":
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 5))  # what /dev/zero is, in a temporary folder
+    else:
+        path.mkdir()
+    for args in (["config", "check", path], ["config", "show", PAPER, "--override", path]):
+        result = run_cli(*args)
+        assert result.code == 2
+        (line,) = result.error_lines()
+        assert line.startswith(f"error: {path}: is a ") and "not a params file" in line
+
+
+def test_yaml_merge_keys_are_allowed_and_explicit_keys_win(tmp_path):
+    """L2: `<<: *anchor` was refused, although the loader meant to allow it."""
+    from spag.config import load_settings
+
+    params = tmp_path / "params.yaml"
+    params.write_text("imitate: &training\n  batch_size: 3\n  grad_accum: 4\n"
+                      "spag:\n  <<: *training\n  grad_accum: 6\n")
+    assert run_cli("config", "check", params).code == 0
+    settings = load_settings(params)
+    assert (settings.spag.batch_size, settings.spag.grad_accum) == (3, 6)
+    params.write_text("spag:\n  batch_size: 3\n  batch_size: 4\n")  # a key given twice is still an error
+    result = run_cli("config", "check", params)
+    assert result.code == 2 and "'batch_size' is given twice" in result.error_lines()[0]
+
+
+@pytest.mark.slow
+def test_validating_many_epochs_takes_linear_time(tmp_path):
+    """L3: checking each epoch against all the others made 8,000 epochs take 20 s (and 32,000 five
+    minutes; 16,000 over a minute). As its own process with a time limit, so a regression fails here
+    instead of stalling."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    epochs = {str(i): {"previous": "imitation" if i == 1 else f"epoch_{i - 1}"} for i in range(1, 16_001)}
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"spag": {"epochs": epochs}}))
+    result = subprocess.run([sys.executable, "-m", "spag.cli", "config", "check", str(params)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "16000 SPAG epochs" in result.stderr
+
+
+def test_an_override_error_names_the_override_file(tmp_path):
+    """L4: a bad value from an --override file was told as the params file's."""
+    override = tmp_path / "toy.yaml"
+    override.write_text("play.temperature: -1\n")
+    result = run_cli("config", "show", PAPER, "--override", override)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line == f"error: {override}: play.temperature: must be >= 0, got -1"
+    override.write_text("spag.epochs: {'1': {previous: epoch_3}}\n")
+    (line,) = run_cli("config", "show", PAPER, "--override", override).error_lines()
+    assert line.startswith(f"error: {override}: spag.epochs.1.previous: 'epoch_3' is not one of imitation")
+    (PAPER_BAD := tmp_path / "params.yaml").write_text("play:\n  temperature: -2\n")
+    (line,) = run_cli("config", "show", PAPER_BAD, "--override", override).error_lines()
+    assert line.startswith(f"error: {PAPER_BAD}: play.temperature")  # the file's own bad value is the file's
+
+
+@pytest.mark.parametrize("null", ["null", "none"])
+@pytest.mark.parametrize("command", ["reward", "imitation-data"])
+def test_null_on_the_command_line_means_none(files, tmp_path, monkeypatch, command, null):
+    """L10: `--sft null` (the help's own word for none) was read as a file named null."""
+    monkeypatch.chdir(tmp_path)
+    result = run_cli(command, files["episodes"], "-o", tmp_path / "rows.jsonl", "--sft", null, "--templates", null)
+    assert result.code == 0, result.stderr
+    assert "sft: none" in result.stderr or "general rows" not in result.stderr
+    (tmp_path / "null").write_text("not a data file\n")
+    as_file = run_cli(command, files["episodes"], "-o", tmp_path / "rows2.jsonl", "--sft", "./null")
+    assert as_file.code == 2 and "null" in as_file.error_lines()[-1]

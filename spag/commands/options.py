@@ -18,7 +18,23 @@ def option(section: type[BaseModel], name: str, *flags: str, **extra: Any) -> An
             bounds["min"] = constraint.ge
         if getattr(constraint, "le", None) is not None:
             bounds["max"] = constraint.le
+    if _text_or_null(field.annotation):
+        extra.setdefault("callback", null_is_none)
     return typer.Option(field.default, *(flags or (flag(name),)), help=field.description, **bounds, **extra)
+
+
+def _text_or_null(annotation: Any) -> bool:
+    """A setting that is text (a path, a name) or null."""
+    import typing
+
+    args = typing.get_args(annotation)
+    return type(None) in args and any(a is str or getattr(a, "__origin__", None) is str for a in args)
+
+
+def null_is_none(value: Any) -> Any:
+    """``null`` on the command line means what null means in a params file (no file, the default): for a
+    file of that name, write ``./null``."""
+    return None if value is not None and str(value) in ("null", "none") else value
 
 
 OVERWRITE_HELP = "Replace an existing output file that spag wrote (nothing else is ever replaced)."
