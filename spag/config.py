@@ -98,6 +98,22 @@ def _http_url(url: str) -> str:
 HttpUrl = Annotated[str, AfterValidator(_http_url)]
 
 
+def _command_line(text: str) -> str:
+    import shlex
+
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise ValueError(f"not a command line ({exc})") from None
+    if not words:
+        raise ValueError("an empty command line (null runs it in this process)")
+    return text
+
+
+# A command line (a launcher): words as a shell splits them, at least one.
+CommandLine = Annotated[str, AfterValidator(_command_line)]
+
+
 def knob(default: Any, help: str, **constraints) -> Any:
     """A field with its default, its one line of help and its range (ge, gt, le, lt)."""
     return Field(default, description=help, **constraints)
@@ -305,8 +321,8 @@ class TrainStep(TrainKnobs):
     """A pipeline training step: the method, the run's knobs and how it is launched."""
 
     method: Literal[METHODS] = knob("sft-kl", METHOD_HELP)
-    launcher: str | None = knob(None, 'Run under this launcher, e.g. "torchrun --standalone --nproc_per_node 8" '
-                                         "(null: in the stage's process).")
+    launcher: CommandLine | None = knob(None, 'Run under this launcher, e.g. "torchrun --standalone '
+                                                 '--nproc_per_node 8" (null: in the stage\'s process).')
 
 
 TRAINING_EPOCHS = knob(1.0, "Passes over the training rows.", ge=0)

@@ -331,6 +331,7 @@ def _train(step: TrainStep, epochs: float, model: Path, data: Path, output: Path
     # Each knob read by name, so that the stage's view of the settings checks it is declared.
     knobs = {key: getattr(step, key) for key in TrainKnobs.model_fields}
     from spag.partial import partial_path
+    from spag.train.launch import check_launch
 
     # overwrite: a stage's output is replaced when it is a previous `spag train` output, never otherwise.
     # The checkpoints live beside the output (DVC deletes the output before it re-runs the stage), so a
@@ -339,6 +340,8 @@ def _train(step: TrainStep, epochs: float, model: Path, data: Path, output: Path
     config = TrainConfig(**knobs, epochs=epochs, seed=seed, live_dir=layout.live(name), logging_steps=1,
                          ref_cache_dir=layout.data / "cache" / "reference", overwrite=True, resume=True,
                          checkpoint_dir=partial_path(output))
+    section = "imitate" if name == "imitate" else "spag"
+    check_launch(step.launcher, step.deepspeed, f"{section}.launcher", f"{section}.deepspeed")
     if not step.launcher:
         from spag.train.trainer import run_training
 

@@ -1075,3 +1075,93 @@ def test_null_on_the_command_line_means_none(files, tmp_path, monkeypatch, comma
     (tmp_path / "null").write_text("not a data file\n")
     as_file = run_cli(command, files["episodes"], "-o", tmp_path / "rows2.jsonl", "--sft", "./null")
     assert as_file.code == 2 and "null" in as_file.error_lines()[-1]
+
+
+# ---------------------------------------------------------------------------------- training faults
+
+
+def _rows(tmp_path, completions=("hi",) * 4):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"Say {i}.", "completion": c, "kind": "sft"}) + "\n"
+                            for i, c in enumerate(completions)))
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damaged", ["optimizer.pt", "model.safetensors"])
+def test_a_damaged_newest_checkpoint_is_passed_over_for_the_one_before(files, tmp_path, damaged):
+    """M5: `truncate -s 1000 checkpoint-4/optimizer.pt` (or the weights), then --resume: a traceback."""
+    out = tmp_path / "model"
+    args = ["train", "--method", "sft", "--model", files["tiny"], "--data", _rows(tmp_path), "-o", out, "--no-live",
+            "--batch-size", "1", "--grad-accum", "1", "--save-steps", "2", "--keep-checkpoints", "--device", "cpu"]
+    first = run_cli(*args, "--max-steps", "4")
+    assert first.code == 0, first.stderr
+    assert sorted(p.name for p in (out / "checkpoints").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    os.truncate(out / "checkpoints" / "checkpoint-4" / damaged, 1000)
+    resumed = run_cli(*args, "--max-steps", "6", "--resume")
+    assert resumed.code == 0, resumed.stderr
+    assert f"note: checkpoint-4 is damaged ({damaged}: " in resumed.stdout
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["resumed_from"].endswith("checkpoint-2") and summary["steps"] == 6
+
+
+def test_a_launcher_that_writes_no_model_is_an_error(files, tmp_path):
+    """M6: `--launcher echo` exited 0 with no model and no summary."""
+    out = tmp_path / "model"
+    result = run_cli(*TRAIN.replace("{episodes}", str(_rows(tmp_path))).replace("{out}", str(out)).format(**files).split(),
+                     "--launcher", "echo")
+    assert result.code == 2
+    line = result.error_lines()[-1]
+    assert line.startswith(f"error: {out}: the launcher 'echo' exited without error but wrote no model here")
+    assert not (out / "training_summary.json").exists()
+
+
+@pytest.mark.parametrize("launcher, says", [('torchrun "x', "--launcher: 'torchrun \"x' is not a command line "
+                                                             "(No closing quotation)"),
+                                            ("no-such-launcher-42 --nproc 2", "'no-such-launcher-42': no such program"),
+                                            ("   ", "--launcher: is empty")])
+def test_a_bad_launcher_is_one_line_before_any_work(files, tmp_path, launcher, says):
+    """M7: `--launcher 'torchrun \"x'` crashed with `ValueError: No closing quotation`."""
+    _rows(tmp_path)
+    result = run_cli(*TRAIN.replace("{episodes}", ROWS_FILE).format(**files).split(), "--launcher", launcher)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line.startswith("error: --launcher: ") and says in line, line
+    assert not Path(files["out"]).exists()
+
+
+@pytest.mark.parametrize("content, says", [("{not json", "not valid JSON (line 1: Expecting property name"),
+                                           ("[1, 2]", "expected a JSON object of DeepSpeed settings, got list"),
+                                           ("\"zero\"", "got str")])
+@pytest.mark.parametrize("launcher", [[], ["--launcher", "torchrun --nproc_per_node 1"]])
+def test_a_bad_deepspeed_file_is_one_line_before_any_work(files, tmp_path, content, says, launcher):
+    """M8: `--deepspeed bad.json` (invalid JSON, or a list) gave a 68-line traceback after 53 s."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    _rows(tmp_path)
+    result = run_cli(*TRAIN.replace("{episodes}", ROWS_FILE).format(**files).split(), "--deepspeed", bad, *launcher)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line.startswith(f"error: {bad}: ") and says in line and line.endswith("(--deepspeed)"), line
+    assert not Path(files["out"]).exists()
+
+
+@pytest.mark.parametrize("key, value, says", [("launcher", 'torchrun "x', "spag.launcher: not a command line"),
+                                              ("launcher", "", "spag.launcher: an empty command line")])
+def test_a_bad_launcher_in_a_params_file_is_refused_by_config_check(tmp_path, key, value, says):
+    params = tmp_path / "params.yaml"
+    params.write_text(f"spag:\n  {key}: {json.dumps(value)}\n")
+    result = run_cli("config", "check", params)
+    assert result.code == 2
+    assert says in result.error_lines()[0]
+
+
+def test_training_rows_with_an_empty_completion_are_warned_of(files, tmp_path):
+    """L7: rows with an empty completion passed without a word."""
+    rows = _rows(tmp_path, ("hi", "", "  ", "ok"))
+    out = tmp_path / "model"
+    result = run_cli(*TRAIN.replace("{episodes}", str(rows)).replace("{out}", str(out)).format(**files).split(),
+                     "--max-steps", "1", "--batch-size", "1", "--grad-accum", "1")
+    assert result.code == 0, result.stderr
+    assert (f"warning: {rows}: 2 of 4 rows have an empty completion (the first: record 1); each is learned as "
+            "ending the turn at once") in result.stderr

@@ -362,11 +362,13 @@ def _publish(staging: Path, output_dir: Path, checkpoint_dir: Path, keep_checkpo
         remove_output_dir(checkpoint_dir)
 
 
-def _last_complete_checkpoint(folder: Path) -> str | None:
-    """The newest ``checkpoint-N`` whose ``trainer_state.json`` (the Trainer writes it last) reads back.
+def _last_complete_checkpoint(folder: Path, say=print) -> str | None:
+    """The newest ``checkpoint-N`` that reads back whole: its ``trainer_state.json`` (the Trainer writes it
+    last) parses, and no weight, optimizer or state file in it is cut short (:func:`_broken_file`).
 
-    A run killed while saving leaves a half-written checkpoint; resuming from it would fail or, worse,
-    load a partial optimizer state, so it is passed over.
+    A run killed while saving leaves a half-written checkpoint, and a full disk or a copy cut short a
+    truncated one; resuming from it would fail or, worse, load a partial optimizer state, so it is passed
+    over with a note and the previous complete one is used.
     """
     def step(path: Path) -> int:
         suffix = path.name.removeprefix("checkpoint-")
@@ -376,8 +378,36 @@ def _last_complete_checkpoint(folder: Path) -> str | None:
         try:
             json.loads((candidate / "trainer_state.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
+            continue  # being written when the run was killed: passed over without a word, as always
+        broken = next((problem for f in sorted(candidate.rglob("*")) if (problem := _broken_file(f))), None)
+        if broken:
+            say(f"note: {candidate.name} is damaged ({broken}); passing it over", flush=True)
             continue
         return str(candidate)
+    return None
+
+
+def _broken_file(path: Path) -> str | None:
+    """Why a checkpoint's file cannot be loaded whole (None when it can): a torch file (``.pt``, ``.pth``,
+    ``.bin``: a zip archive) whose central directory is missing, a ``.safetensors`` file shorter than its
+    header says. Cheap: headers and the end of the file are read, not the tensors."""
+    import struct
+    import zipfile
+
+    name = path.name
+    try:
+        if path.suffix in (".pt", ".pth", ".bin"):
+            with zipfile.ZipFile(path):
+                return None
+        if path.suffix == ".safetensors":
+            with path.open("rb") as f:
+                (length,) = struct.unpack("<Q", f.read(8))
+                header = json.loads(f.read(length))
+            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+            size = path.stat().st_size
+            return None if size >= 8 + length + end else f"{name}: {size} bytes, its header needs {8 + length + end}"
+    except (OSError, ValueError, KeyError, TypeError, struct.error, zipfile.BadZipFile) as exc:
+        return f"{name}: cut short or damaged ({exc})"
     return None
 
 
@@ -434,6 +464,9 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
     if unknown:
         raise TypeError(f"unknown training option(s): {', '.join(sorted(unknown))}")
     config = TrainConfig(**{**(config or TrainConfig()).model_dump(), **knobs}).resolved(method)
+    from spag.train.launch import check_launch
+
+    check_launch(None, config.deepspeed, deepspeed_key="deepspeed")  # before the data: a bad file is one line
     rows, tokenizer = _read_data(method, model, data, config)  # bad rows stop the run before anything is written
     with contextlib.ExitStack() as locks:
         if int(os.environ.get("RANK", "0")) == 0:  # one run writes an output and its checkpoints at a time
@@ -515,7 +548,7 @@ def _resume_point(checkpoint_dir: Path, identity: dict, resume: bool, other_chec
 
     if not resume:
         return None
-    latest = _last_complete_checkpoint(checkpoint_dir)
+    latest = _last_complete_checkpoint(checkpoint_dir, say)
     if latest is None:
         say(f"note: no checkpoint in {checkpoint_dir}; starting from the beginning", flush=True)
         return None
@@ -602,12 +635,17 @@ def _deepspeed_processes_on_cpu() -> None:
 
 def _read_data(method: str, model, data, config: TrainConfig):
     """The checked training rows and the policy's tokenizer."""
+    import sys
+
     from spag.modeling import load_tokenizer
     from spag.rows import read_rows
-    from spag.train.data import check_rows_for_method
+    from spag.train.data import check_rows_for_method, empty_completions
 
     rows = read_rows(data)
     check_rows_for_method(rows, method, data)
+    warning = empty_completions(rows, data)
+    if warning and int(os.environ.get("RANK", "0")) == 0:
+        print(warning, file=sys.stderr, flush=True)
     return rows, load_tokenizer(model, trust_remote_code=config.trust_remote_code)
 
 
