@@ -1165,3 +1165,94 @@ def test_training_rows_with_an_empty_completion_are_warned_of(files, tmp_path):
     assert result.code == 0, result.stderr
     assert (f"warning: {rows}: 2 of 4 rows have an empty completion (the first: record 1); each is learned as "
             "ending the turn at once") in result.stderr
+
+
+# ---------------------------------------------------------------------------------------- the rest
+
+
+def test_compare_never_writes_over_a_samples_file_it_reads(tmp_path):
+    """M9: `spag compare B1.json B2.json -o B1.samples.jsonl` overwrote a file compare itself reads."""
+    for name in ("b1", "b2"):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"tasks": {}, "samples_file": f"{name}.samples.jsonl"}))
+        (tmp_path / f"{name}.samples.jsonl").write_text('{"task": "t", "doc_id": 0, "correct": 1}\n')
+    before = _state(tmp_path)
+    for target, says in (("b1.samples.jsonl", "A's samples"), ("b2.samples.jsonl", "B's samples")):
+        result = run_cli("compare", tmp_path / "b1.json", tmp_path / "b2.json", "-o", tmp_path / target, "--overwrite")
+        assert result.code == 2
+        (line,) = result.error_lines()
+        assert line == f"error: {tmp_path / target}: -o is the same file as {says} (the input); choose another path"
+    assert _state(tmp_path) == before
+
+
+def test_prompt_on_a_finished_game_is_one_line(tmp_path):
+    """L5: `spag prompt` on a finished game printed "round 2 of 1"."""
+    states = tmp_path / "states.jsonl"
+    over = {"id": "g", "target_word": "apple", "max_turns": 1, "history": [
+        {"role": "attacker", "content": "a fruit"}, {"role": "defender", "content": "a pear?"}]}
+    states.write_text(json.dumps({**over, "history": []}) + "\n" + json.dumps(over) + "\n")
+    result = run_cli("prompt", states, "--params", PAPER, "-o", tmp_path / "prompts.jsonl")
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line == f"error: {states}: record 1: the game is over (2 utterances, 1 rounds): there is no next prompt"
+    assert not (tmp_path / "prompts.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_play_is_one_line(tmp_path):
+    """L6: Ctrl-C during `spag play` exited 130 without a word (typer turned it into a silent exit)."""
+    import signal
+    import subprocess
+    import sys
+
+    from spag.testing import make_scripted_checkpoint
+
+    model = make_scripted_checkpoint(tmp_path / "talker", "blah", loop=True)
+    words = tmp_path / "words.txt"
+    words.write_text("apple\nriver\nstone\ncloud\n")
+    out = tmp_path / "episodes"
+    play = subprocess.Popen([sys.executable, "-m", "spag.cli", "play", "--attacker", model, "--defender", model,
+                             "--words", words, "-o", out, "--max-new-tokens", "400", "--batch-size", "2",
+                             "--no-progress"], stderr=subprocess.PIPE, text=True)
+    lock = tmp_path / ".episodes.spag-lock"
+    for _ in range(600):  # the lock is taken once the words and models are checked: the run has begun
+        if lock.exists() or play.poll() is not None:
+            break
+        subprocess.run(["sleep", "0.1"])
+    play.send_signal(signal.SIGINT)
+    _, err = play.communicate(timeout=120)
+    assert play.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "error: interrupted (Ctrl-C); finished work was kept"
+    assert "Traceback" not in err
+
+
+def test_a_full_disk_names_the_file_not_its_temporary_copy(tmp_path):
+    """L8: "No space left on device" named no file. A file size limit fails the write the same way (EFBIG);
+    the error names the output, and no temporary file is left."""
+    import resource
+    import subprocess
+    import sys
+
+    episodes = tmp_path / "episodes.jsonl"
+    episodes.write_text((json.dumps(EPISODE) + "\n") * 200)
+    out = tmp_path / "judged.jsonl"
+    result = subprocess.run([sys.executable, "-m", "spag.cli", "judge", str(episodes), "-o", str(out)],
+                            capture_output=True, text=True,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000)))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: {out}: cannot be written: File too large"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["episodes.jsonl"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_folder_is_named_not_the_temporary_file(files, tmp_path):
+    """L8: writing into a read-only folder named the hidden temporary file."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        result = run_cli("words", "-o", folder / "out.txt", "--source", files["words"])
+    finally:
+        folder.chmod(0o755)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line == f"error: {folder / 'out.txt'}: cannot be written: the folder {folder} is not writable (-o)"

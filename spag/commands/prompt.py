@@ -16,6 +16,7 @@ def prompt_records(records: list[dict], source, settings, tokenizer) -> list[dic
     text and is not included)."""
     from spag.game.episodes import validate_episode
     from spag.game.prompts import next_role, to_model_input
+    from spag.io import DataError
     from spag.play import PlayConfig
 
     game = settings.game
@@ -26,6 +27,9 @@ def prompt_records(records: list[dict], source, settings, tokenizer) -> list[dic
         state = validate_episode(record, index, source)
         config = PlayConfig(max_turns=state["max_turns"], rules=game.rules, templates=game.templates,
                             play_prompts=game.play_prompts, replies=game.replies, end=game.end)
+        if config.is_over(state["target_word"], state["history"]):  # no "round 2 of 1" prompt
+            raise DataError(source, index, f"the game is over ({len(state['history'])} utterances, "
+                                           f"{state['max_turns']} rounds): there is no next prompt")
         role = next_role(state["history"])
         text = config.prompt(role, state["target_word"], state["history"])
         out.append({"id": state.get("id", index), "role": role, "prompt": to_model_input(tokenizer, text)})
