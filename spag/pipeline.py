@@ -1,8 +1,9 @@
 """The DVC stages of the SPAG loop, one library function each (``stages/*.py`` only call :func:`run_stage`).
 
-A stage reads only the params it declares in ``dvc.yaml``: :data:`STAGE_PARAMS` is that list, a test
-checks it against ``dvc.yaml``, and :func:`run_stage` hands each stage a view of the validated settings
-that refuses any other key. So every knob a stage reads is a tracked param, and changing it makes the
+:data:`STAGES` declares each stage once: its params, data, outputs; ``dvc.yaml`` is written from it
+(``python -m spag.dvcyaml``), with the ``spag/`` modules each stage runs as dependencies. A stage reads
+only the params it declares: :func:`run_stage` hands each stage a view of the validated settings that
+refuses any other key. So every knob a stage reads is a tracked param, and changing it makes the
 stage stale. ``{epoch}`` in a key stands for the stage's epoch (``spag.epochs.{epoch}``: an epoch's own
 entry, so that adding an epoch leaves the others up to date).
 """
@@ -39,22 +40,85 @@ OWN = "any"
 
 _TRAINING = tuple(TrainStep.model_fields)
 
-# The params each stage reads: dvc.yaml declares exactly these (tests/test_config.py checks).
-STAGE_PARAMS: dict[str, tuple[str, ...]] = {
-    "base_model": ("model",),
-    "words": ("words",),
-    "teacher_play": ("seed", "game", "teacher"),
-    "imitation_data": ("seed", "game.rules", "game.templates", "game.row_prompts", "imitate.sft",
-                       "imitate.sft_limit", "imitate.sft_format", "reward.keep_truncated"),
-    "imitate": ("seed", "imitate.epochs", *(f"imitate.{k}" for k in _TRAINING)),
-    "evaluate_imitation": ("seed", "evaluate.benchmark"),
-    "play": ("seed", "game", "play", "spag.epochs.{epoch}"),
-    "reward": ("seed", "game.rules", "game.templates", "game.row_prompts", "reward", "spag.control"),
-    "train": ("seed", "spag.epochs.{epoch}", "spag.epochs_per_iteration", *(f"spag.{k}" for k in _TRAINING)),
-    "evaluate": ("seed", "game", "evaluate", "play.temperature", "spag.epochs.{epoch}"),
-    "report": ("spag.epochs",),
-}
-EPOCH_STAGES = ("play", "reward", "train", "evaluate")
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the pipeline, as ``dvc.yaml`` declares it (``python -m spag.dvcyaml`` writes dvc.yaml
+    from :data:`STAGES`; a test checks the committed file is what it writes).
+
+    ``params``: the params it reads (and nothing else: :class:`Declared`); ``deps``: the data it reads;
+    ``outs``: what it writes (``(path, cached)``, DVC's ``cache: false`` for small JSON files kept in git);
+    ``metrics``, ``plots``: its outputs that ``dvc metrics``/``dvc plots`` show. A stage of every SPAG epoch
+    (``per_epoch``) names its epoch ``{epoch}`` and the checkpoint it starts from ``{previous}``. The code it
+    runs, ``stages/NAME.py`` and the ``spag/`` modules it reaches, is added by :mod:`spag.dvcyaml`.
+    """
+
+    name: str
+    doc: str
+    params: tuple[str, ...]
+    deps: tuple[str, ...] = ()
+    outs: tuple[tuple[str, bool], ...] = ()
+    metrics: tuple[str, ...] = ()
+    plots: tuple[str, ...] = ()
+    per_epoch: bool = False
+
+
+def _cached(*paths: str) -> tuple[tuple[str, bool], ...]:
+    return tuple((path, True) for path in paths)
+
+
+def _kept_in_git(*paths: str) -> tuple[tuple[str, bool], ...]:
+    return tuple((path, False) for path in paths)
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("base_model", "the model SPAG starts from, as a plain HF directory", ("model",),
+          outs=_cached("data/base_model")),
+    Stage("words", "the target words and their training / held-out split", ("words",),
+          outs=_cached("data/words/all.txt", "data/words/train.txt", "data/words/eval.txt")),
+    Stage("teacher_play", "the teacher plays itself (or its episodes are imported)", ("seed", "game", "teacher"),
+          deps=("data/base_model", "data/words/train.txt", "data/words/all.txt", "data/words/eval.txt"),
+          outs=_cached("data/teacher/episodes")),
+    Stage("imitation_data", "the winners' moves of the teacher's decisive games, both roles",
+          ("seed", "game.rules", "game.templates", "game.row_prompts", "imitate.sft", "imitate.sft_limit",
+           "imitate.sft_format", "reward.keep_truncated"),
+          deps=("data/teacher/episodes",),
+          outs=_cached("data/imitation/rows.parquet") + _kept_in_git("metrics/imitation/data.json")),
+    Stage("imitate", "imitation learning: SFT with a KL penalty to the base model",
+          ("seed", "imitate.epochs", *(f"imitate.{k}" for k in _TRAINING)),
+          deps=("data/base_model", "data/imitation/rows.parquet"),
+          outs=_cached("data/imitation/model") + _kept_in_git("dvclive/imitate")),
+    Stage("evaluate_imitation", "the imitation model's benchmark scores", ("seed", "evaluate.benchmark"),
+          deps=("data/imitation/model",),
+          outs=_cached("data/imitation/benchmark.samples.jsonl") + _kept_in_git("metrics/imitation/benchmark.json")),
+    Stage("play", "the previous checkpoint plays itself on this epoch's words",
+          ("seed", "game", "play", "spag.epochs.{epoch}"),
+          deps=("data/{previous}/model", "data/words/train.txt", "data/words/all.txt"),
+          outs=_cached("data/epoch_{epoch}/episodes") + _kept_in_git("metrics/epochs/{epoch}/selfplay.json"),
+          per_epoch=True),
+    Stage("reward", "judge, decayed rewards, role weights, foul penalty, general SFT rows",
+          ("seed", "game.rules", "game.templates", "game.row_prompts", "reward", "spag.control"),
+          deps=("data/epoch_{epoch}/episodes",),
+          outs=_cached("data/epoch_{epoch}/rows.parquet") + _kept_in_git("metrics/epochs/{epoch}/reward.json"),
+          per_epoch=True),
+    Stage("train", "SPAG offline policy optimisation against the previous checkpoint",
+          ("seed", "spag.epochs.{epoch}", "spag.epochs_per_iteration", *(f"spag.{k}" for k in _TRAINING)),
+          deps=("data/{previous}/model", "data/epoch_{epoch}/rows.parquet"),
+          outs=_cached("data/epoch_{epoch}/model") + _kept_in_git("dvclive/epoch_{epoch}"), per_epoch=True),
+    Stage("evaluate", "games against the imitation model on held-out words, both roles; benchmark",
+          ("seed", "game", "evaluate", "play.temperature", "spag.epochs.{epoch}"),
+          deps=("data/imitation/model", "data/{previous}/model", "data/epoch_{epoch}/model", "data/words/eval.txt"),
+          outs=_cached("data/epoch_{epoch}/eval_episodes", "data/epoch_{epoch}/benchmark.samples.jsonl")
+          + _kept_in_git("metrics/epochs/{epoch}/games.json", "metrics/epochs/{epoch}/benchmark.json"),
+          per_epoch=True),
+    Stage("report", "per epoch: score, win and foul rates with 95% intervals; learning curves", ("spag.epochs",),
+          deps=("metrics/epochs", "metrics/imitation"), outs=_kept_in_git("metrics/report.json"),
+          metrics=("metrics/summary.json",), plots=("metrics/plots", "metrics/learning_curves.png")),
+)
+
+# The params each stage reads, by stage name.
+STAGE_PARAMS: dict[str, tuple[str, ...]] = {stage.name: stage.params for stage in STAGES}
+EPOCH_STAGES = tuple(stage.name for stage in STAGES if stage.per_epoch)
 
 
 class UndeclaredParam(AttributeError):

@@ -1256,3 +1256,95 @@ def test_a_read_only_folder_is_named_not_the_temporary_file(files, tmp_path):
     assert result.code == 2
     (line,) = result.error_lines()
     assert line == f"error: {folder / 'out.txt'}: cannot be written: the folder {folder} is not writable (-o)"
+
+
+# ------------------------------------------------------------------------- results stay current (M10)
+
+
+def test_dvc_yaml_is_written_from_the_stage_table():
+    """dvc.yaml is generated (python -m spag.dvcyaml): the committed file is what the table declares."""
+    from spag.dvcyaml import render
+
+    assert (Path(__file__).resolve().parent.parent / "dvc.yaml").read_text(encoding="utf-8") == render(), \
+        "dvc.yaml is stale: run `python -m spag.dvcyaml`"
+
+
+def test_every_data_file_under_spag_is_a_dependency_or_read_by_no_stage():
+    from spag.dvcyaml import DATA, NOT_READ, PACKAGE, ROOT
+
+    declared = {path for paths in DATA.values() for path in paths} | set(NOT_READ)
+    for path in PACKAGE.rglob("*"):
+        if path.is_file() and path.suffix not in (".py", ".pyc"):
+            relative = path.relative_to(ROOT).as_posix()
+            assert any(relative == d or relative.startswith(d + "/") for d in declared), relative
+
+
+def test_no_stage_depends_on_the_command_line():
+    from spag.dvcyaml import stage_files
+    from spag.pipeline import STAGES
+
+    for stage in STAGES:
+        files = stage_files(stage)
+        assert not [f for f in files if f == "spag/cli.py" or f.startswith("spag/commands/")], stage.name
+        assert "spag/dvcyaml.py" not in files
+
+
+@pytest.mark.slow
+def test_dvc_status_names_the_stages_whose_code_changed(tmp_path):
+    """M10: editing spag/words.py (the held-out split) left every stage "up to date". Every stage's outputs
+    are committed as they are (no stage runs), then one source file changes: `dvc status` names exactly
+    the stages that run it, and not those downstream of them only through their data."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from spag.pipeline import STAGES
+
+    root = Path(__file__).resolve().parent.parent
+    work = tmp_path / "project"
+    shutil.copytree(root / "spag", work / "spag", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(root / "stages", work / "stages")
+    for name in ("dvc.yaml", ".dvcignore", "params.yaml"):
+        shutil.copy(root / name, work / name)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+    def dvc(*args):
+        result = subprocess.run(["dvc", *args], cwd=work, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    dvc("init", "--no-scm", "-q")
+    epochs = yaml.safe_load((work / "params.yaml").read_text())["spag"]["epochs"]
+    for stage in STAGES:
+        for epoch, entry in (epochs.items() if stage.per_epoch else [(None, {"previous": None})]):
+            for path in [p for p, _ in stage.outs] + list(stage.metrics) + list(stage.plots):
+                out = work / path.format(epoch=epoch, previous=entry["previous"])
+                if out.suffix:  # a file
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_text(f"{out.name}\n")
+                else:  # a folder
+                    out.mkdir(parents=True, exist_ok=True)
+                    (out / "part").write_text("a part\n")
+    dvc("commit", "-f", "-q")
+    assert json.loads(dvc("status", "--json")) == {}
+    (work / "spag" / "evaluate" / "tasks" / "__pycache__").mkdir()  # byte code written by running the code
+    (work / "spag" / "evaluate" / "tasks" / "__pycache__" / "generate.cpython-311.pyc").write_bytes(b"\0")
+    assert json.loads(dvc("status", "--json")) == {}
+
+    def changed_by(source: str) -> set[str]:
+        path = work / "spag" / source
+        original = path.read_text()
+        path.write_text(original + "\n# an edit\n")
+        try:
+            return set(json.loads(dvc("status", "--json")))
+        finally:
+            path.write_text(original)
+
+    epoch_names = lambda name: {f"{name}@{e}" for e in epochs}
+    assert changed_by("rewards.py") == {"imitation_data"} | epoch_names("reward")
+    assert changed_by("words.py") == {"words", "teacher_play"} | epoch_names("play") | epoch_names("evaluate")
+    assert changed_by("train/losses.py") == {"imitate"} | epoch_names("train")
+    assert changed_by("game/templates.yaml") >= {"imitation_data", "teacher_play"} | epoch_names("reward")
+    assert changed_by("evaluate/tournament.py") == set()  # no stage runs a tournament
+    assert changed_by("commands/reward.py") == set()  # the command line is no stage's code
