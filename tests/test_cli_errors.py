@@ -722,6 +722,7 @@ def test_overwrite_writes_through_a_symlink_and_keeps_the_link(files, tmp_path, 
 FAST_TRAIN = ["--max-steps", "1", "--batch-size", "1", "--grad-accum", "1", "--save-steps", "1"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command, kind", [
     (TRAIN.replace("{episodes}", ROWS_FILE) + " " + " ".join(FAST_TRAIN), "train"),
     (PLAY + " --max-turns 1 --max-new-tokens 2", "play"),
@@ -898,6 +899,7 @@ def test_analyze_stops_a_query_at_its_time_limit(episode_files):
     assert line == "error: query sql stopped after 1 s, its time limit (--time-limit SECONDS)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signal_name, code, says", [("SIGINT", 130, "error: interrupted (Ctrl-C); the query was stopped"),
                                                      ("SIGTERM", 143, "error: terminated (SIGTERM); the query was stopped")])
 def test_ctrl_c_or_sigterm_stops_a_running_query_with_one_line(episode_files, signal_name, code, says):
