@@ -909,9 +909,15 @@ def test_ctrl_c_or_sigterm_stops_a_running_query_with_one_line(episode_files, si
     import sys
     import time
 
+    private = episode_files.parent / "tmp"  # where the query's private temporary folder appears
+    private.mkdir()
     query = subprocess.Popen([sys.executable, "-m", "spag.cli", "analyze", str(episode_files), "--sql", HEAVY],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)  # imported, connected and running
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "TMPDIR": str(private)})
+    deadline = time.monotonic() + 120
+    while not any(private.iterdir()) and query.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the command is connecting: its signal handlers are in place
+    time.sleep(0.5)
     assert query.poll() is None
     query.send_signal(getattr(signal, signal_name))
     _, err = query.communicate(timeout=60)

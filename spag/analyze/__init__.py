@@ -170,6 +170,8 @@ def execute(
                 raise AnalyzeError(f"query {label} failed: {first_line(exc)}") from None
     except duckdb.Error as exc:
         raise AnalyzeError(f"cannot read episodes {glob!r}: {first_line(exc)}") from None
+    except (KeyboardInterrupt, Interrupted, Terminated) as stop:  # while the views were being set up
+        raise type(stop)(str(stop) or "the query was stopped") from None
     return QueryResult(label, columns, rows, files, time.perf_counter() - start)
 
 

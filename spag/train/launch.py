@@ -68,6 +68,8 @@ def check_launch(launcher: str | None, deepspeed: str | os.PathLike | None, laun
             raise DataError(launcher_key, None, f"{argv[0]!r}: no such program (on PATH or beside {sys.executable})")
     if deepspeed is not None:
         path = Path(deepspeed)
+        if path.exists() and not path.is_file():  # a folder, or a FIFO that would never end
+            raise DataError(path, None, f"is not a regular file ({deepspeed_key})")
         try:
             settings = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
