@@ -1,5 +1,5 @@
 # The two commands of the README. Both install what they need into .venv first.
-.PHONY: setup repro test bench
+.PHONY: setup repro test bench dvc.yaml
 
 setup:
 	bash scripts/setup.sh
@@ -17,3 +17,7 @@ bench: setup
 	.venv/bin/python bench/train.py
 	.venv/bin/python bench/reward.py
 	.venv/bin/python bench/benchmark.py
+
+# dvc.yaml is written from the stage table in spag/pipeline.py (and the spag/ code each stage runs).
+dvc.yaml:
+	.venv/bin/python -m spag.dvcyaml

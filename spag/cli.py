@@ -16,7 +16,8 @@ import sys
 import typer
 
 from spag.io import DataError
-from spag.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, graceful_termination
+from spag.outputs import release_held
+from spag.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Interrupted, Terminated, command_signals
 
 COMMAND_MODULES = (
     "words",
@@ -55,6 +56,12 @@ def _click_exceptions():
     return exceptions
 
 
+def _stopped(exc: BaseException) -> str:
+    """What a stopped command left: its own words (analyze: "the query was stopped"), or what every
+    command does when stopped (finished games, shards, checkpoints and tasks are kept)."""
+    return str(exc) if str(exc) else "finished work was kept"
+
+
 def main(argv: list[str] | None = None) -> None:
     from spag.players.allocator import keep_freed_memory
 
@@ -62,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     click = _click_exceptions()
     try:
         # A scheduler's (or `timeout`'s) SIGTERM unwinds like Ctrl-C: finished work is written first.
-        with graceful_termination():
+        with command_signals():
             code = app(args=argv, prog_name="spag", standalone_mode=False)
     except click.NoArgsIsHelpError as exc:
         print(exc.ctx.get_help() if exc.ctx else str(exc), file=sys.stderr)
@@ -80,12 +87,14 @@ def main(argv: list[str] | None = None) -> None:
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         print(f"error: {where}{_one_line(exc.strerror if where and exc.strerror else exc)}", file=sys.stderr)
         code = 2
-    except KeyboardInterrupt:
-        print("error: interrupted; finished games were written", file=sys.stderr)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        print(f"error: interrupted (Ctrl-C); {_stopped(exc)}", file=sys.stderr)
         code = EXIT_INTERRUPTED
-    except Terminated:
-        print("error: terminated (SIGTERM); finished games were written", file=sys.stderr)
+    except Terminated as exc:
+        print(f"error: terminated (SIGTERM); {_stopped(exc)}", file=sys.stderr)
         code = EXIT_TERMINATED
+    finally:
+        release_held()  # the outputs this command claimed: the next writer may have them
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -18,6 +18,7 @@ import copy
 import difflib
 import os
 import re
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -100,6 +101,22 @@ def _http_url(url: str) -> str:
 
 # An endpoint URL: http or https, with a host; messages show it with any password masked.
 HttpUrl = Annotated[str, AfterValidator(_http_url)]
+
+
+def _command_line(text: str) -> str:
+    import shlex
+
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise ValueError(f"not a command line ({exc})") from None
+    if not words:
+        raise ValueError("an empty command line (null runs it in this process)")
+    return text
+
+
+# A command line (a launcher): words as a shell splits them, at least one.
+CommandLine = Annotated[str, AfterValidator(_command_line)]
 
 
 def knob(default: Any, help: str, **constraints) -> Any:
@@ -318,9 +335,9 @@ class TrainStep(TrainKnobs):
     """A pipeline training step: the method, the run's knobs and how it is launched."""
 
     method: Literal[METHODS] = knob("sft-kl", METHOD_HELP)
-    launcher: str | None = knob(None, 'Run under this launcher, e.g. "torchrun --standalone --nproc_per_node 8" '
-                                         "(auto for the count: one process per visible GPU, one without a GPU; "
-                                         "null: in the stage's process).")
+    launcher: CommandLine | None = knob(None, 'Run under this launcher, e.g. "torchrun --standalone --nproc_per_node 8" '
+                                                 "(auto for the count: one process per visible GPU, one without a GPU; "
+                                                 "null: in the stage's process).")
 
 
 TRAINING_EPOCHS = knob(1.0, "Passes over the training rows.", ge=0)
@@ -355,11 +372,15 @@ class Spag(TrainStep):
 
     @model_validator(mode="after")
     def _epochs_chain(self):
-        for key, epoch in self.epochs.items():
-            known = {"imitation"} | {f"epoch_{k}" for k in self.epochs if int(k) < int(key)}
-            if epoch.previous not in known:
-                raise ValueError(f"epochs.{key}.previous: {epoch.previous!r} is not one of "
-                                 f"{', '.join(sorted(known))}")
+        # Each epoch starts from the imitation model or an earlier epoch: one pass over the epochs in order
+        # (checking each against all the others made 8,000 epochs take 20 s).
+        earlier: set[str] = {"imitation"}
+        for key in sorted(self.epochs, key=int):
+            previous = self.epochs[key].previous
+            if previous not in earlier:
+                shown = ", ".join(sorted(earlier)[:5]) + (" ..." if len(earlier) > 5 else "")
+                raise ValueError(f"epochs.{key}.previous: {previous!r} is not one of {shown}")
+            earlier.add(f"epoch_{key}")
         return self
 
 
@@ -540,35 +561,75 @@ def validate(params: Any, source: str | os.PathLike = "params.yaml") -> Settings
         raise first_error(exc, source) from None
 
 
+# A params file is a few hundred lines; these bounds stop a hostile or broken one early, in one line.
+MAX_PARAMS_BYTES = 1 << 20  # 1 MiB
+MAX_PARAMS_DEPTH = 32       # sections, keys, lists: a real file nests 4 levels
+
+
 class _UniqueKeys(yaml.SafeLoader):
     """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the last silently,
-    so a second ``play:`` section would drop the first without a word)."""
+    so a second ``play:`` section would drop the first without a word) and a key that is a list or a
+    mapping (``? [a, b]``). Merge keys (``<<: *anchor``) work as YAML defines them: the mapping's own keys
+    win over merged ones."""
 
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a key must be a plain name, not a {key_node.id}", key_node.start_mark)
             key = self.construct_object(key_node, deep=deep)
-            if key != "<<" and isinstance(key, (str, int, float, bool)) and key in seen:
+            if key in seen:
                 raise yaml.constructor.ConstructorError(None, None, f"{key!r} is given twice",
                                                         key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep)
 
 
-def _read_yaml(path: Path) -> Any:
-    """A YAML file's content, or ParamsError (one line) naming the file."""
+def read_yaml(path: Path) -> Any:
+    """A YAML file's content, or ParamsError (one line) naming the file: no such file, not a regular file
+    (a FIFO would block, /dev/zero never end), larger than :data:`MAX_PARAMS_BYTES`, nested deeper than
+    :data:`MAX_PARAMS_DEPTH`, not UTF-8 or not valid YAML."""
     try:
-        text = path.read_text(encoding="utf-8")
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO, device or socket"
+            raise ParamsError(path, "", f"is {kind}, not a params file")
+        with path.open("rb") as f:
+            data = f.read(MAX_PARAMS_BYTES + 1)
     except FileNotFoundError:
         raise ParamsError(path, "", "no such file") from None
-    except (OSError, UnicodeError) as exc:
-        raise ParamsError(path, "", f"cannot be read ({exc.__class__.__name__})") from None
+    except OSError as exc:
+        raise ParamsError(path, "", f"cannot be read ({exc.strerror or exc.__class__.__name__})") from None
+    if len(data) > MAX_PARAMS_BYTES:
+        raise ParamsError(path, "", f"is larger than {MAX_PARAMS_BYTES >> 20} MiB: not a params file")
     try:
+        text = data.decode("utf-8")
+    except UnicodeError as exc:
+        raise ParamsError(path, "", f"is not UTF-8 text (bad byte at offset {exc.start})") from None
+    try:
+        _check_depth(text)
         return yaml.load(text, Loader=_UniqueKeys)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         raise ParamsError(path, "", f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+
+
+def _check_depth(text: str) -> None:
+    """Refuse nesting deeper than :data:`MAX_PARAMS_DEPTH`, read from YAML's event stream (the parser holds
+    no recursion; building the objects would, and overflows on a file of a few kilobytes)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_PARAMS_DEPTH:
+                raise yaml.MarkedYAMLError(problem=f"nested deeper than {MAX_PARAMS_DEPTH} levels",
+                                           problem_mark=event.start_mark)
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
 
 
 def apply_overrides(params: dict, overrides: Any, source: str | os.PathLike) -> dict:
@@ -594,17 +655,28 @@ def apply_overrides(params: dict, overrides: Any, source: str | os.PathLike) -> 
     return params
 
 
-def load_settings(path: str | os.PathLike, overrides: Sequence[str | os.PathLike] = ()) -> Settings:
-    """Read and validate a params file: the whole of it, or ParamsError (one line). Each file of ``overrides``
-    (``section.key: value`` lines) replaces the settings it names, in order (:func:`apply_overrides`)."""
-    path = Path(path)
-    params = _read_yaml(path)
+def load_settings(path: str | os.PathLike | None, overrides: Sequence[str | os.PathLike] = ()) -> Settings:
+    """Read and validate a params file (None: the schema's defaults): the whole of it, or ParamsError (one
+    line). Each file of ``overrides`` (``section.key: value`` lines) replaces the settings it names, in order
+    (:func:`apply_overrides`); a value an override set that the schema refuses is told as that file's."""
+    source = Path(path) if path is not None else "the defaults"
+    params = read_yaml(Path(path)) if path is not None else {}
     params = {} if params is None else params
+    origins: dict[str, str | os.PathLike] = {}
     for override in overrides:
         if not isinstance(params, dict):
             break  # validate names the problem
-        params = apply_overrides(params, _read_yaml(Path(override)) or {}, override)
-    return validate(params, path)
+        changes = read_yaml(Path(override)) or {}
+        params = apply_overrides(params, changes, override)
+        origins.update({str(key): override for key in changes})
+    if not isinstance(params, dict) or not origins:
+        return validate(params, source)
+    try:
+        return Settings.model_validate(params)
+    except ValidationError as exc:
+        key, _ = describe(exc.errors()[0])
+        origin = next((o for k, o in reversed(origins.items()) if key == k or key.startswith(k + ".")), None)
+        raise first_error(exc, origin or source) from None
 
 
 def existing_file(value: str, key: str, source: str | os.PathLike = "params.yaml") -> str:

@@ -144,26 +144,22 @@ def save_checkpoint(model, tokenizer, output_dir: str | os.PathLike, kind: str =
 
     Written to a temporary sibling directory first and renamed, so a half-written checkpoint never
     looks finished. The directory is marked as an output of ``spag <kind>``; an existing ``output_dir``
-    is replaced only if it is a previous output of the same kind (and ``overwrite``), never otherwise.
+    is replaced only if it is a previous output of the same kind (and ``overwrite``), never otherwise, and
+    then only what spag wrote there (:func:`spag.outputs.publish_dir`).
     """
     import shutil
 
-    from spag.outputs import claim_output_dir, mark_output_dir
+    from spag.outputs import claim_output_dir, publish_dir
 
-    out = Path(output_dir)
-    claim_output_dir(out, kind, overwrite=overwrite)
+    out = claim_output_dir(output_dir, kind, overwrite=overwrite)
     tmp = out.parent / f".{out.name}.tmp"
     if tmp.exists():
         shutil.rmtree(tmp)
     setup_special_tokens(tokenizer, model)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    mark_output_dir(tmp, kind)
     usual_modes(tmp)
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
-    return out
+    return publish_dir(tmp, out, kind)
 
 
 def usual_modes(folder: str | os.PathLike) -> None:

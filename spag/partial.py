@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from spag.outputs import MARKER, output_kind
+from spag.io import check_output_file
+from spag.outputs import OutputRefused, output_kind, publish_dir
 from spag.signals import graceful_termination
 
 SUFFIX = ".partial"
@@ -32,10 +32,9 @@ def partial_path(output: str | os.PathLike) -> Path:
 def resumable_output(output: str | os.PathLike, kind: str) -> Iterator[Path]:
     """Yield the work path for ``output`` (a directory or a file written by ``spag <kind>``); move it onto
     ``output`` when the block succeeds. SIGTERM unwinds the block (finished work is flushed) and leaves
-    the work path in place. An existing ``output`` is replaced only if it is empty or ours of ``kind``.
+    the work path in place. An existing ``output`` is replaced only if it is empty or ours of ``kind``
+    (and then only what spag recorded in it: see :func:`spag.outputs.publish_dir`).
     """
-    from spag.outputs import OutputRefused
-
     output = Path(output)
     work = partial_path(output)
     if work.exists():
@@ -44,14 +43,9 @@ def resumable_output(output: str | os.PathLike, kind: str) -> Iterator[Path]:
         yield work
     if not work.exists():
         return
-    if output.is_dir() and any(output.iterdir()):
-        if output_kind(output) != kind:
-            raise OutputRefused(output, f"is in the way of {work} and was not written by `spag {kind}`")
-        shutil.rmtree(output)
-    elif output.is_dir():
-        output.rmdir()
-    if work.is_dir() and not (work / MARKER).exists():
-        from spag.outputs import mark_output_dir
-
-        mark_output_dir(work, kind)
-    os.replace(work, output)
+    if output.is_dir() and any(output.iterdir()) and output_kind(output) != kind:
+        raise OutputRefused(output, f"is in the way of {work} and was not written by `spag {kind}`")
+    if work.is_dir():
+        publish_dir(work, output, kind)
+    else:
+        os.replace(work, check_output_file(output, replace="any"))

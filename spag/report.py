@@ -213,7 +213,7 @@ def _reasoning_plot_rows(report: dict) -> list[dict]:
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+    with atomic_path(path, replace="any") as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=PLOT_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
@@ -255,17 +255,17 @@ def draw_png(plots: dict[str, list[dict]], path: Path) -> None:
     for ax in list(axes.flat)[len(plots):]:
         ax.axis("off")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
+    with atomic_path(path, replace="any") as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)
 
 
 def write_report(metrics: Path, epochs: list[int]) -> dict:
-    """Write summary.json, report.json, the plot CSVs and learning_curves.png under ``metrics``; return
-    the report."""
+    """Write summary.json, report.json, the plot CSVs and learning_curves.png under ``metrics`` (the report
+    stage's outputs: replaced whatever is there, as DVC would); return the report."""
     report = build_report(metrics, epochs)
-    write_json_atomic(metrics / "report.json", report)
-    write_json_atomic(metrics / "summary.json", headline(report))
+    write_json_atomic(metrics / "report.json", report, replace="any")
+    write_json_atomic(metrics / "summary.json", headline(report), replace="any")
     plots = plot_rows(report)
     for stem, rows in plots.items():
         write_csv(metrics / "plots" / f"{stem}.csv", rows)

@@ -57,7 +57,7 @@ from spag.game.rules import (
     WHOLE_WORD,
     judge_episode,
 )
-from spag.io import DataError, collect_or_raise, read_records
+from spag.io import DataError, Replace, collect_or_raise, read_records
 from spag.ready_made import ready_made_rows
 from spag.rows import SFT, check_output, episode_id, make_row, write_rows
 from spag.sft import load_sft
@@ -439,11 +439,13 @@ def build_reward_set(
     templates: str | os.PathLike | None = None,
     row_prompts: str = "templates",
     sft_format: str = "chat",
+    replace: Replace = "no",
 ) -> RowStats:
     """``spag reward``: episodes file -> SPAG training rows (+ general SFT rows) written to ``output``.
 
     ``control`` keeps the general SFT rows only: the ablation arm that trains without game rows.
     ``options``: foul penalty, losers' rewards, per-role baseline (see :class:`RewardOptions`).
+    ``replace``: what an existing ``output`` may be replaced by (:func:`spag.io.atomic_path`).
     """
     check_output(output)
     errors: list[DataError] = []
@@ -456,7 +458,7 @@ def build_reward_set(
         stats.rows.clear()
     stats.records, stats.bad, stats.duplicates = count, len(errors), len(duplicates)
     general = _mix_sft(stats, sft, sft_limit, seed, strict, sft_format)
-    write_rows(rows + general, output)
+    write_rows(rows + general, output, replace=replace)
     return stats
 
 
@@ -487,6 +489,7 @@ def build_imitation_set(
     keep_truncated: bool = False,
     row_prompts: str = "templates",
     sft_format: str = "chat",
+    replace: Replace = "no",
 ) -> RowStats:
     """``spag imitation-data``: a teacher's episodes (or ready-made query/target rows) -> imitation rows.
 
@@ -507,5 +510,5 @@ def build_imitation_set(
     for row in made:
         stats.rows[row["role"] or "unknown"] += 1
     general = _mix_sft(stats, sft, sft_limit, seed, strict, sft_format)
-    write_rows(rows + made + general, output)
+    write_rows(rows + made + general, output, replace=replace)
     return stats

@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from spag.io import DataError, read_records, write_table_atomic
+from spag.io import DataError, Replace, read_records, write_table_atomic
 
 GAME = "game"
 SFT = "sft"
@@ -91,13 +91,15 @@ def check_output(output: str | os.PathLike) -> None:
         raise DataError(output, None, "the output must end in .parquet or .jsonl")
 
 
-def write_rows(rows: list[dict], output: str | os.PathLike) -> None:
-    """Write rows atomically: Parquet for ``.parquet``, JSON lines for ``.jsonl``."""
+def write_rows(rows: list[dict], output: str | os.PathLike, *, replace: Replace = "no") -> None:
+    """Write rows atomically: Parquet for ``.parquet``, JSON lines for ``.jsonl`` (``replace``: what an
+    existing file may be replaced by, :func:`spag.io.atomic_path`)."""
     check_output(output)
     raw = any(row.get(RAW_PROMPT) for row in rows)
     if raw:
         rows = [{**row, RAW_PROMPT: bool(row.get(RAW_PROMPT))} for row in rows]
-    write_table_atomic(output, rows, schema=row_schema(raw) if Path(output).suffix == ".parquet" else None)
+    write_table_atomic(output, rows, schema=row_schema(raw) if Path(output).suffix == ".parquet" else None,
+                       replace=replace)
 
 
 # ------------------------------------------------------------------------------------------ reading

@@ -3,6 +3,9 @@
 A cluster scheduler, ``timeout`` or ``kill`` sends SIGTERM; Python's default is to die at once, losing
 the finished games not yet in a shard. Under :func:`graceful_termination` SIGTERM raises
 :class:`Terminated` in the main thread instead; a second SIGTERM during the flush is ignored.
+
+A command (:func:`command_signals`) also turns Ctrl-C into :class:`Interrupted` rather than Python's
+KeyboardInterrupt, which typer turns into a silent exit 130: the command's one line would be lost.
 """
 
 from __future__ import annotations
@@ -19,9 +22,44 @@ class Terminated(BaseException):
     """SIGTERM arrived. A BaseException, like KeyboardInterrupt, so ``except Exception`` does not eat it."""
 
 
+class Interrupted(BaseException):
+    """Ctrl-C (SIGINT) arrived in a command (see the module docstring)."""
+
+
+_held: list[BaseException] = []  # a signal that arrived inside uninterrupted(), raised at its end
+_depth = 0
+
+
+def _raise(stop: BaseException) -> None:
+    if _depth:
+        _held.append(stop)
+        return
+    raise stop
+
+
+def _raise_interrupted(signum, frame) -> None:
+    _raise(Interrupted())
+
+
 def _raise_terminated(signum, frame) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let the flush finish
-    raise Terminated()
+    _raise(Terminated())
+
+
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """A step that must end whole (a shard written *and* counted as written): Ctrl-C or SIGTERM arriving
+    inside it (under :func:`command_signals` or :func:`graceful_termination`) is raised when it ends."""
+    global _depth
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+        if not _depth and _held:
+            stop = _held[0]
+            _held.clear()
+            raise stop
 
 
 @contextlib.contextmanager
@@ -31,3 +69,14 @@ def graceful_termination() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def command_signals() -> Iterator[None]:
+    """SIGTERM as :class:`Terminated` (:func:`graceful_termination`) and Ctrl-C as :class:`Interrupted`."""
+    previous = signal.signal(signal.SIGINT, _raise_interrupted)
+    try:
+        with graceful_termination():
+            yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

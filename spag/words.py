@@ -7,7 +7,7 @@ import hashlib
 import os
 import re
 
-from spag.io import DataError, read_text, write_text_atomic
+from spag.io import DataError, Replace, read_text, write_text_atomic
 
 DEFAULT_TOP = 50_000
 _ALPHA = re.compile(r"^[a-z]+$")
@@ -133,5 +133,5 @@ def read_words(path: str | os.PathLike) -> list[str]:
     return words
 
 
-def write_words(words: list[str], path: str | os.PathLike) -> None:
-    write_text_atomic(path, "".join(w + "\n" for w in words))
+def write_words(words: list[str], path: str | os.PathLike, *, replace: Replace = "no") -> None:
+    write_text_atomic(path, "".join(w + "\n" for w in words), replace=replace)

@@ -350,12 +350,12 @@ def test_a_query_reads_the_episodes_and_nothing_else(tmp_path):
                      "history": [{"role": "attacker", "content": "a fruit"}]}], folder / "shard.parquet")
     secret = tmp_path / "secret.txt"
     secret.write_text("password\n")
-    con = connect(str(folder))
-    assert con.execute("SELECT count(*) FROM episodes").fetchone()[0] == 1
-    for sql in (f"SELECT * FROM read_csv('{secret}')", f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'",
-                f"ATTACH '{tmp_path / 'db.duckdb'}'", "INSTALL httpfs", "SET enable_external_access = true"):
-        with pytest.raises(duckdb.Error):
-            con.execute(sql)
+    with connect(str(folder)) as con:
+        assert con.execute("SELECT count(*) FROM episodes").fetchone()[0] == 1
+        for sql in (f"SELECT * FROM read_csv('{secret}')", f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'",
+                    f"ATTACH '{tmp_path / 'db.duckdb'}'", "INSTALL httpfs", "SET enable_external_access = true"):
+            with pytest.raises(duckdb.Error):
+                con.execute(sql)
     assert not (tmp_path / "out.csv").exists() and not (tmp_path / "db.duckdb").exists()
     # The episode files are readable, and spag analyze runs SELECT statements only: none can be rewritten.
     shard = folder / "shard.parquet"

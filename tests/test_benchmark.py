@@ -198,7 +198,7 @@ def test_resume_reuses_finished_tasks_only_with_the_same_settings(tiny, tmp_path
     # ... but not after a change of settings (another limit): that one is run again.
     bm._write_part(parts, task, {**stamp, "limit": 3}, kept)
     metrics = bm.run_benchmark(str(tiny[0]), tasks=[task], suite="local", limit=4, output=out,
-                               show_progress=False, say=lambda _: None)
+                               show_progress=False, say=lambda _: None, replace="ours")
     samples = bm.samples_path(out).read_text().splitlines()
     recomputed = np.mean([json.loads(s)["correct"] for s in samples])
     assert metrics["tasks"][task]["score"] == pytest.approx(recomputed)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from spag.cli import COMMAND_MODULES, app
+from spag.io import MANIFEST
 from spag.testing import make_tiny_checkpoint, run_cli
 
 EPISODE = {"target_word": "apple", "max_turns": 5, "history": [
@@ -355,7 +356,7 @@ def test_an_output_inside_a_folder_of_episode_shards_is_refused(tmp_path, comman
     assert result.code == 2
     (line,) = result.error_lines()
     assert line == f"error: {shards / output}: -o is inside the folder EPISODES (the input); choose a path outside it"
-    assert sorted(p.name for p in shards.rglob("*")) == ["shard-0.parquet"]
+    assert sorted(p.name for p in shards.rglob("*") if p.name != MANIFEST) == ["shard-0.parquet"]
     assert (shards / "shard-0.parquet").read_bytes() == before
 
 
@@ -554,3 +555,805 @@ def test_a_bad_base_url_is_one_line_that_never_shows_its_password(files, tmp_pat
     assert checked.code == 2
     (line,) = checked.error_lines()
     assert "play.base_url: expected an http" in line and "pw" not in line.replace("alice:***@", "")
+
+
+# ------------------------------------------------------ one output rule for every command (issue 34)
+
+ROWS_FILE = "{tmp}/rows.jsonl"
+# Every output a command writes, as (arguments with {target}, the target's suffix, what is written there):
+# "file" (any file), "episodes" (a .parquet file of episodes, spag's by its schema) or a folder
+# ("dir:<kind>", the spag command that marks it).
+OUTPUTS = {
+    "words -o": ("words -o {target} --source {words}", ".txt", "file"),
+    "words --train-out": ("words -o {tmp}/all.txt --source {words} --train-out {target}", ".txt", "file"),
+    "words --eval-out": ("words -o {tmp}/all.txt --source {words} --eval-out {target}", ".txt", "file"),
+    "judge -o": ("judge {episodes} -o {target}", ".jsonl", "file"),
+    "prompt -o": (f"prompt {{episodes}} --params {PAPER} -o {{target}}", ".jsonl", "file"),
+    "reward -o": ("reward {episodes} -o {target}", ".jsonl", "file"),
+    "imitation-data -o": ("imitation-data {episodes} -o {target}", ".parquet", "file"),
+    "play -o (a file)": (PLAY.replace("{out}", "{target}"), ".parquet", "episodes"),
+    "play -o (a folder)": (PLAY.replace("{out}", "{target}"), "", "dir:play"),
+    "play --export-json": (PLAY.replace("{out}", "{tmp}/played") + " --export-json {target}", ".json", "file"),
+    "evaluate -o": (EVALUATE.replace("{out}", "{target}"), ".json", "file"),
+    "evaluate --episodes-out (a file)": (EVALUATE.replace("{out}", "{tmp}/m.json") + " --episodes-out {target}",
+                                         ".parquet", "episodes"),
+    "evaluate --episodes-out (a folder)": (EVALUATE.replace("{out}", "{tmp}/m.json") + " --episodes-out {target}",
+                                           "", "dir:evaluate"),
+    "benchmark -o": ("benchmark --model {tiny} -o {target} --limit 1", ".json", "file"),
+    "benchmark --samples-out": ("benchmark --model {tiny} -o {tmp}/b.json --samples-out {target} --limit 1",
+                                ".jsonl", "file"),
+    "compare -o": ("compare {episodes} {words} -o {target}", ".json", "file"),
+    "tournament -o": (TOURNAMENT.replace("{out}", "{target}"), ".json", "file"),
+    "tournament --heatmap": (TOURNAMENT.replace("{out}", "{tmp}/t.json") + " --heatmap {target}", ".png", "file"),
+    "tournament --episodes-out": (TOURNAMENT.replace("{out}", "{tmp}/t.json") + " --episodes-out {target}", "",
+                                  "dir:tournament"),
+    "train -o": (TRAIN.replace("{episodes}", ROWS_FILE).replace("{out}", "{target}"), "", "dir:train"),
+    "train --checkpoint-dir": (TRAIN.replace("{episodes}", ROWS_FILE) + " --checkpoint-dir {target}", "",
+                               "dir:train-checkpoints"),
+    "train --live-dir": (TRAIN.replace("{episodes}", ROWS_FILE).replace("--no-live", "--live-dir {target}"), "",
+                         "dir:train-live"),
+    "base-model -o": ("base-model -o {target} --wheel {missing}", "", "dir:base-model"),
+}
+
+
+def test_the_output_table_covers_every_command_with_an_output():
+    writing = {args.split()[0] for args, _, _ in OUTPUTS.values()}
+    assert writing == {args.split()[0] for args, _ in CASES.values()} - {"analyze", "config"}
+
+
+def _spags(target: Path, what: str) -> None:
+    """A previous output of spag's at ``target`` (what --overwrite may replace)."""
+    from spag.game.episodes import write_episodes
+    from spag.io import write_text_atomic
+    from spag.outputs import prepare_output_dir
+
+    if what == "episodes":
+        write_episodes([EPISODE], target)
+    elif what.startswith("dir:"):
+        prepare_output_dir(target, what.removeprefix("dir:"))
+    else:
+        write_text_atomic(target, "spag wrote this\n")
+
+
+def _make_target(kind: str, target: Path, what: str, tmp_path: Path) -> None:
+    import socket
+    import stat
+
+    if kind == "foreign file":
+        target.write_text("the user's data\n")
+    elif kind == "read-only, spag's":
+        _spags(target, what)
+        target.chmod(0o555 if target.is_dir() else 0o444)
+    elif kind == "FIFO":
+        os.mkfifo(target)
+    elif kind == "device node":
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        os.mknod(target, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # what /dev/null is, in a temporary folder
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(target.name)  # relative to the test's folder: a socket path is short
+    elif kind == "symlink to a foreign file":
+        (tmp_path / "theirs").mkdir()
+        (tmp_path / "theirs" / "data").write_text("the user's data\n")
+        target.symlink_to(tmp_path / "theirs" / "data")
+    elif kind == "dangling symlink":
+        target.symlink_to(tmp_path / "nowhere" / "at_all")
+
+
+def _state(tmp_path: Path) -> dict:
+    """Every path under ``tmp_path``: its type, its link target and its bytes."""
+    import stat
+
+    state = {}
+    for path in tmp_path.rglob("*"):
+        st = path.lstat()
+        state[path] = (stat.S_IFMT(st.st_mode), os.readlink(path) if path.is_symlink() else None,
+                       path.read_bytes() if stat.S_ISREG(st.st_mode) else None)
+    return state
+
+
+TARGETS = {"foreign file": "was not written by spag|not episodes spag wrote|not a directory",
+           "read-only, spag's": "read-only",
+           "FIFO": "is a FIFO",
+           "device node": "is a character device",
+           "socket": "is a socket",
+           "symlink to a foreign file": "was not written by spag|not episodes spag wrote|not a directory",
+           "dangling symlink": "which does not exist"}
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_an_output_path_is_never_replaced_unless_it_is_spags(files, tmp_path, monkeypatch, output, kind):
+    """The output rule, for every output of every command: with --overwrite (the most a user can allow),
+    a foreign file, a read-only file, a FIFO, a device node, a socket and a symlink's foreign target are
+    left exactly as they are, and the command stops with one line naming the path and exit code 2."""
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    args, suffix, what = OUTPUTS[output]
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n")
+    target = tmp_path / f"target{suffix}"
+    _make_target(kind, target, what, tmp_path)
+    before = _state(tmp_path)
+    result = run_cli(*args.replace("{target}", str(target)).format(**files).split(), "--overwrite")
+    assert result.code == 2, result.stderr
+    (line,) = result.error_lines()
+    assert line.startswith(f"error: {target}: ") and re.search(TARGETS[kind], line), line
+    assert _state(tmp_path) == before
+
+
+# spag train's checkpoint and dvclive folders are its working folders, not results: a new run replaces the
+# checkpoints and curves spag wrote there (saying so), never anything else (docs/reliability.md).
+@pytest.mark.parametrize("output", [name for name, (_, _, what) in OUTPUTS.items()
+                                    if what not in ("dir:train-live", "dir:train-checkpoints")])
+def test_a_previous_output_is_replaced_only_with_overwrite(files, tmp_path, output):
+    args, suffix, what = OUTPUTS[output]
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n")
+    target = tmp_path / f"target{suffix}"
+    _spags(target, what)
+    (target / "NOTES.md").write_text("mine") if target.is_dir() else None
+    before = _state(tmp_path)
+    result = run_cli(*args.replace("{target}", str(target)).format(**files).split())
+    assert result.code == 2, result.stderr
+    (line,) = result.error_lines()
+    assert line.startswith(f"error: {target}: ") and "--overwrite" in line, line
+    assert _state(tmp_path) == before
+
+
+@pytest.mark.parametrize("command", ["words -o {target} --source {words}", "judge {episodes} -o {target}",
+                                     "reward {episodes} -o {target}"])
+def test_overwrite_writes_through_a_symlink_and_keeps_the_link(files, tmp_path, command):
+    real = tmp_path / "real" / "out.jsonl"
+    real.parent.mkdir()
+    first = run_cli(*command.replace("{target}", str(real)).format(**files).split())
+    assert first.code == 0, first.stderr
+    written = real.read_bytes()
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    again = run_cli(*command.replace("{target}", str(link)).format(**files).split(), "--overwrite")
+    assert again.code == 0, again.stderr
+    assert link.is_symlink() and os.readlink(link) == str(real) and real.read_bytes() == written
+    real.write_bytes(written)  # the same bytes, but written since by someone else: no longer spag's file
+    changed = run_cli(*command.replace("{target}", str(link)).format(**files).split(), "--overwrite")
+    assert changed.code == 2 and "was changed since" in changed.error_lines()[0]
+    assert link.is_symlink() and real.read_bytes() == written
+
+
+FAST_TRAIN = ["--max-steps", "1", "--batch-size", "1", "--grad-accum", "1", "--save-steps", "1"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command, kind", [
+    (TRAIN.replace("{episodes}", ROWS_FILE) + " " + " ".join(FAST_TRAIN), "train"),
+    (PLAY + " --max-turns 1 --max-new-tokens 2", "play"),
+    (EVALUATE.replace("{out}", "{tmp}/m.json") + " --episodes-out {out} --max-turns 1 --max-new-tokens 2",
+     "evaluate"),
+])
+def test_overwrite_of_a_folder_removes_only_what_spag_wrote(files, tmp_path, command, kind):
+    """H3: `--overwrite` replaced the whole folder, deleting a user's NOTES.md and subfolders."""
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n")
+    args = command.format(**files).split()
+    out = Path(files["out"])
+    first = run_cli(*args)
+    assert first.code == 0, first.stderr
+    spags = sorted(p.name for p in out.iterdir())
+    (out / "NOTES.md").write_text("n\n")
+    (out / "mine" / "deeper").mkdir(parents=True)
+    (out / "mine" / "deeper" / "data.csv").write_text("1,2\n")
+    again = run_cli(*args, "--overwrite", *(["--overwrite"] if kind == "evaluate" else []))
+    assert again.code == 0, again.stderr
+    assert (out / "NOTES.md").read_text() == "n\n" and (out / "mine" / "deeper" / "data.csv").read_text() == "1,2\n"
+    assert sorted(p.name for p in out.iterdir()) == sorted([*spags, "NOTES.md", "mine"])
+    if kind == "train":  # the new model moved in beside the user's files, and is what spag records there
+        from spag.io import written_by_spag
+
+        assert written_by_spag(out / "training_summary.json") and not written_by_spag(out / "NOTES.md")
+
+
+# ---------------------------------------------------------------------------- one writer per output
+
+
+HOLDER = """
+import sys, time
+from spag.outputs import writing
+with writing(sys.argv[1]):
+    print("holding", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.fixture
+def held(tmp_path):
+    """Another process writing ``tmp_path/out``: it holds the output's lock until the test ends."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "holding"
+    yield out, holder.pid
+    holder.kill()
+    holder.wait()
+
+
+@pytest.mark.parametrize("command", [PLAY, "reward {episodes} -o {out}", "words -o {out} --source {words}",
+                                     TRAIN.replace("{episodes}", ROWS_FILE) + " --max-steps 1"])
+def test_a_second_writer_of_an_output_is_refused_naming_the_first(files, tmp_path, held, command):
+    """M4: two `spag play -o DIR` started at once both ran and kept every game twice."""
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n")
+    out, pid = held
+    before = _state(tmp_path)
+    result = run_cli(*command.format(**files).split())
+    assert result.code == 2, result.stderr
+    (line,) = result.error_lines()
+    assert line.startswith(f"error: {out}: is being written by another spag process (pid {pid} of ") and \
+        "wait for it to end" in line
+    assert _state(tmp_path) == before
+
+
+def test_the_lock_goes_with_its_writer(files, tmp_path):
+    """A writer killed with SIGKILL leaves no lock (the kernel's), at most its small file, which the next
+    writer takes over."""
+    import signal
+    import subprocess
+    import sys
+
+    out = Path(files["out"])
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "holding"
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    assert (tmp_path / ".out.spag-lock").exists()
+    result = run_cli("words", "-o", out, "--source", files["words"])
+    assert result.code == 0, result.stderr
+    assert out.read_text() == "apple\nriver\n" and not (tmp_path / ".out.spag-lock").exists()
+
+
+def test_a_new_file_that_appears_meanwhile_is_not_replaced(tmp_path):
+    """A new file is checked again when it is published (by a hard link, which never replaces a file): a
+    file another writer put there meanwhile stays."""
+    from spag.io import OutputExists, atomic_path
+
+    target = tmp_path / "shard-00000.parquet"
+    with pytest.raises(OutputExists), atomic_path(target) as tmp:
+        tmp.write_text("ours")
+        target.write_text("theirs")
+    assert target.read_text() == "theirs" and [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+@pytest.mark.slow
+def test_two_plays_into_one_folder_cannot_double_the_games(tmp_path):
+    """M4, as the QA pass ran it: the second `spag play -o DIR` stops at once, naming the first; the games
+    in DIR are each played once."""
+    import subprocess
+    import sys
+    import time
+
+    from spag.game.episodes import read_episodes
+    from spag.testing import make_scripted_checkpoint
+
+    model = make_scripted_checkpoint(tmp_path / "talker", "blah", loop=True)  # never ends: long utterances
+    words = tmp_path / "words.txt"
+    words.write_text("".join(f"{w}\n" for w in ("apple", "river", "stone", "cloud", "bread", "chair", "glass", "horse")))
+    out = tmp_path / "episodes"
+    args = ["play", "--attacker", model, "--defender", model, "--words", words, "-o", out, "--no-progress",
+            "--batch-size", "2", "--max-new-tokens", "200", "--temperature", "0"]
+    first = subprocess.Popen([sys.executable, "-m", "spag.cli", *map(str, args)], stderr=subprocess.PIPE, text=True)
+    lock = tmp_path / ".episodes.spag-lock"
+    for _ in range(600):
+        if lock.exists() or first.poll() is not None:
+            break
+        time.sleep(0.1)
+    second = run_cli(*args)
+    still_running = first.poll() is None
+    first.terminate()
+    _, err = first.communicate(timeout=120)
+    assert still_running, err
+    assert second.code == 2
+    (line,) = second.error_lines()
+    assert f"is being written by another spag process (pid {first.pid} of " in line and "spag play" in line
+    played = read_episodes(out) if any(out.glob("*.parquet")) else []
+    indices = [e["word_index"] for e in played]
+    assert len(indices) == len(set(indices))
+
+
+# ------------------------------------------------------------------------------------- spag analyze
+
+
+@pytest.fixture
+def episode_files(tmp_path):
+    from spag.game.episodes import write_episodes
+
+    folder = tmp_path / "data" / "epoch_1" / "episodes"
+    write_episodes([{**EPISODE, "outcome": "defender_wins", "turns": 1}], folder / "shard-00000.parquet")
+    return folder
+
+
+@pytest.mark.parametrize("sql", ["SELECT * FROM read_text('.tmp/*')", "SELECT * FROM read_text('.tmp/secret')",
+                                 "SELECT * FROM glob('.tmp/*')"])
+def test_analyze_cannot_read_the_working_folders_tmp(episode_files, tmp_path, monkeypatch, sql):
+    """H4: DuckDB always lets a query read its temporary folder, by default `.tmp` of the working folder."""
+    import tempfile
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".tmp").mkdir()
+    (tmp_path / ".tmp" / "secret").write_text("password-42\n")
+    private_before = set(Path(tempfile.gettempdir()).glob("spag-analyze-*"))
+    result = run_cli("analyze", episode_files, "--sql", sql)
+    assert "password-42" not in result.stdout + result.stderr and ".tmp/secret" not in result.stdout
+    assert result.code == 2 or result.stdout.count("\n") <= 3, result.stdout  # glob: no file of yours listed
+    if result.code == 2:
+        (line,) = result.error_lines()
+        assert line.startswith("error: query sql failed") and "disabled" in line
+    assert set(Path(tempfile.gettempdir()).glob("spag-analyze-*")) <= private_before  # its own, removed
+
+
+HEAVY = "SELECT count(*) FROM range(1000000000) a, range(1000000000) b"
+
+
+def test_analyze_stops_a_query_at_its_time_limit(episode_files):
+    """M1: a cross join of two huge ranges ran for 15 minutes and more."""
+    result = run_cli("analyze", episode_files, "--sql", HEAVY, "--time-limit", "1")
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line == "error: query sql stopped after 1 s, its time limit (--time-limit SECONDS)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signal_name, code, says", [("SIGINT", 130, "error: interrupted (Ctrl-C); the query was stopped"),
+                                                     ("SIGTERM", 143, "error: terminated (SIGTERM); the query was stopped")])
+def test_ctrl_c_or_sigterm_stops_a_running_query_with_one_line(episode_files, signal_name, code, says):
+    """M1: Ctrl-C did nothing, SIGTERM gave a traceback or was ignored."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    private = episode_files.parent / "tmp"  # where the query's private temporary folder appears
+    private.mkdir()
+    query = subprocess.Popen([sys.executable, "-m", "spag.cli", "analyze", str(episode_files), "--sql", HEAVY],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "TMPDIR": str(private)})
+    deadline = time.monotonic() + 120
+    while not any(private.iterdir()) and query.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the command is connecting: its signal handlers are in place
+    time.sleep(0.5)
+    assert query.poll() is None
+    query.send_signal(getattr(signal, signal_name))
+    _, err = query.communicate(timeout=60)
+    assert query.returncode == code, err
+    assert err.strip().splitlines() == [says]
+
+
+TYPES = ("INTERVAL 1 DAY AS i, gen_random_uuid() AS u, 170141183460469231731687303715884105727::HUGEINT AS h, "
+         "1.5::DECIMAL(10,2) AS d, 'ab'::BLOB AS b, '101'::BIT AS bit, TIME '12:00:00' AS t, "
+         "TIMETZ '12:00:00+01' AS ttz, TIMESTAMP_NS '2020-01-01 00:00:00.123456789' AS tns, "
+         "TIMESTAMPTZ '2020-01-01 00:00:00+00' AS tz, DATE 'infinity' AS dinf, MAP {'a': 1} AS m, "
+         "MAP {[1]: 'a'} AS listkey, {'x': [1, 2]} AS s, [1, 2]::INTEGER[2] AS arr, union_value(num := 2) AS un, "
+         "'x'::ENUM('x', 'y') AS e, 'nan'::DOUBLE AS n, '-infinity'::DOUBLE AS ninf, "
+         "12345678901234567890123::VARINT AS vi, '{\"a\": 1}'::JSON AS j, 2::UHUGEINT AS uh, NULL AS nothing")
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "table"])
+def test_every_duckdb_type_is_written_in_every_format(episode_files, fmt):
+    """M2: `-f json` on an INTERVAL or a UUID ended in a TypeError traceback."""
+    import csv
+    import io
+
+    result = run_cli("analyze", episode_files, "-f", fmt, "--sql", f"SELECT {TYPES}")
+    assert result.code == 0, result.stderr
+    if fmt == "json":
+        (row,) = json.loads(result.stdout)
+        assert row["i"] == "1 day, 0:00:00" and len(row["u"]) == 36 and row["b"] == "6162"
+        assert row["m"] == {"a": 1} and row["listkey"] == {"key": [[1]], "value": ["a"]} and row["arr"] == [1, 2]
+        assert row["n"] is None and row["ninf"] is None and row["nothing"] is None
+        assert row["tz"].startswith("2020-01-01T00:00:00") and row["h"] == 2**127 - 1
+    elif fmt == "csv":
+        header, values = list(csv.reader(io.StringIO(result.stdout)))
+        row = dict(zip(header, values))
+        assert row["i"] == "1 day, 0:00:00" and row["s"] == '{"x": [1, 2]}' and row["n"] == "nan"
+        assert row["nothing"] == "" and row["b"] == "6162"
+    else:
+        assert "1 day, 0:00:00" in result.stdout and '{"x": [1, 2]}' in result.stdout
+
+
+def test_a_dollar_word_inside_a_string_is_text_not_a_parameter(episode_files):
+    """L1: `--sql "SELECT '$x'"` asked for a parameter x."""
+    result = run_cli("analyze", episode_files, "-f", "json", "--sql",
+                     "SELECT '$x' AS s, \"$y\" FROM (SELECT 1 AS \"$y\") -- $z")
+    assert result.code == 0, result.stderr
+    assert json.loads(result.stdout) == [{"s": "$x", "$y": 1}]
+    needs = run_cli("analyze", episode_files, "--sql", "SELECT count(*) FROM episodes WHERE turns >= $least")
+    assert needs.code == 2 and "needs parameter(s) least" in needs.error_lines()[0]
+
+
+# ----------------------------------------------------------------------------------- settings files
+
+
+def _deep_block(levels: int) -> str:
+    return "".join("  " * i + f"k{i}:\n" for i in range(levels)) + "  " * levels + "x: 1\n"
+
+
+BAD_PARAMS = {
+    "nested 5,000 levels in brackets": ("seed: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper than 32 levels"),
+    "nested 300 levels by indentation": (_deep_block(300), "nested deeper than 32 levels"),
+    "a list as a key": ("? [a, b]\n: 1\n", "a key must be a plain name, not a sequence"),
+    "a mapping as a key": ("? {a: 1}\n: 1\n", "a key must be a plain name, not a mapping"),
+    "larger than 1 MiB": ("# padding\n" * 120_000, "is larger than 1 MiB"),
+}
+
+
+@pytest.mark.parametrize("how", ["config check", "--override", "prompt --params"])
+@pytest.mark.parametrize("name", BAD_PARAMS)
+def test_a_hostile_settings_file_is_one_line(files, tmp_path, how, name):
+    """M3: a file nested 5,000 levels deep gave a RecursionError, a list as a key `TypeError: unhashable`,
+    in `spag config check`, through --override and through `spag prompt --params`."""
+    text, says = BAD_PARAMS[name]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    args = {"config check": ["config", "check", bad],
+            "--override": ["config", "show", PAPER, "--override", bad],
+            "prompt --params": ["prompt", files["episodes"], "--params", bad, "-o", files["out"]]}[how]
+    result = run_cli(*args)
+    assert result.code == 2, result.stderr
+    (line,) = result.error_lines()
+    assert line.startswith(f"error: {bad}: ") and says in line and len(line) < 300, line
+    assert not Path(files["out"]).exists()
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "device node", "folder"])
+def test_a_settings_file_that_is_no_regular_file_is_refused_at_once(tmp_path, kind):
+    """L9: `spag config check` waited forever on a FIFO and ran out of memory on /dev/zero."""
+    import stat
+
+    path = tmp_path / "params.yaml"
+    if kind == "FIFO":
+        os.mkfifo(path)
+    elif kind == "device node":
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 5))  # what /dev/zero is, in a temporary folder
+    else:
+        path.mkdir()
+    for args in (["config", "check", path], ["config", "show", PAPER, "--override", path]):
+        result = run_cli(*args)
+        assert result.code == 2
+        (line,) = result.error_lines()
+        assert line.startswith(f"error: {path}: is a ") and "not a params file" in line
+
+
+def test_yaml_merge_keys_are_allowed_and_explicit_keys_win(tmp_path):
+    """L2: `<<: *anchor` was refused, although the loader meant to allow it."""
+    from spag.config import load_settings
+
+    params = tmp_path / "params.yaml"
+    params.write_text("imitate: &training\n  batch_size: 3\n  grad_accum: 4\n"
+                      "spag:\n  <<: *training\n  grad_accum: 6\n")
+    assert run_cli("config", "check", params).code == 0
+    settings = load_settings(params)
+    assert (settings.spag.batch_size, settings.spag.grad_accum) == (3, 6)
+    params.write_text("spag:\n  batch_size: 3\n  batch_size: 4\n")  # a key given twice is still an error
+    result = run_cli("config", "check", params)
+    assert result.code == 2 and "'batch_size' is given twice" in result.error_lines()[0]
+
+
+@pytest.mark.slow
+def test_validating_many_epochs_takes_linear_time(tmp_path):
+    """L3: checking each epoch against all the others made 8,000 epochs take 20 s (and 32,000 five
+    minutes; 16,000 over a minute). As its own process with a time limit, so a regression fails here
+    instead of stalling."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    epochs = {str(i): {"previous": "imitation" if i == 1 else f"epoch_{i - 1}"} for i in range(1, 16_001)}
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"spag": {"epochs": epochs}}))
+    result = subprocess.run([sys.executable, "-m", "spag.cli", "config", "check", str(params)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "16000 SPAG epochs" in result.stderr
+
+
+def test_an_override_error_names_the_override_file(tmp_path):
+    """L4: a bad value from an --override file was told as the params file's."""
+    override = tmp_path / "toy.yaml"
+    override.write_text("play.temperature: -1\n")
+    result = run_cli("config", "show", PAPER, "--override", override)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line == f"error: {override}: play.temperature: must be >= 0, got -1"
+    override.write_text("spag.epochs: {'1': {previous: epoch_3}}\n")
+    (line,) = run_cli("config", "show", PAPER, "--override", override).error_lines()
+    assert line.startswith(f"error: {override}: spag.epochs.1.previous: 'epoch_3' is not one of imitation")
+    (PAPER_BAD := tmp_path / "params.yaml").write_text("play:\n  temperature: -2\n")
+    (line,) = run_cli("config", "show", PAPER_BAD, "--override", override).error_lines()
+    assert line.startswith(f"error: {PAPER_BAD}: play.temperature")  # the file's own bad value is the file's
+
+
+@pytest.mark.parametrize("null", ["null", "none"])
+@pytest.mark.parametrize("command", ["reward", "imitation-data"])
+def test_null_on_the_command_line_means_none(files, tmp_path, monkeypatch, command, null):
+    """L10: `--sft null` (the help's own word for none) was read as a file named null."""
+    monkeypatch.chdir(tmp_path)
+    result = run_cli(command, files["episodes"], "-o", tmp_path / "rows.jsonl", "--sft", null, "--templates", null)
+    assert result.code == 0, result.stderr
+    assert "sft: none" in result.stderr or "general rows" not in result.stderr
+    (tmp_path / "null").write_text("not a data file\n")
+    as_file = run_cli(command, files["episodes"], "-o", tmp_path / "rows2.jsonl", "--sft", "./null")
+    assert as_file.code == 2 and "null" in as_file.error_lines()[-1]
+
+
+# ---------------------------------------------------------------------------------- training faults
+
+
+def _rows(tmp_path, completions=("hi",) * 4):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"Say {i}.", "completion": c, "kind": "sft"}) + "\n"
+                            for i, c in enumerate(completions)))
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damaged", ["optimizer.pt", "model.safetensors"])
+def test_a_damaged_newest_checkpoint_is_passed_over_for_the_one_before(files, tmp_path, damaged):
+    """M5: `truncate -s 1000 checkpoint-4/optimizer.pt` (or the weights), then --resume: a traceback."""
+    out = tmp_path / "model"
+    args = ["train", "--method", "sft", "--model", files["tiny"], "--data", _rows(tmp_path), "-o", out, "--no-live",
+            "--batch-size", "1", "--grad-accum", "1", "--save-steps", "2", "--keep-checkpoints", "--device", "cpu"]
+    first = run_cli(*args, "--max-steps", "4")
+    assert first.code == 0, first.stderr
+    assert sorted(p.name for p in (out / "checkpoints").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    os.truncate(out / "checkpoints" / "checkpoint-4" / damaged, 1000)
+    resumed = run_cli(*args, "--max-steps", "6", "--resume")
+    assert resumed.code == 0, resumed.stderr
+    assert f"note: checkpoint-4 is damaged ({damaged}: " in resumed.stdout
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["resumed_from"].endswith("checkpoint-2") and summary["steps"] == 6
+
+
+def test_a_launcher_that_writes_no_model_is_an_error(files, tmp_path):
+    """M6: `--launcher echo` exited 0 with no model and no summary."""
+    out = tmp_path / "model"
+    result = run_cli(*TRAIN.replace("{episodes}", str(_rows(tmp_path))).replace("{out}", str(out)).format(**files).split(),
+                     "--launcher", "echo")
+    assert result.code == 2
+    line = result.error_lines()[-1]
+    assert line.startswith(f"error: {out}: the launcher 'echo' exited without error but wrote no model here")
+    assert not (out / "training_summary.json").exists()
+
+
+@pytest.mark.parametrize("launcher, says", [('torchrun "x', "--launcher: 'torchrun \"x' is not a command line "
+                                                             "(No closing quotation)"),
+                                            ("no-such-launcher-42 --nproc 2", "'no-such-launcher-42': no such program"),
+                                            ("   ", "--launcher: is empty")])
+def test_a_bad_launcher_is_one_line_before_any_work(files, tmp_path, launcher, says):
+    """M7: `--launcher 'torchrun \"x'` crashed with `ValueError: No closing quotation`."""
+    _rows(tmp_path)
+    result = run_cli(*TRAIN.replace("{episodes}", ROWS_FILE).format(**files).split(), "--launcher", launcher)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line.startswith("error: --launcher: ") and says in line, line
+    assert not Path(files["out"]).exists()
+
+
+@pytest.mark.parametrize("content, says", [("{not json", "not valid JSON (line 1: Expecting property name"),
+                                           ("[1, 2]", "expected a JSON object of DeepSpeed settings, got list"),
+                                           ("\"zero\"", "got str")])
+@pytest.mark.parametrize("launcher", [[], ["--launcher", "torchrun --nproc_per_node 1"]])
+def test_a_bad_deepspeed_file_is_one_line_before_any_work(files, tmp_path, content, says, launcher):
+    """M8: `--deepspeed bad.json` (invalid JSON, or a list) gave a 68-line traceback after 53 s."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    _rows(tmp_path)
+    result = run_cli(*TRAIN.replace("{episodes}", ROWS_FILE).format(**files).split(), "--deepspeed", bad, *launcher)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line.startswith(f"error: {bad}: ") and says in line and line.endswith("(--deepspeed)"), line
+    assert not Path(files["out"]).exists()
+
+
+@pytest.mark.parametrize("key, value, says", [("launcher", 'torchrun "x', "spag.launcher: not a command line"),
+                                              ("launcher", "", "spag.launcher: an empty command line")])
+def test_a_bad_launcher_in_a_params_file_is_refused_by_config_check(tmp_path, key, value, says):
+    params = tmp_path / "params.yaml"
+    params.write_text(f"spag:\n  {key}: {json.dumps(value)}\n")
+    result = run_cli("config", "check", params)
+    assert result.code == 2
+    assert says in result.error_lines()[0]
+
+
+def test_training_rows_with_an_empty_completion_are_warned_of(files, tmp_path):
+    """L7: rows with an empty completion passed without a word."""
+    rows = _rows(tmp_path, ("hi", "", "  ", "ok"))
+    out = tmp_path / "model"
+    result = run_cli(*TRAIN.replace("{episodes}", str(rows)).replace("{out}", str(out)).format(**files).split(),
+                     "--max-steps", "1", "--batch-size", "1", "--grad-accum", "1")
+    assert result.code == 0, result.stderr
+    assert (f"warning: {rows}: 2 of 4 rows have an empty completion (the first: record 1); each is learned as "
+            "ending the turn at once") in result.stderr
+
+
+# ---------------------------------------------------------------------------------------- the rest
+
+
+def test_compare_never_writes_over_a_samples_file_it_reads(tmp_path):
+    """M9: `spag compare B1.json B2.json -o B1.samples.jsonl` overwrote a file compare itself reads."""
+    for name in ("b1", "b2"):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"tasks": {}, "samples_file": f"{name}.samples.jsonl"}))
+        (tmp_path / f"{name}.samples.jsonl").write_text('{"task": "t", "doc_id": 0, "correct": 1}\n')
+    before = _state(tmp_path)
+    for target, says in (("b1.samples.jsonl", "A's samples"), ("b2.samples.jsonl", "B's samples")):
+        result = run_cli("compare", tmp_path / "b1.json", tmp_path / "b2.json", "-o", tmp_path / target, "--overwrite")
+        assert result.code == 2
+        (line,) = result.error_lines()
+        assert line == f"error: {tmp_path / target}: -o is the same file as {says} (the input); choose another path"
+    assert _state(tmp_path) == before
+
+
+def test_prompt_on_a_finished_game_is_one_line(tmp_path):
+    """L5: `spag prompt` on a finished game printed "round 2 of 1"."""
+    states = tmp_path / "states.jsonl"
+    over = {"id": "g", "target_word": "apple", "max_turns": 1, "history": [
+        {"role": "attacker", "content": "a fruit"}, {"role": "defender", "content": "a pear?"}]}
+    states.write_text(json.dumps({**over, "history": []}) + "\n" + json.dumps(over) + "\n")
+    result = run_cli("prompt", states, "--params", PAPER, "-o", tmp_path / "prompts.jsonl")
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line == f"error: {states}: record 1: the game is over (2 utterances, 1 rounds): there is no next prompt"
+    assert not (tmp_path / "prompts.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_play_is_one_line(tmp_path):
+    """L6: Ctrl-C during `spag play` exited 130 without a word (typer turned it into a silent exit)."""
+    import signal
+    import subprocess
+    import sys
+
+    from spag.testing import make_scripted_checkpoint
+
+    model = make_scripted_checkpoint(tmp_path / "talker", "blah", loop=True)
+    words = tmp_path / "words.txt"
+    words.write_text("apple\nriver\nstone\ncloud\n")
+    out = tmp_path / "episodes"
+    play = subprocess.Popen([sys.executable, "-m", "spag.cli", "play", "--attacker", model, "--defender", model,
+                             "--words", words, "-o", out, "--max-new-tokens", "400", "--batch-size", "2",
+                             "--no-progress"], stderr=subprocess.PIPE, text=True)
+    lock = tmp_path / ".episodes.spag-lock"
+    for _ in range(600):  # the lock is taken once the words and models are checked: the run has begun
+        if lock.exists() or play.poll() is not None:
+            break
+        subprocess.run(["sleep", "0.1"])
+    play.send_signal(signal.SIGINT)
+    _, err = play.communicate(timeout=120)
+    assert play.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "error: interrupted (Ctrl-C); finished work was kept"
+    assert "Traceback" not in err
+
+
+def test_a_full_disk_names_the_file_not_its_temporary_copy(tmp_path):
+    """L8: "No space left on device" named no file. A file size limit fails the write the same way (EFBIG);
+    the error names the output, and no temporary file is left."""
+    import resource
+    import subprocess
+    import sys
+
+    episodes = tmp_path / "episodes.jsonl"
+    episodes.write_text((json.dumps(EPISODE) + "\n") * 200)
+    out = tmp_path / "judged.jsonl"
+    result = subprocess.run([sys.executable, "-m", "spag.cli", "judge", str(episodes), "-o", str(out)],
+                            capture_output=True, text=True,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000)))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: {out}: cannot be written: File too large"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["episodes.jsonl"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_folder_is_named_not_the_temporary_file(files, tmp_path):
+    """L8: writing into a read-only folder named the hidden temporary file."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        result = run_cli("words", "-o", folder / "out.txt", "--source", files["words"])
+    finally:
+        folder.chmod(0o755)
+    assert result.code == 2
+    (line,) = result.error_lines()
+    assert line == f"error: {folder / 'out.txt'}: cannot be written: the folder {folder} is not writable (-o)"
+
+
+# ------------------------------------------------------------------------- results stay current (M10)
+
+
+def test_dvc_yaml_is_written_from_the_stage_table():
+    """dvc.yaml is generated (python -m spag.dvcyaml): the committed file is what the table declares."""
+    from spag.dvcyaml import render
+
+    assert (Path(__file__).resolve().parent.parent / "dvc.yaml").read_text(encoding="utf-8") == render(), \
+        "dvc.yaml is stale: run `python -m spag.dvcyaml`"
+
+
+def test_every_data_file_under_spag_is_a_dependency_or_read_by_no_stage():
+    from spag.dvcyaml import DATA, NOT_READ, PACKAGE, ROOT
+
+    declared = {path for paths in DATA.values() for path in paths} | set(NOT_READ)
+    for path in PACKAGE.rglob("*"):
+        if path.is_file() and path.suffix not in (".py", ".pyc"):
+            relative = path.relative_to(ROOT).as_posix()
+            assert any(relative == d or relative.startswith(d + "/") for d in declared), relative
+
+
+def test_no_stage_depends_on_the_command_line():
+    from spag.dvcyaml import stage_files
+    from spag.pipeline import STAGES
+
+    for stage in STAGES:
+        files = stage_files(stage)
+        assert not [f for f in files if f == "spag/cli.py" or f.startswith("spag/commands/")], stage.name
+        assert "spag/dvcyaml.py" not in files
+
+
+@pytest.mark.slow
+def test_dvc_status_names_the_stages_whose_code_changed(tmp_path):
+    """M10: editing spag/words.py (the held-out split) left every stage "up to date". Every stage's outputs
+    are committed as they are (no stage runs), then one source file changes: `dvc status` names exactly
+    the stages that run it, and not those downstream of them only through their data."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from spag.pipeline import STAGES
+
+    root = Path(__file__).resolve().parent.parent
+    work = tmp_path / "project"
+    shutil.copytree(root / "spag", work / "spag", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(root / "stages", work / "stages")
+    for name in ("dvc.yaml", ".dvcignore", "params.yaml"):
+        shutil.copy(root / name, work / name)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+    def dvc(*args):
+        result = subprocess.run(["dvc", *args], cwd=work, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    dvc("init", "--no-scm", "-q")
+    epochs = yaml.safe_load((work / "params.yaml").read_text())["spag"]["epochs"]
+    for stage in STAGES:
+        for epoch, entry in (epochs.items() if stage.per_epoch else [(None, {"previous": None})]):
+            for path in [p for p, _ in stage.outs] + list(stage.metrics) + list(stage.plots):
+                out = work / path.format(epoch=epoch, previous=entry["previous"])
+                if out.suffix:  # a file
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_text(f"{out.name}\n")
+                else:  # a folder
+                    out.mkdir(parents=True, exist_ok=True)
+                    (out / "part").write_text("a part\n")
+    dvc("commit", "-f", "-q")
+    assert json.loads(dvc("status", "--json")) == {}
+    (work / "spag" / "evaluate" / "tasks" / "__pycache__").mkdir()  # byte code written by running the code
+    (work / "spag" / "evaluate" / "tasks" / "__pycache__" / "generate.cpython-311.pyc").write_bytes(b"\0")
+    assert json.loads(dvc("status", "--json")) == {}
+
+    def changed_by(source: str) -> set[str]:
+        path = work / "spag" / source
+        original = path.read_text()
+        path.write_text(original + "\n# an edit\n")
+        try:
+            return set(json.loads(dvc("status", "--json")))
+        finally:
+            path.write_text(original)
+
+    epoch_names = lambda name: {f"{name}@{e}" for e in epochs}
+    assert changed_by("rewards.py") == {"imitation_data"} | epoch_names("reward")
+    assert changed_by("words.py") == {"words", "teacher_play"} | epoch_names("play") | epoch_names("evaluate")
+    assert changed_by("train/losses.py") == {"imitate"} | epoch_names("train")
+    assert changed_by("game/templates.yaml") >= {"imitation_data", "teacher_play"} | epoch_names("reward")
+    assert changed_by("evaluate/tournament.py") == set()  # no stage runs a tournament
+    assert changed_by("commands/reward.py") == set()  # the command line is no stage's code

@@ -233,6 +233,8 @@ def declared_in_dvc_yaml() -> dict[str, list[str]]:
 
 
 def test_dvc_yaml_declares_exactly_the_params_each_stage_reads():
+    """dvc.yaml is written from the stage table (tests/test_cli_errors.py checks it is current): each
+    stage's params there are the keys its view of the settings lets it read."""
     dvc = declared_in_dvc_yaml()
     assert set(dvc) == set(STAGE_PARAMS)
     for name, keys in STAGE_PARAMS.items():

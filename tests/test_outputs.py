@@ -66,10 +66,13 @@ def test_claim_accepts_new_empty_and_own_outputs_only(tmp_path):
 
 
 def test_overwrite_replaces_only_a_previous_output_of_the_same_kind(tmp_path):
+    from spag.io import write_text_atomic
+
     own = prepare_output_dir(tmp_path / "eval", "evaluate")
-    (own / "as_attacker.parquet").write_text("old")
+    write_text_atomic(own / "as_attacker.parquet", "old")  # spag's, recorded in the folder's manifest
+    (own / "NOTES.md").write_text("the user's")
     prepare_output_dir(own, "evaluate", overwrite=True)
-    assert sorted(p.name for p in own.iterdir()) == [MARKER]
+    assert sorted(p.name for p in own.iterdir()) == [MARKER, "NOTES.md"]
     assert output_kind(own) == "evaluate"
 
 

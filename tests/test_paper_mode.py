@@ -373,7 +373,7 @@ def test_words_command_reads_a_list_file(tmp_path):
     kept = spag("words", "-o", out, "--source", listing, "--top", 4, "--keep-stop-words")
     assert kept.returncode == 0, kept.stderr
     assert out.read_text().split() == ["one", "like", "would", "river"]  # order kept, lower-cased, no repeat
-    skipped = spag("words", "-o", out, "--source", listing)
+    skipped = spag("words", "-o", out, "--source", listing, "--overwrite")  # its own earlier list
     assert skipped.returncode == 0 and out.read_text().split() == ["river", "apple"]  # "one", "like", "would": function words
-    missing = spag("words", "-o", out, "--source", tmp_path / "nowhere.txt")
+    missing = spag("words", "-o", out, "--source", tmp_path / "nowhere.txt", "--overwrite")
     assert missing.returncode == 2 and "nowhere.txt: no such file" in missing.stderr

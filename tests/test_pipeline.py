@@ -40,9 +40,11 @@ def small_params(tiny_model: Path) -> dict:
 
 def make_project(work: Path, params: dict) -> dict:
     """A git + DVC project in ``work`` with this checkout's pipeline and ``params``; returns the env to run in."""
-    for name in ("dvc.yaml", "stages"):
+    for name in ("dvc.yaml", ".dvcignore", "stages"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    # The stages depend on the spag/ code they run (the stages themselves import the installed spag).
+    shutil.copytree(ROOT / "spag", work / "spag", ignore=shutil.ignore_patterns("__pycache__"))
     (work / "params.yaml").write_text(yaml.safe_dump(params))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     run(["git", "init", "-q"], work, env)

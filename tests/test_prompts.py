@@ -172,7 +172,7 @@ def test_a_bad_templates_file_is_named_with_its_key(tmp_path, change, message):
 
 
 def test_a_missing_templates_file_is_named(tmp_path):
-    with pytest.raises(DataError, match="nowhere.yaml: cannot read the templates file"):
+    with pytest.raises(DataError, match="nowhere.yaml: no such file"):
         load_templates(tmp_path / "nowhere.yaml")
 
 

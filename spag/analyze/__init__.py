@@ -9,7 +9,10 @@ A named query is a ``.sql`` file whose first comment line is its one-line descri
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import re
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,10 +21,11 @@ from typing import Any
 
 from spag.analyze.views import DEFAULT_GLOB, AnalyzeError, connect
 from spag.console import first_line
+from spag.signals import Interrupted, Terminated
 
 QUERY_DIR = Path(__file__).with_name("queries")
 _NAME = re.compile(r"^\w+$")
-_PARAM = re.compile(r"\$([A-Za-z_]\w*)")
+_NAME_START = re.compile(r"[A-Za-z_]\w*")
 _COMMENT = re.compile(r"--[^\n]*")
 _USES_WORDS = re.compile(r"\b(?:from|join)\s+words\b", re.IGNORECASE)
 
@@ -105,20 +109,43 @@ def _resolve(name_or_sql: str) -> tuple[str, str, dict]:
     return "sql", text, {}
 
 
+DEFAULT_TIME_LIMIT = 300.0  # seconds a query may run: seconds on a million episodes, so minutes means a mistake
+
+
+def parameters(sql: str) -> set[str]:
+    """The named parameters (``$name``) of ``sql``, found by DuckDB's own tokenizer: a ``$word`` inside a
+    string, a quoted name or a comment is text, not a parameter."""
+    import duckdb
+
+    tokens = duckdb.tokenize(sql)
+    names = set()
+    for (position, kind), after in itertools.pairwise(tokens):
+        if kind == duckdb.token_type.operator and sql[position] == "$" and after[0] == position + 1 \
+                and after[1] in (duckdb.token_type.identifier, duckdb.token_type.keyword):  # $limit, $name
+            name = _NAME_START.match(sql, position + 1)
+            if name:
+                names.add(name.group())
+    return names
+
+
 def execute(
     name_or_sql: str, glob: str = DEFAULT_GLOB, params: Mapping[str, Any] | None = None,
-    rules: str | None = None,
+    rules: str | None = None, time_limit: float = DEFAULT_TIME_LIMIT,
 ) -> QueryResult:
     """Run a named query, a ``.sql`` file or SQL text over the episodes ``glob`` names.
 
-    ``rules`` (whole-word or original) judges every episode again by those rules first.
+    ``rules`` (whole-word or original) judges every episode again by those rules first. The query is
+    stopped after ``time_limit`` seconds (AnalyzeError), and at once on Ctrl-C or SIGTERM (the exception
+    that brought them, saying the query was stopped).
     """
     import duckdb
 
     start = time.perf_counter()
     label, sql, values = _resolve(name_or_sql)
-    code = _COMMENT.sub("", sql)
-    wanted = set(_PARAM.findall(code))
+    try:
+        wanted = parameters(sql)
+    except duckdb.Error as exc:
+        raise AnalyzeError(f"query {label} cannot be read: {first_line(exc)}") from None
     unknown = set(params or {}) - wanted
     if unknown:
         raise AnalyzeError(f"query {label} has no parameter(s) {', '.join(sorted(unknown))}")
@@ -128,26 +155,69 @@ def execute(
         raise AnalyzeError(
             f"query {label} needs parameter(s) {', '.join(sorted(missing))} (--param NAME=VALUE)"
         )
+    code = _COMMENT.sub("", sql)
     try:
-        con = connect(glob, words=bool(_USES_WORDS.search(code)), rules=rules)
+        with connect(glob, words=bool(_USES_WORDS.search(code)), rules=rules) as con:
+            try:
+                files = con.execute("SELECT count(*) FROM spag_files").fetchone()[0]
+                kinds = {statement.type for statement in con.extract_statements(sql)}
+                if kinds - {duckdb.StatementType.SELECT}:
+                    raise AnalyzeError(f"query {label}: only SELECT statements run here (no COPY, ATTACH, INSTALL, "
+                                       "SET, CREATE ...): spag analyze reads episodes and writes nothing")
+                columns, rows = _run(con, sql, {k: v for k, v in values.items() if k in wanted} or None, label,
+                                     time_limit)
+            except duckdb.Error as exc:
+                raise AnalyzeError(f"query {label} failed: {first_line(exc)}") from None
     except duckdb.Error as exc:
         raise AnalyzeError(f"cannot read episodes {glob!r}: {first_line(exc)}") from None
-    try:
-        files = con.execute("SELECT count(*) FROM spag_files").fetchone()[0]
-        kinds = {statement.type for statement in con.extract_statements(sql)}
-        if kinds - {duckdb.StatementType.SELECT}:
-            raise AnalyzeError(f"query {label}: only SELECT statements run here (no COPY, ATTACH, INSTALL, SET, "
-                               "CREATE ...): spag analyze reads episodes and writes nothing")
-        cursor = con.execute(sql, {k: v for k, v in values.items() if k in wanted} or None)
-        if cursor.description is None:
-            raise AnalyzeError(f"query {label} returned no result set")
-        columns = [d[0] for d in cursor.description]
-        rows = cursor.fetchall()
-    except duckdb.Error as exc:
-        raise AnalyzeError(f"query {label} failed: {first_line(exc)}") from None
-    finally:
-        con.close()
+    except (KeyboardInterrupt, Interrupted, Terminated) as stop:  # while the views were being set up
+        raise type(stop)(str(stop) or "the query was stopped") from None
     return QueryResult(label, columns, rows, files, time.perf_counter() - start)
+
+
+def _run(con, sql: str, values: dict | None, label: str, time_limit: float) -> tuple[list[str], list[tuple]]:
+    """The query's columns and rows. It runs in a thread of its own, so that this one stays free to stop it
+    (``con.interrupt()``): when ``time_limit`` passes, or on Ctrl-C or SIGTERM, which DuckDB's C code would
+    otherwise not see until the query ends, minutes or hours later. (The end is awaited on an Event, not
+    ``Thread.join``: a join that a signal interrupts marks the thread as ended while it still runs.)"""
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def query() -> None:
+        try:
+            cursor = con.execute(sql, values)
+            outcome["columns"] = None if cursor.description is None else [d[0] for d in cursor.description]
+            outcome["rows"] = cursor.fetchall() if cursor.description is not None else []
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=query, name=f"spag-analyze-{label}", daemon=True).start()
+    try:
+        finished = done.wait(time_limit)
+    except (KeyboardInterrupt, Interrupted, Terminated) as stop:  # Ctrl-C, SIGTERM: stop it, then say so
+        _stop(con, done)
+        raise type(stop)("the query was stopped") from None
+    except BaseException:
+        _stop(con, done)
+        raise
+    if not finished:
+        _stop(con, done)
+        raise AnalyzeError(f"query {label} stopped after {time_limit:g} s, its time limit (--time-limit SECONDS)")
+    if "error" in outcome:
+        raise outcome["error"]
+    if outcome["columns"] is None:
+        raise AnalyzeError(f"query {label} returned no result set")
+    return outcome["columns"], outcome["rows"]
+
+
+def _stop(con, done: threading.Event) -> None:
+    """Interrupt the running query and wait until it has ended (a second signal meanwhile is let pass)."""
+    con.interrupt()
+    while not done.is_set():
+        with contextlib.suppress(KeyboardInterrupt, Interrupted, Terminated):
+            done.wait()
 
 
 def run_query(

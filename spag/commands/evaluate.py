@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from spag.commands.options import checked, option
+from spag.commands.options import checked, claim_outputs, hold_output, option, overwrite_option
 from spag.config import Benchmark, Evaluate, Game
 
 # The options `spag evaluate` and `spag tournament` share, declared once (typer reads each from the
@@ -23,8 +23,9 @@ _OUTPUT = typer.Option(..., "-o", "--output", help="Metrics JSON.")
 _TRAIN_WORDS = typer.Option(None, "--train-words", help="Training words: refuse to evaluate on any of them.")
 _LIMIT = typer.Option(None, "--limit", min=1, help="Play only the first N words.")
 _RESUME = typer.Option(False, "--resume", help="Keep the games already in --episodes-out.")
-_OVERWRITE = typer.Option(False, "--overwrite", help="Replace a previous --episodes-out of this command (a folder "
-                                                     "it made, or a .parquet file of spag's episodes).")
+_OVERWRITE = typer.Option(False, "--overwrite", help="Replace the metrics file and a previous --episodes-out of "
+                                                     "this command (a folder it made, or a .parquet file of spag's "
+                                                     "episodes) if spag wrote them; nothing else.")
 _MAX_TURNS = option(Game, "max_turns")
 _SEED = option(Evaluate, "seed")
 _MAX_NEW_TOKENS = option(Evaluate, "max_new_tokens")
@@ -75,6 +76,7 @@ def _claim_episodes_out(episodes_out: Path | None, kind: str, overwrite: bool, r
 
     if episodes_out is None:
         return
+    hold_output(episodes_out)  # one writer at a time
     if episodes_out.suffix == ".parquet":
         if resume:
             raise DataError(episodes_out, None, "--resume needs a folder for --episodes-out, not one .parquet file")
@@ -118,7 +120,7 @@ def register(app: typer.Typer) -> None:
         """
         from spag.console import summary
         from spag.evaluate.games import evaluate_models
-        from spag.io import check_distinct_paths, check_output_file, write_json_atomic
+        from spag.io import check_distinct_paths, replace_mode, write_json_atomic
         from spag.modeling import check_model
 
         check_distinct_paths({"--words": words, "--train-words": train_words},
@@ -126,13 +128,13 @@ def register(app: typer.Typer) -> None:
         chosen = _held_out_words(words, train_words, limit)
         config, players = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend,
                                        dtype, gpu_memory_utilization)
-        check_output_file(output, "-o")  # before any game: the metrics are written last
+        claim_outputs({"-o": output}, overwrite=overwrite)  # before any game: the metrics are written last
         check_model(model, "--model", trust_remote_code=None)
         check_model(opponent, "--opponent", trust_remote_code=None)
         _claim_episodes_out(episodes_out, "evaluate", overwrite, resume)
         metrics = evaluate_models(model, opponent, chosen, config, episodes_out=episodes_out, backend=backend,
                                   resume=resume, seeds=seeds, **players)
-        write_json_atomic(output, metrics)
+        write_json_atomic(output, metrics, replace=replace_mode(overwrite))
         points = metrics["bootstrap"]["score"]
         summary("evaluate", f"{metrics['model']} vs {metrics['opponent']}, {metrics['games']} games: "
                             f"score {points['value']:.3f} [{points['low']:.3f}, {points['high']:.3f}], "
@@ -160,13 +162,14 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed"),
         data: Path | None = typer.Option(
             None, "--data", help="A `spag benchmark-data` folder (default: built from the cached artifacts)."),
+        overwrite: bool = overwrite_option(),
     ) -> None:
         """Reasoning benchmarks through lm-eval; each score and their geometric mean."""
         import sys
 
         from spag.console import error, summary
         from spag.evaluate.benchmark import BenchmarkError, run_benchmark, samples_path
-        from spag.io import check_distinct_paths, check_output_file
+        from spag.io import check_distinct_paths, replace_mode
         from spag.modeling import check_model, pick_device
 
         # Repeated or comma-separated; a spec with a metric ("bbh:exact_match,get-answer") is one task.
@@ -176,9 +179,9 @@ def register(app: typer.Typer) -> None:
         if not (batch_size == "auto" or (batch_size.isdigit() and int(batch_size) > 0)):
             raise typer.BadParameter(f"expected a positive integer or 'auto', got {batch_size!r}",
                                      param_hint="--batch-size")
-        check_distinct_paths({}, {"-o": output, "--samples-out": samples_out})
-        check_output_file(output, "-o")  # before any task: the metrics are written last
-        check_output_file(samples_out or samples_path(output), "--samples-out")
+        check_distinct_paths({}, {"-o": output, "--samples-out": samples_out or samples_path(output)})
+        # Before any task: the metrics and samples are written last.
+        claim_outputs({"-o": output, "--samples-out": samples_out or samples_path(output)}, overwrite=overwrite)
         check_model(model, "--model", trust_remote_code=None)
         pick_device(device)  # a device this machine lacks, before lm-eval starts
         size: int | str = int(batch_size) if batch_size.isdigit() else batch_size
@@ -186,7 +189,7 @@ def register(app: typer.Typer) -> None:
             metrics = run_benchmark(model, tasks=names, suite=suite, limit=limit, output=output,
                                     batch_size=size, num_fewshot=num_fewshot, device=device,
                                     apply_chat_template=apply_chat_template, seed=seed,
-                                    samples_out=samples_out, data=data,
+                                    samples_out=samples_out, data=data, replace=replace_mode(overwrite),
                                     say=lambda text: print(text, file=sys.stderr, flush=True))
         except BenchmarkError as exc:
             error(str(exc))
@@ -232,23 +235,24 @@ def register(app: typer.Typer) -> None:
         output: Path | None = typer.Option(None, "-o", "--output", help="Comparison JSON."),
         resamples: int = typer.Option(2000, "--resamples", min=1, help="Bootstrap resamples."),
         seed: int = typer.Option(0, "--seed"),
+        overwrite: bool = overwrite_option(),
     ) -> None:
         """B - A per benchmark, pooled and for the geometric mean: paired-bootstrap 95% intervals, exact McNemar
         tests and the minimum detectable effect at 80% power."""
         import sys
 
         from spag.console import summary
-        from spag.evaluate.compare import compare_benchmarks, format_table
-        from spag.io import check_distinct_paths, check_output_file, write_json_atomic
+        from spag.evaluate.compare import compare_benchmarks, format_table, samples_files
+        from spag.io import check_distinct_paths, replace_mode, write_json_atomic
 
-        check_distinct_paths({"A": a, "B": b}, {"-o": output})
-        if output is not None:
-            check_output_file(output, "-o")
+        # The per-sample files the two results name are read too: never written over.
+        check_distinct_paths({"A": a, "B": b, **samples_files(a, "A"), **samples_files(b, "B")}, {"-o": output})
+        claim_outputs({"-o": output}, overwrite=overwrite)
         result = compare_benchmarks(a, b, resamples=resamples, seed=seed,
                                     say=lambda text: print(text, file=sys.stderr, flush=True))
         print(format_table(result))
         if output is not None:
-            write_json_atomic(output, result)
+            write_json_atomic(output, result, replace=replace_mode(overwrite))
         pooled = result["pooled"]
         verdict = ("the interval excludes 0" if pooled["excludes_zero"]
                    else "within noise (the interval contains 0)")
@@ -300,7 +304,7 @@ def register(app: typer.Typer) -> None:
         and Elo (mean 1000) with word-resampled intervals."""
         from spag.console import summary
         from spag.evaluate.tournament import run_tournament, unique_names
-        from spag.io import check_distinct_paths, check_output_file, write_json_atomic
+        from spag.io import check_distinct_paths, replace_mode, write_json_atomic
         from spag.modeling import check_model
 
         check_distinct_paths({"--words": words, "--train-words": train_words},
@@ -323,9 +327,8 @@ def register(app: typer.Typer) -> None:
         chosen = _held_out_words(words, train_words, limit)
         config, players = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend,
                                        dtype, gpu_memory_utilization)
-        check_output_file(output, "-o")  # before any game: the metrics are written last
-        if heatmap is not None:
-            check_output_file(heatmap, "--heatmap")
+        # Before any game: the metrics and heatmap are written last.
+        claim_outputs({"-o": output, "--heatmap": heatmap}, overwrite=overwrite)
         for name in everyone:
             check_model(name, "--models", trust_remote_code=None)
         for name, path in (("--imitation", imitation), ("--base", base)):
@@ -356,8 +359,8 @@ def register(app: typer.Typer) -> None:
                                  baselines=baselines, seeds=seeds, guess_words=guess_words,
                                  filtered=list(filtered or []),
                                  baseline_models={"imitation": str(imitation) if imitation else None,
-                                                  "base": str(base) if base else None}, **players)
-        write_json_atomic(output, metrics)
+                                                  "base": str(base) if base else None}, replace=replace_mode(overwrite), **players)
+        write_json_atomic(output, metrics, replace=replace_mode(overwrite))
         ranking = sorted(metrics["elo"].items(), key=lambda kv: -kv[1]["rating"])
         table = ", ".join(f"{name} {r['rating']:.0f} [{r['low']:.0f}, {r['high']:.0f}]"
                           for name, r in ranking)

@@ -18,7 +18,61 @@ def option(section: type[BaseModel], name: str, *flags: str, **extra: Any) -> An
             bounds["min"] = constraint.ge
         if getattr(constraint, "le", None) is not None:
             bounds["max"] = constraint.le
+    if _text_or_null(field.annotation):
+        extra.setdefault("callback", null_is_none)
     return typer.Option(field.default, *(flags or (flag(name),)), help=field.description, **bounds, **extra)
+
+
+def _text_or_null(annotation: Any) -> bool:
+    """A setting that is text (a path, a name) or null."""
+    import typing
+
+    args = typing.get_args(annotation)
+    return type(None) in args and any(a is str or getattr(a, "__origin__", None) is str for a in args)
+
+
+def null_is_none(value: Any) -> Any:
+    """``null`` on the command line means what null means in a params file (no file, the default): for a
+    file of that name, write ``./null``."""
+    return None if value is not None and str(value) in ("null", "none") else value
+
+
+OVERWRITE_HELP = "Replace an existing output file that spag wrote (nothing else is ever replaced)."
+
+
+def overwrite_option() -> Any:
+    """``--overwrite``: the one switch that lets a command replace a file it wrote before."""
+    return typer.Option(False, "--overwrite", help=OVERWRITE_HELP)
+
+
+def claim_outputs(outputs: dict[str, Any], *, overwrite: bool = False) -> dict:
+    """:func:`spag.outputs.claim_files` for the running command: each file output checked by the output
+    rule and locked until the command ends."""
+    from spag.outputs import claim_files
+
+    _release_when_the_command_ends()
+    return claim_files(outputs, overwrite=overwrite)
+
+
+def hold_output(path, part: str | None = None) -> None:
+    """Lock the output ``path`` (or a part of it: :func:`spag.outputs.hold`) until the command ends."""
+    from spag.outputs import hold
+
+    _release_when_the_command_ends()
+    hold(path, part)
+
+
+def _release_when_the_command_ends() -> None:
+    try:  # typer >= 0.20 vendors click as typer._click
+        from typer._click.globals import get_current_context
+    except ImportError:
+        from click import get_current_context
+    from spag.outputs import release_held
+
+    ctx = get_current_context(silent=True)
+    if ctx is not None and not ctx.meta.get("spag.release_held"):
+        ctx.meta["spag.release_held"] = True
+        ctx.call_on_close(release_held)
 
 
 def flag(name: str) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from spag.commands.options import checked, option
+from spag.commands.options import checked, claim_outputs, hold_output, option
 from spag.config import Game, Play, Settings, Teacher
 
 
@@ -30,7 +30,8 @@ def register(app: typer.Typer) -> None:
         seed: int = option(Settings, "seed"),
         resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in OUTPUT."),
         overwrite: bool = typer.Option(False, "--overwrite",
-                                       help="Replace a previous `spag play` output in OUTPUT (nothing else)."),
+                                       help="Replace a previous `spag play` output in OUTPUT, and an --export-json "
+                                            "file spag wrote (nothing else)."),
         examples: bool = option(Teacher, "examples"),
         foul_retries: int = option(Teacher, "foul_retries"),
         coached_attacker: bool = option(Teacher, "coached_attacker"),
@@ -60,7 +61,7 @@ def register(app: typer.Typer) -> None:
         """Play Adversarial Taboo between two models and store the judged episodes."""
         from spag.console import error, summary
         from spag.game.episodes import export_json as write_json
-        from spag.io import check_distinct_paths, check_output_file
+        from spag.io import check_distinct_paths, replace_mode
         from spag.modeling import check_model
         from spag.play import PlayStats, rank_and_world, run_games
         from spag.players import BACKENDS, PlayerError
@@ -79,8 +80,11 @@ def register(app: typer.Typer) -> None:
             refuse([p for p in (cuda_problem(),) if p])
         check_distinct_paths({"--words": words_file, "--guess-words": guess_words, "--templates": templates},
                              {"-o": output, "--export-json": export_json})
-        if export_json is not None:
-            check_output_file(export_json, "--export-json")  # written after the last game
+        rank, world = rank_and_world()
+        if export_json is not None and world > 1:  # each rank writes its own share
+            export_json = export_json.with_name(f"{export_json.stem}.r{rank}{export_json.suffix}")
+        claim_outputs({"--export-json": export_json}, overwrite=overwrite)  # written after the last game
+        hold_output(output, f"r{rank}" if world > 1 else None)  # a second writer stops before loading a model
         words = read_words(words_file)
         if limit is not None:
             words = words[:limit]
@@ -119,10 +123,7 @@ def register(app: typer.Typer) -> None:
         except ValueError as exc:  # e.g. --final-guess with a backend that cannot score words
             error(str(exc))
             raise typer.Exit(2)
-        rank, world = rank_and_world()
         if export_json is not None:
-            target = export_json if world == 1 else export_json.with_name(
-                f"{export_json.stem}.r{rank}{export_json.suffix}")
-            write_json(episodes, target)
+            write_json(episodes, export_json, replace=replace_mode(overwrite))
         where = f"rank {rank}/{world}: " if world > 1 else ""
         summary("play", f"{where}{stats.line()} -> {output}")

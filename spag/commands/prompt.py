@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from spag.commands.options import claim_outputs, overwrite_option
+
 
 def prompt_records(records: list[dict], source, settings, tokenizer) -> list[dict]:
     """``{id, role, prompt}`` per game-state record ``{id, target_word, max_turns, history}``: ``prompt``
@@ -14,6 +16,7 @@ def prompt_records(records: list[dict], source, settings, tokenizer) -> list[dic
     text and is not included)."""
     from spag.game.episodes import validate_episode
     from spag.game.prompts import next_role, to_model_input
+    from spag.io import DataError
     from spag.play import PlayConfig
 
     game = settings.game
@@ -24,6 +27,9 @@ def prompt_records(records: list[dict], source, settings, tokenizer) -> list[dic
         state = validate_episode(record, index, source)
         config = PlayConfig(max_turns=state["max_turns"], rules=game.rules, templates=game.templates,
                             play_prompts=game.play_prompts, replies=game.replies, end=game.end)
+        if config.is_over(state["target_word"], state["history"]):  # no "round 2 of 1" prompt
+            raise DataError(source, index, f"the game is over ({len(state['history'])} utterances, "
+                                           f"{state['max_turns']} rounds): there is no next prompt")
         role = next_role(state["history"])
         text = config.prompt(role, state["target_word"], state["history"])
         out.append({"id": state.get("id", index), "role": role, "prompt": to_model_input(tokenizer, text)})
@@ -59,17 +65,12 @@ def register(app: typer.Typer) -> None:
         model: str | None = typer.Option(None, "--model", help="Model or tokenizer directory whose chat "
                                                                  "template renders the prompt (default: "
                                                                  "model.base of the params file)."),
+        overwrite: bool = overwrite_option(),
     ) -> None:
         """Write the prompt the play model gets next in each game state (role and exact text)."""
         from spag.config import ParamsError, load_settings
         from spag.console import error, summary
-        from spag.io import (
-            DataError,
-            check_distinct_paths,
-            check_output_file,
-            read_records,
-            write_jsonl_atomic,
-        )
+        from spag.io import DataError, check_distinct_paths, read_records, replace_mode, write_jsonl_atomic
 
         try:
             settings = load_settings(params)
@@ -77,9 +78,10 @@ def register(app: typer.Typer) -> None:
             error(str(exc))
             raise typer.Exit(2) from None
         check_distinct_paths({"STATES": states, "--params": params}, {"-o": output})
-        check_output_file(output, "-o")
+        claim_outputs({"-o": output}, overwrite=overwrite)
         records = read_records(states)
         if not records:
             raise DataError(states, None, "holds no game states")
-        written = write_jsonl_atomic(output, prompt_records(records, states, settings, _tokenizer(settings, model)))
+        written = write_jsonl_atomic(output, prompt_records(records, states, settings, _tokenizer(settings, model)),
+                                     replace=replace_mode(overwrite))
         summary("prompt", f"{written} prompts ({settings.game.play_prompts} play prompts) -> {output}")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from spag.commands.options import checked, from_params, option
+from spag.commands.options import checked, claim_outputs, from_params, option, overwrite_option
 from spag.config import Game, Imitate, Reward
 
 PARAMS_HELP = ("Take the game, reward and templates settings from this params file (options given on the "
@@ -60,10 +60,11 @@ def register(app: typer.Typer) -> None:
         row_prompts: str = option(Game, "row_prompts"),
         sft_format: str = option(Reward, "sft_format"),
         params: Path | None = typer.Option(None, "--params", help=PARAMS_HELP),
+        overwrite: bool = overwrite_option(),
     ) -> None:
         """SPAG training rows: the winners' moves in decisive games, with decayed rewards and role weights."""
         from spag.console import summary
-        from spag.io import DataError, check_distinct_paths, check_output_file
+        from spag.io import DataError, check_distinct_paths, replace_mode
         from spag.rewards import RewardOptions, build_reward_set
 
         given = {name: value for name, value in locals().items() if name in REWARD_SETTINGS}
@@ -81,11 +82,12 @@ def register(app: typer.Typer) -> None:
                                 role_baseline=role_baseline, keep_truncated=keep_truncated, credit=credit)
         try:
             check_distinct_paths({"EPISODES": episodes, "--params": params}, {"-o": output})
-            check_output_file(output, "-o")
+            claim_outputs({"-o": output}, overwrite=overwrite)
             _check_rules_and_templates(rules, templates)
             stats = build_reward_set(
                 episodes, output, sft=sft, seed=seed, strict=strict, sft_limit=sft_limit,
                 options=options, rules=rules, templates=templates, row_prompts=row_prompts, sft_format=sft_format,
+                replace=replace_mode(overwrite),
             )
         except DataError as exc:
             _fail(str(exc))
@@ -110,10 +112,11 @@ def register(app: typer.Typer) -> None:
         row_prompts: str = option(Game, "row_prompts"),
         sft_format: str = option(Imitate, "sft_format"),
         params: Path | None = typer.Option(None, "--params", help=PARAMS_HELP),
+        overwrite: bool = overwrite_option(),
     ) -> None:
         """The imitation set: a teacher's winning moves in decisive games, both roles, reward 1."""
         from spag.console import summary
-        from spag.io import DataError, check_distinct_paths, check_output_file
+        from spag.io import DataError, check_distinct_paths, replace_mode
         from spag.rewards import build_imitation_set
 
         given = {name: value for name, value in locals().items() if name in IMITATION_SETTINGS}
@@ -126,11 +129,12 @@ def register(app: typer.Typer) -> None:
             _fail("--sft-limit needs --sft")
         try:
             check_distinct_paths({"EPISODES": episodes, "--params": params}, {"-o": output})
-            check_output_file(output, "-o")
+            claim_outputs({"-o": output}, overwrite=overwrite)
             _check_rules_and_templates(rules, templates)
             stats = build_imitation_set(episodes, output, seed=seed, strict=strict, sft=sft, sft_limit=sft_limit,
                                         rules=rules, templates=templates, keep_truncated=keep_truncated,
-                                        row_prompts=row_prompts, sft_format=sft_format)
+                                        row_prompts=row_prompts, sft_format=sft_format,
+                                        replace=replace_mode(overwrite))
         except DataError as exc:
             _fail(str(exc))
         summary("imitation-data", f"{stats.line(with_sft=sft is not None)} -> {output}")

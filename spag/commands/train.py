@@ -68,6 +68,7 @@ def register(app: typer.Typer) -> None:
         from spag.config import METHODS
         from spag.io import check_distinct_paths
         from spag.modeling import check_model
+        from spag.train.launch import check_launch
         from spag.train.trainer import CHECKPOINTS, run_training
 
         if method not in METHODS:
@@ -77,11 +78,10 @@ def register(app: typer.Typer) -> None:
         check_distinct_paths({"--data": data, "--deepspeed": deepspeed,
                               **{name: path for name, path in local.items() if path and Path(path).exists()}},
                              {"-o": output, checkpoints: checkpoint_dir or output / CHECKPOINTS, "--live-dir": live_dir})
+        check_launch(launcher, deepspeed)  # before any work: a bad launcher or DeepSpeed file is one line
         check_model(model, "--model", trust_remote_code)
         if ref is not None:
             check_model(ref, "--ref", trust_remote_code)
-        if deepspeed is not None and not deepspeed.is_file():
-            raise typer.BadParameter(f"{deepspeed}: no such file", param_hint="--deepspeed")
         config = checked(C, **knobs, merge_lora=not no_merge_lora, live=not no_live)
         from spag.preflight import cuda_problem, deepspeed_problems, launcher_problems, refuse
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from spag.commands.options import option
+from spag.commands.options import claim_outputs, option, overwrite_option
 from spag.config import Words
 
 
@@ -21,21 +21,21 @@ def register(app: typer.Typer) -> None:
         nouns_only: bool = option(Words, "nouns_only", "--nouns-only/--all-words"),
         source: Path | None = option(Words, "source"),
         skip_stop_words: bool = option(Words, "skip_stop_words", "--skip-stop-words/--keep-stop-words"),
+        overwrite: bool = overwrite_option(),
     ) -> None:
         """Write the most frequent English words (wordfreq) or a list file's, stop words removed."""
         from spag.console import error, summary
-        from spag.io import DataError, check_distinct_paths, check_output_file
+        from spag.io import DataError, check_distinct_paths, replace_mode
         from spag.words import split_words, top_words, words_from_file, write_words
 
         outputs = {"-o": output, "--train-out": train_out, "--eval-out": eval_out}
         try:
             check_distinct_paths({"--source": source}, outputs)
-            for option, path in outputs.items():
-                if path is not None:
-                    check_output_file(path, option)
+            claim_outputs(outputs, overwrite=overwrite)
         except DataError as exc:
             error(str(exc))
             raise typer.Exit(2)
+        replace = replace_mode(overwrite)
         if source is not None:
             try:
                 words = words_from_file(source, top, nouns_only=nouns_only, skip_stop_words=skip_stop_words)
@@ -44,10 +44,10 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(2)
         else:
             words = top_words(top, nouns_only=nouns_only, skip_stop_words=skip_stop_words)
-        write_words(words, output)
+        write_words(words, output, replace=replace)
         train, held = split_words(words, eval_fraction)
         if train_out:
-            write_words(train, train_out)
+            write_words(train, train_out, replace=replace)
         if eval_out:
-            write_words(held, eval_out)
+            write_words(held, eval_out, replace=replace)
         summary("words", f"{len(words)} words -> {output} ({len(train)} training, {len(held)} held out)")

@@ -326,7 +326,7 @@ def main() -> None:
     from spag.io import write_jsonl_atomic
 
     rows = generate()
-    write_jsonl_atomic(OUTPUT, rows)
+    write_jsonl_atomic(OUTPUT, rows, replace="any")
     print(f"{len(rows)} rows -> {OUTPUT}")
 
 

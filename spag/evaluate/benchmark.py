@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import tempfile
 import zlib
@@ -621,7 +620,7 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
                   batch_size: int | str = 8, num_fewshot: int | None = None, device: str | None = None,
                   dtype: str | None = None, apply_chat_template: bool = False, seed: int = 0,
                   samples_out: str | os.PathLike | None = None, data: str | os.PathLike | None = None,
-                  say=print, show_progress: bool = True) -> dict:
+                  say=print, show_progress: bool = True, replace: str = "no") -> dict:
     """Score ``model`` on the chosen suite and return the metrics (written to ``output`` when given).
 
     ``tasks``: lm-eval task or group names (``name:metric,filter`` picks the metric); default: the
@@ -630,13 +629,15 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
     benchmark-data`` folder with the paper suite's offline items (default: built in a temporary folder
     from the cached artifacts). The per-sample results go to ``samples_out`` (default
     ``samples_path(output)``); the metrics name that file (``samples_file``, relative to the metrics
-    file's folder). Returns ``{"suite", "model", "tasks": {name: {"label", "source", "metric", "score",
+    file's folder); ``replace`` says what an existing one of the two may be replaced by
+    (:func:`spag.io.atomic_path`). Returns ``{"suite", "model", "tasks": {name: {"label", "source", "metric", "score",
     "stderr", "n", "of", "num_fewshot", "chance", "at_chance"}}, "geometric_mean", "skipped", ...}``.
     """
     import lm_eval
 
     from spag.console import progress
     from spag.io import write_json_atomic, write_jsonl_atomic
+    from spag.outputs import remove_output_dir
 
     output = Path(output) if output is not None else None
     parts = output.with_name(output.name + ".parts") if output is not None else None
@@ -688,10 +689,10 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
     if output is not None:
         samples_out = Path(samples_out) if samples_out is not None else samples_path(output)
         metrics["samples_file"] = os.path.relpath(samples_out.resolve(), output.resolve().parent)
-        write_jsonl_atomic(samples_out, (s for r in results.values() for s in r["samples"]))
-        write_json_atomic(output, metrics)
+        write_jsonl_atomic(samples_out, (s for r in results.values() for s in r["samples"]), replace=replace)
+        write_json_atomic(output, metrics, replace=replace)
         if parts is not None and parts.exists():
-            shutil.rmtree(parts)
+            remove_output_dir(parts)
     return metrics
 
 
@@ -720,6 +721,9 @@ def _read_part(parts: Path | None, name: str, stamp: dict, say=print) -> dict | 
 
 def _write_part(parts: Path | None, name: str, stamp: dict, result: dict) -> None:
     from spag.io import write_json_atomic
+    from spag.outputs import mark_output_dir, output_kind
 
     if parts is not None:
-        write_json_atomic(_part_file(parts, name), {"fingerprint": stamp, "result": result})
+        if output_kind(parts) is None:  # spag's own: removed, what it wrote there, when the run is written
+            mark_output_dir(parts, "benchmark")
+        write_json_atomic(_part_file(parts, name), {"fingerprint": stamp, "result": result}, replace="any")

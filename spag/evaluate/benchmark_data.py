@@ -282,7 +282,7 @@ def build_benchmark_data(output: str | os.PathLike, datasets: Iterable[str] | No
     import pyarrow.parquet as pq
 
     from spag.artifacts import fetch_artifact
-    from spag.outputs import claim_output_dir, mark_output_dir
+    from spag.outputs import claim_output_dir, publish_dir
     from spag.partial import partial_path
 
     wanted = list(dict.fromkeys(datasets if datasets is not None else default_datasets()))
@@ -322,10 +322,7 @@ def build_benchmark_data(output: str | os.PathLike, datasets: Iterable[str] | No
                 (work / dataset.folder / "README.md").write_text(_readme(files), encoding="utf-8")
                 manifest["datasets"][name] = entry
     (work / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    mark_output_dir(work, OUTPUT_KIND)
-    if output.exists():
-        shutil.rmtree(output)  # a previous output of this command (claimed above)
-    os.replace(work, output)
+    publish_dir(work, output, OUTPUT_KIND, last=MANIFEST)  # replaces only what a previous output wrote
     return manifest
 
 

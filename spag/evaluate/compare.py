@@ -39,7 +39,6 @@ from spag.io import DataError
 
 def read_benchmark(path: str | os.PathLike) -> tuple[dict, dict[str, dict[tuple[str, int], float]]]:
     """(metrics, {benchmark: {(task, doc_id): correct}}) of a ``spag benchmark`` output."""
-    from spag.evaluate.benchmark import samples_path
     from spag.io import read_records, read_text
 
     path = Path(path)
@@ -49,8 +48,7 @@ def read_benchmark(path: str | os.PathLike) -> tuple[dict, dict[str, dict[tuple[
         raise DataError(path, None, f"not valid JSON (line {exc.lineno}: {exc.msg})")
     if not isinstance(metrics, dict) or not isinstance(metrics.get("tasks"), dict):
         raise DataError(path, None, "not a benchmark result (no 'tasks')")
-    named = metrics.get("samples_file")
-    samples_file = path.parent / named if named else samples_path(path)
+    samples_file = _samples_file(path, metrics)
     if not samples_file.exists():
         raise DataError(samples_file, None, f"per-sample results of {path} not found")
     per_benchmark: dict[str, dict[tuple[str, int], float]] = {}
@@ -96,6 +94,25 @@ def minimum_detectable_effect(n: int, discordant: int, alpha: float = 0.05, powe
     if gap(np.sqrt(psi)) < 0:  # not even a difference as large as ψ allows is detectable
         return float(np.sqrt(psi))
     return float(brentq(gap, 0.0, np.sqrt(psi)))
+
+
+def _samples_file(path: Path, metrics: dict) -> Path:
+    """The per-sample results a benchmark result names (``samples_file``), or the default beside it."""
+    from spag.evaluate.benchmark import samples_path
+
+    named = metrics.get("samples_file")
+    return path.parent / named if isinstance(named, str) and named else samples_path(path)
+
+
+def samples_files(path: str | os.PathLike, name: str) -> dict[str, Path]:
+    """``{"NAME's samples": file}``: the per-sample file a comparison reads for the result ``path`` (for
+    the check that no output is written over an input; an unreadable result names the default)."""
+    path = Path(path)
+    try:
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        metrics = {}
+    return {f"{name}'s samples": _samples_file(path, metrics if isinstance(metrics, dict) else {})}
 
 
 def paired_bootstrap(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], resamples: int = 2000,

@@ -320,5 +320,5 @@ def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, r
     if single_file is not None:
         from spag.game.episodes import write_episodes
 
-        write_episodes(as_attacker + as_defender, single_file)
+        write_episodes(as_attacker + as_defender, single_file, replace="any")  # claimed by the caller
     return as_attacker, as_defender

@@ -219,7 +219,8 @@ def unique_names(models: Sequence[str]) -> list[str]:
 
 
 def save_heatmap(matrix: Mapping[str, Mapping[str, float]], names: Sequence[str], path,
-                 title: str = "Win rate of row model against column model (both roles)") -> None:
+                 title: str = "Win rate of row model against column model (both roles)", *,
+                 replace: str = "no") -> None:
     """A PNG heatmap of a row-vs-column matrix, values written in the cells; written atomically."""
     import matplotlib
 
@@ -248,7 +249,7 @@ def save_heatmap(matrix: Mapping[str, Mapping[str, float]], names: Sequence[str]
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
+    with atomic_path(path, replace=replace) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
     plt.close(fig)
 
@@ -261,7 +262,7 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
                    resume: bool = False, show_progress: bool = True, names: Sequence[str] | None = None,
                    baselines: Sequence[str] = (), baseline_models: Mapping[str, str] | None = None,
                    seeds: int = 1, guess_words: Sequence[str] | None = None, filtered: Sequence[str] = (),
-                   **player_options) -> dict:
+                   replace: str = "no", **player_options) -> dict:
     """Every ordered pair of distinct players plays all ``words`` (so each pair meets in both roles),
     ``seeds`` times (sampling seeds ``config.seed``, +1, ...).
 
@@ -271,7 +272,9 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     path}``); ``guess_words`` is the vocabulary of a baseline's dictionary guess. Each model named in
     ``filtered`` plays a second time with the decode-time filter (``NAME+filter``). ``episodes_out``: a
     ``.parquet`` file for all episodes, or a folder with one Parquet file per ordered pair and seed
-    (``<attacker>__vs__<defender>[__seed<s>].parquet``; those files let an interrupted tournament resume).
+    (``<attacker>__vs__<defender>[__seed<s>].parquet``; those files let an interrupted tournament resume),
+    claimed by the caller. ``replace``: what an existing ``heatmap`` may be replaced by
+    (:func:`spag.io.atomic_path`).
     Returns the metrics of :func:`tournament_metrics`.
     """
     from dataclasses import replace
@@ -328,11 +331,11 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     if episodes_out is not None and folder is None:
         from spag.game.episodes import write_episodes
 
-        write_episodes(episodes, episodes_out)
+        write_episodes(episodes, episodes_out, replace="any")  # claimed by the caller
     metrics = tournament_metrics(episodes, names, resamples=resamples, seed=seed)
     if heatmap is not None:
         save_heatmap(metrics["score"], names, heatmap,
-                     title="Score of row player against column player (both roles, ties 1/2)")
+                     title="Score of row player against column player (both roles, ties 1/2)", replace=replace)
     return metrics
 
 

@@ -17,7 +17,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from spag.game.rules import ROLES, WHOLE_WORD, judge_episode
-from spag.io import DataError, read_records, write_json_atomic, write_jsonl_atomic, write_table_atomic
+from spag.io import (
+    DataError,
+    Replace,
+    read_records,
+    write_json_atomic,
+    write_jsonl_atomic,
+    write_table_atomic,
+)
 
 DEFAULT_MAX_TURNS = 5
 
@@ -82,15 +89,15 @@ def judged(episodes: Iterable[Mapping], rules: str = WHOLE_WORD) -> list[dict]:
     return out
 
 
-def write_episodes(episodes: list[Mapping], path: str | os.PathLike) -> None:
+def write_episodes(episodes: list[Mapping], path: str | os.PathLike, *, replace: Replace = "no") -> None:
     """Write episodes atomically: Parquet for ``.parquet``, a JSON list for ``.json``, else JSON lines."""
     path = Path(path)
     if path.suffix == ".json":
-        write_json_atomic(path, list(episodes))
+        write_json_atomic(path, list(episodes), replace=replace)
     elif path.suffix == ".parquet":
-        write_table_atomic(path, list(episodes))
+        write_table_atomic(path, list(episodes), replace=replace)
     else:
-        write_jsonl_atomic(path, episodes)
+        write_jsonl_atomic(path, episodes, replace=replace)
 
 
 IMPORTED = "imported.parquet"
@@ -126,7 +133,7 @@ def import_episodes(
         })
     if not kept:
         raise DataError(source, None, "no episodes to import" + (f" ({dropped} on held-out words)" if dropped else ""))
-    write_table_atomic(Path(output_dir) / IMPORTED, kept)
+    write_table_atomic(Path(output_dir) / IMPORTED, kept, replace="any")  # a pipeline stage's output
     return kept, dropped
 
 
@@ -204,22 +211,23 @@ def _what_is_in(path: Path) -> str:
     return f"holds a Parquet table of other columns ({shown})," if names else "holds a Parquet table of no columns,"
 
 
-def claim_episode_file(path: str | os.PathLike, *, overwrite: bool, resume: bool) -> None:
+def claim_episode_file(path: str | os.PathLike, *, overwrite: bool, resume: bool) -> Path:
     """Check that episodes may be written to the single file ``path``: it is new, or spag's own episodes
-    with ``overwrite`` (replaced) or ``resume`` (continued). OutputRefused otherwise; changes nothing."""
-    from spag.outputs import OutputRefused
+    (a Parquet file with spag's episode schema) with ``overwrite`` (replaced) or ``resume`` (continued).
+    OutputRefused otherwise (a folder, a device, a FIFO, a read-only file ...: the output rule of
+    :func:`spag.io.check_output_file`); changes nothing. Returns the file to write (a symlink followed)."""
+    from spag.io import OutputRefused, check_output_file
 
-    target = Path(path)
+    target = check_output_file(path, "the episodes file", replace="any")
     if not target.exists():
-        return
-    if not target.is_file():
-        raise OutputRefused(target, "exists and is not a file")
+        return target
     if not holds_spag_episodes(target):
-        raise OutputRefused(target, f"{_what_is_in(target)} not episodes spag wrote: move it away or choose "
-                                    "another path (--overwrite replaces only spag's own episodes)")
+        raise OutputRefused(path, f"{_what_is_in(target)} not episodes spag wrote: move it away or choose "
+                                  "another path (--overwrite replaces only spag's own episodes)")
     if not (overwrite or resume):
-        raise OutputRefused(target, "already holds episodes: pass --resume to continue, --overwrite to "
-                                    "replace them, or choose a new output")
+        raise OutputRefused(path, "already holds episodes: pass --resume to continue, --overwrite to "
+                                  "replace them, or choose a new output")
+    return target
 
 
 class EpisodeStore:
@@ -237,23 +245,34 @@ class EpisodeStore:
         return "shard-" if self.world == 1 else f"shard-r{self.rank}-"
 
     def check(self, overwrite: bool, resume: bool) -> None:
-        """Refuse a directory that is not ours to write (:mod:`spag.outputs`); changes nothing."""
+        """Refuse a file or directory that is not ours to write (:mod:`spag.outputs`); changes nothing.
+        A symlink is followed: the store writes what it names."""
         from spag.outputs import claim_output_dir
 
         if self.single_file:
-            claim_episode_file(self.path, overwrite=overwrite, resume=resume)
+            self.path = claim_episode_file(self.path, overwrite=overwrite, resume=resume)
         else:
             # Under several ranks the others' shards are expected here: only a foreign folder is refused.
-            claim_output_dir(self.path, PLAY_KIND, overwrite=overwrite, resume=resume or self.world > 1)
+            self.path = claim_output_dir(self.path, PLAY_KIND, overwrite=overwrite, resume=resume or self.world > 1)
+
+    def lock_part(self) -> str | None:
+        """The part of the output this process writes, for its lock (:func:`spag.outputs.writing`): one rank's
+        shards when several write into one folder, else the whole output."""
+        return f"r{self.rank}" if self.world > 1 else None
 
     def claim(self, overwrite: bool, resume: bool) -> None:
-        """:meth:`check`, then with ``overwrite`` drop our own episodes (this rank's shards, or the file)."""
+        """:meth:`check`, then with ``overwrite`` drop our own episodes (this rank's shards, or the file):
+        only what spag recorded writing, so a user's notes in the folder stay."""
+        from spag.io import read_manifest
+        from spag.outputs import clear_output_dir
+
         self.check(overwrite, resume)
         if overwrite and self.single_file:
             self.path.unlink(missing_ok=True)
-        elif overwrite:
-            for shard in self.path.glob(self._shard_prefix() + "*.parquet"):
-                shard.unlink()
+        elif overwrite and self.path.is_dir():
+            recorded = read_manifest(self.path).get("files") or {}
+            others = [name for name in recorded if not name.startswith(self._shard_prefix())]
+            clear_output_dir(self.path, keep=others)
 
     def read(self) -> list[dict]:
         """Every episode already written (all ranks' shards, so a run may change its world size)."""
@@ -274,19 +293,25 @@ class EpisodeStore:
         if not episodes:
             return
         schema = episode_schema()
-        if self.single_file:
+        if self.single_file:  # claimed as spag's episodes (or new) by check(): rewritten whole each time
             self._kept.extend(episodes)
-            write_table_atomic(self.path, self._kept, schema=schema)
+            write_table_atomic(self.path, self._kept, schema=schema, replace="any")
             return
-        from spag.outputs import MARKER, mark_output_dir
+        from spag.io import OutputExists
+        from spag.outputs import mark_output_dir, output_kind
 
-        if not (self.path / MARKER).exists():  # marked with its first shard: a failed start leaves nothing
+        if output_kind(self.path) is None:  # marked with its first shard: a failed start leaves nothing
             mark_output_dir(self.path, PLAY_KIND)
         prefix = self._shard_prefix()
         numbers = [int(p.stem[len(prefix):]) for p in self.path.glob(prefix + "*.parquet")
                    if p.stem[len(prefix):].isdigit()]
-        shard = self.path / f"{prefix}{max(numbers, default=-1) + 1:05d}.parquet"
-        write_table_atomic(shard, episodes, schema=schema)
+        number = max(numbers, default=-1) + 1
+        while True:  # a new shard never replaces one: a name taken meanwhile is passed over
+            try:
+                write_table_atomic(self.path / f"{prefix}{number:05d}.parquet", episodes, schema=schema)
+                return
+            except OutputExists:
+                number += 1
 
     def keep(self, episodes: list[dict]) -> None:
         """Episodes already in a single-file output, kept when it is rewritten."""
@@ -302,6 +327,6 @@ def to_original_format(episode: Mapping) -> dict:
     }
 
 
-def export_json(episodes: Sequence[Mapping], path: str | os.PathLike) -> None:
+def export_json(episodes: Sequence[Mapping], path: str | os.PathLike, *, replace: Replace = "no") -> None:
     """Episodes as the original project's results file: a JSON list of :func:`to_original_format`."""
-    write_json_atomic(path, [to_original_format(e) for e in episodes])
+    write_json_atomic(path, [to_original_format(e) for e in episodes], replace=replace)

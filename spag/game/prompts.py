@@ -57,18 +57,14 @@ def default_templates_path() -> Path:
 @lru_cache(maxsize=16)
 def load_templates(path: str | os.PathLike | None = None) -> PromptTexts:
     """The prompt texts of a templates file (``None``: the shipped one); a bad file raises DataError."""
-    import yaml
-
+    from spag.config import ParamsError, read_yaml
     from spag.io import DataError
 
     source = str(default_templates_path() if path is None else path)
-    try:
-        with open(source, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except OSError as exc:
-        raise DataError(source, None, f"cannot read the templates file ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise DataError(source, None, f"not valid YAML ({str(exc).splitlines()[0]})") from None
+    try:  # read as a params file is: the same limits, merge keys, a FIFO or device refused
+        data = read_yaml(Path(source))
+    except ParamsError as exc:
+        raise DataError(source, None, str(exc).removeprefix(f"{source}: ")) from None
     return _parse_templates(data, source)
 
 

@@ -46,6 +46,17 @@ def check_rows_for_method(rows: Sequence[Mapping], method: str, source: str | os
                 raise DataError(source, i, "game row without a reward (offline-po needs one)")
 
 
+def empty_completions(rows: Sequence[Mapping], source: str | os.PathLike) -> str | None:
+    """A warning when rows have an empty completion (None when none has): each is still learned, as an end
+    of the turn right after its prompt, which is rarely what was meant (spag reward and imitation-data leave
+    out empty replies unless asked to keep them)."""
+    empty = [i for i, row in enumerate(rows) if not str(row["completion"]).strip()]
+    if not empty:
+        return None
+    return (f"warning: {source}: {len(empty)} of {len(rows)} rows have an empty completion (the first: record "
+            f"{empty[0]}); each is learned as ending the turn at once")
+
+
 # ------------------------------------------------------------------------------------------ encoding
 
 

@@ -16,13 +16,20 @@ import sys
 from pathlib import Path
 
 from spag.config import TrainConfig
+from spag.io import DataError
 
 
 def launch(launcher: str, method: str, model, data, output, config: TrainConfig, *, ref=None,
            other_checkpoints: str = "refuse") -> None:
     """Run one training job under ``launcher`` (the arguments of
-    :func:`spag.train.trainer.run_training`); raise CalledProcessError when it fails."""
+    :func:`spag.train.trainer.run_training`); raise CalledProcessError when it fails, DataError when it
+    ends without writing a model (a launcher that is no Python launcher: ``echo``, ``true``)."""
+    from spag.train.trainer import SUMMARY_FILE
+
+    check_launch(launcher, config.deepspeed)
     output = Path(output)
+    summary = output / SUMMARY_FILE
+    before = _stamp(summary)
     job = output.parent / f".{output.name}.train-job.json"
     job.parent.mkdir(parents=True, exist_ok=True)
     job.write_text(json.dumps({"method": method, "model": os.fspath(model), "data": os.fspath(data),
@@ -36,6 +43,48 @@ def launch(launcher: str, method: str, model, data, output, config: TrainConfig,
                        check=True)
     finally:
         job.unlink(missing_ok=True)
+    if _stamp(summary) in (None, before):
+        raise DataError(output, None, f"the launcher {launcher!r} exited without error but wrote no model here "
+                                      "(it must run Python: torchrun, accelerate launch, deepspeed ...)")
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def check_launch(launcher: str | None, deepspeed: str | os.PathLike | None, launcher_key: str = "--launcher",
+                 deepspeed_key: str = "--deepspeed") -> None:
+    """Before any work: the launcher is a command line whose program is there, and the DeepSpeed file is a
+    JSON object. DataError naming the option (or params key) otherwise."""
+    if launcher is not None:
+        try:
+            argv = launcher_command(launcher)
+        except ValueError as exc:
+            raise DataError(launcher_key, None, f"{launcher!r} is not a command line ({exc})") from None
+        if not argv:
+            raise DataError(launcher_key, None, "is empty (null runs training in this process)")
+        if shutil.which(argv[0]) is None:
+            raise DataError(launcher_key, None, f"{argv[0]!r}: no such program (on PATH or beside {sys.executable})")
+    if deepspeed is not None:
+        path = Path(deepspeed)
+        if path.exists() and not path.is_file():  # a folder, or a FIFO that would never end
+            raise DataError(path, None, f"is not a regular file ({deepspeed_key})")
+        try:
+            settings = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DataError(path, None, f"no such file ({deepspeed_key})") from None
+        except (OSError, UnicodeError) as exc:
+            raise DataError(path, None, f"cannot be read ({getattr(exc, 'strerror', None) or exc}) "
+                                        f"({deepspeed_key})") from None
+        except json.JSONDecodeError as exc:
+            raise DataError(path, None, f"not valid JSON (line {exc.lineno}: {exc.msg}) ({deepspeed_key})") from None
+        if not isinstance(settings, dict):
+            raise DataError(path, None, f"expected a JSON object of DeepSpeed settings, got "
+                                        f"{type(settings).__name__} ({deepspeed_key})")
 
 
 def launcher_command(launcher: str) -> list[str]:

@@ -27,6 +27,7 @@ leaves something that looks finished; ``resume=True`` continues from the latest 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -43,7 +44,14 @@ from transformers.trainer_callback import ProgressCallback
 
 from spag.config import TrainConfig
 from spag.io import DataError, write_json_atomic
-from spag.outputs import claim_output_dir, mark_output_dir
+from spag.outputs import (
+    claim_output_dir,
+    clear_output_dir,
+    mark_output_dir,
+    publish_dir,
+    remove_output_dir,
+    writing,
+)
 from spag.train.losses import METHODS, SFT
 from spag.train.losses import compute_loss as method_loss
 from spag.train.reference import _accepts, model_forward_logprobs
@@ -220,16 +228,18 @@ def _usual_modes_callback():
     from transformers import TrainerCallback
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+    from spag.io import record_written
     from spag.modeling import usual_modes
 
     class UsualModes(TrainerCallback):
         """An intermediate checkpoint's files get the usual mode, as the final model's do (safetensors
-        writes its weights 0600)."""
+        writes its weights 0600); the checkpoint is recorded as spag's in the checkpoint folder."""
 
         def on_save(self, args, state, control, **kwargs):
             folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
             if state.is_world_process_zero and folder.is_dir():
                 usual_modes(folder)
+                record_written(folder)
 
     return UsualModes()
 
@@ -383,24 +393,25 @@ def _save_final(trainer, tokenizer, staging: Path, config: TrainConfig, zero3: b
 
 
 def _publish(staging: Path, output_dir: Path, checkpoint_dir: Path, keep_checkpoints: bool) -> None:
-    """Swap the finished model into place; keep or drop the intermediate checkpoints."""
+    """Swap the finished model into place (replacing what spag wrote there before, nothing else); keep or
+    drop the intermediate checkpoints."""
     inside = checkpoint_dir.resolve().is_relative_to(output_dir.resolve())
     if keep_checkpoints and inside and checkpoint_dir.exists():
         target = staging / checkpoint_dir.resolve().relative_to(output_dir.resolve())
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(checkpoint_dir, target)
-    if output_dir.exists():
-        shutil.rmtree(output_dir)
-    os.replace(staging, output_dir)
+    publish_dir(staging, output_dir, TRAIN_KIND, last=SUMMARY_FILE)
     if not keep_checkpoints and not inside and checkpoint_dir.exists():
-        shutil.rmtree(checkpoint_dir)
+        remove_output_dir(checkpoint_dir)
 
 
-def _last_complete_checkpoint(folder: Path) -> str | None:
-    """The newest ``checkpoint-N`` whose ``trainer_state.json`` (the Trainer writes it last) reads back.
+def _last_complete_checkpoint(folder: Path, say=print) -> str | None:
+    """The newest ``checkpoint-N`` that reads back whole: its ``trainer_state.json`` (the Trainer writes it
+    last) parses, and no weight, optimizer or state file in it is cut short (:func:`_broken_file`).
 
-    A run killed while saving leaves a half-written checkpoint; resuming from it would fail or, worse,
-    load a partial optimizer state, so it is passed over.
+    A run killed while saving leaves a half-written checkpoint, and a full disk or a copy cut short a
+    truncated one; resuming from it would fail or, worse, load a partial optimizer state, so it is passed
+    over with a note and the previous complete one is used.
     """
     def step(path: Path) -> int:
         suffix = path.name.removeprefix("checkpoint-")
@@ -410,8 +421,36 @@ def _last_complete_checkpoint(folder: Path) -> str | None:
         try:
             json.loads((candidate / "trainer_state.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
+            continue  # being written when the run was killed: passed over without a word, as always
+        broken = next((problem for f in sorted(candidate.rglob("*")) if (problem := _broken_file(f))), None)
+        if broken:
+            say(f"note: {candidate.name} is damaged ({broken}); passing it over", flush=True)
             continue
         return str(candidate)
+    return None
+
+
+def _broken_file(path: Path) -> str | None:
+    """Why a checkpoint's file cannot be loaded whole (None when it can): a torch file (``.pt``, ``.pth``,
+    ``.bin``: a zip archive) whose central directory is missing, a ``.safetensors`` file shorter than its
+    header says. Cheap: headers and the end of the file are read, not the tensors."""
+    import struct
+    import zipfile
+
+    name = path.name
+    try:
+        if path.suffix in (".pt", ".pth", ".bin"):
+            with zipfile.ZipFile(path):
+                return None
+        if path.suffix == ".safetensors":
+            with path.open("rb") as f:
+                (length,) = struct.unpack("<Q", f.read(8))
+                header = json.loads(f.read(length))
+            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+            size = path.stat().st_size
+            return None if size >= 8 + length + end else f"{name}: {size} bytes, its header needs {8 + length + end}"
+    except (OSError, ValueError, KeyError, TypeError, struct.error, zipfile.BadZipFile) as exc:
+        return f"{name}: cut short or damaged ({exc})"
     return None
 
 
@@ -468,15 +507,28 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
     if unknown:
         raise TypeError(f"unknown training option(s): {', '.join(sorted(unknown))}")
     config = TrainConfig(**{**(config or TrainConfig()).model_dump(), **knobs}).resolved(method)
+    from spag.train.launch import check_launch
+
+    check_launch(None, config.deepspeed, deepspeed_key="deepspeed")  # before the data: a bad file is one line
     rows, tokenizer = _read_data(method, model, data, config)  # bad rows stop the run before anything is written
-    run = _start(method, model, data, output_dir, ref, config, other_checkpoints)
-    encoded = _encode(run, rows, tokenizer)
-    ref_info = _reference_step(run, encoded, tokenizer)
-    trainer, live = _build_step(run, encoded, tokenizer, ref_info)
-    result = trainer.train(resume_from_checkpoint=run.resume_from)
-    _save_step(run, trainer, tokenizer, encoded, result, ref_info, live)
-    run.wait_for_everyone()
+    with contextlib.ExitStack() as locks:
+        if int(os.environ.get("RANK", "0")) == 0:  # one run writes an output and its checkpoints at a time
+            locks.enter_context(writing(output_dir))
+            checkpoint_dir = _checkpoint_dir(config, Path(output_dir))
+            if not checkpoint_dir.absolute().is_relative_to(Path(output_dir).absolute()):
+                locks.enter_context(writing(checkpoint_dir))
+        run = _start(method, model, data, output_dir, ref, config, other_checkpoints)
+        encoded = _encode(run, rows, tokenizer)
+        ref_info = _reference_step(run, encoded, tokenizer)
+        trainer, live = _build_step(run, encoded, tokenizer, ref_info)
+        result = trainer.train(resume_from_checkpoint=run.resume_from)
+        _save_step(run, trainer, tokenizer, encoded, result, ref_info, live)
+        run.wait_for_everyone()
     return run.output_dir
+
+
+def _checkpoint_dir(config: TrainConfig, output_dir: Path) -> Path:
+    return Path(config.checkpoint_dir) if config.checkpoint_dir else output_dir / CHECKPOINTS
 
 
 def _start(method: str, model, data, output_dir, ref, config: TrainConfig, other_checkpoints: str) -> _Run:
@@ -484,12 +536,10 @@ def _start(method: str, model, data, output_dir, ref, config: TrainConfig, other
     from spag.modeling import pick_device
 
     ref = ref if ref is not None else model
-    output_dir = Path(output_dir)
-    checkpoint_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else output_dir / CHECKPOINTS
     started = time.time()
     # Before any work: refuse an output or checkpoint directory that is not ours to replace.
-    claim_output_dir(output_dir, TRAIN_KIND, overwrite=config.overwrite, resume=config.resume)
-    claim_output_dir(checkpoint_dir, CHECKPOINTS_KIND, overwrite=True)
+    output_dir = claim_output_dir(output_dir, TRAIN_KIND, overwrite=config.overwrite, resume=config.resume)
+    checkpoint_dir = claim_output_dir(_checkpoint_dir(config, output_dir), CHECKPOINTS_KIND, overwrite=True)
     if config.live:  # dvclive rewrites its folder's dvc.yaml, params.yaml, metrics.json and plots/
         claim_output_dir(_live_dir(config, output_dir), LIVE_KIND, overwrite=True, resume=config.resume)
     # The Trainer's arguments come first: they set up the processes (and DeepSpeed's ZeRO-3 loading).
@@ -506,11 +556,10 @@ def _start(method: str, model, data, output_dir, ref, config: TrainConfig, other
         mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
     if run.main and resume_from is None:
         if _checkpoints_in(checkpoint_dir):
-            shutil.rmtree(checkpoint_dir)
-            mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
+            clear_output_dir(checkpoint_dir)
             if not config.resume:
                 print(f"note: removed old checkpoints in {checkpoint_dir} (pass --resume to continue from them)")
-        write_json_atomic(checkpoint_dir / IDENTITY_FILE, identity)
+        write_json_atomic(checkpoint_dir / IDENTITY_FILE, identity, replace="any")
     if run.main and resume_from is not None:
         print(f"note: resuming from {resume_from}", flush=True)
     run.wait_for_everyone()
@@ -542,7 +591,7 @@ def _resume_point(checkpoint_dir: Path, identity: dict, resume: bool, other_chec
 
     if not resume:
         return None
-    latest = _last_complete_checkpoint(checkpoint_dir)
+    latest = _last_complete_checkpoint(checkpoint_dir, say)
     if latest is None:
         say(f"note: no checkpoint in {checkpoint_dir}; starting from the beginning", flush=True)
         return None
@@ -635,12 +684,17 @@ def _deepspeed_processes_on_cpu() -> None:
 
 def _read_data(method: str, model, data, config: TrainConfig):
     """The checked training rows and the policy's tokenizer."""
+    import sys
+
     from spag.modeling import load_tokenizer
     from spag.rows import read_rows
-    from spag.train.data import check_rows_for_method
+    from spag.train.data import check_rows_for_method, empty_completions
 
     rows = read_rows(data)
     check_rows_for_method(rows, method, data)
+    warning = empty_completions(rows, data)
+    if warning and int(os.environ.get("RANK", "0")) == 0:
+        print(warning, file=sys.stderr, flush=True)
     return rows, load_tokenizer(model, trust_remote_code=config.trust_remote_code)
 
 
@@ -808,8 +862,7 @@ def _save_step(run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_
     }
     if not run.main:
         return
-    write_json_atomic(staging / SUMMARY_FILE, record)
-    mark_output_dir(staging, TRAIN_KIND)
+    write_json_atomic(staging / SUMMARY_FILE, record, replace="any")
     _publish(staging, run.output_dir, run.checkpoint_dir, config.keep_checkpoints)
     if live is not None:
         for key in ("steps", "final_loss", "mean_loss", "tokens", "tokens_per_second"):

@@ -1,0 +1,238 @@
+"""``dvc.yaml``, written from the stage table (:data:`spag.pipeline.STAGES`) and the code each stage runs.
+
+``python -m spag.dvcyaml`` rewrites ``dvc.yaml``; ``python -m spag.dvcyaml --check`` says whether it is
+current (a test runs the check). Nothing here runs in a stage, so editing it re-runs nothing.
+
+Each stage depends on its ``stages/NAME.py`` and on the ``spag/`` files it runs, so that ``dvc status``
+and ``dvc repro`` see a change of code as they see a change of data or params. Which files a stage runs
+is read from the imports (:func:`stage_files`), by this rule:
+
+- every stage runs ``spag/pipeline.py`` (the stage table, :func:`spag.pipeline.run_stage` and its own
+  function): the imports at its top, and those inside the stage's function, ``run_stage`` and the pipeline
+  functions they call, are the stage's;
+- a module a stage imports by name is *used*: any of its functions may run, so every import it makes, at
+  its top or inside a function, is followed, except the few lazy imports in :data:`NOT_RUN`, which no stage
+  can get to;
+- a module that is only loaded is not: importing ``spag.evaluate.benchmark`` runs
+  ``spag/evaluate/__init__.py``, which imports the tournament code, but defining functions no stage calls
+  cannot change what a stage writes (a package is used, and so a dependency, when a stage imports a name
+  from the package itself: ``from spag.players import load_player``);
+- a module's data files (:data:`DATA`: prompt templates, SQL queries, the general SFT rows, the offline
+  benchmark tasks) go with it;
+- the command line (``spag/cli.py``, ``spag/commands/``) is never reached: no stage imports it.
+
+So ``spag/rewards.py`` is a dependency of ``reward@N`` and ``imitation_data``, which build rows, and not of
+``train@N``, which only reads the rows they wrote (DVC re-runs it when those change).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from spag.pipeline import STAGES, Stage
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "spag"
+
+# Lazy imports a stage cannot get to, though it uses the module that makes them: (module, import) -> why.
+NOT_RUN = {
+    ("spag.config", "spag.play"): "Sampling.play_config builds a PlayConfig: only stages that play call it, "
+                                  "and they import spag.play themselves",
+    ("spag.provenance", "spag.players.vllm"): "player_provenance of a vllm player: only stages that load "
+                                              "players call it, and they reach the backend through spag.players",
+}
+
+# The files a module reads besides its code (a folder: all of it).
+DATA = {
+    "spag.game.prompts": ("spag/game/templates.yaml",),
+    "spag.game.original_prompts": ("spag/game/original_prompts.yaml",),
+    "spag.sft": ("spag/data/general_sft.jsonl",),
+    "spag.analyze": ("spag/analyze/queries",),
+    "spag.evaluate.benchmark": ("spag/evaluate/tasks",),
+    "spag.pipeline": ("spag/data/fresh_eval_words.txt",),
+}
+# Files under spag/ that no stage reads: the source the general SFT rows are built from (by hand, with
+# spag/data/build_general_sft.py).
+NOT_READ = ("spag/data/general_sft_source.yaml",)
+
+# The plots of the report's outputs, as `dvc plots show` draws them.
+PLOTS = [
+    {"Score against the imitation model (95% interval)": {
+        "template": "interval", "x": "epoch", "y": {"metrics/plots/vs_imitation.csv": "value"}}},
+    {"Self-play outcome rates (95% interval)": {
+        "template": "interval", "x": "epoch", "y": {"metrics/plots/selfplay_rates.csv": "value"}}},
+    {"Self-play lengths": {
+        "template": "interval", "x": "epoch", "y": {"metrics/plots/selfplay_lengths.csv": "value"}}},
+    {"Benchmark score per task (epoch 0 = imitation)": {
+        "template": "interval", "x": "epoch", "y": {"metrics/plots/benchmark.csv": "value"}}},
+    {"Reasoning: pooled accuracy B - A, paired, 95% interval (epoch 0 = imitation vs base)": {
+        "template": "interval", "x": "epoch", "y": {"metrics/plots/reasoning.csv": "value"}}},
+    "metrics/learning_curves.png",
+    {"dvclive/imitate/plots/metrics": {"x": "step"}},
+    {"dvclive/epoch_1/plots/metrics": {"x": "step"}},
+    {"dvclive/epoch_2/plots/metrics": {"x": "step"}},
+]
+
+HEADER = """\
+# SPAG as a pipeline: imitation learning on a teacher's winning games, then epochs of
+# self-play -> rule-based rewards -> offline policy optimisation -> evaluation.
+# Every stage validates params.yaml and makes one call to spag.pipeline; outputs are versioned in the DVC cache.
+# `dvc metrics show` prints the headline (metrics/summary.json); each stage's own figures are plain outputs
+# under metrics/, shown with `dvc metrics show metrics/epochs/1/games.json` (any JSON file by its path).
+#
+# Written by `python -m spag.dvcyaml` from the stage table in spag/pipeline.py: edit that, not this file.
+# Each stage depends on the spag/ files it runs (the rule: spag/dvcyaml.py).
+"""
+
+
+# ------------------------------------------------------------------------------------ the imports
+
+
+@dataclass
+class _Module:
+    path: Path
+    top: set[str] = field(default_factory=set)         # imported at the module's top
+    inside: dict[str, set[str]] = field(default_factory=dict)  # by each top-level function, inside it
+    calls: dict[str, set[str]] = field(default_factory=dict)   # names each top-level function uses
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str, path: Path) -> Iterator[str]:
+    """The spag modules an import statement imports (``from a import b``: ``a.b`` when it is a module)."""
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names if alias.name.split(".")[0] == "spag")
+        return
+    base = node.module or ""
+    if node.level:  # relative: from the package the module is in
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+    if base.split(".")[0] != "spag":
+        return
+    for alias in node.names:
+        yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+
+
+def _read(module: str) -> _Module:
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    parsed = _Module(path)
+
+    def imports(node: ast.AST) -> set[str]:
+        return {target for child in ast.walk(node) if isinstance(child, (ast.Import, ast.ImportFrom))
+                for target in _targets(child, module, path)}
+
+    for statement in tree.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            # A class's methods are its functions: its imports count as the module's lazy ones.
+            parsed.inside[statement.name] = imports(statement)
+            parsed.calls[statement.name] = _names_used(statement)
+        else:
+            parsed.top |= imports(statement)
+    return parsed
+
+
+def _names_used(function: ast.AST) -> set[str]:
+    """The module-level names a function uses: names it reads and does not assign or take as arguments
+    (``train, held = split_words(...)`` in a stage is a variable, not the ``train`` stage)."""
+    local = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    local |= {a.arg for n in ast.walk(function) if isinstance(n, ast.arguments)
+              for a in (*n.posonlyargs, *n.args, *n.kwonlyargs, n.vararg, n.kwarg) if a is not None}
+    return {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local
+
+
+def stage_files(stage: Stage) -> list[str]:
+    """The files under ``spag/`` that ``stage`` runs or reads (see the module docstring), sorted."""
+    pipeline = _read("spag.pipeline")
+    functions, todo = set(), [stage.name, "run_stage"]
+    while todo:  # the stage's function and the pipeline functions it calls, transitively
+        name = todo.pop()
+        if name in functions or name not in pipeline.inside:
+            continue
+        functions.add(name)
+        todo.extend(pipeline.calls[name] & set(pipeline.inside))
+    used = {"spag.pipeline"}
+    todo = [*pipeline.top, *(m for f in functions for m in pipeline.inside[f])]
+    while todo:
+        module = todo.pop()
+        if module in used or module not in MODULES:
+            continue
+        used.add(module)
+        parsed = _read(module)
+        lazy = {m for ms in parsed.inside.values() for m in ms}
+        todo.extend(m for m in parsed.top | lazy if (module, m) not in NOT_RUN)
+    files = {MODULES[m].relative_to(ROOT).as_posix() for m in used}
+    files |= {data for m in used for data in DATA.get(m, ())}
+    return sorted(files)
+
+
+# ------------------------------------------------------------------------------------- the file
+
+
+def _epoch(text: str) -> str:
+    return text.replace("{epoch}", "${key}").replace("{previous}", "${item.previous}")
+
+
+def _entry(stage: Stage) -> dict:
+    command = f"python stages/{stage.name}.py" + (" ${key}" if stage.per_epoch else "")
+    entry: dict = {"cmd": command,
+                   "deps": [f"stages/{stage.name}.py", *map(_epoch, stage.deps), *stage_files(stage)],
+                   "params": [_epoch(key) for key in stage.params]}
+    outs = [_epoch(path) if cached else {_epoch(path): {"cache": False}} for path, cached in stage.outs]
+    if outs:
+        entry["outs"] = outs
+    if stage.metrics:
+        entry["metrics"] = [{path: {"cache": False}} for path in stage.metrics]
+    if stage.plots:
+        entry["plots"] = [{path: {"cache": False}} for path in stage.plots]
+    return {"foreach": "${spag.epochs}", "do": entry} if stage.per_epoch else entry
+
+
+def render() -> str:
+    """The text of ``dvc.yaml``."""
+    def dump(data) -> str:
+        return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=110)
+
+    parts = [HEADER, "\nstages:\n"]
+    for stage in STAGES:
+        every = "every SPAG epoch: " if stage.per_epoch else ""
+        body = dump({stage.name: _entry(stage)})
+        parts.append(f"  # {every}{stage.doc}\n" + "".join(f"  {line}\n" for line in body.splitlines()) + "\n")
+    parts.append(dump({"plots": PLOTS}))
+    return "".join(parts)
+
+
+def main(argv: list[str]) -> int:
+    target = ROOT / "dvc.yaml"
+    text = render()
+    if argv == ["--check"]:
+        current = target.read_text(encoding="utf-8") if target.exists() else ""
+        if current != text:
+            print(f"{target} is not what spag/pipeline.py declares: run `python -m spag.dvcyaml`", file=sys.stderr)
+            return 1
+        return 0
+    if argv:
+        print("usage: python -m spag.dvcyaml [--check]", file=sys.stderr)
+        return 2
+    target.write_text(text, encoding="utf-8")
+    print(f"wrote {target} ({len(STAGES)} stages)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
