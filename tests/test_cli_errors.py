@@ -582,6 +582,7 @@ OUTPUTS = {
     "benchmark -o": ("benchmark --model {tiny} -o {target} --limit 1", ".json", "file"),
     "benchmark --samples-out": ("benchmark --model {tiny} -o {tmp}/b.json --samples-out {target} --limit 1",
                                 ".jsonl", "file"),
+    "benchmark-data -o": ("benchmark-data -o {target}", "", "dir:benchmark-data"),
     "compare -o": ("compare {episodes} {words} -o {target}", ".json", "file"),
     "tournament -o": (TOURNAMENT.replace("{out}", "{target}"), ".json", "file"),
     "tournament --heatmap": (TOURNAMENT.replace("{out}", "{tmp}/t.json") + " --heatmap {target}", ".png", "file"),
