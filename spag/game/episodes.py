@@ -270,7 +270,15 @@ class EpisodeStore:
         prefix = "shard-" if self.world == 1 else self._shard_prefix()
         return self.path.is_dir() and any(self.path.glob(prefix + "*.parquet"))
 
-    def append(self, episodes: list[dict]) -> None:
+    def shards(self) -> dict[int, Path]:
+        """This rank's shards by number."""
+        prefix = self._shard_prefix()
+        return {int(p.stem[len(prefix):]): p for p in self.path.glob(prefix + "*.parquet")
+                if p.stem[len(prefix):].isdigit()}
+
+    def append(self, episodes: list[dict], number: int | None = None) -> None:
+        """Write ``episodes`` as this rank's next shard (or as shard ``number``: online self-play numbers
+        them by training step)."""
         if not episodes:
             return
         schema = episode_schema()
@@ -282,11 +290,9 @@ class EpisodeStore:
 
         if not (self.path / MARKER).exists():  # marked with its first shard: a failed start leaves nothing
             mark_output_dir(self.path, PLAY_KIND)
-        prefix = self._shard_prefix()
-        numbers = [int(p.stem[len(prefix):]) for p in self.path.glob(prefix + "*.parquet")
-                   if p.stem[len(prefix):].isdigit()]
-        shard = self.path / f"{prefix}{max(numbers, default=-1) + 1:05d}.parquet"
-        write_table_atomic(shard, episodes, schema=schema)
+        if number is None:
+            number = max(self.shards(), default=-1) + 1
+        write_table_atomic(self.path / f"{self._shard_prefix()}{number:05d}.parquet", episodes, schema=schema)
 
     def keep(self, episodes: list[dict]) -> None:
         """Episodes already in a single-file output, kept when it is rewritten."""
