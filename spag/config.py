@@ -40,6 +40,8 @@ from spag.train.schedules import COSINE, LR_SCHEDULERS
 # Kept here as names so that reading a config never imports torch; tests check them against
 # spag.train.losses (METHODS, REDUCTIONS) and spag.evaluate.benchmark (SUITES).
 METHODS = ("sft", "sft-kl", "offline-po")
+ONLINE = "online"  # spag.method only: online self-play on TRL's GRPOTrainer (spag.train.online)
+SCALE_REWARDS = ("none", "group", "batch")  # TRL's GRPOConfig.scale_rewards
 REDUCTIONS = ("rows", "weights")
 BACKENDS = ("hf", "vllm", "openai")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -56,8 +58,9 @@ CREDITS = ("all", "skill")
 BASELINE_NAMES = ("imitation-resample", "imitation-filter", "imitation-filter-guess", "base-teacher")
 DEVICE_PATTERN = r"^(auto|cpu|cuda(:[0-9]+)?)$"
 # The paper's values where a training run leaves them unset (None): imitation 5e-6, SPAG 2e-6; KL 0.1 / 0.2.
-PAPER_LEARNING_RATE = {"sft": 5e-6, "sft-kl": 5e-6, "offline-po": 2e-6}
-PAPER_KL_COEFF = {"sft": 0.0, "sft-kl": 0.1, "offline-po": 0.2}
+# Online self-play, which the paper has not, takes SPAG's.
+PAPER_LEARNING_RATE = {"sft": 5e-6, "sft-kl": 5e-6, "offline-po": 2e-6, ONLINE: 2e-6}
+PAPER_KL_COEFF = {"sft": 0.0, "sft-kl": 0.1, "offline-po": 0.2, ONLINE: 0.2}
 
 
 class ParamsError(ValueError):
@@ -367,7 +370,9 @@ class Spag(TrainStep):
         {"1": Epoch(previous="imitation"), "2": Epoch(previous="epoch_1"), "3": Epoch(previous="epoch_2")},
         'One entry per SPAG epoch ("N": {previous: CHECKPOINT}), quoted keys.')
     control: bool = knob(False, "Train on the general SFT rows alone (no game rows): the ablation arm.")
-    method: Literal[METHODS] = knob("offline-po", METHOD_HELP)
+    method: Literal[(*METHODS, ONLINE)] = knob(
+        "offline-po", "offline-po (SPAG: train@N learns from play@N's games) or online (train@N plays its own "
+                      "games with the policy it trains and updates as it goes: the online section).")
     epochs_per_iteration: float = TRAINING_EPOCHS
 
     @model_validator(mode="after")
@@ -382,6 +387,27 @@ class Spag(TrainStep):
                 raise ValueError(f"epochs.{key}.previous: {previous!r} is not one of {shown}")
             earlier.add(f"epoch_{key}")
         return self
+
+
+class Online(Section):
+    """Online self-play (``spag.method: online``): train@N plays whole games with the policy it trains and
+    updates it by GRPO (TRL's GRPOTrainer) every step, SPIRAL's recipe on this project's judge. Sampling is
+    play's (temperature, top_k, lengths, backend), training spag's (learning rate, kl_coeff as GRPO's beta,
+    clip_range as its epsilon, batch_size per device, max_length, deepspeed, launcher)."""
+
+    words: int = knob(64, "Training words per SPAG epoch, each played in both roles (rounded down to a "
+                          "multiple of words_per_step).", ge=1)
+    words_per_step: int = knob(2, "Words per optimiser step; each gives two GRPO groups, (word, attacker) and "
+                                  "(word, defender).", ge=1)
+    games_per_word: int = knob(4, "Games played on each word at its step; a group holds its role's utterances "
+                                  "in them, so the group's mean reward is a per-role baseline.", ge=2)
+    win_reward: float = knob(1.0, "Zero-sum outcome reward: +r on every utterance of the winner, -r on the "
+                                  "loser's, 0 in a tie.", gt=0)
+    foul_penalty: float = knob(1.5, "p: an attacker who says the word gets -p on every utterance of the game, "
+                                    "the defender 0 (SPIRAL scores an invalid move -1.5).", ge=0)
+    scale_rewards: Literal[SCALE_REWARDS] = knob(
+        "none", "none: advantage = reward - its group's mean (SPIRAL's role baseline, no scaling); group or "
+                "batch: also divided by the group's or the batch's standard deviation (GRPO).")
 
 
 class Benchmark(Section):
@@ -435,6 +461,7 @@ class Settings(Section):
     reward: Reward = Field(default_factory=Reward)
     imitate: Imitate = Field(default_factory=Imitate)
     spag: Spag = Field(default_factory=Spag)
+    online: Online = Field(default_factory=Online)
     evaluate: Evaluate = Field(default_factory=Evaluate)
 
 

@@ -123,10 +123,15 @@ STAGES: tuple[Stage, ...] = (
           deps=("data/epoch_{epoch}/episodes",),
           outs=_cached("data/epoch_{epoch}/rows.parquet") + _kept_in_git("metrics/epochs/{epoch}/reward.json"),
           per_epoch=True),
-    Stage("train", "SPAG offline policy optimisation against the previous checkpoint",
-          ("seed", "spag.epochs.{epoch}", "spag.epochs_per_iteration", *(f"spag.{k}" for k in _TRAINING)),
-          deps=("data/{previous}/model", "data/epoch_{epoch}/rows.parquet"),
-          outs=_cached("data/epoch_{epoch}/model") + _kept_in_git("dvclive/epoch_{epoch}"), per_epoch=True),
+    # online (spag.method: online) plays its own games on the training words, as play does (play, game),
+    # and scores them (online); its games are a second output (none under offline-po)
+    Stage("train", "SPAG policy optimisation from the previous checkpoint: offline on this epoch's rows, or online",
+          ("seed", "spag.epochs.{epoch}", "spag.epochs_per_iteration", *(f"spag.{k}" for k in _TRAINING),
+           "online", "game", "play", "reward.keep_truncated"),
+          deps=("data/{previous}/model", "data/epoch_{epoch}/rows.parquet", "data/words/train.txt",
+                "data/words/all.txt"),
+          outs=_cached("data/epoch_{epoch}/model", "data/epoch_{epoch}/online/episodes")
+          + _kept_in_git("dvclive/epoch_{epoch}"), per_epoch=True),
     Stage("evaluate", "games against the imitation model (and the strongest baseline) on held-out words, both "
                       "roles; skill metrics; benchmark",
           ("seed", "game", "evaluate", "play.temperature", "spag.epochs.{epoch}"),
@@ -422,15 +427,64 @@ def imitate(settings: Settings, layout: Layout) -> None:
 
 
 def train(settings: Settings, layout: Layout, epoch: str) -> None:
-    """SPAG offline policy optimisation, starting from and referenced to the previous model."""
+    """SPAG offline policy optimisation, starting from and referenced to the previous model; or, with
+    ``spag.method: online``, online self-play from it (its games in ``data/epoch_N/online/episodes``, which
+    under offline-po holds no games)."""
+    from spag.config import ONLINE
+    from spag.game.episodes import PLAY_KIND
+
     step = settings.spag
+    if step.method == ONLINE:
+        _train_online(settings, layout, epoch)
+        return
     _train(step, step.epochs_per_iteration, _previous(settings, layout, epoch), layout.epoch(epoch) / "rows.parquet",
            layout.model(f"epoch_{epoch}"), layout, f"epoch_{epoch}", settings.seed + int(epoch))
+    from spag.outputs import mark_output_dir
+
+    mark_output_dir(_online_episodes(layout, epoch), PLAY_KIND)
 
 
-def _train(step: TrainStep, epochs: float, model: Path, data: Path, output: Path, layout: Layout, name: str,
-           seed: int) -> None:
-    """One training run in this process, or under ``step.launcher`` with its settings in a file."""
+def _online_episodes(layout: Layout, epoch: str) -> Path:
+    return layout.epoch(epoch) / "online" / "episodes"
+
+
+def _train_online(settings: Declared, layout: Layout, epoch: str) -> None:
+    """Online self-play (:mod:`spag.train.online`): train@N plays its own games on a seeded sample of the
+    training words, with the policy it trains, from the previous checkpoint."""
+    from spag.game.episodes import PLAY_KIND
+    from spag.partial import resumable_output
+    from spag.train.online import OnlineGames
+
+    p, step, name = settings.play, settings.spag, f"epoch_{epoch}"
+    source = layout.words / ("all.txt" if p.include_held_out else "train.txt")
+    words = _sample_words(source, settings.online.words, seed=f"{settings.seed}-{epoch}-online")
+    seed = settings.seed + int(epoch)
+    try:
+        games = OnlineGames(play=p.play_config(_game(settings), seed), online=settings.online,
+                            keep_truncated=settings.reward.keep_truncated, backend=p.backend,
+                            gpu_memory_utilization=p.gpu_memory_utilization, max_prompt_tokens=p.max_prompt_tokens)
+    except ValueError as exc:
+        key, _, message = str(exc).partition(": ")
+        raise ParamsError("params.yaml", key, message) from None
+    output = layout.model(name)
+    config = _train_config(step, step.epochs_per_iteration, output, layout, name, seed)
+    # The games go to a work folder beside the declared output, which DVC does not delete, as the
+    # checkpoints do: a killed stage resumes from its latest checkpoint and the games played before it.
+    with resumable_output(_online_episodes(layout, epoch), PLAY_KIND) as work:
+        job = dict(games=games, config=config, episodes_dir=work, data=source, other_checkpoints="restart")
+        model = _previous(settings, layout, epoch)
+        if not step.launcher:
+            from spag.train.online import run_online
+
+            run_online(model, words, output, **job)
+        else:
+            from spag.train.launch import launch_online
+
+            launch_online(step.launcher, model, words, output, **job)
+
+
+def _train_config(step: TrainStep, epochs: float, output: Path, layout: Layout, name: str, seed: int) -> TrainConfig:
+    """The knobs of one pipeline training run."""
     # Each knob read by name, so that the stage's view of the settings checks it is declared.
     knobs = {key: getattr(step, key) for key in TrainKnobs.model_fields}
     from spag.partial import partial_path
@@ -440,11 +494,17 @@ def _train(step: TrainStep, epochs: float, model: Path, data: Path, output: Path
     # The checkpoints live beside the output (DVC deletes the output before it re-runs the stage), so a
     # killed stage continues from its latest checkpoint; those of another run (changed settings, model or
     # rows: why DVC re-runs it) are dropped.
-    config = TrainConfig(**knobs, epochs=epochs, seed=seed, live_dir=layout.live(name), logging_steps=1,
-                         ref_cache_dir=layout.data / "cache" / "reference", overwrite=True, resume=True,
-                         checkpoint_dir=partial_path(output))
     section = "imitate" if name == "imitate" else "spag"
     check_launch(step.launcher, step.deepspeed, f"{section}.launcher", f"{section}.deepspeed")
+    return TrainConfig(**knobs, epochs=epochs, seed=seed, live_dir=layout.live(name), logging_steps=1,
+                       ref_cache_dir=layout.data / "cache" / "reference", overwrite=True, resume=True,
+                       checkpoint_dir=partial_path(output))
+
+
+def _train(step: TrainStep, epochs: float, model: Path, data: Path, output: Path, layout: Layout, name: str,
+           seed: int) -> None:
+    """One training run in this process, or under ``step.launcher`` with its settings in a file."""
+    config = _train_config(step, epochs, output, layout, name, seed)
     if not step.launcher:
         from spag.train.trainer import run_training
 

@@ -294,8 +294,9 @@ def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
 def play_games(attacker: Player, defender: Player, words: list[str], config: PlayConfig, *,
                output: str | Path | None = None, resume: bool = False, show_progress: bool = True,
                stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
-               overwrite: bool = False, stale: str = "refuse") -> list[dict]:
-    """Play one game per target word (this rank's share of ``words``); return the judged episodes.
+               overwrite: bool = False, stale: str = "refuse", shard_by_rank: bool = True) -> list[dict]:
+    """Play one game per target word (this rank's share of ``words``, or all of them without
+    ``shard_by_rank``: a process that chose its own words); return the judged episodes.
 
     With ``output``, episodes are written incrementally (see the module docstring) and, with
     ``resume``, episodes already there are kept and returned with the new ones, in word order.
@@ -310,26 +311,27 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
     """
     options = {"resume": resume, "show_progress": show_progress, "stats": stats, "guess_words": guess_words,
                "overwrite": overwrite, "stale": stale}
+    rank, world = rank_and_world() if shard_by_rank else (0, 1)
     if output is None:
-        return _play_games(attacker, defender, words, config, None, **options)
+        return _play_games(attacker, defender, words, config, None, rank, world, **options)
     from spag.outputs import writing
 
-    store = EpisodeStore(output, *rank_and_world())
+    store = EpisodeStore(output, rank, world)
     with writing(output, store.lock_part()):
-        return _play_games(attacker, defender, words, config, store, **options)
+        return _play_games(attacker, defender, words, config, store, rank, world, **options)
 
 
 def _play_games(attacker: Player, defender: Player, words: list[str], config: PlayConfig,
-                store: EpisodeStore | None, *, resume: bool, show_progress: bool, stats: PlayStats | None,
+                store: EpisodeStore | None, rank: int, world: int, *, resume: bool, show_progress: bool, stats: PlayStats | None,
                 guess_words: Sequence[str] | None, overwrite: bool, stale: str) -> list[dict]:
-    """:func:`play_games` with its output store (None: no output) claimed and locked."""
+    """:func:`play_games` with its output store (None: no output) claimed and locked; this process plays the
+    words of index ``rank`` modulo ``world``."""
     from spag.console import progress
     from spag.provenance import record
 
     stats = stats if stats is not None else PlayStats()
     stats.provenance = record(attacker=attacker, defender=defender)
     attacking_speaker, defending_speaker = speakers(attacker, defender, config, guess_words)
-    rank, world = rank_and_world()
     models = {"attacker_model": attacker.name, "defender_model": defender.name,
               "attacker_fingerprint": _fingerprint_of(attacker), "defender_fingerprint": _fingerprint_of(defender)}
     mine = [i for i in range(len(words)) if i % world == rank]

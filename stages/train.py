@@ -1,4 +1,5 @@
-"""Stage `train@N` (`python stages/train.py N`): SPAG offline policy optimisation from the previous model.
+"""Stage `train@N` (`python stages/train.py N`): SPAG offline policy optimisation from the previous model, or
+online self-play from it (`spag.method: online`).
 
 The stage validates params.yaml and runs spag.pipeline.train on the params it declares in dvc.yaml.
 """

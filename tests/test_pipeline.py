@@ -35,6 +35,7 @@ def small_params(tiny_model: Path) -> dict:
     p["evaluate"].update(words=3, seeds=2, max_new_tokens=6, vs_baseline=True, clue_lines=1)
     p["reward"]["foul_penalty"] = 1.0
     p["evaluate"]["benchmark"]["limit"] = 4
+    p["online"].update(words=2, words_per_step=1, games_per_word=2)  # spag.method: online (one test)
     return p
 
 
@@ -86,6 +87,9 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
         episodes = read_episodes(work / f"data/epoch_{epoch}/episodes")
         assert len(episodes) == p["play"]["words"]
         assert all(e["outcome"] in OUTCOMES for e in episodes)
+        # offline-po trains on play's games: the folder of online's own games holds none
+        online = work / f"data/epoch_{epoch}/online/episodes"
+        assert output_kind(online) == "play" and not list(online.glob("*.parquet"))
     games = json.loads((work / "metrics/epochs/2/games.json").read_text())
     # 3 held-out words x 2 roles x 2 sampling seeds, against the imitation model and the strongest baseline
     assert set(games) == {"vs_imitation", "vs_baseline"}
@@ -399,3 +403,34 @@ def test_the_paper_preset_runs_end_to_end_at_toy_size(tmp_path):
     report = json.loads((work / "metrics/report.json").read_text())
     assert report["final"]["epoch"] == 2
     assert "final score vs imitation" in result.stdout + result.stderr
+
+
+def test_an_online_experiment_beside_the_committed_run(pipeline, tmp_path):
+    """`dvc exp run -S spag.method=online` on a project whose offline run is done: play@1 and what comes
+    before it are reused, train@N plays its own games (episodes beside the epoch's), and evaluate, report
+    and analyze read the result as they read an offline epoch."""
+    from spag.game.episodes import read_episodes
+    from spag.train.trainer import read_summary
+
+    work, _, env = pipeline
+    copy = tmp_path / "project"
+    shutil.copytree(work, copy, symlinks=True)  # the other tests keep the committed run
+    result = run(["dvc", "exp", "run", "-n", "online", "-S", "spag.method=online"], copy, env)
+    out = result.stdout + result.stderr
+    for reused in ("imitate", "play@1", "reward@1"):
+        assert f"'{reused}' didn't change, skipping" in out, reused
+    p = yaml.safe_load((copy / "params.yaml").read_text())
+    for epoch in (1, 2):
+        summary = read_summary(copy / f"data/epoch_{epoch}/model")
+        assert summary["method"] == "online" and summary["steps"] == p["online"]["words"]
+        games = read_episodes(copy / f"data/epoch_{epoch}/online/episodes")
+        # each step: one word, games_per_word games, both roles from the same games
+        assert len(games) == summary["games"] == p["online"]["words"] * p["online"]["games_per_word"]
+        assert all(g["attacker_model"] == g["defender_model"] and "+online@step-" in g["attacker_model"] for g in games)
+    report = json.loads((copy / "metrics/report.json").read_text())
+    assert report["final"]["epoch"] == 2 and report["final"]["score_vs_imitation"]["games"] == 12
+    shown = json.loads(run(["dvc", "exp", "show", "--json"], copy, env).stdout)
+    assert "online" in json.dumps(shown)
+    rows = json.loads(run([sys.executable, "-m", "spag.cli", "analyze", "--query", "selfplay", "--format", "json"],
+                          copy, env).stdout)
+    assert {(r["run"], r["epoch"]) for r in rows} >= {("online", 1), ("online", 2), ("epoch_1", 1), ("epoch_2", 2)}

@@ -289,7 +289,15 @@ class EpisodeStore:
         prefix = "shard-" if self.world == 1 else self._shard_prefix()
         return self.path.is_dir() and any(self.path.glob(prefix + "*.parquet"))
 
-    def append(self, episodes: list[dict]) -> None:
+    def shards(self) -> dict[int, Path]:
+        """This rank's shards by number."""
+        prefix = self._shard_prefix()
+        return {int(p.stem[len(prefix):]): p for p in self.path.glob(prefix + "*.parquet")
+                if p.stem[len(prefix):].isdigit()}
+
+    def append(self, episodes: list[dict], number: int | None = None) -> None:
+        """Write ``episodes`` as this rank's next shard (or as shard ``number``: online self-play numbers
+        them by training step)."""
         if not episodes:
             return
         schema = episode_schema()
@@ -303,9 +311,10 @@ class EpisodeStore:
         if output_kind(self.path) is None:  # marked with its first shard: a failed start leaves nothing
             mark_output_dir(self.path, PLAY_KIND)
         prefix = self._shard_prefix()
-        numbers = [int(p.stem[len(prefix):]) for p in self.path.glob(prefix + "*.parquet")
-                   if p.stem[len(prefix):].isdigit()]
-        number = max(numbers, default=-1) + 1
+        if number is not None:  # a step's shard, numbered by the caller (a resumed run dropped the later ones)
+            write_table_atomic(self.path / f"{prefix}{number:05d}.parquet", episodes, schema=schema)
+            return
+        number = max(self.shards(), default=-1) + 1
         while True:  # a new shard never replaces one: a name taken meanwhile is passed over
             try:
                 write_table_atomic(self.path / f"{prefix}{number:05d}.parquet", episodes, schema=schema)

@@ -2,7 +2,8 @@
 
 The pipeline writes the run (method, paths and every :class:`spag.config.TrainConfig` knob) to a JSON
 file and starts ``LAUNCHER -m spag.train.launch FILE``; each launched process reads the file back,
-validated by the same schema, and calls :func:`spag.train.trainer.run_training`.
+validated by the same schema, and calls :func:`spag.train.trainer.run_training`, or, for online self-play
+(:func:`launch_online`: the words and the games' settings travel too), :func:`spag.train.online.run_online`.
 """
 
 from __future__ import annotations
@@ -24,25 +25,41 @@ def launch(launcher: str, method: str, model, data, output, config: TrainConfig,
     """Run one training job under ``launcher`` (the arguments of
     :func:`spag.train.trainer.run_training`); raise CalledProcessError when it fails, DataError when it
     ends without writing a model (a launcher that is no Python launcher: ``echo``, ``true``)."""
+    _run_job(launcher, config, output, {"method": method, "model": os.fspath(model), "data": os.fspath(data),
+                                        "output": os.fspath(output), "ref": None if ref is None else os.fspath(ref),
+                                        "other_checkpoints": other_checkpoints, "config": config.model_dump()})
+
+
+def launch_online(launcher: str, model, words, output, *, games, config: TrainConfig, episodes_dir, data=None,
+                  other_checkpoints: str = "refuse") -> None:
+    """One online self-play run (the arguments of :func:`spag.train.online.run_online`) under ``launcher``."""
+    from spag.config import ONLINE
+
+    _run_job(launcher, config, output, {"method": ONLINE, "model": os.fspath(model), "words": list(words),
+                                        "output": os.fspath(output), "games": games.as_json(),
+                                        "config": config.model_dump(), "episodes": os.fspath(episodes_dir),
+                                        "data": None if data is None else os.fspath(data),
+                                        "other_checkpoints": other_checkpoints})
+
+
+def _run_job(launcher: str, config: TrainConfig, output, job: dict) -> None:
+    """Check the launcher and the DeepSpeed file, write ``job`` beside ``output`` and run it under the
+    launcher; a run that ends without error must have written a model."""
+    from spag.devices import resolve_launcher
     from spag.train.trainer import SUMMARY_FILE
 
     check_launch(launcher, config.deepspeed)
     output = Path(output)
     summary = output / SUMMARY_FILE
     before = _stamp(summary)
-    job = output.parent / f".{output.name}.train-job.json"
-    job.parent.mkdir(parents=True, exist_ok=True)
-    job.write_text(json.dumps({"method": method, "model": os.fspath(model), "data": os.fspath(data),
-                               "output": os.fspath(output), "ref": None if ref is None else os.fspath(ref),
-                               "other_checkpoints": other_checkpoints, "config": config.model_dump()}, indent=1),
-                   encoding="utf-8")
-    from spag.devices import resolve_launcher
-
+    path = output.parent / f".{output.name}.train-job.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(job, indent=1), encoding="utf-8")
     try:
-        subprocess.run([*launcher_command(resolve_launcher(launcher)), "-m", "spag.train.launch", str(job)],
+        subprocess.run([*launcher_command(resolve_launcher(launcher)), "-m", "spag.train.launch", str(path)],
                        check=True)
     finally:
-        job.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
     if _stamp(summary) in (None, before):
         raise DataError(output, None, f"the launcher {launcher!r} exited without error but wrote no model here "
                                       "(it must run Python: torchrun, accelerate launch, deepspeed ...)")
@@ -108,12 +125,22 @@ def free_port() -> int:
 
 
 def main(argv: list[str]) -> None:
-    from spag.train.trainer import run_training
+    from spag.config import ONLINE
 
     (job_file,) = argv
     job = json.loads(Path(job_file).read_text(encoding="utf-8"))
-    run_training(job["method"], job["model"], job["data"], job["output"], ref=job["ref"],
-                 config=TrainConfig.model_validate(job["config"]), other_checkpoints=job["other_checkpoints"])
+    config = TrainConfig.model_validate(job["config"])
+    if job["method"] == ONLINE:
+        from spag.train.online import OnlineGames, run_online
+
+        run_online(job["model"], job["words"], job["output"], games=OnlineGames.from_json(job["games"]),
+                   config=config, episodes_dir=job["episodes"], data=job["data"],
+                   other_checkpoints=job["other_checkpoints"])
+        return
+    from spag.train.trainer import run_training
+
+    run_training(job["method"], job["model"], job["data"], job["output"], ref=job["ref"], config=config,
+                 other_checkpoints=job["other_checkpoints"])
 
 
 if __name__ == "__main__":

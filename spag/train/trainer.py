@@ -11,7 +11,7 @@ gradient checkpointing, bf16, DeepSpeed, checkpoints and resuming) is the HF Tra
 
 1. data (:func:`_read_data`, :func:`_encode`): read and check the rows, tokenise them (a row longer than
    ``max_length`` is shortened by ``truncation``: it gives up its oldest history lines or is left out, or,
-   the original's way, loses its first tokens); :func:`_start` claims the output and sets up the processes
+   the original's way, loses its first tokens); :func:`start_run` claims the output and sets up the processes
    in between;
 2. reference (:func:`_reference_step`): log-probs from the cache beside the data, or one pass of the
    reference model before training (so training holds one model), or on the fly (two models; under
@@ -116,7 +116,24 @@ def _base_model(model):
     return model
 
 
-class SpagTrainer(Trainer):
+class DeepSpeedSchedules:
+    """A Trainer mixin: the HF Trainer's schedules, plus DeepSpeed's ``warmup_decay`` ones
+    (:mod:`spag.train.schedules`), named by ``self.schedule`` (the ``lr_scheduler`` setting)."""
+
+    schedule = "cosine"
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.schedule not in DEEPSPEED_SCHEDULES:
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            self.lr_scheduler = warmup_decay_schedule(
+                self.optimizer if optimizer is None else optimizer,
+                self.args.get_warmup_steps(num_training_steps), num_training_steps, self.schedule)
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
+
+
+class SpagTrainer(DeepSpeedSchedules, Trainer):
     """``Trainer`` whose loss is one of :mod:`spag.train.losses`, with its statistics logged."""
 
     # compute_loss returns a per-micro-batch mean: the Trainer divides it for gradient accumulation.
@@ -170,17 +187,6 @@ class SpagTrainer(Trainer):
         finally:
             del engine.save_checkpoint  # the class's method again
 
-    def create_scheduler(self, num_training_steps: int, optimizer=None):
-        """The HF Trainer's schedules, plus DeepSpeed's ``warmup_decay`` ones (:mod:`spag.train.schedules`)."""
-        if self.schedule not in DEEPSPEED_SCHEDULES:
-            return super().create_scheduler(num_training_steps, optimizer)
-        if self.lr_scheduler is None:
-            self.lr_scheduler = warmup_decay_schedule(
-                self.optimizer if optimizer is None else optimizer,
-                self.args.get_warmup_steps(num_training_steps), num_training_steps, self.schedule)
-            self._created_lr_scheduler = True
-        return self.lr_scheduler
-
     def _reference_logprobs(self, model, inputs):
         with torch.no_grad():
             if self.ref_model is None and not self.ref_is_base_without_adapter:
@@ -220,7 +226,6 @@ class SpagTrainer(Trainer):
             for key, total in self._stat_sums.items():
                 logs[key] = total / self._stat_counts[key]
             self._stat_sums, self._stat_counts = {}, {}
-            self.last_logged_loss = logs["loss"]
         super().log(logs, start_time)
 
 
@@ -327,7 +332,7 @@ def _open_live(live_dir: Path, resume: bool, params: dict):
     return live
 
 
-def _load_policy(model_path, config: TrainConfig, tokenizer):
+def load_policy(model_path, config: TrainConfig, tokenizer):
     import torch
     from transformers import AutoModelForCausalLM, set_seed
 
@@ -470,7 +475,7 @@ class _Run:
     method: str
     model: str
     ref: str
-    data: Path
+    data: Path | None
     output_dir: Path
     checkpoint_dir: Path
     config: TrainConfig
@@ -511,13 +516,8 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
 
     check_launch(None, config.deepspeed, deepspeed_key="deepspeed")  # before the data: a bad file is one line
     rows, tokenizer = _read_data(method, model, data, config)  # bad rows stop the run before anything is written
-    with contextlib.ExitStack() as locks:
-        if int(os.environ.get("RANK", "0")) == 0:  # one run writes an output and its checkpoints at a time
-            locks.enter_context(writing(output_dir))
-            checkpoint_dir = _checkpoint_dir(config, Path(output_dir))
-            if not checkpoint_dir.absolute().is_relative_to(Path(output_dir).absolute()):
-                locks.enter_context(writing(checkpoint_dir))
-        run = _start(method, model, data, output_dir, ref, config, other_checkpoints)
+    with claimed_outputs(output_dir, config):
+        run = start_run(method, model, data, output_dir, ref, config, other_checkpoints)
         encoded = _encode(run, rows, tokenizer)
         ref_info = _reference_step(run, encoded, tokenizer)
         trainer, live = _build_step(run, encoded, tokenizer, ref_info)
@@ -527,12 +527,30 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
     return run.output_dir
 
 
+@contextlib.contextmanager
+def claimed_outputs(output_dir, config: TrainConfig):
+    """One run writes an output and its checkpoints at a time: the first process holds their locks while
+    the run lasts (a second run on them is refused at once)."""
+    with contextlib.ExitStack() as locks:
+        if int(os.environ.get("RANK", "0")) == 0:
+            locks.enter_context(writing(output_dir))
+            checkpoint_dir = _checkpoint_dir(config, Path(output_dir))
+            if not checkpoint_dir.absolute().is_relative_to(Path(output_dir).absolute()):
+                locks.enter_context(writing(checkpoint_dir))
+        yield
+
+
 def _checkpoint_dir(config: TrainConfig, output_dir: Path) -> Path:
     return Path(config.checkpoint_dir) if config.checkpoint_dir else output_dir / CHECKPOINTS
 
 
-def _start(method: str, model, data, output_dir, ref, config: TrainConfig, other_checkpoints: str) -> _Run:
-    """Check the run, claim its directories and set up the processes (the Trainer's arguments)."""
+def start_run(method: str, model, data, output_dir, ref, config: TrainConfig, other_checkpoints: str, *,
+           arguments: dict | None = None, identity: dict | None = None) -> _Run:
+    """Check the run, claim its directories and set up the processes (the Trainer's arguments).
+
+    ``arguments`` replaces or adds Trainer arguments (``arguments["class"]``: another TrainingArguments
+    class, TRL's GRPOConfig for online self-play); ``identity`` adds what else a checkpoint must match.
+    """
     from spag.modeling import pick_device
 
     ref = ref if ref is not None else model
@@ -543,11 +561,12 @@ def _start(method: str, model, data, output_dir, ref, config: TrainConfig, other
     if config.live:  # dvclive rewrites its folder's dvc.yaml, params.yaml, metrics.json and plots/
         claim_output_dir(_live_dir(config, output_dir), LIVE_KIND, overwrite=True, resume=config.resume)
     # The Trainer's arguments come first: they set up the processes (and DeepSpeed's ZeRO-3 loading).
-    args = _training_arguments(config, checkpoint_dir, pick_device(config.device))
-    identity = _identity(method, model, ref, data, config, args.world_size)
+    args = _training_arguments(config, checkpoint_dir, pick_device(config.device), **(arguments or {}))
+    identity = {**_identity(method, model, ref, data, config, args.world_size), **(identity or {})}
     resume_from = _resume_point(checkpoint_dir, identity, config.resume, other_checkpoints,
                                 say=print if args.process_index == 0 else lambda *a, **k: None)
-    run = _Run(method, model, ref, Path(data), output_dir, checkpoint_dir, config, args, resume_from, started)
+    run = _Run(method, model, ref, Path(data) if data is not None else None, output_dir, checkpoint_dir, config,
+               args, resume_from, started)
     if run.main:
         # Marked at once, so a killed run's leftovers (checkpoints) are known as ours to --resume them. The
         # output folder itself only when the checkpoints are inside it: a failed run leaves no empty model.
@@ -571,11 +590,13 @@ def _identity(method: str, model, ref, data, config: TrainConfig, processes: int
     shape training and the number of processes (the data order depends on it)."""
     from spag.fingerprint import file_digest, model_fingerprint
 
-    data = Path(data)
-    files = sorted(data.glob("*.parquet")) if data.is_dir() else [data]  # the shards read_records reads
+    if data is not None:
+        data = Path(data)
+        files = sorted(data.glob("*.parquet")) if data.is_dir() else [data]  # the shards read_records reads
     settings = config.model_dump(exclude=_NOT_THE_RUN)
     return {"method": method, "model": model_fingerprint(model), "ref": model_fingerprint(ref),
-            "data": [file_digest(f) for f in files], "processes": int(processes), **settings}
+            "data": [file_digest(f) for f in files] if data is not None else None, "processes": int(processes),
+            **settings}
 
 
 def _resume_point(checkpoint_dir: Path, identity: dict, resume: bool, other_checkpoints: str,
@@ -615,7 +636,8 @@ def _resume_point(checkpoint_dir: Path, identity: dict, resume: bool, other_chec
     return None
 
 
-def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str) -> TrainingArguments:
+def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str, **overrides) -> TrainingArguments:
+    """The Trainer's arguments of a run; ``overrides`` replace or add some (``class``: the arguments' class)."""
     use_cpu = device == "cpu"
     configured = bool(config.deepspeed and use_cpu)
     if configured:
@@ -627,7 +649,8 @@ def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str) 
         set_tf32(tf32)  # here only: the Trainer's own tf32 switch stays unset (see set_tf32)
     elif config.tf32:
         raise DataError("--tf32", None, "TF32 is a mode of NVIDIA GPUs (Ampere or newer); this run is on the CPU")
-    return TrainingArguments(
+    arguments = overrides.pop("class", TrainingArguments)
+    return arguments(**{**dict(
         output_dir=str(checkpoint_dir),
         per_device_train_batch_size=config.batch_size,
         gradient_accumulation_steps=config.grad_accum,
@@ -659,7 +682,7 @@ def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str) 
         disable_tqdm=not config.show_progress,
         ddp_find_unused_parameters=False,
         accelerator_config={"use_configured_state": configured},
-    )
+    ), **overrides})
 
 
 def _deepspeed_processes_on_cpu() -> None:
@@ -749,7 +772,7 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
     from spag.train.reference import load_reference_model
 
     config = run.config
-    policy = _load_policy(run.model, config, tokenizer)
+    policy = load_policy(run.model, config, tokenizer)
     ref_model, ref_without_adapter = None, False
     if ref_info["mode"] == "on-the-fly":
         if config.lora_r > 0 and _same_model(run.ref, run.model):
@@ -758,20 +781,14 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
             _attach_reference(policy, run.ref, config)
         else:
             ref_model = load_reference_model(run.ref, run.args.device, trust_remote_code=config.trust_remote_code)
-    live = None
-    if config.live and run.main:
-        live_dir = _live_dir(config, run.output_dir)
-        mark_output_dir(live_dir, LIVE_KIND)
-        params = {"method": run.method, "model": str(run.model), "ref": str(run.ref), "data": str(run.data),
-                  **{k: v for k, v in config.model_dump().items() if isinstance(v, (int, float, str, bool))}}
-        live = _open_live(live_dir, resume=run.resume_from is not None, params=params)
+    callbacks, live = run_callbacks(run)
     trainer = SpagTrainer(
         model=policy,
         args=run.args,
         data_collator=Collator(tokenizer.pad_token_id),
         train_dataset=RowDataset(encoded),
         processing_class=tokenizer,
-        callbacks=[_usual_modes_callback()] + ([_make_live_callback(live)] if live is not None else []),
+        callbacks=callbacks,
         method=run.method,
         kl_coeff=config.kl_coeff,
         clip_range=config.clip_range,
@@ -782,16 +799,34 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
         ref_model=ref_model,
         ref_is_base_without_adapter=ref_without_adapter,
     )
+    show_postfix_progress(trainer)
+    return trainer, live
+
+
+def run_callbacks(run: _Run) -> tuple[list, object]:
+    """The callbacks of a run (checkpoint file modes; dvclive curves when ``live``) and its dvclive Live."""
+    config = run.config
+    live = None
+    if config.live and run.main:
+        live_dir = _live_dir(config, run.output_dir)
+        mark_output_dir(live_dir, LIVE_KIND)
+        params = {"method": run.method, "model": str(run.model), "ref": str(run.ref), "data": str(run.data),
+                  **{k: v for k, v in config.model_dump().items() if isinstance(v, (int, float, str, bool))}}
+        live = _open_live(live_dir, resume=run.resume_from is not None, params=params)
+    return [_usual_modes_callback()] + ([_make_live_callback(live)] if live is not None else []), live
+
+
+def show_postfix_progress(trainer) -> None:
     if trainer.pop_callback(ProgressCallback) is not None:  # present when progress bars are on
         trainer.add_callback(_PostfixProgress)
-    return trainer, live
 
 
 class _PostfixProgress(ProgressCallback):
     """The Trainer's progress bar, its logged numbers shown as the bar's postfix (loss, KL, learning rate)
     instead of a printed dict per logging step; the curves are in dvclive and training_summary.json."""
 
-    SHOWN: ClassVar[dict[str, str]] = {"loss": "loss", "kl": "kl", "ratio_mean": "ratio", "learning_rate": "lr"}
+    SHOWN: ClassVar[dict[str, str]] = {"loss": "loss", "reward": "reward", "kl": "kl", "ratio_mean": "ratio",
+                                       "learning_rate": "lr"}
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and self.training_bar is not None and logs:
@@ -825,6 +860,15 @@ def _mean_loss(log_history: list[dict]) -> float | None:
 
 def _save_step(run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_info: dict, live) -> None:
     """Save the model, write its summary, swap it into place and close dvclive."""
+    details = {"rows": len(encoded), "prompts_shortened": encoded.prompts_shortened,
+               "history_lines_dropped": encoded.history_lines_dropped, "rows_too_long": encoded.rows_too_long,
+               "reference": ref_info}
+    finish_run(run, trainer, tokenizer, result, live, details, f"{len(encoded)} rows")
+
+
+def finish_run(run: _Run, trainer, tokenizer, result, live, details: dict, trained_on: str) -> None:
+    """Save the model of any run on the HF Trainer (SpagTrainer, TRL's GRPOTrainer), write its summary
+    (the common figures plus the method's ``details``), swap it into place and close dvclive."""
     from transformers.integrations import is_deepspeed_zero3_enabled
 
     from spag.console import summary
@@ -837,24 +881,21 @@ def _save_step(run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_
     elapsed = time.time() - run.started
     tokens = int(trainer.state.num_input_tokens_seen)
     train_seconds = float(result.metrics.get("train_runtime", elapsed))
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     record = {
         "method": run.method,
         "model": str(run.model),
         "ref": str(run.ref) if run.needs_ref else None,
         "data": str(run.data),
-        "rows": len(encoded),
+        **details,
         "steps": int(trainer.state.global_step),
         "epochs": float(trainer.state.epoch or 0.0),
-        "final_loss": trainer.last_logged_loss,
+        "final_loss": float(losses[-1]) if losses else None,
         "mean_loss": _mean_loss(trainer.state.log_history) if run.resume_from else float(result.training_loss),
         "tokens": tokens,
         "train_seconds": round(train_seconds, 3),
         "total_seconds": round(elapsed, 3),
         "tokens_per_second": round(tokens / train_seconds, 1) if train_seconds > 0 else None,
-        "prompts_shortened": encoded.prompts_shortened,
-        "history_lines_dropped": encoded.history_lines_dropped,
-        "rows_too_long": encoded.rows_too_long,
-        "reference": ref_info,
         "resumed_from": str(run.resume_from) if run.resume_from else None,
         "lora": {"r": config.lora_r, "merged": config.merge_lora} if config.lora_r > 0 else None,
         "config": config.model_dump(),
@@ -870,7 +911,7 @@ def _save_step(run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_
                 live.log_metric(f"summary/{key}", record[key], plot=False)
         live.end()
     loss_text = f"{record['final_loss']:.4f}" if record["final_loss"] is not None else "n/a"
-    summary("train", f"{run.method}: {record['steps']} steps on {len(encoded)} rows, final loss "
+    summary("train", f"{run.method}: {record['steps']} steps on {trained_on}, final loss "
             f"{loss_text}, {tokens} tokens in {train_seconds:.1f}s -> {run.output_dir}")
 
 

@@ -1,0 +1,103 @@
+"""Adversarial Taboo as a plain two-player environment, for engines that drive games themselves.
+
+The play engine (:mod:`spag.play`) advances many games in lock-step; an RL library usually wants one game
+behind ``reset``/``step``. :class:`TabooEnvironment` is that, made of the same parts, so a game played
+through it is the game the engine plays: the prompt each player is given (:meth:`PlayConfig.prompt`),
+when a game ends (:meth:`PlayConfig.is_over`), who won (:func:`spag.game.rules.judge`), and the episode
+record it leaves (:mod:`spag.game.episodes`).
+
+``reset(word)`` starts a game and returns the first :class:`Observation` (the attacker to move and its
+prompt); ``step(utterance)`` adds the mover's utterance (said as given: a caller that samples raw model
+text cleans it first, as :func:`spag.players.base.clean_reply` does in the engine) and returns the next
+observation, or, when the game is over, the outcome and each role's reward (:func:`role_rewards`).
+
+The rewards are the zero-sum ones of online self-play (:mod:`spag.train.online`): the winner +1, the
+loser -1, nobody anything in a tie; an attacker who says the word gets ``-foul_penalty`` and the defender
+nothing, since the judge names no winner there. SPIRAL scores an invalid move -1.5, below a loss, so that
+breaking the rules is never the better way out of a game one is losing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from spag.game.prompts import next_role
+from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS, judge
+from spag.play import PlayConfig
+
+WIN_REWARD = 1.0
+FOUL_PENALTY = 1.5  # SPIRAL's score of an invalid move
+
+
+def role_rewards(outcome: str, win_reward: float = WIN_REWARD, foul_penalty: float = FOUL_PENALTY) -> dict:
+    """Each role's reward for a judged ``outcome``: zero-sum ``±win_reward`` for a decided game, 0 for a
+    tie, ``-foul_penalty`` for the attacker who broke the rules (the defender 0)."""
+    if outcome == ATTACKER_WINS:
+        return {ATTACKER: win_reward, DEFENDER: -win_reward}
+    if outcome == DEFENDER_WINS:
+        return {ATTACKER: -win_reward, DEFENDER: win_reward}
+    if outcome == ATTACKER_BREAKS_RULES:
+        return {ATTACKER: -foul_penalty, DEFENDER: 0.0}
+    return {ATTACKER: 0.0, DEFENDER: 0.0}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Whose move it is, what that player is asked (the text of one user message), and the game so far."""
+
+    role: str
+    prompt: str
+    history: tuple[Mapping, ...]
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one move led to: the next observation, or (``done``) the outcome and each role's reward."""
+
+    observation: Observation | None
+    done: bool
+    outcome: str | None = None
+    rewards: dict = field(default_factory=dict)
+
+
+class TabooEnvironment:
+    """One game of Adversarial Taboo at a time, under the game settings of ``config``."""
+
+    def __init__(self, config: PlayConfig | None = None, win_reward: float = WIN_REWARD,
+                 foul_penalty: float = FOUL_PENALTY):
+        self.config = config or PlayConfig()
+        self.win_reward, self.foul_penalty = win_reward, foul_penalty
+        self.word: str | None = None
+        self.history: list[dict] = []
+        self.done = True
+
+    def reset(self, target_word: str) -> Observation:
+        """Start a game on ``target_word``: the attacker moves first."""
+        self.word, self.history, self.done = target_word, [], False
+        return self._observation()
+
+    def step(self, utterance: str) -> Step:
+        """The player to move says ``utterance``."""
+        if self.done:
+            raise RuntimeError("the game is over: call reset() to start another")
+        self.history.append({"role": next_role(self.history), "content": utterance})
+        if not self.config.is_over(self.word, self.history):
+            return Step(self._observation(), done=False)
+        self.done = True
+        outcome = self.verdict().outcome
+        return Step(None, done=True, outcome=outcome,
+                    rewards=role_rewards(outcome, self.win_reward, self.foul_penalty))
+
+    def verdict(self):
+        return judge(self.word, self.history, self.config.max_turns, self.config.rules)
+
+    def episode(self) -> dict:
+        """The game as an episode record (the fields the judge and the analysis read)."""
+        verdict = self.verdict()
+        return {"target_word": self.word, "max_turns": self.config.max_turns, "history": list(self.history),
+                "outcome": verdict.outcome, "turns": verdict.turns, "rules": self.config.rules}
+
+    def _observation(self) -> Observation:
+        role = next_role(self.history)
+        return Observation(role, self.config.prompt(role, self.word, self.history), tuple(self.history))
