@@ -18,9 +18,11 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 from spag.io import DataError
 
@@ -232,6 +234,17 @@ def launcher_processes(launcher: str) -> LauncherProcesses:
 def auto_processes(gpus: int, per_process: int = 1) -> int:
     """What ``auto`` means: one process per ``per_process`` visible GPUs, one on a machine without a GPU."""
     return max(1, gpus // max(1, per_process))
+
+
+def launcher_command(launcher: str) -> list[str]:
+    """``launcher`` as arguments; a launcher not on PATH is looked for beside this Python (a virtual
+    environment's ``torchrun`` or ``accelerate`` when spag runs without the environment activated)."""
+    argv = shlex.split(launcher)
+    if argv and shutil.which(argv[0]) is None:
+        beside = Path(sys.executable).parent / argv[0]
+        if beside.is_file():
+            argv[0] = str(beside)
+    return argv
 
 
 def resolve_launcher(launcher: str, gpus: int | None = None, per_process: int = 1) -> str:

@@ -33,9 +33,8 @@ def play_under_launcher(launcher: str, model: str, words: list[str], config: Pla
                         player_options: dict, output: Path) -> PlayStats:
     """Play ``model`` against itself on ``words`` under ``launcher`` into the episode folder ``output``; the
     ranks' counts added up. Raises CalledProcessError when a rank fails."""
-    from spag.devices import resolve_launcher
+    from spag.devices import launcher_command, resolve_launcher
     from spag.play import drop_stale_episodes
-    from spag.train.launch import launcher_command
 
     output = Path(output)
     drop_stale_episodes(output, words, config, model, model)

@@ -49,3 +49,34 @@ def gpu_machine(tmp_path, monkeypatch):
 
     yield simulate
     devices.nvidia_gpus.cache_clear()
+
+
+# What a process group started in this process leaves behind: the environment a launcher would set.
+_DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                    "ACCELERATE_USE_DEEPSPEED", "DS_ACCELERATOR")
+
+
+@pytest.fixture(autouse=True)
+def no_process_group_left_behind():
+    """A test that starts a process group in this process (TRL's colocated vLLM engine does, on port 29500)
+    leaves neither the group nor its variables to the tests after it: their subprocesses would inherit
+    RANK and WORLD_SIZE and try to join a group whose port this process still holds."""
+    import sys
+
+    saved = {key: os.environ.get(key) for key in _DISTRIBUTED_ENV}
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    if "vllm.distributed" in sys.modules:  # vLLM's own groups first (they sit on torch's)
+        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+        destroy_model_parallel()
+        destroy_distributed_environment()
+    if "torch.distributed" in sys.modules:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()

@@ -1353,7 +1353,9 @@ def test_dvc_status_names_the_stages_whose_code_changed(tmp_path):
 
     epoch_names = lambda name: {f"{name}@{e}" for e in epochs}
     assert changed_by("rewards.py") == {"imitation_data"} | epoch_names("reward")
-    assert changed_by("words.py") == {"words", "teacher_play"} | epoch_names("play") | epoch_names("evaluate")
+    # every stage that reads a word list: the evaluation's (skill, baselines) and online training's too
+    assert changed_by("words.py") == ({"words", "teacher_play", "skill_clues", "evaluate_imitation", "baselines"}
+                                      | epoch_names("play") | epoch_names("train") | epoch_names("evaluate"))
     assert changed_by("train/losses.py") == {"imitate"} | epoch_names("train")
     assert changed_by("game/templates.yaml") >= {"imitation_data", "teacher_play"} | epoch_names("reward")
     assert changed_by("evaluate/tournament.py") == set()  # no stage runs a tournament

@@ -280,7 +280,7 @@ def test_spag_prompt_with_templates_renders_the_models_chat_template(tmp_path):
     assert got == {"id": 1, "role": "attacker", "prompt": expected} and expected.startswith("<|start|>user\n")
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"id": 1, "target_word": "apple", "history": [HISTORY[1]]}) + "\n")
-    result = spag("prompt", bad, "--params", ROOT / "params.yaml", "--model", model, "-o", out)
+    result = spag("prompt", bad, "--params", ROOT / "params.yaml", "--model", model, "-o", tmp_path / "more.jsonl")
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "bad.jsonl" in result.stderr
 
 
@@ -304,9 +304,9 @@ def test_spag_reward_takes_its_settings_from_a_params_file(tmp_path):
     assert general["prompt"].startswith("Below is an instruction") and general["completion"] == ""
     # an option given on the command line wins over the file
     result = spag("reward", episodes, "--params", params, "--row-prompts", "templates", "--sft-format", "chat",
-                  "--sft", "builtin", "--sft-limit", "1", "-o", out)
+                  "--sft", "builtin", "--sft-limit", "1", "-o", out, "--overwrite")
     assert result.returncode == 0, result.stderr
     game = json.loads(out.read_text().splitlines()[0])
     assert "raw_prompt" not in game and game["history_bounds"]
-    result = spag("reward", episodes, "--params", tmp_path / "missing.yaml", "-o", out)
+    result = spag("reward", episodes, "--params", tmp_path / "missing.yaml", "-o", out, "--overwrite")
     assert result.returncode == 2 and "missing.yaml" in result.stderr

@@ -347,10 +347,10 @@ def test_reward_and_imitation_commands_take_the_rules(tmp_path):
     src = tmp_path / "episodes.json"
     src.write_text(json.dumps(EPISODES))
     for command in ("reward", "imitation-data"):
-        whole = spag(command, src, "-o", tmp_path / "whole.jsonl")
-        original = spag(command, src, "-o", tmp_path / "original.jsonl", "--rules", "original")
+        whole = spag(command, src, "-o", tmp_path / f"{command}-whole.jsonl")
+        original = spag(command, src, "-o", tmp_path / f"{command}-original.jsonl", "--rules", "original")
         assert whole.returncode == original.returncode == 0, whole.stderr + original.stderr
-        roles = [[json.loads(line)["role"] for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+        roles = [[json.loads(line)["role"] for line in (tmp_path / f"{command}-{name}.jsonl").read_text().splitlines()]
                  for name in ("whole", "original")]
         assert roles == [["defender"], ["attacker", "defender"]], command
         bad = spag(command, src, "-o", tmp_path / "bad.jsonl", "--rules", "loose")

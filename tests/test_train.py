@@ -402,15 +402,26 @@ def test_every_file_training_writes_has_the_usual_mode(tiny, tmp_path):
 # ------------------------------------------------------------------------------------------ TF32
 
 
-@pytest.fixture
-def fp32_precision():
-    """torch's float32 matmul precision as it was before the test, put back after (a process-wide setting)."""
+def _precision_holders():
+    """Every place torch keeps a float32 precision (the generic one, each backend's, each of their ops')."""
     import torch
 
-    before = torch.backends.cuda.matmul.fp32_precision, torch.get_float32_matmul_precision()
+    b = torch.backends
+    return [b, b.cuda.matmul, b.cudnn, b.mkldnn, *(getattr(parent, op) for parent in (b.cudnn, b.mkldnn)
+                                                  for op in ("conv", "rnn", "matmul") if hasattr(parent, op))]
+
+
+@pytest.fixture
+def fp32_precision():
+    """A test of torch's float32 precision starts from torch's untouched state (every setting "none": earlier
+    tests may have trained with TF32 settings) and leaves the process as it found it (a process-wide setting)."""
+    holders = _precision_holders()
+    before = [holder.fp32_precision for holder in holders]
+    for holder in holders:
+        holder.fp32_precision = "none"
     yield
-    torch.backends.cuda.matmul.fp32_precision = before[0]
-    torch.set_float32_matmul_precision(before[1])
+    for holder, value in zip(holders, before):
+        holder.fp32_precision = value
 
 
 def test_transformers_own_tf32_switch_leaves_the_older_reader_raising(fp32_precision):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -45,7 +44,7 @@ def launch_online(launcher: str, model, words, output, *, games, config: TrainCo
 def _run_job(launcher: str, config: TrainConfig, output, job: dict) -> None:
     """Check the launcher and the DeepSpeed file, write ``job`` beside ``output`` and run it under the
     launcher; a run that ends without error must have written a model."""
-    from spag.devices import resolve_launcher
+    from spag.devices import launcher_command, resolve_launcher
     from spag.train.trainer import SUMMARY_FILE
 
     check_launch(launcher, config.deepspeed)
@@ -78,6 +77,8 @@ def check_launch(launcher: str | None, deepspeed: str | os.PathLike | None, laun
     """Before any work: the launcher is a command line whose program is there, and the DeepSpeed file is a
     JSON object. DataError naming the option (or params key) otherwise."""
     if launcher is not None:
+        from spag.devices import launcher_command
+
         try:
             argv = launcher_command(launcher)
         except ValueError as exc:
@@ -102,17 +103,6 @@ def check_launch(launcher: str | None, deepspeed: str | os.PathLike | None, laun
         if not isinstance(settings, dict):
             raise DataError(path, None, f"expected a JSON object of DeepSpeed settings, got "
                                         f"{type(settings).__name__} ({deepspeed_key})")
-
-
-def launcher_command(launcher: str) -> list[str]:
-    """``launcher`` as arguments; a launcher not on PATH is looked for beside this Python (a virtual
-    environment's ``torchrun`` or ``accelerate`` when spag runs without the environment activated)."""
-    argv = shlex.split(launcher)
-    if argv and shutil.which(argv[0]) is None:
-        beside = Path(sys.executable).parent / argv[0]
-        if beside.is_file():
-            argv[0] = str(beside)
-    return argv
 
 
 def free_port() -> int:
