@@ -44,7 +44,7 @@ _TRAINING = tuple(TrainStep.model_fields)
 _EVALUATION_PLAY = ("game", "play.temperature", *(f"evaluate.{k}" for k in (
     "seed", "word_set", "words", "seeds", "temperature", "top_k", "max_new_tokens", "min_new_tokens",
     "empty_retries", "batch_size", "max_prompt_tokens", "backend", "dtype", "device", "base_url",
-    "gpu_memory_utilization")))
+    "gpu_memory_utilization", "tensor_parallel_size")))
 
 
 @dataclass(frozen=True)
