@@ -136,20 +136,24 @@ def _index_url() -> str | None:
     return (os.environ.get("PIP_INDEX_URL") or DEFAULT_INDEX).rstrip("/")
 
 
-def index_reachable(timeout: float = 3.0) -> bool:
-    """Whether a TCP connection to the package index opens (a quick check before long work)."""
+def reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to ``url``'s host opens (a quick check before long work, instead of a
+    client's retries)."""
     import socket
 
-    url = _index_url()
-    if url is None:
-        return False
     parts = urllib.parse.urlsplit(url)
+    port = parts.port or (80 if parts.scheme == "http" else 443)
     try:
-        with socket.create_connection((parts.hostname or "", parts.port or (80 if parts.scheme == "http" else 443)),
-                                      timeout=timeout):
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout):
             return True
     except OSError:
         return False
+
+
+def index_reachable(timeout: float = 3.0) -> bool:
+    """Whether the package index pip would use can be reached (never, when pip is told to use none)."""
+    url = _index_url()
+    return url is not None and reachable(url, timeout)
 
 
 def _download_sdist(artifact: Artifact, target: Path, cache: Path) -> None:

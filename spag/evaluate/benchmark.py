@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import tempfile
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -147,15 +146,9 @@ def offline_requested() -> bool:
 
 def hub_reachable(timeout: float = 3.0) -> bool:
     """Whether a TCP connection to the hub opens (a quick check, instead of the client's retries)."""
-    from urllib.parse import urlparse
+    from spag.artifacts import reachable
 
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    host = urlparse(endpoint).hostname or "huggingface.co"
-    try:
-        with socket.create_connection((host, 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    return reachable(os.environ.get("HF_ENDPOINT", "https://huggingface.co"), timeout)
 
 
 def cached_datasets(repos) -> list[str]:
