@@ -616,21 +616,29 @@ def _spags(target: Path, what: str) -> None:
         write_text_atomic(target, "spag wrote this\n")
 
 
+def _special_file(path: Path, kind: str, device: tuple[int, int]) -> None:
+    """A FIFO, or a character device node with the (major, minor) numbers ``device``, at ``path`` in a
+    temporary folder (a device node needs root: the test is skipped without)."""
+    import stat
+
+    if kind == "FIFO":
+        os.mkfifo(path)
+        return
+    if os.geteuid() != 0:
+        pytest.skip("making a device node needs root")
+    os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(*device))
+
+
 def _make_target(kind: str, target: Path, what: str, tmp_path: Path) -> None:
     import socket
-    import stat
 
     if kind == "foreign file":
         target.write_text("the user's data\n")
     elif kind == "read-only, spag's":
         _spags(target, what)
         target.chmod(0o555 if target.is_dir() else 0o444)
-    elif kind == "FIFO":
-        os.mkfifo(target)
-    elif kind == "device node":
-        if os.geteuid() != 0:
-            pytest.skip("making a device node needs root")
-        os.mknod(target, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # what /dev/null is, in a temporary folder
+    elif kind in ("FIFO", "device node"):
+        _special_file(target, kind, device=(1, 3))  # a device node is what /dev/null is
     elif kind == "socket":
         with socket.socket(socket.AF_UNIX) as server:
             server.bind(target.name)  # relative to the test's folder: a socket path is short
@@ -1006,17 +1014,11 @@ def test_a_hostile_settings_file_is_one_line(files, tmp_path, how, name):
 @pytest.mark.parametrize("kind", ["FIFO", "device node", "folder"])
 def test_a_settings_file_that_is_no_regular_file_is_refused_at_once(tmp_path, kind):
     """L9: `spag config check` waited forever on a FIFO and ran out of memory on /dev/zero."""
-    import stat
-
     path = tmp_path / "params.yaml"
-    if kind == "FIFO":
-        os.mkfifo(path)
-    elif kind == "device node":
-        if os.geteuid() != 0:
-            pytest.skip("making a device node needs root")
-        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 5))  # what /dev/zero is, in a temporary folder
-    else:
+    if kind == "folder":
         path.mkdir()
+    else:
+        _special_file(path, kind, device=(1, 5))  # a device node is what /dev/zero is
     for args in (["config", "check", path], ["config", "show", PAPER, "--override", path]):
         result = run_cli(*args)
         assert result.code == 2
