@@ -61,16 +61,31 @@ def player(tmp_path_factory):
 def test_continuation_logprobs_equal_a_plain_forward_pass_per_word(player):
     from spag.game.prompts import build_prompt
 
-    prompt = build_prompt(DEFENDER, "", [{"role": ATTACKER, "content": "You drink it in the morning."}], 2)
-    words = ["coffee", "tea", "morning", "a"]
-    got = player.continuation_logprobs([prompt], PREDICTION_PHRASE, words)
-    prefix = player.encode(prompt) + player.tokenizer(PREDICTION_PHRASE, add_special_tokens=False)["input_ids"]
-    for k, word in enumerate(words):
-        ids = player.tokenizer(" " + word, add_special_tokens=False)["input_ids"]
-        with torch.no_grad():
-            logp = torch.log_softmax(player.model(input_ids=torch.tensor([prefix + ids])).logits[0].float(), -1)
-        expected = sum(float(logp[len(prefix) - 1 + i, t]) for i, t in enumerate(ids))
-        assert float(got[0, k]) == pytest.approx(expected, abs=1e-4), word
+    # Two prompts with a common beginning (run once) and words of one token and of several (two passes).
+    prompts = [build_prompt(DEFENDER, "", [{"role": ATTACKER, "content": line}], 2)
+               for line in ("You drink it in the morning.", "It is hot and brown.")]
+    words = ["coffee", "tea", "morning", "a", "teapot", "xylophone"]
+    lengths = {len(player.tokenizer(" " + w, add_special_tokens=False)["input_ids"]) for w in words}
+    assert 1 in lengths and max(lengths) > 1
+    got = player.continuation_logprobs(prompts, PREDICTION_PHRASE, words)
+    assert got.shape == (2, len(words))
+    for row, prompt in enumerate(prompts):
+        prefix = player.encode(prompt) + player.tokenizer(PREDICTION_PHRASE, add_special_tokens=False)["input_ids"]
+        for k, word in enumerate(words):
+            ids = player.tokenizer(" " + word, add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                logp = torch.log_softmax(player.model(input_ids=torch.tensor([prefix + ids])).logits[0].float(), -1)
+            expected = sum(float(logp[len(prefix) - 1 + i, t]) for i, t in enumerate(ids))
+            assert float(got[row, k]) == pytest.approx(expected, abs=1e-4), (row, word)
+
+
+def test_shared_prefix_length_leaves_every_sequence_a_token_of_its_own():
+    from spag.players.hf.player import _shared_prefix_length
+
+    assert _shared_prefix_length([[1, 2, 3, 4], [1, 2, 3, 5]]) == 3
+    assert _shared_prefix_length([[1, 2, 3], [1, 2, 3, 4]]) == 2
+    assert _shared_prefix_length([[1, 2], [3, 2]]) == 0
+    assert _shared_prefix_length([[1, 2, 3]]) == 0
 
 
 def test_ranks_put_the_best_first_and_share_ties():

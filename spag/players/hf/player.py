@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import warnings
 from collections.abc import Sequence
@@ -25,6 +26,19 @@ from spag.players.hf.prefix_store import MIN_PREFIX, Entry, KVStore, buffer_laye
 from spag.players.hf.sampling import Sampler
 
 _TAIL_TOKENS = 12          # tokens decoded each step to look for a stop string
+
+
+def _shared_prefix_length(encoded: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens all of ``encoded`` share, leaving each at least one token of its own
+    (0 for fewer than two sequences: nothing is gained by sharing)."""
+    if len(encoded) < 2:
+        return 0
+    limit = min(len(ids) for ids in encoded) - 1
+    first = encoded[0]
+    n = 0
+    while n < limit and all(ids[n] == first[n] for ids in encoded):
+        n += 1
+    return n
 
 
 @dataclass
@@ -230,8 +244,10 @@ class HFPlayer:
         """log p(continuation | prompt's model input + ``opening``) for every prompt and continuation.
 
         A (len(prompts), len(continuations)) float32 tensor: each continuation's tokens (encoded after a
-        space, as a word follows the opening) summed. The prompt is run once; its cache is repeated for
-        all continuations, which are scored in one batch.
+        space, as a word follows the opening) summed. The prompts' common beginning is run once, then each
+        prompt's own end on top of it: its last position scores every
+        continuation's first token; its cache is repeated for the continuations of more than one token only,
+        which are scored in one batch (most words are one token, so this pass is small).
         """
         import torch
         from transformers import DynamicCache
@@ -240,24 +256,34 @@ class HFPlayer:
         pieces = [self.tokenizer(" " + c, add_special_tokens=False)["input_ids"] for c in continuations]
         if not pieces or any(not p for p in pieces):
             raise ValueError("every continuation needs at least one token")
-        width = max(len(p) for p in pieces)
+        first_tokens = torch.tensor([p[0] for p in pieces])
+        longer = [i for i, p in enumerate(pieces) if len(p) > 1]
+        width = max((len(pieces[i]) for i in longer), default=1)
         pad = self._end_ids[0]
-        tokens = torch.tensor([p + [pad] * (width - len(p)) for p in pieces], device=self.device)
-        mask = torch.tensor([[1.0] * len(p) + [0.0] * (width - len(p)) for p in pieces])
+        tokens = torch.tensor([pieces[i] + [pad] * (width - len(pieces[i])) for i in longer], dtype=torch.long,
+                              device=self.device).reshape(len(longer), width)
+        mask = torch.tensor([[1.0] * len(pieces[i]) + [0.0] * (width - len(pieces[i])) for i in longer]
+                            ).reshape(len(longer), width)
+        encoded = [self.encode(prompt) + opening_ids for prompt in prompts]
+        shared = _shared_prefix_length(encoded)
         rows = []
         with torch.inference_mode():
-            for prompt in prompts:
-                cache = DynamicCache()
-                ids = torch.tensor([self.encode(prompt) + opening_ids], device=self.device)
+            prefix_cache = DynamicCache()
+            if shared:  # the prompts' common beginning (the game's instructions), run once
+                self.model(input_ids=torch.tensor([encoded[0][:shared]], device=self.device),
+                           past_key_values=prefix_cache, use_cache=True, logits_to_keep=1)
+            for prompt_ids in encoded:
+                cache = copy.deepcopy(prefix_cache)
+                ids = torch.tensor([prompt_ids[shared:]], device=self.device)
                 first = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
-                logp = torch.log_softmax(first[0, -1].float(), dim=-1).cpu()[tokens[:, 0].cpu()]
-                if width > 1:
+                logp = torch.log_softmax(first[0, -1].float(), dim=-1).cpu()[first_tokens]
+                if longer:
                     # Right padding: a continuation's tokens never attend to the padding after them.
-                    cache.batch_repeat_interleave(len(pieces))
+                    cache.batch_repeat_interleave(len(longer))
                     logits = self.model(input_ids=tokens[:, :-1], past_key_values=cache, use_cache=True).logits
                     later = torch.log_softmax(logits.float(), dim=-1).cpu()
                     picked = later.gather(2, tokens[:, 1:].cpu().unsqueeze(-1)).squeeze(-1)
-                    logp = logp + (picked * mask[:, 1:]).sum(dim=1)
+                    logp[longer] += (picked * mask[:, 1:]).sum(dim=1)
                 rows.append(logp)
         return torch.stack(rows) if rows else torch.empty(0, len(pieces))
 
