@@ -66,9 +66,9 @@ def main() -> None:
     from spag.base_model import cached_embedded_model
     from spag.evaluate.skill import clue_set
     from spag.game.rules import ATTACKER, DEFENDER, PREDICTION_PHRASE
+    from spag.pipeline import FRESH_WORDS
     from spag.play import PlayConfig
     from spag.players import load_player
-    from spag.pipeline import FRESH_WORDS
     from spag.words import read_words
 
     model = args.model or str(cached_embedded_model())

@@ -262,6 +262,38 @@ def register(app: typer.Typer) -> None:
                            f"[{100 * pooled['diff_low']:+.2f}, {100 * pooled['diff_high']:+.2f}] over {pooled['n']} "
                            f"items{test}: {verdict}" + (f" -> {output}" if output else ""))
 
+    @app.command("seeds")
+    def seeds_command(
+        runs: list[Path] = typer.Argument(..., help="Pipeline projects of one arm, one per training seed."),
+        against: list[Path] = typer.Option([], "--against", help="Runs of a second arm, in the same seed order "
+                                                                  "(repeat the option): A - B paired per seed."),
+        epoch: str | None = typer.Option(None, "--epoch", help="The epoch to compare (default: each run's last)."),
+        output: Path | None = typer.Option(None, "-o", "--output", help="Result JSON."),
+        seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+        overwrite: bool = overwrite_option(),
+    ) -> None:
+        """Effects over training seeds: score against imitation, minus the strongest baseline, skill deltas,
+        each a mean over runs and words with a bootstrap over both (and A - B against a second arm)."""
+        from spag.console import summary
+        from spag.evaluate.seeds import format_effects, pool_runs
+        from spag.io import replace_mode, write_json_atomic
+
+        claim_outputs({"-o": output}, overwrite=overwrite)
+        result = pool_runs(runs, against, epoch, seed=seed)
+        print(format_effects(result["effects"], f"{len(runs)} runs"))
+        if against:
+            print(format_effects(result["against"]["effects"], f"--against: {len(against)} runs"))
+            print(format_effects(result["against"]["a_minus_b"], "A - B, paired per seed and word"))
+        if output is not None:
+            write_json_atomic(output, result, replace=replace_mode(overwrite))
+        score = result["effects"]["score_vs_imitation"]
+        line = (f"{len(runs)} runs: score vs imitation {score['value']:.3f} [{score['low']:.3f}, {score['high']:.3f}] "
+                f"({len(runs)} runs x {score['words']} words)")
+        if "minus_strongest_baseline" in result["effects"]:
+            d = result["effects"]["minus_strongest_baseline"]
+            line += f"; minus {d['baseline']} {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+        summary("seeds", line + (f" -> {output}" if output else ""))
+
     @app.command("tournament")
     def tournament_command(
         models_args: list[str] | None = typer.Argument(None, metavar="[MODELS]...",

@@ -1,0 +1,154 @@
+"""Effects over several training seeds: runs of one arm pooled, and two arms paired seed by seed.
+
+Each run is a pipeline project (its ``metrics/`` folder) trained with its own ``seed`` and evaluated on
+the same words and sampling seeds (``evaluate.*`` fixed). Every effect is a table ``[run, word]`` of a
+per-word difference, summarised by :func:`spag.evaluate.clustered.two_way_mean`: the mean over runs and
+words, with a bootstrap that resamples runs and words together, so the interval covers both the training
+seed's and the evaluation words' variation.
+
+Effects of one arm, at one epoch:
+
+- ``score_vs_imitation``: the mean game score against the imitation model (0.5: no better);
+- ``minus_strongest_baseline``: the score minus the score of the no-training baseline that is strongest
+  over all the runs (both against the imitation model, paired per word);
+- ``clue_rank``, ``guess_rank``, ``opening_foul_rate``: the skill metric minus the imitation model's
+  (lower is better), paired per word.
+
+With a second arm (``against``, its runs in the same seed order), each effect's difference A − B, paired
+per seed and word.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from spag.evaluate.clustered import two_way_mean
+from spag.evaluate.skill import SKILL_METRICS
+from spag.io import DataError
+
+PerWord = Mapping[str, Sequence[float]]  # word -> [sum, count]
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(path, None, "missing: has this run finished its evaluation?") from None
+    except json.JSONDecodeError as error:
+        raise DataError(path, None, f"not JSON ({error.msg})") from None
+
+
+def final_epoch(run: Path) -> str:
+    """The last evaluated epoch of a run (the highest number under ``metrics/epochs``)."""
+    epochs = [p.name for p in (run / "metrics" / "epochs").glob("*") if (p / "games.json").is_file()]
+    if not epochs:
+        raise DataError(run / "metrics" / "epochs", None, "no evaluated epoch")
+    return max(epochs, key=int)
+
+
+def run_effects(run: str | os.PathLike, epoch: str | None = None) -> dict[str, dict[str, float]]:
+    """Per-word values of one run at ``epoch`` (default: its last): ``score_vs_imitation`` (mean score),
+    ``baseline:NAME`` (each baseline's mean score against imitation) and each skill metric minus the
+    imitation model's. Each maps word -> value."""
+    run = Path(run)
+    epoch = epoch or final_epoch(run)
+    games_path = run / "metrics" / "epochs" / epoch / "games.json"
+    games = _read(games_path).get("vs_imitation")
+    if not games or "per_word" not in games:
+        raise DataError(games_path, None, "no per-word games against the imitation model")
+    out = {"score_vs_imitation": _means(games["per_word"])}
+    for path in sorted((run / "metrics" / "baselines").glob("*.json")):
+        entry = _read(path).get("games", {})
+        if "per_word" in entry:
+            out[f"baseline:{path.stem}"] = _means(entry["per_word"])
+    skill_path = run / "metrics" / "epochs" / epoch / "skill.json"
+    if skill_path.is_file():
+        mine, reference = _read(skill_path), _read(run / "metrics" / "imitation" / "skill.json")
+        for metric in SKILL_METRICS:
+            if metric in mine.get("per_word", {}) and metric in reference.get("per_word", {}):
+                a, b = _means(mine["per_word"][metric]), _means(reference["per_word"][metric])
+                out[metric] = {w: a[w] - b[w] for w in a if w in b}
+    return out
+
+
+def _means(per_word: PerWord) -> dict[str, float]:
+    return {w: float(s) / float(n) for w, (s, n) in per_word.items() if n}
+
+
+def _table(runs: Sequence[Mapping[str, float]], names: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    """``[run, word]`` over the words every run has; an error names a run whose words differ."""
+    words = sorted(runs[0])
+    for values, name in zip(runs[1:], names[1:]):
+        if set(values) != set(words):
+            raise DataError(name, None, f"evaluated on other words than {names[0]} ({len(set(values) ^ set(words))} "
+                                        "differ): runs are compared on the same evaluation words (evaluate.*)")
+    return np.array([[values[w] for w in words] for values in runs]), words
+
+
+def _strongest(runs: Sequence[Mapping[str, dict]]) -> str | None:
+    shared = set.intersection(*({k for k in r if k.startswith("baseline:")} for r in runs))
+    if not shared:
+        return None
+    return max(sorted(shared), key=lambda k: np.mean([np.mean(list(r[k].values())) for r in runs]))
+
+
+def arm_effects(runs: Sequence[Mapping[str, dict]], names: Sequence[str], seed: int = 0) -> dict:
+    """The effects of one arm over its runs (see the module docstring), each a :func:`two_way_mean` entry."""
+    out = {}
+    table, _ = _table([r["score_vs_imitation"] for r in runs], names)
+    out["score_vs_imitation"] = two_way_mean(table, seed=seed)
+    strongest = _strongest(runs)
+    if strongest:
+        base, _ = _table([r[strongest] for r in runs], names)
+        out["minus_strongest_baseline"] = {**two_way_mean(table - base, seed=seed),
+                                           "baseline": strongest.split(":", 1)[1],
+                                           "baseline_score": two_way_mean(base, seed=seed)["value"]}
+    for metric in SKILL_METRICS:
+        if all(metric in r for r in runs):
+            out[metric] = two_way_mean(_table([r[metric] for r in runs], names)[0], seed=seed)
+    return out
+
+
+def paired_arms(a: Sequence[Mapping[str, dict]], b: Sequence[Mapping[str, dict]], names_a: Sequence[str],
+                names_b: Sequence[str], seed: int = 0) -> dict:
+    """A − B per effect, run i of A paired with run i of B (same training seed) and per word."""
+    if len(a) != len(b):
+        raise DataError(names_b[0] if names_b else "--against", None,
+                        f"{len(b)} runs to pair with {len(a)}: give one run per seed, in the same order")
+    out = {}
+    for key in ("score_vs_imitation", *SKILL_METRICS):
+        if all(key in r for r in (*a, *b)):
+            ta, _ = _table([r[key] for r in a] + [r[key] for r in b], [*names_a, *names_b])
+            out[key] = two_way_mean(ta[:len(a)] - ta[len(a):], seed=seed)
+    return out
+
+
+def pool_runs(runs: Sequence[str | os.PathLike], against: Sequence[str | os.PathLike] = (), epoch: str | None = None,
+              seed: int = 0) -> dict:
+    """Everything above for the runs (and the paired difference to ``against`` when given)."""
+    if not runs:
+        raise DataError("runs", None, "no run given")
+    names = [str(r) for r in runs]
+    values = [run_effects(r, epoch) for r in runs]
+    result = {"runs": names, "epoch": epoch or "last", "effects": arm_effects(values, names, seed)}
+    if against:
+        names_b = [str(r) for r in against]
+        others = [run_effects(r, epoch) for r in against]
+        result["against"] = {"runs": names_b, "effects": arm_effects(others, names_b, seed),
+                             "a_minus_b": paired_arms(values, others, names, names_b, seed)}
+    return result
+
+
+def format_effects(effects: Mapping[str, dict], title: str) -> str:
+    """A plain-text table: effect, mean, 95% interval, per-run values."""
+    lines = [title, f"{'effect':<36} {'mean':>8}  {'95% interval':<20} per run"]
+    for key, e in effects.items():
+        label = key + (f" ({e['baseline']})" if "baseline" in e else "")
+        per_run = " ".join(f"{v:+.3f}" if key != "score_vs_imitation" else f"{v:.3f}" for v in e["per_run"])
+        lines.append(f"{label:<36} {e['value']:>8.3f}  [{e['low']:.3f}, {e['high']:.3f}]{'':<4} {per_run}")
+    return "\n".join(lines)
