@@ -204,6 +204,25 @@ def test_word_bootstrap_values_by_hand():
         assert 0 <= entry["low"] <= entry["value"] <= entry["high"] <= 1 and entry["words"] == 2
 
 
+def test_per_word_by_role_agrees_with_the_bootstrap_and_the_scores():
+    from spag.evaluate.games import per_word_by_role, per_word_scores, word_bootstrap
+
+    as_attacker = games_of("apple", [ATTACKER_WINS, ATTACKER_BREAKS_RULES]) + games_of("river", [TIE, DEFENDER_WINS])
+    as_defender = games_of("apple", [ATTACKER_BREAKS_RULES, TIE]) + games_of("river", [DEFENDER_WINS, ATTACKER_WINS])
+    by_role = per_word_by_role(as_attacker, as_defender)
+    assert by_role["attacker/score"] == {"apple": (1.0, 2), "river": (0.5, 2)}
+    assert by_role["defender/score"] == {"apple": (1.5, 2), "river": (1.0, 2)}
+    both = per_word_scores(as_attacker, as_defender)
+    for word in ("apple", "river"):  # the roles add up to the score over both
+        assert by_role["attacker/score"][word][0] + by_role["defender/score"][word][0] == both[word][0]
+    boot = word_bootstrap(as_attacker, as_defender, n_resamples=200)["decomposition"]
+    for name, per_word in by_role.items():
+        role, _, part = name.partition("/")
+        if part != "score":
+            share = sum(s for s, _ in per_word.values()) / sum(n for _, n in per_word.values())
+            assert share == pytest.approx(boot[role][part]["value"]), name
+
+
 def test_word_bootstrap_resamples_words_not_games():
     """Ten words, each always won or always lost over 20 games: the evidence is ten words, not 200 games."""
     from spag.evaluate.games import word_bootstrap

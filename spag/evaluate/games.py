@@ -205,6 +205,22 @@ def per_word_scores(as_attacker: Iterable[Mapping], as_defender: Iterable[Mappin
     return {word: (s, n) for word, (s, n) in points.items()}
 
 
+def per_word_by_role(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping]) -> dict[str, dict]:
+    """Per role, ``{word: (sum, games)}`` of the model's score (``ROLE/score``) and of each way its games
+    ended (``ROLE/PART`` of :data:`DECOMPOSITION`): what pooling runs role by role resamples."""
+    out: dict[str, dict] = {}
+    for role, episodes in ((ATTACKER, as_attacker), (DEFENDER, as_defender)):
+        parts = dict.fromkeys(DECOMPOSITION[role].values())
+        for i, episode in enumerate(episodes):
+            outcome, ended = _outcome(episode, i), DECOMPOSITION[role][cause_of(episode, i)]
+            values = {"score": score(outcome, role), **{part: float(part == ended) for part in parts}}
+            for name, value in values.items():
+                entry = out.setdefault(f"{role}/{name}", {}).setdefault(episode["target_word"], [0.0, 0])
+                entry[0] += value
+                entry[1] += 1
+    return {name: {w: (s, n) for w, (s, n) in words.items()} for name, words in out.items()}
+
+
 def _outcome(episode: Mapping, index: int) -> str:
     outcome = episode.get("outcome")
     if outcome is None:

@@ -12,7 +12,10 @@ Effects of one arm, at one epoch:
 - ``minus_strongest_baseline``: the score minus the score of the no-training baseline that is strongest
   over all the runs (both against the imitation model, paired per word);
 - ``clue_rank``, ``guess_rank``, ``opening_foul_rate``: the skill metric minus the imitation model's
-  (lower is better), paired per word.
+  (lower is better), paired per word;
+- per role, from the evaluation games: ``attacker/score`` and ``defender/score``, and the share of the
+  role's games that ended each way (``attacker/win_induced_word``, ``defender/win_correct_guess``, ...:
+  :data:`spag.evaluate.games.DECOMPOSITION`).
 
 With a second arm (``against``, its runs in the same seed order), each effect's difference A − B, paired
 per seed and word.
@@ -62,6 +65,7 @@ def run_effects(run: str | os.PathLike, epoch: str | None = None) -> dict[str, d
     if not games or "per_word" not in games:
         raise DataError(games_path, None, "no per-word games against the imitation model")
     out = {"score_vs_imitation": _means(games["per_word"])}
+    out.update(_by_role(run / "data" / f"epoch_{epoch}" / "eval_episodes" / "vs_imitation"))
     for path in sorted((run / "metrics" / "baselines").glob("*.json")):
         entry = _read(path).get("games", {})
         if "per_word" in entry:
@@ -74,6 +78,19 @@ def run_effects(run: str | os.PathLike, epoch: str | None = None) -> dict[str, d
                 a, b = _means(mine["per_word"][metric]), _means(reference["per_word"][metric])
                 out[metric] = {w: a[w] - b[w] for w in a if w in b}
     return out
+
+
+def _by_role(folder: Path) -> dict[str, dict[str, float]]:
+    """Per-word score and outcome shares of each role, from the evaluation games (absent: nothing)."""
+    import polars as pl
+
+    from spag.evaluate.games import per_word_by_role
+
+    files = [folder / "as_attacker.parquet", folder / "as_defender.parquet"]
+    if not all(f.is_file() for f in files):
+        return {}
+    attacker, defender = (pl.read_parquet(f).to_dicts() for f in files)
+    return {name: _means(values) for name, values in per_word_by_role(attacker, defender).items()}
 
 
 def _means(per_word: PerWord) -> dict[str, float]:
@@ -108,10 +125,15 @@ def arm_effects(runs: Sequence[Mapping[str, dict]], names: Sequence[str], seed: 
         out["minus_strongest_baseline"] = {**two_way_mean(table - base, seed=seed),
                                            "baseline": strongest.split(":", 1)[1],
                                            "baseline_score": two_way_mean(base, seed=seed)["value"]}
-    for metric in SKILL_METRICS:
-        if all(metric in r for r in runs):
-            out[metric] = two_way_mean(_table([r[metric] for r in runs], names)[0], seed=seed)
+    for key in (*SKILL_METRICS, *_role_keys(runs)):
+        if all(key in r for r in runs):
+            out[key] = two_way_mean(_table([r[key] for r in runs], names)[0], seed=seed)
     return out
+
+
+def _role_keys(runs: Sequence[Mapping[str, dict]]) -> list[str]:
+    """``ROLE/score`` and ``ROLE/PART`` keys every run has, in the order the first run has them."""
+    return [k for k in runs[0] if "/" in k and all(k in r for r in runs)]
 
 
 def paired_arms(a: Sequence[Mapping[str, dict]], b: Sequence[Mapping[str, dict]], names_a: Sequence[str],
@@ -121,7 +143,7 @@ def paired_arms(a: Sequence[Mapping[str, dict]], b: Sequence[Mapping[str, dict]]
         raise DataError(names_b[0] if names_b else "--against", None,
                         f"{len(b)} runs to pair with {len(a)}: give one run per seed, in the same order")
     out = {}
-    for key in ("score_vs_imitation", *SKILL_METRICS):
+    for key in ("score_vs_imitation", *SKILL_METRICS, *_role_keys([*a, *b])):
         if all(key in r for r in (*a, *b)):
             ta, _ = _table([r[key] for r in a] + [r[key] for r in b], [*names_a, *names_b])
             out[key] = two_way_mean(ta[:len(a)] - ta[len(a):], seed=seed)
