@@ -3,7 +3,7 @@ shared-context one, and the laptop panel's time per checkpoint as the pipeline's
 
     python bench/benchmark.py [--items 300] [--tasks arc_easy,piqa,hellaswag] [--batch-size 8] [--json]
 
-Target: the default panel (ARC-Easy, PIQA and HellaSwag, 300 items each, zero-shot) within 3 minutes per
+Target: the default panel (ARC-Easy, PIQA and HellaSwag, 200 items each, zero-shot) within 3 minutes per
 checkpoint on 2 cores. Both models score each task's items in the same process, one after the other; the
 per-item results must agree (the script fails if an item's right/wrong differs) and the largest
 log-likelihood difference is printed. The panel line is `run_benchmark` as the evaluate stages call it
@@ -32,7 +32,7 @@ def timed(run, *args, **kwargs):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=300, help="Items per task (the panel's limit).")
+    parser.add_argument("--items", type=int, default=200, help="Items per task (the panel's limit).")
     parser.add_argument("--tasks", default="arc_easy,piqa,hellaswag")
     parser.add_argument("--batch-size", type=int, default=8, help="Requests (HF) or questions (shared) per batch.")
     parser.add_argument("--model", default=None, help="Default: the embedded model.")
