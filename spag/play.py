@@ -335,26 +335,8 @@ def _play_games(attacker: Player, defender: Player, words: list[str], config: Pl
     models = {"attacker_model": attacker.name, "defender_model": defender.name,
               "attacker_fingerprint": _fingerprint_of(attacker), "defender_fingerprint": _fingerprint_of(defender)}
     mine = [i for i in range(len(words)) if i % world == rank]
-
-    output = store.path if store is not None else None
-    done: dict[int, dict] = {}
-    if store is not None:
-        store.claim(overwrite=overwrite and not resume, resume=resume)
-        if not resume and store.has_own_shards():
-            raise DataError(output, None, "already holds episodes: pass resume (--resume) to continue, "
-                                          "or choose a new output")
-        existing = store.read() if resume else []
-        try:
-            done = _existing_for(words, existing, output, config, models)
-        except StaleEpisodes as exc:
-            if world > 1 or stale == "refuse":  # other ranks may be reading these shards: the user must choose
-                raise DataError(output, None, f"{exc}: resume with the same settings, or --overwrite to play "
-                                              "every game again") from None
-            print(f"note: {exc}; playing every game again", file=sys.stderr, flush=True)
-            store.claim(overwrite=True, resume=False)
-            existing, done = [], {}
-        if store.single_file:
-            store.keep(existing)
+    done = ({} if store is None else
+            _claim_and_resume(store, words, config, models, world, resume=resume, overwrite=overwrite, stale=stale))
     kept = [done[i] for i in mine if i in done]
     stats.resumed = len(kept)
     pending_words = [i for i in mine if i not in done]
@@ -368,22 +350,14 @@ def _play_games(attacker: Player, defender: Player, words: list[str], config: Pl
                    disable=not show_progress)
     try:
         while True:
-            while len(live) < config.batch_size:
+            while len(live) < config.batch_size:  # a finished game's place goes to the next word at once
                 index = next(queue, None)
                 if index is None:
                     break
                 live.append(_Game(index=index, word=words[index]))
             if not live:
                 break
-            if attacking_speaker is defending_speaker:
-                _speak(attacking_speaker, live, config, stats)
-            else:
-                # Split before anyone speaks: a game whose attacker just spoke waits for the next step.
-                attacking = [g for g in live if next_role(g.history) == ATTACKER]
-                defending = [g for g in live if next_role(g.history) != ATTACKER]
-                for speaker, turn in ((attacking_speaker, attacking), (defending_speaker, defending)):
-                    if turn:
-                        _speak(speaker, turn, config, stats)
+            _play_one_utterance(attacking_speaker, defending_speaker, live, config, stats)
             still = []
             for game in live:
                 if config.is_over(game.word, game.history):
@@ -410,6 +384,45 @@ def _play_games(attacker: Player, defender: Player, words: list[str], config: Pl
         bar.close()
         stats.seconds = time.perf_counter() - start
     return sorted(kept + new, key=lambda e: e["word_index"])
+
+
+def _claim_and_resume(store: EpisodeStore, words: list[str], config: PlayConfig, models: dict[str, str],
+                      world: int, *, resume: bool, overwrite: bool, stale: str) -> dict[int, dict]:
+    """Claim the output and return the episodes it already holds that this run may keep, by word index
+    (none unless ``resume``); episodes from other words, settings or models are refused or, with
+    ``stale="restart"`` on one process, dropped so every game is played again."""
+    output = store.path
+    store.claim(overwrite=overwrite and not resume, resume=resume)
+    if not resume and store.has_own_shards():
+        raise DataError(output, None, "already holds episodes: pass resume (--resume) to continue, "
+                                      "or choose a new output")
+    existing = store.read() if resume else []
+    try:
+        done = _existing_for(words, existing, output, config, models)
+    except StaleEpisodes as exc:
+        if world > 1 or stale == "refuse":  # other ranks may be reading these shards: the user must choose
+            raise DataError(output, None, f"{exc}: resume with the same settings, or --overwrite to play "
+                                          "every game again") from None
+        print(f"note: {exc}; playing every game again", file=sys.stderr, flush=True)
+        store.claim(overwrite=True, resume=False)
+        existing, done = [], {}
+    if store.single_file:
+        store.keep(existing)
+    return done
+
+
+def _play_one_utterance(attacking_speaker: Speaker, defending_speaker: Speaker, live: list[_Game],
+                        config: PlayConfig, stats: PlayStats) -> None:
+    """Every live game moves on by one utterance, from whichever player's turn it is."""
+    if attacking_speaker is defending_speaker:
+        _speak(attacking_speaker, live, config, stats)
+        return
+    # Split before anyone speaks: a game whose attacker just spoke waits for the next step.
+    attacking = [g for g in live if next_role(g.history) == ATTACKER]
+    defending = [g for g in live if next_role(g.history) != ATTACKER]
+    for speaking, turn in ((attacking_speaker, attacking), (defending_speaker, defending)):
+        if turn:
+            _speak(speaking, turn, config, stats)
 
 
 def opening_lines(attacker: Player, words: list[str], config: PlayConfig, *, show_progress: bool = False

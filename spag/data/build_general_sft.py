@@ -39,6 +39,13 @@ def _hours_minutes(minutes: int) -> str:
 
 
 def word_problems(rng: random.Random) -> list[dict]:
+    """Short story problems, answered with the working shown. The four operations come first, then
+    money, travel, clock and area; the order of the draws fixes the shipped file, so keep it."""
+    return _four_operations(rng) + _everyday_measures(rng)
+
+
+def _four_operations(rng: random.Random) -> list[dict]:
+    """Stories of adding, taking away, multiplying and sharing with a remainder."""
     rows = []
     for _ in range(6):
         a, b = rng.randint(12, 90), rng.randint(12, 90)
@@ -55,7 +62,7 @@ def word_problems(rng: random.Random) -> list[dict]:
         rows.append(
             _row(
                 f"Sam has {a} stickers and gives {b} of them to a friend. How many stickers does "
-                f"Sam have left?",
+                "Sam have left?",
                 f"Sam has {a} - {b} = {a - b} stickers left.",
             )
         )
@@ -75,11 +82,16 @@ def word_problems(rng: random.Random) -> list[dict]:
         rows.append(
             _row(
                 f"{a} apples are shared equally among {b} children. How many apples does each child "
-                f"get, and how "
-                "many are left over?",
+                "get, and how many are left over?",
                 f"{a} ÷ {b} = {q} remainder {r}, so each child gets {q} apples and {left}.",
             )
         )
+    return rows
+
+
+def _everyday_measures(rng: random.Random) -> list[dict]:
+    """Stories of prices, distances, times of day and areas, whose units the answer must carry."""
+    rows = []
     for _ in range(6):
         price = rng.choice([20, 40, 60, 80, 120, 160, 240])
         pct = rng.choice([10, 20, 25, 50])
@@ -106,8 +118,7 @@ def word_problems(rng: random.Random) -> list[dict]:
         rows.append(
             _row(
                 f"A film starts at {hour:02d}:{minute:02d} and lasts {length} minutes. At what time "
-                f"does it end? "
-                "Use the 24-hour clock.",
+                "does it end? Use the 24-hour clock.",
                 f"{length} minutes is {_hours_minutes(length)}, so the film ends at "
                 f"{end // 60 % 24:02d}:{end % 60:02d}.",
             )
@@ -117,7 +128,7 @@ def word_problems(rng: random.Random) -> list[dict]:
         rows.append(
             _row(
                 f"A rectangular garden is {w} m wide and {length} m long. What are its area and its "
-                f"perimeter?",
+                "perimeter?",
                 f"Area = {w} × {length} = {w * length} square metres. "
                 f"Perimeter = 2 × ({w} + {length}) = {2 * (w + length)} metres.",
             )

@@ -68,27 +68,33 @@ def load_templates(path: str | os.PathLike | None = None) -> PromptTexts:
     return _parse_templates(data, source)
 
 
-def _parse_templates(data, source: str) -> PromptTexts:
-    from spag.io import DataError
+class _TemplatesReader:
+    """Reads the sections of one templates file; every complaint names the file and the key."""
 
-    def fail(key: str, message: str):
-        raise DataError(source, None, f"{key}: {message}")
+    def __init__(self, source: str):
+        self.source = source
 
-    def get(mapping, key: str, path: str, kind=str):
+    def fail(self, key: str, message: str):
+        from spag.io import DataError
+
+        raise DataError(self.source, None, f"{key}: {message}")
+
+    def get(self, mapping, key: str, path: str, kind=str):
         if not isinstance(mapping, dict) or key not in mapping:
-            fail(path, "missing")
+            self.fail(path, "missing")
         value = mapping[key]
         if not isinstance(value, kind):
-            fail(path, f"expected {'text' if kind is str else kind.__name__}, got {type(value).__name__}")
+            self.fail(path, f"expected {'text' if kind is str else kind.__name__}, got {type(value).__name__}")
         return value
 
-    def per_role(key: str) -> dict[str, str]:
-        section = get(data, key, key, dict)
-        return {role: get(section, role, f"{key}.{role}") for role in ROLES}
+    def per_role(self, data, key: str) -> dict[str, str]:
+        section = self.get(data, key, key, dict)
+        return {role: self.get(section, role, f"{key}.{role}") for role in ROLES}
 
-    def check_format(text: str, path: str, **fields):
+    def check_format(self, text: str, path: str, **fields):
         import string
 
+        fail = self.fail
         try:
             # Plain names only: "{target_word.__class__}" or "{target_word[0]}" would reach into objects.
             for _, name, spec, _ in string.Formatter().parse(text):
@@ -104,64 +110,79 @@ def _parse_templates(data, source: str) -> PromptTexts:
         except ValueError as exc:
             fail(path, f"bad format ({exc}); write literal braces as {{{{ and }}}}")
 
+
+def _parse_templates(data, source: str) -> PromptTexts:
+    read = _TemplatesReader(source)
     if not isinstance(data, dict):
-        fail("(top)", "expected a mapping of the template sections")
+        read.fail("(top)", "expected a mapping of the template sections")
     unknown = set(data) - {"separator", "parts", "rules", "instruction", "examples", "history", "turn", "last_round"}
     if unknown:
-        fail(min(unknown), "unknown key")
-    parts = tuple(get(data, "parts", "parts", list))
+        read.fail(min(unknown), "unknown key")
+    parts = tuple(read.get(data, "parts", "parts", list))
     for part in parts:
         if part not in PART_NAMES:
-            fail("parts", f"unknown part {part!r}; expected some of {', '.join(PART_NAMES)}")
-    rules = get(data, "rules", "rules", dict)
-    play_rules = get(rules, "play", "rules.play")
-    training_rules = []
-    for i, text in enumerate(get(rules, "training", "rules.training", list)):
-        if not isinstance(text, str):
-            fail(f"rules.training[{i}]", "expected text")
-        training_rules.append(play_rules if text == "play" else text)
-    if not training_rules:
-        fail("rules.training", "empty: give at least one rules text")
-    for i, text in enumerate([play_rules, *training_rules]):
-        check_format(text, "rules.play" if i == 0 else f"rules.training[{i - 1}]", max_turns=5)
-    instruction, examples = per_role("instruction"), per_role("examples")
-    check_format(instruction[ATTACKER], "instruction.attacker", target_word="word")
-    check_format(instruction[DEFENDER], "instruction.defender")  # the defender never sees the word
-    turn, last_round = per_role("turn"), per_role("last_round")
+            read.fail("parts", f"unknown part {part!r}; expected some of {', '.join(PART_NAMES)}")
+    play_rules, training_rules = _rules_texts(read, data)
+    instruction, examples = read.per_role(data, "instruction"), read.per_role(data, "examples")
+    read.check_format(instruction[ATTACKER], "instruction.attacker", target_word="word")
+    read.check_format(instruction[DEFENDER], "instruction.defender")  # the defender never sees the word
+    turn, last_round = read.per_role(data, "turn"), read.per_role(data, "last_round")
     for role in ROLES:
-        check_format(turn[role], f"turn.{role}", round=1, max_turns=5)
-    history = get(data, "history", "history", dict)
-    layouts = get(history, "layouts", "history.layouts", dict)
-    for name, line in layouts.items():
-        if not isinstance(line, str):
-            fail(f"history.layouts.{name}", "expected text")
-        check_format(line, f"history.layouts.{name}", **_LAYOUT_FIELDS)
-    play_layout = get(history, "play_layout", "history.play_layout")
-    training_layouts = tuple(get(history, "training_layouts", "history.training_layouts", list))
-    for name in (play_layout, *training_layouts):
-        if name not in layouts:
-            fail("history", f"layout {name!r} is not among history.layouts ({', '.join(layouts)})")
-    if not training_layouts:
-        fail("history.training_layouts", "empty: give at least one layout")
-    speakers = get(history, "speakers", "history.speakers", dict)
+        read.check_format(turn[role], f"turn.{role}", round=1, max_turns=5)
+    history = read.get(data, "history", "history", dict)
+    layouts, play_layout, training_layouts = _history_layouts(read, history)
+    speakers = read.get(history, "speakers", "history.speakers", dict)
     return PromptTexts(
         source=source,
-        separator=get(data, "separator", "separator"),
+        separator=read.get(data, "separator", "separator"),
         parts=parts,
         play_rules=play_rules,
-        training_rules=tuple(training_rules),
+        training_rules=training_rules,
         instruction=instruction,
         examples=examples,
-        history_empty=get(history, "empty", "history.empty"),
-        history_header=get(history, "header", "history.header"),
-        history_separator=get(history, "separator", "history.separator"),
+        history_empty=read.get(history, "empty", "history.empty"),
+        history_header=read.get(history, "header", "history.header"),
+        history_separator=read.get(history, "separator", "history.separator"),
         play_layout=play_layout,
         training_layouts=training_layouts,
         layouts=dict(layouts),
-        speakers={k: get(speakers, k, f"history.speakers.{k}") for k in ("self", "other")},
+        speakers={k: read.get(speakers, k, f"history.speakers.{k}") for k in ("self", "other")},
         turn=turn,
         last_round=last_round,
     )
+
+
+def _rules_texts(read: _TemplatesReader, data: dict) -> tuple[str, tuple[str, ...]]:
+    """The rules of play and the paraphrases training draws from (``play`` there names the play text)."""
+    rules = read.get(data, "rules", "rules", dict)
+    play_rules = read.get(rules, "play", "rules.play")
+    training_rules = []
+    for i, text in enumerate(read.get(rules, "training", "rules.training", list)):
+        if not isinstance(text, str):
+            read.fail(f"rules.training[{i}]", "expected text")
+        training_rules.append(play_rules if text == "play" else text)
+    if not training_rules:
+        read.fail("rules.training", "empty: give at least one rules text")
+    for i, text in enumerate([play_rules, *training_rules]):
+        read.check_format(text, "rules.play" if i == 0 else f"rules.training[{i - 1}]", max_turns=5)
+    return play_rules, tuple(training_rules)
+
+
+def _history_layouts(read: _TemplatesReader, history: dict) -> tuple[dict, str, tuple[str, ...]]:
+    """The named history layouts, the one play uses and those training draws from."""
+    layouts = read.get(history, "layouts", "history.layouts", dict)
+    for name, line in layouts.items():
+        if not isinstance(line, str):
+            read.fail(f"history.layouts.{name}", "expected text")
+        read.check_format(line, f"history.layouts.{name}", **_LAYOUT_FIELDS)
+    play_layout = read.get(history, "play_layout", "history.play_layout")
+    training_layouts = tuple(read.get(history, "training_layouts", "history.training_layouts", list))
+    for name in (play_layout, *training_layouts):
+        if name not in layouts:
+            read.fail("history", f"layout {name!r} is not among history.layouts ({', '.join(layouts)})")
+    if not training_layouts:
+        read.fail("history.training_layouts", "empty: give at least one layout")
+    return layouts, play_layout, training_layouts
 
 
 @dataclass(frozen=True)
