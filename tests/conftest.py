@@ -5,6 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
+
+# Property tests check results, not speed: on a loaded 2-core machine one example can pass hypothesis's
+# default 200 ms deadline and fail a test that is correct.
+settings.register_profile("spag", deadline=None)
+settings.load_profile("spag")
 
 
 @pytest.fixture(scope="session")
