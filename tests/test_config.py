@@ -307,3 +307,12 @@ def test_under_a_launcher_the_training_settings_travel_as_a_file(tmp_path):
     summary = read_summary(tmp_path / "out")
     assert summary["steps"] == 1 and summary["config"]["sft_coeff"] == 0.25
     assert not list(tmp_path.glob(".*train-job.json"))  # the job file is gone
+
+
+def test_the_long_laptop_preset_restores_the_whole_evaluation_on_the_default():
+    default = load_settings(ROOT / "params.yaml")
+    long = load_settings(ROOT / "params.yaml", [ROOT / "configs" / "laptop-long.yaml"])
+    assert set(default.evaluate.baselines) < set(long.evaluate.baselines) and len(long.evaluate.baselines) == 4
+    assert long.evaluate.vs_baseline and long.evaluate.benchmark.limit > default.evaluate.benchmark.limit
+    # nothing but the evaluation changes: the trained models are the default run's
+    assert long.model_dump(exclude={"evaluate"}) == default.model_dump(exclude={"evaluate"})
