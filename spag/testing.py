@@ -176,3 +176,16 @@ def fake_nvidia_smi(bin_dir: str | os.PathLike, gpus: int = 1, name: str = "NVID
     tool.write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")
     tool.chmod(0o755)
     return tool
+
+
+def launcher_failure(stderr: str, limit: int = 6000) -> str:
+    """What a failed run under a launcher said that tells why: the workers' own last lines (an aborted
+    worker's fault handler dump, a C++ ``what()``) ahead of the launcher's summary, then the summary's end.
+
+    torchrun's summary and the pipeline's traceback fill the end of stderr; a plain tail hides what the
+    worker that failed printed before them."""
+    summary = stderr.find("torch.distributed.elastic.multiprocessing.errors.ChildFailedError")
+    start = stderr.rfind("Traceback (most recent call last):", 0, summary) if summary >= 0 else -1
+    workers = stderr[:start] if start >= 0 else ""
+    said = "\n".join(line for line in workers.splitlines() if "Warning" not in line and line.strip())
+    return f"{said[-limit:]}\n--- the launcher's end ---\n{stderr[-3000:]}"

@@ -57,25 +57,19 @@ def gpu_machine(tmp_path, monkeypatch):
     devices.nvidia_gpus.cache_clear()
 
 
-# What a process group started in this process leaves behind: the environment a launcher would set.
-_DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                    "ACCELERATE_USE_DEEPSPEED", "DS_ACCELERATOR")
-
-
 @pytest.fixture(autouse=True)
 def no_process_group_left_behind():
-    """A test that starts a process group in this process (TRL's colocated vLLM engine does, on port 29500)
-    leaves neither the group nor its variables to the tests after it: their subprocesses would inherit
-    RANK and WORLD_SIZE and try to join a group whose port this process still holds."""
+    """A test leaves neither a process group nor environment variables to the tests after it: their
+    subprocesses would inherit them. TRL's colocated vLLM engine starts a group on port 29500 and sets
+    RANK and WORLD_SIZE (a later torchrun's workers would try to join it); vLLM's CPU platform sets
+    LOCAL_WORLD_SIZE and its own settings for the engines it starts."""
     import sys
 
-    saved = {key: os.environ.get(key) for key in _DISTRIBUTED_ENV}
+    saved = dict(os.environ)
     yield
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    for key in set(os.environ) - set(saved):
+        del os.environ[key]
+    os.environ.update(saved)
     if "vllm.distributed" in sys.modules:  # vLLM's own groups first (they sit on torch's)
         from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
 

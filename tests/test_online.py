@@ -6,6 +6,7 @@ games of the live policy from a tiny real Llama built in-process.
 """
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from spag.game.rules import ATTACKER, DEFENDER
 from spag.io import DataError
 from spag.play import PlayConfig
 from spag.players import Reply
-from spag.testing import make_tiny_checkpoint
+from spag.testing import launcher_failure, make_tiny_checkpoint
 from spag.train.online import OnlineGames, group_prompt, online_arguments, parse_group_prompt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -339,8 +340,9 @@ def test_the_gpu_preset_trains_an_online_epoch_at_toy_size_under_zero3(tmp_path)
     for name, text in (("all_target_words.txt", "apple\n"), ("gpt4_game_top30k_results.json", "[]"),
                        ("alpaca_data.json", "[]")):
         (work / "data" / name).write_text(text)
-    done = subprocess.run([sys.executable, "stages/train.py", "1"], cwd=work, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = subprocess.run([sys.executable, "stages/train.py", "1"], cwd=work, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    assert done.returncode == 0, launcher_failure(done.stderr)
 
     summary = read_summary(work / "data/epoch_1/model")
     assert summary["method"] == "online" and summary["steps"] == params["online"]["words"]

@@ -9,6 +9,7 @@ Every model runs in float32, so the expectations hold on any CPU (bfloat16 or no
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 
 import pytest
@@ -139,11 +140,14 @@ def test_vllm_engine_options_on_this_machine(random_model):
     assert gpu == {"dtype": "float16", "enforce_eager": False, "gpu_memory_utilization": 0.4}
 
 
-def test_two_vllm_engines_play_one_game_in_one_process(scripted):
-    """evaluate with two different models: both engines live at once, each with its own KV cache."""
+def test_two_vllm_engines_play_one_game_in_one_process(scripted, monkeypatch):
+    """evaluate with two different models: both engines live at once, each with its own KV cache. The
+    engines leave LD_PRELOAD as it was: a later child process (torchrun) keeps glibc's allocator."""
     from spag.play import PlayConfig, play_games
 
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
     with opened(scripted["speaker"], "vllm") as attacker, opened(scripted["eager_end"], "vllm") as defender:
+        assert "LD_PRELOAD" not in os.environ
         episodes = play_games(attacker, defender, ["coffee"], PlayConfig(temperature=0, max_turns=2,
                                                                          max_new_tokens=16, min_new_tokens=1),
                               show_progress=False)

@@ -168,7 +168,7 @@ def test_a_bad_templates_file_is_named_with_its_key(tmp_path, change, message):
     with pytest.raises(DataError) as caught:
         load_templates(path)
     assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)
-    assert "\n" not in str(caught.value)
+    assert "\n" not in str(caught.value) and str(caught.value).count(str(path)) == 1  # said once, not re-wrapped
 
 
 def test_a_missing_templates_file_is_named(tmp_path):

@@ -94,6 +94,8 @@ class _TemplatesReader:
     def check_format(self, text: str, path: str, **fields):
         import string
 
+        from spag.io import DataError
+
         fail = self.fail
         try:
             # Plain names only: "{target_word.__class__}" or "{target_word[0]}" would reach into objects.
@@ -105,6 +107,8 @@ class _TemplatesReader:
                                f"({', '.join(fields) or 'none'})")
                 fail(path, f"unknown placeholder {{{name}}}; allowed: {', '.join(fields) or 'none'}")
             text.format(**fields)
+        except DataError:
+            raise  # fail()'s own error (a ValueError too): already says what is wrong
         except (KeyError, IndexError) as exc:
             fail(path, f"unknown placeholder {{{exc.args[0]}}}; allowed: {', '.join(fields) or 'none'}")
         except ValueError as exc:

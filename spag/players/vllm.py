@@ -25,6 +25,7 @@ process beside it: faster to start, and it leaves the other core to the work it 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
 from collections.abc import Sequence
@@ -104,6 +105,24 @@ def _in_process(core) -> bool:
     return isinstance(core, InprocClient)
 
 
+@contextlib.contextmanager
+def preload_kept():
+    """Give ``LD_PRELOAD`` back its value once an engine has started.
+
+    vLLM's CPU platform prepends its tcmalloc and torch's libgomp to this process's ``LD_PRELOAD`` for the
+    engine processes it starts. Those start while the engine is built (none at all with the engine core in
+    this process); any later child of this process (torchrun and its workers, lm-eval, git) would start
+    under another allocator."""
+    before = os.environ.get("LD_PRELOAD")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("LD_PRELOAD", None)
+        else:
+            os.environ["LD_PRELOAD"] = before
+
+
 class VLLMPlayer:
     """``llm`` is a ``vllm.LLM`` (or anything with its ``generate(prompts, sampling_params)``)."""
 
@@ -139,9 +158,10 @@ class VLLMPlayer:
         chosen = engine_options(str(model), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                                 enforce_eager=enforce_eager, trust_remote_code=trust_remote_code, cpu=cpu)
         try:
-            llm = LLM(model=str(model), tensor_parallel_size=tensor_parallel_size,
-                      trust_remote_code=trust_remote_code, enable_prefix_caching=True, seed=seed,
-                      **{**chosen, **options})
+            with preload_kept():
+                llm = LLM(model=str(model), tensor_parallel_size=tensor_parallel_size,
+                          trust_remote_code=trust_remote_code, enable_prefix_caching=True, seed=seed,
+                          **{**chosen, **options})
         except (ValueError, RuntimeError) as exc:  # vLLM's own one-line reasons (memory, config)
             raise PlayerError(f"vLLM could not start {model}: {first_line(exc)}") from exc
         tokenizer = setup_special_tokens(llm.get_tokenizer())
