@@ -13,7 +13,7 @@ import pytest
 import torch
 from test_train import game_rows, write_rows
 
-from spag.testing import make_tiny_checkpoint
+from spag.testing import launcher_failure, make_tiny_checkpoint
 from spag.train.trainer import read_summary, run_training
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +63,7 @@ def test_zero3_under_two_processes_trains_like_one_process(method, tiny, rows, t
                      "--batch-size", "2", *SETTINGS, "--live-dir", tmp_path / "zero3-live",
                      "--deepspeed", ZERO3, "--launcher", TWO_PROCESSES),
         capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert done.returncode == 0, done.stdout[-2000:] + launcher_failure(done.stderr)
     summary = read_summary(tmp_path / "zero3")
     assert summary["provenance"]["processes"] == 2 and summary["provenance"]["deepspeed"] is True
     assert summary["steps"] == STEPS
@@ -129,7 +129,7 @@ def test_the_reference_on_the_fly_runs_inside_the_engine_in_its_precision(tiny, 
                      "--warmup-ratio", "0", "--logging-steps", "1", "--device", "cpu", "--bf16",
                      "--deepspeed", ZERO3, "--ref-on-the-fly", "--live-dir", live, "--save-steps", "1"),
         capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert done.returncode == 0, done.stdout[-2000:] + launcher_failure(done.stderr)
     summary = read_summary(out)
     assert summary["reference"]["mode"] == "on-the-fly" and summary["provenance"]["bf16"] is True
     assert curve(live, "kl")[0] == 0.0 and curve(live, "ratio_mean")[0] == 1.0
@@ -157,7 +157,7 @@ def test_zero3_bf16_with_the_reference_in_the_engine_under_two_processes(tiny, r
                          "--deepspeed", ZERO3, "--ref-on-the-fly", "--save-steps", "1",
                          "--live-dir", out.with_name(out.name + "-live"), "--launcher", TWO_PROCESSES, *extra),
             capture_output=True, text=True, timeout=600, check=False)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+        assert done.returncode == 0, done.stdout[-2000:] + launcher_failure(done.stderr)
         return read_summary(out)
 
     whole = train(tmp_path / "whole", "--keep-checkpoints")
@@ -190,3 +190,16 @@ def test_zero3_bf16_with_the_reference_in_the_engine_under_two_processes(tiny, r
     trained = weights(tmp_path / "whole")
     for name, tensor in weights(tmp_path / "resumed").items():
         torch.testing.assert_close(tensor, trained[name], rtol=2**-7, atol=1e-6, msg=name)
+
+
+def test_a_failed_launch_shows_what_the_failing_worker_said_before_the_launchers_summary():
+    worker = 'Fatal Python error: Aborted\n\nCurrent thread 0x1 (most recent call first):\n  File "online.py", line 9 in step\n'
+    summary = ("Traceback (most recent call last):\n  File \".venv/bin/torchrun\", line 6, in <module>\n"
+               "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n" + "=" * 4000 + "\n")
+    stderr = "UserWarning: a warning of no use\n" + worker + summary
+    shown = launcher_failure(stderr)
+    workers_part, launcher_part = shown.split("--- the launcher's end ---")
+    assert 'File "online.py", line 9 in step' in workers_part and "Fatal Python error: Aborted" in workers_part
+    assert "UserWarning" not in workers_part and "ChildFailedError" not in workers_part
+    assert launcher_part.rstrip().endswith("=" * 100)
+    assert worker.strip() not in stderr[-3000:]  # a plain tail would have lost it
