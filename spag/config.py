@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 import os
 import re
 import stat
@@ -463,6 +464,20 @@ class Settings(Section):
     spag: Spag = Field(default_factory=Spag)
     online: Online = Field(default_factory=Online)
     evaluate: Evaluate = Field(default_factory=Evaluate)
+
+    @model_validator(mode="after")
+    def _online_learns_past_warmup(self):
+        """An online epoch has few steps: a warm-up over all of them keeps the learning rate at 0 (the
+        linear warm-up starts from 0), and the epoch's model is its start's, unchanged."""
+        ratio = self.spag.warmup_ratio
+        if self.spag.method != ONLINE or ratio == 0:
+            return self
+        steps = math.ceil(self.online.words // self.online.words_per_step * self.spag.epochs_per_iteration)
+        if math.ceil(steps * ratio) >= steps:
+            raise ValueError(f"spag.warmup_ratio: {ratio:g} warms up over all {steps} step(s) of an online epoch "
+                             "(online.words / online.words_per_step), so its learning rate stays 0; set it to 0 "
+                             "or train on more words")
+        return self
 
 
 # --------------------------------------------------------------------------------------- one training run

@@ -113,6 +113,22 @@ def test_the_method_and_its_section_are_settings(tmp_path):
         load_settings(params)
 
 
+def test_an_online_epoch_that_would_only_warm_up_is_refused(tmp_path):
+    """A linear warm-up starts at a learning rate of 0: over all of an epoch's steps it leaves the model
+    unchanged (one step of 2 words did, at spag.warmup_ratio 0.03)."""
+    def settings(*lines):
+        override = tmp_path / "override.yaml"
+        override.write_text("".join(f"{line}\n" for line in lines))
+        return load_settings(ROOT / "params.yaml", [override])
+
+    with pytest.raises(ParamsError, match=r"spag.warmup_ratio: 0.03 warms up over all 1 step\(s\) of an online "
+                                          r"epoch .*learning rate stays 0"):
+        settings("spag.method: online", "online.words: 2", "spag.warmup_ratio: 0.03")
+    assert settings("spag.method: online", "online.words: 2", "spag.warmup_ratio: 0").online.words == 2
+    assert settings("spag.method: online", "online.words: 16", "spag.warmup_ratio: 0.03").online.words == 16
+    assert settings("spag.method: offline-po", "online.words: 2", "spag.warmup_ratio: 0.03").online.words == 2
+
+
 # ------------------------------------------------------------------------------------------ the rollout
 
 
