@@ -112,7 +112,8 @@ def preload_kept():
     vLLM's CPU platform prepends its tcmalloc and torch's libgomp to this process's ``LD_PRELOAD`` for the
     engine processes it starts. Those start while the engine is built (none at all with the engine core in
     this process); any later child of this process (torchrun and its workers, lm-eval, git) would start
-    under another allocator."""
+    with them. A ZeRO-3 worker started with torch's libgomp preloaded aborted at its exit ("terminate
+    called without an active exception") in 1 of 8 runs of the online toy preset here."""
     before = os.environ.get("LD_PRELOAD")
     try:
         yield
