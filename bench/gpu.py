@@ -113,7 +113,7 @@ def train(model: str, cpu: bool, work: Path, parameters: int) -> dict:
     from train import synthetic_rows
 
     from spag.io import write_jsonl_atomic
-    from spag.train.trainer import read_summary
+    from spag.train.bookkeeping import read_summary
 
     rows = work / "rows.jsonl"
     write_jsonl_atomic(rows, synthetic_rows(16 if cpu else 256))

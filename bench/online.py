@@ -68,12 +68,13 @@ def main() -> None:
     from transformers import TrainerCallback
 
     from spag.config import TrainConfig, TrainKnobs, load_settings
+    from spag.play import PlayConfig
     from spag.train.online import OnlineGames, online_trainer
 
     settings = load_settings(args.params)
     online = settings.online.model_copy(update={k: v for k, v in {
         "words_per_step": args.words_per_step, "games_per_word": args.games_per_word}.items() if v is not None})
-    games = OnlineGames(play=settings.play.play_config(settings.game, settings.seed + 1), online=online,
+    games = OnlineGames(play=PlayConfig.from_sections(settings.game, settings.play, settings.seed + 1), online=online,
                         keep_truncated=settings.reward.keep_truncated, backend=settings.play.backend,
                         gpu_memory_utilization=settings.play.gpu_memory_utilization,
                         max_prompt_tokens=settings.play.max_prompt_tokens)

@@ -72,7 +72,8 @@ def child(args) -> None:
 
     import torch
 
-    from spag.train.trainer import read_summary, run_training
+    from spag.train.bookkeeping import read_summary
+    from spag.train.trainer import run_training
 
     on_the_fly = args.child == "on-the-fly"
     out = Path(args.work) / f"out-{args.child}"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from spag.console import progress
 from spag.io import DataError
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -139,8 +141,6 @@ def _index_url() -> str | None:
 def reachable(url: str, timeout: float = 3.0) -> bool:
     """Whether a TCP connection to ``url``'s host opens (a quick check before long work, instead of a
     client's retries)."""
-    import socket
-
     parts = urllib.parse.urlsplit(url)
     port = parts.port or (80 if parts.scheme == "http" else 443)
     try:
@@ -158,8 +158,6 @@ def index_reachable(timeout: float = 3.0) -> bool:
 
 def _download_sdist(artifact: Artifact, target: Path, cache: Path) -> None:
     """Find ``artifact.filename`` in the index's JSON listing (PEP 691) and stream it to ``target``."""
-    from spag.console import progress
-
     index = _index_url()
     if index is None:
         raise _unreachable(artifact, cache, "PIP_NO_INDEX is set")

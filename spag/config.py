@@ -19,10 +19,13 @@ import difflib
 import math
 import os
 import re
+import reprlib
+import shlex
 import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -91,8 +94,6 @@ def shown_url(url: str) -> str:
 
 
 def _http_url(url: str) -> str:
-    from urllib.parse import urlsplit
-
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
@@ -108,8 +109,6 @@ HttpUrl = Annotated[str, AfterValidator(_http_url)]
 
 
 def _command_line(text: str) -> str:
-    import shlex
-
     try:
         words = shlex.split(text)
     except ValueError as exc:
@@ -217,16 +216,6 @@ class Sampling(Section):
     max_prompt_tokens: int | None = knob(None, "hf/vllm: keep the last N tokens of a longer prompt (the "
                                                   "original cut at 2048); null: the whole prompt.", ge=1)
 
-    def play_config(self, game: Game, seed: int, **strategies):
-        """The :class:`spag.play.PlayConfig` of this section in ``game``: the one place it is assembled."""
-        from spag.play import PlayConfig
-
-        return PlayConfig(max_turns=game.max_turns, rules=game.rules, templates=game.templates,
-                          play_prompts=game.play_prompts, replies=game.replies, end=game.end, seed=seed,
-                          temperature=self.temperature, top_k=self.top_k, max_new_tokens=self.max_new_tokens,
-                          min_new_tokens=self.min_new_tokens, empty_retries=self.empty_retries,
-                          batch_size=self.batch_size, **strategies)
-
     def player_options(self) -> dict:
         """What :func:`spag.players.load_player` takes from this section."""
         return {"dtype": self.dtype, "device": self.device, "base_url": self.base_url,
@@ -259,9 +248,6 @@ class Teacher(Sampling):
     def strategies(self) -> dict:
         return {"examples": self.examples, "foul_retries": self.foul_retries,
                 "coached_attacker": self.coached_attacker, "final_guess": self.final_guess}
-
-    def play_config(self, game: Game, seed: int, **strategies):
-        return super().play_config(game, seed, **{**self.strategies(), **strategies})
 
 
 class Play(Sampling):
@@ -551,8 +537,6 @@ _BOUNDS = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"), "les
 def _shown(value: Any) -> str:
     """A value as an error message shows it: short, however large or deeply nested (a YAML alias bomb
     is a few lines of text that a full repr expands to billions of characters)."""
-    import reprlib
-
     short = reprlib.Repr()
     short.maxlevel, short.maxlist, short.maxdict, short.maxstring, short.maxother = 2, 4, 4, 60, 60
     return short.repr(value)

@@ -14,9 +14,11 @@ index (``cuda:LOCAL_RANK``, the hf backend and training), or on the ``tensor_par
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -261,6 +263,44 @@ def resolve_launcher(launcher: str, gpus: int | None = None, per_process: int = 
     argv[position] = argv[position].replace(f"{option}={AUTO}", f"{option}={count}") if "=" in argv[position] \
         else str(count)
     return shlex.join(argv)
+
+
+def check_launch(launcher: str | None, deepspeed: str | os.PathLike | None, launcher_key: str = "--launcher",
+                 deepspeed_key: str = "--deepspeed") -> None:
+    """Before any work: the launcher is a command line whose program is there, and the DeepSpeed file is a
+    JSON object. DataError naming the option (or params key) otherwise."""
+    if launcher is not None:
+        try:
+            argv = launcher_command(launcher)
+        except ValueError as exc:
+            raise DataError(launcher_key, None, f"{launcher!r} is not a command line ({exc})") from None
+        if not argv:
+            raise DataError(launcher_key, None, "is empty (null runs training in this process)")
+        if shutil.which(argv[0]) is None:
+            raise DataError(launcher_key, None, f"{argv[0]!r}: no such program (on PATH or beside {sys.executable})")
+    if deepspeed is not None:
+        path = Path(deepspeed)
+        if path.exists() and not path.is_file():  # a folder, or a FIFO that would never end
+            raise DataError(path, None, f"is not a regular file ({deepspeed_key})")
+        try:
+            settings = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DataError(path, None, f"no such file ({deepspeed_key})") from None
+        except (OSError, UnicodeError) as exc:
+            raise DataError(path, None, f"cannot be read ({getattr(exc, 'strerror', None) or exc}) "
+                                        f"({deepspeed_key})") from None
+        except json.JSONDecodeError as exc:
+            raise DataError(path, None, f"not valid JSON (line {exc.lineno}: {exc.msg}) ({deepspeed_key})") from None
+        if not isinstance(settings, dict):
+            raise DataError(path, None, f"expected a JSON object of DeepSpeed settings, got "
+                                        f"{type(settings).__name__} ({deepspeed_key})")
+
+
+def free_port() -> int:
+    """A TCP port on this host that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 # ------------------------------------------------------------------------------------------ ranks

@@ -1,4 +1,4 @@
-"""``dvc.yaml``, written from the stage table (:data:`spag.pipeline.STAGES`) and the code each stage runs.
+"""``dvc.yaml``, written from the stage table (:data:`spag.stage_table.STAGES`) and the code each stage runs.
 
 ``python -m spag.dvcyaml`` rewrites ``dvc.yaml``; ``python -m spag.dvcyaml --check`` says whether it is
 current (a test runs the check). Nothing here runs in a stage, so editing it re-runs nothing.
@@ -27,23 +27,15 @@ So ``spag/rewards.py`` is a dependency of ``reward@N`` and ``imitation_data``, w
 
 from __future__ import annotations
 
-import ast
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import yaml
 
-from spag.pipeline import STAGES, Stage
-
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "spag"
+from spag.imports import MODULES, ROOT, read_module
+from spag.stage_table import STAGES, Stage
 
 # Lazy imports a stage cannot get to, though it uses the module that makes them: (module, import) -> why.
 NOT_RUN = {
-    ("spag.config", "spag.play"): "Sampling.play_config builds a PlayConfig: only stages that play call it, "
-                                  "and they import spag.play themselves",
     ("spag.provenance", "spag.players.vllm"): "player_provenance of a vllm player: only stages that load "
                                               "players call it, and they reach the backend through spag.players",
 }
@@ -86,79 +78,14 @@ HEADER = """\
 # `dvc metrics show` prints the headline (metrics/summary.json); each stage's own figures are plain outputs
 # under metrics/, shown with `dvc metrics show metrics/epochs/1/games.json` (any JSON file by its path).
 #
-# Written by `python -m spag.dvcyaml` from the stage table in spag/pipeline.py: edit that, not this file.
+# Written by `python -m spag.dvcyaml` from the stage table in spag/stage_table.py: edit that, not this file.
 # Each stage depends on the spag/ files it runs (the rule: spag/dvcyaml.py).
 """
 
 
-# ------------------------------------------------------------------------------------ the imports
-
-
-@dataclass
-class _Module:
-    path: Path
-    top: set[str] = field(default_factory=set)         # imported at the module's top
-    inside: dict[str, set[str]] = field(default_factory=dict)  # by each top-level function, inside it
-    calls: dict[str, set[str]] = field(default_factory=dict)   # names each top-level function uses
-
-
-def _modules() -> dict[str, Path]:
-    found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return found
-
-
-MODULES = _modules()
-
-
-def _targets(node: ast.Import | ast.ImportFrom, module: str, path: Path) -> Iterator[str]:
-    """The spag modules an import statement imports (``from a import b``: ``a.b`` when it is a module)."""
-    if isinstance(node, ast.Import):
-        yield from (alias.name for alias in node.names if alias.name.split(".")[0] == "spag")
-        return
-    base = node.module or ""
-    if node.level:  # relative: from the package the module is in
-        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-        base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
-    if base.split(".")[0] != "spag":
-        return
-    for alias in node.names:
-        yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
-
-
-def _read(module: str) -> _Module:
-    path = MODULES[module]
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    parsed = _Module(path)
-
-    def imports(node: ast.AST) -> set[str]:
-        return {target for child in ast.walk(node) if isinstance(child, (ast.Import, ast.ImportFrom))
-                for target in _targets(child, module, path)}
-
-    for statement in tree.body:
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            # A class's methods are its functions: its imports count as the module's lazy ones.
-            parsed.inside[statement.name] = imports(statement)
-            parsed.calls[statement.name] = _names_used(statement)
-        else:
-            parsed.top |= imports(statement)
-    return parsed
-
-
-def _names_used(function: ast.AST) -> set[str]:
-    """The module-level names a function uses: names it reads and does not assign or take as arguments
-    (``train, held = split_words(...)`` in a stage is a variable, not the ``train`` stage)."""
-    local = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-    local |= {a.arg for n in ast.walk(function) if isinstance(n, ast.arguments)
-              for a in (*n.posonlyargs, *n.args, *n.kwonlyargs, n.vararg, n.kwarg) if a is not None}
-    return {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local
-
-
 def stage_files(stage: Stage) -> list[str]:
     """The files under ``spag/`` that ``stage`` runs or reads (see the module docstring), sorted."""
-    pipeline = _read("spag.pipeline")
+    pipeline = read_module("spag.pipeline")
     functions, todo = set(), [stage.name, "run_stage"]
     while todo:  # the stage's function and the pipeline functions it calls, transitively
         name = todo.pop()
@@ -173,7 +100,7 @@ def stage_files(stage: Stage) -> list[str]:
         if module in used or module not in MODULES:
             continue
         used.add(module)
-        parsed = _read(module)
+        parsed = read_module(module)
         lazy = {m for ms in parsed.inside.values() for m in ms}
         todo.extend(m for m in parsed.top | lazy if (module, m) not in NOT_RUN)
     files = {MODULES[m].relative_to(ROOT).as_posix() for m in used}

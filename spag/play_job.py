@@ -21,8 +21,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from spag.devices import launcher_command, resolve_launcher
 from spag.io import write_json_atomic
-from spag.play import PlayConfig, PlayStats
+from spag.play import PlayConfig, PlayStats, drop_stale_episodes, rank_and_world, run_games
 
 
 def _stats_file(job_file: Path, rank: int) -> Path:
@@ -33,9 +34,6 @@ def play_under_launcher(launcher: str, model: str, words: list[str], config: Pla
                         player_options: dict, output: Path) -> PlayStats:
     """Play ``model`` against itself on ``words`` under ``launcher`` into the episode folder ``output``; the
     ranks' counts added up. Raises CalledProcessError when a rank fails."""
-    from spag.devices import launcher_command, resolve_launcher
-    from spag.play import drop_stale_episodes
-
     output = Path(output)
     drop_stale_episodes(output, words, config, model, model)
     job_file = output.parent / f".{output.name}.play-job.json"
@@ -73,8 +71,6 @@ def _added_up(ranks: list[dict]) -> PlayStats:
 
 
 def main(argv: list[str]) -> None:
-    from spag.play import rank_and_world, run_games
-
     (job_file,) = argv
     job_file = Path(job_file)
     job = json.loads(job_file.read_text(encoding="utf-8"))

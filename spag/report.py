@@ -28,6 +28,9 @@ import csv
 import json
 from pathlib import Path
 
+from spag.evaluate import reasoning
+from spag.evaluate.baselines import strongest
+from spag.evaluate.clustered import paired_difference
 from spag.io import atomic_path, write_json_atomic
 
 PLOT_COLUMNS = ["epoch", "series", "value", "low", "high"]
@@ -63,9 +66,6 @@ def _baselines(metrics: Path) -> dict[str, dict]:
 def baseline_comparison(games: dict, baselines: dict[str, dict]) -> dict:
     """The epoch's score against the imitation model minus each baseline's on the same words and seeds,
     paired per word (negative: the baseline does better), and which baseline is the strongest."""
-    from spag.evaluate.baselines import strongest
-    from spag.evaluate.clustered import paired_difference
-
     mine = {w: tuple(v) for w, v in games["per_word"].items()}
     out: dict = {"differences": {}}
     for name, result in baselines.items():
@@ -116,8 +116,6 @@ def epoch_entry(metrics: Path, epoch: int) -> dict:
 
 
 def build_report(metrics: Path, epochs: list[int]) -> dict:
-    from spag.evaluate import reasoning
-
     report: dict = {"epochs": {str(e): epoch_entry(metrics, e) for e in epochs}}
     report["reasoning"] = reasoning.reasoning_report(metrics, epochs)
     baseline = _read(metrics / "imitation" / "benchmark.json")
@@ -167,8 +165,6 @@ def _point(entry: dict) -> dict:
 
 def _reasoning_headline(report: dict, epoch: str) -> dict:
     """``{"reasoning": {"vs_imitation": ..., "vs_base": ...}}`` for one epoch (spag.evaluate.reasoning)."""
-    from spag.evaluate import reasoning
-
     line = reasoning.headline(report.get("reasoning", {}).get("epochs", {}).get(epoch))
     return {"reasoning": line} if line else {}
 
@@ -207,8 +203,6 @@ def plot_rows(report: dict) -> dict[str, list[dict]]:
 
 
 def _reasoning_plot_rows(report: dict) -> list[dict]:
-    from spag.evaluate import reasoning
-
     return reasoning.plot_rows(report.get("reasoning", {}))
 
 

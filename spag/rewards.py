@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from spag.config import Reward, check, default
+from spag.console import progress
 from spag.game.episodes import validate_episode
 from spag.game.original_prompts import row_query
 from spag.game.prompts import training_prompt_with_bounds
@@ -298,8 +299,6 @@ def _game_rows(
 
     ``rules`` is the judge's rule set; ``templates`` the templates file of the prompts (None: shipped);
     ``row_prompts`` "original" draws each prompt from the original's query formats instead."""
-    from spag.console import progress
-
     stats = RowStats(records=len(episodes))
     verdicts = [judge_episode(e, rules) for e in progress(episodes, desc="judging", unit="ep", disable=None)]
     stats.outcomes.update(v.outcome for v in verdicts)

@@ -22,6 +22,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from spag.game.prompts import RawPrompt
 from spag.io import DataError, Replace, read_records, write_table_atomic
 
 GAME = "game"
@@ -65,8 +66,6 @@ def make_row(prompt: str, completion: str, *, kind: str = GAME, reward: float | 
              episode: str | None = None, history_bounds: list[int] | None = None) -> dict:
     """A training row with every column of :data:`ROW_COLUMNS`; a ``prompt`` that is a
     :class:`~spag.game.prompts.RawPrompt` (the model's whole input) also gets ``raw_prompt: true``."""
-    from spag.game.prompts import RawPrompt
-
     row = {"prompt": str(prompt), "completion": completion, "reward": reward, "weight": weight, "role": role,
            "kind": kind, "target_word": target_word, "turn": turn, "episode": episode,
            "history_bounds": history_bounds}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterable, Mapping
+from importlib.resources import files
 from pathlib import Path
 
 from spag.game.original_prompts import alpaca_prompt
@@ -82,8 +83,6 @@ def sft_rows(
 
 def builtin_sft_path() -> Path:
     """The small general instruction set shipped with the package, so the pipeline runs offline."""
-    from importlib.resources import files
-
     return Path(str(files("spag.data") / "general_sft.jsonl"))
 
 

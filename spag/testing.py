@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
+
+from spag.cli import main
+from spag.game.prompts import TRAINING_TEMPLATES, build_prompt, model_input_ids
+from spag.game.rules import judge
+from spag.modeling import save_checkpoint, tiny_llama
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -16,8 +23,6 @@ CHAT_TEMPLATE = (
 
 
 def _training_text() -> list[str]:
-    from spag.game.prompts import TRAINING_TEMPLATES, build_prompt
-
     history = [
         {"role": "attacker", "content": "What do you drink in the morning to wake up?"},
         {"role": "defender", "content": "Usually a hot cup of tea. I know the word! It is coffee"},
@@ -56,8 +61,6 @@ def make_tiny_checkpoint(output_dir: str | os.PathLike, seed: int = 0, hidden_si
 
     vLLM needs ``hidden_size / heads`` >= 32 (its CPU attention kernels' smallest head size).
     """
-    from spag.modeling import save_checkpoint, tiny_llama
-
     tokenizer = build_tiny_tokenizer(chat_template=chat_template)
     model = tiny_llama(tokenizer, seed=seed, hidden_size=hidden_size, layers=layers, heads=heads)
     return save_checkpoint(model, tokenizer, output_dir)
@@ -77,9 +80,6 @@ def make_scripted_checkpoint(output_dir: str | os.PathLike, script: str, *, loop
     backends (hf and vLLM) write the same text, which is what the player contract tests need.
     """
     import torch
-
-    from spag.game.prompts import build_prompt, model_input_ids
-    from spag.modeling import save_checkpoint, tiny_llama
 
     tokenizer = build_tiny_tokenizer()
     # The reply starts after a special token, so that no text token of the script needs two successors.
@@ -126,11 +126,6 @@ class CliResult:
 
 def run_cli(*args) -> CliResult:
     """Run ``spag ARGS`` in this process (as ``python -m spag.cli`` would) and capture its output."""
-    import contextlib
-    import io
-
-    from spag.cli import main
-
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -143,8 +138,6 @@ def run_cli(*args) -> CliResult:
 
 def episode_ending(word: str, cause: str, max_turns: int = 2) -> dict:
     """A judged episode on ``word`` that ends the way ``cause`` names (``spag.game.rules.CAUSES``)."""
-    from spag.game.rules import judge
-
     clue = {"role": "attacker", "content": "It is something you can find in many places."}
     neutral = {"role": "defender", "content": "Tell me more about it."}
     endings = {

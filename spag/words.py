@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import unicodedata
 
 from spag.io import DataError, Replace, read_text, write_text_atomic
 
@@ -111,8 +112,6 @@ WORD_PUNCTUATION = "-'’"  # inside a target word: t-shirt, o'clock
 def read_words(path: str | os.PathLike) -> list[str]:
     """One word per line; blank lines and ``#`` comments skipped. Odd entries, a missing, binary or
     empty file raise DataError naming it: no step has anything to do without words."""
-    import unicodedata
-
     words = []
     text = read_text(path).removeprefix("\ufeff")  # a byte-order mark (editors on Windows) is no part of a word
     for lineno, line in enumerate(text.split("\n"), start=1):

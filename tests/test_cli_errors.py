@@ -1284,7 +1284,8 @@ def test_dvc_yaml_is_written_from_the_stage_table():
 
 
 def test_every_data_file_under_spag_is_a_dependency_or_read_by_no_stage():
-    from spag.dvcyaml import DATA, NOT_READ, PACKAGE, ROOT
+    from spag.dvcyaml import DATA, NOT_READ
+    from spag.imports import PACKAGE, ROOT
 
     declared = {path for paths in DATA.values() for path in paths} | set(NOT_READ)
     for path in PACKAGE.rglob("*"):
@@ -1295,7 +1296,7 @@ def test_every_data_file_under_spag_is_a_dependency_or_read_by_no_stage():
 
 def test_no_stage_depends_on_the_command_line():
     from spag.dvcyaml import stage_files
-    from spag.pipeline import STAGES
+    from spag.stage_table import STAGES
 
     for stage in STAGES:
         files = stage_files(stage)
@@ -1313,7 +1314,7 @@ def test_dvc_status_names_the_stages_whose_code_changed(tmp_path):
 
     import yaml
 
-    from spag.pipeline import STAGES
+    from spag.stage_table import STAGES
 
     root = Path(__file__).resolve().parent.parent
     work = tmp_path / "project"

@@ -27,7 +27,9 @@ from spag.config import (
     load_settings,
     validate,
 )
-from spag.pipeline import STAGE_PARAMS, Declared, UndeclaredParam, declared_params
+from spag.pipeline import Declared, UndeclaredParam, declared_params
+from spag.play import PlayConfig
+from spag.stage_table import STAGE_PARAMS
 from spag.testing import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,8 +134,8 @@ def test_names_kept_without_torch_match_the_library():
 
 
 def test_play_config_is_built_from_the_sections():
-    config = Play(temperature=0.5, top_k=7, max_new_tokens=9, batch_size=3).play_config(
-        Game(max_turns=2, rules="original"), seed=11)
+    config = PlayConfig.from_sections(Game(max_turns=2, rules="original"),
+                                      Play(temperature=0.5, top_k=7, max_new_tokens=9, batch_size=3), seed=11)
     assert (config.max_turns, config.rules, config.seed) == (2, "original", 11)
     assert (config.temperature, config.top_k, config.max_new_tokens, config.batch_size) == (0.5, 7, 9, 3)
     assert not config.coached_attacker  # self-play uses no teacher strategy
@@ -294,8 +296,8 @@ def test_under_a_launcher_the_training_settings_travel_as_a_file(tmp_path):
     import json
 
     from spag.testing import make_tiny_checkpoint
+    from spag.train.bookkeeping import read_summary
     from spag.train.launch import launch
-    from spag.train.trainer import read_summary
 
     tiny = make_tiny_checkpoint(tmp_path / "tiny")
     data = tmp_path / "rows.jsonl"

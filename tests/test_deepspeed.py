@@ -14,7 +14,8 @@ import torch
 from test_train import game_rows, write_rows
 
 from spag.testing import launcher_failure, make_tiny_checkpoint
-from spag.train.trainer import read_summary, run_training
+from spag.train.bookkeeping import read_summary
+from spag.train.trainer import run_training
 
 ROOT = Path(__file__).resolve().parent.parent
 ZERO3 = ROOT / "configs" / "deepspeed_zero3.json"

@@ -333,7 +333,7 @@ def test_the_gpu_preset_trains_an_online_epoch_at_toy_size_under_zero3(tmp_path)
     import yaml
 
     from spag.game.episodes import read_episodes
-    from spag.train.trainer import read_summary
+    from spag.train.bookkeeping import read_summary
 
     work = tmp_path / "project"
     make_tiny_checkpoint(work / "data" / "imitation" / "model")

@@ -73,7 +73,7 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
     from spag.game.episodes import read_episodes
     from spag.game.rules import OUTCOMES
     from spag.outputs import output_kind
-    from spag.train.trainer import read_summary
+    from spag.train.bookkeeping import read_summary
 
     work, result, _ = pipeline
     p = yaml.safe_load((work / "params.yaml").read_text())
@@ -289,7 +289,7 @@ def test_training_stages_under_a_launcher_with_zero3_resume_when_killed(tmp_path
     uninterrupted run."""
     import time
 
-    from spag.train.trainer import read_summary
+    from spag.train.bookkeeping import read_summary
 
     params = small_params(tiny_model)
     params["spag"]["epochs"] = {"1": {"previous": "imitation"}}
@@ -374,7 +374,7 @@ def test_the_paper_preset_runs_end_to_end_at_toy_size(tmp_path):
     """configs/paper.yaml with configs/paper-toy.yaml applied, and a tiny model: the paper's judge, methods,
     vLLM self-play and DeepSpeed ZeRO-3, each under torchrun, two epochs, evaluation and report, all through."""
     from spag.game.episodes import read_episodes
-    from spag.train.trainer import read_summary
+    from spag.train.bookkeeping import read_summary
 
     model = make_tiny_checkpoint(tmp_path / "model", heads=2)  # vLLM's CPU attention: head size >= 32
     (tmp_path / "tiny.yaml").write_text(f"model.base: {model}\n")
@@ -410,7 +410,7 @@ def test_an_online_experiment_beside_the_committed_run(pipeline, tmp_path):
     before it are reused, train@N plays its own games (episodes beside the epoch's), and evaluate, report
     and analyze read the result as they read an offline epoch."""
     from spag.game.episodes import read_episodes
-    from spag.train.trainer import read_summary
+    from spag.train.bookkeeping import read_summary
 
     work, _, env = pipeline
     copy = tmp_path / "project"

@@ -64,11 +64,11 @@ def reachable_hub(monkeypatch):
     """The hub answers (simulated): model ids are asked about with huggingface_hub.auth_check."""
     import huggingface_hub
 
-    from spag.evaluate import benchmark
+    from spag import preflight
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
-    monkeypatch.setattr(benchmark, "hub_reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(preflight, "hub_reachable", lambda timeout=3.0: True)
     monkeypatch.setattr(huggingface_hub, "auth_check", lambda repo_id, **_: None)
     return monkeypatch
 

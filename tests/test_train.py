@@ -9,9 +9,10 @@ from spag.game.prompts import drop_history_lines, to_model_input, training_promp
 from spag.io import DataError
 from spag.rows import read_rows, validate_row
 from spag.testing import make_tiny_checkpoint
+from spag.train.bookkeeping import read_summary
 from spag.train.data import collate, encode_rows
 from spag.train.reference import compute_reference_logprobs, read_cache
-from spag.train.trainer import read_summary, run_training
+from spag.train.trainer import run_training
 
 GAME_UTTERANCES = [
     "Think of the hot drink people have first thing in the morning.",

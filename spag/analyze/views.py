@@ -34,6 +34,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path, PurePath
 
+from spag.game.rules import judge
+
 DEFAULT_GLOB = "data/**/episodes/*.parquet"
 
 # Zipf frequency = log10(occurrences per billion words); 7 is "the", 3 about once per million words.
@@ -107,8 +109,6 @@ def _sql_string(text: str) -> str:
 
 
 def _judge_udf(target_word: str, history_json: str, max_turns: int, rules: str = "whole-word"):
-    from spag.game.rules import judge
-
     try:
         history = json.loads(history_json)
         if isinstance(history, str):  # a history column that already held JSON text, encoded once more

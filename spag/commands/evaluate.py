@@ -40,12 +40,14 @@ _MEMORY = option(Evaluate, "gpu_memory_utilization")
 def _play_config(max_turns: int, temperature: float, top_k: int, max_new_tokens: int, seed: int,
                  batch_size: int, backend: str, dtype: str, gpu_memory_utilization: float):
     """The games' settings and the players' options, checked by the schema of the evaluate section."""
+    from spag.play import PlayConfig
+
     game = checked(Game, max_turns=max_turns)
     section = checked(Evaluate, temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
                       batch_size=batch_size, backend=backend, dtype=dtype,
                       gpu_memory_utilization=gpu_memory_utilization)
     options = {k: v for k, v in section.player_options().items() if v is not None}
-    return section.play_config(game, seed), options
+    return PlayConfig.from_sections(game, section, seed), options
 
 
 def _held_out_words(words: Path, train_words: Path | None, limit: int | None) -> list[str]:

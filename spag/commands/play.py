@@ -103,7 +103,9 @@ def register(app: typer.Typer) -> None:
                          max_prompt_tokens=max_prompt_tokens, examples=examples,
                          foul_retries=foul_retries, coached_attacker=coached_attacker, final_guess=final_guess)
         try:
-            config = player.play_config(game, seed)
+            from spag.play import PlayConfig
+
+            config = PlayConfig.from_sections(game, player, seed)
             if templates is not None:  # a bad templates file stops here, before any model is loaded
                 from spag.game.prompts import load_templates
 

@@ -66,10 +66,11 @@ def register(app: typer.Typer) -> None:
         # The options named after TrainConfig fields are its knobs (first statement: locals() holds only them).
         knobs = {name: value for name, value in locals().items() if name in C.model_fields}
         from spag.config import METHODS
+        from spag.devices import check_launch
         from spag.io import check_distinct_paths
         from spag.modeling import check_model
-        from spag.train.launch import check_launch
-        from spag.train.trainer import CHECKPOINTS, run_training
+        from spag.train.bookkeeping import CHECKPOINTS
+        from spag.train.trainer import run_training
 
         if method not in METHODS:
             raise typer.BadParameter(f"expected one of {', '.join(METHODS)}", param_hint="--method")

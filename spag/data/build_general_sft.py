@@ -15,6 +15,8 @@ import math
 import random
 from pathlib import Path
 
+from spag.io import write_jsonl_atomic
+
 SEED = 20240501
 OUTPUT = Path(__file__).with_name("general_sft.jsonl")
 SOURCE = Path(__file__).with_name("general_sft_source.yaml")
@@ -334,8 +336,6 @@ def generate(seed: int = SEED) -> list[dict]:
 
 
 def main() -> None:
-    from spag.io import write_jsonl_atomic
-
     rows = generate()
     write_jsonl_atomic(OUTPUT, rows, replace="any")
     print(f"{len(rows)} rows -> {OUTPUT}")

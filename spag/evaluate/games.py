@@ -25,8 +25,11 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
+from spag.evaluate.clustered import clustered_mean
+from spag.game.episodes import write_episodes
 from spag.game.rules import (
     ATTACKER,
     ATTACKER_BREAKS_RULES,
@@ -39,8 +42,15 @@ from spag.game.rules import (
     DEFENDER_WINS,
     OUT_OF_TURNS,
     TIE,
+    WHOLE_WORD,
     WRONG_GUESS,
+    judge_episode,
+    normalise_word,
 )
+from spag.io import DataError
+from spag.play import PlayConfig, play_games
+from spag.players import close_player, load_player
+from spag.provenance import record
 
 # outcome -> what it is for the model, per role
 _AS_ATTACKER = {ATTACKER_WINS: "win", DEFENDER_WINS: "loss", TIE: "tie", ATTACKER_BREAKS_RULES: "foul"}
@@ -134,8 +144,6 @@ DECOMPOSITION = {
 def cause_of(episode: Mapping, index: int = 0) -> str:
     """How a judged game ended (``spag.game.rules.CAUSES``): the judge again, under the episode's own
     rules; it must agree with the stored outcome."""
-    from spag.game.rules import WHOLE_WORD, judge_episode
-
     verdict = judge_episode(episode, episode.get("rules") or WHOLE_WORD)
     if verdict.outcome != _outcome(episode, index):
         raise ValueError(f"episode {index} ({episode['target_word']!r}): stored outcome {episode['outcome']!r} "
@@ -156,8 +164,6 @@ def word_bootstrap(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping
     :data:`DECOMPOSITION`.
     """
     import polars as pl
-
-    from spag.evaluate.clustered import clustered_mean
 
     quantities = {  # name -> (role, value of one game for the model, from its outcome and cause)
         "attacker_win_rate": (ATTACKER, lambda o, c: float(o == ATTACKER_WINS)),
@@ -234,9 +240,6 @@ def _outcome(episode: Mapping, index: int) -> str:
 def check_held_out(words: list[str], train_words: Iterable[str], source: str = "<words>",
                    train_source: str = "<train words>") -> None:
     """Refuse evaluation words that the model trained on: raise DataError naming a few of them."""
-    from spag.game.rules import normalise_word
-    from spag.io import DataError
-
     seen = {normalise_word(w) for w in train_words}
     overlap = [w for w in words if normalise_word(w) in seen]
     if overlap:
@@ -271,11 +274,6 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
     decomposition per role; ``per_word`` each word's points and games, for paired comparisons.
     ``guess_words``: the vocabulary of a player whose strategies include the dictionary guess.
     """
-    from dataclasses import replace
-
-    from spag.play import PlayConfig
-    from spag.players import close_player, load_player
-
     if not words:
         raise ValueError("no evaluation words")
     if seeds < 1:
@@ -292,8 +290,6 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
 
     player = load(model)
     rival = player if model_name(opponent) == model_name(model) else load(opponent)
-    from spag.provenance import record
-
     provenance = record(model=player, opponent=rival)
     as_attacker, as_defender = [], []
     try:
@@ -319,8 +315,6 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
 def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, resume: bool,
                      show_progress: bool, stale: str, guess_words: list[str] | None) -> tuple[list, list]:
     """The games of ``player`` as attacker and as defender against ``rival``, saved to ``episodes_out``."""
-    from spag.play import play_games
-
     attack_out = defend_out = single_file = None
     if episodes_out is not None:
         episodes_out = Path(episodes_out)
@@ -334,7 +328,5 @@ def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, r
     as_defender = list(play_games(rival, player, words, config, output=defend_out, resume=resume,
                                   show_progress=show_progress, stale=stale, guess_words=guess_words))
     if single_file is not None:
-        from spag.game.episodes import write_episodes
-
         write_episodes(as_attacker + as_defender, single_file, replace="any")  # claimed by the caller
     return as_attacker, as_defender

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from spag.evaluate.compare import compare_benchmarks
 from spag.io import DataError
 
 BASELINES = {"vs_imitation": "imitation", "vs_base": "base"}
@@ -28,8 +29,6 @@ def benchmark_file(metrics: Path, checkpoint: str) -> Path:
 
 
 def _compare(metrics: Path, a: str, b: str) -> dict | None:
-    from spag.evaluate.compare import compare_benchmarks
-
     path_a, path_b = benchmark_file(metrics, a), benchmark_file(metrics, b)
     if not (path_a.exists() and path_b.exists()):
         return None

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from spag.evaluate.clustered import two_way_mean
+from spag.evaluate.games import per_word_by_role
 from spag.evaluate.skill import SKILL_METRICS
 from spag.io import DataError
 
@@ -83,8 +84,6 @@ def run_effects(run: str | os.PathLike, epoch: str | None = None) -> dict[str, d
 def _by_role(folder: Path) -> dict[str, dict[str, float]]:
     """Per-word score and outcome shares of each role, from the evaluation games (absent: nothing)."""
     import polars as pl
-
-    from spag.evaluate.games import per_word_by_role
 
     files = [folder / "as_attacker.parquet", folder / "as_defender.parquet"]
     if not all(f.is_file() for f in files):

@@ -30,6 +30,7 @@ from dataclasses import replace
 
 from spag.evaluate.clustered import clustered_mean, paired_difference
 from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER, PREDICTION_PHRASE, judge
+from spag.play import opening_lines
 from spag.teacher import Strategies, WithStrategies, blank_out
 
 JUDGE_REQUEST = 'Someone describes a secret word without saying it: "{clue}"\nWhich word is it?'
@@ -84,8 +85,6 @@ def clue_set(base, words: Sequence[str], config, per_word: int) -> list[dict]:
     plainly (the teacher's coached attacker, the word blanked), with seeds ``config.seed``, +1, ...
 
     Records ``{target_word, seed, line}``, in word order within each seed."""
-    from spag.play import opening_lines
-
     coached = WithStrategies(model_of(base), Strategies(coached_attacker=True), name="clue-writer")
     out = []
     for s in range(per_word):
@@ -119,8 +118,6 @@ def measure_skill(player, judge_player, words: Sequence[str], config, clues: Seq
     :func:`clue_set` for these words. Returns ``{clue_rank, guess_rank, opening_foul_rate, candidates,
     per_word}``, ``per_word`` holding each word's ``[sum, count]`` per metric, for paired comparisons.
     """
-    from spag.play import opening_lines
-
     candidates = list(words)
     chance = (len(candidates) + 1) / 2
     said, spoken = [], []

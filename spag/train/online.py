@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import os
 import time
@@ -56,12 +57,24 @@ from pathlib import Path
 
 from spag.config import ONLINE, Online, TrainConfig
 from spag.environment import role_rewards
+from spag.fingerprint import model_fingerprint
 from spag.game.episodes import EpisodeStore
 from spag.game.prompts import model_input_ids
 from spag.game.rules import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, OUTCOMES, ROLES, TIE
 from spag.io import DataError
+from spag.modeling import load_tokenizer
 from spag.play import PlayConfig, PlayStats, play_games, rank_and_world
 from spag.players.base import derive_seed
+from spag.players.hf import HFPlayer
+from spag.train.bookkeeping import claimed_outputs
+from spag.train.trainer import (
+    DeepSpeedSchedules,
+    finish_run,
+    load_policy,
+    run_callbacks,
+    show_postfix_progress,
+    start_run,
+)
 
 REWARD_FIELD = "outcome_reward"  # the rollout's per-sample reward, read by the reward function `outcome`
 
@@ -227,8 +240,6 @@ class GameRollout:
         else:
             from trl.models import unwrap_model_for_generation
 
-            from spag.players.hf import HFPlayer
-
             # Under ZeRO-3 the parameters are gathered for the games, as TRL does for its own generation.
             with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
                                              gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
@@ -349,16 +360,6 @@ def online_trainer(model, words: Sequence[str], output_dir, *, games: OnlineGame
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from spag.fingerprint import model_fingerprint
-    from spag.modeling import load_tokenizer
-    from spag.train.trainer import (
-        DeepSpeedSchedules,
-        load_policy,
-        run_callbacks,
-        show_postfix_progress,
-        start_run,
-    )
-
     config = TrainConfig(**config.model_dump()).resolved(ONLINE)
 
     class OnlineTrainer(DeepSpeedSchedules, GRPOTrainer):
@@ -398,16 +399,12 @@ def run_online(model, words: Sequence[str], output_dir, *, games: OnlineGames, c
     ``episodes_dir`` (episode shards). ``data`` names the file the words came from (checked on resume with
     the words themselves); ``config`` holds the training knobs (:class:`TrainConfig`), ``player`` replaces
     the live policy as the player of every game (tests). Returns ``output_dir``."""
-    from spag.train.trainer import claimed_outputs
-
     with claimed_outputs(output_dir, config):
         return _run_online(model, words, output_dir, games=games, config=config, episodes_dir=episodes_dir,
                            data=data, other_checkpoints=other_checkpoints, player=player)
 
 
 def _run_online(model, words, output_dir, *, games, config, episodes_dir, data, other_checkpoints, player) -> Path:
-    from spag.train.trainer import finish_run
-
     online = online_trainer(model, words, output_dir, games=games, config=config, episodes_dir=episodes_dir,
                             data=data, other_checkpoints=other_checkpoints, player=player)
     trainer, run = online.trainer, online.run
@@ -430,6 +427,4 @@ def _run_online(model, words, output_dir, *, games, config, episodes_dir, data, 
 
 def _quiet_empty_slots() -> None:
     """TRL warns for every batch holding a sample without a reward; here that is each empty slot, by design."""
-    import logging
-
     logging.getLogger("trl.trainer.grpo_trainer").setLevel(logging.ERROR)

@@ -22,14 +22,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import json
 import os
 from pathlib import Path
 
 import numpy as np
 
+from spag.console import progress
 from spag.fingerprint import model_fingerprint
 from spag.io import DataError, atomic_path
+from spag.train.data import RowDataset, collate
+from spag.train.losses import completion_logprobs
 
 CACHE_VERSION = 2  # 2: the reference model keyed by a hash of all its files
 
@@ -79,8 +83,6 @@ def write_cache(path: Path, key: str, logprobs: list[float], info: dict) -> None
 
 
 def _accepts(model, argument: str) -> bool:
-    import inspect
-
     try:
         return argument in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
@@ -89,8 +91,6 @@ def _accepts(model, argument: str) -> bool:
 
 def model_forward_logprobs(model, batch: dict, supports_logits_to_keep: bool | None = None):
     """log π of each row of a collated batch (the one forward used by training and the reference pass)."""
-    from spag.train.losses import completion_logprobs
-
     if supports_logits_to_keep is None:
         supports_logits_to_keep = _accepts(model, "logits_to_keep")
     kwargs = {"logits_to_keep": batch["logits_to_keep"]} if supports_logits_to_keep else {}
@@ -108,9 +108,6 @@ def compute_reference_logprobs(model, encoded, pad_token_id: int, batch_size: in
                                autocast_dtype=None, indices=None, show_progress: bool = True) -> dict[int, float]:
     """log π_ref of the rows ``indices`` (all by default), longest first, without gradient."""
     import torch
-
-    from spag.console import progress
-    from spag.train.data import RowDataset, collate
 
     dataset = RowDataset(encoded)
     if indices is None:

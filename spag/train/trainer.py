@@ -27,12 +27,11 @@ leaves something that looks finished; ``resume=True`` continues from the latest 
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import json
 import math
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -43,33 +42,47 @@ from transformers import Trainer, TrainingArguments
 from transformers.trainer_callback import ProgressCallback
 
 from spag.config import TrainConfig
-from spag.io import DataError, write_json_atomic
+from spag.console import summary
+from spag.devices import check_launch, free_port
+from spag.io import DataError, record_written, write_json_atomic
+from spag.modeling import (
+    bf16_by_default,
+    load_tokenizer,
+    pick_device,
+    save_checkpoint,
+    set_tf32,
+    setup_special_tokens,
+    usual_modes,
+)
 from spag.outputs import (
     claim_output_dir,
     clear_output_dir,
     mark_output_dir,
-    publish_dir,
-    remove_output_dir,
-    writing,
 )
+from spag.provenance import machine
+from spag.rows import read_rows
+from spag.train.bookkeeping import (
+    CHECKPOINTS_KIND,
+    IDENTITY_FILE,
+    LIVE_KIND,
+    SUMMARY_FILE,
+    TRAIN_KIND,
+    checkpoint_dir_of,
+    checkpoints_in,
+    claimed_outputs,
+    live_dir_of,
+    mean_loss,
+    publish,
+    resume_point,
+    run_identity,
+)
+from spag.train.data import Collator, RowDataset, check_rows_for_method, empty_completions, encode_rows
 from spag.train.losses import METHODS, SFT
 from spag.train.losses import compute_loss as method_loss
-from spag.train.reference import _accepts, model_forward_logprobs
+from spag.train.reference import _accepts, load_reference_model, model_forward_logprobs, reference_logprobs
 from spag.train.schedules import DEEPSPEED_SCHEDULES, warmup_decay_schedule
 
-SUMMARY_FILE = "training_summary.json"
-CHECKPOINTS = "checkpoints"
-IDENTITY_FILE = "run.json"  # in the checkpoint folder: the run its checkpoints belong to
-# Settings that do not change what a run computes: a checkpoint continues a run whatever they are.
-_NOT_THE_RUN = {"resume", "overwrite", "live", "live_dir", "show_progress", "checkpoint_dir", "keep_checkpoints",
-                "ref_cache_dir", "ref_batch_size", "logging_steps", "save_steps", "save_total_limit",
-                "dataloader_num_workers", "device"}
-_LENGTH = {"epochs", "max_steps"}  # `spag train --resume` may continue a run for longer (or shorter)
-TRAIN_KIND = "train"
-CHECKPOINTS_KIND = "train-checkpoints"
-LIVE_KIND = "train-live"  # the dvclive folder: dvclive replaces dvc.yaml, params.yaml, metrics.json, plots/ there
-
-__all__ = ["SpagTrainer", "TrainConfig", "read_summary", "run_training"]
+__all__ = ["SpagTrainer", "TrainConfig", "run_training"]
 
 
 # ------------------------------------------------------------------------------------------ trainer
@@ -233,9 +246,6 @@ def _usual_modes_callback():
     from transformers import TrainerCallback
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-    from spag.io import record_written
-    from spag.modeling import usual_modes
-
     class UsualModes(TrainerCallback):
         """An intermediate checkpoint's files get the usual mode, as the final model's do (safetensors
         writes its weights 0600); the checkpoint is recorded as spag's in the checkpoint folder."""
@@ -286,8 +296,6 @@ def _make_live_callback(live):
 def _precision(config: TrainConfig, device: str) -> tuple[bool, bool]:
     """(bf16, tf32); bf16 None means bfloat16 autocast on a GPU that has it, float32 on a CPU
     (:func:`spag.modeling.bf16_by_default`)."""
-    from spag.modeling import bf16_by_default
-
     on_cuda = device.startswith("cuda")
     bf16 = config.bf16 if config.bf16 is not None else bf16_by_default(device)
     tf32 = config.tf32 if config.tf32 is not None else (
@@ -312,10 +320,6 @@ def _warmup_arguments(ratio: float) -> dict:
     return {"warmup_ratio": ratio} if "warmup_ratio" in names else {"warmup_steps": ratio}
 
 
-def _live_dir(config: TrainConfig, output_dir: Path) -> Path:
-    return Path(config.live_dir) if config.live_dir else output_dir.parent / "dvclive" / output_dir.name
-
-
 def _same_model(a, b) -> bool:
     pa, pb = Path(str(a)), Path(str(b))
     if pa.exists() and pb.exists():
@@ -335,8 +339,6 @@ def _open_live(live_dir: Path, resume: bool, params: dict):
 def load_policy(model_path, config: TrainConfig, tokenizer):
     import torch
     from transformers import AutoModelForCausalLM, set_seed
-
-    from spag.modeling import setup_special_tokens
 
     # float32 master weights; bf16 runs under autocast (or DeepSpeed's bf16 mode).
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32,
@@ -360,8 +362,6 @@ def load_policy(model_path, config: TrainConfig, tokenizer):
 
 def _save_final(trainer, tokenizer, staging: Path, config: TrainConfig, zero3: bool) -> None:
     """Write the trained model as a plain HF directory at ``staging`` (main process writes)."""
-    from spag.modeling import save_checkpoint, setup_special_tokens
-
     main = trainer.is_world_process_zero()
     model = trainer.accelerator.unwrap_model(trainer.model)
     _detach_reference(model)  # the saved model is the policy alone
@@ -395,74 +395,6 @@ def _save_final(trainer, tokenizer, staging: Path, config: TrainConfig, zero3: b
         os.replace(tmp, staging)
         return
     save_checkpoint(model, tokenizer, staging, kind=TRAIN_KIND)
-
-
-def _publish(staging: Path, output_dir: Path, checkpoint_dir: Path, keep_checkpoints: bool) -> None:
-    """Swap the finished model into place (replacing what spag wrote there before, nothing else); keep or
-    drop the intermediate checkpoints."""
-    inside = checkpoint_dir.resolve().is_relative_to(output_dir.resolve())
-    if keep_checkpoints and inside and checkpoint_dir.exists():
-        target = staging / checkpoint_dir.resolve().relative_to(output_dir.resolve())
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(checkpoint_dir, target)
-    publish_dir(staging, output_dir, TRAIN_KIND, last=SUMMARY_FILE)
-    if not keep_checkpoints and not inside and checkpoint_dir.exists():
-        remove_output_dir(checkpoint_dir)
-
-
-def _last_complete_checkpoint(folder: Path, say=print) -> str | None:
-    """The newest ``checkpoint-N`` that reads back whole: its ``trainer_state.json`` (the Trainer writes it
-    last) parses, and no weight, optimizer or state file in it is cut short (:func:`_broken_file`).
-
-    A run killed while saving leaves a half-written checkpoint, and a full disk or a copy cut short a
-    truncated one; resuming from it would fail or, worse, load a partial optimizer state, so it is passed
-    over with a note and the previous complete one is used.
-    """
-    def step(path: Path) -> int:
-        suffix = path.name.removeprefix("checkpoint-")
-        return int(suffix) if suffix.isdigit() else -1
-
-    for candidate in sorted(_checkpoints_in(folder), key=step, reverse=True):
-        try:
-            json.loads((candidate / "trainer_state.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # being written when the run was killed: passed over without a word, as always
-        broken = next((problem for f in sorted(candidate.rglob("*")) if (problem := _broken_file(f))), None)
-        if broken:
-            say(f"note: {candidate.name} is damaged ({broken}); passing it over", flush=True)
-            continue
-        return str(candidate)
-    return None
-
-
-def _broken_file(path: Path) -> str | None:
-    """Why a checkpoint's file cannot be loaded whole (None when it can): a torch file (``.pt``, ``.pth``,
-    ``.bin``: a zip archive) whose central directory is missing, a ``.safetensors`` file shorter than its
-    header says. Cheap: headers and the end of the file are read, not the tensors."""
-    import struct
-    import zipfile
-
-    name = path.name
-    try:
-        if path.suffix in (".pt", ".pth", ".bin"):
-            with zipfile.ZipFile(path):
-                return None
-        if path.suffix == ".safetensors":
-            with path.open("rb") as f:
-                (length,) = struct.unpack("<Q", f.read(8))
-                header = json.loads(f.read(length))
-            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
-            size = path.stat().st_size
-            return None if size >= 8 + length + end else f"{name}: {size} bytes, its header needs {8 + length + end}"
-    except (OSError, ValueError, KeyError, TypeError, struct.error, zipfile.BadZipFile) as exc:
-        return f"{name}: cut short or damaged ({exc})"
-    return None
-
-
-def _checkpoints_in(folder: Path) -> list[Path]:
-    if not folder.is_dir():
-        return []
-    return [p for p in folder.iterdir() if p.is_dir() and p.name.startswith("checkpoint-")]
 
 
 # ------------------------------------------------------------------------------------------ the step
@@ -504,7 +436,7 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
     ``method`` is ``sft``, ``sft-kl`` (imitation learning) or ``offline-po`` (SPAG); ``ref`` is the
     reference model (default: ``model`` itself). Knobs are the fields of :class:`spag.config.TrainConfig`,
     given as keywords or as ``config``. ``other_checkpoints`` says what ``resume`` does with checkpoints of
-    another run: ``refuse`` or ``restart`` (see :func:`_resume_point`). Returns ``output_dir``.
+    another run: ``refuse`` or ``restart`` (see :func:`resume_point`). Returns ``output_dir``.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
@@ -512,8 +444,6 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
     if unknown:
         raise TypeError(f"unknown training option(s): {', '.join(sorted(unknown))}")
     config = TrainConfig(**{**(config or TrainConfig()).model_dump(), **knobs}).resolved(method)
-    from spag.train.launch import check_launch
-
     check_launch(None, config.deepspeed, deepspeed_key="deepspeed")  # before the data: a bad file is one line
     rows, tokenizer = _read_data(method, model, data, config)  # bad rows stop the run before anything is written
     with claimed_outputs(output_dir, config):
@@ -527,23 +457,6 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
     return run.output_dir
 
 
-@contextlib.contextmanager
-def claimed_outputs(output_dir, config: TrainConfig):
-    """One run writes an output and its checkpoints at a time: the first process holds their locks while
-    the run lasts (a second run on them is refused at once)."""
-    with contextlib.ExitStack() as locks:
-        if int(os.environ.get("RANK", "0")) == 0:
-            locks.enter_context(writing(output_dir))
-            checkpoint_dir = _checkpoint_dir(config, Path(output_dir))
-            if not checkpoint_dir.absolute().is_relative_to(Path(output_dir).absolute()):
-                locks.enter_context(writing(checkpoint_dir))
-        yield
-
-
-def _checkpoint_dir(config: TrainConfig, output_dir: Path) -> Path:
-    return Path(config.checkpoint_dir) if config.checkpoint_dir else output_dir / CHECKPOINTS
-
-
 def start_run(method: str, model, data, output_dir, ref, config: TrainConfig, other_checkpoints: str, *,
            arguments: dict | None = None, identity: dict | None = None) -> _Run:
     """Check the run, claim its directories and set up the processes (the Trainer's arguments).
@@ -551,19 +464,17 @@ def start_run(method: str, model, data, output_dir, ref, config: TrainConfig, ot
     ``arguments`` replaces or adds Trainer arguments (``arguments["class"]``: another TrainingArguments
     class, TRL's GRPOConfig for online self-play); ``identity`` adds what else a checkpoint must match.
     """
-    from spag.modeling import pick_device
-
     ref = ref if ref is not None else model
     started = time.time()
     # Before any work: refuse an output or checkpoint directory that is not ours to replace.
     output_dir = claim_output_dir(output_dir, TRAIN_KIND, overwrite=config.overwrite, resume=config.resume)
-    checkpoint_dir = claim_output_dir(_checkpoint_dir(config, output_dir), CHECKPOINTS_KIND, overwrite=True)
+    checkpoint_dir = claim_output_dir(checkpoint_dir_of(config, output_dir), CHECKPOINTS_KIND, overwrite=True)
     if config.live:  # dvclive rewrites its folder's dvc.yaml, params.yaml, metrics.json and plots/
-        claim_output_dir(_live_dir(config, output_dir), LIVE_KIND, overwrite=True, resume=config.resume)
+        claim_output_dir(live_dir_of(config, output_dir), LIVE_KIND, overwrite=True, resume=config.resume)
     # The Trainer's arguments come first: they set up the processes (and DeepSpeed's ZeRO-3 loading).
     args = _training_arguments(config, checkpoint_dir, pick_device(config.device), **(arguments or {}))
-    identity = {**_identity(method, model, ref, data, config, args.world_size), **(identity or {})}
-    resume_from = _resume_point(checkpoint_dir, identity, config.resume, other_checkpoints,
+    identity = {**run_identity(method, model, ref, data, config, args.world_size), **(identity or {})}
+    resume_from = resume_point(checkpoint_dir, identity, config.resume, other_checkpoints,
                                 say=print if args.process_index == 0 else lambda *a, **k: None)
     run = _Run(method, model, ref, Path(data) if data is not None else None, output_dir, checkpoint_dir, config,
                args, resume_from, started)
@@ -574,7 +485,7 @@ def start_run(method: str, model, data, output_dir, ref, config: TrainConfig, ot
             mark_output_dir(output_dir, TRAIN_KIND)
         mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
     if run.main and resume_from is None:
-        if _checkpoints_in(checkpoint_dir):
+        if checkpoints_in(checkpoint_dir):
             clear_output_dir(checkpoint_dir)
             if not config.resume:
                 print(f"note: removed old checkpoints in {checkpoint_dir} (pass --resume to continue from them)")
@@ -585,57 +496,6 @@ def start_run(method: str, model, data, output_dir, ref, config: TrainConfig, ot
     return run
 
 
-def _identity(method: str, model, ref, data, config: TrainConfig, processes: int) -> dict:
-    """What a checkpoint continues: the method, the bytes of model, reference and rows, the settings that
-    shape training and the number of processes (the data order depends on it)."""
-    from spag.fingerprint import file_digest, model_fingerprint
-
-    if data is not None:
-        data = Path(data)
-        files = sorted(data.glob("*.parquet")) if data.is_dir() else [data]  # the shards read_records reads
-    settings = config.model_dump(exclude=_NOT_THE_RUN)
-    return {"method": method, "model": model_fingerprint(model), "ref": model_fingerprint(ref),
-            "data": [file_digest(f) for f in files] if data is not None else None, "processes": int(processes),
-            **settings}
-
-
-def _resume_point(checkpoint_dir: Path, identity: dict, resume: bool, other_checkpoints: str,
-                  say=print) -> str | None:
-    """The checkpoint to continue from: the newest complete one, if ``resume`` and it is of this run.
-
-    Checkpoints of another run (other model, rows or settings) are never continued: with
-    ``other_checkpoints="refuse"`` (``spag train --resume``) the run stops and says what differs, unless only
-    the length (epochs, max_steps) changed; with ``"restart"`` (a pipeline stage, re-run because something
-    changed) it starts from the beginning.
-    """
-    from spag.fingerprint import differences
-
-    if not resume:
-        return None
-    latest = _last_complete_checkpoint(checkpoint_dir, say)
-    if latest is None:
-        say(f"note: no checkpoint in {checkpoint_dir}; starting from the beginning", flush=True)
-        return None
-    try:
-        saved = json.loads((checkpoint_dir / IDENTITY_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        saved = {}
-    if saved == identity:
-        return latest
-    changed = differences(saved, identity) if saved else f"{IDENTITY_FILE} missing"
-    lengthened = {key for key in set(saved) | set(identity) if saved.get(key) != identity.get(key)} <= _LENGTH
-    if saved and lengthened and other_checkpoints == "refuse":  # `spag train --resume` to train for longer
-        say(f"note: continuing {latest} with another length ({changed}); the schedule follows the new length",
-            flush=True)
-        return latest
-    if other_checkpoints == "refuse":
-        raise DataError(checkpoint_dir, None, f"its checkpoints are of another run ({changed}); run without "
-                                              "--resume to start over")
-    say(f"note: the checkpoints in {checkpoint_dir} are of another run ({changed}); starting from the "
-        "beginning", flush=True)
-    return None
-
-
 def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str, **overrides) -> TrainingArguments:
     """The Trainer's arguments of a run; ``overrides`` replace or add some (``class``: the arguments' class)."""
     use_cpu = device == "cpu"
@@ -644,8 +504,6 @@ def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str, 
         _deepspeed_processes_on_cpu()
     bf16, tf32 = _precision(config, device)
     if device.startswith("cuda"):
-        from spag.modeling import set_tf32
-
         set_tf32(tf32)  # here only: the Trainer's own tf32 switch stays unset (see set_tf32)
     elif config.tf32:
         raise DataError("--tf32", None, "TF32 is a mode of NVIDIA GPUs (Ampere or newer); this run is on the CPU")
@@ -696,8 +554,6 @@ def _deepspeed_processes_on_cpu() -> None:
 
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     if "LOCAL_RANK" not in os.environ:  # not under a launcher: a world of one process
-        from spag.train.launch import free_port
-
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))
@@ -707,12 +563,6 @@ def _deepspeed_processes_on_cpu() -> None:
 
 def _read_data(method: str, model, data, config: TrainConfig):
     """The checked training rows and the policy's tokenizer."""
-    import sys
-
-    from spag.modeling import load_tokenizer
-    from spag.rows import read_rows
-    from spag.train.data import check_rows_for_method, empty_completions
-
     rows = read_rows(data)
     check_rows_for_method(rows, method, data)
     warning = empty_completions(rows, data)
@@ -724,8 +574,6 @@ def _read_data(method: str, model, data, config: TrainConfig):
 def _encode(run: _Run, rows, tokenizer):
     """Rows -> token ids; a row too long for max_length is shortened by ``truncation``
     (:mod:`spag.train.data`)."""
-    from spag.train.data import encode_rows
-
     config = run.config
     encoded = encode_rows(rows, tokenizer, config.max_length, show_progress=config.show_progress and run.main,
                           truncation=config.truncation)
@@ -745,8 +593,6 @@ def _reference_step(run: _Run, encoded, tokenizer) -> dict:
 
     Stored on ``encoded``; returns how they were had (for the summary).
     """
-    from spag.train.reference import reference_logprobs
-
     config = run.config
     if not run.needs_ref:
         return {"mode": "none"}
@@ -768,9 +614,6 @@ def _reference_step(run: _Run, encoded, tokenizer) -> dict:
 
 def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
     """The policy (and the reference model when it runs on the fly), dvclive and the trainer."""
-    from spag.train.data import Collator, RowDataset
-    from spag.train.reference import load_reference_model
-
     config = run.config
     policy = load_policy(run.model, config, tokenizer)
     ref_model, ref_without_adapter = None, False
@@ -808,7 +651,7 @@ def run_callbacks(run: _Run) -> tuple[list, object]:
     config = run.config
     live = None
     if config.live and run.main:
-        live_dir = _live_dir(config, run.output_dir)
+        live_dir = live_dir_of(config, run.output_dir)
         mark_output_dir(live_dir, LIVE_KIND)
         params = {"method": run.method, "model": str(run.model), "ref": str(run.ref), "data": str(run.data),
                   **{k: v for k, v in config.model_dump().items() if isinstance(v, (int, float, str, bool))}}
@@ -838,24 +681,9 @@ class _PostfixProgress(ProgressCallback):
 
 def _provenance(run: _Run) -> dict:
     """How the run computed (device, bfloat16 autocast as resolved, processes) and on what machine."""
-    from spag.provenance import machine
-
     args = run.args
     return {"device": str(args.device), "bf16": bool(args.bf16), "processes": int(args.world_size),
             "deepspeed": bool(args.deepspeed), **machine()}
-
-
-def _mean_loss(log_history: list[dict]) -> float | None:
-    """The mean loss over every step of a resumed run, from the logged losses (the Trainer's own figure
-    covers the steps since the resume only). Each logged loss is the mean over its logging window, so it
-    counts once per step of that window."""
-    total = steps = 0.0
-    previous = 0
-    for entry in sorted((e for e in log_history if "loss" in e and "step" in e), key=lambda e: e["step"]):
-        window = entry["step"] - previous
-        if window > 0:
-            total, steps, previous = total + entry["loss"] * window, steps + window, entry["step"]
-    return total / steps if steps else None
 
 
 def _save_step(run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_info: dict, live) -> None:
@@ -870,9 +698,6 @@ def finish_run(run: _Run, trainer, tokenizer, result, live, details: dict, train
     """Save the model of any run on the HF Trainer (SpagTrainer, TRL's GRPOTrainer), write its summary
     (the common figures plus the method's ``details``), swap it into place and close dvclive."""
     from transformers.integrations import is_deepspeed_zero3_enabled
-
-    from spag.console import summary
-    from spag.io import write_json_atomic
 
     config = run.config
     trainer.ref_model = None  # the reference model (on the fly) is not needed for saving
@@ -891,7 +716,7 @@ def finish_run(run: _Run, trainer, tokenizer, result, live, details: dict, train
         "steps": int(trainer.state.global_step),
         "epochs": float(trainer.state.epoch or 0.0),
         "final_loss": float(losses[-1]) if losses else None,
-        "mean_loss": _mean_loss(trainer.state.log_history) if run.resume_from else float(result.training_loss),
+        "mean_loss": mean_loss(trainer.state.log_history) if run.resume_from else float(result.training_loss),
         "tokens": tokens,
         "train_seconds": round(train_seconds, 3),
         "total_seconds": round(elapsed, 3),
@@ -904,7 +729,7 @@ def finish_run(run: _Run, trainer, tokenizer, result, live, details: dict, train
     if not run.main:
         return
     write_json_atomic(staging / SUMMARY_FILE, record, replace="any")
-    _publish(staging, run.output_dir, run.checkpoint_dir, config.keep_checkpoints)
+    publish(staging, run.output_dir, run.checkpoint_dir, config.keep_checkpoints)
     if live is not None:
         for key in ("steps", "final_loss", "mean_loss", "tokens", "tokens_per_second"):
             if record[key] is not None:
@@ -915,5 +740,3 @@ def finish_run(run: _Run, trainer, tokenizer, result, live, details: dict, train
             f"{loss_text}, {tokens} tokens in {train_seconds:.1f}s -> {run.output_dir}")
 
 
-def read_summary(output_dir) -> dict:
-    return json.loads((Path(output_dir) / SUMMARY_FILE).read_text(encoding="utf-8"))

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 
+from spag.game.prompts import model_input_ids
+from spag.modeling import load_model, setup_special_tokens
 from spag.players.base import (
     FINISH_LENGTH,
     FINISH_STOP,
@@ -67,8 +69,6 @@ class HFPlayer:
 
     def __init__(self, model, tokenizer, name: str | None = None, *, max_batch: int | None = None,
                  prefill_tokens: int = 4096, prefix_cache_gb: float = 2.0, max_prompt_tokens: int | None = None):
-        from spag.modeling import setup_special_tokens
-
         setup_special_tokens(tokenizer, model)
         self.model, self.tokenizer = model, tokenizer
         self.name = name or str(getattr(model, "name_or_path", "") or type(model).__name__)
@@ -89,8 +89,6 @@ class HFPlayer:
     @classmethod
     def from_pretrained(cls, model: str | os.PathLike, device: str | None = None, dtype: str | None = None,
                         trust_remote_code: bool = False, name: str | None = None, **options) -> HFPlayer:
-        from spag.modeling import load_model
-
         loaded, tokenizer = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
         return cls(loaded, tokenizer, name=name or str(model), **options)
 
@@ -116,8 +114,6 @@ class HFPlayer:
 
     def encode(self, prompt: str) -> list[int]:
         """Token ids of the model input for one user-message text."""
-        from spag.game.prompts import model_input_ids
-
         return model_input_ids(self.tokenizer, prompt, self.max_prompt_tokens)
 
     def _layout(self) -> list[tuple[int, int, object]]:
