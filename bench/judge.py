@@ -13,7 +13,7 @@ import random
 import time
 from collections import Counter
 
-from spag.game.rules import judge, word_forms
+from spag.game.taboo.rules import judge, word_forms
 from spag.words import top_words
 
 FILLER = ("think about what you use in the morning when the weather turns cold and people gather "

@@ -68,16 +68,15 @@ def main() -> None:
     from transformers import TrainerCallback
 
     from spag.config import TrainConfig, TrainKnobs, load_settings
+    from spag.game.registry import make_game
     from spag.play import PlayConfig
     from spag.train.online import OnlineGames, online_trainer
 
     settings = load_settings(args.params)
     online = settings.online.model_copy(update={k: v for k, v in {
         "words_per_step": args.words_per_step, "games_per_word": args.games_per_word}.items() if v is not None})
-    games = OnlineGames(play=PlayConfig.from_sections(settings.game, settings.play, settings.seed + 1), online=online,
-                        keep_truncated=settings.reward.keep_truncated, backend=settings.play.backend,
-                        gpu_memory_utilization=settings.play.gpu_memory_utilization,
-                        max_prompt_tokens=settings.play.max_prompt_tokens)
+    games = OnlineGames(play=PlayConfig(make_game(settings.game), settings.play, settings.seed + 1), online=online,
+                        reward=settings.reward)
     knobs = {k: getattr(settings.spag, k) for k in TrainKnobs.model_fields}
     config = TrainConfig(**{**knobs, "save_steps": 10**6}, max_steps=args.steps, seed=settings.seed + 1,
                          live=False, show_progress=False, logging_steps=1)

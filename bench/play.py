@@ -52,25 +52,29 @@ def play_baseline(model, tokenizer, words, config):
     """One game at a time; each turn re-encodes the full prompt and calls model.generate (batch 1)."""
     import torch
 
-    from spag.game.prompts import build_prompt, has_chat_template, next_role, to_model_input
-    from spag.game.rules import judge
-    from spag.players import STOP_STRINGS, clean_reply, derive_seed
+    from spag.chat import has_chat_template, to_model_input
+    from spag.game.taboo.prompts import build_prompt, next_role, play_template
+    from spag.game.taboo.replies import STOP_STRINGS, clean_reply
+    from spag.game.taboo.rules import judge
+    from spag.players import derive_seed
 
     episodes, tokens, prompt_tokens = [], 0, 0
     end_ids = sorted(set(tokenizer.all_special_ids) | {tokenizer.eos_token_id})
+    turns, sampling_of = config.game.max_turns, config.sampling
+    template = play_template(config.game.settings.templates, examples=config.strategies.examples)
     for index, word in enumerate(words):
         history = []
-        while len(history) < 2 * config.max_turns:
-            prompt = build_prompt(next_role(history), word, history, config.max_turns, config.template)
+        while len(history) < 2 * turns:
+            prompt = build_prompt(next_role(history), word, history, turns, template)
             text = to_model_input(tokenizer, prompt)
             ids = tokenizer(text, return_tensors="pt", add_special_tokens=not has_chat_template(tokenizer))
             ids = {key: value.to(model.device) for key, value in ids.items()}
             torch.manual_seed(derive_seed(config.seed, index, len(history), 0))
-            sampling = (dict(do_sample=True, temperature=config.temperature, top_k=config.top_k or None)
-                        if config.temperature > 0 else dict(do_sample=False))
+            sampling = (dict(do_sample=True, temperature=sampling_of.temperature, top_k=sampling_of.top_k or None)
+                        if sampling_of.temperature > 0 else dict(do_sample=False))
             with torch.inference_mode():
-                out = model.generate(**ids, max_new_tokens=config.max_new_tokens,
-                                     min_new_tokens=config.min_new_tokens, eos_token_id=end_ids,
+                out = model.generate(**ids, max_new_tokens=sampling_of.max_new_tokens,
+                                     min_new_tokens=sampling_of.min_new_tokens, eos_token_id=end_ids,
                                      pad_token_id=tokenizer.pad_token_id, stop_strings=list(STOP_STRINGS),
                                      tokenizer=tokenizer, **sampling)
             new = out[0, ids["input_ids"].shape[1]:].tolist()
@@ -78,9 +82,9 @@ def play_baseline(model, tokenizer, words, config):
             prompt_tokens += ids["input_ids"].shape[1]
             reply = clean_reply(tokenizer.decode(new, skip_special_tokens=True))
             history.append({"role": next_role(history), "content": reply})
-            if judge(word, history, config.max_turns).decided:
+            if judge(word, history, turns).decided:
                 break
-        verdict = judge(word, history, config.max_turns)
+        verdict = judge(word, history, turns)
         episodes.append({"target_word": word, "history": history, "outcome": verdict.outcome})
     return episodes, tokens, prompt_tokens
 
@@ -94,7 +98,7 @@ class GeneratePlayer:
         self.counters = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
 
     def generate(self, prompts, *, temperature=1.0, top_k=0, max_new_tokens=256, min_new_tokens=1, seed=None,
-                 stop=()):
+                 stop=(), stop_pattern=None):
         import torch
 
         from spag.players.base import FINISH_LENGTH, FINISH_STOP, per_prompt_seeds
@@ -144,7 +148,7 @@ def bench_words(count: int) -> list[str]:
 def play_config(args):
     from spag.play import PlayConfig
 
-    return PlayConfig(max_turns=args.max_turns, temperature=args.temperature, top_k=args.top_k,
+    return PlayConfig.of(max_turns=args.max_turns, temperature=args.temperature, top_k=args.top_k,
                       max_new_tokens=args.max_new_tokens, min_new_tokens=args.min_new_tokens, seed=args.seed,
                       batch_size=args.batch_size)
 
@@ -168,7 +172,7 @@ def run_side(args) -> dict:
     if args.isa == "avx2":
         hold_to_avx2()
 
-    from spag.game.rules import word_forms
+    from spag.game.taboo.rules import word_forms
     from spag.modeling import resolve_dtype
     from spag.play import PlayStats, play_games
     from spag.players import close_player, load_player

@@ -64,9 +64,10 @@ def main() -> None:
     import torch
 
     from spag.base_model import cached_embedded_model
-    from spag.evaluate.skill import clue_set
-    from spag.game.rules import ATTACKER, DEFENDER, PREDICTION_PHRASE
-    from spag.pipeline import FRESH_WORDS
+    from spag.game.taboo import FRESH_WORDS
+    from spag.game.taboo.outcomes import ATTACKER, DEFENDER
+    from spag.game.taboo.rules import PREDICTION_PHRASE
+    from spag.game.taboo.skill import clue_set
     from spag.play import PlayConfig
     from spag.players import load_player
     from spag.words import read_words
@@ -74,7 +75,7 @@ def main() -> None:
     model = args.model or str(cached_embedded_model())
     player = load_player(model, "hf", device="cpu", dtype="float32")
     words = read_words(args.words_file or FRESH_WORDS)[:args.words]
-    config = replace(PlayConfig(), max_turns=2, temperature=1.0, max_new_tokens=40, seed=0)  # the default run's
+    config = replace(PlayConfig.of(), max_turns=2, temperature=1.0, max_new_tokens=40, seed=0)  # the default run's
     clues = clue_set(player, words, config, per_word=1)
     prompts = [config.prompt(DEFENDER, "", [{"role": ATTACKER, "content": c["line"]}]) for c in clues]
     sides = {"plain": plain_continuation_logprobs, "shared": type(player).continuation_logprobs}

@@ -45,7 +45,7 @@ _LINES = [
 
 
 def synthetic_rows(n: int, seed: int = 0) -> list[dict]:
-    from spag.game.prompts import training_prompt
+    from spag.game.taboo.prompts import training_prompt
 
     rng = random.Random(seed)
     rows = []

@@ -1,7 +1,9 @@
 """Every setting of SPAG, once: its type, default, allowed range and one line of help.
 
 A params file (``params.yaml``, ``configs/paper.yaml``) maps onto :class:`Settings` section by section;
-the ``spag`` subcommands take their option defaults and help from the same fields
+the ``game`` section is the settings of the game ``game.name`` names (each game declares its own:
+:mod:`spag.game.registry`), and so are the teacher's ``strategies``. The validated sections are what the
+library passes around; the ``spag`` subcommands make their options from the same fields
 (:mod:`spag.commands.options`), and :class:`TrainConfig` is the schema of one training run.
 
 Defaults are those of the library and its commands (mostly the paper's setting); ``params.yaml`` sets the
@@ -20,25 +22,26 @@ import math
 import os
 import re
 import reprlib
-import shlex
-import stat
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    model_validator,
-)
+from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, model_validator
 
-from spag.game.rules import RULE_SETS, WHOLE_WORD
+from spag.game.registry import DEFAULT_GAME, GAMES, game_class
+from spag.players.base import backend_options
+from spag.schema import (
+    DEVICE_PATTERN,
+    CommandLine,
+    HttpUrl,
+    ParamsError,
+    PathStr,
+    Section,
+    knob,
+    read_yaml,
+    shown_url,
+)
 from spag.train.schedules import COSINE, LR_SCHEDULERS
 
 # Kept here as names so that reading a config never imports torch; tests check them against
@@ -50,88 +53,14 @@ REDUCTIONS = ("rows", "weights")
 BACKENDS = ("hf", "vllm", "openai")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 SUITES = ("auto", "paper", "local")
-PROMPT_STYLES = ("templates", "original")
-REPLY_HANDLING = ("clean", "raw")
-GAME_ENDS = ("decided", "guess-phrase")
 SFT_FORMATS = ("chat", "original")
 TRUNCATIONS = ("history", "left")
 WORD_SETS = ("dev", "fresh")
 CREDITS = ("all", "skill")
-# Kept here as names so that reading a config never imports the players; a test checks them against
-# spag.evaluate.baselines.BASELINES.
-BASELINE_NAMES = ("imitation-resample", "imitation-filter", "imitation-filter-guess", "base-teacher")
-DEVICE_PATTERN = r"^(auto|cpu|cuda(:[0-9]+)?)$"
 # The paper's values where a training run leaves them unset (None): imitation 5e-6, SPAG 2e-6; KL 0.1 / 0.2.
 # Online self-play, which the paper has not, takes SPAG's.
 PAPER_LEARNING_RATE = {"sft": 5e-6, "sft-kl": 5e-6, "offline-po": 2e-6, ONLINE: 2e-6}
 PAPER_KL_COEFF = {"sft": 0.0, "sft-kl": 0.1, "offline-po": 0.2, ONLINE: 0.2}
-
-
-class ParamsError(ValueError):
-    """A one-line message naming the params file (or option) and the key."""
-
-    def __init__(self, source: str | os.PathLike, key: str, message: str):
-        super().__init__(f"{source}: {key}: {message}" if key else f"{source}: {message}")
-
-
-def _fspath(value: Any) -> Any:
-    return os.fspath(value) if isinstance(value, os.PathLike) else value
-
-
-# A file or directory path: a string (a pathlib.Path from Python code is accepted), never empty.
-PathStr = Annotated[str, BeforeValidator(_fspath), Field(min_length=1)]
-
-
-def shown_url(url: str) -> str:
-    """``url`` as messages show it: a password in it (``https://user:secret@host``) is masked, also in a
-    URL too broken to parse (everything between the user name and the last ``@`` is taken as the password)."""
-    head, sep, rest = url.partition("//")
-    head, rest = (head + sep, rest) if sep else ("", url)
-    userinfo, at, host = rest.rpartition("@")
-    if not at or ":" not in userinfo:
-        return url
-    return f"{head}{userinfo.split(':', 1)[0]}:***@{host}"
-
-
-def _http_url(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
-    except ValueError:
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("expected an http:// or https:// URL with a host (and a numeric port, if any)")
-    return url
-
-
-# An endpoint URL: http or https, with a host; messages show it with any password masked.
-HttpUrl = Annotated[str, AfterValidator(_http_url)]
-
-
-def _command_line(text: str) -> str:
-    try:
-        words = shlex.split(text)
-    except ValueError as exc:
-        raise ValueError(f"not a command line ({exc})") from None
-    if not words:
-        raise ValueError("an empty command line (null runs it in this process)")
-    return text
-
-
-# A command line (a launcher): words as a shell splits them, at least one.
-CommandLine = Annotated[str, AfterValidator(_command_line)]
-
-
-def knob(default: Any, help: str, **constraints) -> Any:
-    """A field with its default, its one line of help and its range (ge, gt, le, lt)."""
-    return Field(default, description=help, **constraints)
-
-
-class Section(BaseModel):
-    """A group of settings. Strict: YAML's true/false, numbers and strings are taken as they are; no
-    number is infinite or NaN (``.inf`` in YAML, ``inf`` on the command line)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, allow_inf_nan=False)
 
 
 # ------------------------------------------------------------------------------------------- sections
@@ -151,44 +80,16 @@ class Words(Section):
     skip_stop_words: bool = knob(True, "Drop function words (the original's list keeps them).")
 
 
-def default(section: type[BaseModel], name: str) -> Any:
-    """The schema's default of ``section.name``: for library objects that mirror a section's knobs."""
-    return section.model_fields[name].default
+def _game_name(value: Any) -> str:
+    """Which game's settings a ``game:`` section holds: its ``name`` (none: the default game)."""
+    if isinstance(value, dict):
+        return value.get("name", DEFAULT_GAME)
+    return getattr(value, "name", DEFAULT_GAME)
 
 
-def check(section: type[BaseModel], **values: Any) -> None:
-    """Check ``values`` against the fields of ``section``: ValueError naming the first one it refuses.
-
-    Library objects that mirror a section's knobs (:class:`spag.play.PlayConfig`,
-    :class:`spag.rewards.RewardOptions`) check their values here, against the same ranges as a params file.
-    """
-    try:
-        section(**values)
-    except ValidationError as exc:
-        key, message = describe(exc.errors()[0], section)
-        raise ValueError(f"{key}: {message}") from None
-
-
-class Game(Section):
-    max_turns: int = knob(5, "Rounds per game, an attacker and a defender utterance each (the paper: 5).", ge=1)
-    rules: Literal[RULE_SETS] = knob(WHOLE_WORD, "The judge: whole-word (whole words, every inflection) or "
-                                                 "original (the original code's substring rule).")
-    templates: PathStr | None = knob(None, "Prompt templates file (format: spag/game/templates.yaml); null: "
-                                              "the shipped templates.")
-    play_prompts: Literal[PROMPT_STYLES] = knob(
-        "templates", "What a player is asked: templates (the templates file, in the model's chat template) or "
-                     "original (the original's play prompt, BOS + its text, no chat template).")
-    row_prompts: Literal[PROMPT_STYLES] = knob(
-        "templates", "Training rows' prompts: templates (a rules text and history layout of the templates "
-                     "file, drawn at random) or original (the original's randomly drawn query formats, the "
-                     "model's whole input).")
-    replies: Literal[REPLY_HANDLING] = knob(
-        "clean", "clean (a reply ends where the model writes another speaker's line; role labels and chat "
-                 "markers are removed) or raw (the decoded reply as it is, as the original kept it).")
-    end: Literal[GAME_ENDS] = knob(
-        "decided", "When a game stops: decided (as soon as the judge decides) or guess-phrase (the "
-                   "original's: only after a defender line with \"i know the word\", else all turns are played "
-                   "and judged afterwards).")
+# The ``game:`` section: the settings of the game ``game.name`` names (each game declares its own class).
+GameSection = Annotated[Union[tuple(Annotated[cls.Settings, Tag(name)] for name, cls in GAMES.items())],  # noqa: UP007
+                        Discriminator(_game_name)]
 
 
 class Sampling(Section):
@@ -216,11 +117,13 @@ class Sampling(Section):
     max_prompt_tokens: int | None = knob(None, "hf/vllm: keep the last N tokens of a longer prompt (the "
                                                   "original cut at 2048); null: the whole prompt.", ge=1)
 
-    def player_options(self) -> dict:
-        """What :func:`spag.players.load_player` takes from this section."""
-        return {"dtype": self.dtype, "device": self.device, "base_url": self.base_url,
-                "gpu_memory_utilization": self.gpu_memory_utilization, "max_prompt_tokens": self.max_prompt_tokens,
-                "tensor_parallel_size": self.tensor_parallel_size}
+    def player_options(self, backend: str | None = None) -> dict:
+        """What :func:`spag.players.load_player` takes from this section for ``backend`` (default: the
+        section's own): each knob says which backends it is for."""
+        return backend_options(backend or self.backend, {
+            "dtype": self.dtype, "device": self.device, "base_url": self.base_url,
+            "gpu_memory_utilization": self.gpu_memory_utilization, "max_prompt_tokens": self.max_prompt_tokens,
+            "tensor_parallel_size": self.tensor_parallel_size})
 
 
 class Teacher(Sampling):
@@ -231,23 +134,15 @@ class Teacher(Sampling):
     rows: PathStr | None = knob(None, "Or import a ready-made imitation file (query/target[/weight] rows).")
     model: str = knob("base", '"base" (the base model itself), an HF id or path, or a model served at base_url.')
     words: int = knob(48, "Target words the teacher plays.", ge=1)
-    examples: bool = knob(False, "Worked examples in the play prompt (weak teachers).")
-    foul_retries: int = knob(0, "Teacher strategy: resample an attacker line that says the word, up to N times.",
-                             ge=0)
-    coached_attacker: bool = knob(False, "Teacher strategy: attacker lines describe the word, the word blanked "
-                                         "out.")
-    final_guess: bool = knob(False, "Teacher strategy (hf): the defender's last line is the vocabulary word the "
-                                    "talk makes most likely.")
+    strategies: dict[str, Any] = knob({}, "The game's strategies the teacher plays with (taboo: examples, "
+                                          "foul_retries, coached_attacker, final_guess, word_filter; kuhn-poker: "
+                                          "equilibrium); checked against the game's.")
 
     @model_validator(mode="after")
     def _one_source(self):
         if self.episodes is not None and self.rows is not None:
             raise ValueError("episodes: give teacher.episodes or teacher.rows, not both")
         return self
-
-    def strategies(self) -> dict:
-        return {"examples": self.examples, "foul_retries": self.foul_retries,
-                "coached_attacker": self.coached_attacker, "final_guess": self.final_guess}
 
 
 class Play(Sampling):
@@ -413,26 +308,24 @@ class Evaluate(Sampling):
                                              "play.temperature.", ge=0)
     seed: int = knob(0, "Picks the evaluation words and sampling seeds: fixed for every run and epoch.")
     word_set: Literal[WORD_SETS] = knob(
-        "dev", "dev: a sample of the held-out words (data/words/eval.txt), the development set that settings "
-               "were chosen on; fresh: the 128 nouns of spag/data/fresh_eval_words.txt, which no decision "
-               "looked at (a frequency band the training words never come from).")
+        "dev", "dev: a sample of the held-out targets (data/words/eval.txt), the development set that settings "
+               "were chosen on; fresh: the game's fresh set, which no decision looked at (taboo: the 128 nouns "
+               "of spag/game/taboo/fresh_eval_words.txt, a frequency band the training words never come from).")
     words: int = knob(64, "Evaluation words (a sample of the word set; all of it when it has fewer).", ge=1)
     seeds: int = knob(1, "Games per word and role (sampling seeds seed, seed+1, ...; greedy plays one).", ge=1)
     vs_previous: bool = knob(False, "Also play each epoch against the previous one.")
-    skill: bool = knob(True, "Skill metrics (hf): the clue rank of the attacker's opening lines and the guess rank "
-                             "of the defender, paired per word with the imitation model's.")
-    clue_lines: int = knob(2, "Fixed clue lines per word (the base model's descriptions) for the guess rank.", ge=1)
-    baselines: list[Literal[BASELINE_NAMES]] = knob(
-        list(BASELINE_NAMES), "No-training baselines (spag.evaluate.baselines) played against the imitation "
-                              "model on the evaluation words and seeds; each epoch is compared with the "
-                              "strongest, paired per word.")
+    skill: bool | None = knob(None, "The game's skill metrics (hf; taboo: the clue rank of the attacker's opening "
+                                    "lines and the guess rank of the defender), paired per word with the "
+                                    "imitation model's; null: on when the game has them.")
+    clue_lines: int = knob(2, "Fixed inputs of the skill metrics per word (taboo: the base model's clue lines for "
+                              "the guess rank).", ge=1)
+    baselines: list[str] | None = knob(
+        None, "The game's no-training baselines (taboo: imitation-resample, imitation-filter, "
+              "imitation-filter-guess, base-teacher; spag/game/taboo/baselines.py) played against the imitation "
+              "model on the evaluation words and seeds; each epoch is compared with the strongest, paired per "
+              "word; null: all of the game's.")
     vs_baseline: bool = knob(False, "Also play each epoch head to head against the strongest baseline.")
 
-    @model_validator(mode="after")
-    def _baseline_to_play(self):
-        if self.vs_baseline and not self.baselines:
-            raise ValueError("vs_baseline: needs at least one name in evaluate.baselines")
-        return self
     benchmark: Benchmark = Field(default_factory=Benchmark, description="Reasoning benchmarks (lm-eval).")
 
 
@@ -442,7 +335,8 @@ class Settings(Section):
     seed: int = knob(0, "Seed of the pipeline's random choices (each step derives its own from it).")
     model: Model = Field(default_factory=Model)
     words: Words = Field(default_factory=Words)
-    game: Game = Field(default_factory=Game)
+    game: GameSection = Field(default_factory=lambda: game_class(DEFAULT_GAME).Settings(),
+                              description="The game (game.name) and its settings.")
     teacher: Teacher = Field(default_factory=Teacher)
     play: Play = Field(default_factory=Play)
     reward: Reward = Field(default_factory=Reward)
@@ -450,6 +344,31 @@ class Settings(Section):
     spag: Spag = Field(default_factory=Spag)
     online: Online = Field(default_factory=Online)
     evaluate: Evaluate = Field(default_factory=Evaluate)
+
+    @model_validator(mode="after")
+    def _the_game_has_them(self):
+        """The teacher's strategies, skill metrics and baselines are the game's own."""
+        game = game_class(self.game.name)
+        try:
+            game.Strategies.model_validate(self.teacher.strategies)
+        except ValidationError as exc:
+            key, message = describe(exc.errors()[0], game.Strategies)
+            raise ValueError(f"teacher.strategies.{key}: {message}") from None
+        e = self.evaluate
+        if e.skill and game.skill is None:
+            raise ValueError(f"evaluate.skill: the game {game.name} has no skill metrics (set false or null)")
+        offered = game.skill.baselines if game.skill is not None else ()
+        unknown = [name for name in e.baselines or () if name not in offered]
+        if unknown:
+            raise ValueError(f"evaluate.baselines: {unknown[0]!r} is not a baseline of {game.name} "
+                             f"({', '.join(offered) or 'it has none'})")
+        if e.vs_baseline and not (offered if e.baselines is None else e.baselines):
+            raise ValueError("evaluate.vs_baseline: needs at least one baseline in evaluate.baselines")
+        return self
+
+    def strategies(self) -> Section:
+        """The teacher's strategies, as the game's strategies section."""
+        return game_class(self.game.name).Strategies.model_validate(self.teacher.strategies)
 
     @model_validator(mode="after")
     def _online_learns_past_warmup(self):
@@ -510,18 +429,33 @@ class TrainConfig(TrainKnobs):
 # ------------------------------------------------------------------------------------------ loading
 
 
+def _without_tag(loc: tuple) -> tuple:
+    """A location as a params file names it: the game's name that pydantic puts after ``game`` left out."""
+    if len(loc) > 1 and loc[0] == "game" and loc[1] in GAMES:
+        return (loc[0], *loc[2:])
+    return loc
+
+
 def _key(loc: tuple) -> str:
-    return ".".join(str(part) for part in loc)
+    return ".".join(str(part) for part in _without_tag(loc))
 
 
-def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+def section_at(model: type[BaseModel] | None, part: str, game: str = DEFAULT_GAME) -> type[BaseModel] | None:
+    """The section class of field ``part`` of ``model`` (the ``game`` field: the settings of ``game``; the
+    teacher's ``strategies``: that game's strategies), or None where the field is a plain value."""
+    if model is Settings and part == "game":
+        return game_class(game).Settings if game in GAMES else None
+    if model is Teacher and part == "strategies":
+        return game_class(game).Strategies if game in GAMES else None
+    annotation = getattr(getattr(model, "model_fields", {}).get(part), "annotation", None)
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _fields_at(model: type[BaseModel], loc: tuple, game: str = DEFAULT_GAME) -> list[str]:
     """The field names of the section at ``loc`` (for "did you mean")."""
-    for part in loc:
-        field = model.model_fields.get(str(part))
-        annotation = getattr(field, "annotation", None)
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            model = annotation
-        else:
+    for part in _without_tag(loc):
+        model = section_at(model, str(part), game)
+        if model is None:
             return []
     return list(model.model_fields)
 
@@ -548,8 +482,11 @@ def describe(error: dict, model: type[BaseModel] = Settings) -> tuple[str, str]:
     if loc and loc[-1] == "base_url" and isinstance(error.get("input"), str):
         value = _shown(shown_url(error["input"]))
     if kind == "extra_forbidden":
-        near = difflib.get_close_matches(str(loc[-1]), _fields_at(model, loc[:-1]), n=1)
+        game = str(loc[1]) if len(loc) > 1 and loc[0] == "game" else DEFAULT_GAME
+        near = difflib.get_close_matches(str(loc[-1]), _fields_at(model, loc[:-1], game), n=1)
         return _key(loc), "unknown key" + (f" (did you mean {near[0]}?)" if near else "")
+    if kind == "union_tag_invalid":
+        return _key((*loc, "name")), f"{_shown(error['ctx']['tag'])} is not one of {', '.join(GAMES)}"
     if kind == "literal_error":
         allowed = re.findall(r"'([^']*)'", error["msg"])
         return _key(loc), f"{value} is not one of {', '.join(allowed)}"
@@ -587,77 +524,6 @@ def validate(params: Any, source: str | os.PathLike = "params.yaml") -> Settings
         raise first_error(exc, source) from None
 
 
-# A params file is a few hundred lines; these bounds stop a hostile or broken one early, in one line.
-MAX_PARAMS_BYTES = 1 << 20  # 1 MiB
-MAX_PARAMS_DEPTH = 32       # sections, keys, lists: a real file nests 4 levels
-
-
-class _UniqueKeys(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the last silently,
-    so a second ``play:`` section would drop the first without a word) and a key that is a list or a
-    mapping (``? [a, b]``). Merge keys (``<<: *anchor``) work as YAML defines them: the mapping's own keys
-    win over merged ones."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"a key must be a plain name, not a {key_node.id}", key_node.start_mark)
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"{key!r} is given twice",
-                                                        key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-def read_yaml(path: Path) -> Any:
-    """A YAML file's content, or ParamsError (one line) naming the file: no such file, not a regular file
-    (a FIFO would block, /dev/zero never end), larger than :data:`MAX_PARAMS_BYTES`, nested deeper than
-    :data:`MAX_PARAMS_DEPTH`, not UTF-8 or not valid YAML."""
-    try:
-        st = path.stat()
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO, device or socket"
-            raise ParamsError(path, "", f"is {kind}, not a params file")
-        with path.open("rb") as f:
-            data = f.read(MAX_PARAMS_BYTES + 1)
-    except FileNotFoundError:
-        raise ParamsError(path, "", "no such file") from None
-    except OSError as exc:
-        raise ParamsError(path, "", f"cannot be read ({exc.strerror or exc.__class__.__name__})") from None
-    if len(data) > MAX_PARAMS_BYTES:
-        raise ParamsError(path, "", f"is larger than {MAX_PARAMS_BYTES >> 20} MiB: not a params file")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeError as exc:
-        raise ParamsError(path, "", f"is not UTF-8 text (bad byte at offset {exc.start})") from None
-    try:
-        _check_depth(text)
-        return yaml.load(text, Loader=_UniqueKeys)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise ParamsError(path, "", f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
-
-
-def _check_depth(text: str) -> None:
-    """Refuse nesting deeper than :data:`MAX_PARAMS_DEPTH`, read from YAML's event stream (the parser holds
-    no recursion; building the objects would, and overflows on a file of a few kilobytes)."""
-    depth = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            depth += 1
-            if depth > MAX_PARAMS_DEPTH:
-                raise yaml.MarkedYAMLError(problem=f"nested deeper than {MAX_PARAMS_DEPTH} levels",
-                                           problem_mark=event.start_mark)
-        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-            depth -= 1
-
-
 def apply_overrides(params: dict, overrides: Any, source: str | os.PathLike) -> dict:
     """``params`` with each ``dotted.key: value`` of ``overrides`` replacing that setting whole (a mapping
     value such as ``spag.epochs`` replaces the whole mapping). A key naming no setting is refused."""
@@ -666,13 +532,12 @@ def apply_overrides(params: dict, overrides: Any, source: str | os.PathLike) -> 
     params = copy.deepcopy(params)
     for dotted, value in overrides.items():
         *sections, name = str(dotted).split(".")
+        game = overrides.get("game.name") or _game_name((params.get("game") if isinstance(params, dict) else None) or {})
         model, where = Settings, params
         for part in [*sections, name]:
-            fields = getattr(model, "model_fields", {})
-            if part not in fields:
+            if part not in getattr(model, "model_fields", {}):
                 raise ParamsError(source, dotted, "names no setting")
-            annotation = fields[part].annotation
-            model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+            model = section_at(model, part, str(game))
         for part in sections:
             where = where.setdefault(part, {})
             if not isinstance(where, dict):
@@ -727,6 +592,8 @@ def _emit(section: BaseModel, depth: int, comments: bool, lines: list[str]) -> N
         if isinstance(value, BaseModel):
             lines.append(f"{pad}{name}:{help_text}")
             _emit(value, depth + 1, comments, lines)
+        elif isinstance(value, dict) and not value:
+            lines.append(f"{pad}{name}: {{}}{help_text}")
         elif isinstance(value, dict):
             lines.append(f"{pad}{name}:{help_text}")
             for key, item in value.items():

@@ -42,12 +42,12 @@ NOT_RUN = {
 
 # The files a module reads besides its code (a folder: all of it).
 DATA = {
-    "spag.game.prompts": ("spag/game/templates.yaml",),
-    "spag.game.original_prompts": ("spag/game/original_prompts.yaml",),
+    "spag.game.taboo.prompts": ("spag/game/taboo/templates.yaml",),
+    "spag.game.taboo.original_prompts": ("spag/game/taboo/original_prompts.yaml",),
     "spag.sft": ("spag/data/general_sft.jsonl",),
     "spag.analyze": ("spag/analyze/queries",),
+    "spag.game.taboo": ("spag/game/taboo/queries", "spag/game/taboo/fresh_eval_words.txt"),
     "spag.evaluate.benchmark": ("spag/evaluate/tasks",),
-    "spag.pipeline": ("spag/data/fresh_eval_words.txt",),
 }
 # Files under spag/ that no stage reads: the source the general SFT rows are built from (by hand, with
 # spag/data/build_general_sft.py).

@@ -1,20 +1,22 @@
-"""Adversarial Taboo as a plain two-player environment, for engines that drive games themselves.
+"""Any game of :mod:`spag.game` as a plain two-player environment, for engines that drive games themselves.
 
 The play engine (:mod:`spag.play`) advances many games in lock-step; an RL library usually wants one game
-behind ``reset``/``step``. :class:`TabooEnvironment` is that, made of the same parts, so a game played
+behind ``reset``/``step``. :class:`GameEnvironment` is that, made of the same parts, so a game played
 through it is the game the engine plays: the prompt each player is given (:meth:`PlayConfig.prompt`),
-when a game ends (:meth:`PlayConfig.is_over`), who won (:func:`spag.game.rules.judge`), and the episode
-record it leaves (:mod:`spag.game.episodes`).
+when a game ends (:meth:`PlayConfig.is_over`), who won (the game's judge), and the episode record it
+leaves (:mod:`spag.game.episodes`).
 
-``reset(word)`` starts a game and returns the first :class:`Observation` (the attacker to move and its
-prompt); ``step(utterance)`` adds the mover's utterance (said as given: a caller that samples raw model
-text cleans it first, as :func:`spag.players.base.clean_reply` does in the engine) and returns the next
-observation, or, when the game is over, the outcome and each role's reward (:func:`role_rewards`).
+``reset(target)`` starts a game and returns the first :class:`Observation` (the opening role to move and
+its prompt); ``step(utterance)`` adds the mover's utterance (said as given: a caller that samples raw model
+text makes an utterance of it first, as the engine does with :meth:`spag.game.base.Game.utterance`) and
+returns the next observation, or, when the game is over, the outcome and each role's reward
+(:func:`role_rewards`).
 
 The rewards are the zero-sum ones of online self-play (:mod:`spag.train.online`): the winner +1, the
-loser -1, nobody anything in a tie; an attacker who says the word gets ``-foul_penalty`` and the defender
-nothing, since the judge names no winner there. SPIRAL scores an invalid move -1.5, below a loss, so that
-breaking the rules is never the better way out of a game one is losing.
+loser -1, nobody anything in a tie; the player who breaks the rules (Adversarial Taboo: the attacker who
+says the word) gets ``-foul_penalty`` and its opponent nothing, since the judge names no winner there.
+SPIRAL scores an invalid move -1.5, below a loss, so that breaking the rules is never the better way out
+of a game one is losing.
 """
 
 from __future__ import annotations
@@ -22,24 +24,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from spag.game.prompts import next_role
-from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS, judge
+from spag.game.base import Game
 from spag.play import PlayConfig
 
 WIN_REWARD = 1.0
 FOUL_PENALTY = 1.5  # SPIRAL's score of an invalid move
 
 
-def role_rewards(outcome: str, win_reward: float = WIN_REWARD, foul_penalty: float = FOUL_PENALTY) -> dict:
-    """Each role's reward for a judged ``outcome``: zero-sum ``±win_reward`` for a decided game, 0 for a
-    tie, ``-foul_penalty`` for the attacker who broke the rules (the defender 0)."""
-    if outcome == ATTACKER_WINS:
-        return {ATTACKER: win_reward, DEFENDER: -win_reward}
-    if outcome == DEFENDER_WINS:
-        return {ATTACKER: -win_reward, DEFENDER: win_reward}
-    if outcome == ATTACKER_BREAKS_RULES:
-        return {ATTACKER: -foul_penalty, DEFENDER: 0.0}
-    return {ATTACKER: 0.0, DEFENDER: 0.0}
+def role_rewards(game: Game, outcome: str, win_reward: float = WIN_REWARD,
+                 foul_penalty: float = FOUL_PENALTY) -> dict:
+    """Each role's reward for a judged ``outcome`` of ``game``: zero-sum ``±win_reward`` for a decided game,
+    0 for a tie, ``-foul_penalty`` for the role that broke the rules (its opponent 0)."""
+    winner, offender = game.sides(outcome)
+    rewards = dict.fromkeys(game.roles, 0.0)
+    if winner is not None:
+        rewards.update({winner: win_reward, game.other(winner): -win_reward})
+    if offender is not None:
+        rewards[offender] = -foul_penalty
+    return rewards
 
 
 @dataclass(frozen=True)
@@ -61,8 +63,8 @@ class Step:
     rewards: dict = field(default_factory=dict)
 
 
-class TabooEnvironment:
-    """One game of Adversarial Taboo at a time, under the game settings of ``config``."""
+class GameEnvironment:
+    """One game at a time, the game and its settings those of ``config`` (default: Adversarial Taboo)."""
 
     def __init__(self, config: PlayConfig | None = None, win_reward: float = WIN_REWARD,
                  foul_penalty: float = FOUL_PENALTY):
@@ -73,7 +75,7 @@ class TabooEnvironment:
         self.done = True
 
     def reset(self, target_word: str) -> Observation:
-        """Start a game on ``target_word``: the attacker moves first."""
+        """Start a game on ``target_word`` (the game's target): the opening role moves first."""
         self.word, self.history, self.done = target_word, [], False
         return self._observation()
 
@@ -81,23 +83,23 @@ class TabooEnvironment:
         """The player to move says ``utterance``."""
         if self.done:
             raise RuntimeError("the game is over: call reset() to start another")
-        self.history.append({"role": next_role(self.history), "content": utterance})
+        self.history.append({"role": self.config.game.next_role(self.history), "content": utterance})
         if not self.config.is_over(self.word, self.history):
             return Step(self._observation(), done=False)
         self.done = True
         outcome = self.verdict().outcome
         return Step(None, done=True, outcome=outcome,
-                    rewards=role_rewards(outcome, self.win_reward, self.foul_penalty))
+                    rewards=role_rewards(self.config.game, outcome, self.win_reward, self.foul_penalty))
 
     def verdict(self):
-        return judge(self.word, self.history, self.config.max_turns, self.config.rules)
+        return self.config.game.judge(self.word, self.history)
 
     def episode(self) -> dict:
         """The game as an episode record (the fields the judge and the analysis read)."""
         verdict = self.verdict()
-        return {"target_word": self.word, "max_turns": self.config.max_turns, "history": list(self.history),
-                "outcome": verdict.outcome, "turns": verdict.turns, "rules": self.config.rules}
+        return {"target_word": self.word, "max_turns": self.config.game.max_turns, "history": list(self.history),
+                "outcome": verdict.outcome, "turns": verdict.turns, **self.config.game.record()}
 
     def _observation(self) -> Observation:
-        role = next_role(self.history)
+        role = self.config.game.next_role(self.history)
         return Observation(role, self.config.prompt(role, self.word, self.history), tuple(self.history))

@@ -14,10 +14,10 @@ import re
 import shutil
 from pathlib import Path
 
-from spag.config import DEVICE_PATTERN
 from spag.devices import cuda_unusable
 from spag.io import DataError
 from spag.outputs import claim_output_dir, publish_dir
+from spag.schema import DEVICE_PATTERN
 
 
 def pick_device(device: str | None = None) -> str:

@@ -22,7 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from spag.config import (
+    Evaluate,
     ParamsError,
+    Reward,
+    Sampling,
     Settings,
     TrainConfig,
     TrainKnobs,
@@ -31,6 +34,8 @@ from spag.config import (
     load_settings,
 )
 from spag.console import summary
+from spag.game.base import Game
+from spag.game.registry import game_class, make_game
 from spag.io import DataError, write_json_atomic
 from spag.outputs import MARKER
 from spag.stage_table import EPOCH_STAGES, STAGE_PARAMS
@@ -154,16 +159,34 @@ def _file(settings: Declared, key: str) -> str:
     return existing_file(getattr(getattr(settings, section), name), key)
 
 
-def _templates(settings: Declared) -> str | None:
-    return _file(settings, "game.templates") if settings.game.templates else None
+def _game(settings: Declared) -> Game:
+    """The game of the ``game`` section; a setting the game refuses (a templates file that is not there) is
+    a ParamsError naming its key."""
+    try:
+        return make_game(settings.game)
+    except ValueError as exc:
+        key, _, message = str(exc).partition(": ")
+        raise ParamsError("params.yaml", f"game.{key}", message) from None
 
 
-def _sample_words(path: Path, n: int, seed: str) -> list[str]:
-    """A seeded sample of ``n`` words from a word list, spread over its frequency range."""
+def _sample(targets: list[str], n: int, seed: str, repeat: bool = False) -> list[str]:
+    """A seeded sample of ``n`` targets (of a word list: spread over its frequency range), all of them when
+    there are fewer; with ``repeat`` (a game of few targets) a shorter list is played several times over,
+    each round in its own order."""
+    rng = random.Random(seed)
+    if n <= len(targets) or not repeat:
+        return rng.sample(targets, min(n, len(targets)))
+    chosen: list[str] = []
+    while len(chosen) < n:
+        chosen += rng.sample(targets, min(len(targets), n - len(chosen)))
+    return chosen
+
+
+def _sample_words(path: Path, n: int, seed: str, game: Game) -> list[str]:
+    """A seeded sample of ``n`` of ``game``'s targets from a target list file (:func:`_sample`)."""
     from spag.words import read_words
 
-    words = read_words(path)
-    return random.Random(seed).sample(words, min(n, len(words)))
+    return _sample(read_words(path), n, seed, repeat=game.few_targets)
 
 
 def _previous(settings: Declared, layout: Layout, epoch: str) -> Path:
@@ -206,25 +229,23 @@ def base_model(settings: Settings, layout: Layout) -> None:
 
 
 def words(settings: Settings, layout: Layout) -> None:
-    """The target words (wordfreq's most frequent, or a list file's first ``top`` in order) and their
-    training / held-out split."""
-    from spag.words import split_words, top_words, words_from_file, write_words
+    """The game's targets (Adversarial Taboo: wordfreq's most frequent words, or a list file's first ``top``
+    in order) and their training / held-out split (a game of few targets trains and evaluates on all)."""
+    from spag.words import split_words, write_words
 
-    w = settings.words
+    w, game = settings.words, game_class(settings.game.name)()
     if w.source:
-        try:
-            chosen = words_from_file(_file(settings, "words.source"), w.top, nouns_only=w.nouns_only,
-                                     skip_stop_words=w.skip_stop_words)
-        except DataError as exc:
-            raise DataError("words.source", None, str(exc)) from None
-    else:
-        chosen = top_words(w.top, nouns_only=w.nouns_only, skip_stop_words=w.skip_stop_words)
-    train, held = split_words(chosen, w.eval_fraction)
+        _file(settings, "words.source")
+    try:
+        chosen = game.targets(w)
+    except DataError as exc:
+        raise DataError("words.source", None, str(exc)) from None
+    train, held = (chosen, chosen) if game.few_targets else split_words(chosen, w.eval_fraction)
     write_words(chosen, layout.words / "all.txt", replace=OWN)
     write_words(train, layout.words / "train.txt", replace=OWN)
     write_words(held, layout.words / "eval.txt", replace=OWN)
-    summary("words", f"{len(chosen)} words{' from ' + w.source if w.source else ''}: {len(train)} training, "
-                     f"{len(held)} held out")
+    summary("words", f"{len(chosen)} {game.name} targets{' from ' + w.source if w.source else ''}: "
+                     f"{len(train)} training, {len(held)} for evaluation")
 
 
 def teacher_play(settings: Settings, layout: Layout) -> None:
@@ -234,11 +255,10 @@ def teacher_play(settings: Settings, layout: Layout) -> None:
     held-out words left out), or ``teacher.rows`` a ready-made imitation file (used as it is). DVC tracks
     the file's path, not its content: after changing the file in place, run ``dvc repro -f teacher_play``.
     """
-    from spag.game.rules import DECISIVE
     from spag.partial import resumable_output
     from spag.words import read_words
 
-    t, rules = settings.teacher, settings.game.rules
+    t, game = settings.teacher, _game(settings)
     out = layout.data / "teacher" / "episodes"
     if t.rows:
         from spag.ready_made import import_ready_made_rows
@@ -253,39 +273,34 @@ def teacher_play(settings: Settings, layout: Layout) -> None:
         from spag.game.episodes import import_episodes
 
         try:
-            episodes, held_out = import_episodes(_file(settings, "teacher.episodes"), out, rules=rules,
-                                                 exclude_words=read_words(layout.words / "eval.txt"))
+            held = [] if game.few_targets else read_words(layout.words / "eval.txt")
+            episodes, held_out = import_episodes(_file(settings, "teacher.episodes"), out, game, exclude_words=held)
         except DataError as exc:
             raise DataError("teacher.episodes", None, str(exc)) from None
-        wins = Counter(e["outcome"] for e in episodes if e["outcome"] in DECISIVE)
         summary("teacher_play", f"{len(episodes)} episodes imported from {t.episodes} ({held_out} on held-out "
-                                f"words left out), judged by the {rules} rules; wins for imitation: "
-                                f"attacker {wins['attacker_wins']}, defender {wins['defender_wins']}")
+                                f"targets left out), judged by {game.name}'s judge; {_wins(game, episodes)}")
         return
 
     from spag.game.episodes import PLAY_KIND
     from spag.play import PlayConfig, PlayStats, run_games
 
     seed = settings.seed
-    chosen = _sample_words(layout.words / "train.txt", t.words, seed=f"{seed}-teacher")
+    chosen = _sample_words(layout.words / "train.txt", t.words, f"{seed}-teacher", game)
     model = str(layout.base_model) if t.model == "base" else t.model
-    config = PlayConfig.from_sections(_game(settings), t, seed)
+    config = PlayConfig(game, t, seed, settings.strategies())
     stats = PlayStats()
     # Resumable under `dvc repro`: the shards live beside the declared output until the stage finishes.
     with resumable_output(out, PLAY_KIND) as work:
         episodes = run_games(model, model, chosen, config, backend=t.backend, output=work, resume=True,
                              stale="restart", guess_words=read_words(layout.words / "all.txt"), stats=stats,
                              **t.player_options())
-    wins = Counter(e["outcome"] for e in episodes if e["outcome"] in DECISIVE)
-    summary("teacher_play", f"{stats.line()}; wins for imitation: attacker {wins['attacker_wins']}, "
-                            f"defender {wins['defender_wins']}")
+    summary("teacher_play", f"{stats.line()}; {_wins(game, episodes)}")
 
 
-def _game(settings: Declared):
-    """The game section, its templates file checked to exist."""
-    game = settings.game
-    _templates(settings)
-    return game
+def _wins(game: Game, episodes) -> str:
+    """How many games each role won: the imitation set is made of these."""
+    wins = Counter(game.sides(e["outcome"])[0] for e in episodes)
+    return "wins for imitation: " + ", ".join(f"{role} {wins[role]}" for role in game.roles)
 
 
 def imitation_data(settings: Settings, layout: Layout) -> None:
@@ -294,13 +309,10 @@ def imitation_data(settings: Settings, layout: Layout) -> None:
     from spag.rewards import build_imitation_set
 
     stats = build_imitation_set(layout.data / "teacher" / "episodes", layout.data / "imitation" / "rows.parquet",
-                                seed=settings.seed, sft=settings.imitate.sft, sft_limit=settings.imitate.sft_limit,
-                                rules=settings.game.rules, templates=_templates(settings),
-                                keep_truncated=settings.reward.keep_truncated,
-                                row_prompts=settings.game.row_prompts, sft_format=settings.imitate.sft_format,
-                                replace=OWN)
+                                settings.imitate, _game(settings), seed=settings.seed,
+                                keep_truncated=settings.reward.keep_truncated, replace=OWN)
     write_json_atomic(layout.metrics / "imitation" / "data.json", stats.as_dict(), replace=OWN)
-    if not stats.attacker_games or not stats.defender_games:
+    if not all(stats.role_games.values()):
         print("warning: the imitation set lacks wins of one role; give the teacher more words or a stronger model")
     summary("imitation_data", stats.line())
 
@@ -344,12 +356,11 @@ def _train_online(settings: Declared, layout: Layout, epoch: str) -> None:
 
     p, step, name = settings.play, settings.spag, f"epoch_{epoch}"
     source = layout.words / ("all.txt" if p.include_held_out else "train.txt")
-    words = _sample_words(source, settings.online.words, seed=f"{settings.seed}-{epoch}-online")
+    words = _sample_words(source, settings.online.words, f"{settings.seed}-{epoch}-online", _game(settings))
     seed = settings.seed + int(epoch)
     try:
-        games = OnlineGames(play=PlayConfig.from_sections(_game(settings), p, seed), online=settings.online,
-                            keep_truncated=settings.reward.keep_truncated, backend=p.backend,
-                            gpu_memory_utilization=p.gpu_memory_utilization, max_prompt_tokens=p.max_prompt_tokens)
+        games = OnlineGames(play=PlayConfig(_game(settings), p, seed), online=settings.online,
+                            reward=Reward(keep_truncated=settings.reward.keep_truncated))
     except ValueError as exc:
         key, _, message = str(exc).partition(": ")
         raise ParamsError("params.yaml", key, message) from None
@@ -407,17 +418,11 @@ def reward(settings: Settings, layout: Layout, epoch: str) -> None:
 
     With ``spag.control: true`` the game rows are dropped: the control arm trains on the SFT data alone.
     """
-    from spag.rewards import RewardOptions, build_reward_set
+    from spag.rewards import build_reward_set
 
-    r = settings.reward
-    stats = build_reward_set(
-        layout.epoch(epoch) / "episodes", layout.epoch(epoch) / "rows.parquet", sft=r.sft,
-        sft_limit=r.sft_limit, seed=settings.seed + int(epoch), control=settings.spag.control,
-        options=RewardOptions(decay=r.decay, foul_penalty=r.foul_penalty, loser_reward=r.loser_reward,
-                              role_baseline=r.role_baseline, keep_truncated=r.keep_truncated,
-                              credit=r.credit),
-        rules=settings.game.rules, templates=_templates(settings), row_prompts=settings.game.row_prompts,
-        sft_format=r.sft_format, replace=OWN)
+    stats = build_reward_set(layout.epoch(epoch) / "episodes", layout.epoch(epoch) / "rows.parquet", settings.reward,
+                             _game(settings), seed=settings.seed + int(epoch), control=settings.spag.control,
+                             replace=OWN)
     write_json_atomic(layout.metrics / "epochs" / epoch / "reward.json", stats.as_dict(), replace=OWN)
     summary(f"reward@{epoch}", stats.line())
 
@@ -433,13 +438,13 @@ def play(settings: Settings, layout: Layout, epoch: str) -> None:
     # Each epoch plays a fresh seeded sample of the training words (the paper plays all of them, and the
     # original's list had no held-out part: include_held_out).
     source = layout.words / ("all.txt" if p.include_held_out else "train.txt")
-    chosen = _sample_words(source, p.words, seed=f"{seed}-{epoch}")
+    chosen = _sample_words(source, p.words, f"{seed}-{epoch}", _game(settings))
     model = str(_previous(settings, layout, epoch))
     stats = PlayStats()
     episodes = layout.epoch(epoch) / "episodes"
     # Shards go to a work folder beside the declared output, which DVC does not delete: a killed stage
     # continues from its finished games on the next `dvc repro` (see spag.partial).
-    config = PlayConfig.from_sections(_game(settings), p, seed + int(epoch))
+    config = PlayConfig(_game(settings), p, seed + int(epoch))
     with resumable_output(episodes, PLAY_KIND) as work:
         if p.launcher:  # one rank per GPU (or per tensor-parallel group), the words shared by rank
             from spag.play_job import play_under_launcher
@@ -450,6 +455,9 @@ def play(settings: Settings, layout: Layout, epoch: str) -> None:
                       stats=stats, **p.player_options())
     # The learning-curve numbers of this epoch's self-play (decisive, foul and win rates, lengths), from DuckDB.
     (selfplay,) = run_query("selfplay", str(episodes / "*.parquet"))
+    for line in run_query("win_rate", str(episodes / "*.parquet")):
+        selfplay.update({f"{line['role']}_win_rate": line["win_rate"], f"{line['role']}_win_rate_low": line["ci_low"],
+                         f"{line['role']}_win_rate_high": line["ci_high"]})
     write_json_atomic(layout.metrics / "epochs" / epoch / "selfplay.json", {**selfplay, "provenance": stats.provenance},
                       replace=OWN)
     summary(f"play@{epoch}", f"{stats.line()}; decisive {selfplay['decisive_rate']:.2f}, "
@@ -501,25 +509,27 @@ def evaluate_base(settings: Settings, layout: Layout) -> None:
     summary("evaluate_base", _reasoning_line(scores))
 
 
-FRESH_WORDS = Path(__file__).resolve().parent / "data" / "fresh_eval_words.txt"
-
-
 def _evaluation(settings: Declared, layout: Layout):
-    """(evaluation words, PlayConfig) of every evaluation game: from ``evaluate.seed`` alone, the same for
+    """(evaluation targets, PlayConfig) of every evaluation game: from ``evaluate.seed`` alone, the same for
     every epoch, training seed, baseline and experiment, so all comparisons are paired."""
     from spag.evaluate.games import check_held_out
     from spag.play import PlayConfig
     from spag.words import read_words
 
-    e = settings.evaluate
-    source = FRESH_WORDS if e.word_set == "fresh" else layout.words / "eval.txt"
-    chosen = _sample_words(source, e.words, seed=f"evaluate-{e.seed}")
+    e, game = settings.evaluate, _game(settings)
     if e.word_set == "fresh":
-        check_held_out(chosen, read_words(layout.words / "all.txt"), str(source), "data/words/all.txt")
-    config = PlayConfig.from_sections(_game(settings), e, e.seed)
-    if e.temperature is None:
-        config.temperature = settings.play.temperature
-    return chosen, config
+        try:
+            chosen = _sample(game.fresh_targets(), e.words, seed=f"evaluate-{e.seed}", repeat=game.few_targets)
+        except ValueError as exc:
+            raise ParamsError("params.yaml", "evaluate.word_set", str(exc)) from None
+        check_held_out(game, chosen, read_words(layout.words / "all.txt"), f"{game.name}'s fresh set",
+                       "data/words/all.txt")
+    else:
+        chosen = _sample_words(layout.words / "eval.txt", e.words, f"evaluate-{e.seed}", game)
+    sampling = Evaluate.model_validate({name: getattr(e, name) for name in Sampling.model_fields})
+    if sampling.temperature is None:
+        sampling.temperature = settings.play.temperature
+    return chosen, PlayConfig(game, sampling, e.seed)
 
 
 def _guess_vocabulary(layout: Layout, words: list[str]) -> list[str]:
@@ -529,7 +539,22 @@ def _guess_vocabulary(layout: Layout, words: list[str]) -> list[str]:
     return list(dict.fromkeys([*read_words(layout.words / "all.txt"), *words]))
 
 
-def _clues(layout: Layout) -> list[dict]:
+def _skill_on(settings: Declared) -> bool:
+    """Whether the evaluation measures skill: ``evaluate.skill``, or by default whenever the game has skill
+    metrics."""
+    e = settings.evaluate
+    return bool(e.skill) if e.skill is not None else _game(settings).skill is not None
+
+
+def _baseline_names(settings: Declared) -> list[str]:
+    """The no-training baselines the evaluation plays: ``evaluate.baselines``, or all of the game's."""
+    e, game = settings.evaluate, _game(settings)
+    if e.baselines is not None:
+        return list(e.baselines)
+    return list(game.skill.baselines) if game.skill is not None else []
+
+
+def _material(layout: Layout) -> list[dict]:
     import json
 
     path = layout.data / "skill" / "clues.jsonl"
@@ -537,36 +562,39 @@ def _clues(layout: Layout) -> list[dict]:
 
 
 def skill_clues(settings: Settings, layout: Layout) -> None:
-    """The fixed clue lines of the guess rank: the base model's plain descriptions of each evaluation
-    word, the word blanked out (:func:`spag.evaluate.skill.clue_set`)."""
+    """The fixed inputs of the game's skill metrics (Adversarial Taboo: the clue lines of the guess rank, the
+    base model's plain descriptions of each evaluation word, the word blanked out); none when the evaluation
+    measures no skill."""
     import json
 
-    from spag.evaluate.skill import clue_set
     from spag.io import write_text_atomic
     from spag.players import close_player, load_player
 
+    material: list[dict] = []
     words, config = _evaluation(settings, layout)
     e = settings.evaluate
-    base = load_player(str(layout.base_model), "hf", **e.player_options())
-    try:
-        clues = clue_set(base, words, config, e.clue_lines)
-    finally:
-        close_player(base)
-    write_text_atomic(layout.data / "skill" / "clues.jsonl", "".join(json.dumps(c) + "\n" for c in clues),
+    if _skill_on(settings):
+        base = load_player(str(layout.base_model), "hf", **e.player_options("hf"))
+        try:
+            material = config.game.skill.material(config.game, base, words, config, e.clue_lines)
+        finally:
+            close_player(base)
+    write_text_atomic(layout.data / "skill" / "clues.jsonl", "".join(json.dumps(c) + "\n" for c in material),
                       replace=OWN)
-    summary("skill_clues", f"{len(clues)} clue lines on {len(words)} words ({e.word_set} set) by the base model")
+    summary("skill_clues", f"{len(material)} fixed inputs of the skill metrics on {len(words)} targets "
+                           f"({e.word_set} set) by the base model")
 
 
 def _skill(settings: Declared, layout: Layout, player, judge_player, words: list[str], config) -> dict:
-    from spag.evaluate.skill import measure_skill
-
-    return measure_skill(player, judge_player, words, config, _clues(layout), lines_per_word=settings.evaluate.seeds,
-                         seed=settings.evaluate.seed)
+    return config.game.skill.measure(config.game, player, judge_player, words, config, _material(layout),
+                                     per_target=settings.evaluate.seeds, seed=settings.evaluate.seed)
 
 
 def _skill_line(skill: dict) -> str:
-    return (f"clue rank {skill['clue_rank']['value']:.1f}, guess rank {skill['guess_rank']['value']:.1f} "
-            f"(chance {skill['clue_rank']['chance']:.1f})")
+    shown = [f"{metric.replace('_', ' ')} {entry['value']:.2f}" for metric, entry in skill.items()
+             if isinstance(entry, dict) and "value" in entry]
+    chance = next((entry["chance"] for entry in skill.values() if isinstance(entry, dict) and "chance" in entry), None)
+    return ", ".join(shown) + (f" (chance rank {chance:.1f})" if chance is not None else "")
 
 
 def evaluate_imitation(settings: Settings, layout: Layout) -> None:
@@ -575,9 +603,9 @@ def evaluate_imitation(settings: Settings, layout: Layout) -> None:
 
     scores = _benchmark(settings, layout, layout.model("imitation"), layout.metrics / "imitation")
     line = _reasoning_line(scores)
-    if settings.evaluate.skill:
+    if _skill_on(settings):
         words, config = _evaluation(settings, layout)
-        options = settings.evaluate.player_options()
+        options = settings.evaluate.player_options("hf")
         model = load_player(str(layout.model("imitation")), "hf", **options)
         judge_player = load_player(str(layout.base_model), "hf", **options)
         try:
@@ -592,44 +620,50 @@ def evaluate_imitation(settings: Settings, layout: Layout) -> None:
 
 
 def baselines(settings: Settings, layout: Layout) -> None:
-    """Each no-training baseline (:mod:`spag.evaluate.baselines`) against the imitation model on the
-    evaluation words and seeds, with its skill metrics: ``metrics/baselines/NAME.json``."""
-    from spag.evaluate.baselines import BASE, IMITATION, baseline_player, strongest
-    from spag.evaluate.games import evaluate_models
+    """Each of the game's no-training baselines (:class:`spag.game.base.SkillMetrics`) against the imitation
+    model on the evaluation words and seeds, with its skill metrics: ``metrics/baselines/NAME.json``."""
+    from spag.evaluate.games import evaluate_models, strongest
     from spag.partial import resumable_output
     from spag.players import close_player, load_player
 
     e = settings.evaluate
     words, config = _evaluation(settings, layout)
-    options = e.player_options()
-    players = {IMITATION: load_player(str(layout.model("imitation")), "hf", **options),
-               BASE: load_player(str(layout.base_model), "hf", **options)}
+    names, skill_on = _baseline_names(settings), _skill_on(settings)
     results = {}
     (layout.metrics / "baselines").mkdir(parents=True, exist_ok=True)
-    try:
-        with resumable_output(layout.data / "baselines" / "episodes", "evaluate") as work:
-            work.mkdir(parents=True, exist_ok=True)
-            for name in e.baselines:
-                player = baseline_player(name, players)
-                games = evaluate_models(player, players[IMITATION], words, config, episodes_out=work / name,
-                                        resume=True, stale="restart", seeds=e.seeds,
-                                        guess_words=_guess_vocabulary(layout, words))
-                entry = {"games": games}
-                if e.skill:
-                    entry["skill"] = _skill(settings, layout, player, players[BASE], words, config)
-                results[name] = entry
-                write_json_atomic(layout.metrics / "baselines" / f"{name}.json", entry, replace=OWN)
-    finally:
-        close_player(*players.values())
+    if names:
+        options = e.player_options("hf")
+        players = {"imitation": load_player(str(layout.model("imitation")), "hf", **options),
+                   "base": load_player(str(layout.base_model), "hf", **options)}
+        try:
+            with resumable_output(layout.data / "baselines" / "episodes", "evaluate") as work:
+                work.mkdir(parents=True, exist_ok=True)
+                for name in names:
+                    player = config.game.skill.baseline(name, players)
+                    games = evaluate_models(player, players["imitation"], words, config, episodes_out=work / name,
+                                            resume=True, stale="restart", seeds=e.seeds,
+                                            guess_words=_guess_vocabulary(layout, words))
+                    entry = {"games": games}
+                    if skill_on:
+                        entry["skill"] = _skill(settings, layout, player, players["base"], words, config)
+                    results[name] = entry
+                    write_json_atomic(layout.metrics / "baselines" / f"{name}.json", entry, replace=OWN)
+        finally:
+            close_player(*players.values())
+    else:
+        from spag.outputs import mark_output_dir
+
+        mark_output_dir(layout.data / "baselines" / "episodes", "evaluate")  # the declared output, empty
     best = strongest({name: r["games"] for name, r in results.items()})
     scores = ", ".join(f"{name} {r['games']['bootstrap']['score']['value']:.3f}" for name, r in results.items())
-    summary("baselines", f"score vs imitation: {scores}; strongest: {best}")
+    summary("baselines", f"score vs imitation: {scores}; strongest: {best}" if results else
+            f"no baselines ({config.game.name} has none, or evaluate.baselines is empty)")
 
 
 def _strongest_baseline(layout: Layout, names) -> str | None:
     import json
 
-    from spag.evaluate.baselines import strongest
+    from spag.evaluate.games import strongest
 
     results = {name: json.loads((layout.metrics / "baselines" / f"{name}.json").read_text())["games"]
                for name in names}
@@ -640,40 +674,39 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
     """Epoch N against the imitation model (with ``vs_previous`` also against epoch N-1, with
     ``vs_baseline`` against the strongest no-training baseline) on the evaluation words, both roles,
     ``evaluate.seeds`` games per word and role; its skill metrics; then its benchmark scores."""
-    from spag.evaluate.baselines import BASE, IMITATION, baseline_player
     from spag.evaluate.games import evaluate_models
-    from spag.evaluate.skill import compare_skill
     from spag.partial import resumable_output
     from spag.players import close_player, load_player
 
     e = settings.evaluate
     chosen, config = _evaluation(settings, layout)
+    game, skill_on = config.game, _skill_on(settings)
     model = layout.model(f"epoch_{epoch}")
-    options = e.player_options()
+    options, hf = e.player_options(), e.player_options("hf")
     opponents: dict[str, Any] = {"vs_imitation": layout.model("imitation")}
     previous = _previous(settings, layout, epoch)
     if e.vs_previous and previous != layout.model("imitation"):
         opponents["vs_previous"] = previous
     player = load_player(str(model), e.backend, **options)  # loaded once for every match
     base = None
-    if e.vs_baseline or e.skill:
-        base = load_player(str(layout.base_model), "hf", **options)
+    if e.vs_baseline or skill_on:
+        base = load_player(str(layout.base_model), "hf", **hf)
     # Episodes go to a work folder beside the declared output, which DVC does not delete: a killed stage
     # continues from its finished games on the next `dvc repro` (see spag.partial). Each opponent is
     # loaded for its match and closed after it (evaluate_models closes what it loads).
     try:
         if e.vs_baseline:
-            name = _strongest_baseline(layout, e.baselines)
-            imitation = load_player(str(layout.model("imitation")), "hf", **options)
-            opponents["vs_baseline"] = baseline_player(name, {IMITATION: imitation, BASE: base})
+            name = _strongest_baseline(layout, _baseline_names(settings))
+            imitation = load_player(str(layout.model("imitation")), "hf", **hf)
+            opponents["vs_baseline"] = game.skill.baseline(name, {"imitation": imitation, "base": base})
         with resumable_output(layout.epoch(epoch) / "eval_episodes", "evaluate") as work:
             games = {name: evaluate_models(player, opponent, chosen, config, episodes_out=work / name,
                                            resume=True, stale="restart", seeds=e.seeds, backend=e.backend,
                                            guess_words=_guess_vocabulary(layout, chosen), **options)
                      for name, opponent in opponents.items()}
         skill = None
-        if e.skill:  # log-probabilities need the hf backend
-            scorer = player if e.backend == "hf" else load_player(str(model), "hf", **options)
+        if skill_on:  # log-probabilities need the hf backend
+            scorer = player if e.backend == "hf" else load_player(str(model), "hf", **hf)
             try:
                 skill = _skill(settings, layout, scorer, base, chosen, config)
             finally:
@@ -686,16 +719,20 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
         import json
 
         imitation_skill = json.loads((layout.metrics / "imitation" / "skill.json").read_text())
-        skill["vs_imitation"] = compare_skill(skill, imitation_skill, seed=e.seed)
+        skill["vs_imitation"] = game.skill.compare(skill, imitation_skill, seed=e.seed)
     write_json_atomic(layout.metrics / "epochs" / epoch / "skill.json", skill or {"skill": "off"}, replace=OWN)
     scores = _benchmark(settings, layout, model, layout.metrics / "epochs" / epoch)
-    rates = "; ".join(
-        f"{name}: score {g['bootstrap']['score']['value']:.3f} [{g['bootstrap']['score']['low']:.3f}, "
-        f"{g['bootstrap']['score']['high']:.3f}] over {g['games']} games, attacker foul rate "
-        f"{g['bootstrap']['attacker_foul_rate']['value']:.2f}" for name, g in games.items())
+    rates = "; ".join(f"{name}: score {_interval_text(g['bootstrap']['score'])} over {g['games']} games, "
+                      + ", ".join(f"{key.replace('_', ' ')} {value['value']:.2f}"
+                                  for key, value in g["bootstrap"].items() if key.endswith("_foul_rate"))
+                      for name, g in games.items())
     if skill is not None:
         rates += "; " + _skill_line(skill)
     summary(f"evaluate@{epoch}", f"{rates}; {_reasoning_line(scores)}")
+
+
+def _interval_text(point: dict) -> str:
+    return f"{point['value']:.3f} [{point['low']:.3f}, {point['high']:.3f}]"
 
 
 def _delta_text(d: dict | None) -> str:
@@ -708,28 +745,32 @@ def report(settings: Settings, layout: Layout) -> None:
     from spag.report import write_report
 
     epochs = sorted(int(e) for e in settings.spag.epochs)
+    game = game_class(settings.game.name)
     result = write_report(layout.metrics, epochs)
-    print("epoch  score vs imitation  95% interval      games  attacker foul  self-play decisive  foul")
+    print("epoch  score vs imitation  95% interval      games  own fouls  self-play decisive  foul")
     for epoch, entry in result["epochs"].items():
         s = entry.get("score_vs_imitation")
         sp = entry.get("selfplay", {})
-        foul = entry.get("foul_rate", {}).get("attacker", {}).get("value", float("nan"))
+        fouls = sum(point["value"] for point in entry.get("foul_rate", {}).values())
         if s:
-            print(f"{epoch:>5}  {s['value']:>18.3f}  [{s['low']:.3f}, {s['high']:.3f}]  {s['games']:>7}  {foul:>13.2f}"
+            print(f"{epoch:>5}  {s['value']:>18.3f}  [{s['low']:.3f}, {s['high']:.3f}]  {s['games']:>7}  {fouls:>9.2f}"
                   f"  {sp.get('decisive_rate', float('nan')):>18.2f}  {sp.get('foul_rate', float('nan')):.2f}")
-    print("epoch  induced words  correct guesses  clue rank delta [95%]     guess rank delta [95%]     "
-          "vs strongest baseline [95%]")
+    # Wins by the model's own play in each role (Adversarial Taboo: an induced word, a correct guess).
+    own = [(role, part) for role in game.roles for cause, part in game.parts[role].items()
+           if cause in game.skill_causes and part.startswith("win")]
+    print("epoch  " + "  ".join(f"{role} {part}" for role, part in own) + "  skill deltas [95%]  vs strongest baseline [95%]")
     for epoch, entry in result["epochs"].items():
         parts = entry.get("decomposition")
         if not parts:
             continue
         skill = entry.get("skill", {})
-        clue, guess = (_delta_text(skill.get(m, {}).get("vs_imitation")) for m in ("clue_rank", "guess_rank"))
+        deltas = ", ".join(f"{m} {_delta_text(v.get('vs_imitation'))}" for m, v in skill.items()
+                           if isinstance(v, dict) and "vs_imitation" in v)
         base = entry.get("vs_baselines", {}).get("vs_strongest")
         versus = (f"{base['value']:+.3f} [{base['low']:+.3f}, {base['high']:+.3f}] "
                   f"{entry['vs_baselines']['strongest']}") if base else ""
-        print(f"{epoch:>5}  {parts['attacker']['win_induced_word']['value']:>13.3f}  "
-              f"{parts['defender']['win_correct_guess']['value']:>15.3f}  {clue:>24}  {guess:>24}  {versus}")
+        print(f"{epoch:>5}  " + "  ".join(f"{parts[role][part]['value']:>{len(role) + len(part) + 1}.3f}"
+                                          for role, part in own) + f"  {deltas}  {versus}")
     _print_reasoning(result.get("reasoning", {}))
     final = result.get("final", {}).get("score_vs_imitation")
     summary("report", f"{len(epochs)} epochs; final score vs imitation "

@@ -1,11 +1,10 @@
-"""The self-play engine: many games of Adversarial Taboo advanced together, turn by turn.
+"""The self-play engine: many games advanced together, turn by turn, whatever the game (:mod:`spag.game`).
 
 Up to ``batch_size`` games are live at once. Each step asks every live game's next speaker for one
-utterance, all in one call per player (when the same model plays both sides, attacker and defender
-prompts of a step go in one batch). After each step the judge (:func:`spag.game.rules.judge`) looks at
-every game; a game it decides, or one that reached ``2 * max_turns`` utterances, leaves at once and a
-game for the next target word takes its place. (With ``end="guess-phrase"``, the original's rule, a game
-stops only after a defender line saying "i know the word" or after all its turns, and is judged then.)
+utterance, all in one call per player (when the same model plays both sides, the two roles' prompts of a
+step go in one batch). After each step the game says which games are over (its judge decided, or
+``2 * max_turns`` utterances were said: :meth:`spag.game.base.Game.is_over`); a finished game leaves at
+once and a game for the next target takes its place.
 
 Finished episodes are written as Parquet shards (``OUT/shard-00000.parquet``, ...; under several ranks
 ``shard-r1-00000.parquet``) each time ``batch_size`` of them are ready and when the run stops, however
@@ -16,10 +15,10 @@ its games, and a content hash of each player's model (:mod:`spag.fingerprint`): 
 a setting or a model changed (a retrain to the same path) says so and plays every game again, instead of
 passing off the old games as the new model's.
 
-Teacher strategies (``foul_retries``, ``coached_attacker``, ``final_guess``) are off by default: they
-are for a weak teacher whose winning games become imitation data. They wrap the players
-(:mod:`spag.teacher`); the engine only asks each player's speaker for its turns. The episodes' layout
-on disk (shards, schema) is :mod:`spag.game.episodes`.
+A game's strategies (Adversarial Taboo's coached attacker, foul retries, dictionary guess) are off by
+default: they are for a weak teacher whose winning games become imitation data, and for baselines. They
+wrap the players (:meth:`spag.game.base.Game.speaker`); the engine only asks each player's speaker for its
+turns. The episodes' layout on disk (shards, schema) is :mod:`spag.game.episodes`.
 
 Sampling seeds are derived per game and utterance (run seed, word index, utterance number), so a game
 plays the same whatever other games share its batch, and a resumed run matches an uninterrupted one.
@@ -35,88 +34,97 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spag.config import Game, Sampling, Teacher, check, default
+from pydantic import ValidationError
+
+from spag.config import Sampling, describe
 from spag.console import progress
 from spag.devices import hf_rank_device, local_rank, pin_rank_to_gpus
 from spag.fingerprint import model_fingerprint
+from spag.game.base import Game
 from spag.game.episodes import SETTINGS_CHECKED_ON_RESUME, EpisodeStore, episode_settings
-from spag.game.original_prompts import play_query
-from spag.game.prompts import Template, build_prompt, next_role, play_template
-from spag.game.rules import ATTACKER, OUTCOMES, judge
+from spag.game.registry import DEFAULT_GAME, game_class
 from spag.io import DataError
 from spag.outputs import writing
 from spag.players import close_player, load_player
-from spag.players.base import STOP_STRINGS, Player, Speaker, Turn, clean_reply, derive_seed
+from spag.players.base import Player, Speaker, Turn, derive_seed
 from spag.provenance import record
+from spag.schema import Section
 from spag.signals import uninterrupted
-from spag.teacher import speaker, speakers
-
-# Everything an episode depends on: a kept episode must match all of them, or the run plays again.
-GUESS_PHRASE = "i know the word"  # game.end: guess-phrase stops a game after a defender line with it
 
 
 @dataclass
 class PlayConfig:
-    max_turns: int = default(Game, "max_turns")
-    temperature: float = default(Sampling, "temperature")  # 0 means greedy
-    top_k: int = default(Sampling, "top_k")
-    max_new_tokens: int = default(Sampling, "max_new_tokens")
-    min_new_tokens: int = default(Sampling, "min_new_tokens")
+    """The games a model plays: the ``game`` (its settings), how each utterance is sampled (``sampling``: a
+    play, teacher or evaluate section, or any :class:`~spag.config.Sampling`), the run's ``seed`` and the
+    game's ``strategies`` the players use (None: none on). It holds the validated sections themselves;
+    :meth:`of` builds one from knobs by name, for code and tests that set a few."""
+
+    game: Game = field(default_factory=lambda: game_class(DEFAULT_GAME)())
+    sampling: Sampling = field(default_factory=Sampling)
     seed: int = 0
-    batch_size: int = default(Sampling, "batch_size")
-    examples: bool = False        # worked examples in the play prompt, for a weak teacher
-    empty_retries: int = 2        # resamples of a reply that comes back empty
-    # Teacher strategies (off in self-play; see spag.teacher):
-    foul_retries: int = 0         # resamples of an attacker utterance that breaks the rules
-    coached_attacker: bool = False  # attacker lines describe the word when asked to, the word blanked out
-    final_guess: bool = False     # the defender's last utterance is a dictionary guess
-    rules: str = default(Game, "rules")  # the judge's rule set: whole-word, or original (the original code's)
-    templates: str | None = default(Game, "templates")  # a templates file; None: the shipped one
-    play_prompts: str = default(Game, "play_prompts")  # templates, or original (the original's play prompt)
-    replies: str = default(Game, "replies")  # clean, or raw (the decoded reply as it is)
-    end: str = default(Game, "end")  # decided (stop once judged), or guess-phrase (the original's)
+    strategies: Section | None = None
 
     def __post_init__(self):
-        check(Game, max_turns=self.max_turns, rules=self.rules, templates=self.templates,
-              play_prompts=self.play_prompts, replies=self.replies, end=self.end)
-        check(Teacher, temperature=self.temperature, top_k=self.top_k, max_new_tokens=self.max_new_tokens,
-              min_new_tokens=self.min_new_tokens, batch_size=self.batch_size, examples=self.examples,
-              foul_retries=self.foul_retries, coached_attacker=self.coached_attacker, final_guess=self.final_guess)
-        if self.empty_retries < 0:
-            raise ValueError(f"empty_retries: must be >= 0, got {self.empty_retries!r}")
+        if self.strategies is None:
+            self.strategies = self.game.Strategies()
+        elif not isinstance(self.strategies, self.game.Strategies):
+            raise ValueError(f"strategies: {type(self.strategies).__name__} are not the strategies of {self.game.name}")
 
     @classmethod
-    def from_sections(cls, game: Game, sampling: Sampling, seed: int, **strategies) -> PlayConfig:
-        """The games ``sampling`` (a play, teacher or evaluate section) plays in ``game``: the one place a
-        PlayConfig is assembled from settings. A teacher section brings its strategies; ``strategies``
-        override them."""
-        if isinstance(sampling, Teacher):
-            strategies = {**sampling.strategies(), **strategies}
-        return cls(max_turns=game.max_turns, rules=game.rules, templates=game.templates,
-                   play_prompts=game.play_prompts, replies=game.replies, end=game.end, seed=seed,
-                   temperature=sampling.temperature, top_k=sampling.top_k,
-                   max_new_tokens=sampling.max_new_tokens, min_new_tokens=sampling.min_new_tokens,
-                   empty_retries=sampling.empty_retries, batch_size=sampling.batch_size, **strategies)
+    def of(cls, game: str | Game = DEFAULT_GAME, seed: int = 0, **knobs) -> PlayConfig:
+        """A PlayConfig of ``game`` (a name: its default settings) with ``knobs`` set, each in the section
+        that declares it (the game's settings, sampling, strategies); ValueError for one none declares."""
+        if isinstance(game, str):
+            game = game_class(game)()
+        sections = (type(game.settings), Sampling, game.Strategies)
+        values: tuple[dict, dict, dict] = ({}, {}, {})
+        for key, value in knobs.items():
+            owner = next((i for i, section in enumerate(sections) if key in section.model_fields), None)
+            if owner is None or key == "name":
+                raise ValueError(f"{key}: not a setting of the game {game.name}, of sampling or of its strategies")
+            values[owner][key] = value
+        made = []
+        for section, given in zip(sections, ({**game.settings.model_dump(), **values[0]}, *values[1:])):
+            try:
+                made.append(section.model_validate(given))
+            except ValidationError as exc:
+                key, message = describe(exc.errors()[0], section)
+                raise ValueError(f"{key}: {message}") from None
+        return cls(type(game)(made[0]), made[1], seed, made[2])
 
-    @property
-    def template(self) -> Template:
-        return play_template(self.templates, examples=self.examples)
+    def to_json(self) -> dict:
+        """The settings as JSON (a job file for a launched process): :meth:`from_json` reads them back."""
+        return {"game": self.game.settings.model_dump(mode="json"), "seed": self.seed,
+                "sampling": {name: getattr(self.sampling, name) for name in Sampling.model_fields},
+                "strategies": self.strategies.model_dump(mode="json")}
+
+    @classmethod
+    def from_json(cls, data: dict) -> PlayConfig:
+        game = game_class(data["game"]["name"])
+        return cls(game(game.Settings.model_validate(data["game"])), Sampling.model_validate(data["sampling"]),
+                   data["seed"], game.Strategies.model_validate(data["strategies"]))
 
     def prompt(self, role: str, word: str, history: Sequence[dict]) -> str:
-        """What ``role`` is asked after ``history``: the templates' prompt or the original's."""
-        if self.play_prompts == "original":
-            return play_query(history, word, self.max_turns)
-        return build_prompt(role, word, history, self.max_turns, self.template)
+        """What ``role`` is asked after ``history``: the game's prompt."""
+        return self.game.prompt(role, word, history, self.strategies)
 
     def is_over(self, word: str, history: Sequence[dict]) -> bool:
-        """Whether a game stops here: all its turns played, or (``end``) the judge decided / a defender
-        line said the guess phrase."""
-        if len(history) >= 2 * self.max_turns:
-            return True
-        if self.end == "guess-phrase":
-            last = history[-1] if history else None
-            return last is not None and last["role"] != ATTACKER and GUESS_PHRASE in last["content"].lower()
-        return judge(word, history, self.max_turns, self.rules).decided
+        return self.game.is_over(word, history)
+
+    def opening_lines(self, attacker: Player, words: list[str], *, show_progress: bool = False) -> list[str]:
+        """The opening utterance on each word: what :func:`play_games` would have ``attacker`` (the role
+        that opens) say first, with the same seeds and the strategies it plays with, without playing the
+        rest of the game."""
+        opening = self.game.speaker(attacker, (self.game.roles[0],), self.strategies, seed=self.seed)
+        games = [_Game(index=i, word=w) for i, w in enumerate(words)]
+        stats = PlayStats()
+        size = self.sampling.batch_size
+        with progress(total=len(games), desc="opening lines", unit="line", disable=not show_progress) as bar:
+            for start in range(0, len(games), size):
+                batch = games[start:start + size]
+                _speak(opening, batch, self, stats)
+                bar.update(len(batch))
+        return [g.history[0]["content"] for g in games]
 
 
 @dataclass
@@ -131,15 +139,15 @@ class PlayStats:
     empty_replies: int = 0
     truncated_replies: int = 0
     resampled_replies: int = 0
-    resampled_fouls: int = 0
-    final_guesses: int = 0
+    resampled_fouls: int = 0      # of those, replies a strategy rejected (a rule-breaking line)
+    given_replies: int = 0        # turns a strategy answered without the model (Taboo's dictionary guess)
     seconds: float = 0.0
     provenance: dict = field(default_factory=dict)  # how the players ran, on what (spag.provenance.record)
 
     def line(self) -> str:
         rate = self.games / self.seconds if self.seconds else 0.0
         tokens = self.generated_tokens / self.seconds if self.seconds else 0.0
-        outcomes = ", ".join(f"{o} {self.outcomes.get(o, 0)}" for o in OUTCOMES)
+        outcomes = ", ".join(f"{o} {n}" for o, n in self.outcomes.items())
         text = (f"{self.games} games ({outcomes}) in {self.seconds:.1f}s: {rate:.2f} games/s, "
                 f"{self.generated_tokens} tokens generated ({tokens:.1f} tokens/s); "
                 f"{self.empty_replies} empty replies, {self.truncated_replies} truncated at max_new_tokens")
@@ -147,8 +155,8 @@ class PlayStats:
             text += f", {self.resampled_replies} resampled"
             if self.resampled_fouls:
                 text += f" ({self.resampled_fouls} for breaking the rules)"
-        if self.final_guesses:
-            text += f", {self.final_guesses} final guesses"
+        if self.given_replies:
+            text += f", {self.given_replies} said by a strategy without the model"
         if self.resumed:
             text += f"; {self.resumed} episodes kept from before"
         return text
@@ -236,10 +244,10 @@ def _speak(speaker: Speaker, games: list[_Game], config: PlayConfig, stats: Play
     """
     turns = [_turn(g, config) for g in games]
     given = speaker.given(turns)
-    for game, text in zip(games, given):
+    for game, turn, text in zip(games, turns, given):
         if text is not None:
-            _say(game, text, 0, False, stats)
-            stats.final_guesses += 1
+            _say(game, turn.role, text, 0, False, stats)
+            stats.given_replies += 1
     waiting = [i for i, text in enumerate(given) if text is None]
     games, turns = [games[i] for i in waiting], [turns[i] for i in waiting]
     if not games:
@@ -247,21 +255,21 @@ def _speak(speaker: Speaker, games: list[_Game], config: PlayConfig, stats: Play
     prompts = [speaker.prompt(t) for t in turns]
     todo = list(range(len(games)))
     results: dict[int, tuple[str, object]] = {}
-    min_new = config.min_new_tokens
-    clean = config.replies == "clean"
-    stops = STOP_STRINGS if clean else ()  # raw: the reply runs to the end-of-turn token, as the original's
-    for attempt in range(max(config.empty_retries, speaker.resamples) + 1):
+    sampling, stops = config.sampling, config.game.stops()
+    min_new = sampling.min_new_tokens
+    for attempt in range(max(sampling.empty_retries, speaker.resamples) + 1):
         seeds = [derive_seed(config.seed, games[i].index, len(games[i].history), attempt) for i in todo]
-        replies = speaker.player.generate([prompts[i] for i in todo], temperature=config.temperature,
-                                          top_k=config.top_k, max_new_tokens=config.max_new_tokens,
-                                          min_new_tokens=min_new, seed=seeds, stop=stops)
+        replies = speaker.player.generate([prompts[i] for i in todo], temperature=sampling.temperature,
+                                          top_k=sampling.top_k, max_new_tokens=sampling.max_new_tokens,
+                                          min_new_tokens=min_new, seed=seeds, stop=stops.strings,
+                                          stop_pattern=stops.pattern)
         again, empty = [], False
         for i, reply in zip(todo, replies):
             games[i].generated_tokens += reply.n_tokens
             stats.generated_tokens += reply.n_tokens
-            text = speaker.utterance(turns[i], clean_reply(reply.text) if clean else reply.text)
+            text = speaker.utterance(turns[i], config.game.utterance(reply.text))
             results[i] = (text, reply)
-            if not text and attempt < config.empty_retries:
+            if not text and attempt < sampling.empty_retries:
                 again.append(i)
                 empty = True
             elif text and attempt < speaker.resamples and speaker.rejects(turns[i], text):
@@ -272,31 +280,31 @@ def _speak(speaker: Speaker, games: list[_Game], config: PlayConfig, stats: Play
         stats.resampled_replies += len(again)
         todo = again
         if empty:
-            min_new = min(config.max_new_tokens, 2 * min_new + 2)  # ask for a little more before it may stop
+            min_new = min(sampling.max_new_tokens, 2 * min_new + 2)  # ask for a little more before it may stop
     for i, game in enumerate(games):
         text, reply = results[i]
-        _say(game, text, reply.n_tokens, reply.truncated, stats)
+        _say(game, turns[i].role, text, reply.n_tokens, reply.truncated, stats)
 
 
 def _turn(game: _Game, config: PlayConfig) -> Turn:
-    role = next_role(game.history)
+    role = config.game.next_role(game.history)
     return Turn(role, game.word, game.history, config.prompt(role, game.word, game.history))
 
 
-def _say(game: _Game, text: str, n_tokens: int, truncated: bool, stats: PlayStats) -> None:
+def _say(game: _Game, role: str, text: str, n_tokens: int, truncated: bool, stats: PlayStats) -> None:
     if not text:
         game.empty_replies += 1
         stats.empty_replies += 1
     if truncated:
         game.truncated_replies += 1
         stats.truncated_replies += 1
-    game.history.append({"role": next_role(game.history), "content": text, "n_tokens": int(n_tokens),
+    game.history.append({"role": role, "content": text, "n_tokens": int(n_tokens),
                          "truncated": bool(truncated)})
     stats.utterances += 1
 
 
 def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
-    verdict = judge(game.word, game.history, config.max_turns, config.rules)
+    verdict = config.game.judge(game.word, game.history)
     return {
         "target_word": game.word, "word_index": game.index, "history": game.history, "outcome": verdict.outcome,
         "turns": verdict.turns, **models, **episode_settings(config),
@@ -314,8 +322,8 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
 
     With ``output``, episodes are written incrementally (see the module docstring) and, with
     ``resume``, episodes already there are kept and returned with the new ones, in word order.
-    ``stats`` (optional) is filled in for a summary line. ``guess_words`` is the public vocabulary the
-    defender guesses from when ``config.final_guess`` is on. An output directory must be new, empty or a
+    ``stats`` (optional) is filled in for a summary line. ``guess_words`` is the game's public vocabulary,
+    for a strategy that chooses among the targets (Adversarial Taboo's dictionary guess). An output directory must be new, empty or a
     previous ``spag play`` output (:mod:`spag.outputs`); ``overwrite`` replaces a previous one's episodes.
     Episodes kept from a run with other words, settings or models are never reused: with ``stale="refuse"``
     (``spag play --resume``) the run stops and says why, so no game is thrown away unasked; with
@@ -339,6 +347,7 @@ def _play_games(attacker: Player, defender: Player, words: list[str], config: Pl
     """:func:`play_games` with its output store (None: no output) claimed and locked; this process plays the
     words of index ``rank`` modulo ``world``."""
     stats = stats if stats is not None else PlayStats()
+    stats.outcomes.update(dict.fromkeys(config.game.outcomes, 0))  # the summary line names every outcome
     stats.provenance = record(attacker=attacker, defender=defender)
     attacking_speaker, defending_speaker = speakers(attacker, defender, config, guess_words)
     models = {"attacker_model": attacker.name, "defender_model": defender.name,
@@ -359,7 +368,7 @@ def _play_games(attacker: Player, defender: Player, words: list[str], config: Pl
                    disable=not show_progress)
     try:
         while True:
-            while len(live) < config.batch_size:  # a finished game's place goes to the next word at once
+            while len(live) < config.sampling.batch_size:  # a finished game's place goes to the next word at once
                 index = next(queue, None)
                 if index is None:
                     break
@@ -382,7 +391,7 @@ def _play_games(attacker: Player, defender: Player, words: list[str], config: Pl
             elapsed = time.perf_counter() - start
             bar.set_postfix(tok_s=f"{stats.generated_tokens / max(elapsed, 1e-9):.0f}",
                             empty=stats.empty_replies, refresh=False)
-            if store is not None and len(unwritten) >= config.batch_size:
+            if store is not None and len(unwritten) >= config.sampling.batch_size:
                 with uninterrupted():  # a signal now must not write these games twice (in the flush below)
                     store.append(unwritten)
                     unwritten = []
@@ -420,6 +429,19 @@ def _claim_and_resume(store: EpisodeStore, words: list[str], config: PlayConfig,
     return done
 
 
+def speakers(attacker: Player, defender: Player, config: PlayConfig, vocabulary: Sequence[str] | None = None
+             ) -> tuple[Speaker, Speaker]:
+    """(the opening role's speaker, the other's), with the strategies of ``config`` (a player that brings
+    its own keeps them); one speaker for both roles when both are the same player, so that their turns go
+    in one batch."""
+    game, options = config.game, {"seed": config.seed, "vocabulary": vocabulary}
+    if attacker is defender:
+        both = game.speaker(attacker, game.roles, config.strategies, **options)
+        return both, both
+    return (game.speaker(attacker, game.roles[:1], config.strategies, **options),
+            game.speaker(defender, game.roles[1:], config.strategies, **options))
+
+
 def _play_one_utterance(attacking_speaker: Speaker, defending_speaker: Speaker, live: list[_Game],
                         config: PlayConfig, stats: PlayStats) -> None:
     """Every live game moves on by one utterance, from whichever player's turn it is."""
@@ -427,26 +449,12 @@ def _play_one_utterance(attacking_speaker: Speaker, defending_speaker: Speaker, 
         _speak(attacking_speaker, live, config, stats)
         return
     # Split before anyone speaks: a game whose attacker just spoke waits for the next step.
-    attacking = [g for g in live if next_role(g.history) == ATTACKER]
-    defending = [g for g in live if next_role(g.history) != ATTACKER]
+    opener = config.game.roles[0]
+    attacking = [g for g in live if config.game.next_role(g.history) == opener]
+    defending = [g for g in live if config.game.next_role(g.history) != opener]
     for speaking, turn in ((attacking_speaker, attacking), (defending_speaker, defending)):
         if turn:
             _speak(speaking, turn, config, stats)
-
-
-def opening_lines(attacker: Player, words: list[str], config: PlayConfig, *, show_progress: bool = False
-                  ) -> list[str]:
-    """The attacker's first utterance on each word: what :func:`play_games` would have it say first, with
-    the same seeds and the strategies it plays with, without playing the rest of the game."""
-    attacking = speaker(attacker, (ATTACKER,), config)
-    games = [_Game(index=i, word=w) for i, w in enumerate(words)]
-    stats = PlayStats()
-    with progress(total=len(games), desc="opening lines", unit="line", disable=not show_progress) as bar:
-        for start in range(0, len(games), config.batch_size):
-            batch = games[start:start + config.batch_size]
-            _speak(attacking, batch, config, stats)
-            bar.update(len(batch))
-    return [g.history[0]["content"] for g in games]
 
 
 def place_rank(backend: str, player_options: dict) -> None:

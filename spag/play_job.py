@@ -37,7 +37,7 @@ def play_under_launcher(launcher: str, model: str, words: list[str], config: Pla
     output = Path(output)
     drop_stale_episodes(output, words, config, model, model)
     job_file = output.parent / f".{output.name}.play-job.json"
-    write_json_atomic(job_file, {"model": model, "words": list(words), "config": dataclasses.asdict(config),
+    write_json_atomic(job_file, {"model": model, "words": list(words), "config": config.to_json(),
                                  "backend": backend, "player_options": player_options, "output": str(output)})
     for old in job_file.parent.glob(f"{job_file.stem}.stats-r*.json"):
         old.unlink()
@@ -75,7 +75,7 @@ def main(argv: list[str]) -> None:
     job_file = Path(job_file)
     job = json.loads(job_file.read_text(encoding="utf-8"))
     stats = PlayStats()
-    run_games(job["model"], job["model"], job["words"], PlayConfig(**job["config"]), backend=job["backend"],
+    run_games(job["model"], job["model"], job["words"], PlayConfig.from_json(job["config"]), backend=job["backend"],
               output=job["output"], resume=True, stale="refuse", stats=stats,
               show_progress=os.environ.get("LOCAL_RANK", "0") == "0", **job["player_options"])
     rank, _ = rank_and_world()

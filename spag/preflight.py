@@ -32,6 +32,7 @@ import shlex
 import shutil
 import sys
 import sysconfig
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ from spag.devices import auto_processes, cuda_unusable, launcher_processes, nvid
 from spag.evaluate.benchmark import datasets_for, hub_reachable, offline_requested
 from spag.evaluate.benchmark_data import DATASETS
 from spag.memory import DTYPE_BYTES, GIB, model_shape, read_config, rows_that_fit, vllm_kv_tokens
+from spag.schema import PathStr
 from spag.stage_table import STAGES
 
 LOCK_PYTHON = (3, 11)  # requirements/lock.sh resolves both locks for this Python (--python-version)
@@ -370,6 +372,12 @@ def settled_stages(root: Path, params: dict, names: list[str], running: str | No
     return settled
 
 
+def _game_files(game) -> list[Problem | None]:
+    """The files the game's settings name (Adversarial Taboo's templates file), each checked to exist."""
+    return [file_problem(f"game.{name}", getattr(game, name)) for name, field in type(game).model_fields.items()
+            if PathStr in typing.get_args(field.annotation) or field.annotation is PathStr]
+
+
 def pipeline_problems(settings, root: str | os.PathLike = ".", running: str | None = None,
                       params_file: str = "params.yaml") -> tuple[list[Problem], list[str]]:
     """(problems, notes) of the stages of ``root``'s pipeline still to run (see the module docstring)."""
@@ -391,8 +399,7 @@ def pipeline_problems(settings, root: str | os.PathLike = ".", running: str | No
     checks: list[tuple[tuple[str, ...], Callable[[], Iterable[Problem | None]]]] = [
         (("words",), lambda: [file_problem("words.source", s.words.source)]),
         (("base_model",), lambda: [model_problem("model.base", s.model.base)]),
-        (("teacher_play", "imitation_data", "play", "reward", "evaluate"),
-         lambda: [file_problem("game.templates", s.game.templates)]),
+        (("teacher_play", "imitation_data", "play", "reward", "evaluate"), lambda: _game_files(s.game)),
         (("teacher_play",), lambda: _teacher(s)),
         (("imitation_data",), lambda: [file_problem("imitate.sft", _sft_file(s.imitate.sft), "path")]),
         (("reward",), lambda: [file_problem("reward.sft", _sft_file(s.reward.sft), "path")]),

@@ -15,8 +15,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from spag.game.prompts import RawPrompt
-from spag.game.rules import ROLES
+from spag.chat import RawPrompt
+from spag.game.taboo.outcomes import ROLES
 from spag.io import DataError, collect_or_raise, read_records, write_table_atomic
 from spag.rows import episode_id, make_row
 from spag.sft import prompt_completion

@@ -5,8 +5,9 @@ Reads what the stages wrote under ``metrics/`` (``epochs/N/games.json`` from ``e
 and writes:
 
 - ``summary.json``, the headline that ``dvc metrics show`` and ``dvc exp show`` print: per epoch the
-  score against the imitation model with its 95% interval and the number of games behind it, the
-  attacker's foul rate in those games, self-play's decisive and foul rates and the benchmark mean;
+  score against the imitation model with its 95% interval and the number of games behind it, each role's
+  foul rate in those games (Adversarial Taboo: ``attacker_foul``), self-play's decisive and foul rates and
+  the benchmark mean;
 - ``report.json``, everything: ``epochs.N.score_vs_imitation`` = ``{value, low, high, games}`` (mean
   score, win 1 / tie 1/2 / loss or foul 0, 95% bootstrap interval over words), the same for win and foul
   rates per role, the self-play statistics, the benchmark; and ``final``, the last epoch's entry, so
@@ -29,23 +30,12 @@ import json
 from pathlib import Path
 
 from spag.evaluate import reasoning
-from spag.evaluate.baselines import strongest
 from spag.evaluate.clustered import paired_difference
+from spag.evaluate.games import strongest
 from spag.io import atomic_path, write_json_atomic
 
 PLOT_COLUMNS = ["epoch", "series", "value", "low", "high"]
-# games.json bootstrap entry -> report name
-GAME_SERIES = {
-    "attacker_win_rate": "attacker win",
-    "defender_win_rate": "defender win",
-    "attacker_foul_rate": "attacker foul",
-}
-SELFPLAY_RATES = {
-    "decisive_rate": "decisive",
-    "foul_rate": "foul",
-    "attacker_win_rate": "attacker win",
-    "defender_win_rate": "defender win",
-}
+SELFPLAY_RATES = {"decisive_rate": "decisive", "foul_rate": "foul"}  # and each role's win rate
 SELFPLAY_LENGTHS = {"mean_turns": "utterances per game", "mean_reply_tokens": "tokens per reply"}
 
 
@@ -55,6 +45,14 @@ def _read(path: Path):
 
 def _entry(point: dict) -> dict:
     return {k: point[k] for k in ("value", "low", "high", "games")}
+
+
+def _by_role(boot: dict, kind: str) -> dict[str, dict]:
+    """``{role: entry}`` of the bootstrap entries ``ROLE_<kind>_rate`` (kind: win, foul, opponent_foul), in
+    the games' role order; a role's own foul rate is not its opponent's."""
+    suffix = f"_{kind}_rate"
+    return {key[: -len(suffix)]: _entry(point) for key, point in boot.items()
+            if key.endswith(suffix) and not (kind == "foul" and key.endswith("_opponent_foul_rate"))}
 
 
 def _baselines(metrics: Path) -> dict[str, dict]:
@@ -87,9 +85,9 @@ def epoch_entry(metrics: Path, epoch: int) -> dict:
     if games and "bootstrap" in games.get("vs_imitation", {}):
         boot = games["vs_imitation"]["bootstrap"]
         entry["score_vs_imitation"] = _entry(boot["score"])
-        entry["win_rate"] = {role: _entry(boot[f"{role}_win_rate"]) for role in ("attacker", "defender")}
-        entry["foul_rate"] = {"attacker": _entry(boot["attacker_foul_rate"])}
-        entry["opponent_foul_rate"] = {"defender": _entry(boot["defender_opponent_foul_rate"])}
+        entry["win_rate"] = _by_role(boot, "win")
+        entry["foul_rate"] = _by_role(boot, "foul")
+        entry["opponent_foul_rate"] = _by_role(boot, "opponent_foul")
         entry["decomposition"] = {role: {part: _entry(point) for part, point in parts.items()}
                                   for role, parts in boot["decomposition"].items()}
         baselines = _baselines(metrics)
@@ -99,12 +97,13 @@ def epoch_entry(metrics: Path, epoch: int) -> dict:
         entry["score_vs_baseline"] = _entry(games["vs_baseline"]["bootstrap"]["score"])
         entry["score_vs_baseline"]["opponent"] = games["vs_baseline"]["opponent"]
     skill = _read(folder / "skill.json")
-    if skill and "clue_rank" in skill:
+    if skill and "vs_imitation" in skill:  # the game's skill metrics (Adversarial Taboo: clue and guess rank)
         entry["skill"] = {metric: {**_entry({**skill[metric], "games": skill[metric].get("lines",
                                                                                      skill[metric].get("games"))}),
                                    "vs_imitation": _entry(skill["vs_imitation"][metric])}
-                          for metric in ("clue_rank", "guess_rank", "opening_foul_rate")}
-        entry["skill"]["candidates"] = skill["candidates"]
+                          for metric in skill["vs_imitation"]}
+        if "candidates" in skill:
+            entry["skill"]["candidates"] = skill["candidates"]
     selfplay = _read(folder / "selfplay.json")
     if selfplay:
         entry["selfplay"] = {k: v for k, v in selfplay.items() if k not in ("run", "epoch")}
@@ -136,15 +135,16 @@ def headline(report: dict) -> dict:
         if "score_vs_imitation" in entry:
             score = entry["score_vs_imitation"]
             line.update(score=score["value"], score_low=score["low"], score_high=score["high"],
-                        games=score["games"], attacker_foul=entry["foul_rate"]["attacker"]["value"])
+                        games=score["games"],
+                        **{f"{role}_foul": point["value"] for role, point in entry["foul_rate"].items()})
         if "decomposition" in entry:  # how the games ended, per role, with intervals
             line["outcomes"] = {role: {part: _point(point) for part, point in parts.items()}
                                 for role, parts in entry["decomposition"].items()}
         if "skill" in entry:  # ranks among the evaluation words, lower is better; delta = minus imitation's
-            line["skill"] = {metric: {"value": entry["skill"][metric]["value"],
-                                      **{f"delta{suffix}": entry["skill"][metric]["vs_imitation"][key]
+            line["skill"] = {metric: {"value": point["value"],
+                                      **{f"delta{suffix}": point["vs_imitation"][key]
                                          for suffix, key in (("", "value"), ("_low", "low"), ("_high", "high"))}}
-                             for metric in ("clue_rank", "guess_rank", "opening_foul_rate")}
+                             for metric, point in entry["skill"].items() if isinstance(point, dict)}
         if "vs_baselines" in entry and "vs_strongest" in entry["vs_baselines"]:
             line["vs_strongest_baseline"] = _point(entry["vs_baselines"]["vs_strongest"])
         if "score_vs_baseline" in entry:
@@ -183,13 +183,15 @@ def plot_rows(report: dict) -> dict[str, list[dict]]:
         if "score_vs_imitation" in entry:
             s = entry["score_vs_imitation"]
             plots["vs_imitation"].append(row(epoch, "score", s["value"], s["low"], s["high"]))
-            for key, name in GAME_SERIES.items():
-                role, kind = key.split("_", 1)
-                point = entry["win_rate" if kind == "win_rate" else "foul_rate"][role]
-                plots["vs_imitation"].append(row(epoch, name, point["value"], point["low"], point["high"]))
+            for kind in ("win", "foul"):
+                for role, point in entry[f"{kind}_rate"].items():
+                    plots["vs_imitation"].append(row(epoch, f"{role} {kind}", point["value"], point["low"],
+                                                     point["high"]))
         if "selfplay" in entry:
             sp = entry["selfplay"]
-            for key, name in SELFPLAY_RATES.items():
+            rates = {**SELFPLAY_RATES, **{key: key.removesuffix("_win_rate") + " win" for key in sp
+                                          if key.endswith("_win_rate")}}
+            for key, name in rates.items():
                 plots["selfplay_rates"].append(row(epoch, name, sp[key], sp[f"{key}_low"], sp[f"{key}_high"]))
             if sp.get("truncated_share") is not None:
                 plots["selfplay_rates"].append(row(epoch, "truncated replies", sp["truncated_share"]))

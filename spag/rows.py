@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from spag.game.prompts import RawPrompt
+from spag.chat import RawPrompt
 from spag.io import DataError, Replace, read_records, write_table_atomic
 
 GAME = "game"
@@ -162,3 +162,10 @@ def read_rows(path: str | os.PathLike) -> list[dict]:
     if not records:
         raise DataError(path, None, "no training rows")
     return [validate_row(record, i, path) for i, record in enumerate(records)]
+
+
+def drop_history_lines(prompt: str, bounds: Sequence[int], k: int) -> str:
+    """``prompt`` without its ``k`` oldest history lines (``bounds``: the row's ``history_bounds``)."""
+    if not 0 <= k < len(bounds):
+        raise ValueError(f"cannot drop {k} of {max(len(bounds) - 1, 0)} history lines")
+    return prompt if k == 0 else prompt[: bounds[0]] + prompt[bounds[k]:]

@@ -18,10 +18,24 @@ from collections.abc import Iterable, Mapping
 from importlib.resources import files
 from pathlib import Path
 
-from spag.game.original_prompts import alpaca_prompt
-from spag.game.prompts import RawPrompt
+from spag.chat import RawPrompt
 from spag.io import DataError, collect_or_raise, read_records
 from spag.rows import SFT, make_row
+
+# Stanford Alpaca's prompt template (tatsu-lab/stanford_alpaca, train.py), which the original's data notes
+# say to apply to Alpaca's instruction and input; the output is the target.
+ALPACA_WITH_INPUT = ("Below is an instruction that describes a task, paired with an input that provides further "
+                     "context. Write a response that appropriately completes the request.\n\n### Instruction:\n"
+                     "{instruction}\n\n### Input:\n{input}\n\n### Response:")
+ALPACA_WITHOUT_INPUT = ("Below is an instruction that describes a task. Write a response that appropriately "
+                        "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:")
+
+
+def alpaca_prompt(instruction: str, extra: str) -> RawPrompt:
+    """An Alpaca record's prompt in Stanford Alpaca's template (``extra`` is the record's input)."""
+    if extra:
+        return RawPrompt(ALPACA_WITH_INPUT.format(instruction=instruction, input=extra))
+    return RawPrompt(ALPACA_WITHOUT_INPUT.format(instruction=instruction))
 
 BUILTIN = "builtin"
 

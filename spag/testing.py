@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
+from spag.chat import model_input_ids
 from spag.cli import main
-from spag.game.prompts import TRAINING_TEMPLATES, build_prompt, model_input_ids
-from spag.game.rules import judge
+from spag.game.taboo.prompts import TRAINING_TEMPLATES, build_prompt
+from spag.game.taboo.rules import judge
 from spag.modeling import save_checkpoint, tiny_llama
 
 CHAT_TEMPLATE = (
@@ -137,7 +138,7 @@ def run_cli(*args) -> CliResult:
 
 
 def episode_ending(word: str, cause: str, max_turns: int = 2) -> dict:
-    """A judged episode on ``word`` that ends the way ``cause`` names (``spag.game.rules.CAUSES``)."""
+    """A judged episode on ``word`` that ends the way ``cause`` names (``spag.game.taboo.outcomes.CAUSES``)."""
     clue = {"role": "attacker", "content": "It is something you can find in many places."}
     neutral = {"role": "defender", "content": "Tell me more about it."}
     endings = {
@@ -152,7 +153,7 @@ def episode_ending(word: str, cause: str, max_turns: int = 2) -> dict:
     verdict = judge(word, history, max_turns)
     assert verdict.cause == cause, (word, cause, verdict)
     return {"target_word": word, "max_turns": max_turns, "history": history, "outcome": verdict.outcome,
-            "turns": verdict.turns, "rules": "whole-word"}
+            "turns": verdict.turns}
 
 
 def fake_nvidia_smi(bin_dir: str | os.PathLike, gpus: int = 1, name: str = "NVIDIA A100-SXM4-40GB",

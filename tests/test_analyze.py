@@ -14,6 +14,9 @@ from spag.analyze import AnalyzeError, named_queries, run_query
 from spag.analyze.views import file_labels, zipf_frequencies
 from spag.cli import app
 from spag.game.episodes import judged, write_episodes
+from spag.game.taboo import Taboo
+
+TABOO = Taboo()
 
 
 def a(text):
@@ -76,9 +79,9 @@ def wilson(x, n, z=1.959963984540054):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("analyze")
-    write_episodes(judged(EPOCH_1), root / "data" / "epoch_1" / "episodes" / "shard-0.parquet")
-    write_episodes(judged(EPOCH_2[:2]), root / "data" / "epoch_2" / "episodes" / "shard-0.parquet")
-    write_episodes(judged(EPOCH_2[2:]), root / "data" / "epoch_2" / "episodes" / "shard-1.parquet")
+    write_episodes(judged(EPOCH_1, TABOO), root / "data" / "epoch_1" / "episodes" / "shard-0.parquet")
+    write_episodes(judged(EPOCH_2[:2], TABOO), root / "data" / "epoch_2" / "episodes" / "shard-0.parquet")
+    write_episodes(judged(EPOCH_2[2:], TABOO), root / "data" / "epoch_2" / "episodes" / "shard-1.parquet")
     write_episodes(TEACHER, root / "data" / "teacher" / "episodes" / "gpt4.parquet")
     assert "outcome" not in pq.read_schema(root / "data" / "teacher" / "episodes" / "gpt4.parquet").names
     return root
@@ -154,8 +157,8 @@ def test_game_length(glob):
     assert rows[("epoch_1", 2)]["cumulative_share"] == pytest.approx(4 / 6)
     assert rows[("epoch_1", 4)]["cumulative_share"] == pytest.approx(1.0)
     assert (
-        rows[("epoch_1", 2)]["attacker_wins"],
-        rows[("epoch_1", 2)]["defender_wins"],
+        rows[("epoch_1", 2)]["opener_wins"],  # the attacker opens
+        rows[("epoch_1", 2)]["responder_wins"],
         rows[("epoch_1", 2)]["ties"],
         rows[("epoch_1", 2)]["fouls"],
     ) == (1, 1, 1, 0)
@@ -328,12 +331,14 @@ def test_selfplay_statistics_per_epoch(glob):
     one, two = rows["epoch_1"], rows["epoch_2"]
     assert (one["games"], two["games"]) == (6, 4)
     assert one["decisive_rate"] == pytest.approx(4 / 6) and one["foul_rate"] == pytest.approx(1 / 6)
-    assert (one["attacker_win_rate"], one["defender_win_rate"]) == (pytest.approx(3 / 6), pytest.approx(1 / 6))
+    wins = by(run_query("win_rate", glob), "run", "role")  # each role's: the roles are the game's
+    assert (wins[("epoch_1", "attacker")]["win_rate"], wins[("epoch_1", "defender")]["win_rate"]) == (
+        pytest.approx(3 / 6), pytest.approx(1 / 6))
     assert two["decisive_rate"] == 1.0 and two["foul_rate"] == 0.0
     assert (one["foul_rate_low"], one["foul_rate_high"]) == pytest.approx(wilson(1, 6))
     # Files without spag play's token counts: the lengths they cannot tell are NULL, not zero.
     assert one["mean_reply_tokens"] is None and one["truncated_share"] is None
-    assert one["mean_turns"] == pytest.approx(sum(judged([e])[0]["turns"] for e in EPOCH_1) / 6)
+    assert one["mean_turns"] == pytest.approx(sum(judged([e], TABOO)[0]["turns"] for e in EPOCH_1) / 6)
 
 
 def test_a_query_reads_the_episodes_and_nothing_else(tmp_path):

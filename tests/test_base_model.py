@@ -64,7 +64,7 @@ def smol(embedded_model):
 def test_materialised_checkpoint_is_a_plain_chat_model(smol):
     from transformers import AutoTokenizer
 
-    from spag.game.prompts import to_model_input
+    from spag.chat import to_model_input
     from spag.modeling import load_model
 
     config = json.loads((smol / "config.json").read_text())

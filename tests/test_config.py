@@ -11,14 +11,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from spag.commands.options import cli_type
 from spag.config import (
     BACKENDS,
     METHODS,
     REDUCTIONS,
     SUITES,
-    Game,
     ParamsError,
     Play,
+    Reward,
+    Sampling,
     Settings,
     TrainConfig,
     TrainKnobs,
@@ -27,6 +29,8 @@ from spag.config import (
     load_settings,
     validate,
 )
+from spag.game.taboo import Taboo, TabooSettings
+from spag.game.taboo.strategies import TabooStrategies
 from spag.pipeline import Declared, UndeclaredParam, declared_params
 from spag.play import PlayConfig
 from spag.stage_table import STAGE_PARAMS
@@ -133,12 +137,20 @@ def test_names_kept_without_torch_match_the_library():
     assert set(BACKENDS) == set(PLAYER_BACKENDS) - {"human"}
 
 
-def test_play_config_is_built_from_the_sections():
-    config = PlayConfig.from_sections(Game(max_turns=2, rules="original"),
-                                      Play(temperature=0.5, top_k=7, max_new_tokens=9, batch_size=3), seed=11)
-    assert (config.max_turns, config.rules, config.seed) == (2, "original", 11)
-    assert (config.temperature, config.top_k, config.max_new_tokens, config.batch_size) == (0.5, 7, 9, 3)
-    assert not config.coached_attacker  # self-play uses no teacher strategy
+def test_play_config_holds_the_sections_and_of_routes_knobs_to_them():
+    play = Play(temperature=0.5, top_k=7, max_new_tokens=9, batch_size=3)
+    config = PlayConfig(Taboo(TabooSettings(max_turns=2, rules="original")), play, seed=11)
+    assert config.sampling is play and (config.game.max_turns, config.game.settings.rules, config.seed) == (
+        2, "original", 11)
+    assert not config.strategies.coached_attacker  # self-play uses no teacher strategy
+    built = PlayConfig.of(max_turns=2, rules="original", temperature=0.5, foul_retries=3, seed=4)
+    assert (built.game.settings.rules, built.sampling.temperature, built.strategies.foul_retries, built.seed) == (
+        "original", 0.5, 3, 4)
+    with pytest.raises(ValueError, match="launcher: not a setting of the game taboo"):
+        PlayConfig.of(launcher="torchrun")  # play's, not sampling's: no section of a PlayConfig declares it
+    with pytest.raises(ValueError, match="max_turns"):
+        PlayConfig.of(max_turns=0)
+    assert PlayConfig.from_json(built.to_json()).to_json() == built.to_json()
 
 
 def test_train_config_fills_the_papers_defaults_by_method():
@@ -188,18 +200,22 @@ def test_config_show_prints_the_resolved_settings(tmp_path):
 # ------------------------------------------------------------------------------------------ the CLI
 
 
-def cli_option(command: str, flag: str):
+def _command(command: str):
     import typer
 
     from spag.cli import app
 
-    click_command = typer.main.get_command(app).commands[command]
-    return next(p for p in click_command.params if flag in p.opts)
+    return typer.main.get_command(app).commands[command]
+
+
+def cli_option(command: str, flag: str):
+    return next(p for p in _command(command).params if flag in p.opts)
 
 
 @pytest.mark.parametrize("command, flag, section, name", [
     ("play", "--top-k", Play, "top_k"),
-    ("play", "--max-turns", Game, "max_turns"),
+    ("train", "--weight-decay", TrainConfig, "weight_decay"),
+    ("reward", "--foul-penalty", Reward, "foul_penalty"),
     ("train", "--clip-range", TrainConfig, "clip_range"),
     ("train", "--lr", TrainConfig, "learning_rate"),
     ("words", "--top", Words, "top"),
@@ -209,6 +225,33 @@ def test_cli_options_take_default_and_help_from_the_schema(command, flag, sectio
     field = section.model_fields[name]
     assert option.default == field.default and option.help == field.description
     assert option.show_default
+
+
+def test_every_setting_of_a_section_is_an_option_of_the_commands_that_take_it():
+    """The options are made from the schema: a field added to a section is an option at once."""
+    commands = {"train": [TrainConfig], "reward": [Reward], "play": [Sampling, TabooSettings, TabooStrategies],
+                "words": [Words]}
+    for command, sections in commands.items():
+        for section in sections:
+            for name, field in section.model_fields.items():
+                if name == "name" or name == "show_progress" or cli_type(field.annotation) is None:
+                    continue
+                assert cli_option(command, "--" + name.replace("_", "-")) or True, (command, name)
+                opts = [o for p in _command(command).params for o in p.opts]
+                assert any(o == "--" + name.replace("_", "-") for o in opts) or name == "learning_rate", \
+                    (command, name, opts)
+
+
+def test_a_game_setting_on_the_command_line_defaults_to_the_games_and_belongs_to_it(tmp_path):
+    option = cli_option("play", "--max-turns")
+    assert option.default is None and "Default: the game's." in option.help
+    (tmp_path / "w.txt").write_text("apple\n")
+    result = run_cli("play", "--attacker", "x", "--defender", "x", "--words", str(tmp_path / "w.txt"), "-o",
+                     str(tmp_path / "out"), "--game", "chess")
+    assert result.code == 2 and result.error_lines() == ["error: --game: 'chess' is not one of taboo, kuhn-poker"]
+    result = run_cli("play", "--attacker", "x", "--defender", "x", "--words", str(tmp_path / "w.txt"), "-o",
+                     str(tmp_path / "out"), "--game", "kuhn-poker", "--rules", "original")
+    assert result.code == 2 and result.error_lines() == ["error: --rules: the game kuhn-poker has no such setting"]
 
 
 def test_cli_help_shows_the_schemas_default():
@@ -267,8 +310,12 @@ def test_a_stage_cannot_read_a_key_it_does_not_declare():
     assert view.game.rules == "whole-word"
     with pytest.raises(UndeclaredParam, match="stage reward reads spag.learning_rate"):
         view.spag.learning_rate
+    with pytest.raises(UndeclaredParam, match="reads evaluate, which"):
+        view.evaluate.words
+    words = Declared(Settings(), frozenset(declared_params("words")), "words")
+    assert words.game.name == "taboo"  # which game's targets: its name, and none of its settings
     with pytest.raises(UndeclaredParam, match="reads game.max_turns"):
-        view.game.max_turns
+        words.game.max_turns
     train = Declared(Settings(), frozenset(declared_params("train", "2")), "train")
     assert train.spag.epochs["2"].previous == "epoch_1"
     with pytest.raises(UndeclaredParam, match="reads spag.epochs.1"):

@@ -205,8 +205,8 @@ def test_self_play_under_a_launcher_shares_the_words_by_rank(tmp_path, capfd):
 
     model = str(make_tiny_checkpoint(tmp_path / "model"))
     words = ["apple", "river", "cloud", "horse", "table"]
-    config = PlayConfig(max_turns=1, max_new_tokens=6, batch_size=4, seed=3)
-    options = {"device": "cpu", "dtype": "float32", "tensor_parallel_size": 1}
+    config = PlayConfig.of(max_turns=1, max_new_tokens=6, batch_size=4, seed=3)
+    options = {"device": "cpu", "dtype": "float32"}  # what the hf backend takes
     alone = run_games(model, model, words, config, output=tmp_path / "alone", show_progress=False, **options)
     launcher = "torchrun --standalone --nproc_per_node 2"
     stats = play_under_launcher(launcher, model, words, config, "hf", options, tmp_path / "ranks")

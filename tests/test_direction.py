@@ -8,15 +8,10 @@ mask over the wrong tokens or a reduction that drops a term makes one of these t
 
 import pytest
 
-from spag.game.rules import (
-    ATTACKER,
-    ATTACKER_BREAKS_RULES,
-    ATTACKER_WINS,
-    DEFENDER,
-    DEFENDER_WINS,
-    judge_episode,
-)
-from spag.rewards import RewardOptions, imitation_rows, reward_rows
+from spag.config import Reward
+from spag.game.taboo.outcomes import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS
+from spag.game.taboo.rules import judge_episode
+from spag.rewards import imitation_rows, reward_rows
 from spag.rows import validate_row, write_rows
 from spag.testing import make_tiny_checkpoint
 from spag.train.data import encode_rows
@@ -80,7 +75,7 @@ def test_the_judge_decides_the_hand_written_games():
 
 @pytest.fixture(scope="module")
 def rows():
-    rows, stats = reward_rows(EPISODES, options=RewardOptions(foul_penalty=1.0))
+    rows, stats = reward_rows(EPISODES, options=Reward(foul_penalty=1.0))
     # The winner's lines of the two decisive games and the foul line; nothing from the tie, nothing of the losers.
     assert [(r["target_word"], r["role"], r["turn"]) for r in rows] == [("coffee", A, 0), ("tea", D, 1),
                                                                        ("fox", A, 0)]
@@ -104,7 +99,7 @@ def test_offline_po_moves_each_row_in_its_reward_direction_and_flipping_the_sign
 @pytest.mark.slow
 def test_the_losers_lines_are_not_what_rises(tiny, rows, tmp_path):
     """The defender's losing line of the coffee game is no row: it must rise less than the winner's line."""
-    loser = reward_rows([EPISODES[0]], options=RewardOptions(loser_reward=-1.0))[0]
+    loser = reward_rows([EPISODES[0]], options=Reward(loser_reward=-1.0))[0]
     losing_line = [r for r in loser if r["role"] == D]
     assert len(losing_line) == 1 and losing_line[0]["reward"] == pytest.approx(-1.0)
     winners = [r for r in rows if r["reward"] > 0]
@@ -114,7 +109,7 @@ def test_the_losers_lines_are_not_what_rises(tiny, rows, tmp_path):
     assert min(up) > 0.02 and other < min(up), (up, other)
 
     # With loser_reward the same losing line becomes a row with a negative reward and goes down.
-    both, _ = reward_rows([EPISODES[0]], options=RewardOptions(loser_reward=-1.0))
+    both, _ = reward_rows([EPISODES[0]], options=Reward(loser_reward=-1.0))
     trained = train(tiny, both, tmp_path, "with_loser", learning_rate=2e-3, max_steps=8)
     moved = dict(zip([r["role"] for r in both], shifts(tiny, trained, both)))
     assert moved[A] > 0.02 and moved[D] < -0.02, moved
@@ -124,7 +119,7 @@ def test_the_losers_lines_are_not_what_rises(tiny, rows, tmp_path):
 def test_role_baseline_turns_the_weaker_rows_of_a_role_negative(tiny, tmp_path):
     games = [EPISODES[0], episode("milk", "A white drink that comes from cows, good with cereal.",
                                   "Maybe juice?", "It is white and cows give it.", "Then milk!")]
-    rows, stats = reward_rows(games, options=RewardOptions(role_baseline=True))
+    rows, stats = reward_rows(games, options=Reward(role_baseline=True))
     attacker = [r for r in rows if r["role"] == A]
     # Before the baseline: 1 for the coffee line, 0.444 and 0.556 for the two milk lines (decay 0.8).
     assert stats.baselines[A] == pytest.approx((1 + 1) / 3)

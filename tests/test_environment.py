@@ -2,8 +2,9 @@
 
 import pytest
 
-from spag.environment import TabooEnvironment, role_rewards
-from spag.game.rules import (
+from spag.environment import GameEnvironment, role_rewards
+from spag.game.taboo import Taboo
+from spag.game.taboo.outcomes import (
     ATTACKER,
     ATTACKER_BREAKS_RULES,
     ATTACKER_WINS,
@@ -14,16 +15,18 @@ from spag.game.rules import (
 from spag.play import PlayConfig, play_games
 from spag.players import Reply
 
+TABOO = Taboo()
+
 
 @pytest.mark.parametrize("outcome, attacker, defender", [
     (ATTACKER_WINS, 1.0, -1.0), (DEFENDER_WINS, -1.0, 1.0), (TIE, 0.0, 0.0), (ATTACKER_BREAKS_RULES, -1.5, 0.0)])
 def test_role_rewards_are_zero_sum_and_a_foul_is_worse_than_a_loss(outcome, attacker, defender):
-    assert role_rewards(outcome) == {ATTACKER: attacker, DEFENDER: defender}
+    assert role_rewards(TABOO, outcome) == {ATTACKER: attacker, DEFENDER: defender}
 
 
 def test_role_rewards_follow_their_settings():
-    assert role_rewards(ATTACKER_WINS, win_reward=2.0, foul_penalty=3.0) == {ATTACKER: 2.0, DEFENDER: -2.0}
-    assert role_rewards(ATTACKER_BREAKS_RULES, win_reward=2.0, foul_penalty=3.0) == {ATTACKER: -3.0, DEFENDER: 0.0}
+    assert role_rewards(TABOO, ATTACKER_WINS, win_reward=2.0, foul_penalty=3.0) == {ATTACKER: 2.0, DEFENDER: -2.0}
+    assert role_rewards(TABOO, ATTACKER_BREAKS_RULES, win_reward=2.0, foul_penalty=3.0) == {ATTACKER: -3.0, DEFENDER: 0.0}
 
 
 class Lines:
@@ -46,11 +49,11 @@ class Lines:
     (["A drink.", "Tea?", "A dark one.", "Cocoa?"], TIE),
 ])
 def test_a_game_through_the_environment_is_the_engines_game(lines, outcome):
-    config = PlayConfig(max_turns=2)
+    config = PlayConfig.of(max_turns=2)
     engine_player = Lines(*lines)
     (played,) = play_games(engine_player, engine_player, ["coffee"], config, show_progress=False)
 
-    env = TabooEnvironment(config)
+    env = GameEnvironment(config)
     observation = env.reset("coffee")
     prompts, step = [], None
     for line in lines:
@@ -61,17 +64,17 @@ def test_a_game_through_the_environment_is_the_engines_game(lines, outcome):
         observation = step.observation
     assert step.done and observation is None and env.done
     assert step.outcome == played["outcome"] == outcome
-    assert step.rewards == role_rewards(outcome)
+    assert step.rewards == role_rewards(TABOO, outcome)
     assert prompts == engine_player.prompts  # what each player is asked, word for word
     episode = env.episode()
     assert [u["content"] for u in episode["history"]] == [u["content"] for u in played["history"]]
-    assert (episode["outcome"], episode["turns"], episode["rules"]) == (played["outcome"], played["turns"],
-                                                                        played["rules"])
+    assert (episode["outcome"], episode["turns"], episode["game_settings"]) == (
+        played["outcome"], played["turns"], played["game_settings"])
     with pytest.raises(RuntimeError, match="the game is over"):
         env.step("one more")
 
 
 def test_the_defender_is_never_told_the_word():
-    env = TabooEnvironment(PlayConfig(max_turns=3))
+    env = GameEnvironment(PlayConfig.of(max_turns=3))
     assert "coffee" in env.reset("coffee").prompt
     assert "coffee" not in env.step("A morning drink.").observation.prompt

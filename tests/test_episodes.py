@@ -6,6 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spag.game.episodes import judged, read_episodes, validate_episode, write_episodes
+from spag.game.taboo import Taboo
 from spag.io import DataError
 
 EPISODES = [
@@ -81,7 +82,7 @@ def test_malformed_json_is_reported(tmp_path):
 
 
 def test_judged_adds_outcome_and_turns():
-    out = judged([validate_episode(e, i) for i, e in enumerate(EPISODES)])
+    out = judged([validate_episode(e, i) for i, e in enumerate(EPISODES)], Taboo())
     assert (out[0]["outcome"], out[0]["turns"]) == ("defender_wins", 2)
     assert (out[1]["outcome"], out[1]["turns"]) == ("tie", 1)
     assert out[0]["id"] == "game-1"
@@ -99,13 +100,15 @@ def test_a_played_episode_has_exactly_the_fields_of_its_one_definition(tmp_path)
             return [Reply("Hello there.", 2) for _ in prompts]
 
     names = [name for name, _, _ in EPISODE_FIELDS]
-    (episode,) = play_games(Chatty(), Chatty(), ["apple"], PlayConfig(max_turns=1, end="guess-phrase"),
+    (episode,) = play_games(Chatty(), Chatty(), ["apple"], PlayConfig.of(max_turns=1, end="guess-phrase"),
                             output=tmp_path / "episodes", show_progress=False)
     assert set(episode) == set(names) and episode_schema().names == names
-    assert episode["end"] == "guess-phrase" and episode["max_turns"] == 1
-    assert {"end", "replies", "play_prompts", "empty_retries", "attacker_fingerprint"} <= set(SETTINGS_CHECKED_ON_RESUME)
+    assert json.loads(episode["game_settings"])["end"] == "guess-phrase" and episode["max_turns"] == 1
+    assert episode["game"] == "taboo" and json.loads(episode["strategies"])["foul_retries"] == 0
+    assert {"game", "game_settings", "strategies", "empty_retries", "attacker_fingerprint"} <= set(
+        SETTINGS_CHECKED_ON_RESUME)
     assert not {"outcome", "history", "generated_tokens"} & set(SETTINGS_CHECKED_ON_RESUME)
     # a resume under another game end would pass off these games as its own: refused, naming the setting
-    with pytest.raises(DataError, match="end='guess-phrase'"):
-        play_games(Chatty(), Chatty(), ["apple"], PlayConfig(max_turns=1), output=tmp_path / "episodes",
+    with pytest.raises(DataError, match="was played with game_settings=.*guess-phrase"):
+        play_games(Chatty(), Chatty(), ["apple"], PlayConfig.of(max_turns=1), output=tmp_path / "episodes",
                    resume=True, show_progress=False)

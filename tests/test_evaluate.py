@@ -8,8 +8,18 @@ import pytest
 
 from spag.evaluate.games import check_held_out, rate_fields, score, tally_games, tally_role, wilson_interval
 from spag.game.episodes import judged
-from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS, TIE
+from spag.game.taboo import Taboo
+from spag.game.taboo.outcomes import (
+    ATTACKER,
+    ATTACKER_BREAKS_RULES,
+    ATTACKER_WINS,
+    DEFENDER,
+    DEFENDER_WINS,
+    TIE,
+)
 from spag.io import DataError
+
+TABOO = Taboo()
 
 # ------------------------------------------------------------------------------------------- Wilson
 
@@ -63,7 +73,7 @@ GAMES = judged([
     episode("apple", "Think of apples.", "Hmm."),                                              # rule break
     episode("apple", "Hello.", "Hi.", "Nice day.", "Yes it is."),                              # tie
     episode("apple", "What fell on Newton?", "An apple, I think."),                            # attacker wins
-])
+], TABOO)
 
 
 def test_games_are_judged_as_expected():
@@ -72,7 +82,7 @@ def test_games_are_judged_as_expected():
 
 
 def test_tally_as_attacker_counts_the_models_own_fouls_apart():
-    t = tally_role([g["outcome"] for g in GAMES], ATTACKER)
+    t = tally_role(TABOO, [g["outcome"] for g in GAMES], ATTACKER)
     assert (t["games"], t["wins"], t["losses"], t["ties"], t["fouls"]) == (5, 2, 1, 1, 1)
     assert t["win_rate"] == pytest.approx(0.4)
     assert t["win_rate"] + t["loss_rate"] + t["tie_rate"] + t["foul_rate"] == pytest.approx(1.0)
@@ -80,7 +90,7 @@ def test_tally_as_attacker_counts_the_models_own_fouls_apart():
 
 
 def test_tally_as_defender_counts_the_opponents_foul_as_a_win_and_reports_it():
-    t = tally_role([g["outcome"] for g in GAMES], DEFENDER)
+    t = tally_role(TABOO, [g["outcome"] for g in GAMES], DEFENDER)
     assert (t["games"], t["wins"], t["losses"], t["ties"], t["opponent_fouls"]) == (5, 2, 2, 1, 1)
     assert "fouls" not in t
     assert t["win_rate"] + t["loss_rate"] + t["tie_rate"] == pytest.approx(1.0)
@@ -88,7 +98,7 @@ def test_tally_as_defender_counts_the_opponents_foul_as_a_win_and_reports_it():
 
 
 def test_tally_games_overall_and_points():
-    metrics = tally_games(GAMES, GAMES[:2])
+    metrics = tally_games(TABOO, GAMES, GAMES[:2])
     assert metrics["games"] == 7
     overall = metrics["overall"]
     # attacker: 2 wins, 1 loss, 1 tie, 1 foul; defender on the first two: 1 win, 1 loss
@@ -100,21 +110,21 @@ def test_tally_games_overall_and_points():
 
 def test_tally_rejects_unjudged_episodes_and_unknown_outcomes():
     with pytest.raises(ValueError, match="not been judged"):
-        tally_games([{"target_word": "a"}], [])
+        tally_games(TABOO, [{"target_word": "a"}], [])
     with pytest.raises(ValueError, match="unknown outcome"):
-        tally_role(["draw"], ATTACKER)
+        tally_role(TABOO, ["draw"], ATTACKER)
 
 
 def test_score_per_role():
-    assert score(ATTACKER_WINS, ATTACKER) == 1.0 and score(ATTACKER_WINS, DEFENDER) == 0.0
-    assert score(ATTACKER_BREAKS_RULES, ATTACKER) == 0.0 and score(ATTACKER_BREAKS_RULES, DEFENDER) == 1.0
-    assert score(TIE, ATTACKER) == score(TIE, DEFENDER) == 0.5
+    assert score(TABOO, ATTACKER_WINS, ATTACKER) == 1.0 and score(TABOO, ATTACKER_WINS, DEFENDER) == 0.0
+    assert score(TABOO, ATTACKER_BREAKS_RULES, ATTACKER) == 0.0 and score(TABOO, ATTACKER_BREAKS_RULES, DEFENDER) == 1.0
+    assert score(TABOO, TIE, ATTACKER) == score(TABOO, TIE, DEFENDER) == 0.5
 
 
 def test_check_held_out_refuses_training_words():
-    check_held_out(["river", "mountain"], ["apple", "pear"])
+    check_held_out(TABOO, ["river", "mountain"], ["apple", "pear"])
     with pytest.raises(DataError, match=r"2 of 3 evaluation words are also training words.*Apple, pear"):
-        check_held_out(["Apple", "pear", "river"], ["apple", "pear"], "eval.txt", "train.txt")
+        check_held_out(TABOO, ["Apple", "pear", "river"], ["apple", "pear"], "eval.txt", "train.txt")
 
 
 # ------------------------------------------------------------------------------------------ end to end
@@ -168,10 +178,10 @@ def test_evaluate_plays_both_roles_on_the_tiny_model(tmp_path, tiny):
     played = read_episodes(episodes)
     assert len(played) == 6
     # The stored outcomes are the judge's, and the tallies are those of the stored episodes.
-    assert [e["outcome"] for e in judged(played)] == [e["outcome"] for e in played]
+    assert [e["outcome"] for e in judged(played, TABOO)] == [e["outcome"] for e in played]
     attack = [e for e in played if e["attacker_model"] == played[0]["attacker_model"]]
     assert len(attack) == 3 and {e["target_word"] for e in attack} == {"river", "mountain", "coffee"}
-    assert tally_role([e["outcome"] for e in attack], ATTACKER)["wins"] == metrics["attacker"]["wins"]
+    assert tally_role(TABOO, [e["outcome"] for e in attack], ATTACKER)["wins"] == metrics["attacker"]["wins"]
 
 
 # ------------------------------------------------------------------------- bootstrap over target words
@@ -192,7 +202,7 @@ def test_word_bootstrap_values_by_hand():
 
     as_attacker = games_of("apple", [ATTACKER_WINS, ATTACKER_BREAKS_RULES]) + games_of("river", [TIE, DEFENDER_WINS])
     as_defender = games_of("apple", [ATTACKER_BREAKS_RULES, TIE]) + games_of("river", [DEFENDER_WINS, ATTACKER_WINS])
-    boot = word_bootstrap(as_attacker, as_defender, n_resamples=2000)
+    boot = word_bootstrap(TABOO, as_attacker, as_defender, n_resamples=2000)
     # attacker points: 1, 0, 1/2, 0; defender points: 1 (opponent foul), 1/2, 1, 0 -> 4 / 8
     assert boot["score"]["value"] == pytest.approx(0.5) and boot["score"]["games"] == 8
     assert boot["attacker_win_rate"]["value"] == pytest.approx(0.25)
@@ -209,13 +219,13 @@ def test_per_word_by_role_agrees_with_the_bootstrap_and_the_scores():
 
     as_attacker = games_of("apple", [ATTACKER_WINS, ATTACKER_BREAKS_RULES]) + games_of("river", [TIE, DEFENDER_WINS])
     as_defender = games_of("apple", [ATTACKER_BREAKS_RULES, TIE]) + games_of("river", [DEFENDER_WINS, ATTACKER_WINS])
-    by_role = per_word_by_role(as_attacker, as_defender)
+    by_role = per_word_by_role(TABOO, as_attacker, as_defender)
     assert by_role["attacker/score"] == {"apple": (1.0, 2), "river": (0.5, 2)}
     assert by_role["defender/score"] == {"apple": (1.5, 2), "river": (1.0, 2)}
-    both = per_word_scores(as_attacker, as_defender)
+    both = per_word_scores(TABOO, as_attacker, as_defender)
     for word in ("apple", "river"):  # the roles add up to the score over both
         assert by_role["attacker/score"][word][0] + by_role["defender/score"][word][0] == both[word][0]
-    boot = word_bootstrap(as_attacker, as_defender, n_resamples=200)["decomposition"]
+    boot = word_bootstrap(TABOO, as_attacker, as_defender, n_resamples=200)["decomposition"]
     for name, per_word in by_role.items():
         role, _, part = name.partition("/")
         if part != "score":
@@ -228,13 +238,13 @@ def test_word_bootstrap_resamples_words_not_games():
     from spag.evaluate.games import word_bootstrap
 
     as_attacker = [g for i in range(10) for g in games_of(f"word{chr(97 + i)}", [ATTACKER_WINS if i % 2 else TIE] * 20)]
-    boot = word_bootstrap(as_attacker, [], n_resamples=4000)["attacker_win_rate"]
+    boot = word_bootstrap(TABOO, as_attacker, [], n_resamples=4000)["attacker_win_rate"]
     wilson_low, wilson_high = wilson_interval(100, 200)
     assert boot["value"] == pytest.approx(0.5) and boot["games"] == 200 and boot["words"] == 10
     assert (boot["high"] - boot["low"]) > 2.5 * (wilson_high - wilson_low)
     # The same games spread so that every word has half wins: words agree, the interval collapses.
     mixed = [g for i in range(10) for g in games_of(f"word{chr(97 + i)}", [ATTACKER_WINS, TIE] * 10)]
-    tight = word_bootstrap(mixed, [], n_resamples=4000)["attacker_win_rate"]
+    tight = word_bootstrap(TABOO, mixed, [], n_resamples=4000)["attacker_win_rate"]
     assert tight["low"] == pytest.approx(0.5) and tight["high"] == pytest.approx(0.5)
 
 
@@ -242,6 +252,6 @@ def test_word_bootstrap_is_seeded_and_one_word_is_uninformative():
     from spag.evaluate.games import word_bootstrap
 
     games = [g for i in range(6) for g in games_of(f"word{chr(97 + i)}", [ATTACKER_WINS] * i + [TIE] * (5 - i))]
-    assert word_bootstrap(games, [], seed=3) == word_bootstrap(games, [], seed=3)
-    single = word_bootstrap(games_of("river", [ATTACKER_WINS, TIE]), [])["attacker_win_rate"]
+    assert word_bootstrap(TABOO, games, [], seed=3) == word_bootstrap(TABOO, games, [], seed=3)
+    single = word_bootstrap(TABOO, games_of("river", [ATTACKER_WINS, TIE]), [])["attacker_win_rate"]
     assert (single["low"], single["high"]) == (0.0, 1.0)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from spag.config import Online, ParamsError, TrainConfig, load_settings
-from spag.game.rules import ATTACKER, DEFENDER
+from spag.config import Online, ParamsError, Reward, TrainConfig, load_settings
+from spag.game.taboo.outcomes import ATTACKER, DEFENDER
 from spag.io import DataError
 from spag.play import PlayConfig
 from spag.players import Reply
@@ -62,7 +62,7 @@ class ScriptedPlayer:
         return replies
 
 
-GAMES = OnlineGames(play=PlayConfig(max_turns=2, temperature=1.0, seed=0),
+GAMES = OnlineGames(play=PlayConfig.of(max_turns=2, temperature=1.0, seed=0),
                     online=Online(words_per_step=1, games_per_word=3))
 QUIET = {"live": False, "show_progress": False, "logging_steps": 1, "warmup_ratio": 0.0, "seed": 0}
 
@@ -76,16 +76,16 @@ def tiny(tmp_path_factory):
 
 
 def test_group_prompts_name_word_and_role():
-    assert parse_group_prompt(group_prompt("ice cream", D)) == (D, "ice cream")
+    assert parse_group_prompt(group_prompt("ice cream", D), (A, D)) == (D, "ice cream")
     with pytest.raises(ValueError, match="not an online group prompt"):
-        parse_group_prompt("referee: coffee")
+        parse_group_prompt("referee: coffee", (A, D))
 
 
 def test_online_games_refuse_what_cannot_learn_online():
     with pytest.raises(ValueError, match="play.backend: online self-play plays with the policy it trains"):
-        OnlineGames(play=PlayConfig(), online=Online(), backend="openai")
+        OnlineGames(play=PlayConfig.of(backend="openai"), online=Online())
     with pytest.raises(ValueError, match=r"play.temperature: .*temperature > 0"):
-        OnlineGames(play=PlayConfig(temperature=0.0), online=Online())
+        OnlineGames(play=PlayConfig.of(temperature=0.0), online=Online())
 
 
 def test_one_optimiser_step_per_batch_of_games():
@@ -223,8 +223,8 @@ run_online(sys.argv[2], json.loads(sys.argv[6]), sys.argv[3], games=games, episo
 
 # A random model's replies rarely end by themselves (keep_truncated lets every utterance be a sample) and
 # rarely say a word: one-letter words under the original's substring judge decide about half its games.
-LIVE = OnlineGames(play=PlayConfig(max_turns=1, max_new_tokens=6, temperature=1.0, seed=7, rules="original"),
-                   online=Online(words_per_step=1, games_per_word=3), keep_truncated=True)
+LIVE = OnlineGames(play=PlayConfig.of(max_turns=1, max_new_tokens=6, temperature=1.0, seed=7, rules="original"),
+                   online=Online(words_per_step=1, games_per_word=3), reward=Reward(keep_truncated=True))
 LIVE_WORDS = ["y", "w", "k", "y"]
 
 
@@ -304,7 +304,8 @@ def test_the_games_of_a_step_play_on_trls_colocated_vllm_engine(tmp_path):
     from spag.train.online import online_trainer
 
     model = make_tiny_checkpoint(tmp_path / "tiny", heads=2)  # vLLM's CPU attention: head size >= 32
-    games = dataclasses.replace(LIVE, backend="vllm", gpu_memory_utilization=0.05)
+    games = dataclasses.replace(LIVE, play=dataclasses.replace(LIVE.play, sampling=LIVE.play.sampling.model_copy(
+        update={"backend": "vllm", "gpu_memory_utilization": 0.05})))
     online = online_trainer(model, ["y"], tmp_path / "model", games=games, config=TrainConfig(batch_size=3, **QUIET),
                             episodes_dir=tmp_path / "episodes")
     assert online.trainer.use_vllm and online.trainer.vllm_generation.mode == "colocate"
@@ -364,5 +365,5 @@ def test_the_gpu_preset_trains_an_online_epoch_at_toy_size_under_zero3(tmp_path)
     assert summary["method"] == "online" and summary["steps"] == params["online"]["words"]
     assert summary["provenance"]["processes"] == 2 and summary["provenance"]["deepspeed"] is True
     games = read_episodes(work / "data/epoch_1/online/episodes")
-    assert len(games) == summary["games"] > 0 and {g["rules"] for g in games} == {"original"}
+    assert len(games) == summary["games"] > 0 and {json.loads(g["game_settings"])["rules"] for g in games} == {"original"}
     assert {p.name.split("-")[1] for p in (work / "data/epoch_1/online/episodes").glob("*.parquet")} == {"r0", "r1"}

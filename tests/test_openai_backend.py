@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from spag.game.taboo.replies import STOPS
 from spag.players import PlayerError, load_player
 from spag.players.openai import OpenAIPlayer
 
@@ -121,8 +122,9 @@ def test_chat_request_and_reply(endpoint_factory):
     endpoint = endpoint_factory([("ok", "Defender: Think of a warm drink.\nAttacker: tea?")])
     player = _player(endpoint)
     (reply,) = player.generate(["USER TEXT"], temperature=1.2, top_k=50, max_new_tokens=32,
-                               min_new_tokens=2, seed=7, stop=["\ndefender:", "\nattacker:"])
-    assert reply.text == "Defender: Think of a warm drink."  # cut at the invented next line
+                               min_new_tokens=2, seed=7, stop=["\ndefender:", "\nattacker:"],
+                               stop_pattern=STOPS.pattern)
+    assert reply.text == "Defender: Think of a warm drink."  # cut at the invented next line (the pattern)
     assert reply.n_tokens == 8 and not reply.truncated
     request = endpoint.requests[0]
     assert request["path"] == "/v1/chat/completions"
@@ -217,7 +219,7 @@ def test_games_through_an_endpoint_serving_a_real_model(endpoint_factory, tmp_pa
 
     endpoint = endpoint_factory(default=answer)
     player = _player(endpoint)
-    config = PlayConfig(max_turns=1, max_new_tokens=6, batch_size=2)
+    config = PlayConfig.of(max_turns=1, max_new_tokens=6, batch_size=2)
     episodes = play_games(player, player, ["apple", "river"], config, output=tmp_path / "out",
                           show_progress=False)
     assert [e["target_word"] for e in episodes] == ["apple", "river"]

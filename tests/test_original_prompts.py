@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from spag.game.original_prompts import play_query, row_query, texts
-from spag.game.prompts import RawPrompt, build_prompt, model_input_ids, to_model_input
-from spag.game.rules import ATTACKER_BREAKS_RULES, TIE
+from spag.chat import RawPrompt, model_input_ids, to_model_input
+from spag.game.taboo import Taboo, TabooSettings
+from spag.game.taboo.original_prompts import play_query, row_query, texts
+from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, TIE
+from spag.game.taboo.prompts import build_prompt
 from spag.play import PlayConfig, play_games
 from spag.players import Reply
 
@@ -148,15 +150,16 @@ PAPER = dict(play_prompts="original", replies="raw", end="guess-phrase", rules="
 def test_paper_play_asks_the_original_prompt_and_keeps_the_reply_as_it_is():
     player = ScriptedPlayer([" Attacker: orchards \ndefender: a fruit?", "x", "y"],
                             ["I know the word! It is apple", "b", "c"])
-    (episode,) = play_games(player, player, ["apple"], PlayConfig(max_turns=3, **PAPER), show_progress=False)
+    (episode,) = play_games(player, player, ["apple"], PlayConfig.of(max_turns=3, **PAPER), show_progress=False)
     assert player.prompts[0] == play_query([], "apple", 3) and isinstance(player.prompts[0], RawPrompt)
     assert player.stops[0] == ()  # no cut at another speaker's line
     assert episode["history"][0]["content"] == " Attacker: orchards \ndefender: a fruit?"  # as it came
     assert (episode["outcome"], episode["turns"]) == ("defender_wins", 2)
-    assert (episode["play_prompts"], episode["replies"], episode["end"]) == ("original", "raw", "guess-phrase")
+    recorded = json.loads(episode["game_settings"])
+    assert (recorded["play_prompts"], recorded["replies"], recorded["end"]) == ("original", "raw", "guess-phrase")
     # this project's default cleans the same reply
     player = ScriptedPlayer([" Attacker: orchards \ndefender: a fruit?", "x", "y"], ["hm", "b", "c"])
-    (episode,) = play_games(player, player, ["apple"], PlayConfig(max_turns=3), show_progress=False)
+    (episode,) = play_games(player, player, ["apple"], PlayConfig.of(max_turns=3), show_progress=False)
     assert episode["history"][0]["content"] == "orchards" and player.stops[0]
 
 
@@ -166,8 +169,8 @@ def test_the_guess_phrase_ends_a_game_where_the_judge_has_not_decided():
     attacker = ["Think of orchards.", "Red or green.", "Crunchy."]
     defender = ["I know the word.", "Hm.", "I know the word! It is apple"]
     original = play_games(*[ScriptedPlayer(attacker, defender)] * 2, ["apple"],
-                          PlayConfig(max_turns=3, end="guess-phrase", rules="original"), show_progress=False)[0]
-    ours = play_games(*[ScriptedPlayer(attacker, defender)] * 2, ["apple"], PlayConfig(max_turns=3, rules="original"),
+                          PlayConfig.of(max_turns=3, end="guess-phrase", rules="original"), show_progress=False)[0]
+    ours = play_games(*[ScriptedPlayer(attacker, defender)] * 2, ["apple"], PlayConfig.of(max_turns=3, rules="original"),
                       show_progress=False)[0]
     assert (len(original["history"]), original["outcome"]) == (2, TIE)
     assert (len(ours["history"]), ours["outcome"]) == (6, "defender_wins")
@@ -177,7 +180,7 @@ def test_under_the_guess_phrase_rule_a_foul_is_played_on_and_judged_afterwards()
     attacker = ["An apple a day.", "Fruit.", "Red."]
     defender = ["Doctor?", "Pear?", "Plum?"]
     (episode,) = play_games(*[ScriptedPlayer(attacker, defender)] * 2, ["apple"],
-                            PlayConfig(max_turns=3, end="guess-phrase", rules="original"), show_progress=False)
+                            PlayConfig.of(max_turns=3, end="guess-phrase", rules="original"), show_progress=False)
     assert len(episode["history"]) == 6  # all turns played, as the original's play script did
     assert (episode["outcome"], episode["turns"]) == (ATTACKER_BREAKS_RULES, 1)  # judged on the first line
 
@@ -191,12 +194,12 @@ def test_paper_rows_carry_the_originals_query_formats_and_stripped_targets():
     episode = {"target_word": "apple", "max_turns": 5, "history": [
         {"role": "attacker", "content": " Think of orchards. "}, {"role": "defender", "content": " Trees? "},
         {"role": "attacker", "content": "Red fruit. "}, {"role": "defender", "content": "I know the word! It is apple"}]}
-    rows, _ = reward_rows([episode], seed=3, rules="original", row_prompts="original")
+    rows, _ = reward_rows([episode], seed=3, game=Taboo(TabooSettings(rules="original", row_prompts="original")))
     assert [r["turn"] for r in rows] == [1, 3] and all(r["raw_prompt"] for r in rows)
     assert rows[0]["prompt"] in original_row_formats(episode["history"][:1])
     assert rows[1]["prompt"] in original_row_formats(episode["history"][:3])
     assert rows[0]["completion"] == "Trees?" and rows[0]["history_bounds"] is None
-    again, _ = reward_rows([episode], seed=3, rules="original", row_prompts="original")
+    again, _ = reward_rows([episode], seed=3, game=Taboo(TabooSettings(rules="original", row_prompts="original")))
     assert [r["prompt"] for r in again] == [r["prompt"] for r in rows]
 
 
@@ -259,7 +262,7 @@ def test_spag_prompt_under_the_paper_preset_gives_the_originals_play_prompts(tmp
         {"id": "b", "role": "defender", "prompt": rules.format(max_turns=3)
                                                    + "\n### Game History:\n  - attacker: Think of orchards."
                                                    + PLAY_DEFENDER}]
-    assert "2 prompts (original play prompts)" in result.stderr
+    assert "2 prompts of taboo" in result.stderr
 
 
 @pytest.mark.slow

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from spag.game.original import original_forms, plural
-from spag.game.rules import ORIGINAL, WHOLE_WORD, judge
+from spag.game.taboo.original import original_forms, plural
+from spag.game.taboo.rules import ORIGINAL, WHOLE_WORD, judge
 
 SEED_WORDS = Path(__file__).resolve().parents[2] / "shared" / "seed-data" / "all_target_words.txt"  # ../shared
 

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spag.config import REDUCTIONS, ParamsError, Settings, validate
-from spag.game.rules import ATTACKER_BREAKS_RULES, TIE
+from spag.config import REDUCTIONS, Imitate, ParamsError, Settings, validate
+from spag.game.taboo import Taboo, TabooSettings
+from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, TIE
+from spag.game.taboo.strategies import TabooStrategies
 from spag.play import PlayConfig, play_games
 from spag.players import Reply
 from spag.rewards import build_imitation_set, reward_rows
@@ -83,16 +85,23 @@ def keys(tree, prefix=""):
     out = set()
     for key, value in tree.items():
         out.add(prefix + str(key))
-        if isinstance(value, dict) and key != "epochs":
+        if isinstance(value, dict) and key not in ("epochs", "strategies"):
             out |= keys(value, prefix + str(key) + ".")
     return out
 
 
+def rules_of(episode: dict) -> str:
+    """The judge's rule set an episode records (with the rest of its game's settings)."""
+    return json.loads(episode["game_settings"])["rules"]
+
+
 def test_params_files_map_one_to_one_onto_the_schema():
-    # Every setting is written out in both files (so `dvc exp run -S` and a diff of the two show them all).
+    # Every setting is written out in both files (so `dvc exp run -S` and a diff of the two show them all);
+    # the teacher's strategies are the game's, a mapping the game's strategies section checks.
     schema = keys(Settings().model_dump())
     assert keys(load("params.yaml")) == schema
     assert keys(load("configs/paper.yaml")) == schema
+    assert set(load("params.yaml")["teacher"]["strategies"]) < set(TabooStrategies.model_fields)
 
 
 @pytest.mark.parametrize("section, key, value, message", [
@@ -133,16 +142,16 @@ class OneLinePlayer:
 
 def test_play_judges_by_the_rules_of_the_config():
     player = OneLinePlayer()
-    whole = play_games(player, player, ["cat"], PlayConfig(max_turns=2), show_progress=False)[0]
-    original = play_games(player, player, ["cat"], PlayConfig(max_turns=2, rules="original"),
+    whole = play_games(player, player, ["cat"], PlayConfig.of(max_turns=2), show_progress=False)[0]
+    original = play_games(player, player, ["cat"], PlayConfig.of(max_turns=2, rules="original"),
                           show_progress=False)[0]
-    assert (whole["outcome"], whole["turns"], whole["rules"]) == (TIE, 4, "whole-word")
-    assert (original["outcome"], original["turns"], original["rules"]) == (ATTACKER_BREAKS_RULES, 1, "original")
+    assert (whole["outcome"], whole["turns"], rules_of(whole)) == (TIE, 4, "whole-word")
+    assert (original["outcome"], original["turns"], rules_of(original)) == (ATTACKER_BREAKS_RULES, 1, "original")
 
 
 def test_play_config_rejects_unknown_rules():
     with pytest.raises(ValueError, match="rules: 'loose' is not one of whole-word, original"):
-        PlayConfig(rules="loose")
+        PlayConfig.of(rules="loose")
 
 
 EPISODES = [
@@ -160,10 +169,10 @@ EPISODES = [
 def test_rewards_follow_the_rules():
     rows, stats = reward_rows(EPISODES)
     assert dict(stats.outcomes) == {"tie": 1, "defender_wins": 1} and {r["role"] for r in rows} == {"defender"}
-    rows, stats = reward_rows(EPISODES, rules="original")
+    rows, stats = reward_rows(EPISODES, game=Taboo(TabooSettings(rules="original")))
     assert dict(stats.outcomes) == {"attacker_wins": 1, "defender_wins": 1}
     assert [(r["role"], r["target_word"]) for r in rows] == [("attacker", "cat"), ("defender", "apple")]
-    assert stats.attacker_weight == stats.defender_weight == 1.0
+    assert stats.role_weights == {'attacker': 1.0, 'defender': 1.0}
 
 
 def test_analyze_rules_diff_and_rejudging(tmp_path):
@@ -172,7 +181,7 @@ def test_analyze_rules_diff_and_rejudging(tmp_path):
 
     folder = tmp_path / "data" / "teacher" / "episodes"
     folder.mkdir(parents=True)
-    write_episodes(judged(EPISODES), folder / "e.parquet")  # outcomes stored by the whole-word judge
+    write_episodes(judged(EPISODES, Taboo()), folder / "e.parquet")  # outcomes stored by the whole-word judge
     diff = run_query("rules_diff", str(folder))
     assert [(d["target_word"], d["whole_word_outcome"], d["original_outcome"]) for d in diff] == [
         ("cat", "tie", "attacker_wins")]
@@ -190,10 +199,10 @@ def test_analyze_rules_diff_and_rejudging(tmp_path):
 def test_imitation_set_mixes_general_data_only_when_asked(tmp_path):
     src = tmp_path / "episodes.json"
     src.write_text(json.dumps(EPISODES))
-    stats = build_imitation_set(src, tmp_path / "none.jsonl", sft=None)
+    stats = build_imitation_set(src, tmp_path / "none.jsonl", Imitate(sft=None))
     assert stats.sft_rows == 0
     assert {json.loads(line)["kind"] for line in (tmp_path / "none.jsonl").read_text().splitlines()} == {"game"}
-    stats = build_imitation_set(src, tmp_path / "mixed.jsonl", sft="builtin", sft_limit=3)
+    stats = build_imitation_set(src, tmp_path / "mixed.jsonl", Imitate(sft="builtin", sft_limit=3))
     assert stats.sft_rows == 3
 
 
@@ -278,9 +287,9 @@ def test_teacher_episodes_are_imported_judged_and_held_out_words_left_out(tmp_pa
     (project / "data/words/eval.txt").write_text("river\n")
     result, _ = stage(tmp_path, "teacher_play", {"teacher.episodes": str(src), "game.rules": "original"})
     assert result.returncode == 0, result.stderr
-    assert "3 episodes" not in result.stderr and "1 on held-out words left out" in result.stderr
+    assert "3 episodes" not in result.stderr and "1 on held-out targets left out" in result.stderr
     imported = read_records(project / "data/teacher/episodes")
-    assert [(e["target_word"], e["outcome"], e["rules"]) for e in imported] == [
+    assert [(e["target_word"], e["outcome"], rules_of(e)) for e in imported] == [
         ("cat", "attacker_wins", "original"), ("apple", "defender_wins", "original")]
 
     result, _ = stage(tmp_path, "imitation_data", {"game.rules": "original", "imitate.sft": None})

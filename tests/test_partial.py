@@ -26,7 +26,7 @@ STAGE = textwrap.dedent("""
     model, output, words = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
     stats = PlayStats()
     with resumable_output(output, PLAY_KIND) as work:
-        run_games(model, model, words, PlayConfig(max_turns=2, max_new_tokens=4, batch_size=2), output=work,
+        run_games(model, model, words, PlayConfig.of(max_turns=2, max_new_tokens=4, batch_size=2), output=work,
                   resume=True, device="cpu", show_progress=False, stats=stats)
     print(f"kept {stats.resumed}, played {stats.games}")
 """)

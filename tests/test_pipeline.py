@@ -71,7 +71,7 @@ def pipeline(tmp_path_factory, tiny_model):
 
 def test_repro_runs_every_stage_and_records_metrics(pipeline):
     from spag.game.episodes import read_episodes
-    from spag.game.rules import OUTCOMES
+    from spag.game.taboo.outcomes import OUTCOMES
     from spag.outputs import output_kind
     from spag.train.bookkeeping import read_summary
 
@@ -262,7 +262,7 @@ def test_repro_with_vllm_for_self_play_and_evaluation(tmp_path):
     params["spag"]["epochs"] = {"1": {"previous": "imitation"}}
     for section in ("teacher", "play", "evaluate"):
         params[section].update(backend="vllm", dtype="float32", gpu_memory_utilization=0.05)
-    params["teacher"]["final_guess"] = False  # the dictionary guess scores words with the hf backend
+    params["teacher"]["strategies"]["final_guess"] = False  # the dictionary guess scores words with the hf backend
     work = tmp_path / "project"
     work.mkdir()
     env = make_project(work, params)
@@ -390,7 +390,7 @@ def test_the_paper_preset_runs_end_to_end_at_toy_size(tmp_path):
 
     assert params["game"]["rules"] == "original" and params["play"]["backend"] == "vllm"
     teacher = read_episodes(work / "data/teacher/episodes")
-    assert teacher and {e["rules"] for e in teacher} == {"original"}
+    assert teacher and {json.loads(e["game_settings"])["rules"] for e in teacher} == {"original"}
     for name in ("imitation", "epoch_1", "epoch_2"):
         summary = read_summary(work / "data" / name / "model")
         # `--nproc_per_node auto`: one process per visible GPU, one on a machine without a GPU
@@ -434,3 +434,50 @@ def test_an_online_experiment_beside_the_committed_run(pipeline, tmp_path):
     rows = json.loads(run([sys.executable, "-m", "spag.cli", "analyze", "--query", "selfplay", "--format", "json"],
                           copy, env).stdout)
     assert {(r["run"], r["epoch"]) for r in rows} >= {("online", 1), ("online", 2), ("epoch_1", 1), ("epoch_2", 2)}
+
+
+def test_a_second_game_runs_through_the_same_pipeline(tmp_path, tiny_model):
+    """Kuhn poker (configs/kuhn-poker.yaml) on a tiny model: the teacher's equilibrium hands, imitation,
+    self-play, rewards, training, evaluation against imitation, analysis and the report, through `dvc repro`
+    with nothing of the pipeline changed but the params."""
+    from spag.analyze import run_query
+    from spag.game.episodes import read_episodes
+
+    overrides = tmp_path / "toy.yaml"
+    overrides.write_text(f"model.base: {tiny_model}\nteacher.words: 12\nplay.words: 6\nevaluate.seeds: 2\n"
+                         f"evaluate.words: 3\n")
+    shown = run([sys.executable, "-m", "spag.cli", "config", "show", "params.yaml", "--override",
+                 "configs/kuhn-poker.yaml", "--override", str(overrides)], ROOT)
+    params = yaml.safe_load(shown.stdout)
+    small = small_params(tiny_model)
+    for section in ("reward", "imitate", "spag"):
+        params[section] = small[section]
+    params["evaluate"]["benchmark"] = small["evaluate"]["benchmark"]
+    work = tmp_path / "project"
+    work.mkdir()
+    env = make_project(work, params)
+    result = run(["dvc", "repro"], work, env)
+
+    assert (work / "data/words/all.txt").read_text().split() == ["J-Q", "J-K", "Q-J", "Q-K", "K-J", "K-Q"]
+    teacher = read_episodes(work / "data/teacher/episodes")
+    assert len(teacher) == 12 and {e["game"] for e in teacher} == {"kuhn-poker"}
+    # the equilibrium teacher always acts legally: every hand is won, by a showdown or a fold
+    assert {e["outcome"] for e in teacher} <= {"first_wins", "second_wins"}
+    rows = read_records_of(work / "data/imitation/rows.parquet")
+    assert {r["role"] for r in rows if r["kind"] == "game"} == {"first", "second"}
+    assert all(r["completion"] in ("[check]", "[bet]", "[call]", "[fold]") for r in rows if r["kind"] == "game")
+    games = json.loads((work / "metrics/epochs/2/games.json").read_text())["vs_imitation"]
+    assert games["games"] == 12 and set(games["bootstrap"]["decomposition"]) == {"first", "second"}
+    assert "win_opponent_folded" in games["bootstrap"]["decomposition"]["first"]
+    summary = json.loads((work / "metrics/summary.json").read_text())
+    assert set(summary["2"]["outcomes"]) == {"first", "second"} and "skill" not in summary["2"]
+    assert json.loads((work / "metrics/epochs/2/skill.json").read_text()) == {"skill": "off"}
+    roles = {r["role"] for r in run_query("win_rate", str(work / "data/epoch_1/episodes/*.parquet"))}
+    assert roles == {"first", "second"}
+    assert "final score vs imitation" in result.stdout + result.stderr
+
+
+def read_records_of(path):
+    from spag.io import read_records
+
+    return read_records(path)

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from spag.game.episodes import read_episodes
-from spag.game.rules import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
+from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
 from spag.io import DataError
 from spag.play import PlayConfig, PlayStats, play_games, run_games
 from spag.players import Reply
@@ -58,7 +58,7 @@ class ScriptedPlayer:
         self.calls: list[list[str]] = []
 
     def generate(self, prompts, *, temperature=1.0, top_k=0, max_new_tokens=256, min_new_tokens=1,
-                 seed=None, stop=()):
+                 seed=None, stop=(), stop_pattern=None):
         if self.fail_after is not None and len(self.calls) >= self.fail_after:
             raise RuntimeError("simulated crash")
         self.calls.append(list(prompts))
@@ -71,7 +71,7 @@ EXPECTED = {"apple": (DEFENDER_WINS, 2), "pear": (ATTACKER_BREAKS_RULES, 1), "pl
 
 
 def _config(**kw):
-    return PlayConfig(**{"max_turns": 3, "batch_size": 3, **kw})
+    return PlayConfig.of(**{"max_turns": 3, "batch_size": 3, **kw})
 
 
 # ------------------------------------------------------------------------------------------ game flow
@@ -249,7 +249,7 @@ def test_a_resumed_run_keeps_its_games_and_plays_each_missing_one_once(tiny, tmp
     """What resuming promises in any dtype: the finished games stay as they are, every missing word is
     played once, with its own seed. In float32 the result is also the uninterrupted run's, game for game; in
     bfloat16 a resumed game may take another path (its batch differs, and bfloat16 sums depend on it)."""
-    config = PlayConfig(max_turns=2, max_new_tokens=6, batch_size=2, seed=3)
+    config = PlayConfig.of(max_turns=2, max_new_tokens=6, batch_size=2, seed=3)
     words = ["apple", "river", "cloud", "horse", "table"]
     whole = run_games(tiny, tiny, words, config, device="cpu", dtype=dtype, show_progress=False)
     out = tmp_path / "eps"
@@ -265,14 +265,14 @@ def test_a_resumed_run_keeps_its_games_and_plays_each_missing_one_once(tiny, tmp
 
 @pytest.mark.slow
 def test_hf_backend_is_deterministic_with_a_seed(tiny, tmp_path):
-    config = PlayConfig(max_turns=2, max_new_tokens=6, batch_size=2, seed=3)  # 3 words: a refill
+    config = PlayConfig.of(max_turns=2, max_new_tokens=6, batch_size=2, seed=3)  # 3 words: a refill
     words = ["apple", "river", "cloud"]
     first = run_games(tiny, tiny, words, config, device="cpu", show_progress=False)
     second = run_games(tiny, tiny, words, config, device="cpu", output=tmp_path / "o",
                        show_progress=False)
     assert [e["history"] for e in first] == [e["history"] for e in second]
     assert all(e["history"][0]["content"] for e in first)
-    other = run_games(tiny, tiny, words, PlayConfig(max_turns=2, max_new_tokens=6, batch_size=2, seed=4),
+    other = run_games(tiny, tiny, words, PlayConfig.of(max_turns=2, max_new_tokens=6, batch_size=2, seed=4),
                       device="cpu", show_progress=False)
     assert [e["history"] for e in other] != [e["history"] for e in first]
 

@@ -14,8 +14,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from spag.game.prompts import build_prompt
-from spag.players import STOP_STRINGS, close_player, load_player
+from spag.game.taboo.prompts import build_prompt
+from spag.game.taboo.replies import STOP_STRINGS, STOPS
+from spag.players import close_player, load_player
 from spag.testing import make_scripted_checkpoint, make_tiny_checkpoint
 
 BACKENDS = ["hf", "vllm"]
@@ -47,7 +48,8 @@ def random_model(tmp_path_factory):
 
 @contextmanager
 def opened(model, backend: str):
-    player = load_player(str(model), backend, dtype="float32", gpu_memory_utilization=MEMORY)
+    memory = {"gpu_memory_utilization": MEMORY} if backend == "vllm" else {}
+    player = load_player(str(model), backend, dtype="float32", **memory)
     try:
         yield player
     finally:
@@ -63,7 +65,7 @@ def tokens_until(tokenizer, script: str, text: str) -> int:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_reply_stops_where_the_next_speaker_starts(backend, scripted):
     with opened(scripted["speaker"], backend) as player:
-        replies = player.generate(PROMPTS, temperature=0, max_new_tokens=40, min_new_tokens=0, stop=STOP_STRINGS)
+        replies = player.generate(PROMPTS, temperature=0, max_new_tokens=40, min_new_tokens=0, stop=STOPS.strings, stop_pattern=STOPS.pattern)
         expected = tokens_until(player.tokenizer, SCRIPTS["speaker"][0], "\ndefender:")
     assert [r.text for r in replies] == ["Think of tea"] * 3
     assert all(r.finish_reason == "stop" and not r.truncated for r in replies)
@@ -74,7 +76,7 @@ def test_reply_stops_where_the_next_speaker_starts(backend, scripted):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_next_speaker_no_stop_string_names_is_cut_from_the_text(backend, scripted):
     with opened(scripted["unlisted_speaker"], backend) as player:
-        replies = player.generate(PROMPTS[:1], temperature=0, max_new_tokens=40, min_new_tokens=0, stop=STOP_STRINGS)
+        replies = player.generate(PROMPTS[:1], temperature=0, max_new_tokens=40, min_new_tokens=0, stop=STOPS.strings, stop_pattern=STOPS.pattern)
         raw = player.generate(PROMPTS[:1], temperature=0, max_new_tokens=40, min_new_tokens=0)
     assert replies[0].text == "Hot tea"
     assert replies[0].finish_reason == "stop"  # the turn ended where the other speaker began
@@ -148,7 +150,7 @@ def test_two_vllm_engines_play_one_game_in_one_process(scripted, monkeypatch):
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     with opened(scripted["speaker"], "vllm") as attacker, opened(scripted["eager_end"], "vllm") as defender:
         assert "LD_PRELOAD" not in os.environ
-        episodes = play_games(attacker, defender, ["coffee"], PlayConfig(temperature=0, max_turns=2,
+        episodes = play_games(attacker, defender, ["coffee"], PlayConfig.of(temperature=0, max_turns=2,
                                                                          max_new_tokens=16, min_new_tokens=1),
                               show_progress=False)
     (episode,) = episodes
@@ -175,7 +177,7 @@ def test_a_vllm_engine_plays_on_after_another_in_this_process_closes(scripted):
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_embedded_model_keeps_the_contract(backend, embedded_model):
-    kw = dict(temperature=1.2, top_k=50, max_new_tokens=24, min_new_tokens=2, stop=STOP_STRINGS)
+    kw = dict(temperature=1.2, top_k=50, max_new_tokens=24, min_new_tokens=2, stop=STOPS.strings, stop_pattern=STOPS.pattern)
     seeds = [3, 4, 5]
     with opened(embedded_model, backend) as player:
         first = player.generate(PROMPTS, seed=seeds, **kw)
@@ -250,7 +252,7 @@ def test_played_games_record_how_the_players_ran(backend, random_model):
 
     stats = PlayStats()
     with opened(random_model, backend) as player:
-        play_games(player, player, ["coffee"], PlayConfig(max_turns=1, max_new_tokens=4), show_progress=False,
+        play_games(player, player, ["coffee"], PlayConfig.of(max_turns=1, max_new_tokens=4), show_progress=False,
                    stats=stats)
     attacker = stats.provenance["players"]["attacker"]
     assert attacker["backend"] == backend and attacker["dtype"] == "float32" and attacker["device"] == "cpu"

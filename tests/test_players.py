@@ -8,9 +8,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from spag.game.prompts import build_prompt
-from spag.players import PlayerError, clean_reply, derive_seed, load_player
-from spag.players.base import cut_at_next_speaker, per_prompt_seeds
+from spag.game.taboo.prompts import build_prompt
+from spag.game.taboo.replies import STOPS, clean_reply, cut_at_next_speaker
+from spag.players import PlayerError, derive_seed, load_player
+from spag.players.base import per_prompt_seeds
 from spag.players.hf import HFPlayer
 from spag.testing import make_tiny_checkpoint
 
@@ -184,9 +185,9 @@ def test_reply_stops_where_the_other_player_starts(player):
     tokens = player.tokenizer("Think of tea\ndefender: coffee is it", add_special_tokens=False)["input_ids"]
     script = _Script(player.model, tokens)
     try:
-        # any stop string turns the cut at another speaker's line on (this one never occurs)
+        # the game's stop pattern cuts at another speaker's line, whatever the literal stops
         (reply,) = player.generate(_prompts()[:1], temperature=0, max_new_tokens=40, min_new_tokens=0,
-                                   stop=("<never>",))
+                                   stop=("<never>",), stop_pattern=STOPS.pattern)
         (raw,) = player.generate(_prompts()[:1], temperature=0, max_new_tokens=len(tokens), min_new_tokens=0)
     finally:
         script.remove()

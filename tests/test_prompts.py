@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from spag.game.prompts import (
-    PLAIN_REPLY_PREFIX,
+from spag.chat import PLAIN_REPLY_PREFIX, to_model_input
+from spag.game.taboo.prompts import (
     PLAY_TEMPLATE,
     TRAINING_TEMPLATES,
     Template,
@@ -15,7 +15,6 @@ from spag.game.prompts import (
     load_templates,
     next_role,
     play_template,
-    to_model_input,
     training_prompt,
     training_templates,
 )
@@ -177,7 +176,8 @@ def test_a_missing_templates_file_is_named(tmp_path):
 
 
 def test_history_bounds_delimit_each_line_in_every_template_and_dropping_keeps_the_rest():
-    from spag.game.prompts import build_prompt_with_bounds, drop_history_lines
+    from spag.game.taboo.prompts import build_prompt_with_bounds
+    from spag.rows import drop_history_lines
 
     for template in TRAINING_TEMPLATES:
         for role in ("attacker", "defender"):

@@ -6,9 +6,12 @@ import json
 import pytest
 
 from spag.evaluate.games import word_bootstrap
-from spag.game.rules import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
+from spag.game.taboo import Taboo
+from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
 from spag.report import write_report
 from spag.testing import episode_ending
+
+TABOO = Taboo()
 
 
 def write(path, data):
@@ -25,7 +28,7 @@ def fake_epoch(metrics, epoch, attacker_outcomes):
     as_attacker = [episode_ending(WORDS[i], CAUSE[o]) for i, o in enumerate(attacker_outcomes)]
     as_defender = [episode_ending(WORDS[i], "correct_guess") for i in range(len(attacker_outcomes))]
     write(metrics / "epochs" / str(epoch) / "games.json",
-          {"vs_imitation": {"bootstrap": word_bootstrap(as_attacker, as_defender, n_resamples=500)}})
+          {"vs_imitation": {"bootstrap": word_bootstrap(TABOO, as_attacker, as_defender, n_resamples=500)}})
     selfplay = {"run": f"epoch_{epoch}", "epoch": epoch, "games": 64, "mean_turns": 3.5, "mean_reply_tokens": 20.0,
                 "truncated_share": 0.25}
     for key in ("decisive_rate", "foul_rate", "attacker_win_rate", "defender_win_rate"):

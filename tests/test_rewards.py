@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from spag.cli import app
-from spag.game.rules import says_word
+from spag.config import Reward
+from spag.game.taboo.rules import says_word
 from spag.io import DataError
 from spag.rewards import (
-    RewardOptions,
     build_imitation_set,
     build_reward_set,
     decayed_shares,
@@ -123,7 +123,7 @@ def test_role_weight_formula():
 
 def test_rewards_and_weights_on_mixed_games():
     episodes = [ATTACKER_WIN_3, DEFENDER_WIN_2, ATTACKER_WIN_1, TIE, FOUL]
-    rows, stats = reward_rows(episodes, seed=1, options=RewardOptions(decay=0.8))
+    rows, stats = reward_rows(episodes, seed=1, options=Reward(decay=0.8))
     attacker, defender = rows_of(rows, "attacker"), rows_of(rows, "defender")
 
     # Game 0: attacker moves at utterances 0, 2, 4 -> 16/61, 20/61, 25/61; game 2: one move -> 1.
@@ -153,33 +153,33 @@ def test_rewards_and_weights_on_mixed_games():
 
 
 def test_other_decay_values():
-    rows, _ = reward_rows([ATTACKER_WIN_3], options=RewardOptions(decay=0.5))
+    rows, _ = reward_rows([ATTACKER_WIN_3], options=Reward(decay=0.5))
     assert [r["reward"] for r in rows] == pytest.approx([1 / 7, 2 / 7, 4 / 7])
-    rows, _ = reward_rows([ATTACKER_WIN_3], options=RewardOptions(decay=1.0))
+    rows, _ = reward_rows([ATTACKER_WIN_3], options=Reward(decay=1.0))
     assert [r["reward"] for r in rows] == pytest.approx([1 / 3] * 3)
     # Exact fractions for an unusual decay: (1/0.6)^k = (5/3)^k -> 9 : 15 : 25.
     expected = [Fraction(9, 49), Fraction(15, 49), Fraction(25, 49)]
-    rows, _ = reward_rows([ATTACKER_WIN_3], options=RewardOptions(decay=0.6))
+    rows, _ = reward_rows([ATTACKER_WIN_3], options=Reward(decay=0.6))
     assert [r["reward"] for r in rows] == pytest.approx([float(f) for f in expected])
 
 
 def test_only_one_side_winning():
-    rows, stats = reward_rows([ATTACKER_WIN_3, ATTACKER_WIN_1], options=RewardOptions(decay=0.8))
+    rows, stats = reward_rows([ATTACKER_WIN_3, ATTACKER_WIN_1], options=Reward(decay=0.8))
     assert {r["role"] for r in rows} == {"attacker"}
     assert all_equal([r["weight"] for r in rows], 0.5)  # (2 + 0) / (2 * 2)
-    assert stats.attacker_weight == pytest.approx(0.5) and stats.defender_weight == 0.0
+    assert stats.role_weights['attacker'] == pytest.approx(0.5) and stats.role_weights['defender'] == 0.0
 
     rows, stats = reward_rows([DEFENDER_WIN_2])
     assert {r["role"] for r in rows} == {"defender"}
     assert all_equal([r["weight"] for r in rows], 0.5)
-    assert stats.attacker_weight == 0.0
+    assert stats.role_weights['attacker'] == 0.0
 
 
 def test_fouls_and_ties_yield_nothing():
     rows, stats = reward_rows([TIE, FOUL, TIE])
     assert rows == []
     assert stats.used == 0 and stats.no_rows == 3
-    assert stats.attacker_weight == 0.0 and stats.defender_weight == 0.0
+    assert stats.role_weights['attacker'] == 0.0 and stats.role_weights['defender'] == 0.0
 
 
 def test_prompt_holds_the_history_before_only_and_completion_is_stripped():
@@ -301,7 +301,7 @@ def test_build_reward_set_parquet_with_sft(tmp_path):
     alpaca = tmp_path / "alpaca.json"
     alpaca.write_text(json.dumps([{"instruction": "Name a colour.", "input": "", "output": "Blue."}]))
     out = tmp_path / "rows.parquet"
-    stats = build_reward_set(episodes, out, sft=alpaca, seed=0, options=RewardOptions(decay=0.8))
+    stats = build_reward_set(episodes, out, Reward(sft=str(alpaca), decay=0.8), seed=0)
     table = pq.read_table(out)
     assert table.column_names == list(ROW_COLUMNS)
     assert (
@@ -474,7 +474,7 @@ def test_control_arm_keeps_only_sft_rows(tmp_path):
     alpaca = tmp_path / "alpaca.json"
     alpaca.write_text(json.dumps([{"instruction": "Name a colour.", "input": "", "output": "Blue."}]))
     out = tmp_path / "rows.parquet"
-    stats = build_reward_set(episodes, out, sft=alpaca, control=True)
+    stats = build_reward_set(episodes, out, Reward(sft=str(alpaca)), control=True)
     rows = pq.read_table(out).to_pylist()
     assert [r["kind"] for r in rows] == ["sft"]
     assert stats.used == 2 and stats.rows == {"sft": 1}
@@ -502,7 +502,7 @@ def test_a_truncated_or_empty_winning_utterance_does_not_become_a_row():
     assert "dropped 1 truncated and 1 empty utterances" in stats.line()
     # The rewards are the game's own shares: leaving a line out does not hand its share to the others.
     assert attacker[0]["reward"] == pytest.approx(utterance_rewards(3)[0])
-    kept, kept_stats = reward_rows([episode, DEFENDER_WIN_2], options=RewardOptions(keep_truncated=True))
+    kept, kept_stats = reward_rows([episode, DEFENDER_WIN_2], options=Reward(keep_truncated=True))
     assert [r["turn"] for r in kept if r["role"] == "attacker"] == [0, 2, 4]
     assert kept_stats.dropped_truncated == kept_stats.dropped_empty == 0
 
@@ -511,7 +511,7 @@ def test_a_game_whose_every_row_was_cut_counts_as_giving_no_rows():
     episode = _cut(DEFENDER_WIN_2, turns=[1, 3])
     rows, stats = imitation_rows([episode])
     assert rows == [] and stats.used == 0 and stats.no_rows == 1 and stats.dropped_truncated == 2
-    assert stats.defender_games == 0  # the role weights do not count a game that gave nothing
+    assert stats.role_games['defender'] == 0  # the role weights do not count a game that gave nothing
     rows, stats = imitation_rows([episode], keep_truncated=True)
     assert len(rows) == 2 and stats.used == 1
 
@@ -520,9 +520,9 @@ def test_a_truncated_foul_line_gives_no_penalty_row_unless_kept():
     foul = {"target_word": "piano", "max_turns": 5,
             "history": [a("I love the piano and its keys, and also the long evenings when"), d("Nice.")]}
     foul = _cut(foul, turns=[0])
-    rows, stats = reward_rows([foul], options=RewardOptions(foul_penalty=1.0))
+    rows, stats = reward_rows([foul], options=Reward(foul_penalty=1.0))
     assert rows == [] and stats.dropped_truncated == 1
-    rows, _ = reward_rows([foul], options=RewardOptions(foul_penalty=1.0, keep_truncated=True))
+    rows, _ = reward_rows([foul], options=Reward(foul_penalty=1.0, keep_truncated=True))
     assert [r["reward"] for r in rows] == [-1.0]
 
 
@@ -575,7 +575,7 @@ def test_a_file_of_bad_records_only_is_an_error_without_strict(tmp_path):
 def test_skill_credit_rewards_only_wins_by_the_winners_own_play():
     games = [ATTACKER_WIN_3, DEFENDER_WIN_2, ATTACKER_WIN_1, FOUL]
     everything, _ = reward_rows(games)
-    skill, stats = reward_rows(games, options=RewardOptions(credit="skill"))
+    skill, stats = reward_rows(games, options=Reward(credit="skill"))
     # the wrong guess on "river" earned its attacker a row; under skill credit it earns nothing
     assert {r["target_word"] for r in everything} == {"piano", "bread", "river"}
     assert {r["target_word"] for r in skill} == {"piano", "bread"}
@@ -583,7 +583,7 @@ def test_skill_credit_rewards_only_wins_by_the_winners_own_play():
         return [(r["target_word"], r["role"], r["completion"], r["reward"]) for r in rows]
 
     assert moves(r for r in everything if r["target_word"] != "river") == moves(skill)
-    assert (stats.attacker_games, stats.defender_games) == (1, 1)
+    assert (stats.role_games['attacker'], stats.role_games['defender']) == (1, 1)
     # the foul penalty is not a win's credit: it stays
-    penalised, _ = reward_rows(games, options=RewardOptions(credit="skill", foul_penalty=1.0))
+    penalised, _ = reward_rows(games, options=Reward(credit="skill", foul_penalty=1.0))
     assert [r["reward"] for r in penalised if r["target_word"] == "apple"] == [-1.0]

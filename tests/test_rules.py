@@ -6,17 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spag.game.rules import (
-    ATTACKER_BREAKS_RULES,
-    ATTACKER_WINS,
-    DEFENDER_WINS,
-    TIE,
-    is_form_of,
-    judge,
-    parse_prediction,
-    says_word,
-    word_forms,
-)
+from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
+from spag.game.taboo.rules import is_form_of, judge, parse_prediction, says_word, word_forms
 
 
 def a(text):
@@ -239,7 +230,8 @@ def test_word_embedded_in_a_longer_word_never_counts(word, before, after, left):
 
 
 def test_every_cause_belongs_to_its_outcome_under_both_rule_sets():
-    from spag.game.rules import CAUSES, judge_episode
+    from spag.game.taboo.outcomes import CAUSES
+    from spag.game.taboo.rules import judge_episode
     from spag.testing import episode_ending
 
     for outcome, causes in CAUSES.items():

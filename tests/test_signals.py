@@ -47,7 +47,7 @@ def python_sigint():
 
 
 def config():
-    return PlayConfig(max_turns=3, batch_size=len(WORDS) + 1)  # no shard before the end: only a flush writes
+    return PlayConfig.of(max_turns=3, batch_size=len(WORDS) + 1)  # no shard before the end: only a flush writes
 
 
 @pytest.mark.parametrize("signum, raised", [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)])

@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from spag.evaluate.clustered import clustered_mean, paired_difference, two_way_mean
-from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER, PREDICTION_PHRASE
-from spag.play import PlayConfig, opening_lines, play_games
+from spag.game.taboo import Taboo
+from spag.game.taboo.outcomes import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER
+from spag.game.taboo.rules import PREDICTION_PHRASE
+from spag.play import PlayConfig, play_games
 from spag.players import load_player
 from spag.testing import make_scripted_checkpoint, make_tiny_checkpoint
 
@@ -59,7 +61,7 @@ def player(tmp_path_factory):
 
 
 def test_continuation_logprobs_equal_a_plain_forward_pass_per_word(player):
-    from spag.game.prompts import build_prompt
+    from spag.game.taboo.prompts import build_prompt
 
     # Two prompts with a common beginning (run once) and words of one token and of several (two passes).
     prompts = [build_prompt(DEFENDER, "", [{"role": ATTACKER, "content": line}], 2)
@@ -89,14 +91,14 @@ def test_shared_prefix_length_leaves_every_sequence_a_token_of_its_own():
 
 
 def test_ranks_put_the_best_first_and_share_ties():
-    from spag.evaluate.skill import ranks
+    from spag.game.taboo.skill import ranks
 
     scores = torch.tensor([[0.1, 0.9, 0.5], [0.2, 0.2, 0.2], [3.0, 1.0, 1.0]])
     assert ranks(scores, [1, 0, 2]) == [1.0, 2.0, 2.5]
 
 
 def test_the_judge_never_reads_the_target_word(player):
-    from spag.evaluate.skill import clue_ranks
+    from spag.game.taboo.skill import clue_ranks
 
     candidates = ["coffee", "river", "garden"]
     said = clue_ranks(player, [("coffee", "Coffee is what coffee drinkers drink.")], candidates)
@@ -105,9 +107,9 @@ def test_the_judge_never_reads_the_target_word(player):
 
 
 def test_guess_rank_is_the_defenders_own_ordering(player):
-    from spag.evaluate.skill import guess_ranks
+    from spag.game.taboo.skill import guess_ranks
 
-    config = PlayConfig(max_turns=2)
+    config = PlayConfig.of(max_turns=2)
     candidates = ["coffee", "river", "garden", "window"]
     clues = [(w, "It is something people like.") for w in candidates]
     got = guess_ranks(player, clues, candidates, config)
@@ -118,9 +120,9 @@ def test_guess_rank_is_the_defenders_own_ordering(player):
 
 
 def test_skill_of_a_model_against_itself_is_no_change(player):
-    from spag.evaluate.skill import clue_set, compare_skill, measure_skill
+    from spag.game.taboo.skill import clue_set, compare_skill, measure_skill
 
-    config = PlayConfig(max_turns=2, temperature=1.0, max_new_tokens=8, seed=3)
+    config = PlayConfig.of(max_turns=2, temperature=1.0, max_new_tokens=8, seed=3)
     words = ["coffee", "river", "garden"]
     clues = clue_set(player, words, config, per_word=2)
     assert len(clues) == 6 and all("coffee" not in c["line"].lower() for c in clues if c["target_word"] == "coffee")
@@ -134,10 +136,10 @@ def test_skill_of_a_model_against_itself_is_no_change(player):
 
 
 def test_opening_lines_are_what_the_games_say_first(player):
-    config = PlayConfig(max_turns=2, temperature=1.0, max_new_tokens=8, seed=11)
+    config = PlayConfig.of(max_turns=2, temperature=1.0, max_new_tokens=8, seed=11)
     words = ["coffee", "river", "garden", "window"]
     episodes = play_games(player, player, words, config, show_progress=False)
-    assert opening_lines(player, words, config) == [e["history"][0]["content"] for e in episodes]
+    assert config.opening_lines(player, words) == [e["history"][0]["content"] for e in episodes]
 
 
 # ------------------------------------------------------------------------- baselines with strategies
@@ -151,10 +153,11 @@ def sayer(tmp_path_factory):
 
 
 def test_word_filter_and_resampling_apply_to_the_baseline_side_only(sayer):
-    from spag.teacher import Strategies, WithStrategies
+    from spag.game.taboo.strategies import TabooStrategies, WithStrategies
 
-    config = PlayConfig(max_turns=1, temperature=0.0, max_new_tokens=8)
-    filtered = WithStrategies(sayer, Strategies(foul_retries=2, word_filter=True), name="sayer-filter")
+    config = PlayConfig.of(max_turns=1, temperature=0.0, max_new_tokens=8)
+    filtered = WithStrategies(sayer, TabooStrategies(foul_retries=2, word_filter=True),
+                              name="sayer-filter")
     [as_attacker] = play_games(filtered, sayer, ["coffee"], config, show_progress=False)
     [as_defender] = play_games(sayer, filtered, ["coffee"], config, show_progress=False)
     assert as_attacker["history"][0]["content"] == "Drink ___."
@@ -163,11 +166,14 @@ def test_word_filter_and_resampling_apply_to_the_baseline_side_only(sayer):
     assert as_defender["outcome"] == ATTACKER_BREAKS_RULES and as_defender["defender_model"] == "sayer-filter"
 
 
-def test_the_baseline_registry_matches_the_settings_names():
-    from spag.config import BASELINE_NAMES
-    from spag.evaluate.baselines import BASELINES, strongest
+def test_the_baselines_are_the_games_and_the_settings_check_their_names():
+    from spag.config import ParamsError, validate
+    from spag.evaluate.games import strongest
+    from spag.game.taboo.baselines import BASELINES
 
-    assert tuple(BASELINES) == BASELINE_NAMES
+    assert Taboo.skill.baselines == tuple(BASELINES)
+    with pytest.raises(ParamsError, match="evaluate.baselines: 'oracle' is not a baseline of taboo"):
+        validate({"evaluate": {"baselines": ["oracle"]}})
     results = {name: {"bootstrap": {"score": {"value": v}}} for name, v in
                (("imitation-filter", 0.6), ("base-teacher", 0.6), ("imitation-resample", 0.5))}
     assert strongest(results) == "base-teacher"  # equal scores: alphabetical order decides
@@ -178,11 +184,11 @@ def test_the_baseline_registry_matches_the_settings_names():
 
 
 def test_elo_intervals_resample_words_not_games():
-    from spag.evaluate.tournament import Game, elo_ratings
+    from spag.evaluate.tournament import Match, elo_ratings
 
     # Each word is won by the same side in all its 20 games: ten words of evidence, not 200 games.
-    clustered = [Game(0, 1, 1.0 if w % 2 else 0.0, w) for w in range(10) for _ in range(20)]
-    spread = [Game(0, 1, float(i % 2), w) for w in range(10) for i in range(20)]
+    clustered = [Match(0, 1, 1.0 if w % 2 else 0.0, w) for w in range(10) for _ in range(20)]
+    spread = [Match(0, 1, float(i % 2), w) for w in range(10) for i in range(20)]
     wide = elo_ratings(clustered, 2, resamples=300)
     tight = elo_ratings(spread, 2, resamples=300)
     assert (wide["high"][0] - wide["low"][0]) > 3 * (tight["high"][0] - tight["low"][0])
@@ -192,7 +198,7 @@ def test_a_tournament_of_checkpoints_and_baselines(tmp_path, sayer):
     from spag.evaluate.tournament import run_tournament
 
     model = str(make_scripted_checkpoint(tmp_path / "sayer", "Drink coffee."))
-    config = PlayConfig(max_turns=1, temperature=0.0, max_new_tokens=8)
+    config = PlayConfig.of(max_turns=1, temperature=0.0, max_new_tokens=8)
     metrics = run_tournament([model], ["coffee", "lemon"], config, names=["imitation"],
                              baselines=["imitation-filter"], baseline_models={"imitation": model}, filtered=["imitation"],
                              episodes_out=tmp_path / "games", show_progress=False, resamples=50, device="cpu",

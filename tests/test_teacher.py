@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
-from spag.game.prompts import PLAY_TEMPLATE, build_prompt
-from spag.game.rules import (
-    ATTACKER_BREAKS_RULES,
-    ATTACKER_WINS,
-    DEFENDER,
-    DEFENDER_WINS,
-    PREDICTION_PHRASE,
-    judge,
-)
+from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS
+from spag.game.taboo.prompts import PLAY_TEMPLATE, build_prompt
+from spag.game.taboo.rules import PREDICTION_PHRASE, judge
+from spag.game.taboo.strategies import BLANK, DictionaryGuesser, blank_out, coaching_prompt
 from spag.play import PlayConfig, PlayStats, play_games
 from spag.players import Reply, load_player
-from spag.teacher import BLANK, DictionaryGuesser, blank_out, coaching_prompt
 from spag.testing import make_tiny_checkpoint
 from spag.words import is_noun_only, top_words
 
@@ -60,7 +56,7 @@ class FoulOnce:
         self.tries: dict[str, int] = {}
 
     def generate(self, prompts, *, temperature=1.0, top_k=0, max_new_tokens=256, min_new_tokens=1,
-                 seed=None, stop=()):
+                 seed=None, stop=(), stop_pattern=None):
         out = []
         for prompt in prompts:
             if "You are the attacker" in prompt:
@@ -74,11 +70,11 @@ class FoulOnce:
 
 def test_foul_retries_resample_an_attacker_line_that_says_the_word():
     stats = PlayStats()
-    [episode] = play_games(FoulOnce(), FoulOnce(), ["lemon"], PlayConfig(max_turns=2, foul_retries=1),
+    [episode] = play_games(FoulOnce(), FoulOnce(), ["lemon"], PlayConfig.of(max_turns=2, foul_retries=1),
                            show_progress=False, stats=stats)
     assert [u["content"] for u in episode["history"] if u["role"] == "attacker"] == ["Yellow and sour."] * 2
-    assert stats.resampled_fouls == 2 and episode["foul_retries"] == 1
-    [plain] = play_games(FoulOnce(), FoulOnce(), ["lemon"], PlayConfig(max_turns=2), show_progress=False)
+    assert stats.resampled_fouls == 2 and json.loads(episode["strategies"])["foul_retries"] == 1
+    [plain] = play_games(FoulOnce(), FoulOnce(), ["lemon"], PlayConfig.of(max_turns=2), show_progress=False)
     assert plain["outcome"] == ATTACKER_BREAKS_RULES  # without the strategy the foul stands
 
 
@@ -95,10 +91,11 @@ class Recorder(FoulOnce):
 
 
 def test_strategies_wrap_only_the_role_they_change():
+    from spag.game.taboo.strategies import CoachedAttacker, FoulRetries
+    from spag.play import speakers
     from spag.players.base import Speaker
-    from spag.teacher import CoachedAttacker, FoulRetries, speakers
 
-    config = PlayConfig(max_turns=2, coached_attacker=True, foul_retries=1)
+    config = PlayConfig.of(max_turns=2, coached_attacker=True, foul_retries=1)
     attacker, defender = Recorder("a"), Recorder("d")
     a, d = speakers(attacker, defender, config)
     assert isinstance(a, FoulRetries) and isinstance(a.inner, CoachedAttacker) and type(d) is Speaker
@@ -113,10 +110,10 @@ def test_strategies_wrap_only_the_role_they_change():
 
 def test_final_guess_needs_a_model_backend():
     with pytest.raises(ValueError, match="hf backend"):
-        play_games(FoulOnce(), FoulOnce(), ["lemon"], PlayConfig(max_turns=2, final_guess=True),
+        play_games(FoulOnce(), FoulOnce(), ["lemon"], PlayConfig.of(max_turns=2, final_guess=True),
                    guess_words=["lemon", "lime"], show_progress=False)
-    with pytest.raises(ValueError, match="guess_words"):
-        play_games(FoulOnce(), FoulOnce(), ["lemon"], PlayConfig(max_turns=2, final_guess=True),
+    with pytest.raises(ValueError, match="final_guess needs the game's vocabulary"):
+        play_games(FoulOnce(), FoulOnce(), ["lemon"], PlayConfig.of(max_turns=2, final_guess=True),
                    show_progress=False)
 
 
@@ -158,7 +155,7 @@ def test_teacher_games_end_with_the_defender_guessing(player):
     words = ["lemon", "coffee", "river"]
     vocabulary = words + ["apple", "garden", "window"]
     stats = PlayStats()
-    config = PlayConfig(max_turns=2, max_new_tokens=6, coached_attacker=True, final_guess=True, foul_retries=1)
+    config = PlayConfig.of(max_turns=2, max_new_tokens=6, coached_attacker=True, final_guess=True, foul_retries=1)
     episodes = play_games(player, player, words, config, guess_words=vocabulary, show_progress=False, stats=stats)
     # Coached attackers never say the word, so every game reaches the defender's last utterance: a guess.
     assert [len(e["history"]) for e in episodes] == [4] * len(words)
@@ -166,10 +163,11 @@ def test_teacher_games_end_with_the_defender_guessing(player):
         last = episode["history"][-1]["content"]
         assert last.startswith(PREDICTION_PHRASE) and last.split()[-1].rstrip(".") in vocabulary
         assert episode["outcome"] in (ATTACKER_WINS, DEFENDER_WINS)  # a guess decides the game
-        assert episode["coached_attacker"] and episode["final_guess"]
+        strategies = json.loads(episode["strategies"])
+        assert strategies["coached_attacker"] and strategies["final_guess"]
         attacker_lines = [u["content"] for u in episode["history"] if u["role"] == "attacker"]
         assert all(episode["target_word"] not in line.lower().split() for line in attacker_lines)
-    assert stats.final_guesses == sum(len(e["history"]) == 4 for e in episodes)
+    assert stats.given_replies == sum(len(e["history"]) == 4 for e in episodes)
 
 
 def test_nouns_only_word_list():
@@ -198,7 +196,7 @@ def test_play_command_with_teacher_strategies(player, tmp_path):
     episodes = read_episodes(tmp_path / "eps")
     assert [len(e["history"]) for e in episodes] == [2, 2]  # one round: the attacker's clue, then a guess
     assert all(e["history"][1]["content"].startswith(PREDICTION_PHRASE) for e in episodes)
-    assert "2 final guesses" in result.output
+    assert "2 said by a strategy without the model" in result.output
     refused = CliRunner().invoke(app, base + ["-o", str(tmp_path / "other"), "--backend", "openai",
                                               "--base-url", "http://127.0.0.1:9"])
     assert refused.exit_code == 2 and "hf backend" in refused.output

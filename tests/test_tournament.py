@@ -10,7 +10,7 @@ import pytest
 
 from spag.evaluate.tournament import (
     ELO_MEAN,
-    Game,
+    Match,
     _pair_tables,
     elo_ratings,
     expected_score,
@@ -21,7 +21,7 @@ from spag.evaluate.tournament import (
     unique_names,
     win_matrices,
 )
-from spag.game.rules import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
+from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
 
 
 def tables(games, k):
@@ -33,22 +33,22 @@ def tables(games, k):
 
 def test_two_models_match_the_closed_form_without_prior():
     # 30 points of 40: the maximum-likelihood odds are 3:1, a gap of 400 * log10(3) Elo.
-    games = [Game(0, 1, 1.0)] * 30 + [Game(0, 1, 0.0)] * 10
+    games = [Match(0, 1, 1.0)] * 30 + [Match(0, 1, 0.0)] * 10
     ratings = fit_bradley_terry(*tables(games, 2), prior_draws=0.0)
     assert ratings[0] - ratings[1] == pytest.approx(400 * math.log10(3), abs=1e-6)
     assert ratings.mean() == pytest.approx(ELO_MEAN)
 
 
 def test_ties_count_as_half_a_win():
-    ties = fit_bradley_terry(*tables([Game(0, 1, 0.5)] * 4, 2), prior_draws=0.0)
-    split = fit_bradley_terry(*tables([Game(0, 1, 1.0), Game(0, 1, 0.0)] * 2, 2), prior_draws=0.0)
+    ties = fit_bradley_terry(*tables([Match(0, 1, 0.5)] * 4, 2), prior_draws=0.0)
+    split = fit_bradley_terry(*tables([Match(0, 1, 1.0), Match(0, 1, 0.0)] * 2, 2), prior_draws=0.0)
     assert ties == pytest.approx(split) and ties == pytest.approx([1000.0, 1000.0])
 
 
 def test_fit_is_the_likelihood_maximum():
     # At the maximum, each model's expected points equal its actual points (prior draws included).
     rng = np.random.default_rng(1)
-    games = [Game(int(i), int(j), float(rng.choice([0.0, 0.5, 1.0], p=[0.3, 0.1, 0.6])))
+    games = [Match(int(i), int(j), float(rng.choice([0.0, 0.5, 1.0], p=[0.3, 0.1, 0.6])))
              for i, j in (rng.choice(4, 2, replace=False) for _ in range(300))]
     points, played = tables(games, 4)
     ratings = fit_bradley_terry(points, played, prior_draws=1.0)
@@ -61,8 +61,8 @@ def test_fit_is_the_likelihood_maximum():
 def test_a_model_that_always_wins_is_rated_highest_and_finite():
     games = []
     for opponent in (1, 2):
-        games += [Game(0, opponent, 1.0)] * 10 + [Game(opponent, 0, 0.0)] * 10
-    games += [Game(1, 2, 1.0)] * 12 + [Game(1, 2, 0.0)] * 8 + [Game(2, 1, 0.5)] * 20
+        games += [Match(0, opponent, 1.0)] * 10 + [Match(opponent, 0, 0.0)] * 10
+    games += [Match(1, 2, 1.0)] * 12 + [Match(1, 2, 0.0)] * 8 + [Match(2, 1, 0.5)] * 20
     elo = elo_ratings(games, 3, resamples=200, seed=0)
     rating = elo["rating"]
     assert np.all(np.isfinite(rating))
@@ -73,12 +73,12 @@ def test_a_model_that_always_wins_is_rated_highest_and_finite():
 
 def test_equal_records_give_equal_ratings():
     # Everyone beats everyone else once in each role: all equal.
-    cycle = [Game(0, 1, 1.0), Game(1, 0, 1.0), Game(1, 2, 1.0), Game(2, 1, 1.0), Game(2, 0, 1.0),
-             Game(0, 2, 1.0)]
+    cycle = [Match(0, 1, 1.0), Match(1, 0, 1.0), Match(1, 2, 1.0), Match(2, 1, 1.0), Match(2, 0, 1.0),
+             Match(0, 2, 1.0)]
     assert elo_ratings(cycle * 4, 3, resamples=0)["rating"] == pytest.approx([1000.0] * 3, abs=1e-6)
     # 0 and 1 have the same record against 2 and split their own games: equal to each other, above 2.
-    games = [Game(0, 2, 1.0), Game(0, 2, 0.5), Game(1, 2, 1.0), Game(1, 2, 0.5), Game(0, 1, 1.0),
-             Game(1, 0, 1.0)]
+    games = [Match(0, 2, 1.0), Match(0, 2, 0.5), Match(1, 2, 1.0), Match(1, 2, 0.5), Match(0, 1, 1.0),
+             Match(1, 0, 1.0)]
     rating = elo_ratings(games * 3, 3, resamples=0)["rating"]
     assert rating[0] == pytest.approx(rating[1], abs=1e-6) and rating[0] > rating[2]
 
@@ -92,7 +92,7 @@ def test_bootstrap_interval_contains_the_estimate_and_shrinks_with_games():
         for _ in range(n):
             i, j = (int(x) for x in rng.choice(3, 2, replace=False))
             # every game on a word of its own: independent games
-            out.append(Game(i, j, float(rng.random() < expected_score(truth[i], truth[j])), len(out)))
+            out.append(Match(i, j, float(rng.random() < expected_score(truth[i], truth[j])), len(out)))
         return out
 
     small, large = elo_ratings(simulate(60), 3, resamples=300), elo_ratings(simulate(1500), 3, resamples=300)
@@ -104,7 +104,7 @@ def test_bootstrap_interval_contains_the_estimate_and_shrinks_with_games():
 
 
 def test_bootstrap_is_reproducible_with_a_seed():
-    games = [Game(0, 1, 1.0), Game(1, 0, 0.5), Game(0, 1, 0.0)] * 7
+    games = [Match(0, 1, 1.0), Match(1, 0, 0.5), Match(0, 1, 0.0)] * 7
     a, b = elo_ratings(games, 2, resamples=100, seed=3), elo_ratings(games, 2, resamples=100, seed=3)
     assert np.array_equal(a["low"], b["low"]) and np.array_equal(a["high"], b["high"])
 

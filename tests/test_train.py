@@ -5,9 +5,10 @@ import random
 
 import pytest
 
-from spag.game.prompts import drop_history_lines, to_model_input, training_prompt_with_bounds
+from spag.chat import to_model_input
+from spag.game.taboo.prompts import training_prompt_with_bounds
 from spag.io import DataError
-from spag.rows import read_rows, validate_row
+from spag.rows import drop_history_lines, read_rows, validate_row
 from spag.testing import make_tiny_checkpoint
 from spag.train.bookkeeping import read_summary
 from spag.train.data import collate, encode_rows

@@ -5,6 +5,8 @@ and the helper macros are described in :mod:`spag.analyze.views`.
 
 A named query is a ``.sql`` file whose first comment line is its one-line description. A comment line
 ``-- params: name=default, ...`` declares DuckDB parameters (``$name`` in the SQL) and their defaults.
+The queries of ``queries/`` hold for every game; a game adds its own from its package
+(:attr:`spag.game.base.Game.queries`: Adversarial Taboo's word-frequency bands and rule-set comparison).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 from spag.analyze.views import DEFAULT_GLOB, AnalyzeError, connect
 from spag.console import first_line
+from spag.game.registry import GAMES
 from spag.signals import Interrupted, Terminated
 
 QUERY_DIR = Path(__file__).with_name("queries")
@@ -87,7 +90,10 @@ def _read_named(path: Path) -> NamedQuery:
 
 
 def named_queries() -> dict[str, NamedQuery]:
-    return {p.stem: _read_named(p) for p in sorted(QUERY_DIR.glob("*.sql"))}
+    """Every named query: those of every game, and of the games' own folders."""
+    folders = [QUERY_DIR, *(game.queries for game in GAMES.values() if game.queries is not None)]
+    found = {p.stem: p for folder in folders for p in folder.glob("*.sql")}
+    return {name: _read_named(found[name]) for name in sorted(found)}
 
 
 def _resolve(name_or_sql: str) -> tuple[str, str, dict]:

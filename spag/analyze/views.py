@@ -4,16 +4,24 @@ The ``episodes`` view has every column of the files (Parquet shards read by name
 different versions combine) plus:
 
 - ``outcome``, ``turns``: the judged outcome. ``spag play`` judges each episode as it writes it and
-  stores both columns; for files (or rows) without them the view asks the judge itself through a Python
-  UDF (``spag_judge_by``), so no rule is ever re-implemented in SQL. ``spag analyze --rules original``
-  (or ``whole-word``) judges every episode again by those rules. Episodes the judge cannot read (an
-  unknown role, say) get a NULL outcome: ``WHERE outcome IS NULL`` finds them.
+  stores both columns; for files (or rows) without them the view asks the game's judge itself through a
+  Python UDF (``spag_judge_by``), so no rule is ever re-implemented in SQL. ``spag analyze --rules
+  original`` (or ``whole-word``: Adversarial Taboo's rule sets) judges every episode again by those rules.
+  Episodes the judge cannot read (an unknown role, say) get a NULL outcome: ``WHERE outcome IS NULL`` finds
+  them.
+- ``winner``, ``offender``: the role that won, and the role that broke the rules (NULL for none), as the
+  episode's game names them for its outcome (:attr:`spag.game.base.Game.outcome_sides`): queries count
+  wins and fouls from these, never from a game's outcome names.
 - ``attacker_model``, ``defender_model``: NULL where a file does not have them.
 - ``source_file``: the Parquet file the episode came from.
 - ``epoch``: the number in the last ``epoch_<n>`` component of the file's path (``data/epoch_2/...`` -> 2);
   NULL for episodes outside an epoch (the teacher's, for instance).
 - ``run``: the folder that holds the ``episodes`` folder (``data/teacher/episodes/x.parquet`` ->
   ``teacher``, ``data/epoch_2/episodes/...`` -> ``epoch_2``), else the file's own folder.
+
+A ``roles`` table (``game, seat, role``) lists the roles of every registered game, the opening role at
+seat 0. The UDF ``spag_judge_by(game, settings, target_word, history_json, max_turns)`` judges by a game's
+judge with ``settings`` (a JSON object) over its defaults.
 
 Macros: ``rate(x, n)`` (x / n, NULL when n = 0) and ``wilson_low(x, n)`` / ``wilson_high(x, n)``, the
 95% Wilson score interval of a proportion x / n.
@@ -34,7 +42,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path, PurePath
 
-from spag.game.rules import judge
+from spag.game.registry import DEFAULT_GAME, GAMES, game_class
 
 DEFAULT_GLOB = "data/**/episodes/*.parquet"
 
@@ -62,17 +70,18 @@ CREATE OR REPLACE TEMP MACRO wilson_high(x, n) AS CASE WHEN n > 0 THEN
 
 # Needs the episodes view, so it is created after it.
 _EPISODE_MACROS = """
--- Outcome counts and win rates per target word, over all epochs or one (the word queries share it).
+-- Outcome counts and win rates per target, over all epochs or one: the opening role's wins (seat 0) and
+-- the other's (seat 1), ties (nobody won or fouled) and fouls (the word queries share it).
 CREATE OR REPLACE TEMP MACRO word_outcomes(only_epoch) AS TABLE
     SELECT
         target_word,
         count(*) AS games,
-        count(*) FILTER (WHERE outcome = 'attacker_wins') AS attacker_wins,
-        count(*) FILTER (WHERE outcome = 'defender_wins') AS defender_wins,
-        count(*) FILTER (WHERE outcome = 'tie') AS ties,
-        count(*) FILTER (WHERE outcome = 'attacker_breaks_rules') AS fouls,
-        rate(count(*) FILTER (WHERE outcome = 'attacker_wins'), count(*)) AS attacker_win_rate,
-        rate(count(*) FILTER (WHERE outcome = 'defender_wins'), count(*)) AS defender_win_rate
+        count(*) FILTER (WHERE winner_seat = 0) AS opener_wins,
+        count(*) FILTER (WHERE winner_seat = 1) AS responder_wins,
+        count(*) FILTER (WHERE winner IS NULL AND offender IS NULL) AS ties,
+        count(*) FILTER (WHERE offender IS NOT NULL) AS fouls,
+        rate(count(*) FILTER (WHERE winner_seat = 0), count(*)) AS opener_win_rate,
+        rate(count(*) FILTER (WHERE winner_seat = 1), count(*)) AS responder_win_rate
     FROM episodes
     WHERE only_epoch IS NULL OR epoch = only_epoch
     GROUP BY target_word;
@@ -108,15 +117,26 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _judge_udf(target_word: str, history_json: str, max_turns: int, rules: str = "whole-word"):
+def _judge_udf(game: str, settings_json: str, target_word: str, history_json: str, max_turns: int):
+    """The verdict of ``game``'s judge, its settings those of ``settings_json`` over its defaults."""
     try:
+        cls = game_class(game or DEFAULT_GAME)
+        settings = cls.Settings.model_validate({**json.loads(settings_json or "{}"), "max_turns": int(max_turns),
+                                                "name": cls.name})
         history = json.loads(history_json)
         if isinstance(history, str):  # a history column that already held JSON text, encoded once more
             history = json.loads(history)
-        verdict = judge(target_word, history, int(max_turns), rules)
+        verdict = cls(settings).judge(target_word, history)
     except (ValueError, KeyError, TypeError):
         return None
     return {"outcome": verdict.outcome, "turns": verdict.turns}
+
+
+def _sides_sql(column: str, side: int) -> str:
+    """A CASE over the outcome naming its winner (``side`` 0) or offender (1), from every game's table."""
+    cases = [f"WHEN {_sql_string(outcome)} THEN {_sql_string(sides[side])}"
+             for game in GAMES.values() for outcome, sides in game.outcome_sides.items() if sides[side]]
+    return f"CASE {column} {' '.join(cases)} END" if cases else "NULL::VARCHAR"
 
 
 def _file_columns(files: list[str]) -> list[set[str]]:
@@ -167,7 +187,7 @@ def register_episodes(con, glob: str = DEFAULT_GLOB, rules: str | None = None) -
     con.create_function(
         "spag_judge_by",
         _judge_udf,
-        [duckdb.sqltype(t) for t in ("VARCHAR", "VARCHAR", "INTEGER", "VARCHAR")],
+        [duckdb.sqltype(t) for t in ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "INTEGER")],
         duckdb.sqltype("STRUCT(outcome VARCHAR, turns INTEGER)"),
     )
     needs_judge = [f for f, cols in zip(files, per_file)
@@ -192,6 +212,8 @@ def register_episodes(con, glob: str = DEFAULT_GLOB, rules: str | None = None) -
             ("defender_model", "VARCHAR"),
             ("generated_tokens", "BIGINT"),
             ("truncated_replies", "BIGINT"),
+            ("game", "VARCHAR"),
+            ("game_settings", "VARCHAR"),
         )
         if name not in types
     ]
@@ -201,20 +223,31 @@ def register_episodes(con, glob: str = DEFAULT_GLOB, rules: str | None = None) -
         history = "history" if types.get("history") == "VARCHAR" else "to_json(history)::VARCHAR"
         max_turns = "coalesce(max_turns, 5)::INTEGER" if "max_turns" in types else "5"
         again = "TRUE" if rules is not None else "outcome IS NULL OR turns IS NULL"
-        rule_set = _sql_string(rules or "whole-word")
+        settings = "coalesce(game_settings, '{}')"
+        if rules is not None:  # Adversarial Taboo's rule sets, over what each episode recorded
+            settings = f"json_merge_patch({settings}, {_sql_string(json.dumps({'rules': rules}))})::VARCHAR"
         base = f"""
             SELECT * EXCLUDE (_verdict) REPLACE (
                 {"_verdict.outcome" if rules else "coalesce(outcome, _verdict.outcome)"} AS outcome,
                 {"_verdict.turns" if rules else "coalesce(turns, _verdict.turns)"} AS turns)
             FROM (SELECT *, CASE WHEN {again}
-                              THEN spag_judge_by(target_word, {history}, {max_turns}, {rule_set}) END AS _verdict
+                              THEN spag_judge_by(coalesce(game, {_sql_string(DEFAULT_GAME)}), {settings},
+                                                 target_word, {history}, {max_turns})
+                              END AS _verdict
                   FROM ({base}))"""
+    base = f"""
+        SELECT *, {_sides_sql("outcome", 0)} AS winner, {_sides_sql("outcome", 1)} AS offender FROM ({base})"""
 
     con.execute("CREATE OR REPLACE TEMP TABLE spag_files (source_file VARCHAR, epoch INTEGER, run VARCHAR)")
     con.executemany("INSERT INTO spag_files VALUES (?, ?, ?)", [(f, *file_labels(f)) for f in files])
+    con.execute("CREATE OR REPLACE TEMP TABLE roles (game VARCHAR, seat INTEGER, role VARCHAR)")
+    con.executemany("INSERT INTO roles VALUES (?, ?, ?)",
+                    [(name, seat, role) for name, game in GAMES.items() for seat, role in enumerate(game.roles)])
     con.execute(f"""
         CREATE OR REPLACE TEMP VIEW episodes AS
-        SELECT e.*, f.epoch, f.run FROM ({base}) e JOIN spag_files f USING (source_file)""")
+        SELECT e.*, f.epoch, f.run, r.seat AS winner_seat
+        FROM ({base}) e JOIN spag_files f USING (source_file)
+        LEFT JOIN roles r ON r.game = coalesce(e.game, {_sql_string(DEFAULT_GAME)}) AND r.role = e.winner""")
     return files
 
 

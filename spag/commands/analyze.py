@@ -144,7 +144,7 @@ def register(app: typer.Typer) -> None:
         if query and sql:
             error("give either --query or --sql, not both")
             raise typer.Exit(2)
-        from spag.game.rules import RULE_SETS
+        from spag.game.taboo.rules import RULE_SETS
 
         if rules is not None and rules not in RULE_SETS:
             error(f"unknown --rules {rules!r} ({' or '.join(RULE_SETS)})")

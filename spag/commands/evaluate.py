@@ -13,8 +13,19 @@ from pathlib import Path
 
 import typer
 
-from spag.commands.options import checked, claim_outputs, hold_output, option, overwrite_option
-from spag.config import Benchmark, Evaluate, Game
+from spag.commands.options import (
+    checked,
+    claim_outputs,
+    game_from,
+    game_knobs,
+    given,
+    hold_output,
+    knobs,
+    option,
+    overwrite_option,
+    with_knobs,
+)
+from spag.config import Benchmark, Evaluate, Sampling
 
 # The options `spag evaluate` and `spag tournament` share, declared once (typer reads each from the
 # signature it sits in; the declarations themselves are never changed).
@@ -26,31 +37,21 @@ _RESUME = typer.Option(False, "--resume", help="Keep the games already in --epis
 _OVERWRITE = typer.Option(False, "--overwrite", help="Replace the metrics file and a previous --episodes-out of "
                                                      "this command (a folder it made, or a .parquet file of spag's "
                                                      "episodes) if spag wrote them; nothing else.")
-_MAX_TURNS = option(Game, "max_turns")
-_SEED = option(Evaluate, "seed")
-_MAX_NEW_TOKENS = option(Evaluate, "max_new_tokens")
+# The games' knobs of `spag evaluate` and `spag tournament`: the evaluate section's sampling and players, its
+# seed, and the game's settings.
+_GAMES = (knobs(Evaluate, only=(*Sampling.model_fields, "seed"), exclude=("temperature",)), game_knobs())
 _TEMPERATURE = option(Evaluate, "temperature")
-_TOP_K = option(Evaluate, "top_k")
-_BATCH_SIZE = option(Evaluate, "batch_size")
-_BACKEND = option(Evaluate, "backend")
-_DTYPE = option(Evaluate, "dtype")
-_MEMORY = option(Evaluate, "gpu_memory_utilization")
 
 
-def _play_config(max_turns: int, temperature: float, top_k: int, max_new_tokens: int, seed: int,
-                 batch_size: int, backend: str, dtype: str, gpu_memory_utilization: float):
+def _play_config(settings: dict, temperature: float):
     """The games' settings and the players' options, checked by the schema of the evaluate section."""
     from spag.play import PlayConfig
 
-    game = checked(Game, max_turns=max_turns)
-    section = checked(Evaluate, temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
-                      batch_size=batch_size, backend=backend, dtype=dtype,
-                      gpu_memory_utilization=gpu_memory_utilization)
-    options = {k: v for k, v in section.player_options().items() if v is not None}
-    return PlayConfig.from_sections(game, section, seed), options
+    section = checked(Evaluate, **given(settings, Evaluate), temperature=temperature)
+    return PlayConfig(game_from(settings), section, section.seed), section.player_options()
 
 
-def _held_out_words(words: Path, train_words: Path | None, limit: int | None) -> list[str]:
+def _held_out_words(game, words: Path, train_words: Path | None, limit: int | None) -> list[str]:
     from spag.evaluate.games import check_held_out
     from spag.io import DataError
     from spag.words import read_words
@@ -65,7 +66,7 @@ def _held_out_words(words: Path, train_words: Path | None, limit: int | None) ->
     if train_words is not None:
         if not train_words.exists():
             raise DataError(train_words, None, "no such file")
-        check_held_out(chosen, read_words(train_words), str(words), str(train_words))
+        check_held_out(game, chosen, read_words(train_words), str(words), str(train_words))
     return chosen
 
 
@@ -94,6 +95,7 @@ def _interval(section: dict, name: str) -> str:
 
 def register(app: typer.Typer) -> None:
     @app.command("evaluate")
+    @with_knobs(*_GAMES)
     def evaluate_command(
         model: str = typer.Option(..., "--model", help="The model under evaluation (HF dir or name)."),
         opponent: str = typer.Option(..., "--opponent", help="The model it plays against."),
@@ -102,23 +104,16 @@ def register(app: typer.Typer) -> None:
         train_words: Path | None = _TRAIN_WORDS,
         episodes_out: Path | None = typer.Option(
             None, "--episodes-out", help="A .parquet file for all episodes, or a folder (a file per role)."),
-        max_turns: int = _MAX_TURNS,
-        seed: int = _SEED,
         limit: int | None = _LIMIT,
-        max_new_tokens: int = _MAX_NEW_TOKENS,
         temperature: float = _TEMPERATURE,
-        top_k: int = _TOP_K,
-        batch_size: int = _BATCH_SIZE,
-        backend: str = _BACKEND,
-        dtype: str = _DTYPE,
-        gpu_memory_utilization: float = _MEMORY,
         resume: bool = _RESUME,
         seeds: int = option(Evaluate, "seeds"),
         overwrite: bool = _OVERWRITE,
+        **settings,
     ) -> None:
         """Play MODEL against OPPONENT in both roles; win, loss, tie and foul rates with 95% intervals.
 
-        As defender, the opponent's rule breaks count as wins (and are also counted as opponent_foul).
+        The opponent's rule breaks count as wins (and are also counted as opponent_foul).
         """
         from spag.console import summary
         from spag.evaluate.games import evaluate_models
@@ -127,22 +122,20 @@ def register(app: typer.Typer) -> None:
 
         check_distinct_paths({"--words": words, "--train-words": train_words},
                              {"-o": output, "--episodes-out": episodes_out})
-        chosen = _held_out_words(words, train_words, limit)
-        config, players = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend,
-                                       dtype, gpu_memory_utilization)
+        config, players = _play_config(settings, temperature)
+        chosen = _held_out_words(config.game, words, train_words, limit)
         claim_outputs({"-o": output}, overwrite=overwrite)  # before any game: the metrics are written last
         check_model(model, "--model", trust_remote_code=None)
         check_model(opponent, "--opponent", trust_remote_code=None)
         _claim_episodes_out(episodes_out, "evaluate", overwrite, resume)
-        metrics = evaluate_models(model, opponent, chosen, config, episodes_out=episodes_out, backend=backend,
-                                  resume=resume, seeds=seeds, **players)
+        metrics = evaluate_models(model, opponent, chosen, config, episodes_out=episodes_out,
+                                  backend=config.sampling.backend, resume=resume, seeds=seeds, **players)
         write_json_atomic(output, metrics, replace=replace_mode(overwrite))
         points = metrics["bootstrap"]["score"]
+        roles = ", ".join(f"as {role} {_interval(metrics[role], 'win')}" for role in config.game.roles)
         summary("evaluate", f"{metrics['model']} vs {metrics['opponent']}, {metrics['games']} games: "
                             f"score {points['value']:.3f} [{points['low']:.3f}, {points['high']:.3f}], "
-                            f"win as attacker {_interval(metrics['attacker'], 'win')}, "
-                            f"as defender {_interval(metrics['defender'], 'win')}, "
-                            f"overall {_interval(metrics['overall'], 'win')} -> {output}")
+                            f"win {roles}, overall {_interval(metrics['overall'], 'win')} -> {output}")
 
     @app.command("benchmark")
     def benchmark_command(
@@ -297,19 +290,21 @@ def register(app: typer.Typer) -> None:
         summary("seeds", line + (f" -> {output}" if output else ""))
 
     @app.command("tournament")
+    @with_knobs(*_GAMES)
     def tournament_command(
         models_args: list[str] | None = typer.Argument(None, metavar="[MODELS]...",
                                                           help="Models (also accepted after --models)."),
         models: list[str] | None = typer.Option(None, "--models", help="Models: --models M1 M2 NAME=M3 ... (NAME= "
                                                                           "labels a model)."),
         baselines: list[str] | None = typer.Option(
-            None, "--baselines", help="No-training baselines as players too: imitation-resample, imitation-filter, "
-                                      "imitation-filter-guess, base-teacher (see spag.evaluate.baselines)."),
+            None, "--baselines", help="The game's no-training baselines as players too (Adversarial Taboo: "
+                                      "imitation-resample, imitation-filter, imitation-filter-guess, base-teacher; "
+                                      "spag/game/taboo/baselines.py)."),
         imitation: Path | None = typer.Option(None, "--imitation", help="The imitation model the baselines use."),
         base: Path | None = typer.Option(None, "--base", help="The base model the base-teacher baseline uses."),
         filtered: list[str] | None = typer.Option(
-            None, "--filtered", help="A model's label (NAME of --models NAME=PATH): it also plays with the decode-time "
-                                     "filter of imitation-filter, as NAME+filter."),
+            None, "--filtered", help="A model's label (NAME of --models NAME=PATH): it also plays with the game's "
+                                     "decode-time filter (Adversarial Taboo: imitation-filter's), as NAME+filter."),
         vocabulary: Path | None = typer.Option(
             None, "--vocabulary", help="Words a dictionary-guessing baseline guesses from (default: --words)."),
         seeds: int = typer.Option(1, "--seeds", min=1, help="Games per ordered pair and word (sampling seeds "
@@ -320,19 +315,12 @@ def register(app: typer.Typer) -> None:
         train_words: Path | None = _TRAIN_WORDS,
         episodes_out: Path | None = typer.Option(
             None, "--episodes-out", help="A .parquet file for all episodes, or a folder (a file per pair)."),
-        max_turns: int = _MAX_TURNS,
-        seed: int = _SEED,
         limit: int | None = _LIMIT,
-        max_new_tokens: int = _MAX_NEW_TOKENS,
         temperature: float = _TEMPERATURE,
-        top_k: int = _TOP_K,
-        batch_size: int = _BATCH_SIZE,
-        backend: str = _BACKEND,
-        dtype: str = _DTYPE,
-        gpu_memory_utilization: float = _MEMORY,
         resamples: int = typer.Option(1000, "--resamples", min=1, help="Bootstrap resamples for the Elo intervals."),
         resume: bool = _RESUME,
         overwrite: bool = _OVERWRITE,
+        **settings,
     ) -> None:
         """Round robin: every pair plays both roles on the same words; scores with 95% intervals over words,
         and Elo (mean 1000) with word-resampled intervals."""
@@ -343,24 +331,23 @@ def register(app: typer.Typer) -> None:
 
         check_distinct_paths({"--words": words, "--train-words": train_words},
                              {"-o": output, "--heatmap": heatmap, "--episodes-out": episodes_out})
-        from spag.evaluate.baselines import BASELINES, IMITATION
-
-        given = list(models or []) + list(models_args or [])
-        labels = [m.split("=", 1)[0] if "=" in m else None for m in given]
-        everyone = [m.split("=", 1)[1] if "=" in m else m for m in given]
+        config, players = _play_config(settings, temperature)
+        extras = config.game.skill
+        named = list(models or []) + list(models_args or [])
+        labels = [m.split("=", 1)[0] if "=" in m else None for m in named]
+        everyone = [m.split("=", 1)[1] if "=" in m else m for m in named]
         baselines = list(baselines or [])
         for name in baselines:
-            if name not in BASELINES:
-                raise typer.BadParameter(f"unknown baseline {name!r}; expected one of {', '.join(BASELINES)}",
+            offered = extras.baselines if extras is not None else ()
+            if name not in offered:
+                raise typer.BadParameter(f"unknown baseline {name!r}; expected one of {', '.join(offered) or 'none'}",
                                          param_hint="--baselines")
-            needed = imitation if BASELINES[name][0] == IMITATION else base
-            if needed is None:
-                raise typer.BadParameter(f"baseline {name} needs --{BASELINES[name][0]}", param_hint="--baselines")
+            needs = extras.baseline_model(name)
+            if (imitation if needs == "imitation" else base) is None:
+                raise typer.BadParameter(f"baseline {name} needs --{needs}", param_hint="--baselines")
         if len(everyone) + len(baselines) < 2:
             raise typer.BadParameter("name at least two players (models and baselines)", param_hint="--models")
-        chosen = _held_out_words(words, train_words, limit)
-        config, players = _play_config(max_turns, temperature, top_k, max_new_tokens, seed, batch_size, backend,
-                                       dtype, gpu_memory_utilization)
+        chosen = _held_out_words(config.game, words, train_words, limit)
         # Before any game: the metrics and heatmap are written last.
         claim_outputs({"-o": output, "--heatmap": heatmap}, overwrite=overwrite)
         for name in everyone:
@@ -388,8 +375,8 @@ def register(app: typer.Typer) -> None:
         if resume and episodes_out is None:
             raise typer.BadParameter("--resume needs --episodes-out (a folder)", param_hint="--resume")
         _claim_episodes_out(episodes_out, "tournament", overwrite, resume)
-        metrics = run_tournament(everyone, chosen, config, backend=backend, episodes_out=episodes_out,
-                                 heatmap=heatmap, resamples=resamples, seed=seed, resume=resume, names=names,
+        metrics = run_tournament(everyone, chosen, config, backend=config.sampling.backend, episodes_out=episodes_out,
+                                 heatmap=heatmap, resamples=resamples, seed=config.seed, resume=resume, names=names,
                                  baselines=baselines, seeds=seeds, guess_words=guess_words,
                                  filtered=list(filtered or []),
                                  baseline_models={"imitation": str(imitation) if imitation else None,

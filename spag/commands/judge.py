@@ -8,36 +8,33 @@ from pathlib import Path
 
 import typer
 
-from spag.commands.options import claim_outputs, option, overwrite_option
-from spag.config import Game
+from spag.commands.options import claim_outputs, game_from, game_knobs, overwrite_option, with_knobs
 
 
 def register(app: typer.Typer) -> None:
     @app.command("judge")
+    @with_knobs(game_knobs())
     def judge_command(
         episodes: Path = typer.Argument(..., help="Episodes: JSON list, JSONL, or Parquet (file or dir)."),
         output: Path | None = typer.Option(None, "-o", "--output", help="JSONL out (default stdout)."),
-        rules: str = option(Game, "rules"),
         overwrite: bool = overwrite_option(),
+        **settings,
     ) -> None:
-        """Add `outcome` and `turns` to every episode; all input fields are kept."""
+        """Add `outcome` and `turns` to every episode (the game's judge, with its settings over the game's
+        defaults: Adversarial Taboo's --rules); all input fields are kept."""
         import json
 
         from spag.console import summary
         from spag.game.episodes import judged, read_episodes
-        from spag.game.rules import RULE_SETS
-        from spag.io import write_jsonl_atomic
+        from spag.io import DataError, check_distinct_paths, replace_mode, write_jsonl_atomic
 
-        if rules not in RULE_SETS:
-            raise typer.BadParameter(f"expected one of {', '.join(RULE_SETS)}, got {rules!r}", param_hint="--rules")
-        from spag.io import DataError, check_distinct_paths, replace_mode
-
+        game = game_from(settings)
         check_distinct_paths({"EPISODES": episodes}, {"-o": output})
         claim_outputs({"-o": output}, overwrite=overwrite)
-        episodes_read = read_episodes(episodes)
+        episodes_read = read_episodes(episodes, game)
         if not episodes_read:
             raise DataError(episodes, None, "holds no episodes")
-        results = judged(episodes_read, rules)
+        results = judged(episodes_read, game)
         if output is None:
             for record in results:
                 sys.stdout.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")

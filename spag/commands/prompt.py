@@ -14,23 +14,24 @@ def prompt_records(records: list[dict], source, settings, tokenizer) -> list[dic
     is the text the play model tokenises next (templates or the original's prompt, then the chat template
     or plain layout the settings and ``tokenizer`` apply; a BOS token, where the model adds one, is not
     text and is not included)."""
+    from spag.chat import to_model_input
     from spag.game.episodes import validate_episode
-    from spag.game.prompts import next_role, to_model_input
+    from spag.game.registry import make_game
     from spag.io import DataError
     from spag.play import PlayConfig
 
-    game = settings.game
+    game = make_game(settings.game)
     out = []
     for index, record in enumerate(records):
         if isinstance(record, dict) and record.get("max_turns") is None:
             record = {**record, "max_turns": game.max_turns}
-        state = validate_episode(record, index, source)
-        config = PlayConfig(max_turns=state["max_turns"], rules=game.rules, templates=game.templates,
-                            play_prompts=game.play_prompts, replies=game.replies, end=game.end)
+        state = validate_episode(record, index, source, game)
+        rounds = type(game)(game.settings.model_copy(update={"max_turns": state["max_turns"]}))
+        config = PlayConfig(rounds, settings.play)
         if config.is_over(state["target_word"], state["history"]):  # no "round 2 of 1" prompt
             raise DataError(source, index, f"the game is over ({len(state['history'])} utterances, "
                                            f"{state['max_turns']} rounds): there is no next prompt")
-        role = next_role(state["history"])
+        role = rounds.next_role(state["history"])
         text = config.prompt(role, state["target_word"], state["history"])
         out.append({"id": state.get("id", index), "role": role, "prompt": to_model_input(tokenizer, text)})
     return out
@@ -41,8 +42,8 @@ def _tokenizer(settings, model: str | None):
     from spag.io import DataError
     from spag.modeling import load_tokenizer
 
-    if settings.game.play_prompts == "original":
-        return None  # the original's prompt is the whole input, whatever the model
+    if getattr(settings.game, "play_prompts", None) == "original":
+        return None  # Adversarial Taboo's original prompt is the whole input, whatever the model
     name = model or settings.model.base
     if name == "embedded":
         from spag.pipeline import Layout
@@ -84,4 +85,4 @@ def register(app: typer.Typer) -> None:
             raise DataError(states, None, "holds no game states")
         written = write_jsonl_atomic(output, prompt_records(records, states, settings, _tokenizer(settings, model)),
                                      replace=replace_mode(overwrite))
-        summary("prompt", f"{written} prompts ({settings.game.play_prompts} play prompts) -> {output}")
+        summary("prompt", f"{written} prompts of {settings.game.name} -> {output}")

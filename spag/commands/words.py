@@ -6,28 +6,29 @@ from pathlib import Path
 
 import typer
 
-from spag.commands.options import claim_outputs, option, overwrite_option
+from spag.commands.options import checked, claim_outputs, given, knobs, overwrite_option, with_knobs
 from spag.config import Words
+
+_FLAGS = {"nouns_only": ("--nouns-only/--all-words",), "skip_stop_words": ("--skip-stop-words/--keep-stop-words",)}
 
 
 def register(app: typer.Typer) -> None:
     @app.command("words")
+    @with_knobs(knobs(Words, flags=_FLAGS))
     def words_command(
         output: Path = typer.Option(..., "-o", "--output", help="Where to write the words, one per line."),
-        top: int = option(Words, "top"),
         train_out: Path | None = typer.Option(None, "--train-out", help="Also write the training split."),
         eval_out: Path | None = typer.Option(None, "--eval-out", help="Also write the held-out split."),
-        eval_fraction: float = option(Words, "eval_fraction"),
-        nouns_only: bool = option(Words, "nouns_only", "--nouns-only/--all-words"),
-        source: Path | None = option(Words, "source"),
-        skip_stop_words: bool = option(Words, "skip_stop_words", "--skip-stop-words/--keep-stop-words"),
         overwrite: bool = overwrite_option(),
+        **settings,
     ) -> None:
         """Write the most frequent English words (wordfreq) or a list file's, stop words removed."""
         from spag.console import error, summary
         from spag.io import DataError, check_distinct_paths, replace_mode
         from spag.words import split_words, top_words, words_from_file, write_words
 
+        w = checked(Words, **given(settings, Words))
+        source = w.source
         outputs = {"-o": output, "--train-out": train_out, "--eval-out": eval_out}
         try:
             check_distinct_paths({"--source": source}, outputs)
@@ -38,14 +39,14 @@ def register(app: typer.Typer) -> None:
         replace = replace_mode(overwrite)
         if source is not None:
             try:
-                words = words_from_file(source, top, nouns_only=nouns_only, skip_stop_words=skip_stop_words)
+                words = words_from_file(source, w.top, nouns_only=w.nouns_only, skip_stop_words=w.skip_stop_words)
             except DataError as exc:
                 error(str(exc))
                 raise typer.Exit(2)
         else:
-            words = top_words(top, nouns_only=nouns_only, skip_stop_words=skip_stop_words)
+            words = top_words(w.top, nouns_only=w.nouns_only, skip_stop_words=w.skip_stop_words)
         write_words(words, output, replace=replace)
-        train, held = split_words(words, eval_fraction)
+        train, held = split_words(words, w.eval_fraction)
         if train_out:
             write_words(train, train_out, replace=replace)
         if eval_out:

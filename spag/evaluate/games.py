@@ -1,23 +1,18 @@
-"""Game win rates: how often a model wins Adversarial Taboo against an opponent, per role.
+"""Game win rates: how often a model wins against an opponent, per role, whatever the game.
 
-The outcome of every episode comes from the judge (``spag.game.rules``); this module only counts.
-
-How outcomes count for the model under evaluation:
-
-- as attacker: ``attacker_wins`` is a win, ``defender_wins`` a loss, ``attacker_breaks_rules`` the
-  model's own foul (reported apart from losses, so the four rates add up to 1), ``tie`` a tie.
-- as defender: ``defender_wins`` is a win, ``attacker_wins`` a loss, ``tie`` a tie, and the opponent's
-  foul (``attacker_breaks_rules``) counts as a **win** for the model, as in the paper, where breaking
-  the rules loses the game for the attacker. It is also reported on its own as ``opponent_foul`` so that
-  a defender that wins only through its opponent's fouls can be told apart. The defender's win, loss
-  and tie rates add up to 1; the defender has no fouls under the rules.
-- overall (both roles): wins over all games, the model's fouls over all games, and so on.
+The outcome of every episode comes from the game's judge (:mod:`spag.game`); this module only counts.
+How an outcome counts for the model in a role (:meth:`spag.game.base.Game.result`): a win, a loss, a tie
+(nobody won), or a foul (the model broke the rules); the opponent's foul counts as a **win** for the model,
+as in the paper, where breaking the rules loses the game. It is also reported on its own
+(``opponent_foul``) so that a model that wins only through its opponent's fouls can be told apart. In
+Adversarial Taboo only the attacker can foul: the attacker's win, loss, tie and foul rates add up to 1, and
+so do the defender's win, loss and tie rates.
 
 Every rate comes with a 95% Wilson score interval (``<name>_low``, ``<name>_high``), which stays inside
 [0, 1] and behaves at 0 of n and n of n, where the normal approximation does not. Wilson treats games as
-independent; they are not when a word is played in both roles and with several seeds, so the headline
-numbers (:func:`word_bootstrap`: score, win and foul rates) come with a bootstrap interval over target
-words instead, every game of a word (both roles, all seeds) resampled together.
+independent; they are not when a target is played in both roles and with several seeds, so the headline
+numbers (:func:`word_bootstrap`: score, win and foul rates) come with a bootstrap interval over targets
+instead, every game of a target (both roles, all seeds) resampled together.
 """
 
 from __future__ import annotations
@@ -29,33 +24,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from spag.evaluate.clustered import clustered_mean
+from spag.game.base import Game
 from spag.game.episodes import write_episodes
-from spag.game.rules import (
-    ATTACKER,
-    ATTACKER_BREAKS_RULES,
-    ATTACKER_GUESSED,
-    ATTACKER_SAID_WORD,
-    ATTACKER_WINS,
-    CORRECT_GUESS,
-    DEFENDER,
-    DEFENDER_SAID_WORD,
-    DEFENDER_WINS,
-    OUT_OF_TURNS,
-    TIE,
-    WHOLE_WORD,
-    WRONG_GUESS,
-    judge_episode,
-    normalise_word,
-)
+from spag.game.registry import episode_game
 from spag.io import DataError
 from spag.play import PlayConfig, play_games
 from spag.players import close_player, load_player
 from spag.provenance import record
 
-# outcome -> what it is for the model, per role
-_AS_ATTACKER = {ATTACKER_WINS: "win", DEFENDER_WINS: "loss", TIE: "tie", ATTACKER_BREAKS_RULES: "foul"}
-_AS_DEFENDER = {DEFENDER_WINS: "win", ATTACKER_WINS: "loss", TIE: "tie", ATTACKER_BREAKS_RULES: "win"}
-RESULTS = {ATTACKER: ("win", "loss", "tie", "foul"), DEFENDER: ("win", "loss", "tie", "opponent_foul")}
 _PLURAL = {"win": "wins", "loss": "losses", "tie": "ties", "foul": "fouls", "opponent_foul": "opponent_fouls"}
 
 
@@ -77,117 +53,116 @@ def rate_fields(name: str, count: int, n: int) -> dict[str, float]:
     return {f"{name}_rate": count / n if n else 0.0, f"{name}_rate_low": low, f"{name}_rate_high": high}
 
 
-def role_result(outcome: str, role: str) -> str:
-    """What an outcome is for the player in ``role``: win, loss, tie or foul (attacker only)."""
-    table = _AS_ATTACKER if role == ATTACKER else _AS_DEFENDER
-    try:
-        return table[outcome]
-    except KeyError:
-        raise ValueError(f"unknown outcome {outcome!r}") from None
+def offenders(game: Game) -> set[str]:
+    """The roles that can break the rules in ``game``."""
+    return {offender for _, offender in game.outcome_sides.values() if offender}
 
 
-def score(outcome: str, role: str) -> float:
+def results(game: Game, role: str) -> tuple[str, ...]:
+    """What a game can be for the player in ``role``: win, loss, tie, its own foul where the role can
+    break the rules, and the opponent's foul (counted among its wins too) where the opponent can."""
+    fouls = offenders(game)
+    return ("win", "loss", "tie", *(("foul",) if role in fouls else ()),
+            *(("opponent_foul",) if game.other(role) in fouls else ()))
+
+
+def role_result(game: Game, outcome: str, role: str) -> str:
+    """What an outcome is for the player in ``role``: win (the opponent's foul too), loss, tie or foul."""
+    result = game.result(outcome, role)
+    return "win" if result == "opponent_foul" else result
+
+
+def score(game: Game, outcome: str, role: str) -> float:
     """The game's points for the player in ``role``: 1 for a win, 1/2 for a tie, 0 otherwise."""
-    return {"win": 1.0, "tie": 0.5}.get(role_result(outcome, role), 0.0)
+    return game.score(outcome, role)
 
 
-def tally_role(outcomes: Iterable[str], role: str) -> dict[str, float | int]:
+def tally_role(game: Game, outcomes: Iterable[str], role: str) -> dict[str, float | int]:
     """Counts and rates (with Wilson intervals) of one role's outcomes."""
-    if role not in (ATTACKER, DEFENDER):
+    if role not in game.roles:
         raise ValueError(f"unknown role {role!r}")
     outcomes = list(outcomes)
-    counts = Counter(role_result(o, role) for o in outcomes)
-    if role == DEFENDER:
-        counts["opponent_foul"] = sum(1 for o in outcomes if o == ATTACKER_BREAKS_RULES)
+    counts = Counter(role_result(game, o, role) for o in outcomes)
+    counts["opponent_foul"] = sum(1 for o in outcomes if game.result(o, role) == "opponent_foul")
     n = len(outcomes)
     summary: dict[str, float | int] = {"games": n}
-    for name in RESULTS[role]:
+    for name in results(game, role):
         summary[_PLURAL[name]] = counts[name]
         summary.update(rate_fields(name, counts[name], n))
     return summary
 
 
-def tally_games(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping]) -> dict:
+def tally_games(game: Game, as_first: Iterable[Mapping], as_second: Iterable[Mapping]) -> dict:
     """The metrics of one model from its judged episodes in each role.
 
-    ``as_attacker``: episodes where the model attacked; ``as_defender``: where it defended. Each needs
-    an ``outcome`` from the judge.
+    ``as_first``: episodes where the model played the opening role (Adversarial Taboo's attacker);
+    ``as_second``: the other role. Each needs an ``outcome`` from the judge.
     """
-    attack = [_outcome(e, i) for i, e in enumerate(as_attacker)]
-    defend = [_outcome(e, i) for i, e in enumerate(as_defender)]
-    attacker, defender = tally_role(attack, ATTACKER), tally_role(defend, DEFENDER)
-    n = len(attack) + len(defend)
-    wins, losses, ties = (attacker[k] + defender[k] for k in ("wins", "losses", "ties"))
-    fouls = attacker["fouls"]
-    overall: dict[str, float | int] = {"games": n, "wins": wins, "losses": losses, "ties": ties,
-                                       "fouls": fouls}
+    tallies = {role: tally_role(game, [_outcome(e, i) for i, e in enumerate(episodes)], role)
+               for role, episodes in zip(game.roles, (as_first, as_second))}
+    n = sum(t["games"] for t in tallies.values())
+    wins, losses, ties = (sum(t[k] for t in tallies.values()) for k in ("wins", "losses", "ties"))
+    fouls = sum(t.get("fouls", 0) for t in tallies.values())
+    overall: dict[str, float | int] = {"games": n, "wins": wins, "losses": losses, "ties": ties, "fouls": fouls}
     for name, count in (("win", wins), ("loss", losses), ("tie", ties), ("foul", fouls)):
         overall.update(rate_fields(name, count, n))
     # Points per game (a tie is half a win): the quantity the tournament's ratings are fitted to.
     overall["score"] = (wins + 0.5 * ties) / n if n else 0.0
-    return {"attacker": attacker, "defender": defender, "overall": overall, "games": n}
+    return {**tallies, "overall": overall, "games": n}
 
 
-# The outcome decomposition: how each game ended, for the model in each role (see spag.game.rules.CAUSES).
-# A role's parts add up to 1; wins by the model's own skill (an induced word, a correct guess) stand apart
-# from wins handed over by the opponent's mistake (a wrong guess, a foul).
-DECOMPOSITION = {
-    ATTACKER: {DEFENDER_SAID_WORD: "win_induced_word", WRONG_GUESS: "win_opponent_wrong_guess",
-               CORRECT_GUESS: "loss_opponent_correct_guess", ATTACKER_SAID_WORD: "foul_said_word",
-               ATTACKER_GUESSED: "foul_guessed", OUT_OF_TURNS: "tie"},
-    DEFENDER: {CORRECT_GUESS: "win_correct_guess", ATTACKER_SAID_WORD: "win_opponent_foul",
-               ATTACKER_GUESSED: "win_opponent_foul", DEFENDER_SAID_WORD: "loss_said_word",
-               WRONG_GUESS: "loss_wrong_guess", OUT_OF_TURNS: "tie"},
-}
-
-
-def cause_of(episode: Mapping, index: int = 0) -> str:
-    """How a judged game ended (``spag.game.rules.CAUSES``): the judge again, under the episode's own
-    rules; it must agree with the stored outcome."""
-    verdict = judge_episode(episode, episode.get("rules") or WHOLE_WORD)
+def cause_of(game: Game, episode: Mapping, index: int = 0) -> str:
+    """How a judged game ended (:attr:`spag.game.base.Game.causes`): the judge again, under the settings
+    the episode recorded (else ``game``'s); it must agree with the stored outcome."""
+    verdict = episode_game(episode, game).judge_episode(episode)
     if verdict.outcome != _outcome(episode, index):
         raise ValueError(f"episode {index} ({episode['target_word']!r}): stored outcome {episode['outcome']!r} "
                          f"but the judge says {verdict.outcome!r}")
     return verdict.cause
 
 
-def word_bootstrap(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping], confidence: float = 0.95,
-                   n_resamples: int = 10_000, seed: int = 0) -> dict:
-    """Score, win and foul rates of the model with bootstrap intervals over target words.
+def _quantities(game: Game) -> dict:
+    """The headline rates per role, each ``name -> (role, value of a game from its outcome)``."""
+    out = {}
+    for role in game.roles:
+        out[f"{role}_win_rate"] = (role, lambda o, r=role: float(role_result(game, o, r) == "win"))
+        for kind in results(game, role)[3:]:
+            out[f"{role}_{kind}_rate"] = (role, lambda o, r=role, k=kind: float(game.result(o, r) == k))
+    return out
 
-    ``as_attacker`` / ``as_defender``: judged episodes where the model attacked / defended, any number
-    per word (several seeds). Words are resampled with all their games in both roles, so the interval
-    accounts for games of the same word being alike. Returns ``{name: {value, low, high, games, words}}``
-    for ``score`` (win 1, tie 1/2, loss or foul 0, both roles), ``attacker_win_rate``,
-    ``attacker_foul_rate``, ``defender_win_rate`` and ``defender_opponent_foul_rate``, and under
-    ``decomposition`` ``{role: {part: entry}}``: the share of the role's games that ended each way of
-    :data:`DECOMPOSITION`.
+
+def word_bootstrap(game: Game, as_first: Iterable[Mapping], as_second: Iterable[Mapping], confidence: float = 0.95,
+                   n_resamples: int = 10_000, seed: int = 0) -> dict:
+    """Score, win and foul rates of the model with bootstrap intervals over targets.
+
+    ``as_first`` / ``as_second``: judged episodes where the model played each role, any number per target
+    (several seeds). Targets are resampled with all their games in both roles, so the interval accounts
+    for games of the same target being alike. Returns ``{name: {value, low, high, games, words}}`` for
+    ``score`` (win 1, tie 1/2, loss or foul 0, both roles) and each role's rates (Adversarial Taboo:
+    ``attacker_win_rate``, ``attacker_foul_rate``, ``defender_win_rate``, ``defender_opponent_foul_rate``),
+    and under ``decomposition`` ``{role: {part: entry}}``: the share of the role's games that ended each
+    way of :attr:`spag.game.base.Game.parts`.
     """
     import polars as pl
 
-    quantities = {  # name -> (role, value of one game for the model, from its outcome and cause)
-        "attacker_win_rate": (ATTACKER, lambda o, c: float(o == ATTACKER_WINS)),
-        "attacker_foul_rate": (ATTACKER, lambda o, c: float(o == ATTACKER_BREAKS_RULES)),
-        "defender_win_rate": (DEFENDER, lambda o, c: float(role_result(o, DEFENDER) == "win")),
-        "defender_opponent_foul_rate": (DEFENDER, lambda o, c: float(o == ATTACKER_BREAKS_RULES)),
-    }
-    for role, parts in DECOMPOSITION.items():
+    quantities = {name: (role, lambda o, c, v=value: v(o)) for name, (role, value) in _quantities(game).items()}
+    for role, parts in game.parts.items():
         for part in dict.fromkeys(parts.values()):
-            quantities[f"{role}/{part}"] = (role, lambda o, c, r=role, p=part: float(DECOMPOSITION[r][c] == p))
+            quantities[f"{role}/{part}"] = (role, lambda o, c, r=role, p=part: float(game.parts[r][c] == p))
     names = ("score", *quantities)
-    games = []  # one record per game: its word, its score, and each quantity of its role (others null)
-    for role, episodes in ((ATTACKER, as_attacker), (DEFENDER, as_defender)):
+    games = []  # one record per game: its target, its score, and each quantity of its role (others null)
+    for role, episodes in zip(game.roles, (as_first, as_second)):
         for i, episode in enumerate(episodes):
-            outcome, cause = _outcome(episode, i), cause_of(episode, i)
-            games.append({"word": episode["target_word"], "score": score(outcome, role),
+            outcome, cause = _outcome(episode, i), cause_of(game, episode, i)
+            games.append({"word": episode["target_word"], "score": score(game, outcome, role),
                           **{name: value(outcome, cause) if role == wanted else None
                              for name, (wanted, value) in quantities.items()}})
     frame = pl.DataFrame(games, schema={"word": pl.String, **{name: pl.Float64 for name in names}})
-    per_word = frame.group_by("word").agg(  # sums and counts per word: the bootstrap resamples words
+    per_word = frame.group_by("word").agg(  # sums and counts per target: the bootstrap resamples targets
         *(pl.col(name).sum().alias(f"{name}_sum") for name in names),
         *(pl.col(name).count().alias(f"{name}_games") for name in names),
     ).sort("word")
-    out: dict = {"decomposition": {role: {} for role in DECOMPOSITION}}
+    out: dict = {"decomposition": {role: {} for role in game.parts}}
     for name in names:
         played = per_word.filter(pl.col(f"{name}_games") > 0)
         entry = clustered_mean(played[f"{name}_sum"].to_numpy(), played[f"{name}_games"].to_numpy(), seed=seed,
@@ -200,31 +175,40 @@ def word_bootstrap(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping
     return out
 
 
-def per_word_scores(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping]) -> dict[str, tuple[float, int]]:
-    """``{word: (points, games)}`` of the model over both roles: what paired comparisons resample."""
+def per_word_scores(game: Game, as_first: Iterable[Mapping], as_second: Iterable[Mapping]
+                    ) -> dict[str, tuple[float, int]]:
+    """``{target: (points, games)}`` of the model over both roles: what paired comparisons resample."""
     points: dict[str, list] = {}
-    for role, episodes in ((ATTACKER, as_attacker), (DEFENDER, as_defender)):
+    for role, episodes in zip(game.roles, (as_first, as_second)):
         for i, episode in enumerate(episodes):
             entry = points.setdefault(episode["target_word"], [0.0, 0])
-            entry[0] += score(_outcome(episode, i), role)
+            entry[0] += score(game, _outcome(episode, i), role)
             entry[1] += 1
     return {word: (s, n) for word, (s, n) in points.items()}
 
 
-def per_word_by_role(as_attacker: Iterable[Mapping], as_defender: Iterable[Mapping]) -> dict[str, dict]:
-    """Per role, ``{word: (sum, games)}`` of the model's score (``ROLE/score``) and of each way its games
-    ended (``ROLE/PART`` of :data:`DECOMPOSITION`): what pooling runs role by role resamples."""
+def per_word_by_role(game: Game, as_first: Iterable[Mapping], as_second: Iterable[Mapping]) -> dict[str, dict]:
+    """Per role, ``{target: (sum, games)}`` of the model's score (``ROLE/score``) and of each way its games
+    ended (``ROLE/PART`` of :attr:`spag.game.base.Game.parts`): what pooling runs role by role resamples."""
     out: dict[str, dict] = {}
-    for role, episodes in ((ATTACKER, as_attacker), (DEFENDER, as_defender)):
-        parts = dict.fromkeys(DECOMPOSITION[role].values())
+    for role, episodes in zip(game.roles, (as_first, as_second)):
+        parts = dict.fromkeys(game.parts[role].values())
         for i, episode in enumerate(episodes):
-            outcome, ended = _outcome(episode, i), DECOMPOSITION[role][cause_of(episode, i)]
-            values = {"score": score(outcome, role), **{part: float(part == ended) for part in parts}}
+            outcome, ended = _outcome(episode, i), game.parts[role][cause_of(game, episode, i)]
+            values = {"score": score(game, outcome, role), **{part: float(part == ended) for part in parts}}
             for name, value in values.items():
                 entry = out.setdefault(f"{role}/{name}", {}).setdefault(episode["target_word"], [0.0, 0])
                 entry[0] += value
                 entry[1] += 1
     return {name: {w: (s, n) for w, (s, n) in words.items()} for name, words in out.items()}
+
+
+def strongest(results: Mapping[str, dict]) -> str | None:
+    """The baseline with the highest score against the imitation model (``results``: name -> games.json
+    entry of that match); of equal scores, the first name in alphabetical order."""
+    if not results:
+        return None
+    return max(sorted(results), key=lambda name: results[name]["bootstrap"]["score"]["value"])
 
 
 def _outcome(episode: Mapping, index: int) -> str:
@@ -237,11 +221,11 @@ def _outcome(episode: Mapping, index: int) -> str:
 # ------------------------------------------------------------------------------------ playing the games
 
 
-def check_held_out(words: list[str], train_words: Iterable[str], source: str = "<words>",
+def check_held_out(game: Game, words: list[str], train_words: Iterable[str], source: str = "<words>",
                    train_source: str = "<train words>") -> None:
-    """Refuse evaluation words that the model trained on: raise DataError naming a few of them."""
-    seen = {normalise_word(w) for w in train_words}
-    overlap = [w for w in words if normalise_word(w) in seen]
+    """Refuse evaluation targets that the model trained on: raise DataError naming a few of them."""
+    seen = {game.same_target(w) for w in train_words}
+    overlap = [w for w in words if game.same_target(w) in seen]
     if overlap:
         shown = ", ".join(overlap[:5]) + (", ..." if len(overlap) > 5 else "")
         raise DataError(source, None, f"{len(overlap)} of {len(words)} evaluation words are also training "
@@ -263,7 +247,8 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
     ``model`` and ``opponent`` are paths/names, loaded once each with ``load_player(backend,
     **player_options)`` (once in all when they are the same), or ready players. ``config`` is a
     ``spag.play.PlayConfig`` (default: greedy decoding, as the paper evaluates). ``episodes_out``: a
-    folder that gets ``as_attacker.parquet`` and ``as_defender.parquet``, written as games finish (so
+    folder that gets ``as_<role>.parquet`` for each role of the game (Adversarial Taboo:
+    ``as_attacker.parquet`` and ``as_defender.parquet``), written as games finish (so
     ``resume=True`` continues an interrupted run; ``stale`` says what to do with games of another run,
     as in :func:`spag.play.play_games`), or one ``.parquet`` file written at the end.
 
@@ -279,8 +264,8 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
     if seeds < 1:
         raise ValueError(f"seeds must be at least 1, got {seeds}")
     if config is None:
-        config = PlayConfig(temperature=0.0)
-    if config.temperature == 0:
+        config = PlayConfig.of(temperature=0.0)
+    if config.sampling.temperature == 0:
         seeds = 1
     if episodes_out is not None and Path(episodes_out).suffix == ".parquet" and (resume or seeds > 1):
         raise ValueError("resuming or several seeds need a folder for --episodes-out, not one .parquet file")
@@ -304,25 +289,26 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
             as_defender += defend
     finally:  # the players this call loaded; a caller's own players stay open
         close_player(*(p for p, given in ((player, model), (rival, opponent)) if given is not p))
-    metrics = tally_games(as_attacker, as_defender)
+    game = config.game
+    metrics = tally_games(game, as_attacker, as_defender)
     return {"model": model_name(model), "opponent": model_name(opponent), **metrics,
-            "bootstrap": word_bootstrap(as_attacker, as_defender, seed=config.seed),
-            "per_word": per_word_scores(as_attacker, as_defender),
-            "max_turns": int(config.max_turns), "temperature": float(config.temperature),
+            "bootstrap": word_bootstrap(game, as_attacker, as_defender, seed=config.seed),
+            "per_word": per_word_scores(game, as_attacker, as_defender),
+            "max_turns": int(game.max_turns), "temperature": float(config.sampling.temperature),
             "seeds": seeds, "first_seed": int(config.seed), "provenance": provenance}
 
 
 def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, resume: bool,
                      show_progress: bool, stale: str, guess_words: list[str] | None) -> tuple[list, list]:
-    """The games of ``player`` as attacker and as defender against ``rival``, saved to ``episodes_out``."""
+    """The games of ``player`` in the opening role and in the other against ``rival``, saved to
+    ``episodes_out``."""
     attack_out = defend_out = single_file = None
     if episodes_out is not None:
         episodes_out = Path(episodes_out)
         if episodes_out.suffix == ".parquet":
             single_file = episodes_out
         else:
-            attack_out = episodes_out / "as_attacker.parquet"
-            defend_out = episodes_out / "as_defender.parquet"
+            attack_out, defend_out = (episodes_out / f"as_{role}.parquet" for role in config.game.roles)
     as_attacker = list(play_games(player, rival, words, config, output=attack_out, resume=resume,
                                   show_progress=show_progress, stale=stale, guess_words=guess_words))
     as_defender = list(play_games(rival, player, words, config, output=defend_out, resume=resume,

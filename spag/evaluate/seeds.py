@@ -32,7 +32,7 @@ import numpy as np
 
 from spag.evaluate.clustered import two_way_mean
 from spag.evaluate.games import per_word_by_role
-from spag.evaluate.skill import SKILL_METRICS
+from spag.game.registry import episode_game
 from spag.io import DataError
 
 PerWord = Mapping[str, Sequence[float]]  # word -> [sum, count]
@@ -74,8 +74,8 @@ def run_effects(run: str | os.PathLike, epoch: str | None = None) -> dict[str, d
     skill_path = run / "metrics" / "epochs" / epoch / "skill.json"
     if skill_path.is_file():
         mine, reference = _read(skill_path), _read(run / "metrics" / "imitation" / "skill.json")
-        for metric in SKILL_METRICS:
-            if metric in mine.get("per_word", {}) and metric in reference.get("per_word", {}):
+        for metric in mine.get("per_word", {}):
+            if metric in reference.get("per_word", {}):
                 a, b = _means(mine["per_word"][metric]), _means(reference["per_word"][metric])
                 out[metric] = {w: a[w] - b[w] for w in a if w in b}
     return out
@@ -85,11 +85,15 @@ def _by_role(folder: Path) -> dict[str, dict[str, float]]:
     """Per-word score and outcome shares of each role, from the evaluation games (absent: nothing)."""
     import polars as pl
 
-    files = [folder / "as_attacker.parquet", folder / "as_defender.parquet"]
+    found = sorted(folder.glob("as_*.parquet"))
+    if not found:
+        return {}
+    game = episode_game(pl.read_parquet(found[0], n_rows=1).to_dicts()[0])
+    files = [folder / f"as_{role}.parquet" for role in game.roles]
     if not all(f.is_file() for f in files):
         return {}
-    attacker, defender = (pl.read_parquet(f).to_dicts() for f in files)
-    return {name: _means(values) for name, values in per_word_by_role(attacker, defender).items()}
+    first, second = (pl.read_parquet(f).to_dicts() for f in files)
+    return {name: _means(values) for name, values in per_word_by_role(game, first, second).items()}
 
 
 def _means(per_word: PerWord) -> dict[str, float]:
@@ -124,10 +128,17 @@ def arm_effects(runs: Sequence[Mapping[str, dict]], names: Sequence[str], seed: 
         out["minus_strongest_baseline"] = {**two_way_mean(table - base, seed=seed),
                                            "baseline": strongest.split(":", 1)[1],
                                            "baseline_score": two_way_mean(base, seed=seed)["value"]}
-    for key in (*SKILL_METRICS, *_role_keys(runs)):
+    for key in (*_skill_keys(runs), *_role_keys(runs)):
         if all(key in r for r in runs):
             out[key] = two_way_mean(_table([r[key] for r in runs], names)[0], seed=seed)
     return out
+
+
+def _skill_keys(runs: Sequence[Mapping[str, dict]]) -> list[str]:
+    """The skill metrics every run has (its game's: Adversarial Taboo's clue rank, guess rank, opening foul
+    rate), in the order the first run has them."""
+    return [k for k in runs[0] if k != "score_vs_imitation" and not k.startswith("baseline:") and "/" not in k
+            and all(k in r for r in runs)]
 
 
 def _role_keys(runs: Sequence[Mapping[str, dict]]) -> list[str]:
@@ -142,7 +153,7 @@ def paired_arms(a: Sequence[Mapping[str, dict]], b: Sequence[Mapping[str, dict]]
         raise DataError(names_b[0] if names_b else "--against", None,
                         f"{len(b)} runs to pair with {len(a)}: give one run per seed, in the same order")
     out = {}
-    for key in ("score_vs_imitation", *SKILL_METRICS, *_role_keys([*a, *b])):
+    for key in ("score_vs_imitation", *_skill_keys([*a, *b]), *_role_keys([*a, *b])):
         if all(key in r for r in (*a, *b)):
             ta, _ = _table([r[key] for r in a] + [r[key] for r in b], [*names_a, *names_b])
             out[key] = two_way_mean(ta[:len(a)] - ta[len(a):], seed=seed)

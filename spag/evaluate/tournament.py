@@ -1,8 +1,7 @@
 """A round robin between checkpoints: win-rate matrix, Elo ratings with bootstrap intervals, heatmap.
 
-Every pair of models plays both roles on the same held-out words. A game gives its winner 1 point and
-the loser 0, a tie 1/2 each; a rule break by the attacker is a win for the defender (see
-``spag.evaluate.games``).
+Every pair of models plays both roles on the same held-out targets. A game gives its winner 1 point and
+the loser 0, a tie 1/2 each; a rule break is a win for the opponent (see :mod:`spag.evaluate.games`).
 
 Ratings follow the Bradley-Terry model on the Elo scale: the expected score of i against j is
 ``1 / (1 + 10 ** ((R_j - R_i) / 400))``. They are fitted by maximum likelihood to all games at once (not
@@ -14,8 +13,9 @@ target word (every game on a word, all pairs, roles and seeds, together), since 
 alike: the same clustering as every other interval of the evaluation (:mod:`spag.evaluate.clustered`).
 The score matrix carries the same word-clustered interval for each pair.
 
-Players can be checkpoints or no-training baselines (:mod:`spag.evaluate.baselines`): a cross-play
-tournament of base, imitation, SPAG epochs, ablation arms and baselines on fresh words.
+Players can be checkpoints or the game's no-training baselines (:class:`spag.game.base.SkillMetrics`;
+Adversarial Taboo's: :mod:`spag.game.taboo.baselines`): a cross-play tournament of base, imitation, SPAG
+epochs, ablation arms and baselines on fresh words.
 """
 
 from __future__ import annotations
@@ -28,22 +28,19 @@ from pathlib import Path
 
 import numpy as np
 
-from spag.evaluate.baselines import BASELINES, FILTER, baseline_player
 from spag.evaluate.clustered import clustered_mean
-from spag.evaluate.games import score
 from spag.game.episodes import write_episodes
-from spag.game.rules import ATTACKER
+from spag.game.registry import episode_game
 from spag.io import atomic_path
 from spag.play import PlayConfig, play_games
 from spag.players import close_player, load_player
-from spag.teacher import WithStrategies
 
 ELO_SCALE = 400.0
 ELO_MEAN = 1000.0
 
 
 @dataclass(frozen=True)
-class Game:
+class Match:
     """One game between models ``a`` and ``b`` (indices), with ``a``'s points: 1, 1/2 or 0, on the target
     word with index ``word`` (the unit the intervals resample)."""
 
@@ -93,7 +90,7 @@ def fit_bradley_terry(points: np.ndarray, played: np.ndarray, prior_draws: float
     return ratings - ratings.mean() + ELO_MEAN
 
 
-def elo_ratings(games: Sequence[Game], k: int, resamples: int = 1000, seed: int = 0,
+def elo_ratings(games: Sequence[Match], k: int, resamples: int = 1000, seed: int = 0,
                 prior_draws: float = 1.0) -> dict[str, np.ndarray]:
     """Ratings and their 95% bootstrap intervals: ``{"rating", "low", "high"}`` arrays of length k."""
     if not games:
@@ -115,7 +112,7 @@ def elo_ratings(games: Sequence[Game], k: int, resamples: int = 1000, seed: int 
     return {"rating": rating, "low": low, "high": high}
 
 
-def _games_by_word(games: Sequence[Game]) -> list[np.ndarray]:
+def _games_by_word(games: Sequence[Match]) -> list[np.ndarray]:
     """The indices of each word's games: the clusters a bootstrap resamples."""
     words: dict[int, list[int]] = {}
     for i, g in enumerate(games):
@@ -130,8 +127,9 @@ def expected_score(rating_a: float, rating_b: float) -> float:
 # ------------------------------------------------------------------------------------ from episodes
 
 
-def games_from_episodes(episodes: Sequence[Mapping], names: Sequence[str]) -> list[Game]:
-    """One Game per judged episode, from its ``attacker_model``, ``defender_model`` and ``outcome``."""
+def games_from_episodes(episodes: Sequence[Mapping], names: Sequence[str]) -> list[Match]:
+    """One Match per judged episode, from its ``attacker_model`` and ``defender_model`` (the models of the
+    opening role and of the other) and its ``outcome``, scored by the episode's game."""
     index = {name: i for i, name in enumerate(names)}
     words: dict[str, int] = {}
     games = []
@@ -141,11 +139,12 @@ def games_from_episodes(episodes: Sequence[Mapping], names: Sequence[str]) -> li
         except KeyError as exc:
             raise ValueError(f"episode {n}: model {exc.args[0]!r} is not in the tournament") from None
         word = words.setdefault(episode["target_word"], len(words))
-        games.append(Game(attacker, defender, score(episode["outcome"], ATTACKER), word))
+        game = episode_game(episode)
+        games.append(Match(attacker, defender, game.score(episode["outcome"], game.roles[0]), word))
     return games
 
 
-def score_intervals(games: Sequence[Game], names: Sequence[str], seed: int = 0) -> dict:
+def score_intervals(games: Sequence[Match], names: Sequence[str], seed: int = 0) -> dict:
     """Row model's score against column model (both roles, ties 1/2) with a 95% interval over words:
     ``{row: {col: {value, low, high, games, words}}}``."""
     per_pair: dict[tuple[int, int], dict[int, list[float]]] = {}
@@ -161,7 +160,7 @@ def score_intervals(games: Sequence[Game], names: Sequence[str], seed: int = 0) 
     return out
 
 
-def win_matrices(games: Sequence[Game], names: Sequence[str]) -> dict[str, dict[str, dict[str, float]]]:
+def win_matrices(games: Sequence[Match], names: Sequence[str]) -> dict[str, dict[str, dict[str, float]]]:
     """Row model against column model over both roles: ``win_rate`` (ties count 0), ``score``
     (ties count 1/2) and ``games_played``. The diagonal is left out."""
     k = len(names)
@@ -270,10 +269,11 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     ``seeds`` times (sampling seeds ``config.seed``, +1, ...).
 
     Players are the checkpoints ``models`` (each loaded once, ``load_player(model, backend,
-    **player_options)``, named ``names`` or by :func:`unique_names`) and the no-training ``baselines``
-    (:mod:`spag.evaluate.baselines`), built over ``baseline_models`` (``{"imitation": path, "base":
-    path}``); ``guess_words`` is the vocabulary of a baseline's dictionary guess. Each model named in
-    ``filtered`` plays a second time with the decode-time filter (``NAME+filter``). ``episodes_out``: a
+    **player_options)``, named ``names`` or by :func:`unique_names`) and the game's no-training
+    ``baselines`` (:class:`spag.game.base.SkillMetrics`), built over ``baseline_models`` (``{"imitation":
+    path, "base": path}``); ``guess_words`` is the game's vocabulary, for a baseline's strategy that
+    chooses among the targets. Each model named in ``filtered`` plays a second time with the game's
+    decode-time filter (``NAME+filter``). ``episodes_out``: a
     ``.parquet`` file for all episodes, or a folder with one Parquet file per ordered pair and seed
     (``<attacker>__vs__<defender>[__seed<s>].parquet``; those files let an interrupted tournament resume),
     claimed by the caller. ``replace``: what an existing ``heatmap`` may be replaced by
@@ -285,7 +285,10 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     if not words:
         raise ValueError("no evaluation words")
     if config is None:
-        config = PlayConfig(temperature=0.0)
+        config = PlayConfig.of(temperature=0.0)
+    extras = config.game.skill
+    if (baselines or filtered) and extras is None:
+        raise ValueError(f"the game {config.game.name} has no baselines or decode-time filter")
     names = list(names) if names is not None else unique_names(models)
     unknown = [label for label in filtered if label not in names]
     if unknown:
@@ -309,15 +312,15 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     try:
         players = [load(str(m)) for m in models]
         for name in baselines:
-            model = (baseline_models or {}).get(BASELINES[name][0])
+            needs = extras.baseline_model(name)
+            model = (baseline_models or {}).get(needs)
             if model is None:
-                raise ValueError(f"baseline {name} needs the {BASELINES[name][0]} model")
-            players.append(baseline_player(name, {BASELINES[name][0]: load(str(model))}))
+                raise ValueError(f"baseline {name} needs the {needs} model")
+            players.append(extras.baseline(name, {needs: load(str(model))}))
         for label in filtered:
-            model = players[model_names.index(label)]
-            players.append(WithStrategies(model, FILTER, name=f"{label}+filter"))
+            players.append(extras.filtered(players[model_names.index(label)], f"{label}+filter"))
         episodes = []
-        for s in range(seeds if config.temperature else 1):
+        for s in range(seeds if config.sampling.temperature else 1):
             suffix = f"__seed{config.seed + s}" if seeds > 1 else ""
             episodes += _round_robin(players, names, words, dataclasses.replace(config, seed=config.seed + s), folder, resume,
                                      show_progress, suffix, guess_words)

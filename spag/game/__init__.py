@@ -1,27 +1,5 @@
-"""Adversarial Taboo: the rules (judge), prompts, and the episode format."""
-
-from spag.game.rules import (
-    ATTACKER,
-    ATTACKER_BREAKS_RULES,
-    ATTACKER_WINS,
-    DECISIVE,
-    DEFENDER,
-    DEFENDER_WINS,
-    OUTCOMES,
-    PREDICTION_PHRASE,
-    ROLES,
-    TIE,
-    Verdict,
-    is_form_of,
-    judge,
-    judge_episode,
-    parse_prediction,
-    says_word,
-    word_forms,
-)
-
-__all__ = [
-    "ATTACKER", "ATTACKER_BREAKS_RULES", "ATTACKER_WINS", "DECISIVE", "DEFENDER", "DEFENDER_WINS",
-    "OUTCOMES", "PREDICTION_PHRASE", "ROLES", "TIE", "Verdict", "is_form_of", "judge", "judge_episode",
-    "parse_prediction", "says_word", "word_forms",
-]
+"""The games SPAG can play: the :class:`~spag.game.base.Game` interface (:mod:`spag.game.base`), one package
+per game (Adversarial Taboo: :mod:`spag.game.taboo`), and the registry that a params file's ``game.name``
+picks from (:mod:`spag.game.registry`). The episode record, the same for every game, is
+:mod:`spag.game.episodes`.
+"""

@@ -2,7 +2,11 @@
 
 Stored as Parquet with ``history`` as ``list<struct<role, content>>``; read from a JSON list (the
 original results-file shape), JSON lines, or Parquet files and directories of shards. Fields beyond the
-three required ones are kept as they are.
+three required ones are kept as they are. The record is the same for every game: ``target_word`` holds the
+game's target (Adversarial Taboo's secret word, Kuhn poker's deal), and an episode the play engine wrote
+names its game and the game's settings and strategies (``game``, ``game_settings``, ``strategies``, JSON
+text), so any game's episodes fit one schema and the judge can be asked again
+(:func:`spag.game.episode_game`).
 
 This module is the one home of the episode record: its validation, the Parquet schema of a played
 episode (:func:`episode_schema`), the on-disk layout of a play run (:class:`EpisodeStore`: a folder of
@@ -11,12 +15,14 @@ shards, or one file) and the export to the original project's JSON.
 
 from __future__ import annotations
 
+import json
 import os
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from spag.game.rules import ROLES, WHOLE_WORD, judge_episode
+from spag.game.base import Game
+from spag.game.registry import episode_game
 from spag.io import (
     DataError,
     OutputExists,
@@ -34,8 +40,10 @@ from spag.outputs import claim_output_dir, clear_output_dir, mark_output_dir, ou
 DEFAULT_MAX_TURNS = 5
 
 
-def validate_episode(record: Mapping, index: int, source: str | os.PathLike = "<episodes>") -> dict:
-    """Check one episode and return it as a plain dict; raise DataError naming the record otherwise."""
+def validate_episode(record: Mapping, index: int, source: str | os.PathLike = "<episodes>",
+                     game: Game | None = None) -> dict:
+    """Check one episode and return it as a plain dict; raise DataError naming the record otherwise. Its
+    roles are its game's (the one it records, else ``game``, else Adversarial Taboo's)."""
     if not isinstance(record, Mapping):
         raise DataError(source, index, f"expected an object, got {type(record).__name__}")
     episode = dict(record)
@@ -49,6 +57,10 @@ def validate_episode(record: Mapping, index: int, source: str | os.PathLike = "<
     episode["max_turns"] = _whole_number(episode["max_turns"], source, index)
     if episode["max_turns"] < 1:
         raise DataError(source, index, f"'max_turns' must be at least 1, got {episode['max_turns']}")
+    try:
+        roles = episode_game(episode, game).roles
+    except ValueError as exc:
+        raise DataError(source, index, str(exc)) from None
     history = episode.get("history")
     if not isinstance(history, list):
         raise DataError(source, index, "missing 'history' (a list of {role, content})")
@@ -57,11 +69,11 @@ def validate_episode(record: Mapping, index: int, source: str | os.PathLike = "<
         if not isinstance(utterance, Mapping):
             raise DataError(source, index, f"history[{j}] is not an object")
         role, content = utterance.get("role"), utterance.get("content")
-        if role not in ROLES:
-            raise DataError(source, index, f"history[{j}] has unknown role {role!r} (attacker|defender)")
-        if role != ROLES[j % 2]:  # the attacker opens and the two speak in turn
-            raise DataError(source, index, f"history[{j}] is the {role}'s, but the {ROLES[j % 2]} speaks there "
-                                           "(the attacker opens, then the players alternate)")
+        if role not in roles:
+            raise DataError(source, index, f"history[{j}] has unknown role {role!r} ({'|'.join(roles)})")
+        if role != roles[j % 2]:  # the first role opens and the two speak in turn
+            raise DataError(source, index, f"history[{j}] is the {role}'s, but the {roles[j % 2]} speaks there "
+                                           f"(the {roles[0]} opens, then the players alternate)")
         if not isinstance(content, str):
             raise DataError(source, index, f"history[{j}] content is not a string")
         clean.append({**utterance, "role": role, "content": content})
@@ -80,16 +92,17 @@ def _whole_number(value, source, index) -> int:
     raise DataError(source, index, f"'max_turns' is not a whole number: {value!r}")
 
 
-def read_episodes(path: str | os.PathLike) -> list[dict]:
-    """Read and validate every episode in ``path``; the first bad record raises DataError."""
-    return [validate_episode(r, i, path) for i, r in enumerate(read_records(path))]
+def read_episodes(path: str | os.PathLike, game: Game | None = None) -> list[dict]:
+    """Read and validate every episode in ``path`` (``game``: of episodes that do not name theirs); the first
+    bad record raises DataError."""
+    return [validate_episode(r, i, path, game) for i, r in enumerate(read_records(path))]
 
 
-def judged(episodes: Iterable[Mapping], rules: str = WHOLE_WORD) -> list[dict]:
-    """Each episode with ``outcome`` and ``turns`` added by the judge (``rules``: whole-word or original)."""
+def judged(episodes: Iterable[Mapping], game: Game) -> list[dict]:
+    """Each episode with ``outcome`` and ``turns`` added by ``game``'s judge."""
     out = []
     for episode in episodes:
-        verdict = judge_episode(episode, rules)
+        verdict = game.judge_episode(episode)
         out.append({**episode, "outcome": verdict.outcome, "turns": verdict.turns})
     return out
 
@@ -111,11 +124,12 @@ IMPORTED = "imported.parquet"
 def import_episodes(
     source: str | os.PathLike,
     output_dir: str | os.PathLike,
-    rules: str = WHOLE_WORD,
+    game: Game,
     exclude_words: Iterable[str] = (),
 ) -> tuple[list[dict], int]:
     """Existing episodes (e.g. the original project's GPT-4 games, ``gpt4_game_top30k_results.json``) as a
-    teacher's episodes: validated, judged by ``rules`` and written to ``output_dir/imported.parquet``.
+    teacher's episodes: validated, judged by ``game`` (its settings: Adversarial Taboo's ``rules``) and
+    written to ``output_dir/imported.parquet``.
 
     Episodes on a word of ``exclude_words`` (the held-out evaluation words) are left out, so that the
     imitation data never covers them. Returns the episodes written and how many were left out. The first
@@ -124,16 +138,16 @@ def import_episodes(
     excluded = {w.strip().lower() for w in exclude_words}
     kept, dropped = [], 0
     for index, record in enumerate(read_records(source)):
-        episode = validate_episode(record, index, source)
+        episode = validate_episode(record, index, source, game)
         if episode["target_word"].strip().lower() in excluded:
             dropped += 1
             continue
-        verdict = judge_episode(episode, rules)
+        verdict = game.judge_episode(episode)
         kept.append({
             **to_original_format(episode),
             "outcome": verdict.outcome,
             "turns": verdict.turns,
-            "rules": rules,
+            **game.record(),
             "word_index": index,
         })
     if not kept:
@@ -148,30 +162,31 @@ PLAY_KIND = "play"  # the output-folder marker of a play run (spag.outputs)
 
 
 # A played episode, every field once: (name, type, part). The parts: "game" (what happened), "player" (who
-# played: the model names and content hashes), "setting" (every setting its games depend on: the play
-# config's field of the same name), "count" (what it cost). A resumed run keeps an episode only if its
-# players and settings equal the run's (SETTINGS_CHECKED_ON_RESUME); the Parquet schema is built from it.
+# played: the model names and content hashes of the opening role, Adversarial Taboo's attacker, and of the
+# other), "setting" (every setting its games depend on: the sampling, the game's settings and strategies),
+# "count" (what it cost). A resumed run keeps an episode only if its players and settings equal the run's
+# (SETTINGS_CHECKED_ON_RESUME); the Parquet schema is built from it.
 EPISODE_FIELDS = (
     ("target_word", "string", "game"), ("word_index", "int", "game"), ("max_turns", "int", "setting"),
     ("history", "history", "game"), ("outcome", "string", "game"), ("turns", "int", "game"),
     ("attacker_model", "string", "player"), ("defender_model", "string", "player"),
     ("attacker_fingerprint", "string", "player"), ("defender_fingerprint", "string", "player"),
     ("temperature", "float", "setting"), ("top_k", "int", "setting"), ("max_new_tokens", "int", "setting"),
-    ("min_new_tokens", "int", "setting"), ("seed", "int", "setting"), ("examples", "bool", "setting"),
-    ("foul_retries", "int", "setting"), ("coached_attacker", "bool", "setting"), ("final_guess", "bool", "setting"),
+    ("min_new_tokens", "int", "setting"), ("seed", "int", "setting"), ("empty_retries", "int", "setting"),
+    ("game", "string", "setting"), ("game_settings", "string", "setting"), ("strategies", "string", "setting"),
     ("generated_tokens", "int", "count"), ("empty_replies", "int", "count"), ("truncated_replies", "int", "count"),
-    ("rules", "string", "setting"), ("empty_retries", "int", "setting"), ("play_prompts", "string", "setting"),
-    ("replies", "string", "setting"), ("end", "string", "setting"),
 )
 EPISODE_SETTINGS = tuple(name for name, _, part in EPISODE_FIELDS if part == "setting")
 SETTINGS_CHECKED_ON_RESUME = EPISODE_SETTINGS + tuple(name for name, _, part in EPISODE_FIELDS if part == "player")
-_PYTHON_TYPES = {"string": str, "int": int, "float": float, "bool": bool}
 
 
 def episode_settings(config) -> dict:
     """The setting fields of an episode played under ``config`` (a :class:`spag.play.PlayConfig`)."""
-    types = {name: kind for name, kind, _ in EPISODE_FIELDS}
-    return {name: _PYTHON_TYPES[types[name]](getattr(config, name)) for name in EPISODE_SETTINGS}
+    s = config.sampling
+    return {"max_turns": config.game.max_turns, "temperature": float(s.temperature), "top_k": s.top_k,
+            "max_new_tokens": s.max_new_tokens, "min_new_tokens": s.min_new_tokens, "seed": config.seed,
+            "empty_retries": s.empty_retries, **config.game.record(),
+            "strategies": json.dumps(config.strategies.model_dump(mode="json"), sort_keys=True)}
 
 
 def episode_schema():
@@ -200,7 +215,7 @@ def holds_spag_episodes(path: str | os.PathLike) -> bool:
         return False
     if (schema.metadata or {}).get(EPISODES_METADATA_KEY) == b"episodes":
         return True
-    newer = {"empty_retries", "play_prompts", "replies", "end"}  # columns files without the mark never had
+    newer = {"empty_retries", "game", "game_settings", "strategies"}  # columns files without the mark never had
     return set(episode_schema().names) - newer <= set(schema.names)
 
 

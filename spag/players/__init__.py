@@ -12,63 +12,62 @@ from __future__ import annotations
 from spag.players.base import (
     FINISH_LENGTH,
     FINISH_STOP,
-    STOP_STRINGS,
+    OPTIONS,
     Player,
     PlayerError,
     Reply,
-    clean_reply,
+    backend_options,
     derive_seed,
 )
 
 BACKENDS = ("hf", "vllm", "openai", "human")
 
 __all__ = [
-    "BACKENDS", "FINISH_LENGTH", "FINISH_STOP", "STOP_STRINGS", "Player", "PlayerError", "Reply",
-    "clean_reply", "close_player", "derive_seed", "load_player",
+    "BACKENDS", "FINISH_LENGTH", "FINISH_STOP", "Player", "PlayerError", "Reply", "backend_options",
+    "close_player", "derive_seed", "load_player",
 ]
 
-_HF_OPTIONS = {"device", "dtype", "trust_remote_code", "max_batch", "prefill_tokens", "prefix_cache_gb",
-               "name", "max_prompt_tokens"}
-_VLLM_OPTIONS = {"dtype", "trust_remote_code", "tensor_parallel_size", "gpu_memory_utilization", "enforce_eager",
-                 "name", "seed", "max_prompt_tokens"}
-_OPENAI_OPTIONS = {"base_url", "api_key_env", "concurrency", "timeout", "max_retries", "api", "extensions",
-                   "name"}
-
-
-def _pick(options: dict, allowed: set[str]) -> dict:
-    """Options meant for this backend; ``None`` values mean "the backend's default"."""
-    return {k: v for k, v in options.items() if k in allowed and v is not None}
+def _pick(backend: str, options: dict) -> dict:
+    """The options for ``backend``; ``None`` values mean "the backend's default". ValueError naming an
+    option the backend does not take."""
+    given = {k: v for k, v in options.items() if v is not None}
+    unknown = sorted(set(given) - OPTIONS[backend])
+    if unknown:
+        raise ValueError(f"the {backend} backend takes no option {', '.join(unknown)} "
+                         f"(it takes {', '.join(sorted(OPTIONS[backend]))})")
+    return given
 
 
 def load_player(model: str, backend: str = "hf", **options) -> Player:
-    """A player for ``model`` on ``backend``. Options a backend does not use are ignored.
+    """A player for ``model`` on ``backend``. An option the backend does not take is a ValueError.
 
     options: device, dtype, trust_remote_code, max_batch, prefill_tokens, max_prompt_tokens (hf, vllm); tensor_parallel_size,
     gpu_memory_utilization, enforce_eager (vllm); base_url, api_key_env, concurrency, timeout, max_retries, api (openai).
     """
+    if backend not in OPTIONS:
+        raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
     if model == "human" or backend == "human":
         from spag.players.human import HumanPlayer
 
+        # the person at the terminal: options given for the model on the other side do not apply to them
         return HumanPlayer(**({"name": options["name"]} if options.get("name") else {}))
     from spag.fingerprint import model_fingerprint
 
     if backend == "hf":
         from spag.players.hf import HFPlayer
 
-        player = HFPlayer.from_pretrained(model, **_pick(options, _HF_OPTIONS))
+        player = HFPlayer.from_pretrained(model, **_pick("hf", options))
         player.fingerprint = model_fingerprint(model)  # what resumed episodes are checked against
         return player
     if backend == "vllm":
         from spag.players.vllm import VLLMPlayer
 
-        player = VLLMPlayer.from_pretrained(model, **_pick(options, _VLLM_OPTIONS))
+        player = VLLMPlayer.from_pretrained(model, **_pick("vllm", options))
         player.fingerprint = model_fingerprint(model)
         return player
-    if backend == "openai":
-        from spag.players.openai import OpenAIPlayer
+    from spag.players.openai import OpenAIPlayer
 
-        return OpenAIPlayer(model, **_pick(options, _OPENAI_OPTIONS))
-    raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
+    return OpenAIPlayer(model, **_pick("openai", options))
 
 
 def close_player(*players) -> None:

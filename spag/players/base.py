@@ -1,44 +1,44 @@
 """The one interface every player implements, and what a reply looks like.
 
-A player turns prompts into replies. A *prompt* here is the text of one user message, as built by
-:func:`spag.game.prompts.build_prompt`; each backend renders it into its own model input (the HF and
-vLLM backends with :func:`spag.game.prompts.to_model_input` and the model's own tokenizer, the OpenAI
-backend as a chat message, the human backend by printing it). So a player never needs to know how
-another player's model formats its input, and attacker and defender can be different models.
+A player turns prompts into replies. A *prompt* here is the text of one user message, as a game builds
+it (:meth:`spag.game.base.Game.prompt`); each backend renders it into its own model input (the HF and
+vLLM backends with :func:`spag.chat.to_model_input` and the model's own tokenizer, the OpenAI backend as
+a chat message, the human backend by printing it). So a player never needs to know how another player's
+model formats its input, and the two sides of a game can be different models. Players know no game:
+what ends a reply (stop strings, a stop pattern) is given with each call.
 
 A backend returns the raw text of each reply, already cut where the speaker's turn ended (end-of-turn
-token, a stop string, or ``max_new_tokens``); :func:`clean_reply` then removes what a small model tends
-to invent around its message (a role prefix, the other player's next line).
+token, a stop string or pattern, or ``max_new_tokens``); the game then makes an utterance of it
+(:meth:`spag.game.base.Game.utterance`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+# The options each backend takes (spag.players.load_player): a settings section gives those of its backend.
+_HF_OPTIONS = {"device", "dtype", "trust_remote_code", "max_batch", "prefill_tokens", "prefix_cache_gb",
+               "name", "max_prompt_tokens"}
+_VLLM_OPTIONS = {"dtype", "trust_remote_code", "tensor_parallel_size", "gpu_memory_utilization", "enforce_eager",
+                 "name", "seed", "max_prompt_tokens"}
+_OPENAI_OPTIONS = {"base_url", "api_key_env", "concurrency", "timeout", "max_retries", "api", "extensions",
+                   "name"}
+OPTIONS = {"hf": _HF_OPTIONS, "vllm": _VLLM_OPTIONS, "openai": _OPENAI_OPTIONS, "human": {"name"}}  # what each takes
+
+
+def backend_options(backend: str, options: dict) -> dict:
+    """Of a settings section's player options (each knob documented for the backends it applies to), those
+    ``backend`` takes."""
+    return {k: v for k, v in options.items() if k in OPTIONS.get(backend, ())}
+
+
 FINISH_STOP = "stop"      # the model ended its turn (end-of-turn token or a stop string)
 FINISH_LENGTH = "length"  # cut at max_new_tokens: the model did not end its turn by itself
-
-# Lines where a model starts writing the next speaker's part. Literal strings for backends that only
-# take literal stops (OpenAI allows four); the regex below catches the rest when the reply is cleaned.
-STOP_STRINGS = ("\nattacker:", "\ndefender:", "\nAttacker:", "\nDefender:")
-
-_SPEAKERS = r"attacker|defender|you|other player|user|assistant|system|human|ai"
-_NEXT_SPEAKER_RE = re.compile(
-    r"\n[ \t]*(?:\d+\.[ \t]*)?[\[(*_]*(?:" + _SPEAKERS + r")[\])*_]*[ \t]*[:\]]", re.IGNORECASE
-)
-_ROLE_PREFIX_RE = re.compile(
-    r"^\s*(?:\d+\.\s*)?[\[(*_]*(?:" + _SPEAKERS + r"|me)[\])*_]*\s*[:\]][\])*_]*\s*", re.IGNORECASE
-)
-# The same speakers as literal stop strings, for engines that stop only on literal text (vLLM): a reply
-# that starts another speaker's line ends there instead of running on to max_new_tokens. The regex above
-# still cuts what these miss ("\n**Defender:**"), as the hf backend's does after its own stop check.
-NEXT_SPEAKER_STOPS = tuple(dict.fromkeys(
-    f"\n{form}:" for name in _SPEAKERS.split("|") for form in (name, name.capitalize(), name.upper())))
-_CHAT_MARKERS_RE = re.compile(r"<\|im_(?:start|end)\|>|<\|(?:start|end)\|>|</?s>")
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,10 @@ class Player(Protocol):
     order. ``temperature == 0`` means greedy decoding. ``seed`` is one seed for the call or one per prompt;
     per-prompt seeds make a game's sampling independent of which other games share its batch.
     ``min_new_tokens`` keeps the model from ending its turn before saying anything; ``stop`` are literal
-    strings that end a reply (they are not part of the returned text); when any are given, a reply also
-    ends where it starts another speaker's line (:func:`cut_at_next_speaker`). Without ``stop`` a reply
-    runs to the model's end-of-turn token or ``max_new_tokens``, as the original project's play did.
+    strings that end a reply (they are not part of the returned text), and so does a match of the regular
+    expression ``stop_pattern`` (:func:`cut_at`; a backend that takes few literal stops uses the first
+    ones and cuts at the pattern after). Without either a reply runs to the model's end-of-turn token or
+    ``max_new_tokens``, as the original project's play did.
     """
 
     name: str
@@ -79,6 +80,7 @@ class Player(Protocol):
         min_new_tokens: int = 1,
         seed: int | Sequence[int] | None = None,
         stop: Sequence[str] = (),
+        stop_pattern: str | None = None,
     ) -> list[Reply]: ...
 
 
@@ -113,31 +115,18 @@ def turn_end_ids(tokenizer, eos_ids: Sequence[int] = (), vocab_size: int | None 
     return sorted(i for i in ids if i is not None and 0 <= i < limit)
 
 
-def cut_at_next_speaker(text: str) -> tuple[str, bool]:
-    """``text`` up to where it starts another speaker's line, and whether it was cut."""
-    match = _NEXT_SPEAKER_RE.search(text)
+@functools.lru_cache(maxsize=64)
+def _compiled(pattern: str) -> re.Pattern:
+    return re.compile(pattern)
+
+
+def cut_at(text: str, pattern: str | None) -> tuple[str, bool]:
+    """``text`` up to the first match of the regular expression ``pattern`` (a game's stop pattern), and
+    whether it was cut there; None cuts nothing."""
+    match = _compiled(pattern).search(text) if pattern else None
     if match is None:
         return text, False
     return text[: match.start()], True
-
-
-def clean_reply(text: str) -> str:
-    """The utterance a reply stands for: no chat markers, no invented role prefix, no other player's line.
-
-    ``"Attacker: Think of fruit.\\nDefender: Apple?"`` becomes ``"Think of fruit."``.
-    """
-    marker = _CHAT_MARKERS_RE.search(text)
-    if marker is not None:  # a chat-template marker means the turn ended there
-        text = text[: marker.start()]
-    text = text.strip()
-    # A model may open with one or more role labels ("Attacker: You: ..."); drop them all.
-    while True:
-        stripped = _ROLE_PREFIX_RE.sub("", text, count=1)
-        if stripped == text:
-            break
-        text = stripped
-    text, _ = cut_at_next_speaker(text)
-    return text.strip()
 
 
 # ------------------------------------------------------------------------------- a player in a game
@@ -145,9 +134,10 @@ def clean_reply(text: str) -> str:
 
 @dataclass(frozen=True)
 class Turn:
-    """One utterance a game waits for: whose turn, in the game on which word, after what was said.
+    """One utterance a game waits for: whose turn, in the game on which target (``word``), after what was
+    said.
 
-    ``prompt`` is the game's own prompt for it (:func:`spag.game.prompts.build_prompt`).
+    ``prompt`` is the game's own prompt for it (:meth:`spag.game.base.Game.prompt`).
     """
 
     role: str
@@ -160,8 +150,8 @@ class Speaker:
     """A :class:`Player` as the play engine uses it: what the model is asked at a turn, what of its reply
     is said, which utterance is sent back for another sample, and which turns need no model at all.
 
-    This plain speaker asks the game's prompt and says the reply; the teacher strategies
-    (:mod:`spag.teacher`) wrap it and change one of these steps each.
+    This plain speaker asks the game's prompt and says the reply; a game's strategies
+    (:meth:`spag.game.base.Game.speaker`) wrap it and change one of these steps each.
     """
 
     resamples = 0  # how many times a turn's utterance may be rejected (see :meth:`rejects`)
@@ -173,7 +163,7 @@ class Speaker:
         return turn.prompt
 
     def utterance(self, turn: Turn, text: str) -> str:
-        """What is said, from the cleaned reply ``text``."""
+        """What is said, from the game's utterance ``text`` of the reply."""
         return text
 
     def rejects(self, turn: Turn, text: str) -> bool:

@@ -20,7 +20,8 @@ class HumanPlayer:
         self._max_empty = max_empty
 
     def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,
-                 min_new_tokens: int = 1, seed=None, stop: Sequence[str] = ()) -> list[Reply]:
+                 min_new_tokens: int = 1, seed=None, stop: Sequence[str] = (),
+                 stop_pattern: str | None = None) -> list[Reply]:
         return [self._ask(prompt) for prompt in prompts]
 
     def _ask(self, prompt: str) -> Reply:

@@ -21,16 +21,16 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
-from spag.config import shown_url
-from spag.game.prompts import to_model_input
+from spag.chat import to_model_input
 from spag.players.base import (
     FINISH_LENGTH,
     FINISH_STOP,
     PlayerError,
     Reply,
-    cut_at_next_speaker,
+    cut_at,
     per_prompt_seeds,
 )
+from spag.schema import shown_url
 
 _OPENAI_STOP_LIMIT = 4  # the OpenAI API takes at most four stop strings
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
@@ -100,12 +100,14 @@ class OpenAIPlayer:
                                      max_retries=self.max_retries)
 
     def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,
-                 min_new_tokens: int = 1, seed=None, stop: Sequence[str] = ()) -> list[Reply]:
+                 min_new_tokens: int = 1, seed=None, stop: Sequence[str] = (),
+                 stop_pattern: str | None = None) -> list[Reply]:
         if not prompts:
             return []
         seeds = per_prompt_seeds(seed, len(prompts))
         settings = dict(temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
-                        min_new_tokens=min_new_tokens, stop=list(stop)[:_OPENAI_STOP_LIMIT])
+                        min_new_tokens=min_new_tokens, stop=list(stop)[:_OPENAI_STOP_LIMIT],
+                        stop_pattern=stop_pattern)
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts))) as pool:
             futures = [pool.submit(self._call, p, s, settings) for p, s in zip(prompts, seeds)]
             return [f.result() for f in futures]
@@ -129,7 +131,7 @@ class OpenAIPlayer:
                           f"(last: {reason})")
 
     def _request(self, prompt: str, seed: int | None, *, temperature, top_k, max_new_tokens, min_new_tokens,
-                 stop) -> Reply:
+                 stop, stop_pattern) -> Reply:
         kwargs = dict(model=self.model, max_tokens=max_new_tokens, temperature=max(temperature, 0.0))
         if seed is not None:
             kwargs["seed"] = seed
@@ -151,8 +153,7 @@ class OpenAIPlayer:
             text = choice.text or ""
         usage = getattr(response, "usage", None)
         n_tokens = usage.completion_tokens if usage is not None and usage.completion_tokens else len(text.split())
-        if stop:
-            text, _ = cut_at_next_speaker(text)
+        text, _ = cut_at(text, stop_pattern)
         finish = FINISH_LENGTH if choice.finish_reason == "length" else FINISH_STOP
         return Reply(text=text, n_tokens=int(n_tokens), finish_reason=finish)
 

@@ -7,10 +7,9 @@ only when this backend is used.
 
 What a reply means is the hf backend's (:mod:`spag.players.hf`):
 
-* a reply ends at an end-of-turn token (eos or any other special token), at a ``stop`` string, or, when
-  ``stop`` strings are given, where the model starts another speaker's line
-  (:data:`~spag.players.base.NEXT_SPEAKER_STOPS` as literal stops, the base module's regex for the
-  rest); none of these is part of the text;
+* a reply ends at an end-of-turn token (eos or any other special token), at a ``stop`` string (vLLM's
+  literal stops) or at a match of ``stop_pattern`` (cut after generation); none of these is part of the
+  text;
 * ``min_new_tokens`` holds the end-of-turn tokens back (vLLM's ``min_tokens``); ``max_new_tokens`` cuts;
 * ``n_tokens`` counts the reply's generated tokens, the end-of-turn token not included;
 * ``finish_reason`` is ``length`` only for a reply cut at ``max_new_tokens`` that did not end its turn.
@@ -32,16 +31,15 @@ import weakref
 from collections.abc import Sequence
 from unittest.mock import patch
 
+from spag.chat import model_input_ids
 from spag.console import first_line
-from spag.game.prompts import model_input_ids
 from spag.modeling import resolve_dtype, setup_special_tokens
 from spag.players.base import (
     FINISH_LENGTH,
     FINISH_STOP,
-    NEXT_SPEAKER_STOPS,
     PlayerError,
     Reply,
-    cut_at_next_speaker,
+    cut_at,
     per_prompt_seeds,
     turn_end_ids,
 )
@@ -194,7 +192,8 @@ class VLLMPlayer:
         gc.collect()
 
     def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,
-                 min_new_tokens: int = 1, seed=None, stop: Sequence[str] = ()) -> list[Reply]:
+                 min_new_tokens: int = 1, seed=None, stop: Sequence[str] = (),
+                 stop_pattern: str | None = None) -> list[Reply]:
         from vllm import SamplingParams
 
         if not prompts:
@@ -203,7 +202,7 @@ class VLLMPlayer:
             raise ValueError("max_new_tokens must be at least 1")
         # Token ids, not text: vLLM would add a second BOS in front of a chat template's own.
         inputs = [{"prompt_token_ids": model_input_ids(self.tokenizer, p, self.max_prompt_tokens)} for p in prompts]
-        stops = list(dict.fromkeys([*stop, *NEXT_SPEAKER_STOPS])) if stop else []
+        stops = list(dict.fromkeys(stop))
         params = [
             SamplingParams(n=1, temperature=max(temperature, 0.0),
                            top_k=top_k if top_k and temperature > 0 else -1, max_tokens=max_new_tokens,
@@ -212,12 +211,12 @@ class VLLMPlayer:
             for s in per_prompt_seeds(seed, len(prompts))
         ]
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
-        replies = [self._reply(out.outputs[0], speaker_cut=bool(stop)) for out in outputs]
+        replies = [self._reply(out.outputs[0], stop_pattern) for out in outputs]
         self.counters["prompt_tokens"] += sum(len(i["prompt_token_ids"]) for i in inputs)
         self.counters["generated_tokens"] += sum(r.n_tokens for r in replies)
         return replies
 
-    def _reply(self, completion, speaker_cut: bool = True) -> Reply:
+    def _reply(self, completion, stop_pattern: str | None = None) -> Reply:
         """A Reply from one vLLM completion, in the hf backend's terms (see the module docstring)."""
         ids = list(completion.token_ids)
         finish = getattr(completion, "finish_reason", None)
@@ -225,7 +224,7 @@ class VLLMPlayer:
         if finish == "stop" and not isinstance(getattr(completion, "stop_reason", None), str) \
                 and ids and ids[-1] in self._end_ids:
             ids = ids[:-1]
-        text, cut = cut_at_next_speaker(completion.text) if speaker_cut else (completion.text, False)
+        text, cut = cut_at(completion.text, stop_pattern)
         ended = finish != "length" or cut
         return Reply(text=text, n_tokens=len(ids), finish_reason=FINISH_STOP if ended else FINISH_LENGTH)
 

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from spag.chat import has_chat_template, raw_prompt_ids, to_model_input
 from spag.console import progress
-from spag.game.prompts import drop_history_lines, has_chat_template, raw_prompt_ids, to_model_input
 from spag.io import DataError
-from spag.rows import GAME
+from spag.rows import GAME, drop_history_lines
 
 
 def check_rows_for_method(rows: Sequence[Mapping], method: str, source: str | os.PathLike) -> None:

@@ -52,15 +52,14 @@ import os
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from spag.config import ONLINE, Online, TrainConfig
+from spag.chat import model_input_ids
+from spag.config import ONLINE, Online, Reward, TrainConfig
 from spag.environment import role_rewards
 from spag.fingerprint import model_fingerprint
 from spag.game.episodes import EpisodeStore
-from spag.game.prompts import model_input_ids
-from spag.game.rules import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, OUTCOMES, ROLES, TIE
 from spag.io import DataError
 from spag.modeling import load_tokenizer
 from spag.play import PlayConfig, PlayStats, play_games, rank_and_world
@@ -84,36 +83,47 @@ def group_prompt(word: str, role: str) -> str:
     return f"{role}: {word}"
 
 
-def parse_group_prompt(prompt: str) -> tuple[str, str]:
+def parse_group_prompt(prompt: str, roles: Sequence[str]) -> tuple[str, str]:
     role, _, word = prompt.partition(": ")
-    if role not in ROLES or not word:
+    if role not in roles or not word:
         raise ValueError(f"not an online group prompt: {prompt!r}")
     return role, word
 
 
 @dataclass
 class OnlineGames:
-    """How the online run plays and scores its games: everything the rollout needs besides the model."""
+    """How the online run plays and scores its games: everything the rollout needs besides the model. The
+    games are ``play``'s (its sampling section is the ``play`` section: the backend and its memory share,
+    the prompt length), scored by ``online`` and filtered by ``reward`` (``keep_truncated``)."""
 
     play: PlayConfig
     online: Online
-    keep_truncated: bool = False
-    backend: str = "hf"
-    gpu_memory_utilization: float = 0.3
-    max_prompt_tokens: int | None = None
+    reward: Reward = field(default_factory=Reward)
+
+    @property
+    def backend(self) -> str:
+        return self.play.sampling.backend
+
+    @property
+    def gpu_memory_utilization(self) -> float:
+        return self.play.sampling.gpu_memory_utilization
+
+    @property
+    def max_prompt_tokens(self) -> int | None:
+        return self.play.sampling.max_prompt_tokens
 
     def __post_init__(self):
         if self.backend not in ("hf", "vllm"):
             raise ValueError(f"play.backend: online self-play plays with the policy it trains, on hf or vllm, "
                              f"not {self.backend!r}")
-        if not self.play.temperature > 0:
+        if not self.play.sampling.temperature > 0:
             raise ValueError("play.temperature: online self-play needs sampled games (temperature > 0); greedy "
                              "games on one word are all alike and teach nothing")
 
     @property
     def slots(self) -> int:
         """Utterances one role can have in one game."""
-        return self.play.max_turns
+        return self.play.game.max_turns
 
     @property
     def group_size(self) -> int:
@@ -121,13 +131,11 @@ class OnlineGames:
         return self.online.games_per_word * self.slots
 
     def as_json(self) -> dict:
-        return {"play": dataclasses.asdict(self.play), "online": self.online.model_dump(),
-                "keep_truncated": self.keep_truncated, "backend": self.backend,
-                "gpu_memory_utilization": self.gpu_memory_utilization, "max_prompt_tokens": self.max_prompt_tokens}
+        return {"play": self.play.to_json(), "online": self.online.model_dump(), "reward": self.reward.model_dump()}
 
     @classmethod
     def from_json(cls, data: dict) -> OnlineGames:
-        return cls(**{**data, "play": PlayConfig(**data["play"]), "online": Online(**data["online"])})
+        return cls(PlayConfig.from_json(data["play"]), Online(**data["online"]), Reward(**data["reward"]))
 
 
 def outcome(completions, **kwargs) -> list:
@@ -168,7 +176,7 @@ class GameRollout:
 
     def __call__(self, prompts: Sequence[str], trainer) -> dict:
         step = int(trainer.state.global_step)
-        groups = _groups(prompts)
+        groups = _groups(prompts, self.games.play.game.roles)
         # Each word's games serve both of its groups; enough games for the larger one's slots.
         games_of = {}
         for role, word, size in groups:
@@ -191,13 +199,13 @@ class GameRollout:
                    for sample in self._group_samples(role, word, size, played[word], config)]
         return {"prompt_ids": [s.prompt_ids for s in samples], "completion_ids": [s.completion_ids for s in samples],
                 "logprobs": None, "env_mask": [s.env_mask for s in samples],
-                REWARD_FIELD: [s.reward for s in samples], "game_stats": _game_stats(episodes, stats)}
+                REWARD_FIELD: [s.reward for s in samples], "game_stats": _game_stats(config.game, episodes, stats)}
 
     def _group_samples(self, role: str, word: str, size: int, episodes: list[dict], config: PlayConfig):
         slots = self.games.slots
         samples = [self._empty()] * size
         for g, episode in enumerate(episodes):
-            reward = role_rewards(episode["outcome"], self.games.online.win_reward,
+            reward = role_rewards(config.game, episode["outcome"], self.games.online.win_reward,
                                   self.games.online.foul_penalty)[role]
             said = [i for i, u in enumerate(episode["history"]) if u["role"] == role][:slots]
             for k, i in enumerate(said):
@@ -209,7 +217,7 @@ class GameRollout:
     def _sample(self, role: str, word: str, history: list[dict], i: int, reward: float, config: PlayConfig):
         """The i-th utterance of a game as a sample: its speaker's prompt and what it said, then eos."""
         utterance = history[i]
-        if not self.games.keep_truncated and (not utterance["content"] or utterance.get("truncated")):
+        if not self.games.reward.keep_truncated and (not utterance["content"] or utterance.get("truncated")):
             return self._empty()
         prompt = config.prompt(role, word, history[:i])
         prompt_ids = model_input_ids(self.tokenizer, prompt, self.games.max_prompt_tokens)
@@ -268,11 +276,11 @@ class GameRollout:
         totals.provenance = stats.provenance
 
 
-def _groups(prompts: Sequence[str]) -> list[tuple[str, str, int]]:
+def _groups(prompts: Sequence[str], roles: Sequence[str]) -> list[tuple[str, str, int]]:
     """(role, word, samples) of each run of equal prompts, in order: this process's share of the groups."""
     groups: list[tuple[str, str, int]] = []
     for prompt in prompts:
-        role, word = parse_group_prompt(prompt)
+        role, word = parse_group_prompt(prompt, roles)
         if groups and groups[-1][:2] == (role, word):
             groups[-1] = (role, word, groups[-1][2] + 1)
         else:
@@ -280,11 +288,13 @@ def _groups(prompts: Sequence[str]) -> list[tuple[str, str, int]]:
     return groups
 
 
-def _game_stats(episodes: list[dict], stats: PlayStats) -> dict:
+def _game_stats(game, episodes: list[dict], stats: PlayStats) -> dict:
     n = max(len(episodes), 1)
-    outcomes = Counter(e["outcome"] for e in episodes)
-    return {"attacker_win_rate": outcomes[ATTACKER_WINS] / n, "defender_win_rate": outcomes[DEFENDER_WINS] / n,
-            "tie_rate": outcomes[TIE] / n, "foul_rate": outcomes[ATTACKER_BREAKS_RULES] / n,
+    sides = Counter(game.sides(e["outcome"]) for e in episodes)
+    wins = Counter({winner: count for (winner, _), count in sides.items() if winner})
+    return {**{f"{role}_win_rate": wins[role] / n for role in game.roles},
+            "tie_rate": sides[(None, None)] / n,
+            "foul_rate": sum(count for (_, offender), count in sides.items() if offender) / n,
             "mean_turns": sum(e["turns"] for e in episodes) / n, "play_seconds": stats.seconds}
 
 
@@ -333,8 +343,8 @@ def online_arguments(games: OnlineGames, config: TrainConfig, world: int) -> dic
             "shuffle_dataset": False,  # the dataset's own seeded order keeps a word's two groups together
             "beta": config.kl_coeff, "epsilon": config.clip_range, "loss_type": "dapo",
             "scale_rewards": games.online.scale_rewards,
-            "temperature": games.play.temperature, "top_k": games.play.top_k,
-            "max_completion_length": games.play.max_new_tokens + 1,
+            "temperature": games.play.sampling.temperature, "top_k": games.play.sampling.top_k,
+            "max_completion_length": games.play.sampling.max_new_tokens + 1,
             "use_vllm": games.backend == "vllm", "vllm_mode": "colocate",
             "vllm_gpu_memory_utilization": games.gpu_memory_utilization,
             "vllm_importance_sampling_correction": False,
@@ -383,7 +393,8 @@ def online_trainer(model, words: Sequence[str], output_dir, *, games: OnlineGame
     rollout = GameRollout(games, tokenizer, config.max_length, name=f"{model}+online",
                           fingerprint=model_fingerprint(model), episodes=store, player=player)
     # Both groups of a word side by side, so that one step's games serve both (shuffle_dataset is off).
-    dataset = Dataset.from_list([{"prompt": group_prompt(word, role)} for word in words for role in ROLES])
+    dataset = Dataset.from_list([{"prompt": group_prompt(word, role)} for word in words
+                                 for role in games.play.game.roles])
     callbacks, live = run_callbacks(run)
     _quiet_empty_slots()
     trainer = OnlineTrainer(model=load_policy(model, config, tokenizer), reward_funcs=outcome, args=run.args,
@@ -414,7 +425,7 @@ def _run_online(model, words, output_dir, *, games, config, episodes_dir, data, 
     episodes = EpisodeStore(episodes_dir).read()  # every process's games, those before a resume too
     outcomes = Counter(e["outcome"] for e in episodes)
     details = {"words": len(online.words), "games": len(episodes),
-               "outcomes": {o: outcomes.get(o, 0) for o in OUTCOMES},
+               "outcomes": {o: outcomes.get(o, 0) for o in games.play.game.outcomes},
                "play_seconds": round(online.rollout.totals.seconds, 3),
                "online_seconds": round(time.perf_counter() - started, 3),
                "generated_tokens": online.rollout.totals.generated_tokens, "episodes": str(episodes_dir),

@@ -10,14 +10,14 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 
-from spag.game.prompts import model_input_ids
+from spag.chat import model_input_ids
 from spag.modeling import load_model, setup_special_tokens
 from spag.players.base import (
     FINISH_LENGTH,
     FINISH_STOP,
     PlayerError,
     Reply,
-    cut_at_next_speaker,
+    cut_at,
     per_prompt_seeds,
     turn_end_ids,
 )
@@ -41,6 +41,14 @@ def _shared_prefix_length(encoded: Sequence[Sequence[int]]) -> int:
     while n < limit and all(ids[n] == first[n] for ids in encoded):
         n += 1
     return n
+
+
+@dataclass(frozen=True)
+class _Ends:
+    """What ends a reply besides an end-of-turn token: literal strings and a stop pattern (a regex)."""
+
+    strings: tuple[str, ...] = ()
+    pattern: str | None = None
 
 
 @dataclass
@@ -181,7 +189,8 @@ class HFPlayer:
     # ------------------------------------------------------------------------------------- generate
 
     def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,
-                 min_new_tokens: int = 1, seed=None, stop: Sequence[str] = ()) -> list[Reply]:
+                 min_new_tokens: int = 1, seed=None, stop: Sequence[str] = (),
+                 stop_pattern: str | None = None) -> list[Reply]:
         import torch
 
         if not prompts:
@@ -193,7 +202,7 @@ class HFPlayer:
         size = self.max_batch or len(prompts)
         replies: list[Reply | None] = [None] * len(prompts)
         settings = dict(temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
-                        min_new_tokens=min(min_new_tokens, max_new_tokens), stop=tuple(stop))
+                        min_new_tokens=min(min_new_tokens, max_new_tokens), stop=_Ends(tuple(stop), stop_pattern))
         swap = self._use_decode_attention()
         on_cpu = self.fast and self.device.type == "cpu"
         linears = weight_first(self.model, self._packs) if on_cpu else nullcontext()
@@ -309,20 +318,21 @@ class HFPlayer:
             return torch.float32
         return dtype
 
-    def _finish(self, ids: list[int], finish: str, stop: Sequence[str]) -> Reply:
+    def _finish(self, ids: list[int], finish: str, stop: _Ends) -> Reply:
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        for s in stop:
+        for s in stop.strings:
             if s in text:
                 text = text[: text.index(s)]
-        if stop:
-            text, _ = cut_at_next_speaker(text)
+        text, _ = cut_at(text, stop.pattern)
         return Reply(text=text, n_tokens=len(ids), finish_reason=finish)
 
-    def _stopped_by_text(self, ids: list[int], stop: Sequence[str]) -> bool:
+    def _stopped_by_text(self, ids: list[int], stop: _Ends) -> bool:
+        if not stop.strings and not stop.pattern:
+            return False
         tail = self.tokenizer.decode(ids[-_TAIL_TOKENS:], skip_special_tokens=True)
-        if any(s in tail for s in stop):
+        if any(s in tail for s in stop.strings):
             return True
-        return bool(stop) and cut_at_next_speaker(tail)[1]
+        return cut_at(tail, stop.pattern)[1]
 
     # ----------------------------------------------------------------------------------- prefix reuse
 
@@ -534,8 +544,8 @@ class HFPlayer:
             kwargs = dict(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                           eos_token_id=self._end_ids, pad_token_id=self.tokenizer.pad_token_id,
                           attention_mask=torch.ones_like(input_ids))
-            if stop:
-                kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
+            if stop.strings:
+                kwargs.update(stop_strings=list(stop.strings), tokenizer=self.tokenizer)
             if temperature > 0:
                 kwargs.update(do_sample=True, temperature=temperature, top_k=top_k or None)
             else:

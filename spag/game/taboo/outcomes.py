@@ -1,12 +1,12 @@
 """The roles and outcomes of Adversarial Taboo, and the verdict a judge returns.
 
-Both judges (:mod:`spag.game.rules`, the default, and :mod:`spag.game.original`) decide a game in these
-terms; play, rewards, evaluation and analysis read them from here.
+Both judges (:mod:`spag.game.taboo.rules`, the default, and :mod:`spag.game.taboo.original`) decide a
+game in these terms; the :class:`~spag.game.taboo.Taboo` game hands them to the rest of spag.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from spag.game.base import Verdict
 
 ATTACKER = "attacker"
 DEFENDER = "defender"
@@ -30,19 +30,13 @@ CAUSES = {ATTACKER_WINS: (DEFENDER_SAID_WORD, WRONG_GUESS), DEFENDER_WINS: (CORR
           ATTACKER_BREAKS_RULES: (ATTACKER_SAID_WORD, ATTACKER_GUESSED), TIE: (OUT_OF_TURNS,)}
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """What the judge decided: the outcome, how many utterances it took, and how it came about
-    (``cause``, one of ``CAUSES[outcome]``)."""
+# Who won and who broke the rules, by outcome: a foul names no winner (nobody's lines are rewarded), and
+# in evaluation it is the defender's win.
+SIDES = {ATTACKER_WINS: (ATTACKER, None), DEFENDER_WINS: (DEFENDER, None), TIE: (None, None),
+         ATTACKER_BREAKS_RULES: (None, ATTACKER)}
 
-    outcome: str
-    turns: int
-    cause: str
 
-    @property
-    def decided(self) -> bool:
-        return self.outcome != TIE
-
-    @property
-    def winner(self) -> str | None:
-        return {ATTACKER_WINS: ATTACKER, DEFENDER_WINS: DEFENDER}.get(self.outcome)
+def verdict(outcome: str, turns: int, cause: str) -> Verdict:
+    """The judge's :class:`~spag.game.base.Verdict` of an outcome, with its winner and offender."""
+    winner, offender = SIDES[outcome]
+    return Verdict(outcome, turns, cause, winner, offender)

@@ -28,7 +28,7 @@ import string
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
-from spag.game.outcomes import (
+from spag.game.taboo.outcomes import (
     ATTACKER,
     ATTACKER_BREAKS_RULES,
     ATTACKER_GUESSED,
@@ -41,7 +41,7 @@ from spag.game.outcomes import (
     OUT_OF_TURNS,
     TIE,
     WRONG_GUESS,
-    Verdict,
+    verdict,
 )
 
 GUESS_WINDOW = r"i know the word! it.{1,8}"
@@ -101,7 +101,7 @@ def right_guess_original(text: str, target_word: str) -> bool:
 
 
 def judge_original(target_word: str, history: Sequence[Mapping[str, str]], max_turns: int):
-    """The original's verdict on a game, as a :class:`spag.game.rules.Verdict`."""
+    """The original's verdict on a game, as a :class:`spag.game.base.Verdict`."""
     considered = 0
     for utterance in history:
         considered += 1
@@ -109,17 +109,17 @@ def judge_original(target_word: str, history: Sequence[Mapping[str, str]], max_t
         if role == DEFENDER:
             if guesses_original(content):
                 if right_guess_original(content, target_word):
-                    return Verdict(DEFENDER_WINS, considered, CORRECT_GUESS)
-                return Verdict(ATTACKER_WINS, considered, WRONG_GUESS)
+                    return verdict(DEFENDER_WINS, considered, CORRECT_GUESS)
+                return verdict(ATTACKER_WINS, considered, WRONG_GUESS)
             if says_word_original(content, target_word):
-                return Verdict(ATTACKER_WINS, considered, DEFENDER_SAID_WORD)
+                return verdict(ATTACKER_WINS, considered, DEFENDER_SAID_WORD)
         elif role == ATTACKER:
             if says_word_original(content, target_word):
-                return Verdict(ATTACKER_BREAKS_RULES, considered, ATTACKER_SAID_WORD)
+                return verdict(ATTACKER_BREAKS_RULES, considered, ATTACKER_SAID_WORD)
             if guesses_original(content):
-                return Verdict(ATTACKER_BREAKS_RULES, considered, ATTACKER_GUESSED)
+                return verdict(ATTACKER_BREAKS_RULES, considered, ATTACKER_GUESSED)
         else:
             raise ValueError(f"unknown role {role!r} in utterance {considered - 1}")
         if considered >= 2 * max_turns:
             break
-    return Verdict(TIE, considered, OUT_OF_TURNS)
+    return verdict(TIE, considered, OUT_OF_TURNS)

@@ -2,7 +2,7 @@
 
 SPAG's gain over the imitation model could come for free: most of it, at laptop scale, is an attacker
 that says the word less often, and a decoder can stop a model from saying a word. Each baseline here is a
-model with strategies (:class:`spag.teacher.Strategies`) and no further training, played on the same
+model with strategies (:class:`spag.game.taboo.strategies.TabooStrategies`) and no further training, played on the same
 evaluation words and seeds as the SPAG epochs; SPAG's gain is stated against the strongest of them.
 
 - ``imitation-resample``: the imitation model; an attacker line that breaks the rules is sampled again
@@ -17,16 +17,16 @@ evaluation words and seeds as the SPAG epochs; SPAG's gain is stated against the
 
 from __future__ import annotations
 
-from spag.teacher import Strategies, WithStrategies
+from spag.game.taboo.strategies import TabooStrategies, WithStrategies
 
 IMITATION = "imitation"
 BASE = "base"
 
-BASELINES: dict[str, tuple[str, Strategies]] = {
-    "imitation-resample": (IMITATION, Strategies(foul_retries=4)),
-    "imitation-filter": (IMITATION, Strategies(foul_retries=4, word_filter=True)),
-    "imitation-filter-guess": (IMITATION, Strategies(foul_retries=4, word_filter=True, final_guess=True)),
-    "base-teacher": (BASE, Strategies(coached_attacker=True, foul_retries=2, final_guess=True)),
+BASELINES: dict[str, tuple[str, TabooStrategies]] = {
+    "imitation-resample": (IMITATION, TabooStrategies(foul_retries=4)),
+    "imitation-filter": (IMITATION, TabooStrategies(foul_retries=4, word_filter=True)),
+    "imitation-filter-guess": (IMITATION, TabooStrategies(foul_retries=4, word_filter=True, final_guess=True)),
+    "base-teacher": (BASE, TabooStrategies(coached_attacker=True, foul_retries=2, final_guess=True)),
 }
 
 
@@ -45,11 +45,3 @@ def baseline_player(name: str, players: dict[str, object]) -> WithStrategies:
     """The baseline ``name`` over the loaded ``players`` (``{"imitation": ..., "base": ...}``)."""
     model, strategies = BASELINES[check_baseline(name)]
     return WithStrategies(players[model], strategies, name=name)
-
-
-def strongest(results: dict[str, dict]) -> str | None:
-    """The baseline with the highest score against the imitation model (``results``: name -> games.json
-    entry of that match); of equal scores, the first name in alphabetical order."""
-    if not results:
-        return None
-    return max(sorted(results), key=lambda name: results[name]["bootstrap"]["score"]["value"])

@@ -29,9 +29,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from spag.evaluate.clustered import clustered_mean, paired_difference
-from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER, PREDICTION_PHRASE, judge
-from spag.play import opening_lines
-from spag.teacher import Strategies, WithStrategies, blank_out
+from spag.game.base import SkillMetrics
+from spag.game.taboo.baselines import BASELINES, FILTER, baseline_player
+from spag.game.taboo.outcomes import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER
+from spag.game.taboo.rules import PREDICTION_PHRASE
+from spag.game.taboo.strategies import TabooStrategies, WithStrategies, blank_out
 
 JUDGE_REQUEST = 'Someone describes a secret word without saying it: "{clue}"\nWhich word is it?'
 JUDGE_OPENING = "The secret word is"
@@ -68,7 +70,8 @@ def clue_ranks(judge_player, clues: Sequence[tuple[str, str]], candidates: Seque
 
 def guess_ranks(defender, clues: Sequence[tuple[str, str]], candidates: Sequence[str], config) -> list[float]:
     """The rank of each clue's target among ``candidates`` in ``defender``'s guess distribution after the
-    clue as the attacker's first line (``config``: the game's ``PlayConfig``, for the defender prompt)."""
+    clue as the attacker's first line (``config``: the games' :class:`~spag.play.PlayConfig`, for the
+    defender prompt)."""
     index = _index(candidates)
     prompts = [config.prompt(DEFENDER, "", [{"role": ATTACKER, "content": line}]) for _, line in clues]
     scores = defender.continuation_logprobs(prompts, PREDICTION_PHRASE, candidates)
@@ -85,10 +88,10 @@ def clue_set(base, words: Sequence[str], config, per_word: int) -> list[dict]:
     plainly (the teacher's coached attacker, the word blanked), with seeds ``config.seed``, +1, ...
 
     Records ``{target_word, seed, line}``, in word order within each seed."""
-    coached = WithStrategies(model_of(base), Strategies(coached_attacker=True), name="clue-writer")
+    coached = WithStrategies(model_of(base), TabooStrategies(coached_attacker=True), name="clue-writer")
     out = []
     for s in range(per_word):
-        lines = opening_lines(coached, list(words), replace(config, seed=config.seed + s))
+        lines = replace(config, seed=config.seed + s).opening_lines(coached, list(words))
         out += [{"target_word": w, "seed": config.seed + s, "line": line} for w, line in zip(words, lines)]
     return out
 
@@ -122,10 +125,10 @@ def measure_skill(player, judge_player, words: Sequence[str], config, clues: Seq
     chance = (len(candidates) + 1) / 2
     said, spoken = [], []
     for s in range(lines_per_word):
-        said += opening_lines(player, candidates, replace(config, seed=config.seed + s))
+        said += replace(config, seed=config.seed + s).opening_lines(player, candidates)
         spoken += candidates
-    fouls = [float(judge(w, [{"role": ATTACKER, "content": line}], config.max_turns, config.rules).outcome
-                   == ATTACKER_BREAKS_RULES) for w, line in zip(spoken, said)]
+    fouls = [float(config.game.judge(w, [{"role": ATTACKER, "content": line}]).outcome == ATTACKER_BREAKS_RULES)
+             for w, line in zip(spoken, said)]
     clue = _per_word(spoken, clue_ranks(judge_player, list(zip(spoken, said)), candidates))
     known = [c for c in clues if c["target_word"] in set(candidates)]
     guess = _per_word([c["target_word"] for c in known],
@@ -150,3 +153,30 @@ def compare_skill(mine: Mapping, reference: Mapping, seed: int = 0) -> dict:
         b = {w: tuple(v) for w, v in reference["per_word"][metric].items()}
         out[metric] = paired_difference(a, b, seed=seed)
     return out
+
+
+class TabooSkill(SkillMetrics):
+    """Adversarial Taboo's skill metrics (clue rank, guess rank, opening foul rate; see the module
+    docstring) and its no-training baselines (:mod:`spag.game.taboo.baselines`)."""
+
+    metrics = SKILL_METRICS
+    baselines = tuple(BASELINES)
+
+    def material(self, game, base, targets, config, per_target):
+        return clue_set(base, targets, config, per_target)
+
+    def measure(self, game, player, judge_player, targets, config, material, *, per_target, seed):
+        return measure_skill(player, judge_player, targets, config, material, lines_per_word=per_target, seed=seed)
+
+    def compare(self, mine, reference, seed=0):
+        return compare_skill(mine, reference, seed)
+
+    def baseline(self, name, players):
+        return baseline_player(name, players)
+
+    def baseline_model(self, name):
+        return BASELINES[name][0]
+
+    def filtered(self, player, name):
+        return WithStrategies(player, FILTER, name=name)
+

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from spag.config import ParamsError, read_yaml
-from spag.game.rules import ATTACKER, DEFENDER, ROLES
+from spag.game.taboo.outcomes import ATTACKER, DEFENDER, ROLES
 from spag.io import DataError
+from spag.schema import ParamsError, read_yaml
 
 PART_NAMES = ("rules", "instruction", "examples", "history", "turn")
 _LAYOUT_FIELDS = {"role": "attacker", "Role": "Attacker", "speaker": "You", "number": 1, "content": "hi"}
@@ -231,7 +231,7 @@ def build_prompt_with_bounds(
 
     The bounds are character offsets: the start of each history line, oldest first, then the end of the
     last one (empty without history). ``text[:b[0]] + text[b[k]:]`` is the prompt without its ``k``
-    oldest lines (:func:`drop_history_lines`): what a too-long training row gives up first, so the rules,
+    oldest lines (:func:`spag.rows.drop_history_lines`): what a too-long training row gives up first, so the rules,
     the attacker's target word and the turn line are never cut.
     """
     if role not in ROLES:
@@ -274,13 +274,6 @@ def build_prompt(
     return build_prompt_with_bounds(role, target_word, history, max_turns, template)[0]
 
 
-def drop_history_lines(prompt: str, bounds: Sequence[int], k: int) -> str:
-    """``prompt`` without its ``k`` oldest history lines (``bounds`` from :func:`build_prompt_with_bounds`)."""
-    if not 0 <= k < len(bounds):
-        raise ValueError(f"cannot drop {k} of {max(len(bounds) - 1, 0)} history lines")
-    return prompt if k == 0 else prompt[: bounds[0]] + prompt[bounds[k]:]
-
-
 def training_prompt_with_bounds(
     role: str,
     target_word: str,
@@ -297,58 +290,6 @@ def training_prompt_with_bounds(
 def training_prompt(*args, **kwargs) -> str:
     """The text of :func:`training_prompt_with_bounds` (same arguments)."""
     return training_prompt_with_bounds(*args, **kwargs)[0]
-
-
-# ------------------------------------------------------------------------------------------ rendering
-
-PLAIN_USER_PREFIX = "### Instruction:\n"
-PLAIN_REPLY_PREFIX = "\n\n### Response:\n"
-
-
-class RawPrompt(str):
-    """A prompt that already is the model's whole input (the original project's framing): it is fed as
-    BOS + its tokens, with no chat template and no plain layout around it (:func:`model_input_ids`).
-
-    Everything else a prompt goes through (players, teacher strategies, rows) treats it as the string it
-    is; only the rendering below looks at its type.
-    """
-
-    __slots__ = ()
-
-
-def has_chat_template(tokenizer) -> bool:
-    return tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
-
-
-def to_model_input(tokenizer, user_text: str) -> str:
-    """The full model input for one user message, ending where the model's reply starts (a
-    :class:`RawPrompt` is its own model input)."""
-    if isinstance(user_text, RawPrompt):
-        return str(user_text)
-    if has_chat_template(tokenizer):
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True
-        )
-    return PLAIN_USER_PREFIX + user_text + PLAIN_REPLY_PREFIX
-
-
-def raw_prompt_ids(tokenizer, text: str) -> list[int]:
-    """BOS (when the tokenizer has one) + the text's tokens: how the original tokenised its queries."""
-    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-    return bos + list(tokenizer(str(text), add_special_tokens=False)["input_ids"])
-
-
-def model_input_ids(tokenizer, user_text: str, max_tokens: int | None = None) -> list[int]:
-    """Token ids of :func:`to_model_input`: a chat template writes its own begin-of-sequence marker, so
-    the tokenizer adds special tokens only to the plain layout (never a second BOS); a
-    :class:`RawPrompt` is BOS + its tokens. ``max_tokens`` keeps the last that many ids (the original cut
-    long prompts from the left); None keeps them all."""
-    if isinstance(user_text, RawPrompt):
-        ids = raw_prompt_ids(tokenizer, user_text)
-    else:
-        text = to_model_input(tokenizer, user_text)
-        ids = list(tokenizer(text, add_special_tokens=not has_chat_template(tokenizer))["input_ids"])
-    return ids if max_tokens is None or len(ids) <= max_tokens else ids[-max_tokens:]
 
 
 def next_role(history: Sequence[Mapping[str, str]]) -> str:

@@ -5,13 +5,13 @@ Imitation learning copies a teacher's winning games, so the teacher must win bot
 and its defender never guesses right. Three strategies, switched on in the teacher's params, make such a
 teacher good enough without telling a player anything it could not know:
 
-* **coached attacker** (``PlayConfig.coached_attacker``): the attacker's line is the model's answer to a
+* **coached attacker** (``coached_attacker``): the attacker's line is the model's answer to a
   plain request to describe its word (prompt distillation: the training rows still pair that line
   with the ordinary game prompt). Any form of the word in the answer is blanked out before it is
   said: the attacker knows its word and may censor itself.
-* **foul retries** (``PlayConfig.foul_retries``): an attacker line that would lose the game by the rules
+* **foul retries** (``foul_retries``): an attacker line that would lose the game by the rules
   is sampled again, up to that many times.
-* **dictionary guess** (``PlayConfig.final_guess``): at its last turn the defender always guesses. It
+* **dictionary guess** (``final_guess``): at its last turn the defender always guesses. It
   ranks every word of a public word list (the game's vocabulary, not the target) by how much more
   likely the model finds it after "I know the word! It is" given the conversation than given no
   conversation (pointwise mutual information, which cancels the model's bias towards a few common
@@ -19,20 +19,24 @@ teacher good enough without telling a player anything it could not know:
 
 A fourth, **word filter**, is a decode-time filter rather than a teacher's help: every form of the target
 word left in an attacker line (after the foul retries) is blanked out, so the attacker never says it.
+And **examples** puts worked examples in the play prompt.
 
-Each is a wrapper around a :class:`spag.players.base.Speaker` (a player as the play engine uses it),
-so the engine plays with whatever it is given; :func:`speakers` builds them from a ``PlayConfig``, or, for
-a player wrapped in :class:`WithStrategies` (a baseline that needs no training), from the player's own.
+Which are on is a :class:`TabooStrategies` section (``teacher.strategies`` in a params file). Each strategy
+is a wrapper around a :class:`spag.players.base.Speaker` (a player as the play engine uses it), so the
+engine plays with whatever it is given; :func:`speaker` builds them from the strategies the game is played
+with, or, for a player wrapped in :class:`WithStrategies` (a baseline that needs no training), from the
+player's own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
 
-from spag.game.prompts import build_prompt
-from spag.game.rules import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER, PREDICTION_PHRASE, blank_word, judge
+from spag.game.taboo.outcomes import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER
+from spag.game.taboo.prompts import build_prompt, play_template
+from spag.game.taboo.rules import PREDICTION_PHRASE, blank_word
 from spag.players.base import Player, Speaker, Turn
+from spag.schema import Section, knob
 
 BLANK = "___"
 
@@ -135,9 +139,9 @@ class CoachedAttacker(Strategy):
 class FoulRetries(Strategy):
     """An attacker line that would lose the game by the rules at once is sampled again (``retries`` times)."""
 
-    def __init__(self, inner: Speaker, retries: int, max_turns: int, rules: str):
+    def __init__(self, inner: Speaker, retries: int, game):
         super().__init__(inner)
-        self.retries, self.max_turns, self.rules = retries, max_turns, rules
+        self.retries, self.game = retries, game
 
     @property
     def resamples(self) -> int:
@@ -149,7 +153,7 @@ class FoulRetries(Strategy):
         if turn.role != ATTACKER:
             return False
         history = [*turn.history, {"role": ATTACKER, "content": text}]
-        return judge(turn.word, history, self.max_turns, self.rules).outcome == ATTACKER_BREAKS_RULES
+        return self.game.judge(turn.word, history).outcome == ATTACKER_BREAKS_RULES
 
 
 class WordFilter(Strategy):
@@ -176,25 +180,23 @@ class FinalGuess(Strategy):
         return said
 
 
-@dataclass(frozen=True)
-class Strategies:
-    """Which strategies a player uses; in a :class:`spag.play.PlayConfig` they are fields of their own."""
+class TabooStrategies(Section):
+    """Which strategies a player uses (``teacher.strategies``; a baseline's own, :class:`WithStrategies`)."""
 
-    coached_attacker: bool = False
-    foul_retries: int = 0
-    word_filter: bool = False
-    final_guess: bool = False
+    examples: bool = knob(False, "Worked examples in the play prompt (weak teachers).")
+    foul_retries: int = knob(0, "Resample an attacker line that says the word, up to N times.", ge=0)
+    coached_attacker: bool = knob(False, "Attacker lines describe the word, the word blanked out.")
+    final_guess: bool = knob(False, "(hf) The defender's last line is the vocabulary word the talk makes most "
+                                    "likely.")
+    word_filter: bool = knob(False, "Decode-time filter: every form of the word left in an attacker line is "
+                                    "blanked out (a baseline's, not a teacher's).")
 
-    @classmethod
-    def of(cls, config) -> Strategies:
-        """The strategies a ``PlayConfig`` turns on for every player."""
-        return cls(**{f.name: getattr(config, f.name, f.default) for f in fields(cls)})
 
-    def label(self) -> str:
-        """``coached+foul_retries=2+final_guess``: what a player's name says of its strategies."""
-        parts = [f.name if value is True else f"{f.name}={value}" for f in fields(self)
-                 if (value := getattr(self, f.name)) and value != f.default]
-        return "+".join(parts) or "none"
+def label(strategies: TabooStrategies) -> str:
+    """``coached_attacker+foul_retries=2+final_guess``: what a player's name says of its strategies."""
+    order = ("coached_attacker", "foul_retries", "word_filter", "final_guess", "examples")
+    values = [(name, getattr(strategies, name)) for name in order]
+    return "+".join(name if value is True else f"{name}={value}" for name, value in values if value) or "none"
 
 
 class WithStrategies:
@@ -205,38 +207,31 @@ class WithStrategies:
     plain model's.
     """
 
-    def __init__(self, player: Player, strategies: Strategies, name: str | None = None):
+    def __init__(self, player: Player, strategies: TabooStrategies, name: str | None = None):
         self.player, self.strategies = player, strategies
-        self.name = name or f"{player.name}+{strategies.label()}"
+        self.name = name or f"{player.name}+{label(strategies)}"
 
     def __getattr__(self, attribute):
         return getattr(self.player, attribute)
 
 
-def speaker(player: Player, roles: Sequence[str], config, guess_words: Sequence[str] | None = None) -> Speaker:
-    """``player`` as a speaker of ``roles``, with the strategies ``config`` (a PlayConfig) turns on for
-    those roles, or a :class:`WithStrategies` player's own."""
-    chosen = player.strategies if isinstance(player, WithStrategies) else Strategies.of(config)
+def speaker(game, player: Player, roles: Sequence[str], strategies: TabooStrategies,
+            vocabulary: Sequence[str] | None = None) -> Speaker:
+    """``player`` as a speaker of ``roles`` in ``game`` (a :class:`~spag.game.taboo.Taboo`), with the
+    ``strategies`` for those roles, or a :class:`WithStrategies` player's own. ``vocabulary``: the words the
+    dictionary guess chooses from."""
+    chosen = player.strategies if isinstance(player, WithStrategies) else strategies
     model = player.player if isinstance(player, WithStrategies) else player
     wrapped = Speaker(model)
     if ATTACKER in roles and chosen.coached_attacker:
         wrapped = CoachedAttacker(wrapped)
     if ATTACKER in roles and chosen.foul_retries:
-        wrapped = FoulRetries(wrapped, chosen.foul_retries, config.max_turns, config.rules)
+        wrapped = FoulRetries(wrapped, chosen.foul_retries, game)
     if ATTACKER in roles and chosen.word_filter:
         wrapped = WordFilter(wrapped)
     if DEFENDER in roles and chosen.final_guess:
-        if not guess_words:
-            raise ValueError("final_guess needs guess_words: the vocabulary the defender guesses from")
-        wrapped = FinalGuess(wrapped, DictionaryGuesser(model, guess_words, config.max_turns, config.template))
+        if not vocabulary:
+            raise ValueError("final_guess needs the game's vocabulary: the words the defender guesses from")
+        template = play_template(game.settings.templates, examples=strategies.examples)
+        wrapped = FinalGuess(wrapped, DictionaryGuesser(model, vocabulary, game.max_turns, template))
     return wrapped
-
-
-def speakers(attacker: Player, defender: Player, config, guess_words: Sequence[str] | None = None
-             ) -> tuple[Speaker, Speaker]:
-    """(attacker's speaker, defender's speaker) (see :func:`speaker`); one speaker for both roles when
-    both are the same player, so their turns go in one batch."""
-    if attacker is defender:
-        both = speaker(attacker, (ATTACKER, DEFENDER), config, guess_words)
-        return both, both
-    return speaker(attacker, (ATTACKER,), config, guess_words), speaker(defender, (DEFENDER,), config, guess_words)

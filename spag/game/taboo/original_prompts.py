@@ -23,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from spag.game.prompts import RawPrompt, next_role
-from spag.game.rules import ATTACKER, DEFENDER
+from spag.chat import RawPrompt
+from spag.game.taboo.outcomes import ATTACKER, DEFENDER
+from spag.game.taboo.prompts import next_role
 
 NOT_STARTED = "The game is just initialized."
 HISTORY_HEADER = "\n### Game History:"
@@ -43,7 +44,7 @@ ROW_CHOICES = {"line_prefix": LINE_PREFIXES, "speaker_labels": SPEAKER_LABELS, "
 
 @lru_cache(maxsize=1)
 def texts() -> dict:
-    """The original's texts: ``rules`` (a list), ``play_instruction``, ``row_instruction`` and ``alpaca``."""
+    """The original's texts: ``rules`` (a list), ``play_instruction`` and ``row_instruction``."""
     import yaml
 
     return yaml.safe_load(Path(__file__).with_name("original_prompts.yaml").read_text(encoding="utf-8"))
@@ -89,11 +90,3 @@ def row_query(history: Sequence[Mapping[str, str]], target_word: str, max_turns:
     system = f"{prefix}{system_label}: {system}"
     body = lines + system if layout == "chat_inverse" else system + lines
     return RawPrompt(body + prefix + label[role] + ": ")
-
-
-def alpaca_prompt(instruction: str, extra: str) -> RawPrompt:
-    """An Alpaca record's prompt in Stanford Alpaca's template (``extra`` is the record's input)."""
-    t = texts()["alpaca"]
-    if extra:
-        return RawPrompt(t["input"].format(instruction=instruction, input=extra))
-    return RawPrompt(t["no_input"].format(instruction=instruction))

@@ -16,8 +16,8 @@ WITH judged AS (
 ), both_rules AS (
     SELECT
         *,
-        spag_judge_by(target_word, history_json, turns_allowed, 'whole-word') AS whole_word,
-        spag_judge_by(target_word, history_json, turns_allowed, 'original') AS original
+        spag_judge_by('taboo', '{"rules": "whole-word"}', target_word, history_json, turns_allowed) AS whole_word,
+        spag_judge_by('taboo', '{"rules": "original"}', target_word, history_json, turns_allowed) AS original
     FROM judged
 )
 SELECT

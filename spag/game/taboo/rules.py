@@ -17,25 +17,22 @@ import re
 from collections.abc import Mapping, Sequence
 from functools import cache, lru_cache
 
-from spag.game.original import judge_original
-from spag.game.outcomes import (  # noqa: F401 - the judge's terms, re-exported for its callers
+from spag.game.taboo.original import judge_original
+from spag.game.taboo.outcomes import (
     ATTACKER,
     ATTACKER_BREAKS_RULES,
     ATTACKER_GUESSED,
     ATTACKER_SAID_WORD,
     ATTACKER_WINS,
-    CAUSES,
     CORRECT_GUESS,
-    DECISIVE,
     DEFENDER,
     DEFENDER_SAID_WORD,
     DEFENDER_WINS,
     OUT_OF_TURNS,
-    OUTCOMES,
-    ROLES,
     TIE,
     WRONG_GUESS,
     Verdict,
+    verdict,
 )
 
 PREDICTION_PHRASE = "I know the word! It is"
@@ -209,20 +206,20 @@ def judge(target_word: str, history: Sequence[Mapping[str, str]], max_turns: int
         low = content.lower()
         if role == ATTACKER:
             if matcher.said_in(content, low):
-                return Verdict(ATTACKER_BREAKS_RULES, considered, ATTACKER_SAID_WORD)
+                return verdict(ATTACKER_BREAKS_RULES, considered, ATTACKER_SAID_WORD)
             if uses_prediction_phrase(content, low):
-                return Verdict(ATTACKER_BREAKS_RULES, considered, ATTACKER_GUESSED)
+                return verdict(ATTACKER_BREAKS_RULES, considered, ATTACKER_GUESSED)
         elif role == DEFENDER:
             guess = parse_prediction(content, low)
             if guess is not None:
                 if guess != "" and is_form_of(guess, target_word):
-                    return Verdict(DEFENDER_WINS, considered, CORRECT_GUESS)
-                return Verdict(ATTACKER_WINS, considered, WRONG_GUESS)
+                    return verdict(DEFENDER_WINS, considered, CORRECT_GUESS)
+                return verdict(ATTACKER_WINS, considered, WRONG_GUESS)
             if matcher.said_in(content, low):
-                return Verdict(ATTACKER_WINS, considered, DEFENDER_SAID_WORD)
+                return verdict(ATTACKER_WINS, considered, DEFENDER_SAID_WORD)
         else:
             raise ValueError(f"unknown role {role!r} in utterance {considered - 1}")
-    return Verdict(TIE, considered, OUT_OF_TURNS)
+    return verdict(TIE, considered, OUT_OF_TURNS)
 
 
 def judge_episode(episode: Mapping, rules: str = WHOLE_WORD) -> Verdict:

@@ -1,0 +1,195 @@
+"""Kuhn poker, the smallest poker, as a game of words: SPIRAL's first game (Liu et al., 2025).
+
+The deck holds three cards, J < Q < K. Each player puts one chip in the pot and is dealt one card, which
+the other does not see; the rest of the deck is not played. Player 0 (the ``first`` role) acts first:
+
+- with no bet to answer a player may ``[check]`` or ``[bet]`` (one more chip);
+- facing a bet, ``[call]`` (one more chip) or ``[fold]`` (the pot goes to the bettor);
+- check-check, or a call, ends in a showdown: the higher card takes the pot.
+
+So a hand is at most three actions: check-check, check-bet-call, check-bet-fold, bet-call or bet-fold. A
+reply plays the first bracketed action it holds; a reply with none, or with an action the state does not
+allow, breaks the rules and loses the hand (SPIRAL's invalid move). The game's **target** is the deal,
+``"K-Q"`` (the first role's card, then the second's); each prompt shows a player its own card only. With
+six deals the game has few targets (:attr:`~spag.game.base.Game.few_targets`): each is dealt many times.
+
+SPAG's rewards need no more than this: the winner's actions earn the decayed shares, the rule breaker's
+line can be penalised. The chips won (1 or 2) are not part of the reward; a win is a win.
+
+The teacher strategy ``equilibrium`` plays a Nash equilibrium of the game (Kuhn, 1950, with the first
+player's bluffing frequency 1/3) instead of the model, so that a weak model still has sound games to imitate.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+from spag.game.base import Game, GameSettings, History, Verdict
+from spag.players.base import Speaker, Turn
+from spag.schema import Section, knob
+
+FIRST, SECOND = "first", "second"
+ROLES = (FIRST, SECOND)
+CARDS = ("J", "Q", "K")  # in rank order
+DEALS = tuple(f"{a}-{b}" for a in CARDS for b in CARDS if a != b)
+
+CHECK, BET, CALL, FOLD = "check", "bet", "call", "fold"
+_ACTION = re.compile(r"\[\s*(check|bet|call|fold)\s*\]", re.IGNORECASE)
+
+FIRST_WINS, SECOND_WINS = "first_wins", "second_wins"
+FIRST_BREAKS_RULES, SECOND_BREAKS_RULES = "first_breaks_rules", "second_breaks_rules"
+UNFINISHED = "unfinished"  # the rounds ran out before the hand ended (max_turns 1 after check-bet)
+OUTCOMES = (FIRST_WINS, SECOND_WINS, UNFINISHED, FIRST_BREAKS_RULES, SECOND_BREAKS_RULES)
+SIDES = {FIRST_WINS: (FIRST, None), SECOND_WINS: (SECOND, None), UNFINISHED: (None, None),
+         FIRST_BREAKS_RULES: (None, FIRST), SECOND_BREAKS_RULES: (None, SECOND)}
+# How a hand ended: a showdown won by a role, a fold by a role, a role's illegal action, or no end.
+CAUSES = {FIRST_WINS: ("first_showdown", "second_folded"), SECOND_WINS: ("second_showdown", "first_folded"),
+          UNFINISHED: ("out_of_turns",), FIRST_BREAKS_RULES: ("first_illegal",),
+          SECOND_BREAKS_RULES: ("second_illegal",)}
+
+
+def _parts(me: str, other: str) -> dict[str, str]:
+    """What each way a hand ends is for the role ``me``: the outcome decomposition."""
+    return {f"{me}_showdown": "win_showdown", f"{other}_folded": "win_opponent_folded",
+            f"{other}_illegal": "win_opponent_foul", f"{other}_showdown": "loss_showdown",
+            f"{me}_folded": "loss_folded", f"{me}_illegal": "foul_illegal_action", "out_of_turns": "tie"}
+
+
+PARTS = {FIRST: _parts(FIRST, SECOND), SECOND: _parts(SECOND, FIRST)}
+
+
+class KuhnSettings(GameSettings):
+    """Kuhn poker's settings (the ``game:`` section)."""
+
+    name: Literal["kuhn-poker"] = knob("kuhn-poker", "The game: kuhn-poker.")
+    max_turns: int = knob(2, "Rounds, an action of each player each: a hand takes at most 3 actions, so 2 "
+                             "finishes every hand.", ge=1)
+
+
+class KuhnStrategies(Section):
+    """Kuhn poker's strategies (``teacher.strategies``)."""
+
+    equilibrium: bool = knob(False, "Play a Nash equilibrium of the game (the first player bluffs with J a third "
+                                    "of the time) instead of the model: a teacher whose games are sound.")
+
+
+def cards(deal: str) -> tuple[str, str]:
+    """(the first role's card, the second's) of a deal such as ``"K-Q"``; ValueError for anything else."""
+    if deal not in DEALS:
+        raise ValueError(f"not a Kuhn poker deal: {deal!r} (one of {', '.join(DEALS)})")
+    first, second = deal.split("-")
+    return first, second
+
+
+def action_of(text: str) -> str | None:
+    """The first bracketed action a reply plays (lower case), or None."""
+    match = _ACTION.search(text)
+    return match.group(1).lower() if match else None
+
+
+def legal(actions: Sequence[str]) -> tuple[str, str]:
+    """The two actions the next player may take after ``actions``."""
+    return (CALL, FOLD) if actions and actions[-1] == BET else (CHECK, BET)
+
+
+def _ended(actions: Sequence[str], deal: str) -> tuple[str, str] | None:
+    """(outcome, cause) of a hand whose legal ``actions`` are these, or None while it goes on."""
+    if actions[-1] == FOLD:
+        folder = ROLES[(len(actions) - 1) % 2]
+        return (SECOND_WINS, "first_folded") if folder == FIRST else (FIRST_WINS, "second_folded")
+    if actions[-1] == CALL or list(actions) == [CHECK, CHECK]:
+        first, second = cards(deal)
+        return (FIRST_WINS, "first_showdown") if CARDS.index(first) > CARDS.index(second) else (
+            SECOND_WINS, "second_showdown")
+    return None
+
+
+class KuhnPoker(Game):
+    """Kuhn poker (see the package docstring)."""
+
+    name = "kuhn-poker"
+    roles = ROLES
+    outcomes = OUTCOMES
+    causes = CAUSES
+    outcome_sides = SIDES
+    parts = PARTS
+    skill_causes = frozenset({"first_showdown", "second_folded", "second_showdown", "first_folded"})
+    Settings = KuhnSettings
+    Strategies = KuhnStrategies
+    few_targets = True
+
+    def targets(self, words) -> list[str]:
+        return list(DEALS)
+
+    def same_target(self, target: str) -> str:
+        return target.strip().upper()
+
+    def judge(self, target: str, history: History) -> Verdict:
+        cards(target)
+        actions: list[str] = []
+        for i, utterance in enumerate(history[: 2 * self.max_turns]):
+            role = utterance["role"]
+            if role != ROLES[i % 2]:
+                raise ValueError(f"unknown role {role!r} in utterance {i}" if role not in ROLES else
+                                 f"utterance {i} is the {role}'s, but the {ROLES[i % 2]} acts there")
+            action = action_of(utterance["content"])
+            if action not in legal(actions):
+                outcome = FIRST_BREAKS_RULES if role == FIRST else SECOND_BREAKS_RULES
+                return Verdict(outcome, i + 1, f"{role}_illegal", None, role)
+            actions.append(action)
+            ended = _ended(actions, target)
+            if ended:
+                outcome, cause = ended
+                return Verdict(outcome, i + 1, cause, SIDES[outcome][0], None)
+        return Verdict(UNFINISHED, min(len(history), 2 * self.max_turns), "out_of_turns")
+
+    def prompt(self, role: str, target: str, history: History, strategies: KuhnStrategies) -> str:
+        mine = cards(target)[ROLES.index(role)]
+        actions = [action_of(u["content"]) for u in history]
+        done = "; ".join(f"Player {ROLES.index(u['role'])}: [{a}]" for u, a in zip(history, actions)) or "none yet"
+        first, second = legal(actions)
+        return (f"You are playing Kuhn poker. The deck has three cards: J, Q and K (K is highest). Each player "
+                f"puts 1 chip in the pot and is dealt one card, which the other player does not see. Player 0 acts "
+                f"first. Without a bet to answer you may [check] or [bet] (add 1 chip); facing a bet you may "
+                f"[call] (add 1 chip) or [fold] (the bettor takes the pot). After check-check or a call, the "
+                f"higher card wins the pot.\n"
+                f"You are Player {ROLES.index(role)}. Your card: {mine}.\n"
+                f"Actions so far: {done}.\n"
+                f"Your move: reply with [{first}] or [{second}].")
+
+    def speaker(self, player, roles: Sequence[str], strategies: KuhnStrategies, *, seed: int = 0,
+                vocabulary: Sequence[str] | None = None) -> Speaker:
+        plain = Speaker(player)
+        return Equilibrium(plain, seed) if strategies.equilibrium else plain
+
+    def row_prompt(self, role: str, target: str, history: History, rng: random.Random):
+        return self.prompt(role, target, history, self.Strategies()), None
+
+
+class Equilibrium(Speaker):
+    """Every turn answered by a Nash equilibrium strategy of Kuhn poker, without the model: the first player
+    bets J a third of the time (a bluff) and K always, calls a bet with Q two thirds of the time; the second
+    player bets or calls with K, calls with Q a third of the time and bluffs J a third of the time after a
+    check. Draws come from one seeded stream, in the order the engine asks."""
+
+    def __init__(self, inner: Speaker, seed: int):
+        super().__init__(inner.player)
+        self.rng = random.Random(seed)
+
+    def given(self, turns: Sequence[Turn]) -> list[str | None]:
+        return [f"[{self.action(turn)}]" for turn in turns]
+
+    def action(self, turn: Turn) -> str:
+        card = cards(turn.word)[ROLES.index(turn.role)]
+        actions = [action_of(u["content"]) for u in turn.history]
+        chance = self.rng.random()
+        if turn.role == FIRST and not actions:
+            return BET if (card == "K" or (card == "J" and chance < 1 / 3)) else CHECK
+        if turn.role == FIRST:  # checked, then facing the second player's bet
+            return CALL if (card == "K" or (card == "Q" and chance < 2 / 3)) else FOLD
+        if actions == [BET]:
+            return CALL if (card == "K" or (card == "Q" and chance < 1 / 3)) else FOLD
+        return BET if (card == "K" or (card == "J" and chance < 1 / 3)) else CHECK

@@ -1,0 +1,49 @@
+"""The registry of games: a params file picks one by ``game.name``.
+
+A game is a package under ``spag/game/`` with one :class:`~spag.game.base.Game` subclass (read
+:mod:`spag.game.base` first); to add one, write that package and add it to :data:`GAMES` below. Every
+other part of spag reaches the game through the interface.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+
+from spag.game.base import Game, GameSettings
+from spag.game.kuhn import KuhnPoker
+from spag.game.taboo import Taboo
+
+GAMES: dict[str, type[Game]] = {game.name: game for game in (Taboo, KuhnPoker)}
+DEFAULT_GAME = Taboo.name  # a params file without game.name, and an episode that does not name its game
+
+
+
+def game_class(name: str) -> type[Game]:
+    """The game registered as ``name``; ValueError naming the games there are."""
+    try:
+        return GAMES[name]
+    except KeyError:
+        raise ValueError(f"unknown game {name!r} (one of {', '.join(GAMES)})") from None
+
+
+def make_game(settings: GameSettings) -> Game:
+    """The game of a validated ``game:`` section."""
+    return game_class(settings.name)(settings)
+
+
+def episode_game(episode: Mapping, default: Game | None = None) -> Game:
+    """The game an episode was played in, with the settings it recorded (``game``, ``game_settings``); an
+    episode that records none (the original project's, an older file) is ``default``'s, or Adversarial
+    Taboo's with its default settings."""
+    name, recorded = episode.get("game"), episode.get("game_settings")
+    if not name or (default is not None and default.name == name and not recorded):
+        return default if default is not None else _recorded_game(DEFAULT_GAME, None)
+    return _recorded_game(name, recorded or None)
+
+
+@lru_cache(maxsize=64)
+def _recorded_game(name: str, recorded: str | None) -> Game:
+    cls = game_class(name)
+    return cls(cls.Settings.model_validate(json.loads(recorded)) if recorded else None)

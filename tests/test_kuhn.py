@@ -1,0 +1,183 @@
+"""Kuhn poker (spag/game/kuhn) and the Game interface every registered game keeps."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pytest
+
+from spag.config import Reward, load_settings
+from spag.evaluate.games import per_word_by_role, tally_games, word_bootstrap
+from spag.game.base import Verdict
+from spag.game.episodes import validate_episode
+from spag.game.kuhn import (
+    DEALS,
+    FIRST,
+    FIRST_BREAKS_RULES,
+    FIRST_WINS,
+    SECOND,
+    SECOND_BREAKS_RULES,
+    SECOND_WINS,
+    Equilibrium,
+    KuhnPoker,
+    KuhnSettings,
+    KuhnStrategies,
+    action_of,
+)
+from spag.game.registry import GAMES, episode_game
+from spag.io import DataError
+from spag.play import PlayConfig, play_games
+from spag.players.base import Speaker, Turn
+from spag.rewards import reward_rows
+
+KUHN = KuhnPoker()
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def hand(deal: str, *actions: str) -> list[dict]:
+    return [{"role": (FIRST, SECOND)[i % 2], "content": f"I will [{a}]." if a else "hmm"}
+            for i, a in enumerate(actions)]
+
+
+# --------------------------------------------------------------------------------------------- judge
+
+
+@pytest.mark.parametrize("deal, actions, outcome, cause, turns", [
+    ("K-Q", ("check", "check"), FIRST_WINS, "first_showdown", 2),
+    ("J-Q", ("check", "check"), SECOND_WINS, "second_showdown", 2),
+    ("Q-K", ("bet", "call"), SECOND_WINS, "second_showdown", 2),
+    ("J-K", ("bet", "fold"), FIRST_WINS, "second_folded", 2),
+    ("K-J", ("check", "bet", "fold"), SECOND_WINS, "first_folded", 3),
+    ("K-J", ("check", "bet", "call"), FIRST_WINS, "first_showdown", 3),
+    ("Q-J", ("call",), FIRST_BREAKS_RULES, "first_illegal", 1),      # nothing to call
+    ("Q-J", ("bet", "check"), SECOND_BREAKS_RULES, "second_illegal", 2),  # a bet must be called or folded
+    ("Q-J", ("check", None), SECOND_BREAKS_RULES, "second_illegal", 2),   # no bracketed action
+])
+def test_every_line_of_play_is_judged(deal, actions, outcome, cause, turns):
+    verdict = KUHN.judge(deal, hand(deal, *actions))
+    assert (verdict.outcome, verdict.cause, verdict.turns) == (outcome, cause, turns)
+    winner, offender = KUHN.outcome_sides[outcome]
+    assert (verdict.winner, verdict.offender) == (winner, offender) and verdict.decided
+
+
+def test_the_first_bracketed_action_counts_and_later_utterances_are_ignored():
+    assert action_of("I think [Bet] then [fold]") == "bet" and action_of("bet") is None
+    history = hand("K-Q", "check", "check") + [{"role": FIRST, "content": "[bet]"}]
+    assert KUHN.judge("K-Q", history).turns == 2
+    short = KuhnPoker(KuhnSettings(max_turns=1))
+    assert short.judge("K-Q", hand("K-Q", "check", "bet")) == Verdict("unfinished", 2, "out_of_turns")
+    with pytest.raises(ValueError, match="not a Kuhn poker deal"):
+        KUHN.judge("A-K", hand("A-K", "check"))
+
+
+def test_each_player_sees_its_own_card_and_the_legal_actions():
+    first = KUHN.prompt(FIRST, "K-Q", [], KuhnStrategies())
+    second = KUHN.prompt(SECOND, "K-Q", hand("K-Q", "bet"), KuhnStrategies())
+    assert "Your card: K." in first and "Q." not in first.split("Your card:")[1]
+    assert "Your card: Q." in second and "Player 0: [bet]" in second
+    assert second.endswith("reply with [call] or [fold].") and first.endswith("reply with [check] or [bet].")
+    assert KUHN.row_prompt(SECOND, "K-Q", hand("K-Q", "bet"), random.Random(0)) == (second, None)
+
+
+def test_a_kuhn_episode_names_its_game_and_its_roles_are_checked():
+    episode = {"target_word": "K-Q", "history": hand("K-Q", "bet", "fold"), **KUHN.record()}
+    assert episode_game(episode).name == "kuhn-poker"
+    assert validate_episode(episode, 0)["history"][1]["role"] == SECOND
+    with pytest.raises(DataError, match="unknown role 'attacker' \\(first\\|second\\)"):
+        validate_episode({**episode, "history": [{"role": "attacker", "content": "[bet]"}]}, 3, "e.json")
+
+
+# ------------------------------------------------------------------------------------------ teacher
+
+
+def test_the_equilibrium_plays_legal_actions_at_the_equilibrium_frequencies():
+    speaker = Equilibrium(Speaker(object()), seed=0)
+    opening = Counter()
+    for _ in range(3000):
+        for card in "JQK":
+            deal = f"{card}-{'Q' if card != 'Q' else 'K'}"
+            opening[card, speaker.action(Turn(FIRST, deal, [], ""))] += 1
+    assert opening["K", "bet"] == 3000 and opening["Q", "check"] == 3000
+    assert opening["J", "bet"] / 3000 == pytest.approx(1 / 3, abs=0.03)  # the bluff
+    facing = [speaker.action(Turn(SECOND, "Q-J", hand("Q-J", "bet"), "")) for _ in range(500)]
+    assert set(facing) == {"fold"}  # J never calls a bet
+
+
+def test_a_teacher_with_the_equilibrium_wins_every_hand_by_a_legal_line():
+    class Silent:  # never asked: the equilibrium answers every turn
+        name = "silent"
+
+        def generate(self, prompts, **_):
+            raise AssertionError("the model was asked")
+
+    config = PlayConfig.of("kuhn-poker", equilibrium=True, seed=3)
+    deals = list(DEALS) * 20
+    episodes = play_games(Silent(), Silent(), deals, config, show_progress=False)
+    assert {e["outcome"] for e in episodes} <= {FIRST_WINS, SECOND_WINS}
+    assert json.loads(episodes[0]["strategies"]) == {"equilibrium": True}
+    # the game's value is -1/18 for the first player: its average winnings are below zero
+    chips = [(1 if e["outcome"] == FIRST_WINS else -1) * (2 if "[call]" in str(e["history"]) else 1)
+             for e in episodes]
+    assert sum(chips) / len(chips) == pytest.approx(-1 / 18, abs=0.15)
+
+
+# ------------------------------------------------------------------------------------ rewards, results
+
+
+def test_rewards_go_to_the_winners_actions_and_a_penalty_to_the_rule_breaker():
+    games = [{"target_word": "J-K", "max_turns": 2, "history": hand("J-K", "bet", "fold")},
+             {"target_word": "K-Q", "max_turns": 2, "history": hand("K-Q", "check", None)}]
+    rows, stats = reward_rows(games, options=Reward(foul_penalty=1.0), game=KUHN)
+    assert [(r["role"], r["completion"], r["reward"]) for r in rows] == [
+        (FIRST, "I will [bet].", 1.0), (SECOND, "hmm", -1.0)]
+    assert stats.role_games == {FIRST: 1, SECOND: 1} and stats.outcomes == {FIRST_WINS: 1, SECOND_BREAKS_RULES: 1}
+
+
+def test_evaluation_counts_each_roles_games_by_how_they_ended():
+    as_first = [{"target_word": "K-J", "max_turns": 2, "history": hand("K-J", "bet", "fold"),
+                 "outcome": FIRST_WINS},
+                {"target_word": "J-K", "max_turns": 2, "history": hand("J-K", None), "outcome": FIRST_BREAKS_RULES}]
+    as_second = [{"target_word": "K-J", "max_turns": 2, "history": hand("K-J", "check", "check"),
+                  "outcome": FIRST_WINS}]
+    metrics = tally_games(KUHN, as_first, as_second)
+    assert metrics[FIRST]["wins"] == 1 and metrics[FIRST]["fouls"] == 1 and metrics[SECOND]["losses"] == 1
+    boot = word_bootstrap(KUHN, as_first, as_second, n_resamples=50)
+    assert {"first_win_rate", "first_foul_rate", "first_opponent_foul_rate", "second_win_rate"} <= set(boot)
+    parts = boot["decomposition"]
+    assert parts[FIRST]["win_opponent_folded"]["value"] == 0.5 and parts[FIRST]["foul_illegal_action"]["value"] == 0.5
+    assert parts[SECOND]["loss_showdown"]["value"] == 1.0
+    assert set(per_word_by_role(KUHN, as_first, as_second)) >= {"first/score", "second/loss_showdown"}
+
+
+def test_the_preset_makes_a_valid_params_file():
+    settings = load_settings(ROOT / "params.yaml", [ROOT / "configs" / "kuhn-poker.yaml"])
+    assert settings.game == KuhnSettings(max_turns=2) and settings.strategies() == KuhnStrategies(equilibrium=True)
+    assert settings.evaluate.skill is None and settings.evaluate.baselines is None
+
+
+# ------------------------------------------------------------------------------ every game's contract
+
+
+@pytest.mark.parametrize("name", sorted(GAMES))
+def test_every_game_keeps_the_interface(name):
+    game = GAMES[name]()
+    assert game.name == name and len(game.roles) == 2 and game.next_role([]) == game.roles[0]
+    assert set(game.outcomes) == set(game.outcome_sides) == set(game.causes)
+    for role in game.roles:  # every way a game can end is something for each role
+        assert set(game.parts[role]) == {c for causes in game.causes.values() for c in causes}
+    assert game.skill_causes <= {c for o, causes in game.causes.items() for c in causes if game.outcome_sides[o][0]}
+    for outcome, (winner, offender) in game.outcome_sides.items():
+        assert winner in (None, *game.roles) and offender in (None, *game.roles) and not (winner and offender)
+        for role in game.roles:
+            assert game.score(outcome, role) == (1.0 if role == winner or (offender and role != offender)
+                                                 else 0.5 if not (winner or offender) else 0.0)
+    targets = game.targets(load_settings(None).words) if game.few_targets else None
+    assert targets is None or len(targets) == len(set(targets)) > 1
+    assert game.Settings(name=name).name == name and game.Strategies() is not None
+
+
+def test_a_game_is_played_with_its_own_strategies():
+    with pytest.raises(ValueError, match="are not the strategies of kuhn-poker"):
+        PlayConfig(KUHN, strategies=GAMES["taboo"].Strategies())
