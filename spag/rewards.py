@@ -262,7 +262,7 @@ def _game_rows(episodes: Sequence[Mapping], indices: Sequence[int] | None, seed:
         episode = episodes[move["game"]]
         target, turn = episode["target_word"], move["turn"]
         before = [{"role": u["role"], "content": u["content"]} for u in episode["history"][:turn]]
-        prompt, bounds = game.row_prompt(move["role"], target, before, rng)
+        prompt, bounds = game.of_episode(episode).row_prompt(move["role"], target, before, rng)
         index = indices[move["game"]] if indices is not None else move["game"]
         rows.append(make_row(prompt, move["content"].strip(), reward=move["reward"], weight=move["weight"],
                              role=move["role"], target_word=target, turn=turn, episode=episode_id(episode, index),

@@ -162,11 +162,14 @@ class Game(ABC):
         """Decide the game from its first ``2 * max_turns`` utterances (later ones are ignored); raise
         ValueError for an utterance by a role the game does not have."""
 
-    def judge_episode(self, episode: Mapping) -> Verdict:
-        """The verdict on a recorded game, judged within the rounds the episode records (``max_turns``)."""
+    def of_episode(self, episode: Mapping) -> Game:
+        """This game with the rounds a recorded episode was played in (its ``max_turns``)."""
         rounds = int(episode.get("max_turns") or self.max_turns)
-        game = self if rounds == self.max_turns else type(self)(self.settings.model_copy(update={"max_turns": rounds}))
-        return game.judge(episode["target_word"], episode["history"])
+        return self if rounds == self.max_turns else type(self)(self.settings.model_copy(update={"max_turns": rounds}))
+
+    def judge_episode(self, episode: Mapping) -> Verdict:
+        """The verdict on a recorded game, judged within the rounds the episode records."""
+        return self.of_episode(episode).judge(episode["target_word"], episode["history"])
 
     def is_over(self, target: str, history: History) -> bool:
         """Whether the game stops here: its turns are played, or the judge decided it."""
