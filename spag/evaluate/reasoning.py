@@ -28,9 +28,15 @@ def benchmark_file(metrics: Path, checkpoint: str) -> Path:
     return folder / "benchmark.json"
 
 
+def _measured(path: Path) -> bool:
+    """Whether a checkpoint's benchmark.json holds scores (an epoch ``evaluate.benchmark.every`` passed
+    over says ``"benchmark": "off"``)."""
+    return path.exists() and json.loads(path.read_text(encoding="utf-8")).get("benchmark") != "off"
+
+
 def _compare(metrics: Path, a: str, b: str) -> dict | None:
     path_a, path_b = benchmark_file(metrics, a), benchmark_file(metrics, b)
-    if not (path_a.exists() and path_b.exists()):
+    if not (_measured(path_a) and _measured(path_b)):
         return None
     try:
         return compare_benchmarks(path_a, path_b, resamples=RESAMPLES, say=lambda _: None)
@@ -41,7 +47,7 @@ def _compare(metrics: Path, a: str, b: str) -> dict | None:
 def _scores(metrics: Path, checkpoint: str) -> dict | None:
     """Per benchmark: score, items, chance and whether the score is at chance."""
     path = benchmark_file(metrics, checkpoint)
-    if not path.exists():
+    if not _measured(path):
         return None
     bench = json.loads(path.read_text(encoding="utf-8"))
     return {name: {k: r[k] for k in ("label", "score", "n", "chance", "at_chance") if k in r}
