@@ -35,7 +35,7 @@ COMMAND_MODULES = (
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
-    help="SPAG: self-play of Adversarial Taboo to improve LLM reasoning.",
+    help="SPAG: self-play of a language game (Adversarial Taboo, Kuhn poker) to improve LLM reasoning.",
     pretty_exceptions_enable=False,
 )
 
