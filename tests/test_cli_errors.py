@@ -96,9 +96,6 @@ CASES = {
     "compare_missing_file": ("compare {missing} {missing} -o {out}", "{missing}"),
     "compare_binary_file": ("compare {binary} {binary} -o {out}", "{binary}"),
     "tournament_words_missing_file": (TOURNAMENT.replace("{words}", "{missing}"), "{missing}"),
-    # a relative path with two slashes is no hub id ("name" or "namespace/name"): a missing folder, named early
-    "tournament_relative_missing_model": (TOURNAMENT.replace("{tiny_too}", "runs/seed-0/model"),
-                                          "runs/seed-0/model: no such model directory (given to --models)"),
     "tournament_max_turns_zero": (TOURNAMENT + " --max-turns 0", "--max-turns"),
     "tournament_one_model": ("tournament --models {tiny} --words {words} -o {out}", "--models"),
     "tournament_same_model_twice": (TOURNAMENT.replace("{tiny_too}", "{tiny}"), "the same model is listed twice"),
