@@ -502,17 +502,20 @@ def _benchmark_epoch(settings: Declared, layout: Layout, model: Path, epoch: str
     every = settings.evaluate.benchmark.every
     if int(epoch) % every == 0:
         return _benchmark(settings, layout, model, layout.metrics / "epochs" / epoch)
+    from spag.evaluate.reasoning import passed_over
     from spag.io import write_text_atomic
 
     folder = layout.metrics / "epochs" / epoch
     write_text_atomic(folder / "benchmark.samples.jsonl", "", replace=OWN)
-    skipped = {"benchmark": "off", "every": every, "tasks": {}}
+    skipped = passed_over(every)
     write_json_atomic(folder / "benchmark.json", skipped, replace=OWN)
     return skipped
 
 
 def _reasoning_line(scores: dict) -> str:
-    if scores.get("benchmark") == "off":
+    from spag.evaluate.reasoning import measured
+
+    if not measured(scores):
         return f"benchmark not run on this epoch (evaluate.benchmark.every: {scores['every']})"
     tasks = ", ".join(f"{name} {r['score']:.3f}" + (" (at chance)" if r.get("at_chance") else "")
                       for name, r in scores["tasks"].items())

@@ -108,7 +108,7 @@ def epoch_entry(metrics: Path, epoch: int) -> dict:
     if selfplay:
         entry["selfplay"] = {k: v for k, v in selfplay.items() if k not in ("run", "epoch")}
     bench = _read(folder / "benchmark.json")
-    if bench and bench.get("benchmark") != "off":
+    if reasoning.measured(bench):
         entry["benchmark"] = {"geometric_mean": bench["geometric_mean"],
                               **{task: r["score"] for task, r in bench["tasks"].items()}}
     return entry

@@ -28,15 +28,25 @@ def benchmark_file(metrics: Path, checkpoint: str) -> Path:
     return folder / "benchmark.json"
 
 
-def _measured(path: Path) -> bool:
-    """Whether a checkpoint's benchmark.json holds scores (an epoch ``evaluate.benchmark.every`` passed
-    over says ``"benchmark": "off"``)."""
-    return path.exists() and json.loads(path.read_text(encoding="utf-8")).get("benchmark") != "off"
+def passed_over(every: int) -> dict:
+    """The benchmark.json of an epoch that ``evaluate.benchmark.every`` passes over."""
+    return {"benchmark": "off", "every": every, "tasks": {}}
+
+
+def measured(bench: dict | None) -> bool:
+    """Whether a benchmark.json's contents hold scores (not :func:`passed_over`'s note)."""
+    return bool(bench) and bench.get("benchmark") != "off"
+
+
+def _measured_file(path: Path) -> dict | None:
+    """A checkpoint's benchmark.json, if it holds scores."""
+    bench = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    return bench if measured(bench) else None
 
 
 def _compare(metrics: Path, a: str, b: str) -> dict | None:
     path_a, path_b = benchmark_file(metrics, a), benchmark_file(metrics, b)
-    if not (_measured(path_a) and _measured(path_b)):
+    if _measured_file(path_a) is None or _measured_file(path_b) is None:
         return None
     try:
         return compare_benchmarks(path_a, path_b, resamples=RESAMPLES, say=lambda _: None)
@@ -46,10 +56,9 @@ def _compare(metrics: Path, a: str, b: str) -> dict | None:
 
 def _scores(metrics: Path, checkpoint: str) -> dict | None:
     """Per benchmark: score, items, chance and whether the score is at chance."""
-    path = benchmark_file(metrics, checkpoint)
-    if not _measured(path):
+    bench = _measured_file(benchmark_file(metrics, checkpoint))
+    if bench is None:
         return None
-    bench = json.loads(path.read_text(encoding="utf-8"))
     return {name: {k: r[k] for k in ("label", "score", "n", "chance", "at_chance") if k in r}
             for name, r in bench["tasks"].items()} | (
         {"skipped": bench["skipped"]} if bench.get("skipped") else {})
