@@ -319,6 +319,8 @@ class Evaluate(Sampling):
     skill: bool | None = knob(None, "The game's skill metrics (hf; taboo: the clue rank of the attacker's opening "
                                     "lines and the guess rank of the defender), paired per word with the "
                                     "imitation model's; null: on when the game has them.")
+    skill_every: int = knob(1, "Skill metrics every Nth SPAG epoch (epochs N, 2N, ...); the imitation model and "
+                               "the baselines always.", ge=1)
     clue_lines: int = knob(2, "Fixed inputs of the skill metrics per word (taboo: the base model's clue lines for "
                               "the guess rank).", ge=1)
     baselines: list[str] | None = knob(

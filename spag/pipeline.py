@@ -693,14 +693,16 @@ def _strongest_baseline(layout: Layout, names) -> str | None:
 def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
     """Epoch N against the imitation model (with ``vs_previous`` also against epoch N-1, with
     ``vs_baseline`` against the strongest no-training baseline) on the evaluation words, both roles,
-    ``evaluate.seeds`` games per word and role; its skill metrics; then its benchmark scores."""
+    ``evaluate.seeds`` games per word and role; its skill metrics (the epochs ``evaluate.skill_every``
+    names); then its benchmark scores (those ``evaluate.benchmark.every`` names)."""
     from spag.evaluate.games import evaluate_models
     from spag.partial import resumable_output
     from spag.players import close_player, load_player
 
     e = settings.evaluate
     chosen, config = _evaluation(settings, layout)
-    game, skill_on = config.game, _skill_on(settings)
+    game = config.game
+    skill_on = _skill_on(settings) and int(epoch) % e.skill_every == 0
     model = layout.model(f"epoch_{epoch}")
     options, hf = e.player_options(), e.player_options("hf")
     opponents: dict[str, Any] = {"vs_imitation": layout.model("imitation")}
@@ -740,7 +742,8 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
 
         imitation_skill = json.loads((layout.metrics / "imitation" / "skill.json").read_text())
         skill["vs_imitation"] = game.skill.compare(skill, imitation_skill, seed=e.seed)
-    write_json_atomic(layout.metrics / "epochs" / epoch / "skill.json", skill or {"skill": "off"}, replace=OWN)
+    skipped = {"skill": "off", **({"every": e.skill_every} if _skill_on(settings) else {})}
+    write_json_atomic(layout.metrics / "epochs" / epoch / "skill.json", skill or skipped, replace=OWN)
     scores = _benchmark_epoch(settings, layout, model, epoch)
     rates = "; ".join(f"{name}: score {_interval_text(g['bootstrap']['score'])} over {g['games']} games, "
                       + ", ".join(f"{key.replace('_', ' ')} {value['value']:.2f}"

@@ -105,6 +105,8 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
     assert skill["candidates"] == 3 and 1 <= skill["clue_rank"]["value"] <= 3 and 1 <= skill["guess_rank"]["value"] <= 3
     assert skill["clue_rank"]["lines"] == 6 and skill["guess_rank"]["lines"] == 3  # 3 words x (2 seeds | 1 clue)
     assert set(skill["vs_imitation"]) == {"clue_rank", "guess_rank", "opening_foul_rate"}
+    # evaluate.skill_every: 2 (the default's): epoch 1's skill is passed over, and says so
+    assert json.loads((work / "metrics/epochs/1/skill.json").read_text()) == {"skill": "off", "every": 2}
     assert sorted(p.name for p in (work / "data/epoch_2/eval_episodes/vs_imitation").iterdir()) == ["seed_0",
                                                                                                    "seed_1"]
     report = json.loads((work / "metrics/report.json").read_text())
@@ -135,7 +137,7 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
         items[checkpoint] = sorted((r["task"], r["doc_id"]) for r in map(json.loads, lines))
     assert len(items["base"]) == 12 and all(found == items["base"] for found in items.values())
     summary = json.loads((work / "metrics/summary.json").read_text())
-    assert "reasoning" not in summary["1"]
+    assert "reasoning" not in summary["1"] and "skill" not in summary["1"]
     for baseline in ("vs_imitation", "vs_base"):
         line = summary["2"]["reasoning"][baseline]
         assert line["items"] == 12 and line["low"] <= line["delta"] <= line["high"]
