@@ -751,6 +751,8 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
                       for name, g in games.items())
     if skill is not None:
         rates += "; " + _skill_line(skill)
+    elif _skill_on(settings):
+        rates += f"; skill not measured on this epoch (evaluate.skill_every: {e.skill_every})"
     summary(f"evaluate@{epoch}", f"{rates}; {_reasoning_line(scores)}")
 
 

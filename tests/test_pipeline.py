@@ -107,6 +107,7 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
     assert set(skill["vs_imitation"]) == {"clue_rank", "guess_rank", "opening_foul_rate"}
     # evaluate.skill_every: 2 (the default's): epoch 1's skill is passed over, and says so
     assert json.loads((work / "metrics/epochs/1/skill.json").read_text()) == {"skill": "off", "every": 2}
+    assert "skill not measured on this epoch (evaluate.skill_every: 2)" in result.stdout + result.stderr
     assert sorted(p.name for p in (work / "data/epoch_2/eval_episodes/vs_imitation").iterdir()) == ["seed_0",
                                                                                                    "seed_1"]
     report = json.loads((work / "metrics/report.json").read_text())
