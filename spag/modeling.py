@@ -198,10 +198,15 @@ def tiny_llama(tokenizer, seed: int = 0, hidden_size: int = 64, layers: int = 2,
     return model
 
 
+def written_as_path(name: str) -> bool:
+    """Whether a model name can only be a local path: it starts with ``/``, ``./``, ``../`` or ``~``."""
+    return name.startswith(("/", "./", "../", "~"))
+
+
 def check_model(name: str | os.PathLike, option: str, trust_remote_code: bool | None = False) -> None:
     """Fail early, in one line naming ``option``, on a model path that cannot be loaded.
 
-    A name that exists on disk, or is written as a path (``/``, ``./``, ``../``, ``~``), must be a model
+    A name that exists on disk, or is written as a path (:func:`written_as_path`), must be a model
     directory (with ``config.json``, or ``adapter_config.json`` for LoRA adapters); anything else is left
     to the backend as a model id. Unless ``trust_remote_code``, a model whose architecture only its own
     code defines (``auto_map``, a model type transformers does not know) is refused too: False for a command
@@ -210,7 +215,7 @@ def check_model(name: str | os.PathLike, option: str, trust_remote_code: bool | 
     text = str(name)
     path = Path(text).expanduser()
     if not path.exists():
-        if text.startswith(("/", "./", "../", "~")):
+        if written_as_path(text):
             raise DataError(text, None, f"no such model directory (given to {option})")
         return
     if not path.is_dir() or not any((path / f).is_file() for f in ("config.json", "adapter_config.json")):

@@ -701,8 +701,8 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
 
     e = settings.evaluate
     chosen, config = _evaluation(settings, layout)
-    game = config.game
-    skill_on = _skill_on(settings) and int(epoch) % e.skill_every == 0
+    game, skill_wanted = config.game, _skill_on(settings)
+    skill_on = skill_wanted and int(epoch) % e.skill_every == 0  # this epoch's skill metrics
     model = layout.model(f"epoch_{epoch}")
     options, hf = e.player_options(), e.player_options("hf")
     opponents: dict[str, Any] = {"vs_imitation": layout.model("imitation")}
@@ -742,7 +742,7 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
 
         imitation_skill = json.loads((layout.metrics / "imitation" / "skill.json").read_text())
         skill["vs_imitation"] = game.skill.compare(skill, imitation_skill, seed=e.seed)
-    skipped = {"skill": "off", **({"every": e.skill_every} if _skill_on(settings) else {})}
+    skipped = {"skill": "off", **({"every": e.skill_every} if skill_wanted else {})}
     write_json_atomic(layout.metrics / "epochs" / epoch / "skill.json", skill or skipped, replace=OWN)
     scores = _benchmark_epoch(settings, layout, model, epoch)
     rates = "; ".join(f"{name}: score {_interval_text(g['bootstrap']['score'])} over {g['games']} games, "
@@ -751,7 +751,7 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
                       for name, g in games.items())
     if skill is not None:
         rates += "; " + _skill_line(skill)
-    elif _skill_on(settings):
+    elif skill_wanted:
         rates += f"; skill not measured on this epoch (evaluate.skill_every: {e.skill_every})"
     summary(f"evaluate@{epoch}", f"{rates}; {_reasoning_line(scores)}")
 

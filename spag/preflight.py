@@ -44,6 +44,7 @@ from spag.devices import auto_processes, cuda_unusable, launcher_processes, nvid
 from spag.evaluate.benchmark import datasets_for, hub_reachable, offline_requested
 from spag.evaluate.benchmark_data import DATASETS
 from spag.memory import DTYPE_BYTES, GIB, model_shape, read_config, rows_that_fit, vllm_kv_tokens
+from spag.modeling import written_as_path
 from spag.schema import PathStr
 from spag.stage_table import STAGES
 
@@ -215,7 +216,7 @@ def model_problem(key: str, model: str, source: str = "params.yaml") -> Problem 
     if model == "embedded":
         return None
     path = Path(model).expanduser()
-    if path.exists() or model.startswith(("/", "./", "../", "~")):
+    if path.exists() or written_as_path(model):
         if not (path / "config.json").is_file():
             return Problem(key, f"{model} is not a model directory (no config.json)", source)
         return None
