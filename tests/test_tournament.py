@@ -192,3 +192,25 @@ def test_tournament_command_on_tiny_models(tmp_path):
     assert heat.read_bytes()[:4] == b"\x89PNG"
     assert len(list(episodes.glob("*.parquet"))) == 6
     assert "[spag tournament]" in result.stderr
+
+
+def test_players_drop_their_kept_prompts_after_each_match(tmp_path):
+    """Every model of a tournament is held at once; what each keeps between calls (the hf prefix store)
+    is dropped after each match, so eight models do not keep 2 GB of prompts each."""
+    from spag.evaluate.tournament import _round_robin
+    from spag.play import PlayConfig
+    from spag.players import close_player, load_player
+    from spag.testing import make_tiny_checkpoint
+
+    players = [load_player(str(make_tiny_checkpoint(tmp_path / f"m{i}", seed=i)), device="cpu", dtype="float32")
+               for i in range(2)]
+    try:
+        players[0].generate(["a prompt long enough to be kept for the next call"] * 2, max_new_tokens=2, seed=0)
+        assert players[0]._store.entries  # kept between calls, as in self-play
+        config = PlayConfig.of(max_turns=1, temperature=0.0, max_new_tokens=4)
+        episodes = _round_robin(players, ["m0", "m1"], ["river", "coffee"], config, None, False, False,
+                                held=players)
+        assert len(episodes) == 4
+        assert not any(p._store.entries for p in players)
+    finally:
+        close_player(*players)

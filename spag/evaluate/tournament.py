@@ -33,7 +33,7 @@ from spag.game.episodes import write_episodes
 from spag.game.registry import episode_game
 from spag.io import atomic_path
 from spag.play import PlayConfig, play_games
-from spag.players import close_player, load_player
+from spag.players import close_player, forget_prompts, load_player
 
 ELO_SCALE = 400.0
 ELO_MEAN = 1000.0
@@ -269,7 +269,9 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     ``seeds`` times (sampling seeds ``config.seed``, +1, ...).
 
     Players are the checkpoints ``models`` (each loaded once, ``load_player(model, backend,
-    **player_options)``, named ``names`` or by :func:`unique_names`) and the game's no-training
+    **player_options)``, and held for the whole tournament: after each match they drop the prompts kept
+    between calls, so memory grows with the number of models, not with their kept prompts; named ``names``
+    or by :func:`unique_names`) and the game's no-training
     ``baselines`` (:class:`spag.game.base.SkillMetrics`), built over ``baseline_models`` (``{"imitation":
     path, "base": path}``); ``guess_words`` is the game's vocabulary, for a baseline's strategy that
     chooses among the targets. Each model named in ``filtered`` plays a second time with the game's
@@ -323,7 +325,7 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
         for s in range(seeds if config.sampling.temperature else 1):
             suffix = f"__seed{config.seed + s}" if seeds > 1 else ""
             episodes += _round_robin(players, names, words, dataclasses.replace(config, seed=config.seed + s), folder, resume,
-                                     show_progress, suffix, guess_words)
+                                     show_progress, suffix, guess_words, held=list(loaded.values()))
     finally:
         close_player(*loaded.values())
     if episodes_out is not None and folder is None:
@@ -336,8 +338,10 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
 
 
 def _round_robin(players, names, words, config, folder, resume, show_progress, suffix="",
-                 guess_words=None) -> list[dict]:
-    """Every ordered pair of players on ``words``, each pair's games stored in ``folder`` as they finish."""
+                 guess_words=None, held=()) -> list[dict]:
+    """Every ordered pair of players on ``words``, each pair's games stored in ``folder`` as they finish.
+    After each match the loaded models ``held`` (those under the players) drop their kept prompts: the
+    next match's prompts share little with them, and eight models keeping 2 GB each outgrow a laptop."""
     episodes: list[dict] = []
     for i, attacker in enumerate(players):
         for j, defender in enumerate(players):
@@ -348,6 +352,7 @@ def _round_robin(players, names, words, config, folder, resume, show_progress, s
                                 show_progress=show_progress, guess_words=guess_words)
             # The labels in the metrics are the tournament's names, whatever the players call themselves.
             episodes.extend({**e, "attacker_model": names[i], "defender_model": names[j]} for e in played)
+            forget_prompts(*held)
     return episodes
 
 

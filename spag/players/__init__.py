@@ -4,7 +4,8 @@
 engine (``vllm``: on a GPU, or vLLM's CPU build), an OpenAI-compatible endpoint (``openai``), or a
 person at the terminal (``human``, also chosen by the model name ``human``). Backends are imported only
 when used. Whoever loads a player closes it (:func:`close_player`): a vLLM engine holds its memory
-until then.
+until then. A caller that holds several players at once lets each drop what it keeps between calls
+(:func:`forget_prompts`) when their prompts change.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ BACKENDS = ("hf", "vllm", "openai", "human")
 
 __all__ = [
     "BACKENDS", "FINISH_LENGTH", "FINISH_STOP", "Player", "PlayerError", "Reply", "backend_options",
-    "close_player", "derive_seed", "load_player",
+    "close_player", "derive_seed", "forget_prompts", "load_player",
 ]
 
 def _pick(backend: str, options: dict) -> dict:
@@ -68,6 +69,15 @@ def load_player(model: str, backend: str = "hf", **options) -> Player:
     from spag.players.openai import OpenAIPlayer
 
     return OpenAIPlayer(model, **_pick("openai", options))
+
+
+def forget_prompts(*players) -> None:
+    """Let each player drop the prompt keys/values it keeps between calls (the hf backend's prefix store,
+    up to ``prefix_cache_gb`` each); players that keep nothing are left alone."""
+    for player in dict.fromkeys(players):
+        forget = getattr(player, "forget", None)
+        if callable(forget):
+            forget()
 
 
 def close_player(*players) -> None:

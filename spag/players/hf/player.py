@@ -110,6 +110,11 @@ class HFPlayer:
                           "one prompt at a time (correct, slower)", stacklevel=3)
         return missing is None
 
+    def forget(self) -> None:
+        """Drop the prompts' keys and values kept between calls (up to ``prefix_cache_gb``): for a caller
+        that holds several players and moves on to prompts that share nothing with the kept ones."""
+        self._store.clear()
+
     @property
     def device(self):
         return next(self.model.parameters()).device
