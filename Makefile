@@ -8,7 +8,7 @@ repro: setup
 	. .venv/bin/activate && dvc repro
 
 test: setup
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q --durations=25
 
 bench: setup
 	.venv/bin/python bench/judge.py
