@@ -445,7 +445,8 @@ def test_an_online_experiment_beside_the_committed_run(pipeline, tmp_path):
 def test_a_second_game_runs_through_the_same_pipeline(tmp_path, tiny_model):
     """Kuhn poker (configs/kuhn-poker.yaml) on a tiny model: the teacher's equilibrium hands, imitation,
     self-play, rewards, training, evaluation against imitation, analysis and the report, through `dvc repro`
-    with nothing of the pipeline changed but the params."""
+    with nothing of the pipeline changed but the params. One SPAG epoch: the chain of epochs is the same
+    for every game, and the Adversarial Taboo pipeline above runs two."""
     from spag.analyze import run_query
     from spag.game.episodes import read_episodes
 
@@ -458,6 +459,7 @@ def test_a_second_game_runs_through_the_same_pipeline(tmp_path, tiny_model):
     small = small_params(tiny_model)
     for section in ("reward", "imitate", "spag"):
         params[section] = small[section]
+    params["spag"]["epochs"] = {"1": {"previous": "imitation"}}
     params["evaluate"]["benchmark"] = small["evaluate"]["benchmark"]
     work = tmp_path / "project"
     work.mkdir()
@@ -472,12 +474,13 @@ def test_a_second_game_runs_through_the_same_pipeline(tmp_path, tiny_model):
     rows = read_records_of(work / "data/imitation/rows.parquet")
     assert {r["role"] for r in rows if r["kind"] == "game"} == {"first", "second"}
     assert all(r["completion"] in ("[check]", "[bet]", "[call]", "[fold]") for r in rows if r["kind"] == "game")
-    games = json.loads((work / "metrics/epochs/2/games.json").read_text())["vs_imitation"]
+    games = json.loads((work / "metrics/epochs/1/games.json").read_text())["vs_imitation"]
     assert games["games"] == 12 and set(games["bootstrap"]["decomposition"]) == {"first", "second"}
     assert "win_opponent_folded" in games["bootstrap"]["decomposition"]["first"]
     summary = json.loads((work / "metrics/summary.json").read_text())
-    assert set(summary["2"]["outcomes"]) == {"first", "second"} and "skill" not in summary["2"]
-    assert json.loads((work / "metrics/epochs/2/skill.json").read_text()) == {"skill": "off"}
+    assert list(summary) == ["1"]
+    assert set(summary["1"]["outcomes"]) == {"first", "second"} and "skill" not in summary["1"]
+    assert json.loads((work / "metrics/epochs/1/skill.json").read_text()) == {"skill": "off"}
     roles = {r["role"] for r in run_query("win_rate", str(work / "data/epoch_1/episodes/*.parquet"))}
     assert roles == {"first", "second"}
     assert "final score vs imitation" in result.stdout + result.stderr

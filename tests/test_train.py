@@ -460,3 +460,26 @@ def test_the_trainer_is_never_asked_to_set_tf32(tmp_path):
     assert args.tf32 is None
     with pytest.raises(DataError, match="--tf32: TF32 is a mode of NVIDIA GPUs"):
         _training_arguments(TrainConfig(tf32=True, live=False), tmp_path, "cpu")
+
+
+def test_deepspeed_runs_build_their_ops_with_the_environments_ninja(monkeypatch):
+    """torch compiles DeepSpeed's ops with the ninja on PATH; two ninjas record commands differently and
+    rebuild every op by turns, so a DeepSpeed run puts the environment's own ninja first, started
+    activated or not."""
+    import os
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from spag.train.trainer import _environment_ninja_first
+
+    ours = Path(sys.executable).parent / "ninja"
+    if not ours.is_file():
+        pytest.skip("this environment has no ninja of its own")
+    monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                               if Path(p) != ours.parent) or os.defpath)
+    assert shutil.which("ninja") != str(ours)
+    _environment_ninja_first()
+    assert shutil.which("ninja") == str(ours)
+    _environment_ninja_first()  # once is enough: PATH does not grow
+    assert os.environ["PATH"].split(os.pathsep).count(str(ours.parent)) == 1
