@@ -299,8 +299,9 @@ class Benchmark(Section):
     tasks: list[str] | None = knob(None, "lm-eval tasks or groups (null: the suite's list).")
     limit: int | None = knob(None, "Items per task: a fixed random sample, the same for every model and run "
                                    "(null: all).", ge=1)
-    every: int = knob(1, "Benchmark every Nth SPAG epoch (epochs N, 2N, ...); the base and imitation models "
-                         "always.", ge=1)
+    every: int = knob(1, "Benchmark every Nth SPAG epoch (epochs N, 2N, ...); the imitation model always.", ge=1)
+    base: bool = knob(True, "Also benchmark the base model, so that imitation and every epoch are compared with "
+                            "it too (off: the base model's benchmark.json says it was not run).")
 
 
 class Evaluate(Sampling):

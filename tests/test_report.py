@@ -126,3 +126,27 @@ def test_report_compares_each_epoch_with_imitation_and_base_item_by_item(tmp_pat
     assert rows == {("0", "vs base"): 0.0, ("1", "vs imitation"): pytest.approx(gain),
                     ("1", "vs base"): pytest.approx(gain)}
     assert (metrics / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_base_model_passed_over_leaves_only_the_comparison_with_imitation(tmp_path):
+    """``evaluate.benchmark.base: false``: the base model's benchmark.json is a note; the report compares
+    each epoch with imitation alone and plots no "vs base" series."""
+    import numpy as np
+
+    from spag.evaluate.reasoning import passed_over
+
+    metrics = tmp_path / "metrics"
+    rng = np.random.default_rng(1)
+    imitation = {"arc_easy": rng.random(200) < 0.5}
+    fake_benchmark(metrics / "imitation", imitation)
+    fake_benchmark(metrics / "epochs" / "1", {task: v | (rng.random(200) < 0.1) for task, v in imitation.items()})
+    write(metrics / "base" / "benchmark.json", passed_over(base=False))
+    (metrics / "base" / "benchmark.samples.jsonl").write_text("")
+
+    report = write_report(metrics, [1])
+    assert set(report["reasoning"]["checkpoints"]) == {"imitation", "1"}
+    assert "vs_base" not in report["reasoning"]["imitation"]
+    summary = json.loads((metrics / "summary.json").read_text())["1"]["reasoning"]
+    assert set(summary) == {"vs_imitation"} and summary["vs_imitation"]["items"] == 200
+    with open(metrics / "plots" / "reasoning.csv", newline="") as f:
+        assert {r["series"] for r in csv.DictReader(f)} == {"vs imitation"}

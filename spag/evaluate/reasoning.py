@@ -28,9 +28,17 @@ def benchmark_file(metrics: Path, checkpoint: str) -> Path:
     return folder / "benchmark.json"
 
 
-def passed_over(every: int) -> dict:
-    """The benchmark.json of an epoch that ``evaluate.benchmark.every`` passes over."""
-    return {"benchmark": "off", "every": every, "tasks": {}}
+def passed_over(**why) -> dict:
+    """The benchmark.json of a checkpoint the settings pass over, with the setting that did: ``every=N`` for
+    an epoch ``evaluate.benchmark.every`` skips, ``base=False`` for the base model."""
+    return {"benchmark": "off", **why, "tasks": {}}
+
+
+def why_not_run(bench: dict) -> str:
+    """The setting that passed a checkpoint over, from :func:`passed_over`'s note."""
+    if "every" in bench:
+        return f"evaluate.benchmark.every: {bench['every']}"
+    return "evaluate.benchmark.base: false"
 
 
 def measured(bench: dict | None) -> bool:
