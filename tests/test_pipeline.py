@@ -32,9 +32,9 @@ def small_params(tiny_model: Path) -> dict:
     p["imitate"]["sft_limit"] = 4
     for stage in ("imitate", "spag"):
         p[stage].update(batch_size=2, max_length=256)
-    p["evaluate"].update(words=3, seeds=2, max_new_tokens=6, vs_baseline=True, clue_lines=1)
+    p["evaluate"].update(words=3, seeds=2, max_new_tokens=6, vs_baseline=True, vs_previous=True, clue_lines=1)
     p["reward"]["foul_penalty"] = 1.0
-    p["evaluate"]["benchmark"]["limit"] = 4
+    p["evaluate"]["benchmark"].update(limit=4, base=True)
     p["online"].update(words=2, words_per_step=1, games_per_word=2)  # spag.method: online (one test)
     return p
 
@@ -91,9 +91,12 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
         online = work / f"data/epoch_{epoch}/online/episodes"
         assert output_kind(online) == "play" and not list(online.glob("*.parquet"))
     games = json.loads((work / "metrics/epochs/2/games.json").read_text())
-    # 3 held-out words x 2 roles x 2 sampling seeds, against the imitation model and the strongest baseline
-    assert set(games) == {"vs_imitation", "vs_baseline"}
+    # 3 held-out words x 2 roles x 2 sampling seeds, against the imitation model, the strongest baseline and
+    # the previous epoch (epoch 1 has no previous epoch but imitation)
+    assert set(games) == {"vs_imitation", "vs_baseline", "vs_previous"}
     assert games["vs_imitation"]["games"] == 12 and games["vs_imitation"]["seeds"] == 2
+    assert games["vs_previous"]["games"] == 12 and games["vs_previous"]["opponent"].endswith("epoch_1/model")
+    assert set(json.loads((work / "metrics/epochs/1/games.json").read_text())) == {"vs_imitation", "vs_baseline"}
     baselines = {path.stem: json.loads(path.read_text()) for path in (work / "metrics/baselines").glob("*.json")}
     assert set(baselines) == set(p["evaluate"]["baselines"])
     scores = {name: b["games"]["bootstrap"]["score"]["value"] for name, b in baselines.items()}
@@ -260,7 +263,9 @@ def test_changing_how_training_runs_makes_train_stale(pipeline, key, value):
 
 
 def test_repro_with_vllm_for_self_play_and_evaluation(tmp_path):
-    """teacher, play and evaluate on the vllm backend (vLLM's CPU build): the toy loop runs through."""
+    """teacher, play and evaluate on the vllm backend (vLLM's CPU build): the toy loop runs through. What
+    reads log-probabilities with the hf backend (skill metrics, the base model's panel) and the head-to-head
+    games are left to the tests above, so that only the stages under test start engines."""
     from spag.game.episodes import read_episodes
 
     model = make_tiny_checkpoint(tmp_path / "model", heads=2)  # vLLM's CPU attention: head size >= 32
@@ -269,6 +274,8 @@ def test_repro_with_vllm_for_self_play_and_evaluation(tmp_path):
     for section in ("teacher", "play", "evaluate"):
         params[section].update(backend="vllm", dtype="float32", gpu_memory_utilization=0.05)
     params["teacher"]["strategies"]["final_guess"] = False  # the dictionary guess scores words with the hf backend
+    params["evaluate"].update(skill=False, vs_baseline=False, vs_previous=False, baselines=["imitation-filter"])
+    params["evaluate"]["benchmark"]["base"] = False
     work = tmp_path / "project"
     work.mkdir()
     env = make_project(work, params)
@@ -278,7 +285,7 @@ def test_repro_with_vllm_for_self_play_and_evaluation(tmp_path):
     assert len(episodes) == params["play"]["words"]
     assert all(u["n_tokens"] <= params["play"]["max_new_tokens"] for e in episodes for u in e["history"])
     games = json.loads((work / "metrics/epochs/1/games.json").read_text())
-    assert games["vs_imitation"]["games"] == 12
+    assert set(games) == {"vs_imitation"} and games["vs_imitation"]["games"] == 12
     players = games["vs_imitation"]["provenance"]["players"]
     assert {p["engine"] for p in players.values()} == {"vllm-cpu"} and players["model"]["dtype"] == "float32"
     selfplay = json.loads((work / "metrics/epochs/1/selfplay.json").read_text())
@@ -289,10 +296,10 @@ def test_repro_with_vllm_for_self_play_and_evaluation(tmp_path):
 
 
 def test_training_stages_under_a_launcher_with_zero3_resume_when_killed(tmp_path, tiny_model):
-    """imitate and train@1 run as two processes under torchrun with configs/deepspeed_zero3.json (DeepSpeed's
-    CPU accelerator). A train@1 killed after a checkpoint continues from it on the next `dvc repro`
-    (checkpoints live beside the output, which DVC deletes), and ends with the model and curves of an
-    uninterrupted run."""
+    """train@1 runs as two processes under torchrun with configs/deepspeed_zero3.json (DeepSpeed's CPU
+    accelerator; imitate takes the same path, and the paper preset's test runs it so). A train@1 killed after
+    a checkpoint continues from it on the next `dvc repro` (checkpoints live beside the output, which DVC
+    deletes), and ends with the model and curves of an uninterrupted run."""
     import time
 
     from spag.train.bookkeeping import read_summary
@@ -300,16 +307,13 @@ def test_training_stages_under_a_launcher_with_zero3_resume_when_killed(tmp_path
     params = small_params(tiny_model)
     params["spag"]["epochs"] = {"1": {"previous": "imitation"}}
     params["play"]["words"] = 8
-    for stage in ("imitate", "spag"):
-        params[stage].update(deepspeed=str(ROOT / "configs" / "deepspeed_zero3.json"), bf16=False, batch_size=1,
-                             launcher="torchrun --standalone --nproc_per_node 2", save_steps=2, learning_rate=1e-3)
-    params["spag"].update(epochs_per_iteration=15, save_steps=5)  # 30 steps: time to be killed after a checkpoint
+    params["spag"].update(deepspeed=str(ROOT / "configs" / "deepspeed_zero3.json"), bf16=False, batch_size=1,
+                          launcher="torchrun --standalone --nproc_per_node 2", learning_rate=1e-3,
+                          epochs_per_iteration=15, save_steps=5)  # 30 steps: time to be killed after a checkpoint
     work = tmp_path / "project"
     work.mkdir()
     env = make_project(work, params)
     run(["dvc", "repro", "train@1"], work, env)
-    imitation = read_summary(work / "data/imitation/model")
-    assert imitation["provenance"]["processes"] == 2 and imitation["provenance"]["deepspeed"]
     whole = read_summary(work / "data/epoch_1/model")
     assert whole["provenance"]["processes"] == 2 and whole["steps"] >= 20
     whole_weights = (work / "data/epoch_1/model/model.safetensors").read_bytes()
@@ -378,12 +382,13 @@ def _paper_inputs(data: Path) -> None:
 
 def test_the_paper_preset_runs_end_to_end_at_toy_size(tmp_path):
     """configs/paper.yaml with configs/paper-toy.yaml applied, and a tiny model: the paper's judge, methods,
-    vLLM self-play and DeepSpeed ZeRO-3, each under torchrun, two epochs, evaluation and report, all through."""
+    vLLM self-play and DeepSpeed ZeRO-3, each under torchrun, evaluation and report, all through. One SPAG
+    epoch: the chain of epochs is the same whatever the preset, and the pipeline test above runs two."""
     from spag.game.episodes import read_episodes
     from spag.train.bookkeeping import read_summary
 
     model = make_tiny_checkpoint(tmp_path / "model", heads=2)  # vLLM's CPU attention: head size >= 32
-    (tmp_path / "tiny.yaml").write_text(f"model.base: {model}\n")
+    (tmp_path / "tiny.yaml").write_text(f'model.base: {model}\nspag.epochs: {{"1": {{previous: imitation}}}}\n')
     shown = run([sys.executable, "-m", "spag.cli", "config", "show", "configs/paper.yaml", "--override",
                  "configs/paper-toy.yaml", "--override", str(tmp_path / "tiny.yaml")], ROOT)
     params = yaml.safe_load(shown.stdout)
@@ -397,17 +402,17 @@ def test_the_paper_preset_runs_end_to_end_at_toy_size(tmp_path):
     assert params["game"]["rules"] == "original" and params["play"]["backend"] == "vllm"
     teacher = read_episodes(work / "data/teacher/episodes")
     assert teacher and {json.loads(e["game_settings"])["rules"] for e in teacher} == {"original"}
-    for name in ("imitation", "epoch_1", "epoch_2"):
+    for name in ("imitation", "epoch_1"):
         summary = read_summary(work / "data" / name / "model")
         # `--nproc_per_node auto`: one process per visible GPU, one on a machine without a GPU
         assert summary["provenance"]["processes"] == 1 and summary["provenance"]["deepspeed"] is True, name
         assert summary["method"] == ("sft-kl" if name == "imitation" else "offline-po")
         assert summary["config"]["lr_scheduler"] == "warmup_decay_ds013"
-    assert len(read_episodes(work / "data/epoch_2/episodes")) == 8
-    selfplay = json.loads((work / "metrics/epochs/2/selfplay.json").read_text())
+    assert len(read_episodes(work / "data/epoch_1/episodes")) == 8
+    selfplay = json.loads((work / "metrics/epochs/1/selfplay.json").read_text())
     assert selfplay["provenance"]["players"]["attacker"]["backend"] == "vllm"
     report = json.loads((work / "metrics/report.json").read_text())
-    assert report["final"]["epoch"] == 2
+    assert report["final"]["epoch"] == 1
     assert "final score vs imitation" in result.stdout + result.stderr
 
 
@@ -460,7 +465,8 @@ def test_a_second_game_runs_through_the_same_pipeline(tmp_path, tiny_model):
     for section in ("reward", "imitate", "spag"):
         params[section] = small[section]
     params["spag"]["epochs"] = {"1": {"previous": "imitation"}}
-    params["evaluate"]["benchmark"] = small["evaluate"]["benchmark"]
+    # the base model's panel off, as in the default params; the one epoch's panel on
+    params["evaluate"]["benchmark"] = {**small["evaluate"]["benchmark"], "base": False, "every": 1}
     work = tmp_path / "project"
     work.mkdir()
     env = make_project(work, params)
@@ -480,6 +486,13 @@ def test_a_second_game_runs_through_the_same_pipeline(tmp_path, tiny_model):
     summary = json.loads((work / "metrics/summary.json").read_text())
     assert list(summary) == ["1"]
     assert set(summary["1"]["outcomes"]) == {"first", "second"} and "skill" not in summary["1"]
+    # evaluate.benchmark.base: false: the base model's panel is a note, and reasoning compares with imitation only
+    from spag.evaluate.reasoning import passed_over
+
+    assert json.loads((work / "metrics/base/benchmark.json").read_text()) == passed_over(base=False)
+    assert (work / "metrics/base/benchmark.samples.jsonl").read_text() == ""
+    assert set(summary["1"]["reasoning"]) == {"vs_imitation"}
+    assert "benchmark not run (evaluate.benchmark.base: false)" in result.stdout + result.stderr
     assert json.loads((work / "metrics/epochs/1/skill.json").read_text()) == {"skill": "off"}
     roles = {r["role"] for r in run_query("win_rate", str(work / "data/epoch_1/episodes/*.parquet"))}
     assert roles == {"first", "second"}
