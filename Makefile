@@ -18,6 +18,6 @@ bench: setup
 	.venv/bin/python bench/reward.py
 	.venv/bin/python bench/benchmark.py
 
-# dvc.yaml is written from the stage table in spag/pipeline.py (and the spag/ code each stage runs).
+# dvc.yaml is written from the stage table in spag/pipeline/table.py (and the spag/ code each stage runs).
 dvc.yaml:
-	.venv/bin/python -m spag.dvcyaml
+	.venv/bin/python -m spag.pipeline.dvcyaml

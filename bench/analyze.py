@@ -104,7 +104,7 @@ def generate_shard(
 
 
 def generate(root: Path, episodes: int, shards: int, seed: int = 0) -> None:
-    from spag.words import top_words
+    from spag.game.words import top_words
 
     rng = np.random.default_rng(seed)
     words = pa.array(top_words(50_000))

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from spag.base_model import cached_embedded_model
+from spag.models.embedded import cached_embedded_model
 
 
 def timed(run, *args, **kwargs):
@@ -47,7 +47,7 @@ def main() -> None:
     from spag.evaluate import benchmark as bm
     from spag.evaluate.benchmark_data import build_benchmark_data
     from spag.evaluate.shared_prefix import SharedPrefixLM
-    from spag.provenance import machine
+    from spag.players.provenance import machine
 
     tasks = [t for t in args.tasks.split(",") if t]
     model = args.model or str(cached_embedded_model())

@@ -18,7 +18,7 @@ lacks as wheels and install them with ``pip install --no-index --no-deps WHEEL..
 What it runs (each in a child process of its own, so that one part's memory and CUDA state never touch
 another's):
 
-1. preflight: what spag sees of the GPUs and the driver (:mod:`spag.devices`), whether torch can use them,
+1. preflight: what spag sees of the GPUs and the driver (:mod:`spag.models.devices`), whether torch can use them,
    and the preflight of configs/paper.yaml and its toy and A100-40G versions in this checkout;
 2. play: ``bench/play.py`` in bfloat16 on CUDA, the batched hf engine against the original's batch-1
    ``model.generate`` baseline and against ``model.generate`` on padded batches (episodes/s, tokens/s);
@@ -71,8 +71,8 @@ def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
 def preflight() -> dict:
     """What spag sees of this machine, and the preflight of the paper's presets here."""
     from spag.config import load_settings
-    from spag.devices import cuda_unusable, nvidia_gpus, torch_cuda, visible_gpus
-    from spag.preflight import pipeline_problems, python_problem
+    from spag.models.devices import cuda_unusable, nvidia_gpus, torch_cuda, visible_gpus
+    from spag.pipeline.preflight import pipeline_problems, python_problem
 
     started = time.perf_counter()
     state = torch_cuda()
@@ -112,7 +112,7 @@ def train(model: str, cpu: bool, work: Path, parameters: int) -> dict:
     """A ZeRO-3 offline-po run (bfloat16, reference in the engine) and a plain sft-kl run: tokens/s."""
     from train import synthetic_rows
 
-    from spag.io import write_jsonl_atomic
+    from spag.runtime.outputs import write_jsonl_atomic
     from spag.train.bookkeeping import read_summary
 
     rows = work / "rows.jsonl"
@@ -146,7 +146,7 @@ def train(model: str, cpu: bool, work: Path, parameters: int) -> dict:
 
 
 def parameters_of(model: str) -> int:
-    from spag.memory import model_shape, read_config
+    from spag.models.memory import model_shape, read_config
 
     return model_shape(read_config(model)).parameters
 
@@ -164,7 +164,7 @@ def main() -> None:
 
     import torch
 
-    from spag.provenance import machine
+    from spag.players.provenance import machine
 
     if not args.cpu and not torch.cuda.is_available():
         sys.exit("no usable CUDA GPU here (see the preflight: python bench/gpu.py --parts preflight); "

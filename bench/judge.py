@@ -14,7 +14,7 @@ import time
 from collections import Counter
 
 from spag.game.taboo.rules import judge, word_forms
-from spag.words import top_words
+from spag.game.words import top_words
 
 FILLER = ("think about what you use in the morning when the weather turns cold and people gather "
           "near something warm while they talk about small things and old stories").split()

@@ -35,7 +35,7 @@ def _model(args, work: Path) -> str:
     for candidate in (ROOT / "data" / "imitation" / "model", ROOT / "data" / "base_model"):
         if candidate.is_dir():
             return str(candidate)
-    from spag.base_model import materialize_base_model
+    from spag.models.embedded import materialize_base_model
 
     return str(materialize_base_model(work / "base"))
 
@@ -43,7 +43,7 @@ def _model(args, work: Path) -> str:
 def _words(settings, n: int) -> list[str]:
     import random
 
-    from spag.words import read_words, split_words, top_words
+    from spag.game.words import read_words, split_words, top_words
 
     source = ROOT / "data" / "words" / "train.txt"
     if source.exists():
@@ -69,7 +69,7 @@ def main() -> None:
 
     from spag.config import TrainConfig, TrainKnobs, load_settings
     from spag.game.registry import make_game
-    from spag.play import PlayConfig
+    from spag.play.engine import PlayConfig
     from spag.train.online import OnlineGames, online_trainer
 
     settings = load_settings(args.params)

@@ -45,17 +45,17 @@ import sys
 import time
 from pathlib import Path
 
-from spag.base_model import cached_embedded_model
+from spag.models.embedded import cached_embedded_model
 
 
 def play_baseline(model, tokenizer, words, config):
     """One game at a time; each turn re-encodes the full prompt and calls model.generate (batch 1)."""
     import torch
 
-    from spag.chat import has_chat_template, to_model_input
     from spag.game.taboo.prompts import build_prompt, next_role, play_template
     from spag.game.taboo.replies import STOP_STRINGS, clean_reply
     from spag.game.taboo.rules import judge
+    from spag.models.chat import has_chat_template, to_model_input
     from spag.players import derive_seed
 
     episodes, tokens, prompt_tokens = [], 0, 0
@@ -140,13 +140,13 @@ def cpu_flags() -> dict:
 
 
 def bench_words(count: int) -> list[str]:
-    from spag.words import top_words
+    from spag.game.words import top_words
 
     return top_words(max(count, 1) * 4)[:: 4][: count]  # spread over the frequency list
 
 
 def play_config(args):
-    from spag.play import PlayConfig
+    from spag.play.engine import PlayConfig
 
     return PlayConfig.of(max_turns=args.max_turns, temperature=args.temperature, top_k=args.top_k,
                       max_new_tokens=args.max_new_tokens, min_new_tokens=args.min_new_tokens, seed=args.seed,
@@ -173,8 +173,8 @@ def run_side(args) -> dict:
         hold_to_avx2()
 
     from spag.game.taboo.rules import word_forms
-    from spag.modeling import resolve_dtype
-    from spag.play import PlayStats, play_games
+    from spag.models.loading import resolve_dtype
+    from spag.play.engine import PlayStats, play_games
     from spag.players import close_player, load_player
 
     if args.threads:
@@ -278,7 +278,7 @@ def main() -> None:
     import transformers
 
     from spag import __version__ as spag_version
-    from spag.modeling import resolve_dtype
+    from spag.models.loading import resolve_dtype
 
     args.model = str(Path(args.model) if args.model else cached_embedded_model())
     if args.isa == "avx2":

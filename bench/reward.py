@@ -21,7 +21,7 @@ from pathlib import Path
 from judge import make_corpus
 
 from spag.game.episodes import write_episodes
-from spag.words import top_words
+from spag.game.words import top_words
 
 
 def main() -> None:

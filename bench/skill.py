@@ -63,14 +63,14 @@ def main() -> None:
 
     import torch
 
-    from spag.base_model import cached_embedded_model
     from spag.game.taboo import FRESH_WORDS
     from spag.game.taboo.outcomes import ATTACKER, DEFENDER
     from spag.game.taboo.rules import PREDICTION_PHRASE
     from spag.game.taboo.skill import clue_set
-    from spag.play import PlayConfig
+    from spag.game.words import read_words
+    from spag.models.embedded import cached_embedded_model
+    from spag.play.engine import PlayConfig
     from spag.players import load_player
-    from spag.words import read_words
 
     model = args.model or str(cached_embedded_model())
     player = load_player(model, "hf", device="cpu", dtype="float32")

@@ -133,7 +133,7 @@ def main() -> None:
                 args.model = str(make_tiny_checkpoint(Path(work) / "tiny", hidden_size=128, layers=4))
                 note = ("note: data/base_model not found (run `spag base-model` or `dvc repro base_model`); "
                         "measured on a tiny random Llama instead")
-        from spag.io import write_jsonl_atomic
+        from spag.runtime.outputs import write_jsonl_atomic
 
         data = Path(work) / "rows.jsonl"
         write_jsonl_atomic(data, synthetic_rows(args.rows))

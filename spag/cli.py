@@ -1,36 +1,29 @@
 """The ``spag`` command: one thin subcommand per step of the loop.
 
-Each step lives in ``spag/commands/<name>.py`` with a ``register(app)`` function; heavy libraries are
-imported inside the command bodies so that ``spag --help`` stays fast.
+Each step lives in ``spag/commands/<name>.py`` with a ``register(app)`` function; heavy libraries (torch,
+transformers, lm-eval, vLLM) are imported inside the functions that use them, so that ``spag --help``
+stays fast.
 
 Exit codes: 0 done; 1 a backend failed (e.g. a model endpoint); 2 bad input or options (one line on
 stderr naming the file or option, never a traceback); 130 interrupted (Ctrl-C), 143 terminated
-(SIGTERM). An interrupted or terminated run first writes the games it finished (see :mod:`spag.play`).
+(SIGTERM). An interrupted or terminated run first writes the games it finished (see :mod:`spag.play.engine`).
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 import typer
+from typer._click import exceptions as click  # typer vendors click (the locks pin typer)
 
-from spag.io import DataError
-from spag.outputs import release_held
-from spag.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Interrupted, Terminated, command_signals
+from spag.commands import analyze, base_model, config, evaluate, judge, play, prompt, reward, train, words
+from spag.players.allocator import keep_freed_memory
+from spag.runtime.errors import DataError
+from spag.runtime.outputs import release_held
+from spag.runtime.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Interrupted, Terminated, command_signals
 
-COMMAND_MODULES = (
-    "words",
-    "judge",
-    "base_model",
-    "play",
-    "prompt",
-    "reward",
-    "train",
-    "evaluate",
-    "analyze",
-    "config",
-)
+# The subcommand modules, in the order `spag --help` lists them.
+COMMAND_MODULES = (words, judge, base_model, play, prompt, reward, train, evaluate, analyze, config)
 
 app = typer.Typer(
     add_completion=False,
@@ -39,21 +32,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for _name in COMMAND_MODULES:
-    importlib.import_module(f"spag.commands.{_name}").register(app)
+for _module in COMMAND_MODULES:
+    _module.register(app)
 
 
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
-
-
-def _click_exceptions():
-    """The click exceptions typer raises (typer >= 0.20 vendors click as ``typer._click``)."""
-    try:
-        from typer._click import exceptions
-    except ImportError:  # an older typer on the real click
-        from click import exceptions
-    return exceptions
 
 
 def _stopped(exc: BaseException) -> str:
@@ -63,10 +47,7 @@ def _stopped(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from spag.players.allocator import keep_freed_memory
-
     keep_freed_memory()  # the command owns its process: freed memory is kept for reuse (CPU inference)
-    click = _click_exceptions()
     try:
         # A scheduler's (or `timeout`'s) SIGTERM unwinds like Ctrl-C: finished work is written first.
         with command_signals():

@@ -31,18 +31,8 @@ from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, mode
 
 from spag.game.registry import DEFAULT_GAME, GAMES, game_class
 from spag.players.base import backend_options
-from spag.schema import (
-    DEVICE_PATTERN,
-    CommandLine,
-    HttpUrl,
-    ParamsError,
-    PathStr,
-    Section,
-    knob,
-    read_yaml,
-    shown_url,
-)
-from spag.train.schedules import COSINE, LR_SCHEDULERS
+from spag.runtime.errors import ParamsError
+from spag.schema import DEVICE_PATTERN, CommandLine, HttpUrl, PathStr, Section, knob, read_yaml, shown_url
 
 # Kept here as names so that reading a config never imports torch; tests check them against
 # spag.train.losses (METHODS, REDUCTIONS) and spag.evaluate.benchmark (SUITES).
@@ -57,6 +47,9 @@ SFT_FORMATS = ("chat", "original")
 TRUNCATIONS = ("history", "left")
 WORD_SETS = ("dev", "fresh")
 CREDITS = ("all", "skill")
+# The learning-rate schedules (spag.train.schedules says what the DeepSpeed ones do).
+COSINE, LINEAR, WARMUP_DECAY, WARMUP_DECAY_DS013 = "cosine", "linear", "warmup_decay", "warmup_decay_ds013"
+LR_SCHEDULERS = (COSINE, LINEAR, WARMUP_DECAY, WARMUP_DECAY_DS013)
 # The paper's values where a training run leaves them unset (None): imitation 5e-6, SPAG 2e-6; KL 0.1 / 0.2.
 # Online self-play, which the paper has not, takes SPAG's.
 PAPER_LEARNING_RATE = {"sft": 5e-6, "sft-kl": 5e-6, "offline-po": 2e-6, ONLINE: 2e-6}

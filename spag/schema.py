@@ -17,12 +17,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-
-class ParamsError(ValueError):
-    """A one-line message naming the params file (or option) and the key."""
-
-    def __init__(self, source: str | os.PathLike, key: str, message: str):
-        super().__init__(f"{source}: {key}: {message}" if key else f"{source}: {message}")
+from spag.runtime.errors import ParamsError
 
 
 def _fspath(value: Any) -> Any:

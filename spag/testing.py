@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
-from spag.chat import model_input_ids
 from spag.cli import main
 from spag.game.taboo.prompts import TRAINING_TEMPLATES, build_prompt
 from spag.game.taboo.rules import judge
-from spag.modeling import save_checkpoint, tiny_llama
+from spag.models.chat import model_input_ids
+from spag.models.loading import save_checkpoint, tiny_llama
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -159,7 +159,7 @@ def episode_ending(word: str, cause: str, max_turns: int = 2) -> dict:
 def fake_nvidia_smi(bin_dir: str | os.PathLike, gpus: int = 1, name: str = "NVIDIA A100-SXM4-40GB",
                     memory_mib: int = 40960, driver: str = "580.95.05", fails: bool = False) -> Path:
     """An ``nvidia-smi`` in ``bin_dir`` that reports ``gpus`` GPUs as the real one answers spag's query
-    (:mod:`spag.devices`), or fails as it does without a working driver: for simulating GPU machines."""
+    (:mod:`spag.models.devices`), or fails as it does without a working driver: for simulating GPU machines."""
     bin_dir = Path(bin_dir)
     bin_dir.mkdir(parents=True, exist_ok=True)
     lines = "".join(f"{i}, GPU-{i:08x}-0000-0000-0000-000000000000, {name}, {memory_mib}, {driver}\\n"

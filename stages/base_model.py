@@ -1,11 +1,12 @@
 """Stage `base_model`: the model SPAG starts from, as a plain HF directory under data/base_model.
 
-The stage validates params.yaml and runs spag.pipeline.base_model on the params it declares in dvc.yaml.
+The stage validates params.yaml and runs spag.pipeline.stages.base_model.base_model on the params it declares in dvc.yaml.
 """
 
 from pathlib import Path
 
-from spag.pipeline import base_model, run_stage
+from spag.pipeline.run import run_stage
+from spag.pipeline.stages.base_model import base_model
 
 if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this file again
     run_stage(base_model, Path(__file__).resolve().parent.parent)

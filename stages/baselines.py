@@ -1,11 +1,12 @@
-"""Stage `baselines`: see spag.pipeline.baselines.
+"""Stage `baselines`: see spag.pipeline.stages.baselines.baselines.
 
-The stage validates params.yaml and runs spag.pipeline.baselines on the params it declares in dvc.yaml.
+The stage validates params.yaml and runs spag.pipeline.stages.baselines.baselines on the params it declares in dvc.yaml.
 """
 
 from pathlib import Path
 
-from spag.pipeline import baselines, run_stage
+from spag.pipeline.run import run_stage
+from spag.pipeline.stages.baselines import baselines
 
 if __name__ == "__main__":
     run_stage(baselines, Path(__file__).resolve().parent.parent)

@@ -1,11 +1,12 @@
 """Stage `benchmark_data`: the benchmarks' items from pinned registry artifacts, for offline evaluation.
 
-The stage validates params.yaml and runs spag.pipeline.benchmark_data on the params it declares in dvc.yaml.
+The stage validates params.yaml and runs spag.pipeline.stages.benchmark_data.benchmark_data on the params it declares in dvc.yaml.
 """
 
 from pathlib import Path
 
-from spag.pipeline import benchmark_data, run_stage
+from spag.pipeline.run import run_stage
+from spag.pipeline.stages.benchmark_data import benchmark_data
 
 if __name__ == "__main__":
     run_stage(benchmark_data, Path(__file__).resolve().parent.parent)

@@ -1,11 +1,12 @@
 """Stage `evaluate@N` (`python stages/evaluate.py N`): epoch N against the imitation model on held-out words; benchmarks.
 
-The stage validates params.yaml and runs spag.pipeline.evaluate on the params it declares in dvc.yaml.
+The stage validates params.yaml and runs spag.pipeline.stages.evaluate.evaluate on the params it declares in dvc.yaml.
 """
 
 from pathlib import Path
 
-from spag.pipeline import evaluate, run_stage
+from spag.pipeline.run import run_stage
+from spag.pipeline.stages.evaluate import evaluate
 
 if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this file again
     run_stage(evaluate, Path(__file__).resolve().parent.parent)

@@ -1,11 +1,12 @@
 """Stage `evaluate_base`: the base model's benchmark scores, a baseline of the imitation model's and every epoch's.
 
-The stage validates params.yaml and runs spag.pipeline.evaluate_base on the params it declares in dvc.yaml.
+The stage validates params.yaml and runs spag.pipeline.stages.evaluate_base.evaluate_base on the params it declares in dvc.yaml.
 """
 
 from pathlib import Path
 
-from spag.pipeline import evaluate_base, run_stage
+from spag.pipeline.run import run_stage
+from spag.pipeline.stages.evaluate_base import evaluate_base
 
 if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this file again
     run_stage(evaluate_base, Path(__file__).resolve().parent.parent)

@@ -1,11 +1,12 @@
 """Stage `evaluate_imitation`: the imitation model's benchmark scores, the baseline of every epoch's.
 
-The stage validates params.yaml and runs spag.pipeline.evaluate_imitation on the params it declares in dvc.yaml.
+The stage validates params.yaml and runs spag.pipeline.stages.evaluate_imitation.evaluate_imitation on the params it declares in dvc.yaml.
 """
 
 from pathlib import Path
 
-from spag.pipeline import evaluate_imitation, run_stage
+from spag.pipeline.run import run_stage
+from spag.pipeline.stages.evaluate_imitation import evaluate_imitation
 
 if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this file again
     run_stage(evaluate_imitation, Path(__file__).resolve().parent.parent)

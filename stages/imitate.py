@@ -1,11 +1,12 @@
 """Stage `imitate`: imitation learning (SFT with a KL penalty to the base model) on the teacher's wins.
 
-The stage validates params.yaml and runs spag.pipeline.imitate on the params it declares in dvc.yaml.
+The stage validates params.yaml and runs spag.pipeline.stages.imitate.imitate on the params it declares in dvc.yaml.
 """
 
 from pathlib import Path
 
-from spag.pipeline import imitate, run_stage
+from spag.pipeline.run import run_stage
+from spag.pipeline.stages.imitate import imitate
 
 if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this file again
     run_stage(imitate, Path(__file__).resolve().parent.parent)

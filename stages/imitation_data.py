@@ -1,11 +1,12 @@
 """Stage `imitation_data`: the winners' moves in the teacher's decisive games, plus general SFT data when asked.
 
-The stage validates params.yaml and runs spag.pipeline.imitation_data on the params it declares in dvc.yaml.
+The stage validates params.yaml and runs spag.pipeline.stages.imitation_data.imitation_data on the params it declares in dvc.yaml.
 """
 
 from pathlib import Path
 
-from spag.pipeline import imitation_data, run_stage
+from spag.pipeline.run import run_stage
+from spag.pipeline.stages.imitation_data import imitation_data
 
 if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this file again
     run_stage(imitation_data, Path(__file__).resolve().parent.parent)

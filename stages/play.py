@@ -1,11 +1,12 @@
 """Stage `play@N` (`python stages/play.py N`): the previous checkpoint plays itself on this epoch's training words.
 
-The stage validates params.yaml and runs spag.pipeline.play on the params it declares in dvc.yaml.
+The stage validates params.yaml and runs spag.pipeline.stages.play.play on the params it declares in dvc.yaml.
 """
 
 from pathlib import Path
 
-from spag.pipeline import play, run_stage
+from spag.pipeline.run import run_stage
+from spag.pipeline.stages.play import play
 
 if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this file again
     run_stage(play, Path(__file__).resolve().parent.parent)

@@ -1,11 +1,12 @@
 """Stage `report`: per-epoch scores with intervals: metrics/report.json, the plot CSVs and learning_curves.png.
 
-The stage validates params.yaml and runs spag.pipeline.report on the params it declares in dvc.yaml.
+The stage validates params.yaml and runs spag.pipeline.stages.report.report on the params it declares in dvc.yaml.
 """
 
 from pathlib import Path
 
-from spag.pipeline import report, run_stage
+from spag.pipeline.run import run_stage
+from spag.pipeline.stages.report import report
 
 if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this file again
     run_stage(report, Path(__file__).resolve().parent.parent)

@@ -1,11 +1,12 @@
 """Stage `reward@N` (`python stages/reward.py N`): judged self-play episodes -> weighted training rows.
 
-The stage validates params.yaml and runs spag.pipeline.reward on the params it declares in dvc.yaml.
+The stage validates params.yaml and runs spag.pipeline.stages.reward.reward on the params it declares in dvc.yaml.
 """
 
 from pathlib import Path
 
-from spag.pipeline import reward, run_stage
+from spag.pipeline.run import run_stage
+from spag.pipeline.stages.reward import reward
 
 if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this file again
     run_stage(reward, Path(__file__).resolve().parent.parent)

@@ -1,11 +1,12 @@
-"""Stage `skill_clues`: see spag.pipeline.skill_clues.
+"""Stage `skill_clues`: see spag.pipeline.stages.skill_clues.skill_clues.
 
-The stage validates params.yaml and runs spag.pipeline.skill_clues on the params it declares in dvc.yaml.
+The stage validates params.yaml and runs spag.pipeline.stages.skill_clues.skill_clues on the params it declares in dvc.yaml.
 """
 
 from pathlib import Path
 
-from spag.pipeline import run_stage, skill_clues
+from spag.pipeline.run import run_stage
+from spag.pipeline.stages.skill_clues import skill_clues
 
 if __name__ == "__main__":
     run_stage(skill_clues, Path(__file__).resolve().parent.parent)

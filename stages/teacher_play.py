@@ -1,11 +1,12 @@
 """Stage `teacher_play`: the teacher plays itself (or its episodes or rows are imported); its wins become the imitation data.
 
-The stage validates params.yaml and runs spag.pipeline.teacher_play on the params it declares in dvc.yaml.
+The stage validates params.yaml and runs spag.pipeline.stages.teacher_play.teacher_play on the params it declares in dvc.yaml.
 """
 
 from pathlib import Path
 
-from spag.pipeline import run_stage, teacher_play
+from spag.pipeline.run import run_stage
+from spag.pipeline.stages.teacher_play import teacher_play
 
 if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this file again
     run_stage(teacher_play, Path(__file__).resolve().parent.parent)

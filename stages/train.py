@@ -1,12 +1,13 @@
 """Stage `train@N` (`python stages/train.py N`): SPAG offline policy optimisation from the previous model, or
 online self-play from it (`spag.method: online`).
 
-The stage validates params.yaml and runs spag.pipeline.train on the params it declares in dvc.yaml.
+The stage validates params.yaml and runs spag.pipeline.stages.train.train on the params it declares in dvc.yaml.
 """
 
 from pathlib import Path
 
-from spag.pipeline import run_stage, train
+from spag.pipeline.run import run_stage
+from spag.pipeline.stages.train import train
 
 if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this file again
     run_stage(train, Path(__file__).resolve().parent.parent)

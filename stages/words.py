@@ -1,11 +1,12 @@
 """Stage `words`: the target word list and its training / held-out split.
 
-The stage validates params.yaml and runs spag.pipeline.words on the params it declares in dvc.yaml.
+The stage validates params.yaml and runs spag.pipeline.stages.words.words on the params it declares in dvc.yaml.
 """
 
 from pathlib import Path
 
-from spag.pipeline import run_stage, words
+from spag.pipeline.run import run_stage
+from spag.pipeline.stages.words import words
 
 if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this file again
     run_stage(words, Path(__file__).resolve().parent.parent)

@@ -16,7 +16,7 @@ settings.load_profile("spag")
 @pytest.fixture(scope="session")
 def embedded_model(tmp_path_factory):
     """SmolLM2-135M-Instruct from its PyPI wheel as a plain HF directory (materialised once per run)."""
-    from spag.base_model import materialize_base_model
+    from spag.models.embedded import materialize_base_model
 
     return materialize_base_model(tmp_path_factory.mktemp("base") / "smollm2")
 
@@ -41,7 +41,7 @@ def gpu_machine(tmp_path, monkeypatch):
     CUDA answers patched. ``gpu_machine(gpus, memory_mib=..., driver=..., cuda_works=..., cuda_build=...)``."""
     import torch
 
-    from spag import devices
+    from spag.models import devices
     from spag.testing import fake_nvidia_smi
 
     def simulate(gpus: int = 1, *, cuda_works: bool = True, cuda_build: str | None = "13.0", **nvidia_smi):

@@ -10,11 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from spag.analyze import AnalyzeError, named_queries, run_query
+from spag.analyze import named_queries, run_query
 from spag.analyze.views import file_labels, zipf_frequencies
 from spag.cli import app
 from spag.game.episodes import judged, write_episodes
 from spag.game.taboo import Taboo
+from spag.runtime.errors import AnalyzeError
 
 TABOO = Taboo()
 
@@ -345,9 +346,10 @@ def test_a_query_reads_the_episodes_and_nothing_else(tmp_path):
     """spag analyze --sql runs a file from anywhere: it may not read, write, attach or install."""
     import duckdb
 
-    from spag.analyze import AnalyzeError, run_query
+    from spag.analyze import run_query
     from spag.analyze.views import connect
     from spag.game.episodes import write_episodes
+    from spag.runtime.errors import AnalyzeError
 
     folder = tmp_path / "episodes"
     folder.mkdir()
@@ -402,7 +404,8 @@ def test_a_file_of_another_shape_is_named_with_its_column(tmp_path, columns, nam
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from spag.analyze import AnalyzeError, run_query
+    from spag.analyze import run_query
+    from spag.runtime.errors import AnalyzeError
 
     path = tmp_path / "other.parquet"
     pq.write_table(pa.table(columns), path)

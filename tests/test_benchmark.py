@@ -12,7 +12,7 @@ import pytest
 from spag.evaluate import benchmark as bm
 from spag.evaluate.compare import compare_benchmarks, format_table, paired_bootstrap
 from spag.evaluate.tasks import generate
-from spag.io import DataError
+from spag.runtime.errors import DataError
 
 OFFLINE_ENV = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 

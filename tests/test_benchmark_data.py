@@ -13,9 +13,9 @@ import sys
 import numpy as np
 import pytest
 
-from spag import artifacts
 from spag.evaluate import benchmark as bm
 from spag.evaluate import benchmark_data as bd
+from spag.runtime import artifacts
 
 OFFLINE_ENV = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from spag.cli import COMMAND_MODULES, app
-from spag.io import MANIFEST
+from spag.runtime.outputs import MANIFEST
 from spag.testing import make_tiny_checkpoint, run_cli
 
 EPISODE = {"target_word": "apple", "max_turns": 5, "history": [
@@ -261,7 +261,7 @@ def test_temperature_inf_on_the_command_line_is_refused(files):
 
 
 def test_a_word_list_with_a_byte_order_mark_and_crlf_reads_clean_words(tmp_path):
-    from spag.words import read_words
+    from spag.game.words import read_words
 
     path = tmp_path / "words.txt"
     path.write_bytes(b"\xef\xbb\xbfapple\r\nriver\r\n")
@@ -607,8 +607,7 @@ def test_the_output_table_covers_every_command_with_an_output():
 def _spags(target: Path, what: str) -> None:
     """A previous output of spag's at ``target`` (what --overwrite may replace)."""
     from spag.game.episodes import write_episodes
-    from spag.io import write_text_atomic
-    from spag.outputs import prepare_output_dir
+    from spag.runtime.outputs import prepare_output_dir, write_text_atomic
 
     if what == "episodes":
         write_episodes([EPISODE], target)
@@ -757,7 +756,7 @@ def test_overwrite_of_a_folder_removes_only_what_spag_wrote(files, tmp_path, com
     assert (out / "NOTES.md").read_text() == "n\n" and (out / "mine" / "deeper" / "data.csv").read_text() == "1,2\n"
     assert sorted(p.name for p in out.iterdir()) == sorted([*spags, "NOTES.md", "mine"])
     if kind == "train":  # the new model moved in beside the user's files, and is what spag records there
-        from spag.io import written_by_spag
+        from spag.runtime.outputs import written_by_spag
 
         assert written_by_spag(out / "training_summary.json") and not written_by_spag(out / "NOTES.md")
 
@@ -767,7 +766,7 @@ def test_overwrite_of_a_folder_removes_only_what_spag_wrote(files, tmp_path, com
 
 HOLDER = """
 import sys, time
-from spag.outputs import writing
+from spag.runtime.outputs import writing
 with writing(sys.argv[1]):
     print("holding", flush=True)
     time.sleep(120)
@@ -824,7 +823,8 @@ def test_the_lock_goes_with_its_writer(files, tmp_path):
 def test_a_new_file_that_appears_meanwhile_is_not_replaced(tmp_path):
     """A new file is checked again when it is published (by a hard link, which never replaces a file): a
     file another writer put there meanwhile stays."""
-    from spag.io import OutputExists, atomic_path
+    from spag.runtime.errors import OutputExists
+    from spag.runtime.outputs import atomic_path
 
     target = tmp_path / "shard-00000.parquet"
     with pytest.raises(OutputExists), atomic_path(target) as tmp:
@@ -1276,16 +1276,16 @@ def test_a_read_only_folder_is_named_not_the_temporary_file(files, tmp_path):
 
 
 def test_dvc_yaml_is_written_from_the_stage_table():
-    """dvc.yaml is generated (python -m spag.dvcyaml): the committed file is what the table declares."""
-    from spag.dvcyaml import render
+    """dvc.yaml is generated (python -m spag.pipeline.dvcyaml): the committed file is what the table declares."""
+    from spag.pipeline.dvcyaml import render
 
     assert (Path(__file__).resolve().parent.parent / "dvc.yaml").read_text(encoding="utf-8") == render(), \
-        "dvc.yaml is stale: run `python -m spag.dvcyaml`"
+        "dvc.yaml is stale: run `python -m spag.pipeline.dvcyaml`"
 
 
 def test_every_data_file_under_spag_is_a_dependency_or_read_by_no_stage():
-    from spag.dvcyaml import DATA, NOT_READ
-    from spag.imports import PACKAGE, ROOT
+    from spag.pipeline.dvcyaml import DATA, NOT_READ
+    from spag.pipeline.imports import PACKAGE, ROOT
 
     declared = {path for paths in DATA.values() for path in paths} | set(NOT_READ)
     for path in PACKAGE.rglob("*"):
@@ -1295,18 +1295,18 @@ def test_every_data_file_under_spag_is_a_dependency_or_read_by_no_stage():
 
 
 def test_no_stage_depends_on_the_command_line():
-    from spag.dvcyaml import stage_files
-    from spag.stage_table import STAGES
+    from spag.pipeline.dvcyaml import stage_files
+    from spag.pipeline.table import STAGES
 
     for stage in STAGES:
         files = stage_files(stage)
         assert not [f for f in files if f == "spag/cli.py" or f.startswith("spag/commands/")], stage.name
-        assert "spag/dvcyaml.py" not in files
+        assert "spag/pipeline/dvcyaml.py" not in files
 
 
 @pytest.mark.slow
 def test_dvc_status_names_the_stages_whose_code_changed(tmp_path):
-    """M10: editing spag/words.py (the held-out split) left every stage "up to date". Every stage's outputs
+    """M10: editing spag/game/words.py (the held-out split) left every stage "up to date". Every stage's outputs
     are committed as they are (no stage runs), then one source file changes: `dvc status` names exactly
     the stages that run it, and not those downstream of them only through their data."""
     import subprocess
@@ -1314,7 +1314,7 @@ def test_dvc_status_names_the_stages_whose_code_changed(tmp_path):
 
     import yaml
 
-    from spag.stage_table import STAGES
+    from spag.pipeline.table import STAGES
 
     root = Path(__file__).resolve().parent.parent
     work = tmp_path / "project"

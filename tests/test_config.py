@@ -17,7 +17,6 @@ from spag.config import (
     METHODS,
     REDUCTIONS,
     SUITES,
-    ParamsError,
     Play,
     Reward,
     Sampling,
@@ -31,9 +30,10 @@ from spag.config import (
 )
 from spag.game.taboo import Taboo, TabooSettings
 from spag.game.taboo.strategies import TabooStrategies
-from spag.pipeline import Declared, UndeclaredParam, declared_params
-from spag.play import PlayConfig
-from spag.stage_table import STAGE_PARAMS
+from spag.pipeline.run import Declared, declared_params
+from spag.pipeline.table import STAGE_PARAMS
+from spag.play.engine import PlayConfig
+from spag.runtime.errors import ParamsError, UndeclaredParam
 from spag.testing import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -95,7 +95,7 @@ def test_a_failed_launch_exits_with_an_error(tiny, rows, tmp_path):
 
 
 def test_resume_never_continues_checkpoints_of_another_run(tiny, rows, tmp_path):
-    from spag.io import DataError
+    from spag.runtime.errors import DataError
 
     checkpoints = tmp_path / "checkpoints"
     first = dict(max_steps=2, save_steps=1, batch_size=4, grad_accum=1, device="cpu", bf16=False, live=False,

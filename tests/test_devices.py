@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from spag import devices
-from spag.io import DataError
-from spag.modeling import pick_device
-from spag.play import place_rank
+from spag.models import devices
+from spag.models.loading import pick_device
+from spag.play.engine import place_rank
+from spag.runtime.errors import DataError
 
 
 @pytest.fixture
@@ -199,8 +199,8 @@ def test_self_play_under_a_launcher_shares_the_words_by_rank(tmp_path, capfd):
     import dataclasses
 
     from spag.game.episodes import read_episodes
-    from spag.play import PlayConfig, run_games
-    from spag.play_job import play_under_launcher
+    from spag.play.engine import PlayConfig, run_games
+    from spag.play.job import play_under_launcher
     from spag.testing import make_tiny_checkpoint
 
     model = str(make_tiny_checkpoint(tmp_path / "model"))

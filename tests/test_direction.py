@@ -11,8 +11,8 @@ import pytest
 from spag.config import Reward
 from spag.game.taboo.outcomes import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS
 from spag.game.taboo.rules import judge_episode
-from spag.rewards import imitation_rows, reward_rows
-from spag.rows import validate_row, write_rows
+from spag.rewards.build import imitation_rows, reward_rows
+from spag.rewards.rows import validate_row, write_rows
 from spag.testing import make_tiny_checkpoint
 from spag.train.data import encode_rows
 from spag.train.reference import compute_reference_logprobs
@@ -49,7 +49,7 @@ def tiny(tmp_path_factory):
 
 def sequence_logprobs(model_dir, rows):
     """log π(completion | prompt) of each row under the checkpoint, as the trainer computes it."""
-    from spag.modeling import load_model
+    from spag.models.loading import load_model
 
     model, tok = load_model(model_dir, device="cpu")
     encoded = encode_rows([validate_row(r, i) for i, r in enumerate(rows)], tok, 1024, show_progress=False)
@@ -143,7 +143,7 @@ def test_the_loss_reaches_the_completion_tokens_and_nothing_else(tiny, rows):
     """The gradient of the SPAG loss with respect to the logits is non-zero exactly at the positions that
     predict a completion token (the reply and its eos), computed here from each row's layout: zero on
     the prompt, on padding, and on the position that predicts the first prompt token."""
-    from spag.modeling import load_model
+    from spag.models.loading import load_model
     from spag.train.data import RowDataset, collate
     from spag.train.losses import compute_loss
     from spag.train.reference import model_forward_logprobs

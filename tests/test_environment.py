@@ -2,7 +2,6 @@
 
 import pytest
 
-from spag.environment import GameEnvironment, role_rewards
 from spag.game.taboo import Taboo
 from spag.game.taboo.outcomes import (
     ATTACKER,
@@ -12,7 +11,8 @@ from spag.game.taboo.outcomes import (
     DEFENDER_WINS,
     TIE,
 )
-from spag.play import PlayConfig, play_games
+from spag.play.engine import PlayConfig, play_games
+from spag.play.environment import GameEnvironment, role_rewards
 from spag.players import Reply
 
 TABOO = Taboo()

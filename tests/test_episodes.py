@@ -7,7 +7,7 @@ import pytest
 
 from spag.game.episodes import judged, read_episodes, validate_episode, write_episodes
 from spag.game.taboo import Taboo
-from spag.io import DataError
+from spag.runtime.errors import DataError
 
 EPISODES = [
     {
@@ -90,7 +90,7 @@ def test_judged_adds_outcome_and_turns():
 
 def test_a_played_episode_has_exactly_the_fields_of_its_one_definition(tmp_path):
     from spag.game.episodes import EPISODE_FIELDS, SETTINGS_CHECKED_ON_RESUME, episode_schema
-    from spag.play import PlayConfig, play_games
+    from spag.play.engine import PlayConfig, play_games
     from spag.players import Reply
 
     class Chatty:

@@ -17,7 +17,7 @@ from spag.game.taboo.outcomes import (
     DEFENDER_WINS,
     TIE,
 )
-from spag.io import DataError
+from spag.runtime.errors import DataError
 
 TABOO = Taboo()
 

@@ -27,10 +27,10 @@ from spag.game.kuhn import (
     action_of,
 )
 from spag.game.registry import GAMES, episode_game
-from spag.io import DataError
-from spag.play import PlayConfig, play_games
+from spag.play.engine import PlayConfig, play_games
 from spag.players.base import Speaker, Turn
-from spag.rewards import reward_rows
+from spag.rewards.build import reward_rows
+from spag.runtime.errors import DataError
 
 KUHN = KuhnPoker()
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent

@@ -313,8 +313,8 @@ def test_offline_po_rows_attached_equals_the_original_loss_and_gradient(seed):
 
 
 def six_to_one_game_rows():
-    """Rows of 6 attacker-won and 1 defender-won games, with the rewards and role weights of spag.rewards."""
-    from spag.rewards import role_weights, utterance_rewards
+    """Rows of 6 attacker-won and 1 defender-won games, with the rewards and role weights of spag.rewards.build."""
+    from spag.rewards.build import role_weights, utterance_rewards
 
     games = [("attacker", 1), ("attacker", 2), ("attacker", 3), ("attacker", 1), ("attacker", 2),
              ("attacker", 3), ("defender", 2)]

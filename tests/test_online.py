@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from spag.config import Online, ParamsError, Reward, TrainConfig, load_settings
+from spag.config import Online, Reward, TrainConfig, load_settings
 from spag.game.taboo.outcomes import ATTACKER, DEFENDER
-from spag.io import DataError
-from spag.play import PlayConfig
+from spag.play.engine import PlayConfig
 from spag.players import Reply
+from spag.runtime.errors import DataError, ParamsError
 from spag.testing import launcher_failure, make_tiny_checkpoint
 from spag.train.online import OnlineGames, group_prompt, online_arguments, parse_group_prompt
 
@@ -137,7 +137,7 @@ def test_the_rollout_gives_each_role_its_own_utterances_with_its_game_reward(tin
     """One (word, role) group per dataset prompt: slot g * max_turns + k is the role's k-th utterance in game
     g, with the exact prompt it was given; the opponent's lines are never a completion; empty slots carry
     no loss and no reward."""
-    from spag.modeling import load_tokenizer
+    from spag.models.loading import load_tokenizer
     from spag.train.online import online_trainer
 
     online = online_trainer(tiny, ["coffee"], tmp_path / "model", games=GAMES,
@@ -163,8 +163,8 @@ def test_the_rollout_gives_each_role_its_own_utterances_with_its_game_reward(tin
 
 def sequence_logprobs(model_dir, rows):
     """log π(completion | prompt) of each (prompt, completion), as the player's input and the trainer see it."""
-    from spag.modeling import load_model
-    from spag.rows import validate_row
+    from spag.models.loading import load_model
+    from spag.rewards.rows import validate_row
     from spag.train.data import encode_rows
     from spag.train.reference import compute_reference_logprobs
 
@@ -241,7 +241,7 @@ def test_each_step_is_played_by_the_policy_as_the_previous_steps_left_it(tiny, w
     import dataclasses
 
     from spag.game.episodes import read_episodes
-    from spag.play import run_games
+    from spag.play.engine import run_games
     from spag.players.base import derive_seed
 
     shards = sorted((whole_run / "episodes").glob("shard-*.parquet"))
@@ -312,7 +312,7 @@ def test_the_games_of_a_step_play_on_trls_colocated_vllm_engine(tmp_path):
     out = online.trainer.rollout_func([group_prompt("y", A)] * 3 + [group_prompt("y", D)] * 3, online.trainer)
     played = read_episodes(tmp_path / "episodes")
     assert len(played) == 3 and all(e["attacker_model"].endswith("+online@step-0") for e in played)
-    from spag.modeling import load_tokenizer
+    from spag.models.loading import load_tokenizer
 
     tok = load_tokenizer(model)
     said = [e["history"][0]["content"] for e in played] + [e["history"][1]["content"] for e in played

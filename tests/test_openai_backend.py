@@ -203,7 +203,7 @@ def test_missing_key_for_openai_itself(monkeypatch):
 def test_games_through_an_endpoint_serving_a_real_model(endpoint_factory, tmp_path):
     """A full self-play run where both sides are a tiny real model behind an HTTP endpoint."""
     from spag.game.episodes import read_episodes
-    from spag.play import PlayConfig, play_games
+    from spag.play.engine import PlayConfig, play_games
     from spag.players.hf import HFPlayer
     from spag.testing import make_tiny_checkpoint
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from spag.chat import RawPrompt, model_input_ids, to_model_input
 from spag.game.taboo import Taboo, TabooSettings
 from spag.game.taboo.original_prompts import play_query, row_query, texts
 from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, TIE
 from spag.game.taboo.prompts import build_prompt
-from spag.play import PlayConfig, play_games
+from spag.models.chat import RawPrompt, model_input_ids, to_model_input
+from spag.play.engine import PlayConfig, play_games
 from spag.players import Reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,7 +189,7 @@ def test_under_the_guess_phrase_rule_a_foul_is_played_on_and_judged_afterwards()
 
 
 def test_paper_rows_carry_the_originals_query_formats_and_stripped_targets():
-    from spag.rewards import reward_rows
+    from spag.rewards.build import reward_rows
 
     episode = {"target_word": "apple", "max_turns": 5, "history": [
         {"role": "attacker", "content": " Think of orchards. "}, {"role": "defender", "content": " Trees? "},
@@ -204,7 +204,7 @@ def test_paper_rows_carry_the_originals_query_formats_and_stripped_targets():
 
 
 def test_general_rows_in_the_originals_format():
-    from spag.sft import sft_rows
+    from spag.rewards.sft import sft_rows
 
     records = [{"instruction": "Add 2 and 3.", "input": "", "output": "5"},
                {"instruction": "Translate.", "input": "chat", "output": ""},
@@ -225,7 +225,7 @@ def test_general_rows_in_the_originals_format():
 
 
 def test_left_truncation_keeps_the_last_max_length_tokens():
-    from spag.rows import validate_row
+    from spag.rewards.rows import validate_row
     from spag.testing import build_tiny_tokenizer
     from spag.train.data import encode_rows
 
@@ -268,7 +268,7 @@ def test_spag_prompt_under_the_paper_preset_gives_the_originals_play_prompts(tmp
 @pytest.mark.slow
 def test_spag_prompt_with_templates_renders_the_models_chat_template(tmp_path):
     from spag.config import load_settings
-    from spag.modeling import load_tokenizer
+    from spag.models.loading import load_tokenizer
     from spag.testing import make_tiny_checkpoint
 
     model = make_tiny_checkpoint(tmp_path / "model")

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spag.config import REDUCTIONS, Imitate, ParamsError, Settings, validate
+from spag.config import REDUCTIONS, Imitate, Settings, validate
 from spag.game.taboo import Taboo, TabooSettings
 from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, TIE
 from spag.game.taboo.strategies import TabooStrategies
-from spag.play import PlayConfig, play_games
+from spag.play.engine import PlayConfig, play_games
 from spag.players import Reply
-from spag.rewards import build_imitation_set, reward_rows
+from spag.rewards.build import build_imitation_set, reward_rows
+from spag.runtime.errors import ParamsError
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED_WORDS = Path(__file__).resolve().parents[2] / "shared" / "seed-data" / "all_target_words.txt"  # ../shared
@@ -227,7 +228,7 @@ def stage(tmp_path, name, overrides):
 
 @pytest.mark.skipif(not SEED_WORDS.exists(), reason="the original's word list is not on this machine")
 def test_words_stage_reads_the_original_list_in_order(tmp_path):
-    from spag.words import split_words
+    from spag.game.words import split_words
 
     result, project = stage(tmp_path, "words", {"words.source": str(SEED_WORDS), "words.top": 200,
                                                 "words.nouns_only": False, "words.skip_stop_words": False})
@@ -278,7 +279,7 @@ GPT4_SHAPE = [  # the original results file: target_word, max_turns, history
 @pytest.mark.slow
 def test_teacher_episodes_are_imported_judged_and_held_out_words_left_out(tmp_path, fmt):
     from spag.game.episodes import write_episodes
-    from spag.io import read_records
+    from spag.runtime.records import read_records
 
     src = tmp_path / f"gpt4_game_top30k_results.{fmt}"
     write_episodes(GPT4_SHAPE, src)
@@ -305,8 +306,8 @@ ORIGINAL_QUERY = ("Play the game ...\n### Game History:\n  - attacker: A red fru
 
 @pytest.mark.slow
 def test_teacher_rows_are_used_as_they_are_with_their_weight(tmp_path):
-    from spag.io import read_records
-    from spag.rows import read_rows
+    from spag.rewards.rows import read_rows
+    from spag.runtime.records import read_records
     from spag.testing import build_tiny_tokenizer
     from spag.train.data import encode_rows
 

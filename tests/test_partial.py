@@ -10,8 +10,7 @@ import time
 import pytest
 
 from spag.game.episodes import read_episodes
-from spag.outputs import OutputRefused, output_kind
-from spag.partial import partial_path, resumable_output
+from spag.runtime.outputs import OutputRefused, output_kind, partial_path, resumable_output
 from spag.testing import make_tiny_checkpoint
 
 WORDS = ["apple", "river", "coffee", "garden", "window", "lemon", "planet", "bridge"] * 2
@@ -19,9 +18,9 @@ WORDS = ["apple", "river", "coffee", "garden", "window", "lemon", "planet", "bri
 # What stages/play.py does, with the model, output and words from the command line.
 STAGE = textwrap.dedent("""
     import sys
-    from spag.partial import resumable_output
+    from spag.runtime.outputs import resumable_output
     from spag.game.episodes import PLAY_KIND
-    from spag.play import PlayConfig, PlayStats, run_games
+    from spag.play.engine import PlayConfig, PlayStats, run_games
 
     model, output, words = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
     stats = PlayStats()

@@ -72,7 +72,7 @@ def pipeline(tmp_path_factory, tiny_model):
 def test_repro_runs_every_stage_and_records_metrics(pipeline):
     from spag.game.episodes import read_episodes
     from spag.game.taboo.outcomes import OUTCOMES
-    from spag.outputs import output_kind
+    from spag.runtime.outputs import output_kind
     from spag.train.bookkeeping import read_summary
 
     work, result, _ = pipeline
@@ -184,7 +184,7 @@ def test_analyze_reads_the_pipeline_episodes(pipeline):
     out = run([sys.executable, "-m", "spag.cli", "analyze", "data/**/episodes/*.parquet", "--query", "win_rate",
                "--format", "json"], work, env)
     rows = json.loads(out.stdout)
-    from spag.io import read_records
+    from spag.runtime.records import read_records
 
     played = sum(len(read_records(f)) for f in work.glob("data/**/episodes/*.parquet"))
     assert played > 0
@@ -500,6 +500,6 @@ def test_a_second_game_runs_through_the_same_pipeline(tmp_path, tiny_model):
 
 
 def read_records_of(path):
-    from spag.io import read_records
+    from spag.runtime.records import read_records
 
     return read_records(path)

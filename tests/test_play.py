@@ -10,9 +10,9 @@ import pytest
 
 from spag.game.episodes import read_episodes
 from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
-from spag.io import DataError
-from spag.play import PlayConfig, PlayStats, play_games, run_games
+from spag.play.engine import PlayConfig, PlayStats, play_games, run_games
 from spag.players import Reply
+from spag.runtime.errors import DataError
 
 _TARGET_RE = re.compile(r'The target word is "([^"]+)"')
 _CLUE_RE = re.compile(r"clue: (\w+)")

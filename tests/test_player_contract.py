@@ -145,7 +145,7 @@ def test_vllm_engine_options_on_this_machine(random_model):
 def test_two_vllm_engines_play_one_game_in_one_process(scripted, monkeypatch):
     """evaluate with two different models: both engines live at once, each with its own KV cache. The
     engines leave LD_PRELOAD as it was: a later child process (torchrun) keeps glibc's allocator."""
-    from spag.play import PlayConfig, play_games
+    from spag.play.engine import PlayConfig, play_games
 
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     with opened(scripted["speaker"], "vllm") as attacker, opened(scripted["eager_end"], "vllm") as defender:
@@ -248,7 +248,7 @@ def test_spag_play_on_the_embedded_model_with_vllm_reproduces_its_episodes(embed
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_played_games_record_how_the_players_ran(backend, random_model):
     """The provenance a stage's metrics carry: backend, engine, device, resolved dtype, CPU, versions."""
-    from spag.play import PlayConfig, PlayStats, play_games
+    from spag.play.engine import PlayConfig, PlayStats, play_games
 
     stats = PlayStats()
     with opened(random_model, backend) as player:
@@ -270,6 +270,6 @@ def test_provenance_names_the_kernels_torch_runs_when_they_are_capped():
     import sys
 
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    code = "import json; from spag.provenance import machine; print(json.dumps(machine()['cpu']['kernels']))"
+    code = "import json; from spag.players.provenance import machine; print(json.dumps(machine()['cpu']['kernels']))"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == {"torch": "DEFAULT", "onednn_max_isa": "AVX2"}

@@ -202,7 +202,7 @@ def test_saved_checkpoint_plays_with_its_special_tokens(tmp_path):
     """Training saves with setup_special_tokens; play loads the same pad and eos ids back."""
     from transformers import AutoTokenizer
 
-    from spag.modeling import save_checkpoint, tiny_llama
+    from spag.models.loading import save_checkpoint, tiny_llama
     from spag.testing import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
@@ -226,8 +226,8 @@ def test_auto_means_float32_on_any_cpu_and_a_player_says_so(tiny_dir):
     """dtype auto and bf16 null are float32 on a CPU, with or without native bfloat16 (CI machines have
     either), so that an AVX2 and an AVX-512 machine run the same computation; provenance records what auto
     resolved to."""
-    from spag.modeling import resolve_dtype
-    from spag.provenance import player_provenance
+    from spag.models.loading import resolve_dtype
+    from spag.players.provenance import player_provenance
     from spag.train.trainer import TrainConfig, _precision
 
     assert resolve_dtype("auto", "cpu") == "float32"

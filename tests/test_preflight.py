@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spag import preflight
 from spag.config import load_settings
-from spag.preflight import Problem, pipeline_problems
+from spag.pipeline import preflight
+from spag.pipeline.preflight import Problem, pipeline_problems
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPER = ROOT / "configs" / "paper.yaml"
@@ -64,7 +64,7 @@ def reachable_hub(monkeypatch):
     """The hub answers (simulated): model ids are asked about with huggingface_hub.auth_check."""
     import huggingface_hub
 
-    from spag import preflight
+    from spag.pipeline import preflight
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
@@ -182,7 +182,7 @@ def test_stages_already_done_need_their_inputs_no_more(tmp_path, in_project, rea
 def test_the_toy_preset_runs_on_a_one_gpu_machine_by_construction(tmp_path, in_project, gpu_machine):
     """Every launcher of the toy preset says auto: one process on a 1-GPU machine, refused by nothing;
     the paper's count written out (8) or the old toy's (2) is refused on it in one line each."""
-    from spag.devices import resolve_launcher
+    from spag.models.devices import resolve_launcher
 
     gpu_machine(1)
     work, _ = project(tmp_path, {}, preset=PAPER)
@@ -313,7 +313,7 @@ def test_every_shipped_override_applies_to_the_paper_preset():
 
 def test_the_laptop_default_is_checked_without_torch_or_the_network(tmp_path):
     """params.yaml on a machine without a GPU: no problem, and neither torch nor the hub client imported."""
-    code = ("import sys; from spag.config import load_settings; from spag.preflight import pipeline_problems; "
+    code = ("import sys; from spag.config import load_settings; from spag.pipeline.preflight import pipeline_problems; "
             f"print(pipeline_problems(load_settings({str(ROOT / 'params.yaml')!r}), {str(tmp_path)!r}, 'words')); "
             "print(sorted(m for m in ('torch', 'transformers', 'huggingface_hub', 'datasets') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
@@ -322,7 +322,7 @@ def test_the_laptop_default_is_checked_without_torch_or_the_network(tmp_path):
 
 
 def test_the_memory_table_of_docs_gpu_md_is_the_estimate():
-    from spag.memory import model_shape, table
+    from spag.models.memory import model_shape, table
 
     shape = model_shape(LLAMA_2_7B)
     assert shape.parameters == 6_738_415_616  # Llama-2-7B's published count

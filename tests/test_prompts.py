@@ -5,7 +5,6 @@ import random
 
 import pytest
 
-from spag.chat import PLAIN_REPLY_PREFIX, to_model_input
 from spag.game.taboo.prompts import (
     PLAY_TEMPLATE,
     TRAINING_TEMPLATES,
@@ -18,7 +17,8 @@ from spag.game.taboo.prompts import (
     training_prompt,
     training_templates,
 )
-from spag.io import DataError
+from spag.models.chat import PLAIN_REPLY_PREFIX, to_model_input
+from spag.runtime.errors import DataError
 from spag.testing import build_tiny_tokenizer
 
 HISTORY = [
@@ -177,7 +177,7 @@ def test_a_missing_templates_file_is_named(tmp_path):
 
 def test_history_bounds_delimit_each_line_in_every_template_and_dropping_keeps_the_rest():
     from spag.game.taboo.prompts import build_prompt_with_bounds
-    from spag.rows import drop_history_lines
+    from spag.rewards.rows import drop_history_lines
 
     for template in TRAINING_TEMPLATES:
         for role in ("attacker", "defender"):

@@ -8,7 +8,7 @@ import pytest
 from spag.evaluate.games import word_bootstrap
 from spag.game.taboo import Taboo
 from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
-from spag.report import write_report
+from spag.pipeline.report import write_report
 from spag.testing import episode_ending
 
 TABOO = Taboo()

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from spag.fingerprint import model_fingerprint
+from spag.runtime.fingerprint import model_fingerprint
 from spag.testing import make_tiny_checkpoint
 
 
@@ -86,8 +86,8 @@ def test_benchmark_resume_keeps_a_part_of_the_same_model_and_settings(models, tm
 
 
 def test_reference_cache_is_recomputed_for_a_model_retrained_at_the_same_path(models, tmp_path, capsys):
-    from spag.modeling import load_tokenizer
-    from spag.rows import read_rows
+    from spag.models.loading import load_tokenizer
+    from spag.rewards.rows import read_rows
     from spag.train.data import encode_rows
     from spag.train.reference import reference_logprobs
 

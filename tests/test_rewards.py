@@ -14,8 +14,7 @@ from typer.testing import CliRunner
 from spag.cli import app
 from spag.config import Reward
 from spag.game.taboo.rules import says_word
-from spag.io import DataError
-from spag.rewards import (
+from spag.rewards.build import (
     build_imitation_set,
     build_reward_set,
     decayed_shares,
@@ -24,8 +23,9 @@ from spag.rewards import (
     role_weights,
     utterance_rewards,
 )
-from spag.rows import ROW_COLUMNS
-from spag.sft import load_sft
+from spag.rewards.rows import ROW_COLUMNS
+from spag.rewards.sft import load_sft
+from spag.runtime.errors import DataError
 
 
 def a(text):
@@ -276,8 +276,8 @@ def test_builtin_sft_set_and_limit():
 
 def test_builtin_sft_file_matches_its_generator():
     # The computed answers (arithmetic, primes, sorting...) are right because the generator computes them.
-    from spag.data.build_general_sft import generate
-    from spag.sft import builtin_sft_path
+    from spag.rewards.data.build_general_sft import generate
+    from spag.rewards.sft import builtin_sft_path
 
     shipped = [json.loads(line) for line in builtin_sft_path().read_text().splitlines()]
     assert shipped == generate()
@@ -442,7 +442,7 @@ def test_imitation_data_from_ready_made_instruction_rows(tmp_path):
 
 
 def test_infer_role():
-    from spag.ready_made import infer_role
+    from spag.rewards.ready_made import infer_role
 
     assert infer_role("You are the attacker. The target word is x.") == "attacker"
     assert infer_role("you are a defender") == "defender"

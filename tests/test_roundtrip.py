@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spag.game.episodes import EpisodeStore, read_episodes, write_episodes
-from spag.io import read_records, write_json_atomic, write_jsonl_atomic, write_table_atomic
-from spag.rows import read_rows, row_schema
+from spag.rewards.rows import read_rows, row_schema
+from spag.runtime.outputs import write_json_atomic, write_jsonl_atomic, write_table_atomic
+from spag.runtime.records import read_records
 from spag.testing import run_cli
 
 # Characters that have broken line-oriented readers: str.splitlines() splits at every one of them.

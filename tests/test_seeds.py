@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from spag.evaluate.seeds import pool_runs
-from spag.io import DataError
+from spag.runtime.errors import DataError
 
 WORDS = ["apple", "river", "castle", "violin"]
 

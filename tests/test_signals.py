@@ -12,9 +12,9 @@ import time
 import pytest
 
 from spag.game.episodes import read_episodes
-from spag.play import PlayConfig, play_games
+from spag.play.engine import PlayConfig, play_games
 from spag.players import Reply
-from spag.signals import Terminated, graceful_termination
+from spag.runtime.signals import Terminated, graceful_termination
 from spag.testing import make_tiny_checkpoint, run_cli
 
 WORDS = ["apple", "river", "coffee", "garden", "window", "lemon", "planet", "bridge"]

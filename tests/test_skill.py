@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from spag.evaluate.clustered import clustered_mean, paired_difference, two_way_mean
 from spag.game.taboo import Taboo
 from spag.game.taboo.outcomes import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER
 from spag.game.taboo.rules import PREDICTION_PHRASE
-from spag.play import PlayConfig, play_games
+from spag.play.engine import PlayConfig, play_games
 from spag.players import load_player
+from spag.runtime.statistics import clustered_mean, paired_difference, two_way_mean
 from spag.testing import make_scripted_checkpoint, make_tiny_checkpoint
 
 # ------------------------------------------------------------------------------- clustered statistics
@@ -167,9 +167,10 @@ def test_word_filter_and_resampling_apply_to_the_baseline_side_only(sayer):
 
 
 def test_the_baselines_are_the_games_and_the_settings_check_their_names():
-    from spag.config import ParamsError, validate
+    from spag.config import validate
     from spag.evaluate.games import strongest
     from spag.game.taboo.baselines import BASELINES
+    from spag.runtime.errors import ParamsError
 
     assert Taboo.skill.baselines == tuple(BASELINES)
     with pytest.raises(ParamsError, match="evaluate.baselines: 'oracle' is not a baseline of taboo"):

@@ -11,10 +11,10 @@ from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFEN
 from spag.game.taboo.prompts import PLAY_TEMPLATE, build_prompt
 from spag.game.taboo.rules import PREDICTION_PHRASE, judge
 from spag.game.taboo.strategies import BLANK, DictionaryGuesser, blank_out, coaching_prompt
-from spag.play import PlayConfig, PlayStats, play_games
+from spag.game.words import is_noun_only, top_words
+from spag.play.engine import PlayConfig, PlayStats, play_games
 from spag.players import Reply, load_player
 from spag.testing import make_tiny_checkpoint
-from spag.words import is_noun_only, top_words
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ class Recorder(FoulOnce):
 
 def test_strategies_wrap_only_the_role_they_change():
     from spag.game.taboo.strategies import CoachedAttacker, FoulRetries
-    from spag.play import speakers
+    from spag.play.engine import speakers
     from spag.players.base import Speaker
 
     config = PlayConfig.of(max_turns=2, coached_attacker=True, foul_retries=1)

@@ -198,7 +198,7 @@ def test_players_drop_their_kept_prompts_after_each_match(tmp_path):
     """Every model of a tournament is held at once; what each keeps between calls (the hf prefix store)
     is dropped after each match, so eight models do not keep 2 GB of prompts each."""
     from spag.evaluate.tournament import _round_robin
-    from spag.play import PlayConfig
+    from spag.play.engine import PlayConfig
     from spag.players import close_player, load_player
     from spag.testing import make_tiny_checkpoint
 

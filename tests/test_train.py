@@ -5,10 +5,10 @@ import random
 
 import pytest
 
-from spag.chat import to_model_input
 from spag.game.taboo.prompts import training_prompt_with_bounds
-from spag.io import DataError
-from spag.rows import drop_history_lines, read_rows, validate_row
+from spag.models.chat import to_model_input
+from spag.rewards.rows import drop_history_lines, read_rows, validate_row
+from spag.runtime.errors import DataError
 from spag.testing import make_tiny_checkpoint
 from spag.train.bookkeeping import read_summary
 from spag.train.data import collate, encode_rows
@@ -52,7 +52,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny):
-    from spag.modeling import load_tokenizer
+    from spag.models.loading import load_tokenizer
 
     return load_tokenizer(tiny)
 
@@ -150,7 +150,7 @@ def test_bad_rows_name_the_record(tmp_path):
 
 
 def mean_nll(model_dir, rows):
-    from spag.modeling import load_model
+    from spag.models.loading import load_model
 
     model, tok = load_model(model_dir, device="cpu")
     encoded = encode_rows([validate_row(r, i) for i, r in enumerate(rows)], tok, 2048, show_progress=False)
@@ -334,7 +334,7 @@ def test_two_processes_share_the_reference_pass_and_train_together(tiny, tmp_pat
     assert summary["steps"] == 2 and summary["reference"]["reused"] is False
 
     # the gathered cache equals a single-process pass over all rows
-    from spag.modeling import load_model
+    from spag.models.loading import load_model
 
     model, tok = load_model(tiny, device="cpu", dtype="float32")
     encoded = encode_rows(read_rows(data), tok, 2048, show_progress=False)
@@ -440,7 +440,7 @@ def test_transformers_own_tf32_switch_leaves_the_older_reader_raising(fp32_preci
 def test_tf32_is_set_in_one_place_and_every_reader_agrees(fp32_precision):
     import torch
 
-    from spag.modeling import set_tf32
+    from spag.models.loading import set_tf32
 
     set_tf32(True)
     assert torch.backends.cuda.matmul.fp32_precision == "tf32"

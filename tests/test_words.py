@@ -2,8 +2,8 @@
 
 import pytest
 
-from spag.io import DataError
-from spag.words import FUNCTION_WORDS, read_words, split_words, top_words, write_words
+from spag.game.words import FUNCTION_WORDS, read_words, split_words, top_words, write_words
+from spag.runtime.errors import DataError
 
 
 def test_top_words_are_clean_and_deterministic():

@@ -7,6 +7,9 @@ A named query is a ``.sql`` file whose first comment line is its one-line descri
 ``-- params: name=default, ...`` declares DuckDB parameters (``$name`` in the SQL) and their defaults.
 The queries of ``queries/`` hold for every game; a game adds its own from its package
 (:attr:`spag.game.base.Game.queries`: Adversarial Taboo's word-frequency bands and rule-set comparison).
+
+A sibling of :mod:`spag.evaluate` (neither imports the other); reads episode files only, and may import
+the layers below (game for the episode record and its games, runtime).
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spag.analyze.views import DEFAULT_GLOB, AnalyzeError, connect
-from spag.console import first_line
+from spag.analyze.views import DEFAULT_GLOB, connect
 from spag.game.registry import GAMES
-from spag.signals import Interrupted, Terminated
+from spag.runtime.console import first_line
+from spag.runtime.errors import AnalyzeError
+from spag.runtime.signals import Interrupted, Terminated
 
 QUERY_DIR = Path(__file__).with_name("queries")
 _NAME = re.compile(r"^\w+$")

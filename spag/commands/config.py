@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
+
+from spag.config import Settings, load_settings, to_yaml
+from spag.runtime.console import error, summary
 
 
 def register(app: typer.Typer) -> None:
@@ -16,9 +20,6 @@ def register(app: typer.Typer) -> None:
         file: Path = typer.Argument(..., help="A params file (params.yaml, configs/paper.yaml, ...)."),
     ) -> None:
         """Validate every key of a params file: unknown keys, types, ranges and choices."""
-        from spag.config import Settings, load_settings
-        from spag.console import error, summary
-
         try:
             settings = load_settings(file)
         except ValueError as exc:
@@ -42,11 +43,6 @@ def register(app: typer.Typer) -> None:
         With --override, the result is a params file:
         `spag config show configs/paper.yaml --override configs/paper-toy.yaml > params.yaml`.
         """
-        import sys
-
-        from spag.config import Settings, load_settings, to_yaml
-        from spag.console import error, summary
-
         if file is None and Path("params.yaml").is_file():
             file = Path("params.yaml")
         try:

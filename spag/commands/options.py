@@ -18,6 +18,13 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 import typer
 from pydantic import BaseModel, ValidationError
+from typer._click.globals import get_current_context
+
+from spag.config import describe, load_settings
+from spag.game.registry import DEFAULT_GAME, GAMES
+from spag.runtime.console import error
+from spag.runtime.errors import ParamsError
+from spag.runtime.outputs import claim_files, hold, release_held
 
 _UNSET_HELP = " Default: the game's."
 
@@ -103,8 +110,6 @@ def given(values: Mapping[str, Any], section: type[BaseModel]) -> dict[str, Any]
 
 def _text_or_null(annotation: Any) -> bool:
     """A setting that is text (a path, a name) or null."""
-    import typing
-
     args = typing.get_args(annotation)
     return type(None) in args and any(a is str or getattr(a, "__origin__", None) is str for a in args)
 
@@ -124,29 +129,19 @@ def overwrite_option() -> Any:
 
 
 def claim_outputs(outputs: dict[str, Any], *, overwrite: bool = False) -> dict:
-    """:func:`spag.outputs.claim_files` for the running command: each file output checked by the output
+    """:func:`spag.runtime.outputs.claim_files` for the running command: each file output checked by the output
     rule and locked until the command ends."""
-    from spag.outputs import claim_files
-
     _release_when_the_command_ends()
     return claim_files(outputs, overwrite=overwrite)
 
 
 def hold_output(path, part: str | None = None) -> None:
-    """Lock the output ``path`` (or a part of it: :func:`spag.outputs.hold`) until the command ends."""
-    from spag.outputs import hold
-
+    """Lock the output ``path`` (or a part of it: :func:`spag.runtime.outputs.hold`) until the command ends."""
     _release_when_the_command_ends()
     hold(path, part)
 
 
 def _release_when_the_command_ends() -> None:
-    try:  # typer >= 0.20 vendors click as typer._click
-        from typer._click.globals import get_current_context
-    except ImportError:
-        from click import get_current_context
-    from spag.outputs import release_held
-
     ctx = get_current_context(silent=True)
     if ctx is not None and not ctx.meta.get("spag.release_held"):
         ctx.meta["spag.release_held"] = True
@@ -159,9 +154,6 @@ def flag(name: str) -> str:
 
 def checked(section: type[BaseModel], **values: Any):
     """``section`` built from command-line values, or a one-line error naming the first bad option."""
-    from spag.config import describe
-    from spag.console import error
-
     try:
         return section(**values)
     except ValidationError as exc:
@@ -180,8 +172,6 @@ def from_params(ctx: typer.Context, params, sections: Iterable[str], values: dic
     """
     if params is None:
         return values
-    from spag.config import ParamsError, load_settings
-    from spag.console import error
 
     try:
         settings = load_settings(params)
@@ -205,8 +195,6 @@ def from_params(ctx: typer.Context, params, sections: Iterable[str], values: dic
 
 def game_knobs() -> dict[str, tuple]:
     """``--game`` and the settings of every game, each defaulting to the chosen game's (:func:`game_from`)."""
-    from spag.game.registry import DEFAULT_GAME, GAMES
-
     out = {"game": (str, typer.Option(DEFAULT_GAME, "--game", help=f"The game: {', '.join(GAMES)}."))}
     for game in GAMES.values():
         out.update({k: v for k, v in knobs(game.Settings, exclude=("name",), unset=True).items() if k not in out})
@@ -215,8 +203,6 @@ def game_knobs() -> dict[str, tuple]:
 
 def strategy_knobs() -> dict[str, tuple]:
     """The strategies of every game (:func:`strategies_from`), off unless given."""
-    from spag.game.registry import GAMES
-
     out: dict[str, tuple] = {}
     for game in GAMES.values():
         out.update({k: v for k, v in knobs(game.Strategies, unset=True).items() if k not in out})
@@ -226,8 +212,6 @@ def strategy_knobs() -> dict[str, tuple]:
 def _own(values: Mapping[str, Any], section: type[BaseModel], everyone: Iterable[str], game: str) -> dict:
     """The given values of ``section``'s fields; a one-line error (exit 2) for a value given to a field of
     ``everyone`` (every game's) that ``section`` (the chosen game's) does not have."""
-    from spag.console import error
-
     foreign = [name for name in everyone if name != "game" and values.get(name) is not None
                and name not in section.model_fields]
     if foreign:
@@ -239,9 +223,6 @@ def _own(values: Mapping[str, Any], section: type[BaseModel], everyone: Iterable
 def game_from(values: Mapping[str, Any], **fixed: Any):
     """The game a command's options choose (``--game``) with the settings they give over its defaults (and
     ``fixed``); a one-line error naming the option otherwise (exit 2)."""
-    from spag.console import error
-    from spag.game.registry import GAMES
-
     name = values.get("game") or fixed.get("name")
     if name not in GAMES:
         error(f"--game: {name!r} is not one of {', '.join(GAMES)}")

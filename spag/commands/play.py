@@ -20,6 +20,15 @@ from spag.commands.options import (
     with_knobs,
 )
 from spag.config import Play, Sampling, Settings
+from spag.game.episodes import export_json as write_json
+from spag.game.words import read_words
+from spag.models.devices import pin_rank_to_gpus
+from spag.models.loading import check_model
+from spag.pipeline.preflight import cuda_problem, refuse
+from spag.play.engine import PlayConfig, PlayStats, rank_and_world, run_games
+from spag.players import PlayerError
+from spag.runtime.console import error, summary
+from spag.runtime.outputs import check_distinct_paths, replace_mode
 
 # Play's sampling and player knobs (the words, launcher and held-out switch are the pipeline's).
 _SAMPLING = knobs(Play, only=Sampling.model_fields)
@@ -56,14 +65,6 @@ def register(app: typer.Typer) -> None:
         **settings,
     ) -> None:
         """Play a game (Adversarial Taboo by default) between two models and store the judged episodes."""
-        from spag.console import error, summary
-        from spag.game.episodes import export_json as write_json
-        from spag.io import check_distinct_paths, replace_mode
-        from spag.modeling import check_model
-        from spag.play import PlayConfig, PlayStats, rank_and_world, run_games
-        from spag.players import PlayerError
-        from spag.words import read_words
-
         if "human" in (attacker, defender):
             settings["batch_size"] = 1  # one game at a time when a person is typing
         sampling = checked(Play, **given(settings, Sampling))
@@ -73,12 +74,8 @@ def register(app: typer.Typer) -> None:
             error(f"--backend must be one of hf, vllm, openai (got {sampling.backend!r})")
             raise typer.Exit(2)
         if sampling.backend == "vllm":  # under torchrun, this rank's GPUs only: before anything looks at CUDA
-            from spag.devices import pin_rank_to_gpus
-
             pin_rank_to_gpus(sampling.tensor_parallel_size)
         if sampling.backend != "openai":
-            from spag.preflight import cuda_problem, refuse
-
             refuse([p for p in (cuda_problem(),) if p])
         templates = settings.get("templates")
         check_distinct_paths({"--words": words_file, "--guess-words": guess_words, "--templates": templates},

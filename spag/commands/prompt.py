@@ -7,6 +7,17 @@ from pathlib import Path
 import typer
 
 from spag.commands.options import claim_outputs, overwrite_option
+from spag.config import load_settings
+from spag.game.episodes import validate_episode
+from spag.game.registry import make_game
+from spag.models.chat import to_model_input
+from spag.models.loading import load_tokenizer
+from spag.pipeline.run import Layout
+from spag.play.engine import PlayConfig
+from spag.runtime.console import error, summary
+from spag.runtime.errors import DataError, ParamsError
+from spag.runtime.outputs import check_distinct_paths, replace_mode, write_jsonl_atomic
+from spag.runtime.records import read_records
 
 
 def prompt_records(records: list[dict], source, settings, tokenizer) -> list[dict]:
@@ -14,12 +25,6 @@ def prompt_records(records: list[dict], source, settings, tokenizer) -> list[dic
     is the text the play model tokenises next (templates or the original's prompt, then the chat template
     or plain layout the settings and ``tokenizer`` apply; a BOS token, where the model adds one, is not
     text and is not included)."""
-    from spag.chat import to_model_input
-    from spag.game.episodes import validate_episode
-    from spag.game.registry import make_game
-    from spag.io import DataError
-    from spag.play import PlayConfig
-
     game = make_game(settings.game)
     out = []
     for index, record in enumerate(records):
@@ -39,15 +44,10 @@ def prompt_records(records: list[dict], source, settings, tokenizer) -> list[dic
 
 def _tokenizer(settings, model: str | None):
     """The play model's tokenizer (its chat template), or None where the prompt needs none."""
-    from spag.io import DataError
-    from spag.modeling import load_tokenizer
-
     if getattr(settings.game, "play_prompts", None) == "original":
         return None  # Adversarial Taboo's original prompt is the whole input, whatever the model
     name = model or settings.model.base
     if name == "embedded":
-        from spag.pipeline import Layout
-
         base = Layout(Path.cwd()).base_model
         if not base.is_dir():
             raise DataError(base, None, "the embedded base model is not materialised here: run `dvc repro "
@@ -69,10 +69,6 @@ def register(app: typer.Typer) -> None:
         overwrite: bool = overwrite_option(),
     ) -> None:
         """Write the prompt the play model gets next in each game state (role and exact text)."""
-        from spag.config import ParamsError, load_settings
-        from spag.console import error, summary
-        from spag.io import DataError, check_distinct_paths, read_records, replace_mode, write_jsonl_atomic
-
         try:
             settings = load_settings(params)
         except ParamsError as exc:

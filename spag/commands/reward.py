@@ -18,6 +18,9 @@ from spag.commands.options import (
     with_knobs,
 )
 from spag.config import Imitate, Reward
+from spag.runtime.console import error, summary
+from spag.runtime.errors import DataError
+from spag.runtime.outputs import check_distinct_paths, replace_mode
 
 PARAMS_HELP = ("Take the game, reward and general-data settings from this params file (options given on the "
                "command line win).")
@@ -27,8 +30,6 @@ _SFT = ("sft", "sft_limit", "sft_format")
 
 
 def _fail(message: str) -> None:
-    from spag.console import error
-
     error(message)
     raise typer.Exit(2)
 
@@ -47,9 +48,7 @@ def register(app: typer.Typer) -> None:
         **settings,
     ) -> None:
         """SPAG training rows: the winners' moves in decisive games, with decayed rewards and role weights."""
-        from spag.console import summary
-        from spag.io import DataError, check_distinct_paths, replace_mode
-        from spag.rewards import build_reward_set
+        from spag.rewards.build import build_reward_set
 
         settings = from_params(ctx, params, ("reward", "game"), settings)
         reward = checked(Reward, **given(settings, Reward))
@@ -80,9 +79,7 @@ def register(app: typer.Typer) -> None:
         **settings,
     ) -> None:
         """The imitation set: a teacher's winning moves in decisive games, both roles, reward 1."""
-        from spag.console import summary
-        from spag.io import DataError, check_distinct_paths, replace_mode
-        from spag.rewards import build_imitation_set
+        from spag.rewards.build import build_imitation_set
 
         settings = from_params(ctx, params, ("imitate", "reward", "game"), settings)
         imitate = checked(Imitate, **{k: v for k, v in given(settings, Imitate).items() if k in _SFT})

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
 import typer
 
 from spag.commands.options import checked, knobs, with_knobs
-from spag.config import METHOD_HELP, TrainStep
+from spag.config import METHOD_HELP, METHODS, TrainStep
 from spag.config import TrainConfig as C
+from spag.models.devices import check_launch
+from spag.models.loading import check_model
+from spag.pipeline.preflight import cuda_problem, deepspeed_problems, launcher_problems, refuse
+from spag.runtime.outputs import check_distinct_paths
+from spag.train.bookkeeping import CHECKPOINTS
+from spag.train.launch import launch
 
 # Every knob of a training run, with these flags where the option has another spelling or a second form.
 _FLAGS = {"learning_rate": ("--lr", "--learning-rate"),
@@ -31,11 +38,6 @@ def register(app: typer.Typer) -> None:
         **settings,
     ) -> None:
         """Train a policy on training rows; write a plain HF directory with training_summary.json."""
-        from spag.config import METHODS
-        from spag.devices import check_launch
-        from spag.io import check_distinct_paths
-        from spag.modeling import check_model
-        from spag.train.bookkeeping import CHECKPOINTS
         from spag.train.trainer import run_training
 
         if method not in METHODS:
@@ -52,15 +54,10 @@ def register(app: typer.Typer) -> None:
         if ref is not None:
             check_model(ref, "--ref", settings["trust_remote_code"])
         config = checked(C, **{name: value for name, value in settings.items() if name in C.model_fields})
-        from spag.preflight import cuda_problem, deepspeed_problems, launcher_problems, refuse
 
         refuse([p for p in (cuda_problem(), *launcher_problems("--launcher", launcher, source=""),
                             *deepspeed_problems("--deepspeed", deepspeed and str(deepspeed), source="")) if p])
         if launcher:
-            import subprocess
-
-            from spag.train.launch import launch
-
             try:
                 launch(launcher, method, model, data, output, config, ref=ref)
             except subprocess.CalledProcessError as exc:

@@ -8,6 +8,10 @@ import typer
 
 from spag.commands.options import checked, claim_outputs, given, knobs, overwrite_option, with_knobs
 from spag.config import Words
+from spag.game.words import split_words, top_words, words_from_file, write_words
+from spag.runtime.console import error, summary
+from spag.runtime.errors import DataError
+from spag.runtime.outputs import check_distinct_paths, replace_mode
 
 _FLAGS = {"nouns_only": ("--nouns-only/--all-words",), "skip_stop_words": ("--skip-stop-words/--keep-stop-words",)}
 
@@ -23,10 +27,6 @@ def register(app: typer.Typer) -> None:
         **settings,
     ) -> None:
         """Write the most frequent English words (wordfreq) or a list file's, stop words removed."""
-        from spag.console import error, summary
-        from spag.io import DataError, check_distinct_paths, replace_mode
-        from spag.words import split_words, top_words, words_from_file, write_words
-
         w = checked(Words, **given(settings, Words))
         source = w.source
         outputs = {"-o": output, "--train-out": train_out, "--eval-out": eval_out}

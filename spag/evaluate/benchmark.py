@@ -24,7 +24,7 @@ in the task's evaluation split) are written beside the metrics for paired compar
 all its answer choices.
 
 A run resumes: each finished task is kept in ``<output>.parts/`` until the whole run is written, stamped
-with the model's content hash (:mod:`spag.fingerprint`), the task data and every setting; a kept task
+with the model's content hash (:mod:`spag.runtime.fingerprint`), the task data and every setting; a kept task
 is reused only for the same stamp (a retrained model at the same path is run again, with a note).
 """
 
@@ -40,8 +40,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spag.artifacts import ArtifactError, fetch_artifact, reachable
-from spag.console import progress
+import numpy as np
+import yaml
+
 from spag.evaluate.benchmark_data import (
     BIGBENCH_GENERATIVE,
     BIGBENCH_MULTIPLE_CHOICE,
@@ -51,10 +52,18 @@ from spag.evaluate.benchmark_data import (
     read_manifest,
     splits,
 )
-from spag.fingerprint import differences, model_fingerprint
-from spag.io import write_json_atomic, write_jsonl_atomic
-from spag.modeling import pick_device
-from spag.outputs import mark_output_dir, output_kind, remove_output_dir
+from spag.models.loading import pick_device
+from spag.runtime.artifacts import fetch_artifact, reachable
+from spag.runtime.console import progress
+from spag.runtime.errors import ArtifactError, BenchmarkError
+from spag.runtime.fingerprint import differences, model_fingerprint
+from spag.runtime.outputs import (
+    mark_output_dir,
+    output_kind,
+    remove_output_dir,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
 
 LOCAL_TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 SUITES = ("auto", "paper", "local")
@@ -101,10 +110,6 @@ GROUPS: dict[str, tuple[str, list[str]]] = {
 # MuTual's r@1 is its accuracy. Tried in order for a task that is in neither table:
 _PREFERRED_METRICS = ("acc", "exact_match", "r@1", "f1", "mcc")
 _SPLIT_KEYS = ("training_split", "validation_split", "test_split", "fewshot_split")
-
-
-class BenchmarkError(RuntimeError):
-    """A benchmark could not run (unknown task, datasets unavailable): one line for the user."""
 
 
 def local_tasks() -> dict[str, tuple[str, int | None]]:
@@ -421,7 +426,6 @@ def at_chance(correct: Sequence[float], chance: float, alpha: float = 0.05) -> b
 
 def geometric_mean(scores: Sequence[float]) -> float:
     """The paper's summary of several benchmarks; 0 when any score is 0."""
-    import numpy as np
     from scipy.stats import gmean
 
     if not scores:
@@ -500,8 +504,6 @@ def _local(tasks: Sequence[str] | None, workdir: Path) -> Chosen:
 
 
 def _paper(tasks: Sequence[str] | None, workdir: Path, data, num_fewshot: int | None, say=print) -> Chosen:
-    import yaml
-
     specs = [_parse_task(spec) for spec in tasks] if tasks else [(name, None) for name in PAPER_TASKS]
     names = [name for name, _ in specs]
     plans = [plan_task(stock_manager(names), name, metric, num_fewshot) for name, metric in specs]
@@ -568,8 +570,6 @@ def choose_suite(suite: str, tasks: Sequence[str] | None, workdir: Path, say=pri
 def sample_indices(task_name: str, size: int, limit: int | None) -> list[int] | None:
     """The items of a task's evaluation split that ``limit`` picks: the first ``limit`` of a permutation
     seeded by the task's name, in split order (None: every item)."""
-    import numpy as np
-
     if limit is None or limit >= size:
         return None
     order = np.random.default_rng([ITEM_SAMPLE_SEED, zlib.crc32(task_name.encode())]).permutation(size)
@@ -624,7 +624,7 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
     from the cached artifacts). The per-sample results go to ``samples_out`` (default
     ``samples_path(output)``); the metrics name that file (``samples_file``, relative to the metrics
     file's folder); ``replace`` says what an existing one of the two may be replaced by
-    (:func:`spag.io.atomic_path`). Returns ``{"suite", "model", "tasks": {name: {"label", "source", "metric", "score",
+    (:func:`spag.runtime.outputs.atomic_path`). Returns ``{"suite", "model", "tasks": {name: {"label", "source", "metric", "score",
     "stderr", "n", "of", "num_fewshot", "chance", "at_chance"}}, "geometric_mean", "skipped", ...}``.
     """
     import lm_eval

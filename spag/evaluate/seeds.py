@@ -2,7 +2,7 @@
 
 Each run is a pipeline project (its ``metrics/`` folder) trained with its own ``seed`` and evaluated on
 the same words and sampling seeds (``evaluate.*`` fixed). Every effect is a table ``[run, word]`` of a
-per-word difference, summarised by :func:`spag.evaluate.clustered.two_way_mean`: the mean over runs and
+per-word difference, summarised by :func:`spag.runtime.statistics.two_way_mean`: the mean over runs and
 words, with a bootstrap that resamples runs and words together, so the interval covers both the training
 seed's and the evaluation words' variation.
 
@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from spag.evaluate.clustered import two_way_mean
 from spag.evaluate.games import per_word_by_role
 from spag.game.registry import episode_game
-from spag.io import DataError
+from spag.runtime.errors import DataError
+from spag.runtime.statistics import two_way_mean
 
 PerWord = Mapping[str, Sequence[float]]  # word -> [sum, count]
 

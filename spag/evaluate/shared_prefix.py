@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 
 from lm_eval.models.huggingface import HFLM
+from tqdm.auto import tqdm
 
 DEFAULT_ITEMS_PER_BATCH = 16
 
@@ -26,7 +27,6 @@ class SharedPrefixLM(HFLM):
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs=None):
         import torch
-        from tqdm.auto import tqdm
 
         if self.backend != "causal":
             return super()._loglikelihood_tokens(requests, disable_tqdm, override_bs)

@@ -10,7 +10,7 @@ model wins every game, each pair of models is given one extra drawn game (a weak
 strength, worth one game against the many real ones). Ratings are shifted so that their mean is 1000.
 The 95% intervals are percentiles of the ratings refitted on resampled games. Games are resampled by
 target word (every game on a word, all pairs, roles and seeds, together), since games of one word are
-alike: the same clustering as every other interval of the evaluation (:mod:`spag.evaluate.clustered`).
+alike: the same clustering as every other interval of the evaluation (:mod:`spag.runtime.statistics`).
 The score matrix carries the same word-clustered interval for each pair.
 
 Players can be checkpoints or the game's no-training baselines (:class:`spag.game.base.SkillMetrics`;
@@ -28,12 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from spag.evaluate.clustered import clustered_mean
 from spag.game.episodes import write_episodes
 from spag.game.registry import episode_game
-from spag.io import atomic_path
-from spag.play import PlayConfig, play_games
+from spag.play.engine import PlayConfig, play_games
 from spag.players import close_player, forget_prompts, load_player
+from spag.runtime.outputs import atomic_path
+from spag.runtime.statistics import clustered_mean
 
 ELO_SCALE = 400.0
 ELO_MEAN = 1000.0
@@ -279,7 +279,7 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     ``.parquet`` file for all episodes, or a folder with one Parquet file per ordered pair and seed
     (``<attacker>__vs__<defender>[__seed<s>].parquet``; those files let an interrupted tournament resume),
     claimed by the caller. ``replace``: what an existing ``heatmap`` may be replaced by
-    (:func:`spag.io.atomic_path`).
+    (:func:`spag.runtime.outputs.atomic_path`).
     Returns the metrics of :func:`tournament_metrics`.
     """
     if len(models) + len(baselines) < 2:

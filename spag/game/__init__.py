@@ -1,5 +1,8 @@
 """The games SPAG can play: the :class:`~spag.game.base.Game` interface (:mod:`spag.game.base`), one package
-per game (Adversarial Taboo: :mod:`spag.game.taboo`), and the registry that a params file's ``game.name``
-picks from (:mod:`spag.game.registry`). The episode record, the same for every game, is
-:mod:`spag.game.episodes`.
+per game (Adversarial Taboo: :mod:`spag.game.taboo`; Kuhn poker: :mod:`spag.game.kuhn`), the registry that
+a params file's ``game.name`` picks from (:mod:`spag.game.registry`), the episode record, the same for every
+game (:mod:`spag.game.episodes`), and the target words (:mod:`spag.game.words`).
+
+The judge in a game is the only place that decides who won. May import :mod:`spag.players` (the player
+interface a game's strategies wrap), :mod:`spag.models`, :mod:`spag.schema` and :mod:`spag.runtime`.
 """

@@ -147,7 +147,7 @@ class Game(ABC):
 
     @abstractmethod
     def prompt(self, role: str, target: str, history: History, strategies: Section) -> str:
-        """What ``role`` is asked next: the text of one user message (:mod:`spag.chat` renders it)."""
+        """What ``role`` is asked next: the text of one user message (:mod:`spag.models.chat` renders it)."""
 
     def stops(self) -> Stops:
         """Where a reply ends besides the end-of-turn token (none by default)."""

@@ -23,19 +23,20 @@ from pathlib import Path
 
 from spag.game.base import Game
 from spag.game.registry import episode_game
-from spag.io import (
-    DataError,
-    OutputExists,
-    OutputRefused,
+from spag.runtime.errors import DataError, OutputExists, OutputRefused
+from spag.runtime.outputs import (
     Replace,
     check_output_file,
+    claim_output_dir,
+    clear_output_dir,
+    mark_output_dir,
+    output_kind,
     read_manifest,
-    read_records,
     write_json_atomic,
     write_jsonl_atomic,
     write_table_atomic,
 )
-from spag.outputs import claim_output_dir, clear_output_dir, mark_output_dir, output_kind
+from spag.runtime.records import read_records
 
 DEFAULT_MAX_TURNS = 5
 
@@ -158,7 +159,7 @@ def import_episodes(
 
 # ------------------------------------------------------------------------------ a play run on disk
 
-PLAY_KIND = "play"  # the output-folder marker of a play run (spag.outputs)
+PLAY_KIND = "play"  # the output-folder marker of a play run (spag.runtime.outputs)
 
 
 # A played episode, every field once: (name, type, part). The parts: "game" (what happened), "player" (who
@@ -181,7 +182,7 @@ SETTINGS_CHECKED_ON_RESUME = EPISODE_SETTINGS + tuple(name for name, _, part in 
 
 
 def episode_settings(config) -> dict:
-    """The setting fields of an episode played under ``config`` (a :class:`spag.play.PlayConfig`)."""
+    """The setting fields of an episode played under ``config`` (a :class:`spag.play.engine.PlayConfig`)."""
     s = config.sampling
     return {"max_turns": config.game.max_turns, "temperature": float(s.temperature), "top_k": s.top_k,
             "max_new_tokens": s.max_new_tokens, "min_new_tokens": s.min_new_tokens, "seed": config.seed,
@@ -235,7 +236,7 @@ def claim_episode_file(path: str | os.PathLike, *, overwrite: bool, resume: bool
     """Check that episodes may be written to the single file ``path``: it is new, or spag's own episodes
     (a Parquet file with spag's episode schema) with ``overwrite`` (replaced) or ``resume`` (continued).
     OutputRefused otherwise (a folder, a device, a FIFO, a read-only file ...: the output rule of
-    :func:`spag.io.check_output_file`); changes nothing. Returns the file to write (a symlink followed)."""
+    :func:`spag.runtime.outputs.check_output_file`); changes nothing. Returns the file to write (a symlink followed)."""
     target = check_output_file(path, "the episodes file", replace="any")
     if not target.exists():
         return target
@@ -263,7 +264,7 @@ class EpisodeStore:
         return "shard-" if self.world == 1 else f"shard-r{self.rank}-"
 
     def check(self, overwrite: bool, resume: bool) -> None:
-        """Refuse a file or directory that is not ours to write (:mod:`spag.outputs`); changes nothing.
+        """Refuse a file or directory that is not ours to write (:mod:`spag.runtime.outputs`); changes nothing.
         A symlink is followed: the store writes what it names."""
         if self.single_file:
             self.path = claim_episode_file(self.path, overwrite=overwrite, resume=resume)
@@ -272,7 +273,7 @@ class EpisodeStore:
             self.path = claim_output_dir(self.path, PLAY_KIND, overwrite=overwrite, resume=resume or self.world > 1)
 
     def lock_part(self) -> str | None:
-        """The part of the output this process writes, for its lock (:func:`spag.outputs.writing`): one rank's
+        """The part of the output this process writes, for its lock (:func:`spag.runtime.outputs.writing`): one rank's
         shards when several write into one folder, else the whole output."""
         return f"r{self.rank}" if self.world > 1 else None
 

@@ -19,7 +19,6 @@ GAMES: dict[str, type[Game]] = {game.name: game for game in (Taboo, KuhnPoker)}
 DEFAULT_GAME = Taboo.name  # a params file without game.name, and an episode that does not name its game
 
 
-
 def game_class(name: str) -> type[Game]:
     """The game registered as ``name``; ValueError naming the games there are."""
     try:

@@ -2,24 +2,23 @@
 
 ``load_player(model, backend)`` returns a player for an HF id or local checkpoint (``hf``), a vLLM
 engine (``vllm``: on a GPU, or vLLM's CPU build), an OpenAI-compatible endpoint (``openai``), or a
-person at the terminal (``human``, also chosen by the model name ``human``). Backends are imported only
-when used. Whoever loads a player closes it (:func:`close_player`): a vLLM engine holds its memory
-until then. A caller that holds several players at once lets each drop what it keeps between calls
-(:func:`forget_prompts`) when their prompts change.
+person at the terminal (``human``, also chosen by the model name ``human``). Each backend imports its
+library (torch, vLLM, the OpenAI SDK) only when it loads a player. Whoever loads a player closes it
+(:func:`close_player`): a vLLM engine holds its memory until then. A caller that holds several players at
+once lets each drop what it keeps between calls (:func:`forget_prompts`) when their prompts change.
+
+Players know no game. May import :mod:`spag.models`, :mod:`spag.schema` and :mod:`spag.runtime`.
 """
 
 from __future__ import annotations
 
-from spag.players.base import (
-    FINISH_LENGTH,
-    FINISH_STOP,
-    OPTIONS,
-    Player,
-    PlayerError,
-    Reply,
-    backend_options,
-    derive_seed,
-)
+from spag.players.base import FINISH_LENGTH, FINISH_STOP, OPTIONS, Player, Reply, backend_options, derive_seed
+from spag.players.hf import HFPlayer
+from spag.players.human import HumanPlayer
+from spag.players.openai import OpenAIPlayer
+from spag.players.vllm import VLLMPlayer
+from spag.runtime.errors import PlayerError
+from spag.runtime.fingerprint import model_fingerprint
 
 BACKENDS = ("hf", "vllm", "openai", "human")
 
@@ -27,6 +26,7 @@ __all__ = [
     "BACKENDS", "FINISH_LENGTH", "FINISH_STOP", "Player", "PlayerError", "Reply", "backend_options",
     "close_player", "derive_seed", "forget_prompts", "load_player",
 ]
+
 
 def _pick(backend: str, options: dict) -> dict:
     """The options for ``backend``; ``None`` values mean "the backend's default". ValueError naming an
@@ -48,26 +48,16 @@ def load_player(model: str, backend: str = "hf", **options) -> Player:
     if backend not in OPTIONS:
         raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
     if model == "human" or backend == "human":
-        from spag.players.human import HumanPlayer
-
         # the person at the terminal: options given for the model on the other side do not apply to them
         return HumanPlayer(**({"name": options["name"]} if options.get("name") else {}))
-    from spag.fingerprint import model_fingerprint
-
     if backend == "hf":
-        from spag.players.hf import HFPlayer
-
         player = HFPlayer.from_pretrained(model, **_pick("hf", options))
         player.fingerprint = model_fingerprint(model)  # what resumed episodes are checked against
         return player
     if backend == "vllm":
-        from spag.players.vllm import VLLMPlayer
-
         player = VLLMPlayer.from_pretrained(model, **_pick("vllm", options))
         player.fingerprint = model_fingerprint(model)
         return player
-    from spag.players.openai import OpenAIPlayer
-
     return OpenAIPlayer(model, **_pick("openai", options))
 
 

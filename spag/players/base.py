@@ -2,7 +2,7 @@
 
 A player turns prompts into replies. A *prompt* here is the text of one user message, as a game builds
 it (:meth:`spag.game.base.Game.prompt`); each backend renders it into its own model input (the HF and
-vLLM backends with :func:`spag.chat.to_model_input` and the model's own tokenizer, the OpenAI backend as
+vLLM backends with :func:`spag.models.chat.to_model_input` and the model's own tokenizer, the OpenAI backend as
 a chat message, the human backend by printing it). So a player never needs to know how another player's
 model formats its input, and the two sides of a game can be different models. Players know no game:
 what ends a reply (stop strings, a stop pattern) is given with each call.
@@ -82,10 +82,6 @@ class Player(Protocol):
         stop: Sequence[str] = (),
         stop_pattern: str | None = None,
     ) -> list[Reply]: ...
-
-
-class PlayerError(RuntimeError):
-    """A backend could not produce a reply (endpoint down, bad model name, ...); the message says why."""
 
 
 def per_prompt_seeds(seed: int | Sequence[int] | None, n: int) -> list[int | None]:

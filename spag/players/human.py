@@ -6,7 +6,8 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from spag.players.base import FINISH_STOP, PlayerError, Reply
+from spag.players.base import FINISH_STOP, Reply
+from spag.runtime.errors import PlayerError
 
 
 class HumanPlayer:

@@ -21,15 +21,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
-from spag.chat import to_model_input
-from spag.players.base import (
-    FINISH_LENGTH,
-    FINISH_STOP,
-    PlayerError,
-    Reply,
-    cut_at,
-    per_prompt_seeds,
-)
+from spag.models.chat import to_model_input
+from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at, per_prompt_seeds
+from spag.runtime.errors import PlayerError
 from spag.schema import shown_url
 
 _OPENAI_STOP_LIMIT = 4  # the OpenAI API takes at most four stop strings

@@ -31,18 +31,11 @@ import weakref
 from collections.abc import Sequence
 from unittest.mock import patch
 
-from spag.chat import model_input_ids
-from spag.console import first_line
-from spag.modeling import resolve_dtype, setup_special_tokens
-from spag.players.base import (
-    FINISH_LENGTH,
-    FINISH_STOP,
-    PlayerError,
-    Reply,
-    cut_at,
-    per_prompt_seeds,
-    turn_end_ids,
-)
+from spag.models.chat import model_input_ids
+from spag.models.loading import resolve_dtype, setup_special_tokens
+from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at, per_prompt_seeds, turn_end_ids
+from spag.runtime.console import first_line
+from spag.runtime.errors import PlayerError
 
 # Tokens one engine step may take on vLLM's CPU build, where prompts are never split (see the module
 # docstring); raised to the model's context length when that is longer.

@@ -15,9 +15,9 @@ import zipfile
 from pathlib import Path
 
 from spag.config import TrainConfig
-from spag.fingerprint import differences, file_digest, model_fingerprint
-from spag.io import DataError
-from spag.outputs import publish_dir, remove_output_dir, writing
+from spag.runtime.errors import DataError
+from spag.runtime.fingerprint import differences, file_digest, model_fingerprint
+from spag.runtime.outputs import publish_dir, remove_output_dir, writing
 
 SUMMARY_FILE = "training_summary.json"
 CHECKPOINTS = "checkpoints"

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spag.chat import has_chat_template, raw_prompt_ids, to_model_input
-from spag.console import progress
-from spag.io import DataError
-from spag.rows import GAME, drop_history_lines
+from spag.models.chat import has_chat_template, raw_prompt_ids, to_model_input
+from spag.rewards.rows import GAME, drop_history_lines
+from spag.runtime.console import progress
+from spag.runtime.errors import DataError
 
 
 def check_rows_for_method(rows: Sequence[Mapping], method: str, source: str | os.PathLike) -> None:

@@ -14,9 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spag.config import TrainConfig
-from spag.devices import check_launch, launcher_command, resolve_launcher
-from spag.io import DataError
+from spag.config import ONLINE, TrainConfig
+from spag.models.devices import check_launch, launcher_command, resolve_launcher
+from spag.runtime.errors import DataError
+from spag.train.bookkeeping import SUMMARY_FILE
 
 
 def launch(launcher: str, method: str, model, data, output, config: TrainConfig, *, ref=None,
@@ -32,8 +33,6 @@ def launch(launcher: str, method: str, model, data, output, config: TrainConfig,
 def launch_online(launcher: str, model, words, output, *, games, config: TrainConfig, episodes_dir, data=None,
                   other_checkpoints: str = "refuse") -> None:
     """One online self-play run (the arguments of :func:`spag.train.online.run_online`) under ``launcher``."""
-    from spag.config import ONLINE
-
     _run_job(launcher, config, output, {"method": ONLINE, "model": os.fspath(model), "words": list(words),
                                         "output": os.fspath(output), "games": games.as_json(),
                                         "config": config.model_dump(), "episodes": os.fspath(episodes_dir),
@@ -44,8 +43,6 @@ def launch_online(launcher: str, model, words, output, *, games, config: TrainCo
 def _run_job(launcher: str, config: TrainConfig, output, job: dict) -> None:
     """Check the launcher and the DeepSpeed file, write ``job`` beside ``output`` and run it under the
     launcher; a run that ends without error must have written a model."""
-    from spag.train.bookkeeping import SUMMARY_FILE
-
     check_launch(launcher, config.deepspeed)
     output = Path(output)
     summary = output / SUMMARY_FILE
@@ -72,8 +69,6 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 
 
 def main(argv: list[str]) -> None:
-    from spag.config import ONLINE
-
     (job_file,) = argv
     job = json.loads(Path(job_file).read_text(encoding="utf-8"))
     config = TrainConfig.model_validate(job["config"])

@@ -26,7 +26,7 @@ Reductions (why they differ):
 
   ``rows`` (the default, and the original code's): each term is Σ w·l over its rows divided by the NUMBER
   of rows of that kind in the batch, ``α · Σ_sft w·(−log π) / n_sft + Σ_game w·ppo / n_game``. The weights
-  keep their absolute scale, so the role weights of :mod:`spag.rewards` do their job: on a 6:1
+  keep their absolute scale, so the role weights of :mod:`spag.rewards.build` do their job: on a 6:1
   attacker:defender set each role carries half of the policy-gradient mass.
 
   ``weights``: each term is Σ w·l / Σ w over its rows. Within a batch of one role the role weight cancels

@@ -11,7 +11,7 @@ One step, in TRL's terms:
 * The dataset holds one prompt per (word, role), both roles of a word side by side, in a fixed seeded
   order. Each is one GRPO group: TRL repeats it ``games_per_word * max_turns`` times.
 * The rollout plays ``games_per_word`` games on each of the step's words with the live policy in both roles
-  (:func:`spag.play.play_games`, the engine every stage plays with: the hf player on the trainer's own
+  (:func:`spag.play.engine.play_games`, the engine every stage plays with: the hf player on the trainer's own
   model, or the vLLM engine TRL keeps colocated and in sync). So the (word, attacker) and (word, defender)
   groups come from the same games.
 * Every utterance is one sample: the exact prompt its speaker was given (token ids as the player encoded
@@ -21,7 +21,7 @@ One step, in TRL's terms:
   empty or cut at ``max_new_tokens`` unless ``reward.keep_truncated``, or longer than ``spag.max_length``)
   is a one-token sample with ``env_mask`` 0 and no reward: it takes no part in the loss, the KL or the
   group's baseline (TRL drops rewards of None from the group mean and gives them advantage 0).
-* Each sample's reward is its role's reward in its game (:func:`spag.environment.role_rewards`: zero-sum
+* Each sample's reward is its role's reward in its game (:func:`spag.play.environment.role_rewards`: zero-sum
   ``±win_reward``, ``-foul_penalty`` for an attacker who says the word). The group mean is therefore the
   role's mean reward on that word: GRPO's form of SPIRAL's role-conditioned baseline (RAE), which SPIRAL
   keeps as a moving average per role instead. ``scale_rewards: none`` (the default) is SPIRAL's
@@ -55,16 +55,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spag.chat import model_input_ids
 from spag.config import ONLINE, Online, Reward, TrainConfig
-from spag.environment import role_rewards
-from spag.fingerprint import model_fingerprint
 from spag.game.episodes import EpisodeStore
-from spag.io import DataError
-from spag.modeling import load_tokenizer
-from spag.play import PlayConfig, PlayStats, play_games, rank_and_world
+from spag.models.chat import model_input_ids
+from spag.models.loading import load_tokenizer
+from spag.play.engine import PlayConfig, PlayStats, play_games, rank_and_world
+from spag.play.environment import role_rewards
 from spag.players.base import derive_seed
 from spag.players.hf import HFPlayer
+from spag.players.vllm import VLLMPlayer, _cpu_node_memory, on_vllm_cpu
+from spag.runtime.errors import DataError
+from spag.runtime.fingerprint import model_fingerprint
 from spag.train.bookkeeping import claimed_outputs
 from spag.train.trainer import (
     DeepSpeedSchedules,
@@ -238,8 +239,6 @@ class GameRollout:
         if self.player is not None:
             yield self.player
         elif self.games.backend == "vllm":
-            from spag.players.vllm import VLLMPlayer
-
             # TRL has pushed this step's weights into its colocated engine before calling the rollout.
             player = VLLMPlayer(trainer.vllm_generation.llm, self.tokenizer, name=name,
                                 max_prompt_tokens=self.games.max_prompt_tokens)
@@ -317,8 +316,6 @@ def _vllm_on_cpu_memory(games: OnlineGames) -> None:
     """vLLM's CPU build sizes its KV cache from the memory this process does not hold yet, which a process
     that already trains a model does not have; TRL's colocated engine gets an explicit size instead (the
     share ``play.gpu_memory_utilization`` of the node's memory), as the vllm player gives its own."""
-    from spag.players.vllm import _cpu_node_memory, on_vllm_cpu
-
     if on_vllm_cpu():
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         gib = max(1, int(games.gpu_memory_utilization * _cpu_node_memory() / 2**30))

@@ -11,7 +11,7 @@ The cache file is keyed by
   covers the data's content, the tokenizer, the chat template, ``max_length`` and the truncation: the
   reference sees exactly what training sees;
 - the reference model's content: a hash of every file of its directory
-  (:func:`spag.fingerprint.model_fingerprint`), so a model retrained at the same path misses the cache;
+  (:func:`spag.runtime.fingerprint.model_fingerprint`), so a model retrained at the same path misses the cache;
 - the numeric setting of the pass (dtype and autocast).
 
 A change of any of them gives a different file name, so a stale cache is never read. Weights and rewards
@@ -29,9 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from spag.console import progress
-from spag.fingerprint import model_fingerprint
-from spag.io import DataError, atomic_path
+from spag.runtime.console import progress
+from spag.runtime.errors import DataError
+from spag.runtime.fingerprint import model_fingerprint
+from spag.runtime.outputs import atomic_path
 from spag.train.data import RowDataset, collate
 from spag.train.losses import completion_logprobs
 

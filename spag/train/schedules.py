@@ -28,11 +28,8 @@ from __future__ import annotations
 
 import math
 
-COSINE = "cosine"
-LINEAR = "linear"
-WARMUP_DECAY = "warmup_decay"
-WARMUP_DECAY_DS013 = "warmup_decay_ds013"
-LR_SCHEDULERS = (COSINE, LINEAR, WARMUP_DECAY, WARMUP_DECAY_DS013)
+from spag.config import WARMUP_DECAY, WARMUP_DECAY_DS013
+
 DEEPSPEED_SCHEDULES = (WARMUP_DECAY, WARMUP_DECAY_DS013)
 
 

@@ -5,7 +5,7 @@ model once, takes the completion log-likelihoods and hands them to the pure loss
 :mod:`spag.train.losses`. Everything else (optimiser, schedule and warm-up (plus the original's
 DeepSpeed's ``warmup_decay``, :mod:`spag.train.schedules`), gradient accumulation,
 gradient checkpointing, bf16, DeepSpeed, checkpoints and resuming) is the HF Trainer's; TF32 is set by
-:func:`spag.modeling.set_tf32` alone.
+:func:`spag.models.loading.set_tf32` alone.
 
 :func:`run_training` is the whole step as one call, used by ``spag train`` and the DVC stages, in steps:
 
@@ -42,10 +42,8 @@ from transformers import Trainer, TrainingArguments
 from transformers.trainer_callback import ProgressCallback
 
 from spag.config import TrainConfig
-from spag.console import summary
-from spag.devices import check_launch, free_port
-from spag.io import DataError, record_written, write_json_atomic
-from spag.modeling import (
+from spag.models.devices import check_launch, free_port
+from spag.models.loading import (
     bf16_by_default,
     load_tokenizer,
     pick_device,
@@ -54,13 +52,17 @@ from spag.modeling import (
     setup_special_tokens,
     usual_modes,
 )
-from spag.outputs import (
+from spag.players.provenance import machine
+from spag.rewards.rows import read_rows
+from spag.runtime.console import summary
+from spag.runtime.errors import DataError
+from spag.runtime.outputs import (
     claim_output_dir,
     clear_output_dir,
     mark_output_dir,
+    record_written,
+    write_json_atomic,
 )
-from spag.provenance import machine
-from spag.rows import read_rows
 from spag.train.bookkeeping import (
     CHECKPOINTS_KIND,
     IDENTITY_FILE,
@@ -295,7 +297,7 @@ def _make_live_callback(live):
 
 def _precision(config: TrainConfig, device: str) -> tuple[bool, bool]:
     """(bf16, tf32); bf16 None means bfloat16 autocast on a GPU that has it, float32 on a CPU
-    (:func:`spag.modeling.bf16_by_default`)."""
+    (:func:`spag.models.loading.bf16_by_default`)."""
     on_cuda = device.startswith("cuda")
     bf16 = config.bf16 if config.bf16 is not None else bf16_by_default(device)
     tf32 = config.tf32 if config.tf32 is not None else (

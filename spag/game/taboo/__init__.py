@@ -43,8 +43,8 @@ from spag.game.taboo.replies import STOPS, clean_reply
 from spag.game.taboo.rules import RULE_SETS, WHOLE_WORD, judge, normalise_word
 from spag.game.taboo.skill import TabooSkill
 from spag.game.taboo.strategies import TabooStrategies
+from spag.game.words import read_words, top_words, words_from_file
 from spag.schema import PathStr, knob
-from spag.words import read_words, top_words, words_from_file
 
 PROMPT_STYLES = ("templates", "original")
 REPLY_HANDLING = ("clean", "raw")

@@ -23,9 +23,11 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from spag.chat import RawPrompt
+import yaml
+
 from spag.game.taboo.outcomes import ATTACKER, DEFENDER
 from spag.game.taboo.prompts import next_role
+from spag.models.chat import RawPrompt
 
 NOT_STARTED = "The game is just initialized."
 HISTORY_HEADER = "\n### Game History:"
@@ -45,8 +47,6 @@ ROW_CHOICES = {"line_prefix": LINE_PREFIXES, "speaker_labels": SPEAKER_LABELS, "
 @lru_cache(maxsize=1)
 def texts() -> dict:
     """The original's texts: ``rules`` (a list), ``play_instruction`` and ``row_instruction``."""
-    import yaml
-
     return yaml.safe_load(Path(__file__).with_name("original_prompts.yaml").read_text(encoding="utf-8"))
 
 

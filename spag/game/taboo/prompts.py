@@ -24,8 +24,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from spag.game.taboo.outcomes import ATTACKER, DEFENDER, ROLES
-from spag.io import DataError
-from spag.schema import ParamsError, read_yaml
+from spag.runtime.errors import DataError, ParamsError
+from spag.schema import read_yaml
 
 PART_NAMES = ("rules", "instruction", "examples", "history", "turn")
 _LAYOUT_FIELDS = {"role": "attacker", "Role": "Attacker", "speaker": "You", "number": 1, "content": "hi"}
@@ -231,7 +231,7 @@ def build_prompt_with_bounds(
 
     The bounds are character offsets: the start of each history line, oldest first, then the end of the
     last one (empty without history). ``text[:b[0]] + text[b[k]:]`` is the prompt without its ``k``
-    oldest lines (:func:`spag.rows.drop_history_lines`): what a too-long training row gives up first, so the rules,
+    oldest lines (:func:`spag.rewards.rows.drop_history_lines`): what a too-long training row gives up first, so the rules,
     the attacker's target word and the turn line are never cut.
     """
     if role not in ROLES:

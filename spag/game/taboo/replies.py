@@ -33,6 +33,7 @@ NEXT_SPEAKER_STOPS = tuple(dict.fromkeys(
 STOPS = Stops(tuple(dict.fromkeys([*STOP_STRINGS, *NEXT_SPEAKER_STOPS])), _NEXT_SPEAKER_RE.pattern)
 _CHAT_MARKERS_RE = re.compile(r"<\|im_(?:start|end)\|>|<\|(?:start|end)\|>|</?s>")
 
+
 def cut_at_next_speaker(text: str) -> tuple[str, bool]:
     """``text`` up to where it starts another speaker's line, and whether it was cut."""
     match = _NEXT_SPEAKER_RE.search(text)

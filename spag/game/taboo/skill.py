@@ -19,7 +19,7 @@ each role's own skill, on the evaluation words, each a rank of the target among 
   model's log-probability of each after "I know the word! It is" (its guess distribution).
 
 Both are paired per word against another model (the imitation model) with a bootstrap over words
-(:func:`spag.evaluate.clustered.paired_difference`); a negative difference is an improvement.
+(:func:`spag.runtime.statistics.paired_difference`); a negative difference is an improvement.
 Scoring needs the hf backend (full-sequence log-probabilities).
 """
 
@@ -28,12 +28,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from spag.evaluate.clustered import clustered_mean, paired_difference
 from spag.game.base import SkillMetrics
 from spag.game.taboo.baselines import BASELINES, FILTER, baseline_player
 from spag.game.taboo.outcomes import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER
 from spag.game.taboo.rules import PREDICTION_PHRASE
 from spag.game.taboo.strategies import TabooStrategies, WithStrategies, blank_out
+from spag.runtime.statistics import clustered_mean, paired_difference
 
 JUDGE_REQUEST = 'Someone describes a secret word without saying it: "{clue}"\nWhich word is it?'
 JUDGE_OPENING = "The secret word is"
@@ -70,7 +70,7 @@ def clue_ranks(judge_player, clues: Sequence[tuple[str, str]], candidates: Seque
 
 def guess_ranks(defender, clues: Sequence[tuple[str, str]], candidates: Sequence[str], config) -> list[float]:
     """The rank of each clue's target among ``candidates`` in ``defender``'s guess distribution after the
-    clue as the attacker's first line (``config``: the games' :class:`~spag.play.PlayConfig`, for the
+    clue as the attacker's first line (``config``: the games' :class:`~spag.play.engine.PlayConfig`, for the
     defender prompt)."""
     index = _index(candidates)
     prompts = [config.prompt(DEFENDER, "", [{"role": ATTACKER, "content": line}]) for _, line in clues]

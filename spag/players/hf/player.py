@@ -10,22 +10,17 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 
-from spag.chat import model_input_ids
-from spag.modeling import load_model, setup_special_tokens
-from spag.players.base import (
-    FINISH_LENGTH,
-    FINISH_STOP,
-    PlayerError,
-    Reply,
-    cut_at,
-    per_prompt_seeds,
-    turn_end_ids,
-)
+import numpy as np
+
+from spag.models.chat import model_input_ids
+from spag.models.loading import load_model, setup_special_tokens
+from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at, per_prompt_seeds, turn_end_ids
 from spag.players.hf.attention import DECODE_ATTENTION, register_decode_attention, shared_slots
 from spag.players.hf.compat import missing_fast_path_api, supports_fast_path
 from spag.players.hf.linear import PackedWeights, weight_first
 from spag.players.hf.prefix_store import MIN_PREFIX, Entry, KVStore, buffer_layer_class
 from spag.players.hf.sampling import Sampler
+from spag.runtime.errors import PlayerError
 
 _TAIL_TOKENS = 12          # tokens decoded each step to look for a stop string
 
@@ -378,8 +373,6 @@ class HFPlayer:
 
     def _plan(self, encoded) -> _Plan:
         """Which tokens of each prompt are found in the store and which are encoded, in which groups."""
-        import numpy as np
-
         arrays = [np.asarray(e, dtype=np.int64) for e in encoded]
         n = len(arrays)
         # 1. The prefix the whole batch shares is encoded once (or found in the store).

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 MIN_PREFIX = 8  # shorter common prefixes are not worth reusing
 
 
@@ -30,8 +32,6 @@ class KVStore:
     clock: int = 0
 
     def match(self, tokens) -> tuple[Entry | None, int]:
-        import numpy as np
-
         best, best_len = None, 0
         for entry in self.entries:
             n = min(len(entry.tokens), len(tokens))

@@ -1,0 +1,138 @@
+"""Target words: the most frequent English words (wordfreq) or a list file, and a fixed train / held-out
+split."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import unicodedata
+
+from spag.runtime.errors import DataError
+from spag.runtime.outputs import Replace, write_text_atomic
+from spag.runtime.records import read_text
+
+DEFAULT_TOP = 50_000
+_ALPHA = re.compile(r"^[a-z]+$")
+
+# Words that carry grammar rather than a topic: no game can be played on them.
+FUNCTION_WORDS = frozenset(
+    """
+    the and for are but not you all any can had her was one our out day get has him his how man new now
+    old see two way who boy did its let put say she too use that with have this will your from they know
+    want been good much some time very when come here just like long make many more only over such take
+    than them well were what which while would there their these those then into onto upon about above
+    after again against below between both before being during each few further once other same should
+    through under until where why yours yourself yourselves ourselves themselves himself herself itself
+    myself does doing done because also could might must shall may ought since though although unless
+    whether whom whose within without among amongst across along around behind beyond beside besides
+    toward towards near off per via yet nor either neither every everyone everything someone something
+    anyone anything nothing nobody none somebody anybody thus hence therefore however moreover else ever
+    even still already just almost quite rather really perhaps maybe indeed yes okay hey hello dont cant
+    wont isnt arent wasnt werent doesnt didnt hasnt havent hadnt shouldnt wouldnt couldnt im ive youre
+    theyre weve hes shes thats whats theres lets etc
+    """.split()
+)
+
+
+def is_noun_only(word: str) -> bool:
+    """Whether every reading of ``word`` is a noun (lemminflect's lexicon): "planet" yes, "need" no.
+
+    Nouns are what a small model can describe and guess; the paper's list keeps every part of speech.
+    """
+    from lemminflect import getAllLemmas
+
+    readings = getAllLemmas(word)
+    return bool(readings) and set(readings) == {"NOUN"}
+
+
+def top_words(n: int = DEFAULT_TOP, lang: str = "en", nouns_only: bool = False,
+              skip_stop_words: bool = True) -> list[str]:
+    """The ``n`` most frequent words: lowercase alphabetic, 3+ letters, no function words, no repeats.
+
+    ``nouns_only`` keeps only words that are nouns in every reading (see :func:`is_noun_only`);
+    ``skip_stop_words=False`` keeps the function words too.
+    """
+    from wordfreq import top_n_list
+
+    if n < 1:
+        raise ValueError(f"the number of words must be at least 1, got {n}")
+    words: list[str] = []
+    seen: set[str] = set()
+    # wordfreq's list contains punctuation, numbers and short words; ask for enough to fill n.
+    pool = top_n_list(lang, max((16 if nouns_only else 4) * n, 1000), wordlist="best")
+    for word in pool:
+        w = word.lower()
+        if len(w) < 3 or not _ALPHA.match(w) or (skip_stop_words and w in FUNCTION_WORDS) or w in seen:
+            continue
+        if nouns_only and not is_noun_only(w):
+            continue
+        seen.add(w)
+        words.append(w)
+        if len(words) == n:
+            break
+    return words
+
+
+def words_from_file(path: str | os.PathLike, n: int | None = None, nouns_only: bool = False,
+                    skip_stop_words: bool = True) -> list[str]:
+    """The first ``n`` words of a list file (one per line, e.g. the original project's
+    ``all_target_words.txt``), in the file's order, lower-cased, repeats dropped.
+
+    ``skip_stop_words`` drops the function words (the original's list keeps them: pass False to play
+    them as it did); ``nouns_only`` keeps only words that are nouns in every reading.
+    """
+    words: list[str] = []
+    seen: set[str] = set()
+    for word in read_words(path):
+        w = word.lower()
+        if w in seen or (skip_stop_words and w in FUNCTION_WORDS) or (nouns_only and not is_noun_only(w)):
+            continue
+        seen.add(w)
+        words.append(w)
+        if n is not None and len(words) == n:
+            break
+    return words
+
+
+def is_held_out(word: str, eval_fraction: float) -> bool:
+    """A word's split depends only on the word (a hash), so it never moves when lists grow."""
+    digest = hashlib.sha256(word.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction
+
+
+def split_words(words: list[str], eval_fraction: float = 0.1) -> tuple[list[str], list[str]]:
+    """(training words, held-out evaluation words), disjoint, each in the input order."""
+    train = [w for w in words if not is_held_out(w, eval_fraction)]
+    held = [w for w in words if is_held_out(w, eval_fraction)]
+    return train, held
+
+
+WORD_PUNCTUATION = "-'’"  # inside a target word: t-shirt, o'clock
+
+
+def read_words(path: str | os.PathLike) -> list[str]:
+    """One word per line; blank lines and ``#`` comments skipped. Odd entries, a missing, binary or
+    empty file raise DataError naming it: no step has anything to do without words."""
+    words = []
+    text = read_text(path).removeprefix("\ufeff")  # a byte-order mark (editors on Windows) is no part of a word
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        word = line.strip()
+        if not word or word.startswith("#"):
+            continue
+        if any(ch.isspace() for ch in word) or not any(ch.isalpha() for ch in word):
+            raise DataError(path, lineno, f"line {lineno} is not a single word: {word!r}")
+        if any(unicodedata.category(ch).startswith("C") for ch in word):  # NUL, other controls, BOM, ...
+            raise DataError(path, lineno, f"line {lineno} holds an invisible control character: {word!r}")
+        odd = sorted({ch for ch in word if not (ch.isalnum() or ch in WORD_PUNCTUATION)})
+        if odd:  # "c++": the judge finds words between non-letters, so it could never see this one said
+            raise DataError(path, lineno, f"line {lineno} is not a word the judge can match: {word!r} holds "
+                                          f"{' '.join(odd)} (letters, digits, - and ' only)")
+        words.append(word)
+    if not words:
+        raise DataError(path, None, "holds no words (one word per line expected)")
+    return words
+
+
+def write_words(words: list[str], path: str | os.PathLike, *, replace: Replace = "no") -> None:
+    write_text_atomic(path, "".join(w + "\n" for w in words), replace=replace)

@@ -1,0 +1,69 @@
+"""What every evaluation stage shares: the evaluation words and games, the baselines it plays, the skill
+metrics and their fixed inputs."""
+
+from __future__ import annotations
+
+import json
+
+from spag.config import Evaluate, Sampling
+from spag.evaluate.games import check_held_out
+from spag.game.words import read_words
+from spag.pipeline.run import Declared, Layout, sample_targets, sample_words, stage_game
+from spag.play.engine import PlayConfig
+from spag.runtime.errors import ParamsError
+
+
+def evaluation_games(settings: Declared, layout: Layout):
+    """(evaluation targets, PlayConfig) of every evaluation game: from ``evaluate.seed`` alone, the same for
+    every epoch, training seed, baseline and experiment, so all comparisons are paired."""
+    e, game = settings.evaluate, stage_game(settings)
+    if e.word_set == "fresh":
+        try:
+            chosen = sample_targets(game.fresh_targets(), e.words, seed=f"evaluate-{e.seed}", repeat=game.few_targets)
+        except ValueError as exc:
+            raise ParamsError("params.yaml", "evaluate.word_set", str(exc)) from None
+        check_held_out(game, chosen, read_words(layout.words / "all.txt"), f"{game.name}'s fresh set",
+                       "data/words/all.txt")
+    else:
+        chosen = sample_words(layout.words / "eval.txt", e.words, f"evaluate-{e.seed}", game)
+    sampling = Evaluate.model_validate({name: getattr(e, name) for name in Sampling.model_fields})
+    if sampling.temperature is None:
+        sampling.temperature = settings.play.temperature
+    return chosen, PlayConfig(game, sampling, e.seed)
+
+
+def guess_vocabulary(layout: Layout, words: list[str]) -> list[str]:
+    """The public vocabulary a dictionary-guessing baseline guesses from: the game's words and these."""
+    return list(dict.fromkeys([*read_words(layout.words / "all.txt"), *words]))
+
+
+def measures_skill(settings: Declared) -> bool:
+    """Whether the evaluation measures skill: ``evaluate.skill``, or by default whenever the game has skill
+    metrics."""
+    e = settings.evaluate
+    return bool(e.skill) if e.skill is not None else stage_game(settings).skill is not None
+
+
+def baseline_names(settings: Declared) -> list[str]:
+    """The no-training baselines the evaluation plays: ``evaluate.baselines``, or all of the game's."""
+    e, game = settings.evaluate, stage_game(settings)
+    if e.baselines is not None:
+        return list(e.baselines)
+    return list(game.skill.baselines) if game.skill is not None else []
+
+
+def skill_material(layout: Layout) -> list[dict]:
+    path = layout.data / "skill" / "clues.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def measure_skill(settings: Declared, layout: Layout, player, judge_player, words: list[str], config) -> dict:
+    return config.game.skill.measure(config.game, player, judge_player, words, config, skill_material(layout),
+                                     per_target=settings.evaluate.seeds, seed=settings.evaluate.seed)
+
+
+def skill_line(skill: dict) -> str:
+    shown = [f"{metric.replace('_', ' ')} {entry['value']:.2f}" for metric, entry in skill.items()
+             if isinstance(entry, dict) and "value" in entry]
+    chance = next((entry["chance"] for entry in skill.values() if isinstance(entry, dict) and "chance" in entry), None)
+    return ", ".join(shown) + (f" (chance rank {chance:.1f})" if chance is not None else "")

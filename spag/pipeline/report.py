@@ -1,0 +1,269 @@
+"""The run's report: per SPAG epoch, how the model fares against the imitation model and in self-play.
+
+Reads what the stages wrote under ``metrics/`` (``epochs/N/games.json`` from ``evaluate@N``,
+``epochs/N/selfplay.json`` from ``play@N``, ``epochs/N/benchmark.json``, ``imitation/benchmark.json``)
+and writes:
+
+- ``summary.json``, the headline that ``dvc metrics show`` and ``dvc exp show`` print: per epoch the
+  score against the imitation model with its 95% interval and the number of games behind it, each role's
+  foul rate in those games (Adversarial Taboo: ``attacker_foul``), self-play's decisive and foul rates and
+  the benchmark mean;
+- ``report.json``, everything: ``epochs.N.score_vs_imitation`` = ``{value, low, high, games}`` (mean
+  score, win 1 / tie 1/2 / loss or foul 0, 95% bootstrap interval over words), the same for win and foul
+  rates per role, the self-play statistics, the benchmark; and ``final``, the last epoch's entry, so
+  runs with different numbers of epochs line up;
+- under the key ``reasoning`` (:mod:`spag.evaluate.reasoning`): every checkpoint's benchmark items compared,
+  paired, with the imitation and the base model's (``summary.json``: per epoch ``reasoning.vs_imitation``
+  and ``reasoning.vs_base``, the pooled accuracy difference with its interval, McNemar p-value and
+  minimum detectable effect);
+- long-format CSVs under ``plots/`` (``epoch, series, value, low, high``), one series per role, rate or
+  task, drawn by the ``interval`` template (``.dvc/plots/interval.json``: a line per series with its 95%
+  band) in ``dvc plots show`` / ``dvc plots diff``;
+- ``learning_curves.png``, the same curves drawn with matplotlib, readable without a browser or network
+  (``dvc plots show`` loads its JavaScript from a CDN).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from spag.evaluate import reasoning
+from spag.evaluate.games import strongest
+from spag.runtime.outputs import atomic_path, write_json_atomic
+from spag.runtime.statistics import paired_difference
+
+PLOT_COLUMNS = ["epoch", "series", "value", "low", "high"]
+SELFPLAY_RATES = {"decisive_rate": "decisive", "foul_rate": "foul"}  # and each role's win rate
+SELFPLAY_LENGTHS = {"mean_turns": "utterances per game", "mean_reply_tokens": "tokens per reply"}
+
+
+def _read(path: Path):
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def _entry(point: dict) -> dict:
+    return {k: point[k] for k in ("value", "low", "high", "games")}
+
+
+def _by_role(boot: dict, kind: str) -> dict[str, dict]:
+    """``{role: entry}`` of the bootstrap entries ``ROLE_<kind>_rate`` (kind: win, foul, opponent_foul), in
+    the games' role order; a role's own foul rate is not its opponent's."""
+    suffix = f"_{kind}_rate"
+    return {key[: -len(suffix)]: _entry(point) for key, point in boot.items()
+            if key.endswith(suffix) and not (kind == "foul" and key.endswith("_opponent_foul_rate"))}
+
+
+def _baselines(metrics: Path) -> dict[str, dict]:
+    """``metrics/baselines/NAME.json`` of the baselines stage, by name."""
+    folder = metrics / "baselines"
+    return {p.stem: _read(p) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+
+
+def baseline_comparison(games: dict, baselines: dict[str, dict]) -> dict:
+    """The epoch's score against the imitation model minus each baseline's on the same words and seeds,
+    paired per word (negative: the baseline does better), and which baseline is the strongest."""
+    mine = {w: tuple(v) for w, v in games["per_word"].items()}
+    out: dict = {"differences": {}}
+    for name, result in baselines.items():
+        theirs = {w: tuple(v) for w, v in result["games"]["per_word"].items()}
+        out["differences"][name] = _entry(paired_difference(mine, theirs))
+        out["differences"][name]["baseline_score"] = result["games"]["bootstrap"]["score"]["value"]
+    best = strongest({name: r["games"] for name, r in baselines.items()})
+    if best is not None:
+        out["strongest"] = best
+        out["vs_strongest"] = out["differences"][best]
+    return out
+
+
+def epoch_entry(metrics: Path, epoch: int) -> dict:
+    """Everything the report says about one epoch (empty parts left out)."""
+    folder = metrics / "epochs" / str(epoch)
+    entry: dict = {}
+    games = _read(folder / "games.json")
+    if games and "bootstrap" in games.get("vs_imitation", {}):
+        boot = games["vs_imitation"]["bootstrap"]
+        entry["score_vs_imitation"] = _entry(boot["score"])
+        entry["win_rate"] = _by_role(boot, "win")
+        entry["foul_rate"] = _by_role(boot, "foul")
+        entry["opponent_foul_rate"] = _by_role(boot, "opponent_foul")
+        entry["decomposition"] = {role: {part: _entry(point) for part, point in parts.items()}
+                                  for role, parts in boot["decomposition"].items()}
+        baselines = _baselines(metrics)
+        if baselines and "per_word" in games["vs_imitation"]:
+            entry["vs_baselines"] = baseline_comparison(games["vs_imitation"], baselines)
+    if games and "vs_baseline" in games:
+        entry["score_vs_baseline"] = _entry(games["vs_baseline"]["bootstrap"]["score"])
+        entry["score_vs_baseline"]["opponent"] = games["vs_baseline"]["opponent"]
+    skill = _read(folder / "skill.json")
+    if skill and "vs_imitation" in skill:  # the game's skill metrics (Adversarial Taboo: clue and guess rank)
+        entry["skill"] = {metric: {**_entry({**skill[metric], "games": skill[metric].get("lines",
+                                                                                     skill[metric].get("games"))}),
+                                   "vs_imitation": _entry(skill["vs_imitation"][metric])}
+                          for metric in skill["vs_imitation"]}
+        if "candidates" in skill:
+            entry["skill"]["candidates"] = skill["candidates"]
+    selfplay = _read(folder / "selfplay.json")
+    if selfplay:
+        entry["selfplay"] = {k: v for k, v in selfplay.items() if k not in ("run", "epoch")}
+    bench = _read(folder / "benchmark.json")
+    if reasoning.measured(bench):
+        entry["benchmark"] = {"geometric_mean": bench["geometric_mean"],
+                              **{task: r["score"] for task, r in bench["tasks"].items()}}
+    return entry
+
+
+def build_report(metrics: Path, epochs: list[int]) -> dict:
+    report: dict = {"epochs": {str(e): epoch_entry(metrics, e) for e in epochs}}
+    report["reasoning"] = reasoning.reasoning_report(metrics, epochs)
+    baseline = _read(metrics / "imitation" / "benchmark.json")
+    if baseline:
+        report["imitation_benchmark"] = {"geometric_mean": baseline["geometric_mean"],
+                                         **{t: r["score"] for t, r in baseline["tasks"].items()}}
+    if epochs:
+        report["final"] = {"epoch": epochs[-1], **report["epochs"][str(epochs[-1])]}
+    return report
+
+
+def headline(report: dict) -> dict:
+    """The few numbers per epoch a reader looks at first (``summary.json``), flat so that ``dvc metrics
+    show`` prints one short column each: ``{"1": {"score": ..., "score_low": ..., ...}, ...}``."""
+    out: dict = {}
+    for epoch, entry in report["epochs"].items():
+        line: dict = {}
+        if "score_vs_imitation" in entry:
+            score = entry["score_vs_imitation"]
+            line.update(score=score["value"], score_low=score["low"], score_high=score["high"],
+                        games=score["games"],
+                        **{f"{role}_foul": point["value"] for role, point in entry["foul_rate"].items()})
+        if "decomposition" in entry:  # how the games ended, per role, with intervals
+            line["outcomes"] = {role: {part: _point(point) for part, point in parts.items()}
+                                for role, parts in entry["decomposition"].items()}
+        if "skill" in entry:  # ranks among the evaluation words, lower is better; delta = minus imitation's
+            line["skill"] = {metric: {"value": point["value"],
+                                      **{f"delta{suffix}": point["vs_imitation"][key]
+                                         for suffix, key in (("", "value"), ("_low", "low"), ("_high", "high"))}}
+                             for metric, point in entry["skill"].items() if isinstance(point, dict)}
+        if "vs_baselines" in entry and "vs_strongest" in entry["vs_baselines"]:
+            line["vs_strongest_baseline"] = _point(entry["vs_baselines"]["vs_strongest"])
+        if "score_vs_baseline" in entry:
+            line["score_vs_baseline"] = _point(entry["score_vs_baseline"])
+        if "selfplay" in entry:
+            line.update(selfplay_decisive=entry["selfplay"]["decisive_rate"],
+                        selfplay_foul=entry["selfplay"]["foul_rate"])
+        if "benchmark" in entry:
+            line["benchmark"] = entry["benchmark"]["geometric_mean"]
+        line.update(_reasoning_headline(report, epoch))
+        out[epoch] = line
+    return out
+
+
+def _point(entry: dict) -> dict:
+    return {"value": entry["value"], "low": entry["low"], "high": entry["high"]}
+
+
+def _reasoning_headline(report: dict, epoch: str) -> dict:
+    """``{"reasoning": {"vs_imitation": ..., "vs_base": ...}}`` for one epoch (spag.evaluate.reasoning)."""
+    line = reasoning.headline(report.get("reasoning", {}).get("epochs", {}).get(epoch))
+    return {"reasoning": line} if line else {}
+
+
+def plot_rows(report: dict) -> dict[str, list[dict]]:
+    """The long-format rows of each plot CSV, by file stem."""
+    def row(epoch, series, value, low=None, high=None):
+        return {"epoch": epoch, "series": series, "value": value,
+                "low": value if low is None else low, "high": value if high is None else high}
+
+    plots: dict[str, list[dict]] = {"vs_imitation": [], "selfplay_rates": [], "selfplay_lengths": [],
+                                    "benchmark": []}
+    if "imitation_benchmark" in report:
+        plots["benchmark"] += [row(0, task, v) for task, v in report["imitation_benchmark"].items()]
+    for epoch, entry in ((int(e), x) for e, x in report["epochs"].items()):
+        if "score_vs_imitation" in entry:
+            s = entry["score_vs_imitation"]
+            plots["vs_imitation"].append(row(epoch, "score", s["value"], s["low"], s["high"]))
+            for kind in ("win", "foul"):
+                for role, point in entry[f"{kind}_rate"].items():
+                    plots["vs_imitation"].append(row(epoch, f"{role} {kind}", point["value"], point["low"],
+                                                     point["high"]))
+        if "selfplay" in entry:
+            sp = entry["selfplay"]
+            rates = {**SELFPLAY_RATES, **{key: key.removesuffix("_win_rate") + " win" for key in sp
+                                          if key.endswith("_win_rate")}}
+            for key, name in rates.items():
+                plots["selfplay_rates"].append(row(epoch, name, sp[key], sp[f"{key}_low"], sp[f"{key}_high"]))
+            if sp.get("truncated_share") is not None:
+                plots["selfplay_rates"].append(row(epoch, "truncated replies", sp["truncated_share"]))
+            for key, name in SELFPLAY_LENGTHS.items():
+                if sp.get(key) is not None:
+                    plots["selfplay_lengths"].append(row(epoch, name, sp[key]))
+        if "benchmark" in entry:
+            plots["benchmark"] += [row(epoch, task, v) for task, v in entry["benchmark"].items()]
+    plots["reasoning"] = _reasoning_plot_rows(report)
+    return plots
+
+
+def _reasoning_plot_rows(report: dict) -> list[dict]:
+    return reasoning.plot_rows(report.get("reasoning", {}))
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    with atomic_path(path, replace="any") as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=PLOT_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+TITLES = {
+    "vs_imitation": "Against the imitation model (held-out words)",
+    "selfplay_rates": "Self-play outcomes",
+    "selfplay_lengths": "Self-play lengths",
+    "benchmark": "Reasoning benchmark (epoch 0 = imitation)",
+    "reasoning": "Reasoning: pooled accuracy B - A, paired (epoch 0 = imitation vs base)",
+}
+ZERO_LINES = {"vs_imitation": 0.5, "reasoning": 0.0}
+
+
+def draw_png(plots: dict[str, list[dict]], path: Path) -> None:
+    """The learning curves as one PNG: a panel per plot, a line per series, the 95% band shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = (len(plots) + 1) // 2
+    fig, axes = plt.subplots(2, columns, figsize=(6 * columns, 8))
+    for ax, (stem, rows) in zip(axes.flat, plots.items()):
+        for series in dict.fromkeys(r["series"] for r in rows):
+            mine = sorted((r for r in rows if r["series"] == series), key=lambda r: r["epoch"])
+            x = [r["epoch"] for r in mine]
+            (line,) = ax.plot(x, [r["value"] for r in mine], marker="o", label=series)
+            ax.fill_between(x, [r["low"] for r in mine], [r["high"] for r in mine], alpha=0.15,
+                            color=line.get_color())
+        if stem in ZERO_LINES:
+            ax.axhline(ZERO_LINES[stem], color="grey", linestyle=":", linewidth=1)
+        ax.set_title(TITLES[stem])
+        ax.set_xlabel("epoch")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        if rows:
+            ax.legend(fontsize="small")
+    for ax in list(axes.flat)[len(plots):]:
+        ax.axis("off")
+    fig.tight_layout()
+    with atomic_path(path, replace="any") as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+
+
+def write_report(metrics: Path, epochs: list[int]) -> dict:
+    """Write summary.json, report.json, the plot CSVs and learning_curves.png under ``metrics`` (the report
+    stage's outputs: replaced whatever is there, as DVC would); return the report."""
+    report = build_report(metrics, epochs)
+    write_json_atomic(metrics / "report.json", report, replace="any")
+    write_json_atomic(metrics / "summary.json", headline(report), replace="any")
+    plots = plot_rows(report)
+    for stem, rows in plots.items():
+        write_csv(metrics / "plots" / f"{stem}.csv", rows)
+    draw_png(plots, metrics / "learning_curves.png")
+    return report

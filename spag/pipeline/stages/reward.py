@@ -1,0 +1,21 @@
+"""Stage ``reward@N``."""
+
+from __future__ import annotations
+
+from spag.config import Settings
+from spag.pipeline.run import OWN, Layout, stage_game
+from spag.rewards.build import build_reward_set
+from spag.runtime.console import summary
+from spag.runtime.outputs import write_json_atomic
+
+
+def reward(settings: Settings, layout: Layout, epoch: str) -> None:
+    """Judged self-play episodes -> weighted training rows, mixed with general SFT data.
+
+    With ``spag.control: true`` the game rows are dropped: the control arm trains on the SFT data alone.
+    """
+    stats = build_reward_set(layout.epoch(epoch) / "episodes", layout.epoch(epoch) / "rows.parquet", settings.reward,
+                             stage_game(settings), seed=settings.seed + int(epoch), control=settings.spag.control,
+                             replace=OWN)
+    write_json_atomic(layout.metrics / "epochs" / epoch / "reward.json", stats.as_dict(), replace=OWN)
+    summary(f"reward@{epoch}", stats.line())

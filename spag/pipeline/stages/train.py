@@ -1,0 +1,59 @@
+"""Stage ``train@N``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spag.config import ONLINE, Reward, Settings
+from spag.game.episodes import PLAY_KIND
+from spag.pipeline.run import Declared, Layout, previous_model, sample_words, stage_game
+from spag.pipeline.training import train_config, train_model
+from spag.play.engine import PlayConfig
+from spag.runtime.errors import ParamsError
+from spag.runtime.outputs import mark_output_dir, resumable_output
+from spag.train.launch import launch_online
+from spag.train.online import OnlineGames, run_online
+
+
+def train(settings: Settings, layout: Layout, epoch: str) -> None:
+    """SPAG offline policy optimisation, starting from and referenced to the previous model; or, with
+    ``spag.method: online``, online self-play from it (its games in ``data/epoch_N/online/episodes``, which
+    under offline-po holds no games)."""
+    step = settings.spag
+    if step.method == ONLINE:
+        _train_online(settings, layout, epoch)
+        return
+    train_model(step, step.epochs_per_iteration, previous_model(settings, layout, epoch), layout.epoch(epoch) / "rows.parquet",
+           layout.model(f"epoch_{epoch}"), layout, f"epoch_{epoch}", settings.seed + int(epoch))
+
+    mark_output_dir(_online_episodes(layout, epoch), PLAY_KIND)
+
+
+def _online_episodes(layout: Layout, epoch: str) -> Path:
+    return layout.epoch(epoch) / "online" / "episodes"
+
+
+def _train_online(settings: Declared, layout: Layout, epoch: str) -> None:
+    """Online self-play (:mod:`spag.train.online`): train@N plays its own games on a seeded sample of the
+    training words, with the policy it trains, from the previous checkpoint."""
+    p, step, name = settings.play, settings.spag, f"epoch_{epoch}"
+    source = layout.words / ("all.txt" if p.include_held_out else "train.txt")
+    words = sample_words(source, settings.online.words, f"{settings.seed}-{epoch}-online", stage_game(settings))
+    seed = settings.seed + int(epoch)
+    try:
+        games = OnlineGames(play=PlayConfig(stage_game(settings), p, seed), online=settings.online,
+                            reward=Reward(keep_truncated=settings.reward.keep_truncated))
+    except ValueError as exc:
+        key, _, message = str(exc).partition(": ")
+        raise ParamsError("params.yaml", key, message) from None
+    output = layout.model(name)
+    config = train_config(step, step.epochs_per_iteration, output, layout, name, seed)
+    # The games go to a work folder beside the declared output, which DVC does not delete, as the
+    # checkpoints do: a killed stage resumes from its latest checkpoint and the games played before it.
+    with resumable_output(_online_episodes(layout, epoch), PLAY_KIND) as work:
+        job = dict(games=games, config=config, episodes_dir=work, data=source, other_checkpoints="restart")
+        model = previous_model(settings, layout, epoch)
+        if not step.launcher:
+            run_online(model, words, output, **job)
+        else:
+            launch_online(step.launcher, model, words, output, **job)

@@ -1,0 +1,493 @@
+"""The self-play engine: many games advanced together, turn by turn, whatever the game (:mod:`spag.game`).
+
+Up to ``batch_size`` games are live at once. Each step asks every live game's next speaker for one
+utterance, all in one call per player (when the same model plays both sides, the two roles' prompts of a
+step go in one batch). After each step the game says which games are over (its judge decided, or
+``2 * max_turns`` utterances were said: :meth:`spag.game.base.Game.is_over`); a finished game leaves at
+once and a game for the next target takes its place.
+
+Finished episodes are written as Parquet shards (``OUT/shard-00000.parquet``, ...; under several ranks
+``shard-r1-00000.parquet``) each time ``batch_size`` of them are ready and when the run stops, however
+it stops (an error, Ctrl-C). Every shard is written atomically, so a killed run loses at most the games
+in flight and fewer than ``batch_size`` finished ones; ``resume=True`` plays exactly the words that have
+no episode yet. Each episode records its word's index in the word list, every setting that changes
+its games, and a content hash of each player's model (:mod:`spag.runtime.fingerprint`): resuming after the list,
+a setting or a model changed (a retrain to the same path) says so and plays every game again, instead of
+passing off the old games as the new model's.
+
+A game's strategies (Adversarial Taboo's coached attacker, foul retries, dictionary guess) are off by
+default: they are for a weak teacher whose winning games become imitation data, and for baselines. They
+wrap the players (:meth:`spag.game.base.Game.speaker`); the engine only asks each player's speaker for its
+turns. The episodes' layout on disk (shards, schema) is :mod:`spag.game.episodes`.
+
+Sampling seeds are derived per game and utterance (run seed, word index, utterance number), so a game
+plays the same whatever other games share its batch, and a resumed run matches an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from spag.config import Sampling, describe
+from spag.game.base import Game
+from spag.game.episodes import SETTINGS_CHECKED_ON_RESUME, EpisodeStore, episode_settings
+from spag.game.registry import DEFAULT_GAME, game_class
+from spag.models.devices import hf_rank_device, local_rank, pin_rank_to_gpus
+from spag.players import close_player, load_player
+from spag.players.base import Player, Speaker, Turn, derive_seed
+from spag.players.provenance import record
+from spag.runtime.console import progress
+from spag.runtime.errors import DataError, StaleEpisodes
+from spag.runtime.fingerprint import model_fingerprint
+from spag.runtime.outputs import writing
+from spag.runtime.signals import uninterrupted
+from spag.schema import Section
+
+
+@dataclass
+class PlayConfig:
+    """The games a model plays: the ``game`` (its settings), how each utterance is sampled (``sampling``: a
+    play, teacher or evaluate section, or any :class:`~spag.config.Sampling`), the run's ``seed`` and the
+    game's ``strategies`` the players use (None: none on). It holds the validated sections themselves;
+    :meth:`of` builds one from knobs by name, for code and tests that set a few."""
+
+    game: Game = field(default_factory=lambda: game_class(DEFAULT_GAME)())
+    sampling: Sampling = field(default_factory=Sampling)
+    seed: int = 0
+    strategies: Section | None = None
+
+    def __post_init__(self):
+        if self.strategies is None:
+            self.strategies = self.game.Strategies()
+        elif not isinstance(self.strategies, self.game.Strategies):
+            raise ValueError(f"strategies: {type(self.strategies).__name__} are not the strategies of {self.game.name}")
+
+    @classmethod
+    def of(cls, game: str | Game = DEFAULT_GAME, seed: int = 0, **knobs) -> PlayConfig:
+        """A PlayConfig of ``game`` (a name: its default settings) with ``knobs`` set, each in the section
+        that declares it (the game's settings, sampling, strategies); ValueError for one none declares."""
+        if isinstance(game, str):
+            game = game_class(game)()
+        sections = (type(game.settings), Sampling, game.Strategies)
+        values: tuple[dict, dict, dict] = ({}, {}, {})
+        for key, value in knobs.items():
+            owner = next((i for i, section in enumerate(sections) if key in section.model_fields), None)
+            if owner is None or key == "name":
+                raise ValueError(f"{key}: not a setting of the game {game.name}, of sampling or of its strategies")
+            values[owner][key] = value
+        made = []
+        for section, given in zip(sections, ({**game.settings.model_dump(), **values[0]}, *values[1:])):
+            try:
+                made.append(section.model_validate(given))
+            except ValidationError as exc:
+                key, message = describe(exc.errors()[0], section)
+                raise ValueError(f"{key}: {message}") from None
+        return cls(type(game)(made[0]), made[1], seed, made[2])
+
+    def to_json(self) -> dict:
+        """The settings as JSON (a job file for a launched process): :meth:`from_json` reads them back."""
+        return {"game": self.game.settings.model_dump(mode="json"), "seed": self.seed,
+                "sampling": {name: getattr(self.sampling, name) for name in Sampling.model_fields},
+                "strategies": self.strategies.model_dump(mode="json")}
+
+    @classmethod
+    def from_json(cls, data: dict) -> PlayConfig:
+        game = game_class(data["game"]["name"])
+        return cls(game(game.Settings.model_validate(data["game"])), Sampling.model_validate(data["sampling"]),
+                   data["seed"], game.Strategies.model_validate(data["strategies"]))
+
+    def prompt(self, role: str, word: str, history: Sequence[dict]) -> str:
+        """What ``role`` is asked after ``history``: the game's prompt."""
+        return self.game.prompt(role, word, history, self.strategies)
+
+    def is_over(self, word: str, history: Sequence[dict]) -> bool:
+        return self.game.is_over(word, history)
+
+    def opening_lines(self, attacker: Player, words: list[str], *, show_progress: bool = False) -> list[str]:
+        """The opening utterance on each word: what :func:`play_games` would have ``attacker`` (the role
+        that opens) say first, with the same seeds and the strategies it plays with, without playing the
+        rest of the game."""
+        opening = self.game.speaker(attacker, (self.game.roles[0],), self.strategies, seed=self.seed)
+        games = [_Game(index=i, word=w) for i, w in enumerate(words)]
+        stats = PlayStats()
+        size = self.sampling.batch_size
+        with progress(total=len(games), desc="opening lines", unit="line", disable=not show_progress) as bar:
+            for start in range(0, len(games), size):
+                batch = games[start:start + size]
+                _speak(opening, batch, self, stats)
+                bar.update(len(batch))
+        return [g.history[0]["content"] for g in games]
+
+
+@dataclass
+class PlayStats:
+    """What a run did, for the progress bar and the summary line."""
+
+    games: int = 0
+    resumed: int = 0
+    outcomes: Counter = field(default_factory=Counter)
+    utterances: int = 0
+    generated_tokens: int = 0
+    empty_replies: int = 0
+    truncated_replies: int = 0
+    resampled_replies: int = 0
+    resampled_fouls: int = 0      # of those, replies a strategy rejected (a rule-breaking line)
+    given_replies: int = 0        # turns a strategy answered without the model (Taboo's dictionary guess)
+    seconds: float = 0.0
+    provenance: dict = field(default_factory=dict)  # how the players ran, on what (spag.players.provenance.record)
+
+    def line(self) -> str:
+        rate = self.games / self.seconds if self.seconds else 0.0
+        tokens = self.generated_tokens / self.seconds if self.seconds else 0.0
+        outcomes = ", ".join(f"{o} {n}" for o, n in self.outcomes.items())
+        text = (f"{self.games} games ({outcomes}) in {self.seconds:.1f}s: {rate:.2f} games/s, "
+                f"{self.generated_tokens} tokens generated ({tokens:.1f} tokens/s); "
+                f"{self.empty_replies} empty replies, {self.truncated_replies} truncated at max_new_tokens")
+        if self.resampled_replies:
+            text += f", {self.resampled_replies} resampled"
+            if self.resampled_fouls:
+                text += f" ({self.resampled_fouls} for breaking the rules)"
+        if self.given_replies:
+            text += f", {self.given_replies} said by a strategy without the model"
+        if self.resumed:
+            text += f"; {self.resumed} episodes kept from before"
+        return text
+
+
+# ---------------------------------------------------------------------------------------------- ranks
+
+
+def rank_and_world() -> tuple[int, int]:
+    """(rank, world size) under torchrun / accelerate launch; (0, 1) otherwise."""
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"bad RANK={rank} / WORLD_SIZE={world}")
+    return rank, world
+
+
+# ---------------------------------------------------------------------------------------------- games
+
+
+@dataclass
+class _Game:
+    index: int
+    word: str
+    history: list = field(default_factory=list)
+    generated_tokens: int = 0
+    empty_replies: int = 0
+    truncated_replies: int = 0
+
+
+def _existing_for(words: Sequence[str], existing: list[dict], source, config: PlayConfig,
+                  models: dict[str, str]) -> dict[int, dict]:
+    """Already played episodes by word index, checked against the word list, the settings and the models'
+    content; raises StaleEpisodes on the first that does not match."""
+    expected = {**episode_settings(config), **models}
+    done: dict[int, dict] = {}
+    for i, episode in enumerate(existing):
+        index = episode.get("word_index")
+        if index is None:
+            raise StaleEpisodes(source, i, "has no 'word_index', so it cannot be matched to the word list")
+        index = int(index)
+        if index >= len(words) or words[index] != episode["target_word"]:
+            raise StaleEpisodes(source, i, f"word {episode['target_word']!r} at index {index} does not match "
+                                           "the word list (was the list changed?)")
+        for key in SETTINGS_CHECKED_ON_RESUME:
+            if episode.get(key) != expected[key]:
+                raise StaleEpisodes(source, i, f"was played with {key}={episode.get(key)!r}, this run has "
+                                               f"{expected[key]!r}")
+        done.setdefault(index, episode)
+    return done
+
+
+def drop_stale_episodes(output, words: Sequence[str], config: PlayConfig, attacker_model: str,
+                        defender_model: str) -> None:
+    """Remove the episodes in the folder ``output`` when they cannot be resumed (other words, settings or
+    models), saying so: what a single process does with ``stale="restart"``, done once before several ranks
+    start (a rank never removes another's shards)."""
+    store = EpisodeStore(output)
+    if not store.has_own_shards():
+        return
+    models = {"attacker_model": attacker_model, "defender_model": defender_model,
+              "attacker_fingerprint": model_fingerprint(attacker_model),
+              "defender_fingerprint": model_fingerprint(defender_model)}
+    try:
+        _existing_for(words, store.read(), output, config, models)
+    except StaleEpisodes as exc:
+        print(f"note: {exc}; playing every game again", file=sys.stderr, flush=True)
+        store.claim(overwrite=True, resume=False)
+
+
+def _fingerprint_of(player: Player) -> str:
+    """The content hash of the player's model (set by load_player), else a hash of its name."""
+    return getattr(player, "fingerprint", None) or model_fingerprint(player.name)
+
+
+def _speak(speaker: Speaker, games: list[_Game], config: PlayConfig, stats: PlayStats) -> None:
+    """One utterance for each game from ``speaker``.
+
+    Empty replies are resampled up to ``empty_retries`` times, utterances the speaker rejects up to its
+    ``resamples`` times, in the same attempts; turns the speaker answers without the model come first.
+    """
+    turns = [_turn(g, config) for g in games]
+    given = speaker.given(turns)
+    for game, turn, text in zip(games, turns, given):
+        if text is not None:
+            _say(game, turn.role, text, 0, False, stats)
+            stats.given_replies += 1
+    waiting = [i for i, text in enumerate(given) if text is None]
+    games, turns = [games[i] for i in waiting], [turns[i] for i in waiting]
+    if not games:
+        return
+    prompts = [speaker.prompt(t) for t in turns]
+    todo = list(range(len(games)))
+    results: dict[int, tuple[str, object]] = {}
+    sampling, stops = config.sampling, config.game.stops()
+    min_new = sampling.min_new_tokens
+    for attempt in range(max(sampling.empty_retries, speaker.resamples) + 1):
+        seeds = [derive_seed(config.seed, games[i].index, len(games[i].history), attempt) for i in todo]
+        replies = speaker.player.generate([prompts[i] for i in todo], temperature=sampling.temperature,
+                                          top_k=sampling.top_k, max_new_tokens=sampling.max_new_tokens,
+                                          min_new_tokens=min_new, seed=seeds, stop=stops.strings,
+                                          stop_pattern=stops.pattern)
+        again, empty = [], False
+        for i, reply in zip(todo, replies):
+            games[i].generated_tokens += reply.n_tokens
+            stats.generated_tokens += reply.n_tokens
+            text = speaker.utterance(turns[i], config.game.utterance(reply.text))
+            results[i] = (text, reply)
+            if not text and attempt < sampling.empty_retries:
+                again.append(i)
+                empty = True
+            elif text and attempt < speaker.resamples and speaker.rejects(turns[i], text):
+                again.append(i)
+                stats.resampled_fouls += 1
+        if not again:
+            break
+        stats.resampled_replies += len(again)
+        todo = again
+        if empty:
+            min_new = min(sampling.max_new_tokens, 2 * min_new + 2)  # ask for a little more before it may stop
+    for i, game in enumerate(games):
+        text, reply = results[i]
+        _say(game, turns[i].role, text, reply.n_tokens, reply.truncated, stats)
+
+
+def _turn(game: _Game, config: PlayConfig) -> Turn:
+    role = config.game.next_role(game.history)
+    return Turn(role, game.word, game.history, config.prompt(role, game.word, game.history))
+
+
+def _say(game: _Game, role: str, text: str, n_tokens: int, truncated: bool, stats: PlayStats) -> None:
+    if not text:
+        game.empty_replies += 1
+        stats.empty_replies += 1
+    if truncated:
+        game.truncated_replies += 1
+        stats.truncated_replies += 1
+    game.history.append({"role": role, "content": text, "n_tokens": int(n_tokens),
+                         "truncated": bool(truncated)})
+    stats.utterances += 1
+
+
+def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
+    verdict = config.game.judge(game.word, game.history)
+    return {
+        "target_word": game.word, "word_index": game.index, "history": game.history, "outcome": verdict.outcome,
+        "turns": verdict.turns, **models, **episode_settings(config),
+        "generated_tokens": game.generated_tokens, "empty_replies": game.empty_replies,
+        "truncated_replies": game.truncated_replies,
+    }
+
+
+def play_games(attacker: Player, defender: Player, words: list[str], config: PlayConfig, *,
+               output: str | Path | None = None, resume: bool = False, show_progress: bool = True,
+               stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
+               overwrite: bool = False, stale: str = "refuse", shard_by_rank: bool = True) -> list[dict]:
+    """Play one game per target word (this rank's share of ``words``, or all of them without
+    ``shard_by_rank``: a process that chose its own words); return the judged episodes.
+
+    With ``output``, episodes are written incrementally (see the module docstring) and, with
+    ``resume``, episodes already there are kept and returned with the new ones, in word order.
+    ``stats`` (optional) is filled in for a summary line. ``guess_words`` is the game's public vocabulary,
+    for a strategy that chooses among the targets (Adversarial Taboo's dictionary guess). An output directory must be new, empty or a
+    previous ``spag play`` output (:mod:`spag.runtime.outputs`); ``overwrite`` replaces a previous one's episodes.
+    Episodes kept from a run with other words, settings or models are never reused: with ``stale="refuse"``
+    (``spag play --resume``) the run stops and says why, so no game is thrown away unasked; with
+    ``"restart"`` (a pipeline stage, re-run because something changed) every game is played again.
+    One process writes an output (or its rank's part of it) at a time: a second is refused at once
+    (:func:`spag.runtime.outputs.writing`).
+    """
+    options = {"resume": resume, "show_progress": show_progress, "stats": stats, "guess_words": guess_words,
+               "overwrite": overwrite, "stale": stale}
+    rank, world = rank_and_world() if shard_by_rank else (0, 1)
+    if output is None:
+        return _play_games(attacker, defender, words, config, None, rank, world, **options)
+    store = EpisodeStore(output, rank, world)
+    with writing(output, store.lock_part()):
+        return _play_games(attacker, defender, words, config, store, rank, world, **options)
+
+
+def _play_games(attacker: Player, defender: Player, words: list[str], config: PlayConfig,
+                store: EpisodeStore | None, rank: int, world: int, *, resume: bool, show_progress: bool, stats: PlayStats | None,
+                guess_words: Sequence[str] | None, overwrite: bool, stale: str) -> list[dict]:
+    """:func:`play_games` with its output store (None: no output) claimed and locked; this process plays the
+    words of index ``rank`` modulo ``world``."""
+    stats = stats if stats is not None else PlayStats()
+    stats.outcomes.update(dict.fromkeys(config.game.outcomes, 0))  # the summary line names every outcome
+    stats.provenance = record(attacker=attacker, defender=defender)
+    attacking_speaker, defending_speaker = speakers(attacker, defender, config, guess_words)
+    models = {"attacker_model": attacker.name, "defender_model": defender.name,
+              "attacker_fingerprint": _fingerprint_of(attacker), "defender_fingerprint": _fingerprint_of(defender)}
+    mine = [i for i in range(len(words)) if i % world == rank]
+    done = ({} if store is None else
+            _claim_and_resume(store, words, config, models, world, resume=resume, overwrite=overwrite, stale=stale))
+    kept = [done[i] for i in mine if i in done]
+    stats.resumed = len(kept)
+    pending_words = [i for i in mine if i not in done]
+
+    new: list[dict] = []
+    unwritten: list[dict] = []
+    live: list[_Game] = []
+    queue = iter(pending_words)
+    start = time.perf_counter()
+    bar = progress(total=len(pending_words), desc=f"play r{rank}" if world > 1 else "play", unit="game",
+                   disable=not show_progress)
+    try:
+        while True:
+            while len(live) < config.sampling.batch_size:  # a finished game's place goes to the next word at once
+                index = next(queue, None)
+                if index is None:
+                    break
+                live.append(_Game(index=index, word=words[index]))
+            if not live:
+                break
+            _play_one_utterance(attacking_speaker, defending_speaker, live, config, stats)
+            still = []
+            for game in live:
+                if config.is_over(game.word, game.history):
+                    episode = _episode(game, config, models)
+                    new.append(episode)
+                    unwritten.append(episode)
+                    stats.games += 1
+                    stats.outcomes[episode["outcome"]] += 1
+                    bar.update(1)
+                else:
+                    still.append(game)
+            live = still
+            elapsed = time.perf_counter() - start
+            bar.set_postfix(tok_s=f"{stats.generated_tokens / max(elapsed, 1e-9):.0f}",
+                            empty=stats.empty_replies, refresh=False)
+            if store is not None and len(unwritten) >= config.sampling.batch_size:
+                with uninterrupted():  # a signal now must not write these games twice (in the flush below)
+                    store.append(unwritten)
+                    unwritten = []
+    finally:
+        # Whatever stopped the run, the finished games are kept.
+        if store is not None and unwritten:
+            store.append(unwritten)
+        bar.close()
+        stats.seconds = time.perf_counter() - start
+    return sorted(kept + new, key=lambda e: e["word_index"])
+
+
+def _claim_and_resume(store: EpisodeStore, words: list[str], config: PlayConfig, models: dict[str, str],
+                      world: int, *, resume: bool, overwrite: bool, stale: str) -> dict[int, dict]:
+    """Claim the output and return the episodes it already holds that this run may keep, by word index
+    (none unless ``resume``); episodes from other words, settings or models are refused or, with
+    ``stale="restart"`` on one process, dropped so every game is played again."""
+    output = store.path
+    store.claim(overwrite=overwrite and not resume, resume=resume)
+    if not resume and store.has_own_shards():
+        raise DataError(output, None, "already holds episodes: pass resume (--resume) to continue, "
+                                      "or choose a new output")
+    existing = store.read() if resume else []
+    try:
+        done = _existing_for(words, existing, output, config, models)
+    except StaleEpisodes as exc:
+        if world > 1 or stale == "refuse":  # other ranks may be reading these shards: the user must choose
+            raise DataError(output, None, f"{exc}: resume with the same settings, or --overwrite to play "
+                                          "every game again") from None
+        print(f"note: {exc}; playing every game again", file=sys.stderr, flush=True)
+        store.claim(overwrite=True, resume=False)
+        existing, done = [], {}
+    if store.single_file:
+        store.keep(existing)
+    return done
+
+
+def speakers(attacker: Player, defender: Player, config: PlayConfig, vocabulary: Sequence[str] | None = None
+             ) -> tuple[Speaker, Speaker]:
+    """(the opening role's speaker, the other's), with the strategies of ``config`` (a player that brings
+    its own keeps them); one speaker for both roles when both are the same player, so that their turns go
+    in one batch."""
+    game, options = config.game, {"seed": config.seed, "vocabulary": vocabulary}
+    if attacker is defender:
+        both = game.speaker(attacker, game.roles, config.strategies, **options)
+        return both, both
+    return (game.speaker(attacker, game.roles[:1], config.strategies, **options),
+            game.speaker(defender, game.roles[1:], config.strategies, **options))
+
+
+def _play_one_utterance(attacking_speaker: Speaker, defending_speaker: Speaker, live: list[_Game],
+                        config: PlayConfig, stats: PlayStats) -> None:
+    """Every live game moves on by one utterance, from whichever player's turn it is."""
+    if attacking_speaker is defending_speaker:
+        _speak(attacking_speaker, live, config, stats)
+        return
+    # Split before anyone speaks: a game whose attacker just spoke waits for the next step.
+    opener = config.game.roles[0]
+    attacking = [g for g in live if config.game.next_role(g.history) == opener]
+    defending = [g for g in live if config.game.next_role(g.history) != opener]
+    for speaking, turn in ((attacking_speaker, attacking), (defending_speaker, defending)):
+        if turn:
+            _speak(speaking, turn, config, stats)
+
+
+def place_rank(backend: str, player_options: dict) -> None:
+    """Under a launcher, put this rank's engine on its own GPU(s) (:mod:`spag.models.devices`): the hf backend on
+    ``cuda:LOCAL_RANK`` (unless a device is given), the vllm backend on the ``tensor_parallel_size`` GPUs
+    of its rank, made the only visible ones before vLLM starts (vLLM's "cuda" is GPU 0 of those visible)."""
+    rank = local_rank()
+    if rank is None:
+        return
+    if backend == "vllm":
+        pin_rank_to_gpus(int(player_options.get("tensor_parallel_size") or 1))
+    elif backend == "hf" and player_options.get("device") is None and rank_and_world()[1] > 1:
+        import torch
+
+        if torch.cuda.is_available():
+            player_options["device"] = hf_rank_device(rank, torch.cuda.device_count())
+
+
+def run_games(attacker_model: str, defender_model: str, words: list[str], config: PlayConfig, *,
+              backend: str = "hf", output=None, resume: bool = False, show_progress: bool = True,
+              stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
+              overwrite: bool = False, stale: str = "refuse", **player_options) -> list[dict]:
+    """Load the players (once when both sides are the same model) and play."""
+    rank, world = rank_and_world()
+    if output is not None:  # before minutes of model loading
+        EpisodeStore(output, rank, world).check(overwrite=overwrite and not resume, resume=resume)
+    place_rank(backend, player_options)
+    attacker = load_player(attacker_model, backend, **player_options)
+    try:
+        defender = attacker if defender_model == attacker_model else load_player(defender_model, backend,
+                                                                                  **player_options)
+    except BaseException:
+        close_player(attacker)
+        raise
+    try:
+        return play_games(attacker, defender, words, config, output=output, resume=resume,
+                          show_progress=show_progress, stats=stats, guess_words=guess_words, overwrite=overwrite,
+                          stale=stale)
+    finally:
+        close_player(attacker, defender)
