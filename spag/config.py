@@ -30,18 +30,17 @@ import yaml
 from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, model_validator
 
 from spag.game.registry import DEFAULT_GAME, GAMES, game_class
-from spag.players.base import backend_options
+from spag.players.options import BACKEND_OPTIONS, HFOptions, OpenAIOptions, VLLMOptions
 from spag.runtime.errors import ParamsError
-from spag.schema import DEVICE_PATTERN, CommandLine, HttpUrl, PathStr, Section, knob, read_yaml, shown_url
+from spag.schema import DEVICE_PATTERN, CommandLine, PathStr, Section, knob, read_yaml, shown_url
 
-# Kept here as names so that reading a config never imports torch; tests check them against
-# spag.train.losses (METHODS, REDUCTIONS) and spag.evaluate.benchmark (SUITES).
+# The choices of settings, named once here: the code that acts on them (spag.train.losses,
+# spag.evaluate.benchmark) imports them. The backends are those with options (spag.players.options).
 METHODS = ("sft", "sft-kl", "offline-po")
 ONLINE = "online"  # spag.method only: online self-play on TRL's GRPOTrainer (spag.train.online)
 SCALE_REWARDS = ("none", "group", "batch")  # TRL's GRPOConfig.scale_rewards
 REDUCTIONS = ("rows", "weights")
-BACKENDS = ("hf", "vllm", "openai")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+BACKENDS = tuple(BACKEND_OPTIONS)
 SUITES = ("auto", "paper", "local")
 SFT_FORMATS = ("chat", "original")
 TRUNCATIONS = ("history", "left")
@@ -85,38 +84,32 @@ GameSection = Annotated[Union[tuple(Annotated[cls.Settings, Tag(name)] for name,
                         Discriminator(_game_name)]
 
 
-class Sampling(Section):
-    """How a model plays: the backend and the sampling of each utterance."""
+class Generation(Section):
+    """How each utterance is sampled, whichever backend runs the model."""
 
-    backend: Literal[BACKENDS] = knob("hf", "Player backend: hf, vllm or openai.")
-    dtype: Literal[DTYPES] = knob("auto", "hf/vllm weights: auto (bfloat16 on a GPU that has it, else "
-                                          "float32), float32, bfloat16, float16.")
-    device: str | None = knob(None, "hf backend: cpu, cuda, cuda:1 ... (null: the best there is).",
-                                 pattern=DEVICE_PATTERN)
-    base_url: HttpUrl | None = knob(None, "openai backend: an OpenAI-compatible endpoint URL.")
-    gpu_memory_utilization: float = knob(0.3, "vllm backend: share of the memory one engine takes (weights, "
-                                              "activations, KV cache): of the GPU, or on vLLM's CPU build of the "
-                                              "CPU's NUMA node; two models in one game are two engines.",
-                                         gt=0, le=1)
     temperature: float = knob(1.2, "Sampling temperature; 0 is greedy.", ge=0)
     top_k: int = knob(50, "Top-k sampling (0: off).", ge=0)
     max_new_tokens: int = knob(256, "Longest utterance, in tokens.", ge=1)
     min_new_tokens: int = knob(2, "Shortest utterance before it may end.", ge=0)
     empty_retries: int = knob(2, "Resamples of a reply that comes back empty, each with a longer shortest "
                                  "utterance (the original: 0, an empty reply is kept).", ge=0)
-    tensor_parallel_size: int = knob(1, "vllm backend: GPUs one engine spans (under a launcher, each rank takes "
-                                        "this many of the visible GPUs).", ge=1)
     batch_size: int = knob(32, "Games played together.", ge=1)
-    max_prompt_tokens: int | None = knob(None, "hf/vllm: keep the last N tokens of a longer prompt (the "
-                                                  "original cut at 2048); null: the whole prompt.", ge=1)
+
+
+class Backend(Section):
+    backend: Literal[BACKENDS] = knob("hf", f"Player backend: {', '.join(BACKENDS)}.")
+
+
+# The bases in this order give the fields in the order a reader wants them: the backend, the sampling, then
+# each backend's options.
+class Sampling(OpenAIOptions, VLLMOptions, HFOptions, Generation, Backend):
+    """How a model plays: the backend, the sampling of each utterance, and each backend's options
+    (:mod:`spag.players.options`, where each is defined)."""
 
     def player_options(self, backend: str | None = None) -> dict:
         """What :func:`spag.players.load_player` takes from this section for ``backend`` (default: the
-        section's own): each knob says which backends it is for."""
-        return backend_options(backend or self.backend, {
-            "dtype": self.dtype, "device": self.device, "base_url": self.base_url,
-            "gpu_memory_utilization": self.gpu_memory_utilization, "max_prompt_tokens": self.max_prompt_tokens,
-            "tensor_parallel_size": self.tensor_parallel_size})
+        section's own): the fields of that backend's options."""
+        return {name: getattr(self, name) for name in BACKEND_OPTIONS[backend or self.backend].model_fields}
 
 
 class Teacher(Sampling):
@@ -160,8 +153,8 @@ class Reward(Section):
                                         "(Alpaca, prompt/completion or query/target rows), or null.")
     sft_limit: int | None = knob(None, "Keep a random N of the general rows (null: all).", ge=0)
     sft_format: Literal[SFT_FORMATS] = SFT_FORMAT
-    foul_penalty: float = knob(0.0, "p >= 0: the attacker line that says the word becomes a row with reward -p "
-                                    "(0: off).", ge=0)
+    foul_line_penalty: float = knob(0.0, "p >= 0: the attacker line that says the word becomes a row with "
+                                         "reward -p (0: off).", ge=0)
     loser_reward: float = knob(0.0, "q <= 0: the loser's lines get rewards summing to q per game (0: off).", le=0)
     role_baseline: bool = knob(False, "Subtract each role's mean reward from its rows' rewards (SPIRAL-style).")
     credit: Literal[CREDITS] = knob("all", "Which wins earn the winner rows: all (the paper's) or skill (only wins "
@@ -278,8 +271,8 @@ class Online(Section):
                                   "in them, so the group's mean reward is a per-role baseline.", ge=2)
     win_reward: float = knob(1.0, "Zero-sum outcome reward: +r on every utterance of the winner, -r on the "
                                   "loser's, 0 in a tie.", gt=0)
-    foul_penalty: float = knob(1.5, "p: an attacker who says the word gets -p on every utterance of the game, "
-                                    "the defender 0 (SPIRAL scores an invalid move -1.5).", ge=0)
+    foul_game_penalty: float = knob(1.5, "p: an attacker who says the word gets -p on every utterance of the "
+                                         "game, the defender 0 (SPIRAL scores an invalid move -1.5).", ge=0)
     scale_rewards: Literal[SCALE_REWARDS] = knob(
         "none", "none: advantage = reward - its group's mean (SPIRAL's role baseline, no scaling); group or "
                 "batch: also divided by the group's or the batch's standard deviation (GRPO).")
@@ -458,6 +451,10 @@ def _fields_at(model: type[BaseModel], loc: tuple, game: str = DEFAULT_GAME) -> 
     return list(model.model_fields)
 
 
+# Settings that were renamed, by their old key: a params file or override that still uses one is refused in
+# one line naming the new key.
+RENAMED = {"reward.foul_penalty": "reward.foul_line_penalty", "online.foul_penalty": "online.foul_game_penalty"}
+
 _EXPECTED = {"bool_type": "expected true or false", "int_type": "expected an integer",
              "float_type": "expected a number", "string_type": "expected a string",
              "dict_type": "expected a mapping", "model_type": "expected a mapping",
@@ -479,6 +476,8 @@ def describe(error: dict, model: type[BaseModel] = Settings) -> tuple[str, str]:
     loc, kind, value = tuple(error["loc"]), error["type"], _shown(error.get("input"))
     if loc and loc[-1] == "base_url" and isinstance(error.get("input"), str):
         value = _shown(shown_url(error["input"]))
+    if kind == "extra_forbidden" and _key(loc) in RENAMED:
+        return _key(loc), f"renamed: use {RENAMED[_key(loc)]}"
     if kind == "extra_forbidden":
         game = str(loc[1]) if len(loc) > 1 and loc[0] == "game" else DEFAULT_GAME
         near = difflib.get_close_matches(str(loc[-1]), _fields_at(model, loc[:-1], game), n=1)
@@ -532,6 +531,8 @@ def apply_overrides(params: dict, overrides: Any, source: str | os.PathLike) -> 
         *sections, name = str(dotted).split(".")
         game = overrides.get("game.name") or _game_name((params.get("game") if isinstance(params, dict) else None) or {})
         model, where = Settings, params
+        if dotted in RENAMED:
+            raise ParamsError(source, dotted, f"renamed: use {RENAMED[dotted]}")
         for part in [*sections, name]:
             if part not in getattr(model, "model_fields", {}):
                 raise ParamsError(source, dotted, "names no setting")

@@ -14,9 +14,7 @@ import yaml
 from spag.commands.options import cli_type
 from spag.config import (
     BACKENDS,
-    METHODS,
-    REDUCTIONS,
-    SUITES,
+    RENAMED,
     Play,
     Reward,
     Sampling,
@@ -33,6 +31,8 @@ from spag.game.taboo.strategies import TabooStrategies
 from spag.pipeline.run import Declared, declared_params
 from spag.pipeline.table import STAGE_PARAMS
 from spag.play.engine import PlayConfig
+from spag.players import load_player
+from spag.players.options import BACKEND_OPTIONS, HFOptions
 from spag.runtime.errors import ParamsError, UndeclaredParam
 from spag.testing import run_cli
 
@@ -126,17 +126,6 @@ def test_a_file_that_is_no_yaml_mapping_is_one_line(tmp_path):
         load_settings(bad)
 
 
-def test_names_kept_without_torch_match_the_library():
-    from spag.evaluate.benchmark import SUITES as BENCHMARK_SUITES
-    from spag.players import BACKENDS as PLAYER_BACKENDS
-    from spag.train.losses import METHODS as LOSS_METHODS
-    from spag.train.losses import REDUCTIONS as LOSS_REDUCTIONS
-
-    assert METHODS == LOSS_METHODS and REDUCTIONS == LOSS_REDUCTIONS
-    assert set(SUITES) == set(BENCHMARK_SUITES)
-    assert set(BACKENDS) == set(PLAYER_BACKENDS) - {"human"}
-
-
 def test_play_config_holds_the_sections_and_of_routes_knobs_to_them():
     play = Play(temperature=0.5, top_k=7, max_new_tokens=9, batch_size=3)
     config = PlayConfig(Taboo(TabooSettings(max_turns=2, rules="original")), play, seed=11)
@@ -215,7 +204,7 @@ def cli_option(command: str, flag: str):
 @pytest.mark.parametrize("command, flag, section, name", [
     ("play", "--top-k", Play, "top_k"),
     ("train", "--weight-decay", TrainConfig, "weight_decay"),
-    ("reward", "--foul-penalty", Reward, "foul_penalty"),
+    ("reward", "--foul-line-penalty", Reward, "foul_line_penalty"),
     ("train", "--clip-range", TrainConfig, "clip_range"),
     ("train", "--lr", TrainConfig, "learning_rate"),
     ("words", "--top", Words, "top"),
@@ -294,6 +283,59 @@ def test_every_declared_key_exists_in_the_schema():
             for part in key.split("."):
                 assert part in node, f"{name}: {key}"
                 node = node[part]
+
+
+@pytest.mark.parametrize("name", ["params.yaml", "configs/paper.yaml"])
+def test_a_whole_params_file_sets_every_key_a_stage_tracks(name):
+    """DVC refuses to run a stage whose declared params are missing from params.yaml: a whole params file
+    sets each one (a knob added to a section a stage tracks by key needs its line here too)."""
+    params = load(name)
+    for stage in STAGE_PARAMS:
+        for key in declared_params(stage, epoch="1"):
+            node = params
+            for part in key.split("."):
+                assert isinstance(node, dict) and part in node, f"{name}: {key} (tracked by {stage}) is not set"
+                node = node[part]
+
+
+def test_a_renamed_setting_is_refused_naming_its_new_key(tmp_path):
+    for old, new in RENAMED.items():
+        section, key = old.split(".")
+        params = tmp_path / "params.yaml"
+        params.write_text(f"{section}:\n  {key}: 1.0\n")
+        with pytest.raises(ParamsError, match=rf"^{params}: {old}: renamed: use {new}$"):
+            load_settings(params)
+        override = tmp_path / "override.yaml"
+        override.write_text(f"{old}: 1.0\n")
+        with pytest.raises(ParamsError, match=rf"^{override}: {old}: renamed: use {new}$"):
+            load_settings(None, [override])
+    result = run_cli("reward", "x.jsonl", "-o", str(tmp_path / "rows.parquet"), "--foul-penalty", "1")
+    assert result.code == 2 and "--foul-line-penalty" in result.error_lines()[0]
+    assert len(result.error_lines()) == 1
+
+
+def test_every_backend_option_is_a_setting_an_option_of_spag_play_and_a_player_option():
+    """A backend's options are defined once (spag.players.options): the sampling sections of a params file,
+    `spag play`'s options, what a section hands load_player and what the evaluation stages track follow."""
+    play_flags = {o for p in _command("play").params for o in p.opts}
+    for backend, options in BACKEND_OPTIONS.items():
+        assert set(options.model_fields) == set(Sampling().player_options(backend))
+        for name, field in options.model_fields.items():
+            assert Sampling.model_fields[name].default == field.default, name
+            assert "--" + name.replace("_", "-") in play_flags, name
+    tracked = set(declared_params("baselines"))
+    assert {f"evaluate.{name}" for name in HFOptions.model_fields} <= tracked  # the skill metrics run on hf
+    assert BACKENDS == tuple(BACKEND_OPTIONS) and Sampling.model_fields["backend"].description.endswith(
+        "hf, vllm, openai.")
+
+
+def test_load_player_checks_options_against_its_backends_schema():
+    with pytest.raises(ValueError, match="the hf backend takes no option base_url"):
+        load_player("x", "hf", base_url="http://localhost:1/v1")
+    with pytest.raises(ValueError, match="prefix_cache_gb: Input should be greater than or equal to 0"):
+        load_player("x", "hf", prefix_cache_gb=-1)
+    with pytest.raises(ValueError, match="api: Input should be 'chat' or 'completions'"):
+        load_player("m", "openai", api="rest")
 
 
 def test_training_stages_track_every_training_knob():

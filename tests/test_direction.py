@@ -75,7 +75,7 @@ def test_the_judge_decides_the_hand_written_games():
 
 @pytest.fixture(scope="module")
 def rows():
-    rows, stats = reward_rows(EPISODES, options=Reward(foul_penalty=1.0))
+    rows, stats = reward_rows(EPISODES, options=Reward(foul_line_penalty=1.0))
     # The winner's lines of the two decisive games and the foul line; nothing from the tie, nothing of the losers.
     assert [(r["target_word"], r["role"], r["turn"]) for r in rows] == [("coffee", A, 0), ("tea", D, 1),
                                                                        ("fox", A, 0)]

@@ -2,6 +2,7 @@
 
 import pytest
 
+from spag.config import Online
 from spag.game.taboo import Taboo
 from spag.game.taboo.outcomes import (
     ATTACKER,
@@ -21,12 +22,15 @@ TABOO = Taboo()
 @pytest.mark.parametrize("outcome, attacker, defender", [
     (ATTACKER_WINS, 1.0, -1.0), (DEFENDER_WINS, -1.0, 1.0), (TIE, 0.0, 0.0), (ATTACKER_BREAKS_RULES, -1.5, 0.0)])
 def test_role_rewards_are_zero_sum_and_a_foul_is_worse_than_a_loss(outcome, attacker, defender):
-    assert role_rewards(TABOO, outcome) == {ATTACKER: attacker, DEFENDER: defender}
+    online = Online()  # the schema's defaults: a win 1, a foul 1.5
+    assert role_rewards(TABOO, outcome, online.win_reward, online.foul_game_penalty) == \
+        {ATTACKER: attacker, DEFENDER: defender}
 
 
 def test_role_rewards_follow_their_settings():
-    assert role_rewards(TABOO, ATTACKER_WINS, win_reward=2.0, foul_penalty=3.0) == {ATTACKER: 2.0, DEFENDER: -2.0}
-    assert role_rewards(TABOO, ATTACKER_BREAKS_RULES, win_reward=2.0, foul_penalty=3.0) == {ATTACKER: -3.0, DEFENDER: 0.0}
+    assert role_rewards(TABOO, ATTACKER_WINS, win_reward=2.0, foul_game_penalty=3.0) == {ATTACKER: 2.0, DEFENDER: -2.0}
+    assert role_rewards(TABOO, ATTACKER_BREAKS_RULES, win_reward=2.0, foul_game_penalty=3.0) == \
+        {ATTACKER: -3.0, DEFENDER: 0.0}
 
 
 class Lines:
@@ -64,7 +68,7 @@ def test_a_game_through_the_environment_is_the_engines_game(lines, outcome):
         observation = step.observation
     assert step.done and observation is None and env.done
     assert step.outcome == played["outcome"] == outcome
-    assert step.rewards == role_rewards(TABOO, outcome)
+    assert step.rewards == role_rewards(TABOO, outcome, 1.0, 1.5)  # the online section's defaults
     assert prompts == engine_player.prompts  # what each player is asked, word for word
     episode = env.episode()
     assert [u["content"] for u in episode["history"]] == [u["content"] for u in played["history"]]

@@ -129,7 +129,7 @@ def test_a_teacher_with_the_equilibrium_wins_every_hand_by_a_legal_line():
 def test_rewards_go_to_the_winners_actions_and_a_penalty_to_the_rule_breaker():
     games = [{"target_word": "J-K", "max_turns": 2, "history": hand("J-K", "bet", "fold")},
              {"target_word": "K-Q", "max_turns": 2, "history": hand("K-Q", "check", None)}]
-    rows, stats = reward_rows(games, options=Reward(foul_penalty=1.0), game=KUHN)
+    rows, stats = reward_rows(games, options=Reward(foul_line_penalty=1.0), game=KUHN)
     assert [(r["role"], r["completion"], r["reward"]) for r in rows] == [
         (FIRST, "I will [bet].", 1.0), (SECOND, "hmm", -1.0)]
     assert stats.role_games == {FIRST: 1, SECOND: 1} and stats.outcomes == {FIRST_WINS: 1, SECOND_BREAKS_RULES: 1}

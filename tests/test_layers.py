@@ -10,10 +10,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import networkx as nx
+import tomllib
 
 from spag.pipeline.imports import MODULES, PACKAGE, ROOT, import_graph
 

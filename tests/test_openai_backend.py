@@ -12,6 +12,7 @@ import pytest
 from spag.game.taboo.replies import STOPS
 from spag.players import PlayerError, load_player
 from spag.players.openai import OpenAIPlayer
+from spag.players.options import HFOptions, OpenAIOptions
 
 SECRET = "sk-test-secret-value-123"
 
@@ -194,9 +195,9 @@ def test_concurrency_is_bounded_and_order_kept(endpoint_factory):
 def test_missing_key_for_openai_itself(monkeypatch):
     monkeypatch.delenv("SPAG_NO_SUCH_KEY", raising=False)
     with pytest.raises(PlayerError, match="SPAG_NO_SUCH_KEY"):
-        OpenAIPlayer("gpt-4", api_key_env="SPAG_NO_SUCH_KEY")
+        OpenAIPlayer("gpt-4", OpenAIOptions(api_key_env="SPAG_NO_SUCH_KEY"))
     # A local endpoint usually needs no key; it also gets the server extensions (top_k, min_tokens).
-    local = OpenAIPlayer("m", api_key_env="SPAG_NO_SUCH_KEY", base_url="http://127.0.0.1:9/v1")
+    local = OpenAIPlayer("m", OpenAIOptions(api_key_env="SPAG_NO_SUCH_KEY", base_url="http://127.0.0.1:9/v1"))
     assert local.extensions
 
 
@@ -207,7 +208,7 @@ def test_games_through_an_endpoint_serving_a_real_model(endpoint_factory, tmp_pa
     from spag.players.hf import HFPlayer
     from spag.testing import make_tiny_checkpoint
 
-    model = HFPlayer.from_pretrained(make_tiny_checkpoint(tmp_path / "tiny"), device="cpu")
+    model = HFPlayer.from_pretrained(make_tiny_checkpoint(tmp_path / "tiny"), HFOptions(device="cpu"))
     lock = threading.Lock()
 
     def answer(body):

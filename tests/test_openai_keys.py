@@ -5,6 +5,7 @@ from test_openai_backend import Endpoint
 
 from spag.players import load_player
 from spag.players.openai import OpenAIPlayer, api_key_for
+from spag.players.options import OpenAIOptions
 
 OPENAI_SECRET = "sk-openai-secret"
 NAMED_SECRET = "sk-named-secret"
@@ -51,7 +52,7 @@ def test_openai_key_goes_to_openai_itself(keys):
     ("https://10.1.2.3/v1", False),
 ])
 def test_plain_http_to_another_host_is_warned_about(keys, capsys, url, warned):
-    OpenAIPlayer("m", base_url=url)
+    OpenAIPlayer("m", OpenAIOptions(base_url=url))
     assert ("plain http" in capsys.readouterr().err) == warned
 
 

@@ -33,7 +33,7 @@ def small_params(tiny_model: Path) -> dict:
     for stage in ("imitate", "spag"):
         p[stage].update(batch_size=2, max_length=256)
     p["evaluate"].update(words=3, seeds=2, max_new_tokens=6, vs_baseline=True, vs_previous=True, clue_lines=1)
-    p["reward"]["foul_penalty"] = 1.0
+    p["reward"]["foul_line_penalty"] = 1.0
     p["evaluate"]["benchmark"].update(limit=4, base=True)
     p["online"].update(words=2, words_per_step=1, games_per_word=2)  # spag.method: online (one test)
     return p

@@ -13,6 +13,7 @@ from spag.game.taboo.replies import STOPS, clean_reply, cut_at_next_speaker
 from spag.players import PlayerError, derive_seed, load_player
 from spag.players.base import per_prompt_seeds
 from spag.players.hf import HFPlayer
+from spag.players.options import HFOptions
 from spag.testing import make_tiny_checkpoint
 
 HISTORY = [
@@ -181,7 +182,7 @@ def test_endless_output_is_cut_at_max_new_tokens(player):
 
 def test_reply_stops_where_the_other_player_starts(player):
     # Nothing kept between calls, so the prompt is encoded in one pass the script can recognise.
-    player = HFPlayer(player.model, player.tokenizer, prefix_cache_gb=0)
+    player = HFPlayer(player.model, player.tokenizer, options=HFOptions(prefix_cache_gb=0))
     tokens = player.tokenizer("Think of tea\ndefender: coffee is it", add_special_tokens=False)["input_ids"]
     script = _Script(player.model, tokens)
     try:

@@ -520,9 +520,9 @@ def test_a_truncated_foul_line_gives_no_penalty_row_unless_kept():
     foul = {"target_word": "piano", "max_turns": 5,
             "history": [a("I love the piano and its keys, and also the long evenings when"), d("Nice.")]}
     foul = _cut(foul, turns=[0])
-    rows, stats = reward_rows([foul], options=Reward(foul_penalty=1.0))
+    rows, stats = reward_rows([foul], options=Reward(foul_line_penalty=1.0))
     assert rows == [] and stats.dropped_truncated == 1
-    rows, _ = reward_rows([foul], options=Reward(foul_penalty=1.0, keep_truncated=True))
+    rows, _ = reward_rows([foul], options=Reward(foul_line_penalty=1.0, keep_truncated=True))
     assert [r["reward"] for r in rows] == [-1.0]
 
 
@@ -585,5 +585,5 @@ def test_skill_credit_rewards_only_wins_by_the_winners_own_play():
     assert moves(r for r in everything if r["target_word"] != "river") == moves(skill)
     assert (stats.role_games['attacker'], stats.role_games['defender']) == (1, 1)
     # the foul penalty is not a win's credit: it stays
-    penalised, _ = reward_rows(games, options=Reward(credit="skill", foul_penalty=1.0))
+    penalised, _ = reward_rows(games, options=Reward(credit="skill", foul_line_penalty=1.0))
     assert [r["reward"] for r in penalised if r["target_word"] == "apple"] == [-1.0]

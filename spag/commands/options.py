@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from typer._click.globals import get_current_context
 
 from spag.config import describe, load_settings
-from spag.game.registry import DEFAULT_GAME, GAMES
+from spag.game.registry import DEFAULT_GAME, GAME_CHOICES, GAMES
 from spag.runtime.console import error
 from spag.runtime.errors import ParamsError
 from spag.runtime.outputs import claim_files, hold, release_held
@@ -195,7 +195,7 @@ def from_params(ctx: typer.Context, params, sections: Iterable[str], values: dic
 
 def game_knobs() -> dict[str, tuple]:
     """``--game`` and the settings of every game, each defaulting to the chosen game's (:func:`game_from`)."""
-    out = {"game": (str, typer.Option(DEFAULT_GAME, "--game", help=f"The game: {', '.join(GAMES)}."))}
+    out = {"game": (str, typer.Option(DEFAULT_GAME, "--game", help=f"The game: {GAME_CHOICES}."))}
     for game in GAMES.values():
         out.update({k: v for k, v in knobs(game.Settings, exclude=("name",), unset=True).items() if k not in out})
     return out

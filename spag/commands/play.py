@@ -56,10 +56,6 @@ def register(app: typer.Typer) -> None:
                                                      "--final-guess; default: --words)."),
         export_json: Path | None = typer.Option(None, "--export-json",
                                                 help="Also write the episodes in the original JSON list format."),
-        api_key_env: str | None = typer.Option(
-            None, "--api-key-env", help="openai backend: environment variable holding the API key for --base-url "
-                                        "(default: OPENAI_API_KEY, sent to api.openai.com only)."),
-        concurrency: int = typer.Option(8, "--concurrency", min=1, help="openai backend: parallel requests."),
         trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
         **settings,
@@ -97,9 +93,8 @@ def register(app: typer.Typer) -> None:
         try:
             episodes = run_games(attacker, defender, words, config, backend=sampling.backend, output=output,
                                  resume=resume, overwrite=overwrite, show_progress=progress, stats=stats,
-                                 guess_words=chosen_guess_words, **sampling.player_options(),
-                                 **({"api_key_env": api_key_env, "concurrency": concurrency}
-                                    if sampling.backend == "openai" else {"trust_remote_code": trust_remote_code}))
+                                 guess_words=chosen_guess_words, trust_remote_code=trust_remote_code,
+                                 **sampling.player_options())
         except PlayerError as exc:
             error(str(exc))
             raise typer.Exit(1)

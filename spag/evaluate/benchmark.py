@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from spag.config import SUITES
 from spag.evaluate.benchmark_data import (
     BIGBENCH_GENERATIVE,
     BIGBENCH_MULTIPLE_CHOICE,
@@ -66,7 +67,6 @@ from spag.runtime.outputs import (
 )
 
 LOCAL_TASKS_DIR = Path(__file__).resolve().parent / "tasks"
-SUITES = ("auto", "paper", "local")
 # The items `limit` samples from a task are drawn with this seed and the task's name: fixed, so that every
 # checkpoint, training seed and run answers the same items and their results pair up.
 ITEM_SAMPLE_SEED = 0

@@ -22,7 +22,7 @@ What a game is, in this interface's terms:
   *cause*, one of ``causes[outcome]``), and which role won or broke the rules. Nothing else in spag
   decides a game.
 - **Rewards**: the winner's utterances earn the decayed shares of the paper; the offender's rule-breaking
-  line can be penalised (``reward.foul_penalty``); ``reward.credit: skill`` keeps only wins whose cause is
+  line can be penalised (``reward.foul_line_penalty``); ``reward.credit: skill`` keeps only wins whose cause is
   in :attr:`Game.skill_causes`. Those are all the hooks rewards need.
 - **Evaluation** scores a game 1 for a win, 1/2 for a game neither won, 0 for a loss or one's own foul
   (the opponent's foul is a win), and splits each role's games by cause (:attr:`Game.parts`: the names
@@ -95,6 +95,7 @@ class Game(ABC):
     """One two-player zero-sum game (see the module docstring). An instance holds the game's settings."""
 
     name: ClassVar[str]
+    title: ClassVar[str]                                   # what the game is called in prose
     roles: ClassVar[tuple[str, str]]
     outcomes: ClassVar[tuple[str, ...]]
     causes: ClassVar[Mapping[str, tuple[str, ...]]]        # outcome -> the ways it can come about

@@ -21,7 +21,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from spag.game.base import Game
+from spag.game.base import Game, GameSettings
 from spag.game.registry import episode_game
 from spag.runtime.errors import DataError, OutputExists, OutputRefused
 from spag.runtime.outputs import (
@@ -38,8 +38,6 @@ from spag.runtime.outputs import (
 )
 from spag.runtime.records import read_records
 
-DEFAULT_MAX_TURNS = 5
-
 
 def validate_episode(record: Mapping, index: int, source: str | os.PathLike = "<episodes>",
                      game: Game | None = None) -> dict:
@@ -54,7 +52,7 @@ def validate_episode(record: Mapping, index: int, source: str | os.PathLike = "<
     if any(unicodedata.category(ch).startswith("C") for ch in target):  # NUL, other controls, a BOM, ...
         raise DataError(source, index, f"'target_word' holds an invisible control character: {target!r}")
     if "max_turns" not in episode or episode["max_turns"] is None:
-        episode["max_turns"] = DEFAULT_MAX_TURNS
+        episode["max_turns"] = GameSettings.model_fields["max_turns"].default  # the original's 5
     episode["max_turns"] = _whole_number(episode["max_turns"], source, index)
     if episode["max_turns"] < 1:
         raise DataError(source, index, f"'max_turns' must be at least 1, got {episode['max_turns']}")

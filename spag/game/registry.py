@@ -17,6 +17,11 @@ from spag.game.taboo import Taboo
 
 GAMES: dict[str, type[Game]] = {game.name: game for game in (Taboo, KuhnPoker)}
 DEFAULT_GAME = Taboo.name  # a params file without game.name, and an episode that does not name its game
+GAME_CHOICES = ", ".join(f"{name} ({game.title})" for name, game in GAMES.items())
+
+# Every game's ``name`` setting lists every game there is, wherever its help is shown (`spag config show`).
+for _game in GAMES.values():
+    _game.Settings.model_fields["name"].description = f"The game: {GAME_CHOICES}."
 
 
 def game_class(name: str) -> type[Game]:

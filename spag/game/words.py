@@ -12,7 +12,6 @@ from spag.runtime.errors import DataError
 from spag.runtime.outputs import Replace, write_text_atomic
 from spag.runtime.records import read_text
 
-DEFAULT_TOP = 50_000
 _ALPHA = re.compile(r"^[a-z]+$")
 
 # Words that carry grammar rather than a topic: no game can be played on them.
@@ -46,7 +45,7 @@ def is_noun_only(word: str) -> bool:
     return bool(readings) and set(readings) == {"NOUN"}
 
 
-def top_words(n: int = DEFAULT_TOP, lang: str = "en", nouns_only: bool = False,
+def top_words(n: int, lang: str = "en", nouns_only: bool = False,
               skip_stop_words: bool = True) -> list[str]:
     """The ``n`` most frequent words: lowercase alphabetic, 3+ letters, no function words, no repeats.
 
@@ -101,7 +100,7 @@ def is_held_out(word: str, eval_fraction: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction
 
 
-def split_words(words: list[str], eval_fraction: float = 0.1) -> tuple[list[str], list[str]]:
+def split_words(words: list[str], eval_fraction: float) -> tuple[list[str], list[str]]:
     """(training words, held-out evaluation words), disjoint, each in the input order."""
     train = [w for w in words if not is_held_out(w, eval_fraction)]
     held = [w for w in words if is_held_out(w, eval_fraction)]

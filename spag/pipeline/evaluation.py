@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from spag.config import Evaluate, Sampling
+from spag.config import Evaluate, Generation
 from spag.evaluate.games import check_held_out
 from spag.game.words import read_words
 from spag.pipeline.run import Declared, Layout, sample_targets, sample_words, stage_game
@@ -26,7 +26,7 @@ def evaluation_games(settings: Declared, layout: Layout):
                        "data/words/all.txt")
     else:
         chosen = sample_words(layout.words / "eval.txt", e.words, f"evaluate-{e.seed}", game)
-    sampling = Evaluate.model_validate({name: getattr(e, name) for name in Sampling.model_fields})
+    sampling = Evaluate.model_validate({name: getattr(e, name) for name in Generation.model_fields})
     if sampling.temperature is None:
         sampling.temperature = settings.play.temperature
     return chosen, PlayConfig(game, sampling, e.seed)

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spag.config import TrainStep
+from spag.config import Generation, TrainStep
+from spag.players.options import HFOptions
 
 _TRAINING = tuple(TrainStep.model_fields)
 # What running the benchmark on one checkpoint reads (spag.pipeline._benchmark).
 _BENCHMARK = ("evaluate.benchmark.suite", "evaluate.benchmark.tasks", "evaluate.benchmark.limit")
-# What playing evaluation games reads: the words, seeds and sampling (spag.pipeline._evaluation).
-_EVALUATION_PLAY = ("game", "play.temperature", *(f"evaluate.{k}" for k in (
-    "seed", "word_set", "words", "seeds", "temperature", "top_k", "max_new_tokens", "min_new_tokens",
-    "empty_retries", "batch_size", "max_prompt_tokens", "backend", "dtype", "device", "base_url",
-    "gpu_memory_utilization", "tensor_parallel_size")))
+# What playing evaluation games reads: the words, seeds and sampling (spag.pipeline.evaluation), and the hf
+# backend's options (the skill metrics and the baselines run on it).
+_EVALUATION_PLAY = ("game", "play.temperature",
+                    *(f"evaluate.{k}" for k in ("seed", "word_set", "words", "seeds", *Generation.model_fields,
+                                                *HFOptions.model_fields)))
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,12 @@ text makes an utterance of it first, as the engine does with :meth:`spag.game.ba
 returns the next observation, or, when the game is over, the outcome and each role's reward
 (:func:`role_rewards`).
 
-The rewards are the zero-sum ones of online self-play (:mod:`spag.train.online`): the winner +1, the
-loser -1, nobody anything in a tie; the player who breaks the rules (Adversarial Taboo: the attacker who
-says the word) gets ``-foul_penalty`` and its opponent nothing, since the judge names no winner there.
-SPIRAL scores an invalid move -1.5, below a loss, so that breaking the rules is never the better way out
-of a game one is losing.
+The rewards are the zero-sum ones of online self-play (:mod:`spag.train.online`), set by the ``online``
+section (:class:`spag.config.Online`): the winner ``+win_reward``, the loser ``-win_reward``, nobody
+anything in a tie; the player who breaks the rules (Adversarial Taboo: the attacker who says the word) gets
+``-foul_game_penalty`` and its opponent nothing, since the judge names no winner there. SPIRAL scores an
+invalid move -1.5, below a loss, so that breaking the rules is never the better way out of a game one is
+losing.
 """
 
 from __future__ import annotations
@@ -24,23 +25,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from spag.config import Online
 from spag.game.base import Game
 from spag.play.engine import PlayConfig
 
-WIN_REWARD = 1.0
-FOUL_PENALTY = 1.5  # SPIRAL's score of an invalid move
 
-
-def role_rewards(game: Game, outcome: str, win_reward: float = WIN_REWARD,
-                 foul_penalty: float = FOUL_PENALTY) -> dict:
+def role_rewards(game: Game, outcome: str, win_reward: float, foul_game_penalty: float) -> dict:
     """Each role's reward for a judged ``outcome`` of ``game``: zero-sum ``±win_reward`` for a decided game,
-    0 for a tie, ``-foul_penalty`` for the role that broke the rules (its opponent 0)."""
+    0 for a tie, ``-foul_game_penalty`` for the role that broke the rules (its opponent 0)."""
     winner, offender = game.sides(outcome)
     rewards = dict.fromkeys(game.roles, 0.0)
     if winner is not None:
         rewards.update({winner: win_reward, game.other(winner): -win_reward})
     if offender is not None:
-        rewards[offender] = -foul_penalty
+        rewards[offender] = -foul_game_penalty
     return rewards
 
 
@@ -64,12 +62,12 @@ class Step:
 
 
 class GameEnvironment:
-    """One game at a time, the game and its settings those of ``config`` (default: Adversarial Taboo)."""
+    """One game at a time, the game and its settings those of ``config`` (default: Adversarial Taboo), the
+    rewards those of ``online`` (default: the schema's)."""
 
-    def __init__(self, config: PlayConfig | None = None, win_reward: float = WIN_REWARD,
-                 foul_penalty: float = FOUL_PENALTY):
+    def __init__(self, config: PlayConfig | None = None, online: Online | None = None):
         self.config = config or PlayConfig()
-        self.win_reward, self.foul_penalty = win_reward, foul_penalty
+        self.online = online or Online()
         self.word: str | None = None
         self.history: list[dict] = []
         self.done = True
@@ -89,7 +87,8 @@ class GameEnvironment:
         self.done = True
         outcome = self.verdict().outcome
         return Step(None, done=True, outcome=outcome,
-                    rewards=role_rewards(self.config.game, outcome, self.win_reward, self.foul_penalty))
+                    rewards=role_rewards(self.config.game, outcome, self.online.win_reward,
+                                         self.online.foul_game_penalty))
 
     def verdict(self):
         return self.config.game.judge(self.word, self.history)

@@ -12,15 +12,19 @@ Players know no game. May import :mod:`spag.models`, :mod:`spag.schema` and :mod
 
 from __future__ import annotations
 
-from spag.players.base import FINISH_LENGTH, FINISH_STOP, OPTIONS, Player, Reply, backend_options, derive_seed
+from pydantic import ValidationError
+
+from spag.players.base import FINISH_LENGTH, FINISH_STOP, Player, Reply, derive_seed
 from spag.players.hf import HFPlayer
 from spag.players.human import HumanPlayer
 from spag.players.openai import OpenAIPlayer
+from spag.players.options import BACKEND_OPTIONS
 from spag.players.vllm import VLLMPlayer
 from spag.runtime.errors import PlayerError
 from spag.runtime.fingerprint import model_fingerprint
+from spag.schema import Section
 
-BACKENDS = ("hf", "vllm", "openai", "human")
+BACKENDS = (*BACKEND_OPTIONS, "human")
 
 __all__ = [
     "BACKENDS", "FINISH_LENGTH", "FINISH_STOP", "Player", "PlayerError", "Reply", "backend_options",
@@ -28,37 +32,40 @@ __all__ = [
 ]
 
 
-def _pick(backend: str, options: dict) -> dict:
-    """The options for ``backend``; ``None`` values mean "the backend's default". ValueError naming an
-    option the backend does not take."""
+def backend_options(backend: str, options: dict) -> Section:
+    """``options`` as ``backend``'s options section (:mod:`spag.players.options`); ``None`` values mean "the
+    backend's default". ValueError naming an option the backend does not take, or a value it refuses."""
+    section = BACKEND_OPTIONS[backend]
     given = {k: v for k, v in options.items() if v is not None}
-    unknown = sorted(set(given) - OPTIONS[backend])
+    unknown = sorted(set(given) - set(section.model_fields))
     if unknown:
         raise ValueError(f"the {backend} backend takes no option {', '.join(unknown)} "
-                         f"(it takes {', '.join(sorted(OPTIONS[backend]))})")
-    return given
+                         f"(it takes {', '.join(section.model_fields)})")
+    try:
+        return section(**given)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        raise ValueError(f"{'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
 
 
-def load_player(model: str, backend: str = "hf", **options) -> Player:
-    """A player for ``model`` on ``backend``. An option the backend does not take is a ValueError.
-
-    options: device, dtype, trust_remote_code, max_batch, prefill_tokens, max_prompt_tokens (hf, vllm); tensor_parallel_size,
-    gpu_memory_utilization, enforce_eager (vllm); base_url, api_key_env, concurrency, timeout, max_retries, api (openai).
+def load_player(model: str, backend: str = "hf", *, name: str | None = None, trust_remote_code: bool = False,
+                **options) -> Player:
+    """A player for ``model`` on ``backend``, with that backend's ``options`` (its fields in
+    :mod:`spag.players.options`); an option the backend does not take is a ValueError. ``name`` labels the
+    player (default: the model); ``trust_remote_code`` lets hf and vllm run model code from the hub.
     """
-    if backend not in OPTIONS:
+    if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
     if model == "human" or backend == "human":
         # the person at the terminal: options given for the model on the other side do not apply to them
-        return HumanPlayer(**({"name": options["name"]} if options.get("name") else {}))
-    if backend == "hf":
-        player = HFPlayer.from_pretrained(model, **_pick("hf", options))
-        player.fingerprint = model_fingerprint(model)  # what resumed episodes are checked against
-        return player
-    if backend == "vllm":
-        player = VLLMPlayer.from_pretrained(model, **_pick("vllm", options))
-        player.fingerprint = model_fingerprint(model)
-        return player
-    return OpenAIPlayer(model, **_pick("openai", options))
+        return HumanPlayer(**({"name": name} if name else {}))
+    chosen = backend_options(backend, options)
+    if backend == "openai":
+        return OpenAIPlayer(model, chosen, name=name)
+    player_class = HFPlayer if backend == "hf" else VLLMPlayer
+    player = player_class.from_pretrained(model, chosen, name=name, trust_remote_code=trust_remote_code)
+    player.fingerprint = model_fingerprint(model)  # what resumed episodes are checked against
+    return player
 
 
 def forget_prompts(*players) -> None:

@@ -21,22 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-# The options each backend takes (spag.players.load_player): a settings section gives those of its backend.
-_HF_OPTIONS = {"device", "dtype", "trust_remote_code", "max_batch", "prefill_tokens", "prefix_cache_gb",
-               "name", "max_prompt_tokens"}
-_VLLM_OPTIONS = {"dtype", "trust_remote_code", "tensor_parallel_size", "gpu_memory_utilization", "enforce_eager",
-                 "name", "seed", "max_prompt_tokens"}
-_OPENAI_OPTIONS = {"base_url", "api_key_env", "concurrency", "timeout", "max_retries", "api", "extensions",
-                   "name"}
-OPTIONS = {"hf": _HF_OPTIONS, "vllm": _VLLM_OPTIONS, "openai": _OPENAI_OPTIONS, "human": {"name"}}  # what each takes
-
-
-def backend_options(backend: str, options: dict) -> dict:
-    """Of a settings section's player options (each knob documented for the backends it applies to), those
-    ``backend`` takes."""
-    return {k: v for k, v in options.items() if k in OPTIONS.get(backend, ())}
-
-
 FINISH_STOP = "stop"      # the model ended its turn (end-of-turn token or a stop string)
 FINISH_LENGTH = "length"  # cut at max_new_tokens: the model did not end its turn by itself
 

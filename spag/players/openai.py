@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from spag.models.chat import to_model_input
 from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at, per_prompt_seeds
+from spag.players.options import OpenAIOptions
 from spag.runtime.errors import PlayerError
 from spag.schema import shown_url
 
@@ -66,16 +67,13 @@ class OpenAIPlayer:
     the OpenAI API rejects; it defaults to on for any ``base_url`` and off for OpenAI itself.
     """
 
-    def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = None,
-                 concurrency: int = 8, timeout: float = 60.0, max_retries: int = 4, api: str = "chat",
-                 extensions: bool | None = None,
-                 name: str | None = None):
+    def __init__(self, model: str, options: OpenAIOptions | None = None, *, name: str | None = None):
+        options = options or OpenAIOptions()
         try:
             import openai
         except ImportError as exc:
             raise PlayerError("the openai backend needs the openai package: pip install 'spag[api]'") from exc
-        if api not in ("chat", "completions"):
-            raise ValueError(f"api must be 'chat' or 'completions', got {api!r}")
+        base_url, api_key_env = options.base_url, options.api_key_env
         check_transport(base_url)
         api_key = api_key_for(base_url, api_key_env)
         if not api_key:
@@ -85,12 +83,12 @@ class OpenAIPlayer:
         self.model = model
         self.name = name or model
         self.base_url = shown_url(base_url or "https://api.openai.com/v1")  # what messages show
-        self.api = api
-        self.concurrency = max(1, int(concurrency))
-        self.max_retries = max(0, int(max_retries))
-        self.extensions = base_url is not None if extensions is None else extensions
+        self.api = options.api
+        self.concurrency = options.concurrency
+        self.max_retries = options.max_retries
+        self.extensions = base_url is not None if options.extensions is None else options.extensions
         self._errors = openai
-        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout,
+        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=options.timeout,
                                      max_retries=self.max_retries)
 
     def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,

@@ -34,6 +34,7 @@ from unittest.mock import patch
 from spag.models.chat import model_input_ids
 from spag.models.loading import resolve_dtype, setup_special_tokens
 from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at, per_prompt_seeds, turn_end_ids
+from spag.players.options import VLLMOptions
 from spag.runtime.console import first_line
 from spag.runtime.errors import PlayerError
 
@@ -129,10 +130,9 @@ class VLLMPlayer:
         self.counters = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
 
     @classmethod
-    def from_pretrained(cls, model: str | os.PathLike, tensor_parallel_size: int = 1, dtype: str | None = None,
-                        trust_remote_code: bool = False, gpu_memory_utilization: float = 0.3,
-                        enforce_eager: bool | None = None, name: str | None = None, seed: int = 0,
-                        max_prompt_tokens: int | None = None, **options) -> VLLMPlayer:
+    def from_pretrained(cls, model: str | os.PathLike, options: VLLMOptions | None = None, *,
+                        name: str | None = None, trust_remote_code: bool = False) -> VLLMPlayer:
+        options = options or VLLMOptions()
         # vLLM logs every step of its start at INFO and each converted weight at WARNING; a play run
         # shows its own progress and summary. VLLM_LOGGING_LEVEL set by the user wins.
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -146,18 +146,18 @@ class VLLMPlayer:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
 
-        chosen = engine_options(str(model), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
-                                enforce_eager=enforce_eager, trust_remote_code=trust_remote_code, cpu=cpu)
+        chosen = engine_options(str(model), dtype=options.dtype, gpu_memory_utilization=options.gpu_memory_utilization,
+                                enforce_eager=options.enforce_eager, trust_remote_code=trust_remote_code, cpu=cpu)
         try:
             with preload_kept():
-                llm = LLM(model=str(model), tensor_parallel_size=tensor_parallel_size,
-                          trust_remote_code=trust_remote_code, enable_prefix_caching=True, seed=seed,
-                          **{**chosen, **options})
+                llm = LLM(model=str(model), tensor_parallel_size=options.tensor_parallel_size,
+                          trust_remote_code=trust_remote_code, enable_prefix_caching=True, **chosen)
         except (ValueError, RuntimeError) as exc:  # vLLM's own one-line reasons (memory, config)
             raise PlayerError(f"vLLM could not start {model}: {first_line(exc)}") from exc
         tokenizer = setup_special_tokens(llm.get_tokenizer())
         vocab = llm.llm_engine.model_config.get_vocab_size()
-        player = cls(llm, tokenizer, name=name or str(model), vocab_size=vocab, max_prompt_tokens=max_prompt_tokens)
+        player = cls(llm, tokenizer, name=name or str(model), vocab_size=vocab,
+                     max_prompt_tokens=options.max_prompt_tokens)
         if _in_process(llm.llm_engine.engine_core):
             _IN_PROCESS.add(player)
         player.engine_options = chosen  # what was resolved, for provenance and the bench

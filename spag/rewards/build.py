@@ -208,7 +208,7 @@ def decayed_shares(decay: float) -> pl.Expr:
 def _rewarded_moves(utterances: pl.DataFrame, options: Reward, decayed: bool, game: Game) -> pl.DataFrame:
     """The utterances that earn a reward, with it: the winner's (decayed shares, or 1 each when not
     ``decayed``; with ``credit: skill`` only of wins the game counts as the winner's own play), the loser's
-    (``loser_reward``) and the offender's rule-breaking line (``foul_penalty``)."""
+    (``loser_reward``) and the offender's rule-breaking line (``foul_line_penalty``)."""
     winners = utterances.filter(pl.col("role") == pl.col("winner"))
     if options.credit == "skill":
         winners = winners.filter(pl.col("cause").is_in(sorted(game.skill_causes)))
@@ -216,10 +216,10 @@ def _rewarded_moves(utterances: pl.DataFrame, options: Reward, decayed: bool, ga
     if options.loser_reward:
         losers = utterances.filter(pl.col("role") == pl.col("loser"))
         parts.append(losers.with_columns(reward=options.loser_reward * decayed_shares(options.decay)))
-    if options.foul_penalty:  # the line that broke the rules: the last of the judged part, the offender's
+    if options.foul_line_penalty:  # the line that broke the rules: the last of the judged part, the offender's
         fouls = utterances.filter(pl.col("offender").is_not_null()
                                   & (pl.col("turn") == pl.col("turn").max().over("game")))
-        parts.append(fouls.with_columns(role=pl.col("offender"), reward=pl.lit(-options.foul_penalty)))
+        parts.append(fouls.with_columns(role=pl.col("offender"), reward=pl.lit(-options.foul_line_penalty)))
     return pl.concat(parts).sort("game", "turn")
 
 

@@ -46,14 +46,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-SFT = "sft"
-SFT_KL = "sft-kl"
-OFFLINE_PO = "offline-po"
-METHODS = (SFT, SFT_KL, OFFLINE_PO)
+from spag.config import METHODS, REDUCTIONS
 
-ROWS = "rows"
-WEIGHTS = "weights"
-REDUCTIONS = (ROWS, WEIGHTS)
+SFT, SFT_KL, OFFLINE_PO = METHODS  # named once, as settings (spag.config)
+ROWS, WEIGHTS = REDUCTIONS
 
 
 def completion_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:

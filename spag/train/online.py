@@ -22,7 +22,7 @@ One step, in TRL's terms:
   is a one-token sample with ``env_mask`` 0 and no reward: it takes no part in the loss, the KL or the
   group's baseline (TRL drops rewards of None from the group mean and gives them advantage 0).
 * Each sample's reward is its role's reward in its game (:func:`spag.play.environment.role_rewards`: zero-sum
-  ``±win_reward``, ``-foul_penalty`` for an attacker who says the word). The group mean is therefore the
+  ``±win_reward``, ``-foul_game_penalty`` for an attacker who says the word). The group mean is therefore the
   role's mean reward on that word: GRPO's form of SPIRAL's role-conditioned baseline (RAE), which SPIRAL
   keeps as a moving average per role instead. ``scale_rewards: none`` (the default) is SPIRAL's
   advantage, reward minus baseline, not divided by a standard deviation.
@@ -63,6 +63,7 @@ from spag.play.engine import PlayConfig, PlayStats, play_games, rank_and_world
 from spag.play.environment import role_rewards
 from spag.players.base import derive_seed
 from spag.players.hf import HFPlayer
+from spag.players.options import HFOptions
 from spag.players.vllm import VLLMPlayer, _cpu_node_memory, on_vllm_cpu
 from spag.runtime.errors import DataError
 from spag.runtime.fingerprint import model_fingerprint
@@ -207,7 +208,7 @@ class GameRollout:
         samples = [self._empty()] * size
         for g, episode in enumerate(episodes):
             reward = role_rewards(config.game, episode["outcome"], self.games.online.win_reward,
-                                  self.games.online.foul_penalty)[role]
+                                  self.games.online.foul_game_penalty)[role]
             said = [i for i, u in enumerate(episode["history"]) if u["role"] == role][:slots]
             for k, i in enumerate(said):
                 slot = g * slots + k
@@ -256,8 +257,8 @@ class GameRollout:
                 model.eval()
                 try:
                     # A new player each step: nothing it keeps (prompt keys/values) outlives the weights.
-                    player = HFPlayer(model, self.tokenizer, name=name,
-                                      max_prompt_tokens=self.games.max_prompt_tokens)
+                    options = HFOptions(**self.games.play.sampling.player_options("hf"))
+                    player = HFPlayer(model, self.tokenizer, name=name, options=options)
                     player.fingerprint = fingerprint
                     yield player
                 finally:

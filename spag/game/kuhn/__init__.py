@@ -64,7 +64,7 @@ PARTS = {FIRST: _parts(FIRST, SECOND), SECOND: _parts(SECOND, FIRST)}
 class KuhnSettings(GameSettings):
     """Kuhn poker's settings (the ``game:`` section)."""
 
-    name: Literal["kuhn-poker"] = knob("kuhn-poker", "The game: kuhn-poker.")
+    name: Literal["kuhn-poker"] = knob("kuhn-poker", "The game (the registry lists every one).")
     max_turns: int = knob(2, "Rounds, an action of each player each: a hand takes at most 3 actions, so 2 "
                              "finishes every hand.", ge=1)
 
@@ -111,6 +111,7 @@ class KuhnPoker(Game):
     """Kuhn poker (see the package docstring)."""
 
     name = "kuhn-poker"
+    title = "Kuhn poker"
     roles = ROLES
     outcomes = OUTCOMES
     causes = CAUSES

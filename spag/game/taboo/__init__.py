@@ -56,7 +56,7 @@ FRESH_WORDS = Path(__file__).with_name("fresh_eval_words.txt")
 class TabooSettings(GameSettings):
     """Adversarial Taboo's settings (the ``game:`` section)."""
 
-    name: Literal["taboo"] = knob("taboo", "The game: taboo (Adversarial Taboo).")
+    name: Literal["taboo"] = knob("taboo", "The game (the registry lists every one).")
     rules: Literal[RULE_SETS] = knob(WHOLE_WORD, "The judge: whole-word (whole words, every inflection) or "
                                                  "original (the original code's substring rule).")
     templates: PathStr | None = knob(None, "Prompt templates file (format: spag/game/taboo/templates.yaml); "
@@ -94,6 +94,7 @@ class Taboo(Game):
     """Adversarial Taboo (see the package docstring)."""
 
     name = "taboo"
+    title = "Adversarial Taboo"
     roles = (ATTACKER, DEFENDER)
     outcomes = OUTCOMES
     causes = CAUSES

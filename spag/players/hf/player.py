@@ -20,6 +20,7 @@ from spag.players.hf.compat import missing_fast_path_api, supports_fast_path
 from spag.players.hf.linear import PackedWeights, weight_first
 from spag.players.hf.prefix_store import MIN_PREFIX, Entry, KVStore, buffer_layer_class
 from spag.players.hf.sampling import Sampler
+from spag.players.options import HFOptions
 from spag.runtime.errors import PlayerError
 
 _TAIL_TOKENS = 12          # tokens decoded each step to look for a stop string
@@ -62,25 +63,23 @@ class _Plan:
 
 
 class HFPlayer:
-    """A transformers causal LM as a player.
-
-    ``max_batch`` bounds how many replies are decoded together (None: all prompts of a call),
-    ``prefill_tokens`` how many prompt tokens are encoded in one forward pass, and ``prefix_cache_gb``
-    the memory kept for reusable prompt keys/values (0 keeps nothing between calls).
-    ``max_prompt_tokens`` keeps the last that many tokens of a longer prompt (None: the whole prompt).
+    """A transformers causal LM as a player, with the hf backend's options (:class:`HFOptions`): how many
+    replies are decoded together (``max_batch``), how many prompt tokens one forward pass encodes
+    (``prefill_tokens``), the memory kept for reusable prompt keys/values (``prefix_cache_gb``), and how much
+    of a long prompt is kept (``max_prompt_tokens``).
     """
 
-    def __init__(self, model, tokenizer, name: str | None = None, *, max_batch: int | None = None,
-                 prefill_tokens: int = 4096, prefix_cache_gb: float = 2.0, max_prompt_tokens: int | None = None):
+    def __init__(self, model, tokenizer, name: str | None = None, options: HFOptions | None = None):
+        options = options or HFOptions()
         setup_special_tokens(tokenizer, model)
         self.model, self.tokenizer = model, tokenizer
         self.name = name or str(getattr(model, "name_or_path", "") or type(model).__name__)
-        self.max_batch = max_batch
-        self.prefill_tokens = prefill_tokens
-        self.max_prompt_tokens = max_prompt_tokens
+        self.max_batch = options.max_batch
+        self.prefill_tokens = options.prefill_tokens
+        self.max_prompt_tokens = options.max_prompt_tokens
         self.fast = supports_fast_path(model.config) and self._transformers_has_fast_path()
-        self._store = KVStore(int(prefix_cache_gb * 2**30))
-        self._keep_between_calls = prefix_cache_gb > 0
+        self._store = KVStore(int(options.prefix_cache_gb * 2**30))
+        self._keep_between_calls = options.prefix_cache_gb > 0
         self._end_ids = self._turn_end_ids()
         self._kv_layout = None
         self._packs = PackedWeights()
@@ -90,10 +89,12 @@ class HFPlayer:
         self.counters = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
 
     @classmethod
-    def from_pretrained(cls, model: str | os.PathLike, device: str | None = None, dtype: str | None = None,
-                        trust_remote_code: bool = False, name: str | None = None, **options) -> HFPlayer:
-        loaded, tokenizer = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
-        return cls(loaded, tokenizer, name=name or str(model), **options)
+    def from_pretrained(cls, model: str | os.PathLike, options: HFOptions | None = None, *, name: str | None = None,
+                        trust_remote_code: bool = False) -> HFPlayer:
+        options = options or HFOptions()
+        loaded, tokenizer = load_model(model, device=options.device, dtype=options.dtype,
+                                       trust_remote_code=trust_remote_code)
+        return cls(loaded, tokenizer, name=name or str(model), options=options)
 
     # -------------------------------------------------------------------------------------- helpers
 
