@@ -1357,12 +1357,12 @@ def test_dvc_status_names_the_stages_whose_code_changed(tmp_path):
             path.write_text(original)
 
     epoch_names = lambda name: {f"{name}@{e}" for e in epochs}
-    assert changed_by("rewards.py") == {"imitation_data"} | epoch_names("reward")
+    assert changed_by("rewards/build.py") == {"imitation_data"} | epoch_names("reward")
     # the word lists are Adversarial Taboo's targets, and every stage reads the game's settings through the
     # game registry (spag.config), so every stage runs the games' code
     everything = {stage.name for stage in STAGES if not stage.per_epoch}
     everything |= {name for stage in STAGES if stage.per_epoch for name in epoch_names(stage.name)}
-    assert changed_by("words.py") == everything
+    assert changed_by("game/words.py") == everything
     assert changed_by("evaluate/games.py") == ({"skill_clues", "evaluate_imitation", "baselines", "report"}
                                               | epoch_names("evaluate"))
     assert changed_by("train/losses.py") == {"imitate"} | epoch_names("train")
