@@ -7,8 +7,9 @@ setup:
 repro: setup
 	. .venv/bin/activate && dvc repro
 
+# Two workers (tests/conftest.py says how the tests are shared between them).
 test: setup
-	.venv/bin/python -m pytest -q --durations=25
+	.venv/bin/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 
 bench: setup
 	.venv/bin/python bench/judge.py

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from _pytest.nodeid import coerce_node_id
 from hypothesis import settings
 
 # Property tests check results, not speed: on a loaded 2-core machine one example can pass hypothesis's
@@ -27,12 +28,51 @@ def embedded_model(tmp_path_factory):
 # runs) carry @pytest.mark.slow themselves. CI runs everything (`make test`).
 SLOW_MODULES = {"test_pipeline", "test_deepspeed", "test_player_contract", "test_base_model"}
 
+# `make test` runs the suite on two workers (pytest-xdist, `--dist loadgroup`). A test module runs on one
+# worker as a whole, so that its module fixtures are built once, but for two groups:
+# - "processes": the tests that start several training or playing processes (torchrun, DeepSpeed). Two of
+#   them side by side put four busy processes on two cores, and gloo's collectives wait by spinning: each
+#   ran several times slower. They take turns on one worker while the other runs the rest.
+# - the pipeline tests that share one committed run (the `pipeline` fixture) run together; the other
+#   pipeline tests, each a whole run of its own, go wherever a worker is free.
+# The longest groups start first, so that both workers finish at about the same time.
+PROCESSES = {"test_deepspeed": None, "test_play": {"test_two_ranks_under_torchrun_play_the_games_of_one_process_"
+                                                  "and_resume_a_killed_rank"},
+             "test_devices": {"test_self_play_under_a_launcher_shares_the_words_by_rank"},
+             "test_online": {"test_the_gpu_preset_trains_an_online_epoch_at_toy_size_under_zero3"},
+             "test_train": {"test_two_processes_share_the_reference_pass_and_train_together"},
+             "test_pipeline": {"test_training_stages_under_a_launcher_with_zero3_resume_when_killed",
+                               "test_the_paper_preset_runs_end_to_end_at_toy_size"}}
+FIRST = ("processes", "test_pipeline", "test_pipeline::test_repro_with_vllm_for_self_play_and_evaluation",
+         "test_benchmark_data", "test_player_contract", "test_online")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Two workers share the two cores: one thread each (and for the processes they start) keeps them from
+    # taking the cores from each other.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+
+def _group(item, module: str) -> str:
+    name = getattr(item, "originalname", item.name)
+    if module in PROCESSES and (PROCESSES[module] is None or name in PROCESSES[module]):
+        return "processes"
+    if module == "test_pipeline" and "pipeline" not in item.fixturenames:
+        return f"{module}::{name}"
+    return module
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    groups = {}
     for item in items:
         module = item.module.__name__.rpartition(".")[2] if item.module else ""
         if module in SLOW_MODULES or "embedded_model" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+        groups[item] = _group(item, module)
+        if config.getoption("loadgroup", False):
+            # pytest-xdist 3.8 tells a worker's group by a "@group" suffix of the test's id, which it sets
+            # on an attribute pytest 9 no longer reads: the suffix is set here, where pytest 9 keeps the id.
+            item._id = coerce_node_id(f"{item.nodeid}@{groups[item]}")
+    items.sort(key=lambda item: FIRST.index(groups[item]) if groups[item] in FIRST else len(FIRST))
 
 
 @pytest.fixture
