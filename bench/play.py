@@ -73,8 +73,8 @@ _SEEDS_BY_CALL = ("{}: a game's replies depend on the games that share its batch
                   "game its own seeded sampling")
 _RESUME_REPLAYS = ("a resumed run plays other games than an uninterrupted one would have (the games depend on "
                    "their batch, see per_game_seeds)")
-# What of spag play's needs each side cannot keep, and where the library decides it (transformers 5.19-5.23,
-# vLLM 0.32). tests/test_bench.py tries each claim, so a release that lifts one fails there.
+# What of spag play's needs each side cannot keep, and where the library decides it (read in transformers 5.19
+# and vLLM 0.32). tests/test_bench.py tries each claim on what is installed, so a release that lifts one fails.
 CANNOT_KEEP: dict[str, dict[str, str]] = {
     "batched": {},
     "baseline": {},  # one game per call: the call's one seed is the game's own
