@@ -21,7 +21,8 @@ another's):
 1. preflight: what spag sees of the GPUs and the driver (:mod:`spag.models.devices`), whether torch can use them,
    and the preflight of configs/paper.yaml and its toy and A100-40G versions in this checkout;
 2. play: ``bench/play.py`` in bfloat16 on CUDA, the batched hf engine against the original's batch-1
-   ``model.generate`` baseline and against ``model.generate`` on padded batches (episodes/s, tokens/s);
+   ``model.generate`` baseline, ``model.generate`` on padded batches and transformers' continuous batching
+   (``generate_batch``) (episodes/s, tokens/s);
 3. train: one ``offline-po`` run under ZeRO-3 (configs/deepspeed_zero3.json, bfloat16, the reference inside
    the engine, one process under torchrun) and one ``sft-kl`` run without DeepSpeed, on synthetic game rows
    (bench/train.py's), each a few optimiser steps (tokens/s from training_summary.json);
@@ -92,12 +93,13 @@ def preflight() -> dict:
 
 
 def play(model: str, cpu: bool, parameters: int) -> dict:
-    """bench/play.py's batched, baseline and generate sides on this model, in bfloat16 on CUDA."""
-    sizes = ["--words", "4", "--max-turns", "1", "--max-new-tokens", "8", "--baseline-words", "2", "--rounds", "1"] \
-        if cpu else ["--words", "64", "--max-turns", "3", "--max-new-tokens", "64", "--batch-size", "64",
-                     "--baseline-words", "8", "--rounds", "2"]
+    """bench/play.py's hf sides (the batched engine, the batch-1 baseline, padded ``model.generate`` and
+    continuous batching's ``generate_batch``) on this model, in bfloat16 on CUDA; at play.py's toy sizes
+    in float32 on a CPU."""
+    sizes = ["--toy"] if cpu else ["--words", "64", "--max-turns", "3", "--max-new-tokens", "64", "--batch-size",
+                                   "64", "--baseline-words", "8", "--rounds", "2"]
     done = run([sys.executable, str(ROOT / "bench" / "play.py"), "--model", model, "--sides",
-                "batched,baseline,generate", "--dtype", "float32" if cpu else "bfloat16",
+                "batched,baseline,generate,generate_batch", "--dtype", "float32" if cpu else "bfloat16",
                 "--device", "cpu" if cpu else "cuda", "--json", *sizes])
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     for side in figures["sides"].values():
@@ -181,9 +183,10 @@ def main() -> None:
 
             models = {"tiny": str(make_tiny_checkpoint(work / "models" / "tiny"))}
         else:
-            from play import embedded_model
+            from spag.models.embedded import cached_embedded_model
 
-            models = {"small": args.model or str(embedded_model()), **({"large": args.large} if args.large else {})}
+            models = {"small": args.model or str(cached_embedded_model()),
+                      **({"large": args.large} if args.large else {})}
         peak = args.peak_tflops or (None if args.cpu else peak_tflops(torch.cuda.get_device_name()))
         for label, model in models.items():
             parameters = parameters_of(model)
