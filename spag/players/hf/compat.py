@@ -5,8 +5,9 @@ from __future__ import annotations
 import importlib
 import inspect
 
-# What the fast path builds on, module by module. transformers 5.19 (the GPU lock's) to 5.23 (the CPU
-# lock's) have all of it; a release without one piece gets the model.generate path and a warning.
+# What the fast path builds on, module by module. transformers 5.19 (both locks pin it) has all of it;
+# tests/test_hf_internals.py checks how each piece behaves. A release without one piece gets the
+# model.generate path and a warning.
 FAST_PATH_API = {
     "transformers.cache_utils": ("Cache", "DynamicCache", "DynamicLayer"),
     "transformers": ("AttentionInterface", "AttentionMaskInterface"),
