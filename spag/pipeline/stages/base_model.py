@@ -1,4 +1,7 @@
-"""Stage ``base_model``."""
+"""Stage ``base_model``: the model SPAG starts from, as a plain HF directory.
+
+Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
+"""
 
 from __future__ import annotations
 

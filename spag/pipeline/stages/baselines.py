@@ -1,4 +1,7 @@
-"""Stage ``baselines``."""
+"""Stage ``baselines``: the no-training baselines against the imitation model, with their skill metrics.
+
+Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
+"""
 
 from __future__ import annotations
 

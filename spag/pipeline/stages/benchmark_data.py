@@ -1,4 +1,8 @@
-"""Stage ``benchmark_data``."""
+"""Stage ``benchmark_data``: the benchmarks' items from pinned PyPI artifacts (sha256-checked, cached), read
+offline.
+
+Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Stage ``evaluate@N``."""
+"""Stage ``evaluate@N``: games against the imitation model (and the strongest baseline) on held-out words,
+both roles; skill metrics; benchmark.
+
+Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
+"""
 
 from __future__ import annotations
 

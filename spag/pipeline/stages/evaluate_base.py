@@ -1,4 +1,7 @@
-"""Stage ``evaluate_base``."""
+"""Stage ``evaluate_base``: the base model's benchmark scores.
+
+Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Stage ``evaluate_imitation``."""
+"""Stage ``evaluate_imitation``: the imitation model's benchmark scores and skill metrics.
+
+Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Stage ``imitate``."""
+"""Stage ``imitate``: imitation learning: SFT with a KL penalty to the base model.
+
+Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
+"""
 
 from __future__ import annotations
 

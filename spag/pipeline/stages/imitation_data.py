@@ -1,4 +1,7 @@
-"""Stage ``imitation_data``."""
+"""Stage ``imitation_data``: the winners' moves of the teacher's decisive games, both roles.
+
+Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Stage ``play@N``."""
+"""Stage ``play@N``: the previous checkpoint plays itself on this epoch's words.
+
+Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Stage ``report``."""
+"""Stage ``report``: per epoch: score, outcomes, skill, win and foul rates with 95% intervals; reasoning
+against imitation and base; learning curves.
+
+Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Stage ``reward@N``."""
+"""Stage ``reward@N``: judge, decayed rewards, role weights, foul penalty, general SFT rows.
+
+Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Stage ``skill_clues``."""
+"""Stage ``skill_clues``: the fixed inputs of the game's skill metrics (Adversarial Taboo: the base model's
+clue lines for the guess rank).
+
+Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
+"""
 
 from __future__ import annotations
 

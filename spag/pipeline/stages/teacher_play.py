@@ -1,4 +1,7 @@
-"""Stage ``teacher_play``."""
+"""Stage ``teacher_play``: the teacher plays itself (or its episodes are imported).
+
+Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
+"""
 
 from __future__ import annotations
 

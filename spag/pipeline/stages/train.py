@@ -1,4 +1,8 @@
-"""Stage ``train@N``."""
+"""Stage ``train@N``: SPAG policy optimisation from the previous checkpoint: offline on this epoch's rows, or
+online.
+
+Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Stage ``words``."""
+"""Stage ``words``: the game's targets (Adversarial Taboo: words) and their training / held-out split.
+
+Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
+"""
 
 from __future__ import annotations
 
