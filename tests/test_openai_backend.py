@@ -184,7 +184,9 @@ def test_always_slow_is_a_clear_error(endpoint_factory):
 
 
 def test_concurrency_is_bounded_and_order_kept(endpoint_factory):
-    endpoint = endpoint_factory(default=lambda body: ("slow", 0.05, body["messages"][0]["content"].upper()))
+    # Each reply takes long enough that requests overlap even on a loaded machine (the suite runs on two
+    # workers): with a 0.05 s reply, one thread could finish before the next one sent.
+    endpoint = endpoint_factory(default=lambda body: ("slow", 0.3, body["messages"][0]["content"].upper()))
     player = _player(endpoint, concurrency=3)
     prompts = [f"prompt {i}" for i in range(10)]
     replies = player.generate(prompts, max_new_tokens=8, seed=[0] * 10)

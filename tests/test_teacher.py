@@ -121,13 +121,19 @@ def test_final_guess_needs_a_model_backend():
 
 
 def test_next_token_logprobs_match_a_plain_forward_pass(player):
-    prompt = build_prompt(DEFENDER, "", [{"role": "attacker", "content": "It is yellow."}], 3)
-    got = player.next_token_logprobs([prompt], PREDICTION_PHRASE)
-    ids = player.encode(prompt) + player.tokenizer(PREDICTION_PHRASE, add_special_tokens=False)["input_ids"]
-    with torch.no_grad():
-        logits = player.model(input_ids=torch.tensor([ids])).logits[0, -1]
-    assert got.shape == (1, logits.shape[-1])
-    torch.testing.assert_close(got[0], torch.log_softmax(logits.float(), -1))
+    """Prompts of different lengths sharing their beginning, in one call and again (the kept prompts
+    reused): each row is the plain forward pass of its own prompt."""
+    prompts = [build_prompt(DEFENDER, "", [{"role": "attacker", "content": line}], 3)
+               for line in ("It is yellow.", "A long curved fruit that monkeys like to eat.", "Sour.")]
+    for _ in range(2):
+        got = player.next_token_logprobs(prompts, PREDICTION_PHRASE)
+        assert got.shape[0] == len(prompts)
+        for row, prompt in zip(got, prompts):
+            ids = player.encode(prompt) + player.tokenizer(PREDICTION_PHRASE, add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                logits = player.model(input_ids=torch.tensor([ids])).logits[0, -1]
+            assert row.shape == (logits.shape[-1],)
+            torch.testing.assert_close(row, torch.log_softmax(logits.float(), -1), rtol=1e-4, atol=1e-4)
 
 
 def test_dictionary_guess_is_the_vocabulary_word_with_the_highest_pmi(player):

@@ -462,6 +462,44 @@ def test_the_trainer_is_never_asked_to_set_tf32(tmp_path):
         _training_arguments(TrainConfig(tf32=True, live=False), tmp_path, "cpu")
 
 
+def test_rows_of_similar_length_are_batched_together_unless_asked_for_random_batches(tmp_path):
+    """group_by_length: each batch takes rows of similar length (less padding to compute), the batches in a
+    random order; off, the original's random batches."""
+    import torch
+    from transformers import Trainer
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    from spag.config import TrainConfig
+    from spag.train.data import RowDataset
+    from spag.train.trainer import _training_arguments
+
+    class Rows:  # what RowDataset reads: short and long rows, interleaved
+        lengths = [3, 40] * 32
+        input_ids = [[1] * n for n in lengths]
+        completion_lengths = weights = rewards = is_game = [1] * 64
+        ref_logprobs = None
+
+        def __len__(self):
+            return 64
+
+    def padded_tokens(order):  # what a batch of 4 computes: each row padded to the batch's longest
+        return sum(4 * max(Rows.lengths[i] for i in order[b:b + 4]) for b in range(0, 64, 4))
+
+    computed = {}
+    for grouped in (True, False):
+        config = TrainConfig(live=False, batch_size=4, grad_accum=1, group_by_length=grouped)
+        trainer = Trainer.__new__(Trainer)  # only what the sampler reads: the arguments and the data
+        trainer.args = _training_arguments(config, tmp_path, "cpu")
+        trainer.train_dataset, trainer.processing_class = RowDataset(Rows()), None
+        sampler = trainer._get_train_sampler()
+        assert isinstance(sampler, LengthGroupedSampler) == grouped
+        torch.manual_seed(0)
+        order = list(sampler)
+        assert sorted(order) == list(range(64))  # every row once
+        computed[grouped] = padded_tokens(order)
+    assert computed[True] < 0.75 * computed[False]
+
+
 def test_deepspeed_runs_build_their_ops_with_the_environments_ninja(monkeypatch):
     """torch compiles DeepSpeed's ops with the ninja on PATH; two ninjas record commands differently and
     rebuild every op by turns, so a DeepSpeed run puts the environment's own ninja first, started

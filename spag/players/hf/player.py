@@ -233,17 +233,35 @@ class HFPlayer:
     def next_token_logprobs(self, prompts: Sequence[str], opening: str = ""):
         """log p(next token) after each prompt's model input plus ``opening`` (the start of the reply).
 
-        A (len(prompts), vocab) float32 tensor; one plain forward pass per prompt, no cache kept.
+        A (len(prompts), vocab) float32 tensor. The prompts are encoded as :meth:`generate` encodes them
+        (their common beginning once, kept prompts reused, rows of similar length together), as many at a
+        time as fit; without the fast path, one plain forward pass per prompt.
         """
         import torch
 
         opening_ids = self.tokenizer(opening, add_special_tokens=False)["input_ids"] if opening else []
-        rows = []
-        with torch.inference_mode():
-            for prompt in prompts:
-                ids = torch.tensor([self.encode(prompt) + opening_ids], device=self.device)
-                logits = self.model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[0, -1]
-                rows.append(torch.log_softmax(logits.float(), dim=-1).cpu())
+        encoded = [self.encode(prompt) + opening_ids for prompt in prompts]
+        rows: list = [None] * len(encoded)
+        linears = weight_first(self.model, self._packs) if self.fast and self.device.type == "cpu" else nullcontext()
+        with torch.inference_mode(), linears:
+            start = 0
+            while start < len(encoded):
+                if not self.fast:
+                    ids = torch.tensor([encoded[start]], device=self.device)
+                    logits = self.model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[0, -1:]
+                    order, end = [0], start + 1
+                else:
+                    end = min(start + (self.max_batch or len(encoded)), len(encoded))
+                    longest = max(len(encoded[i]) for i in range(start, end))
+                    end = start + self._rows_that_fit(longest + 1, end - start)
+                    plan = self._plan(encoded[start:end])
+                    _, _, logits = self._prefill(plan, max_new_tokens=1)
+                    order = plan.order
+                for b, i in enumerate(order):
+                    rows[start + i] = torch.log_softmax(logits[b].float(), dim=-1).cpu()
+                start = end
+            if not self._keep_between_calls:
+                self._store.clear()
         return torch.stack(rows) if rows else torch.empty(0)
 
     def continuation_logprobs(self, prompts: Sequence[str], opening: str, continuations: Sequence[str]):
