@@ -4,8 +4,8 @@ the engine relies on, not only for being there: an upgrade that changes one fail
 What the engine touches, and where it is tested (tiny float32 tensors and a tiny random Llama, fast tier):
 
 - ``DynamicCache``: the keys/values of each layer after a forward pass (``HFPlayer._layout``, the prefix
-  store), a cache seeded through ``update`` (``HFPlayer._ensure_prefix``), copied and repeated across the
-  batch (``HFPlayer.continuation_logprobs``);
+  store), a cache seeded through ``update`` (``HFPlayer._ensure_prefix``), seeded with a prompt's keys
+  repeated once per continuation, and copied (``HFPlayer.continuation_logprobs``);
 - ``DynamicLayer``: built with no arguments, its fields after an update (``keys``, ``values``, ``dtype``,
   ``device``, ``is_initialized``), which ``prefix_store.BufferLayer`` sets itself;
 - ``Cache(layers=...)``: a forward pass writes through each layer's ``update`` and sizes its masks by the
@@ -95,18 +95,29 @@ def test_dynamic_cache_seeded_through_update_continues_a_prompt(model):
     assert seeded.get_seq_length() == 9
 
 
-def test_dynamic_cache_copies_and_repeats_across_the_batch(model):
-    """continuation_logprobs deep-copies the prompts' cache and repeats it once per continuation."""
+def test_a_cache_seeded_with_a_prompts_repeated_keys_continues_each_row_as_a_whole_pass(model):
+    """continuation_logprobs seeds a DynamicCache through ``update`` with one prompt's keys and values,
+    padding slots among them, repeated once per continuation, and runs the continuations on top with the
+    slots' mask and explicit positions: each row's logits are those of the whole sequence run plainly. Its
+    plain path first deep-copies a cache, which then grows apart from the original."""
     from transformers import DynamicCache
 
+    prompt, continuations = _ids(1, 5), _ids(3, 2, seed=2)
+    padded = torch.cat([torch.zeros((1, 2), dtype=torch.long), prompt], dim=1)  # two padding slots first
+    slots = torch.tensor([[0, 0, 1, 1, 1, 1, 1]])
+    seeded = _forward(model, padded, attention_mask=slots, position_ids=torch.tensor([[0, 0, 0, 1, 2, 3, 4]]))
     cache = DynamicCache()
-    _forward(model, _ids(1, 4), past_key_values=cache)
+    for index, layer in enumerate(seeded.past_key_values.layers):
+        cache.update(layer.keys.repeat(3, 1, 1, 1), layer.values.repeat(3, 1, 1, 1), index)
     copied = copy.deepcopy(cache)
-    copied.batch_repeat_interleave(3)
-    for original, repeated in zip(cache.layers, copied.layers):
-        assert original.keys.shape[0] == 1 and repeated.keys.shape[0] == 3
-        torch.testing.assert_close(repeated.keys, original.keys.expand(3, -1, -1, -1))
-        torch.testing.assert_close(repeated.values, original.values.expand(3, -1, -1, -1))
+    with torch.inference_mode():
+        out = model(input_ids=continuations, attention_mask=torch.cat([slots.repeat(3, 1), torch.ones((3, 2),
+                    dtype=torch.long)], dim=1), position_ids=torch.tensor([[5, 6]]).repeat(3, 1),
+                    past_key_values=cache, use_cache=True).logits
+        for row in range(3):
+            whole = model(input_ids=torch.cat([prompt[0], continuations[row]])[None]).logits[0, -2:]
+            torch.testing.assert_close(out[row], whole, rtol=1e-4, atol=1e-5)
+    assert cache.get_seq_length() == 9 and copied.get_seq_length() == 7  # the copy is a cache of its own
 
 
 def test_dynamic_layer_is_built_bare_and_filled_by_its_first_update():

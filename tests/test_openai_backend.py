@@ -21,7 +21,8 @@ class Endpoint:
     """A scripted /v1/chat/completions and /v1/completions server.
 
     ``script`` is a list of steps consumed one per request: ("ok", text[, finish]), ("error", status),
-    ("slow", seconds, text). When it runs out, ``default`` answers (a function of the request body).
+    ("slow", seconds, text), ("gate", n, text): held until n requests have been in flight at once (3 s at
+    most), then 0.2 s more. When it runs out, ``default`` answers (a function of the request body).
     """
 
     def __init__(self, script=None, default=None):
@@ -31,6 +32,7 @@ class Endpoint:
         self.headers: list[dict] = []
         self.in_flight = self.max_in_flight = 0
         self.lock = threading.Lock()
+        self.arrived = threading.Condition(self.lock)
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -45,6 +47,7 @@ class Endpoint:
                     step = endpoint.script.pop(0) if endpoint.script else endpoint.default(body)
                     endpoint.in_flight += 1
                     endpoint.max_in_flight = max(endpoint.max_in_flight, endpoint.in_flight)
+                    endpoint.arrived.notify_all()
                 try:
                     self._answer(step, body)
                 finally:
@@ -58,6 +61,11 @@ class Endpoint:
                     return
                 if kind == "slow":
                     time.sleep(step[1])
+                    text, finish = step[2], "stop"
+                elif kind == "gate":
+                    with endpoint.arrived:
+                        endpoint.arrived.wait_for(lambda: endpoint.max_in_flight >= step[1], timeout=3.0)
+                    time.sleep(0.2)  # room for any request beyond n to arrive too
                     text, finish = step[2], "stop"
                 else:
                     text = step[1]
@@ -184,14 +192,14 @@ def test_always_slow_is_a_clear_error(endpoint_factory):
 
 
 def test_concurrency_is_bounded_and_order_kept(endpoint_factory):
-    # Each reply takes long enough that requests overlap even on a loaded machine (the suite runs on two
-    # workers): with a 0.05 s reply, one thread could finish before the next one sent.
-    endpoint = endpoint_factory(default=lambda body: ("slow", 0.3, body["messages"][0]["content"].upper()))
+    # Replies are held until three requests are in flight at once, so the overlap does not depend on how
+    # loaded the machine is; a serial client would leave the first one waiting its 3 s and fail below.
+    endpoint = endpoint_factory(default=lambda body: ("gate", 3, body["messages"][0]["content"].upper()))
     player = _player(endpoint, concurrency=3)
     prompts = [f"prompt {i}" for i in range(10)]
     replies = player.generate(prompts, max_new_tokens=8, seed=[0] * 10)
     assert [r.text for r in replies] == [p.upper() for p in prompts]
-    assert 1 < endpoint.max_in_flight <= 3
+    assert endpoint.max_in_flight == 3  # three at once, never more
 
 
 def test_missing_key_for_openai_itself(monkeypatch):

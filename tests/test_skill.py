@@ -60,8 +60,11 @@ def player(tmp_path_factory):
                        dtype="float32")
 
 
-def test_continuation_logprobs_equal_a_plain_forward_pass_per_word(player):
+@pytest.mark.parametrize("fast", [True, False], ids=["the engine's prefill", "one prompt at a time"])
+def test_continuation_logprobs_equal_a_plain_forward_pass_per_word(player, fast, monkeypatch):
     from spag.game.taboo.prompts import build_prompt
+
+    monkeypatch.setattr(player, "fast", fast)  # without the fast path: transformers lacks a piece of it
 
     # Two prompts with a common beginning (run once) and words of one token and of several (two passes).
     prompts = [build_prompt(DEFENDER, "", [{"role": ATTACKER, "content": line}], 2)

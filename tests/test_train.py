@@ -474,9 +474,9 @@ def test_rows_of_similar_length_are_batched_together_unless_asked_for_random_bat
     from spag.train.trainer import _training_arguments
 
     class Rows:  # what RowDataset reads: short and long rows, interleaved
-        lengths = [3, 40] * 32
-        input_ids = [[1] * n for n in lengths]
-        completion_lengths = weights = rewards = is_game = [1] * 64
+        lengths = (3, 40) * 32
+        input_ids = tuple((1,) * n for n in lengths)
+        completion_lengths = weights = rewards = is_game = (1,) * 64
         ref_logprobs = None
 
         def __len__(self):

@@ -62,6 +62,27 @@ class _Plan:
     width: int            # every prompt ends at this slot
 
 
+@dataclass
+class _Continuations:
+    """The continuations :meth:`HFPlayer.continuation_logprobs` scores: each one's first token, and the
+    rows of those of more than one token (``longer``), right-padded (``tokens``, ``mask``)."""
+
+    first_tokens: object
+    longer: list
+    tokens: object
+    mask: object
+
+
+@dataclass
+class _PromptState:
+    """A prompt as the model left it: each layer's keys and values, the slots they hold (``attention``,
+    padding among them 0) and the prompt's length in tokens."""
+
+    kv: list
+    attention: object
+    length: int
+
+
 class HFPlayer:
     """A transformers causal LM as a player, with the hf backend's options (:class:`HFOptions`): how many
     replies are decoded together (``max_batch``), how many prompt tokens one forward pass encodes
@@ -255,7 +276,7 @@ class HFPlayer:
                     longest = max(len(encoded[i]) for i in range(start, end))
                     end = start + self._rows_that_fit(longest + 1, end - start)
                     plan = self._plan(encoded[start:end])
-                    _, _, logits = self._prefill(plan, max_new_tokens=1)
+                    _, _, logits = self._prefill(plan, max_new_tokens=1, keep=False)
                     order = plan.order
                 for b, i in enumerate(order):
                     rows[start + i] = torch.log_softmax(logits[b].float(), dim=-1).cpu()
@@ -268,27 +289,79 @@ class HFPlayer:
         """log p(continuation | prompt's model input + ``opening``) for every prompt and continuation.
 
         A (len(prompts), len(continuations)) float32 tensor: each continuation's tokens (encoded after a
-        space, as a word follows the opening) summed. The prompts' common beginning is run once, then each
-        prompt's own end on top of it: its last position scores every
-        continuation's first token; its cache is repeated for the continuations of more than one token only,
-        which are scored in one batch (most words are one token, so this pass is small).
+        space, as a word follows the opening) summed. The prompts are encoded as :meth:`generate` encodes
+        them (their common beginning once, kept prompts reused, rows of similar length together); each
+        prompt's last position scores every continuation's first token, and its keys and values are
+        repeated for the continuations of more than one token only, which are scored in one batch (most
+        words are one token, so this pass is small). Without the fast path, one prompt at a time.
         """
         import torch
-        from transformers import DynamicCache
 
         opening_ids = self.tokenizer(opening, add_special_tokens=False)["input_ids"] if opening else []
         pieces = [self.tokenizer(" " + c, add_special_tokens=False)["input_ids"] for c in continuations]
         if not pieces or any(not p for p in pieces):
             raise ValueError("every continuation needs at least one token")
-        first_tokens = torch.tensor([p[0] for p in pieces])
         longer = [i for i, p in enumerate(pieces) if len(p) > 1]
         width = max((len(pieces[i]) for i in longer), default=1)
         pad = self._end_ids[0]
+        # Right padding: a continuation's tokens never attend to the padding after them.
         tokens = torch.tensor([pieces[i] + [pad] * (width - len(pieces[i])) for i in longer], dtype=torch.long,
                               device=self.device).reshape(len(longer), width)
         mask = torch.tensor([[1.0] * len(pieces[i]) + [0.0] * (width - len(pieces[i])) for i in longer]
                             ).reshape(len(longer), width)
+        continuation = _Continuations(torch.tensor([p[0] for p in pieces]), longer, tokens, mask)
         encoded = [self.encode(prompt) + opening_ids for prompt in prompts]
+        if not self.fast:
+            return self._continuation_logprobs_plainly(encoded, continuation)
+        rows: list = [None] * len(encoded)
+        linears = weight_first(self.model, self._packs) if self.device.type == "cpu" else nullcontext()
+        with torch.inference_mode(), linears:
+            start = 0
+            while start < len(encoded):
+                end = min(start + (self.max_batch or len(encoded)), len(encoded))
+                longest = max(len(encoded[i]) for i in range(start, end))
+                end = start + self._rows_that_fit(longest + width, end - start)
+                plan = self._plan(encoded[start:end])
+                layers, attention, logits = self._prefill(plan, max_new_tokens=width, keep=False)
+                for b, i in enumerate(plan.order):
+                    prompt = _PromptState([(layer.keys[b:b + 1], layer.values[b:b + 1]) for layer in layers],
+                                          attention[b:b + 1, :plan.width], len(plan.arrays[i]))
+                    rows[start + i] = self._score_continuations(logits[b], prompt, continuation)
+                start = end
+            if not self._keep_between_calls:
+                self._store.clear()
+        return torch.stack(rows) if rows else torch.empty(0, len(pieces))
+
+    def _score_continuations(self, last_logits, prompt: _PromptState, continuation: _Continuations):
+        """One prompt's row of :meth:`continuation_logprobs`, from the logits of its last position and its
+        keys and values (``prompt.kv``, over ``prompt.attention``'s slots)."""
+        import torch
+        from transformers import DynamicCache
+
+        logp = torch.log_softmax(last_logits.float(), dim=-1).cpu()[continuation.first_tokens]
+        longer = continuation.longer
+        if longer:
+            cache = DynamicCache()
+            for index, (keys, values) in enumerate(prompt.kv):
+                cache.update(keys.repeat(len(longer), 1, 1, 1), values.repeat(len(longer), 1, 1, 1), index)
+            steps = continuation.tokens.shape[1] - 1
+            attention = torch.cat([prompt.attention.repeat(len(longer), 1),
+                                   torch.ones((len(longer), steps), dtype=prompt.attention.dtype,
+                                              device=prompt.attention.device)], dim=1)
+            positions = (prompt.length + torch.arange(steps, device=self.device)).repeat(len(longer), 1)
+            logits = self.model(input_ids=continuation.tokens[:, :-1], attention_mask=attention,
+                                position_ids=positions, past_key_values=cache, use_cache=True).logits
+            later = torch.log_softmax(logits.float(), dim=-1).cpu()
+            picked = later.gather(2, continuation.tokens[:, 1:].cpu().unsqueeze(-1)).squeeze(-1)
+            logp[longer] += (picked * continuation.mask[:, 1:]).sum(dim=1)
+        return logp
+
+    def _continuation_logprobs_plainly(self, encoded: list[list[int]], continuation: _Continuations):
+        """:meth:`continuation_logprobs` without the fast path: the prompts' common beginning run once, then
+        each prompt's own end on top of it, one prompt at a time."""
+        import torch
+        from transformers import DynamicCache
+
         shared = _shared_prefix_length(encoded)
         rows = []
         with torch.inference_mode():
@@ -300,16 +373,11 @@ class HFPlayer:
                 cache = copy.deepcopy(prefix_cache)
                 ids = torch.tensor([prompt_ids[shared:]], device=self.device)
                 first = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
-                logp = torch.log_softmax(first[0, -1].float(), dim=-1).cpu()[first_tokens]
-                if longer:
-                    # Right padding: a continuation's tokens never attend to the padding after them.
-                    cache.batch_repeat_interleave(len(longer))
-                    logits = self.model(input_ids=tokens[:, :-1], past_key_values=cache, use_cache=True).logits
-                    later = torch.log_softmax(logits.float(), dim=-1).cpu()
-                    picked = later.gather(2, tokens[:, 1:].cpu().unsqueeze(-1)).squeeze(-1)
-                    logp[longer] += (picked * mask[:, 1:]).sum(dim=1)
-                rows.append(logp)
-        return torch.stack(rows) if rows else torch.empty(0, len(pieces))
+                kv = [(layer.keys, layer.values) for layer in cache.layers]
+                attention = torch.ones((1, len(prompt_ids)), dtype=torch.long, device=self.device)
+                rows.append(self._score_continuations(first[0, -1], _PromptState(kv, attention, len(prompt_ids)),
+                                                      continuation))
+        return torch.stack(rows) if rows else torch.empty(0, len(continuation.first_tokens))
 
     def _use_decode_attention(self) -> str | None:
         """On CPU, route one-token attention through :func:`decode_attention` for this call.
@@ -424,9 +492,10 @@ class HFPlayer:
         width = max(c + s for _, _, c, s in spans)
         return _Plan(arrays, shared, shared_entry, sources, past, todo, order, spans, width)
 
-    def _prefill(self, plan: _Plan, max_new_tokens: int):
+    def _prefill(self, plan: _Plan, max_new_tokens: int, keep: bool = True):
         """Encode every prompt into preallocated buffers (room for ``max_new_tokens`` more); return the
-        cache layers over them, the attention mask and the logits of each prompt's last token."""
+        cache layers over them, the attention mask and the logits of each prompt's last token. ``keep``: the
+        prompts go to the store for later calls (a prompt that is only scored, never continued, does not)."""
         import torch
         from transformers.cache_utils import Cache
 
@@ -465,7 +534,7 @@ class HFPlayer:
             for b in range(start, end):
                 first_logits[b] = out.logits[b - start, -1]
             del cache, out
-        if self._keep_between_calls:
+        if keep and self._keep_between_calls:
             self._keep_prompts(plan.arrays, plan.order, plan.spans, plan.past, plan.todo, buffers, width, shared)
         return [BufferLayer(kb, vb, width) for kb, vb in buffers], attention, torch.stack(first_logits)
 
