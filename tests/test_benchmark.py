@@ -341,6 +341,38 @@ def test_compare_refuses_a_benchmark_of_one_document_and_a_score_that_is_not_a_n
         compare_benchmarks(run, run)
 
 
+BAD_SAMPLES = {  # the second record of a samples file -> what the one error line says of record 1
+    "same_doc_twice": ({"doc_id": 0, "correct": 0}, "x doc_id 0 again (first in record 0)"),
+    "correct_above_one": ({"doc_id": 1, "correct": 7}, "correct is 7: a score is a number from 0 to 1"),
+    "correct_below_zero": ({"doc_id": 1, "correct": -3}, "correct is -3"),
+    "fractional_doc_id": ({"doc_id": 1.9, "correct": 1}, "doc_id 1.9 is not an integer"),
+}
+
+
+@pytest.mark.parametrize("second, said", BAD_SAMPLES.values(), ids=BAD_SAMPLES.keys())
+def test_compare_refuses_a_repeated_document_a_score_out_of_range_and_a_fractional_doc_id(tmp_path, second,
+                                                                                          said):
+    from spag.testing import run_cli
+
+    run = write_run(tmp_path / "a.json", {"x": [1, 0, 1]})
+    samples = tmp_path / "a.samples.jsonl"
+    samples.write_text("".join(json.dumps({"task": "x", **r}) + "\n" for r in ({"doc_id": 0, "correct": 1}, second,
+                                                                                {"doc_id": 2, "correct": 1})))
+    result = run_cli("compare", run, run)
+    assert result.code == 2 and "Traceback" not in result.stderr, result.stderr
+    (line,) = result.error_lines()
+    assert line.startswith(f"error: {samples}: record 1: ") and said in line, line
+
+
+def test_compare_says_a_samples_file_that_is_a_directory_is_one(tmp_path):
+    run = write_run(tmp_path / "a.json", {"x": [1, 0, 1]})
+    samples = tmp_path / "a.samples.jsonl"
+    samples.unlink()
+    samples.mkdir()
+    with pytest.raises(DataError, match="is a directory"):
+        compare_benchmarks(run, run, say=lambda _: None)
+
+
 def test_mcnemar_counts_the_discordant_items_and_takes_the_exact_binomial_p():
     from spag.evaluate.compare import mcnemar
 

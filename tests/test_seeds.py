@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -80,3 +81,58 @@ def test_the_command_writes_its_result_and_a_summary(tmp_path):
     result = json.loads(out.read_text())
     assert result["effects"]["score_vs_imitation"]["value"] == pytest.approx(0.625)
     assert "[spag seeds] 2 runs: score vs imitation 0.625" in done.stderr + done.stdout
+
+
+def one_line_error(*args):
+    """`spag seeds ARGS` in this process: its one error line (exit 2 asserted)."""
+    from spag.testing import run_cli
+
+    result = run_cli("seeds", *map(str, args))
+    assert result.code == 2, result.stderr
+    (line,) = result.error_lines()
+    assert "Traceback" not in result.stderr
+    return line
+
+
+def test_a_run_given_twice_is_refused_not_counted_as_another_seed(tmp_path):
+    a = make_run(tmp_path / "a", [1.0, 0.5, 0.5, 1.0], {})
+    b = make_run(tmp_path / "b", [0.5] * 4, {})
+    (tmp_path / "link").symlink_to(a, target_is_directory=True)
+    line = one_line_error(a, a, a)
+    assert f"{a}: given twice" in line and "one seed" in line
+    # another spelling of the same folder, a link to it, and the same run in both arms
+    for runs in ([a, f"{a}/../a"], [a, tmp_path / "link"]):
+        with pytest.raises(DataError, match=re.escape(f"given twice (the same folder as {a})")):
+            pool_runs(runs)
+    for runs, against, twice in (([a], [b, b], b), ([a, b], [a, b], a)):
+        with pytest.raises(DataError, match=re.escape(f"{twice}: given twice")):
+            pool_runs(runs, against)
+
+
+BROKEN_GAMES = {  # what games.json holds -> what the error names
+    "entry_of_one_number": ({"vs_imitation": {"per_word": {"apple": [1]}}}, "per_word['apple'] = [1]"),
+    "entry_with_text": ({"vs_imitation": {"per_word": {"apple": ["x", 2]}}}, "per_word['apple'] = [\"x\", 2]"),
+    "per_word_a_list": ({"vs_imitation": {"per_word": [["apple", 1, 2]]}}, "per_word is list"),
+    "top_level_a_list": ([{"per_word": {}}], "expected a JSON object, got list"),
+    "nan_count": ({"vs_imitation": {"per_word": {"apple": [1, float("nan")]}}}, "not a finite number"),
+    "more_wins_than_games": ({"vs_imitation": {"per_word": {"apple": [5, 2]}}}, "5 points in 2 games"),
+}
+
+
+@pytest.mark.parametrize("content, named", BROKEN_GAMES.values(), ids=BROKEN_GAMES.keys())
+def test_a_malformed_games_file_is_one_line_naming_it(tmp_path, content, named):
+    run = make_run(tmp_path / "run", [1.0] * 4, {})
+    games = run / "metrics" / "epochs" / "2" / "games.json"
+    games.write_text(json.dumps(content))
+    line = one_line_error(run)
+    assert line.startswith(f"error: {games}: ") and named in line, line
+
+
+def test_an_epoch_folder_without_a_number_and_a_missing_run_are_named(tmp_path):
+    run = make_run(tmp_path / "run", [1.0] * 4, {})
+    final = run / "metrics" / "epochs" / "final"
+    final.mkdir()
+    (final / "games.json").write_text((run / "metrics" / "epochs" / "2" / "games.json").read_text())
+    assert f"{final}: not an epoch number" in one_line_error(run)
+    assert pool_runs([run], epoch="2")["effects"]["score_vs_imitation"]["value"] == 1.0  # named: fine
+    assert f"{tmp_path / 'nowhere'}: no such folder" in one_line_error(tmp_path / "nowhere")

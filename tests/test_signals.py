@@ -87,7 +87,7 @@ def wait_for(condition, process, seconds=240):
 @pytest.mark.slow
 def test_spag_play_terminated_resumes_to_the_uninterrupted_episodes(tiny, tmp_path):
     words = tmp_path / "words.txt"
-    words.write_text("\n".join(WORDS * 3) + "\n")
+    words.write_text("".join(f"{w}{i}\n" for i in range(3) for w in WORDS))  # a repeat would be played once
     common = ["--attacker", tiny, "--defender", tiny, "--words", words, "--max-turns", "2",
               "--max-new-tokens", "4", "--batch-size", "2", "--device", "cpu", "--no-progress"]
     out = tmp_path / "killed"
@@ -108,7 +108,7 @@ def test_spag_play_terminated_resumes_to_the_uninterrupted_episodes(tiny, tmp_pa
 @pytest.mark.slow
 def test_spag_evaluate_terminated_keeps_its_games_and_resumes(tiny, tmp_path):
     words = tmp_path / "words.txt"
-    words.write_text("\n".join(WORDS * 2) + "\n")
+    words.write_text("".join(f"{w}{i}\n" for i in range(2) for w in WORDS))  # a repeat would be played once
     common = ["--model", tiny, "--opponent", tiny, "--words", words, "--max-turns", "2", "--max-new-tokens", "4",
               "--batch-size", "2"]
     out = tmp_path / "killed"

@@ -225,7 +225,7 @@ def test_tournament_command_takes_labels_and_baselines(tmp_path):
 
     model = str(make_scripted_checkpoint(tmp_path / "sayer", "Drink coffee."))
     words = tmp_path / "words.txt"
-    words.write_text("coffee\nlemon\n")
+    words.write_text("coffee\nlemon\nCoffee\n")  # a word listed again is played once
     out = tmp_path / "t.json"
     unknown = run_cli("tournament", "--models", f"imitation={model}", "--baselines", "imitation-best",
                       "--imitation", model, "--words", str(words), "-o", str(out))
@@ -239,4 +239,7 @@ def test_tournament_command_takes_labels_and_baselines(tmp_path):
     assert done.code == 0, done.stderr
     metrics = json.loads(out.read_text())
     assert metrics["models"] == ["imitation", "imitation-filter"] and metrics["games"] == 4
-    assert "4 games on 2 words" in done.stderr
+    assert "4 games on 2 words" in done.stderr and "line 3 ('Coffee', as line 1)" in done.stderr
+    twice = run_cli("tournament", "--models", f"imitation={model}", "--baselines", "imitation-filter",
+                    "--baselines", "imitation-filter", "--imitation", model, "--words", str(words), "-o", str(out))
+    assert twice.code == 2 and "--baselines" in twice.stderr and "imitation-filter is listed twice" in twice.stderr

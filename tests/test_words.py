@@ -38,3 +38,15 @@ def test_read_words_rejects_odd_entries(tmp_path):
     path.write_text("apple\n1234\n")
     with pytest.raises(DataError, match="line 2"):
         read_words(path)
+
+
+def test_a_word_listed_again_in_any_case_is_read_once_with_a_note(tmp_path, capsys):
+    path = tmp_path / "words.txt"
+    path.write_text("apple\nriver\n# a comment\napple\nApple\nstone\n")
+    assert read_words(path) == ["apple", "river", "stone"]
+    note = capsys.readouterr().err.strip()
+    assert note == (f"note: {path}: 2 repeated word(s) dropped, each word is played once: line 4 ('apple', as "
+                    "line 1), line 5 ('Apple', as line 1)")
+    path.write_text("apple\nriver\n")
+    read_words(path)
+    assert capsys.readouterr().err == ""  # nothing to say of a list without repeats

@@ -239,7 +239,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("seeds")
     def seeds_command(
-        runs: list[Path] = typer.Argument(..., help="Pipeline projects of one arm, one per training seed."),
+        runs: list[Path] = typer.Argument(..., help="Pipeline projects of one arm, one per training seed (each "
+                                                           "named once)."),
         against: list[Path] = typer.Option([], "--against", help="Runs of a second arm, in the same seed order "
                                                                   "(repeat the option): A - B paired per seed."),
         epoch: str | None = typer.Option(None, "--epoch", help="The epoch to compare (default: each run's last)."),
@@ -309,6 +310,8 @@ def register(app: typer.Typer) -> None:
         everyone = [m.split("=", 1)[1] if "=" in m else m for m in named]
         baselines = list(baselines or [])
         for name in baselines:
+            if baselines.count(name) > 1:  # as a model listed twice is refused: one player, one seat
+                raise typer.BadParameter(f"baseline {name} is listed twice", param_hint="--baselines")
             offered = extras.baselines if extras is not None else ()
             if name not in offered:
                 raise typer.BadParameter(f"unknown baseline {name!r}; expected one of {', '.join(offered) or 'none'}",

@@ -51,18 +51,32 @@ def read_benchmark(path: str | os.PathLike) -> tuple[dict, dict[str, dict[tuple[
     samples_file = _samples_file(path, metrics)
     if not samples_file.exists():
         raise DataError(samples_file, None, f"per-sample results of {path} not found")
+    if samples_file.is_dir():
+        raise DataError(samples_file, None, f"is a directory, expected the per-sample results file of {path}")
     per_benchmark: dict[str, dict[tuple[str, int], float]] = {}
+    first_seen: dict[tuple[str, int], int] = {}
     for i, record in enumerate(read_records(samples_file)):
         try:
-            key = (str(record["task"]), int(record["doc_id"]))
+            key = (str(record["task"]), _doc_id(record["doc_id"]))
             correct = float(record["correct"])
             benchmark = str(record.get("benchmark", record["task"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(samples_file, i, f"needs task, doc_id and a numeric correct ({exc})")
-        if not math.isfinite(correct):
-            raise DataError(samples_file, i, f"correct is {correct}: a score must be a finite number")
+        if not (math.isfinite(correct) and 0 <= correct <= 1):
+            raise DataError(samples_file, i, f"correct is {record['correct']!r}: a score is a number from 0 to 1")
+        if key in first_seen:  # which of the two answers counts is not known: keeping either changes the result
+            raise DataError(samples_file, i, f"{key[0]} doc_id {key[1]} again (first in record {first_seen[key]}): "
+                                             "each document is scored once")
+        first_seen[key] = i
         per_benchmark.setdefault(benchmark, {})[key] = correct
     return metrics, per_benchmark
+
+
+def _doc_id(value) -> int:
+    """A document's number: an integer (or its text), never a fraction cut to one."""
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"doc_id {value!r} is not an integer")
+    return int(value)
 
 
 def mcnemar(a: np.ndarray, b: np.ndarray) -> dict | None:

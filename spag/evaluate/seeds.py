@@ -19,11 +19,15 @@ Effects of one arm, at one epoch:
 
 With a second arm (``against``, its runs in the same seed order), each effect's difference A − B, paired
 per seed and word.
+
+Each run is one seed: a folder named twice (in one arm or both) is refused, and so is a metrics file whose
+per-word ``[sum, count]`` is not two finite numbers, a whole count, and for game scores 0 to the count.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,11 +44,32 @@ PerWord = Mapping[str, Sequence[float]]  # word -> [sum, count]
 
 def _read(path: Path) -> dict:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DataError(path, None, "missing: has this run finished its evaluation?") from None
-    except json.JSONDecodeError as error:
-        raise DataError(path, None, f"not JSON ({error.msg})") from None
+    except IsADirectoryError:
+        raise DataError(path, None, "is a directory, expected a JSON file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DataError(path, None, f"not JSON ({getattr(error, 'msg', error)})") from None
+    if not isinstance(data, dict):
+        raise DataError(path, None, f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _section(data: dict, key: str, path: Path) -> dict:
+    """``data[key]``, an object (absent: empty); anything else is an error naming the key."""
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise DataError(path, None, f"{key} is {type(value).__name__}, expected an object")
+    return value
+
+
+def _check_run(run: Path) -> None:
+    """A run is an existing folder: say which path is not, before looking for its epochs."""
+    if not run.exists():
+        raise DataError(run, None, "no such folder (a pipeline project expected)")
+    if not run.is_dir():
+        raise DataError(run, None, "is a file, expected a pipeline project's folder")
 
 
 def final_epoch(run: Path) -> str:
@@ -52,6 +77,10 @@ def final_epoch(run: Path) -> str:
     epochs = [p.name for p in (run / "metrics" / "epochs").glob("*") if (p / "games.json").is_file()]
     if not epochs:
         raise DataError(run / "metrics" / "epochs", None, "no evaluated epoch")
+    for name in sorted(epochs):
+        if not name.isdigit():  # which is "last" is not known: the user names the epoch
+            raise DataError(run / "metrics" / "epochs" / name, None,
+                            "not an epoch number: name the epoch to compare with --epoch")
     return max(epochs, key=int)
 
 
@@ -60,23 +89,27 @@ def run_effects(run: str | os.PathLike, epoch: str | None = None) -> dict[str, d
     ``baseline:NAME`` (each baseline's mean score against imitation) and each skill metric minus the
     imitation model's. Each maps word -> value."""
     run = Path(run)
+    _check_run(run)
     epoch = epoch or final_epoch(run)
     games_path = run / "metrics" / "epochs" / epoch / "games.json"
-    games = _read(games_path).get("vs_imitation")
-    if not games or "per_word" not in games:
+    games = _section(_read(games_path), "vs_imitation", games_path)
+    if "per_word" not in games:
         raise DataError(games_path, None, "no per-word games against the imitation model")
-    out = {"score_vs_imitation": _means(games["per_word"])}
+    out = {"score_vs_imitation": _means(games["per_word"], games_path, "vs_imitation.per_word", scores=True)}
     out.update(_by_role(run / "data" / f"epoch_{epoch}" / "eval_episodes" / "vs_imitation"))
     for path in sorted((run / "metrics" / "baselines").glob("*.json")):
-        entry = _read(path).get("games", {})
+        entry = _section(_read(path), "games", path)
         if "per_word" in entry:
-            out[f"baseline:{path.stem}"] = _means(entry["per_word"])
+            out[f"baseline:{path.stem}"] = _means(entry["per_word"], path, "games.per_word", scores=True)
     skill_path = run / "metrics" / "epochs" / epoch / "skill.json"
     if skill_path.is_file():
-        mine, reference = _read(skill_path), _read(run / "metrics" / "imitation" / "skill.json")
-        for metric in mine.get("per_word", {}):
-            if metric in reference.get("per_word", {}):
-                a, b = _means(mine["per_word"][metric]), _means(reference["per_word"][metric])
+        reference_path = run / "metrics" / "imitation" / "skill.json"
+        mine = _section(_read(skill_path), "per_word", skill_path)
+        reference = _section(_read(reference_path), "per_word", reference_path)
+        for metric in mine:
+            if metric in reference:
+                a = _means(mine[metric], skill_path, f"per_word.{metric}")
+                b = _means(reference[metric], reference_path, f"per_word.{metric}")
                 out[metric] = {w: a[w] - b[w] for w in a if w in b}
     return out
 
@@ -96,8 +129,30 @@ def _by_role(folder: Path) -> dict[str, dict[str, float]]:
     return {name: _means(values) for name, values in per_word_by_role(game, first, second).items()}
 
 
-def _means(per_word: PerWord) -> dict[str, float]:
-    return {w: float(s) / float(n) for w, (s, n) in per_word.items() if n}
+def _means(per_word: PerWord, source: Path | str = "", key: str = "per_word", scores: bool = False
+           ) -> dict[str, float]:
+    """Each word's mean ``sum / count`` (words with no count left out). ``per_word`` is read from
+    ``source`` (at ``key``): every entry must be ``[sum, count]``, finite, the count a whole number >= 0,
+    and with ``scores`` (a game scores 0 to 1) the sum between 0 and the count; else a DataError naming the
+    word."""
+    if not isinstance(per_word, Mapping):
+        raise DataError(source, None, f"{key} is {type(per_word).__name__}, expected an object word -> [sum, count]")
+    out = {}
+    for word, entry in per_word.items():
+        where = f"{key}[{word!r}] = {json.dumps(entry)}"
+        if (not isinstance(entry, (list, tuple)) or len(entry) != 2
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in entry)):
+            raise DataError(source, None, f"{where}: expected [sum, count], two numbers")
+        total, count = float(entry[0]), float(entry[1])
+        if not (math.isfinite(total) and math.isfinite(count)):
+            raise DataError(source, None, f"{where}: not a finite number")
+        if count < 0 or not count.is_integer():
+            raise DataError(source, None, f"{where}: the count must be a whole number, 0 or more")
+        if scores and not 0 <= total <= count:
+            raise DataError(source, None, f"{where}: {total:g} points in {count:g} games (a game scores 0 to 1)")
+        if count:
+            out[word] = total / count
+    return out
 
 
 def _table(runs: Sequence[Mapping[str, float]], names: Sequence[str]) -> tuple[np.ndarray, list[str]]:
@@ -160,11 +215,24 @@ def paired_arms(a: Sequence[Mapping[str, dict]], b: Sequence[Mapping[str, dict]]
     return out
 
 
+def _refuse_repeats(runs: Sequence[str | os.PathLike]) -> None:
+    """Each run is one training seed: the same folder given twice (also under another spelling, a link,
+    or in both arms) is an error naming both, before anything is read."""
+    seen: dict[Path, str] = {}
+    for run in runs:
+        resolved = Path(run).resolve()
+        if resolved in seen:
+            same = "" if str(run) == seen[resolved] else f" (the same folder as {seen[resolved]})"
+            raise DataError(run, None, f"given twice{same}: each run counts as one seed, so name each once")
+        seen[resolved] = str(run)
+
+
 def pool_runs(runs: Sequence[str | os.PathLike], against: Sequence[str | os.PathLike] = (), epoch: str | None = None,
               seed: int = 0) -> dict:
     """Everything above for the runs (and the paired difference to ``against`` when given)."""
     if not runs:
         raise DataError("runs", None, "no run given")
+    _refuse_repeats([*runs, *against])
     names = [str(r) for r in runs]
     values = [run_effects(r, epoch) for r in runs]
     result = {"runs": names, "epoch": epoch or "last", "effects": arm_effects(values, names, seed)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 import unicodedata
 
 from spag.runtime.errors import DataError
@@ -111,9 +112,12 @@ WORD_PUNCTUATION = "-'’"  # inside a target word: t-shirt, o'clock
 
 
 def read_words(path: str | os.PathLike) -> list[str]:
-    """One word per line; blank lines and ``#`` comments skipped. Odd entries, a missing, binary or
-    empty file raise DataError naming it: no step has anything to do without words."""
-    words = []
+    """One word per line; blank lines and ``#`` comments skipped; a word listed again (in any case) is
+    dropped, the first kept, with a note naming the lines. Odd entries, a missing, binary or empty file
+    raise DataError naming it: no step has anything to do without words."""
+    words: list[str] = []
+    first_line: dict[str, int] = {}  # lower-cased word -> the line it was kept from
+    repeats: list[str] = []
     text = read_text(path).removeprefix("\ufeff")  # a byte-order mark (editors on Windows) is no part of a word
     for lineno, line in enumerate(text.split("\n"), start=1):
         word = line.strip()
@@ -127,9 +131,18 @@ def read_words(path: str | os.PathLike) -> list[str]:
         if odd:  # "c++": the judge finds words between non-letters, so it could never see this one said
             raise DataError(path, lineno, f"line {lineno} is not a word the judge can match: {word!r} holds "
                                           f"{' '.join(odd)} (letters, digits, - and ' only)")
+        key = word.casefold()
+        if key in first_line:  # played twice, a word would count twice in every mean and interval
+            repeats.append(f"line {lineno} ({word!r}, as line {first_line[key]})")
+            continue
+        first_line[key] = lineno
         words.append(word)
     if not words:
         raise DataError(path, None, "holds no words (one word per line expected)")
+    if repeats:
+        shown = ", ".join(repeats[:5]) + (f" and {len(repeats) - 5} more" if len(repeats) > 5 else "")
+        print(f"note: {path}: {len(repeats)} repeated word(s) dropped, each word is played once: {shown}",
+              file=sys.stderr, flush=True)
     return words
 
 
