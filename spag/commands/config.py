@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from spag.config import Settings, load_settings, to_yaml
+from spag.evaluate.benchmark import check_tasks
 from spag.runtime.console import error, summary
 from spag.runtime.errors import BenchmarkError, ParamsError
 from spag.runtime.outputs import check_output_file, write_text_atomic
@@ -31,8 +32,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Validate every key of a params file: unknown keys, types, ranges and choices, and the benchmark
         tasks it names."""
-        from spag.evaluate.benchmark import check_tasks
-
         try:
             settings = load_settings(file)
             bench = settings.evaluate.benchmark
