@@ -22,7 +22,7 @@ import math
 import os
 import re
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -53,6 +53,16 @@ LR_SCHEDULERS = (COSINE, LINEAR, WARMUP_DECAY, WARMUP_DECAY_DS013)
 # Online self-play, which the paper has not, takes SPAG's.
 PAPER_LEARNING_RATE = {"sft": 5e-6, "sft-kl": 5e-6, "offline-po": 2e-6, ONLINE: 2e-6}
 PAPER_KL_COEFF = {"sft": 0.0, "sft-kl": 0.1, "offline-po": 0.2, ONLINE: 0.2}
+
+
+class Conflict(ValueError):
+    """Settings that do not go together, raised by a validator that reads several keys: ``keys`` (dotted,
+    from the section that raises it), the one to change first, and the message. A loader names each key
+    with the file that set it (:func:`load_settings`)."""
+
+    def __init__(self, keys: Sequence[str], message: str):
+        self.keys, self.message = tuple(keys), message
+        super().__init__(f"{self.keys[0]}: {message}")
 
 
 # ------------------------------------------------------------------------------------------- sections
@@ -127,7 +137,7 @@ class Teacher(Sampling):
     @model_validator(mode="after")
     def _one_source(self):
         if self.episodes is not None and self.rows is not None:
-            raise ValueError("episodes: give teacher.episodes or teacher.rows, not both")
+            raise Conflict(("episodes", "rows"), "give teacher.episodes or teacher.rows, not both")
         return self
 
 
@@ -215,6 +225,8 @@ class TrainStep(TrainKnobs):
 
 
 TRAINING_EPOCHS = knob(1.0, "Passes over the training rows.", ge=0)
+# A pipeline's training step always trains: 0 epochs would give it no optimiser step.
+STEP_EPOCHS = knob(1.0, "Passes over the training rows.", gt=0)
 
 
 class Imitate(TrainStep):
@@ -224,7 +236,7 @@ class Imitate(TrainStep):
                                         "(the original: none).")
     sft_limit: int | None = knob(None, "Rows of it (null: all).", ge=0)
     sft_format: Literal[SFT_FORMATS] = SFT_FORMAT
-    epochs: float = TRAINING_EPOCHS
+    epochs: float = STEP_EPOCHS
 
 
 class Epoch(Section):
@@ -244,7 +256,7 @@ class Spag(TrainStep):
     method: Literal[(*METHODS, ONLINE)] = knob(
         "offline-po", "offline-po (SPAG: train@N learns from play@N's games) or online (train@N plays its own "
                       "games with the policy it trains and updates as it goes: the online section).")
-    epochs_per_iteration: float = TRAINING_EPOCHS
+    epochs_per_iteration: float = STEP_EPOCHS
 
     @model_validator(mode="after")
     def _epochs_chain(self):
@@ -347,17 +359,19 @@ class Settings(Section):
             game.Strategies.model_validate(self.teacher.strategies)
         except ValidationError as exc:
             key, message = describe(exc.errors()[0], game.Strategies)
-            raise ValueError(f"teacher.strategies.{key}: {message}") from None
+            raise Conflict((f"teacher.strategies.{key}", "game.name"), message) from None
         e = self.evaluate
         if e.skill and game.skill is None:
-            raise ValueError(f"evaluate.skill: the game {game.name} has no skill metrics (set false or null)")
+            raise Conflict(("evaluate.skill", "game.name"),
+                           f"the game {game.name} has no skill metrics (set false or null)")
         offered = game.skill.baselines if game.skill is not None else ()
         unknown = [name for name in e.baselines or () if name not in offered]
         if unknown:
-            raise ValueError(f"evaluate.baselines: {unknown[0]!r} is not a baseline of {game.name} "
-                             f"({', '.join(offered) or 'it has none'})")
+            raise Conflict(("evaluate.baselines", "game.name"), f"{unknown[0]!r} is not a baseline of {game.name} "
+                                                                f"({', '.join(offered) or 'it has none'})")
         if e.vs_baseline and not (offered if e.baselines is None else e.baselines):
-            raise ValueError("evaluate.vs_baseline: needs at least one baseline in evaluate.baselines")
+            raise Conflict(("evaluate.vs_baseline", "evaluate.baselines"),
+                           "needs at least one baseline in evaluate.baselines")
         return self
 
     def strategies(self) -> Section:
@@ -365,17 +379,25 @@ class Settings(Section):
         return game_class(self.game.name).Strategies.model_validate(self.teacher.strategies)
 
     @model_validator(mode="after")
-    def _online_learns_past_warmup(self):
-        """An online epoch has few steps: a warm-up over all of them keeps the learning rate at 0 (the
-        linear warm-up starts from 0), and the epoch's model is its start's, unchanged."""
-        ratio = self.spag.warmup_ratio
-        if self.spag.method != ONLINE or ratio == 0:
+    def _online_epochs_learn(self):
+        """An online epoch trains: at least one optimiser step (online.words rounds down to a multiple of
+        online.words_per_step), and not all of them warm-up (the linear warm-up starts from a learning
+        rate of 0, so an epoch that only warms up leaves its start's model unchanged)."""
+        o, s = self.online, self.spag
+        if s.method != ONLINE:
             return self
-        steps = math.ceil(self.online.words // self.online.words_per_step * self.spag.epochs_per_iteration)
-        if math.ceil(steps * ratio) >= steps:
-            raise ValueError(f"spag.warmup_ratio: {ratio:g} warms up over all {steps} step(s) of an online epoch "
-                             "(online.words / online.words_per_step), so its learning rate stays 0; set it to 0 "
-                             "or train on more words")
+        steps = math.ceil(o.words // o.words_per_step * s.epochs_per_iteration)
+        if steps == 0:
+            raise Conflict(("online.words", "online.words_per_step"),
+                           f"{o.words} word(s) at online.words_per_step {o.words_per_step} give an online epoch no "
+                           f"optimiser step: set online.words to at least {o.words_per_step}")
+        ratio = s.warmup_ratio
+        if ratio and math.ceil(steps * ratio) >= steps:
+            raise Conflict(("spag.warmup_ratio", "online.words", "online.words_per_step", "spag.epochs_per_iteration"),
+                           f"{ratio:g} warms up over all {steps} step(s) of an online epoch (online.words {o.words} "
+                           f"/ online.words_per_step {o.words_per_step} x spag.epochs_per_iteration "
+                           f"{s.epochs_per_iteration:g}), so its learning rate stays 0; set it to 0 or train on "
+                           "more words")
         return self
 
 
@@ -499,6 +521,9 @@ def describe(error: dict, model: type[BaseModel] = Settings) -> tuple[str, str]:
     if kind in _BOUNDS:
         op, bound = _BOUNDS[kind]
         return _key(loc), f"must be {op} {error['ctx'][bound]:g}, got {value}"
+    conflict = _conflict(error)
+    if conflict is not None:
+        return _key((*loc, *conflict.keys[0].split("."))), conflict.message
     message = str(error["msg"]).removeprefix("Value error, ")
     if kind == "value_error" and ": " in message:  # a model validator naming its own key
         inner, _, message = message.partition(": ")
@@ -506,22 +531,71 @@ def describe(error: dict, model: type[BaseModel] = Settings) -> tuple[str, str]:
     return _key(loc), f"{message[0].lower()}{message[1:]}, got {value}"
 
 
-def first_error(exc: ValidationError, source: str | os.PathLike, model: type[BaseModel] = Settings) -> ParamsError:
-    """A ParamsError for the first problem of a validation, saying how many more there are."""
+def _conflict(error: dict) -> Conflict | None:
+    found = (error.get("ctx") or {}).get("error")
+    return found if isinstance(found, Conflict) else None
+
+
+def involved_keys(error: dict) -> tuple[str, ...]:
+    """The keys one pydantic error is about, dotted from the top: the key it names first, then the others
+    that its conflict reads (a key of the game's settings goes with ``game.name``, which chose them)."""
+    loc = tuple(error["loc"])
+    conflict = _conflict(error)
+    if conflict is not None:
+        return tuple(_key((*loc, *key.split("."))) for key in conflict.keys)
+    key = describe(error)[0]
+    tagged = len(loc) > 1 and loc[0] == "game" and loc[1] in GAMES and key != "game.name"
+    return (key, "game.name") if tagged else (key,)
+
+
+# Problems listed in one error at most; the rest are counted.
+MAX_PROBLEMS = 20
+
+# Where a key's value came from: the file that set it, or None (the schema's default).
+Origin = Callable[[str], "str | os.PathLike | None"]
+
+
+def settings_error(exc: ValidationError, source: str | os.PathLike, origin: Origin | None = None,
+                   model: type[BaseModel] = Settings) -> ParamsError:
+    """One ParamsError listing every problem of a validation (``file: key: message``, separated by ``;``).
+
+    ``origin`` says which file set a key (None: the default; without it ``source`` set every one). A problem
+    is told as the file's that set its key; a conflict of several keys under the key its validator names
+    first, with the files of the others after the message."""
+    def told(error: dict) -> tuple[str | os.PathLike, str, str]:
+        key, message = describe(error, model)
+        keys = involved_keys(error) if model is Settings else (key,)
+        if origin is None:
+            return source, key, message
+        files = {k: origin(k) for k in keys}
+        lead = key
+        if files[key] is None and any(files.values()):  # a default that a file's value conflicts with
+            lead = next(k for k in keys if files[k] is not None)
+            message = f"{key} at its default: {message}"
+        where: dict[str, list[str]] = {}
+        for k in keys:
+            if k != lead and str(files[k]) != str(files[lead]):
+                place = "at its default" if files[k] is None else f"from {files[k]}"
+                where.setdefault(place, []).append(k)
+        shown = "; ".join(f"{', '.join(ks)} {place}" for place, ks in where.items())
+        return files[lead] or source, lead, message + (f" ({shown})" if shown else "")
+
     errors = exc.errors()
-    key, message = describe(errors[0], model)
-    more = len(errors) - 1
-    return ParamsError(source, key, message + (f" (and {more} more problem{'s' * (more > 1)})" if more else ""))
+    (file, key, message), *rest = [told(error) for error in errors[:MAX_PROBLEMS]]
+    tail = "".join(f"; {f}: {k}: {m}" for f, k, m in rest)
+    more = len(errors) - MAX_PROBLEMS
+    tail += f"; and {more} more problem{'s' * (more > 1)}" if more > 0 else ""
+    return ParamsError(file, key, message + tail)
 
 
 def validate(params: Any, source: str | os.PathLike = "params.yaml") -> Settings:
-    """:class:`Settings` from a loaded params mapping, or ParamsError naming the first bad key."""
+    """:class:`Settings` from a loaded params mapping, or ParamsError listing every bad key."""
     if not isinstance(params, dict):
         raise ParamsError(source, "", f"expected a mapping of sections, got {type(params).__name__}")
     try:
         return Settings.model_validate(params)
     except ValidationError as exc:
-        raise first_error(exc, source) from None
+        raise settings_error(exc, source) from None
 
 
 def apply_overrides(params: dict, overrides: Any, source: str | os.PathLike) -> dict:
@@ -550,26 +624,51 @@ def apply_overrides(params: dict, overrides: Any, source: str | os.PathLike) -> 
 
 def load_settings(path: str | os.PathLike | None, overrides: Sequence[str | os.PathLike] = ()) -> Settings:
     """Read and validate a params file (None: the schema's defaults): the whole of it, or ParamsError (one
-    line). Each file of ``overrides`` (``section.key: value`` lines) replaces the settings it names, in order
-    (:func:`apply_overrides`); a value an override set that the schema refuses is told as that file's."""
+    line, every problem listed). Each file of ``overrides`` (``section.key: value`` lines) replaces the
+    settings it names, in order (:func:`apply_overrides`); a problem is told as the file's that set its key,
+    and a conflict of keys set in different files names each file. An empty file is refused: a shell's
+    ``> params.yaml`` empties the file before the command that was to write it has read it."""
     source = Path(path) if path is not None else "the defaults"
-    params = read_yaml(Path(path)) if path is not None else {}
-    params = {} if params is None else params
-    origins: dict[str, str | os.PathLike] = {}
+    params = _read_settings(Path(path), "a params file sets at least one section") if path is not None else {}
+    original = params
+    set_by: list[tuple[str | os.PathLike, list[str]]] = []  # each override and the keys it set, in order
     for override in overrides:
         if not isinstance(params, dict):
             break  # validate names the problem
-        changes = read_yaml(Path(override)) or {}
+        changes = _read_settings(Path(override), "an override file sets at least one section.key")
         params = apply_overrides(params, changes, override)
-        origins.update({str(key): override for key in changes})
-    if not isinstance(params, dict) or not origins:
+        set_by.append((override, [str(key) for key in changes]))
+    if not isinstance(params, dict) or not set_by:
         return validate(params, source)
+
+    def origin(key: str) -> str | os.PathLike | None:
+        for override, keys in reversed(set_by):
+            if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in keys):
+                return override
+        return source if path is not None and _has_key(original, key) else None
+
     try:
         return Settings.model_validate(params)
     except ValidationError as exc:
-        key, _ = describe(exc.errors()[0])
-        origin = next((o for k, o in reversed(origins.items()) if key == k or key.startswith(k + ".")), None)
-        raise first_error(exc, origin or source) from None
+        raise settings_error(exc, source, origin) from None
+
+
+def _read_settings(path: Path, needs: str) -> Any:
+    """A params or override file's content; ParamsError when it holds nothing (empty, or comments only)."""
+    content = read_yaml(path)
+    if content is None:
+        raise ParamsError(path, "", f"is empty: {needs} (a shell's `> {path.name}` empties a file before the "
+                                    "command reads it; write with `spag config show ... -o FILE`)")
+    return content
+
+
+def _has_key(params: Any, key: str) -> bool:
+    """Whether a loaded params mapping sets dotted ``key``."""
+    for part in key.split("."):
+        if not isinstance(params, dict) or part not in params:
+            return False
+        params = params[part]
+    return True
 
 
 def existing_file(value: str, key: str, source: str | os.PathLike = "params.yaml") -> str:

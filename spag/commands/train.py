@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         check_launch(launcher, deepspeed)  # before any work: a bad launcher or DeepSpeed file is one line
         check_model(model, "--model", settings["trust_remote_code"])
         if ref is not None:
-            check_model(ref, "--ref", settings["trust_remote_code"])
+            check_model(ref, "--ref", settings["trust_remote_code"], tokenizer=False)
         config = checked(C, **{name: value for name, value in settings.items() if name in C.model_fields})
 
         refuse([p for p in (cuda_problem(), *launcher_problems("--launcher", launcher, source=""),

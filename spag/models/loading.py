@@ -65,7 +65,26 @@ def setup_special_tokens(tokenizer, model=None):
     return tokenizer
 
 
+# What a tokenizer is read from (one is enough): a fast tokenizer's tokenizer.json, a SentencePiece model
+# (tokenizer.model, spiece.model), a BPE or WordPiece vocabulary (vocab.json with merges.txt, vocab.txt),
+# tiktoken's or Mistral's file.
+TOKENIZER_FILES = ("tokenizer.json", "*.model", "vocab.json", "vocab.txt", "*.tiktoken", "tekken.json")
+
+
+def missing_tokenizer(model: str | os.PathLike) -> str | None:
+    """What a local model directory (one with ``config.json``) lacks to give its tokenizer, said for the
+    user; None when it has tokenizer files, or is no such directory (an id, an adapter: the loader's)."""
+    path = Path(str(model)).expanduser()
+    if not (path / "config.json").is_file() or any(next(path.glob(p), None) for p in TOKENIZER_FILES):
+        return None
+    return ("has no tokenizer files (tokenizer.json, tokenizer.model, vocab.json, ...): copy them from the model "
+            "it was made from")
+
+
 def load_tokenizer(name_or_path: str | os.PathLike, trust_remote_code: bool = False):
+    lacking = missing_tokenizer(name_or_path)
+    if lacking:  # transformers would advise installing sentencepiece, naming no folder
+        raise DataError(name_or_path, None, lacking)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), trust_remote_code=trust_remote_code)
@@ -203,7 +222,8 @@ def written_as_path(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~"))
 
 
-def check_model(name: str | os.PathLike, option: str, trust_remote_code: bool | None = False) -> None:
+def check_model(name: str | os.PathLike, option: str, trust_remote_code: bool | None = False,
+                tokenizer: bool = True) -> None:
     """Fail early, in one line naming ``option``, on a model path that cannot be loaded.
 
     A name that exists on disk, or is written as a path (:func:`written_as_path`), must be a model
@@ -211,6 +231,8 @@ def check_model(name: str | os.PathLike, option: str, trust_remote_code: bool | 
     to the backend as a model id. Unless ``trust_remote_code``, a model whose architecture only its own
     code defines (``auto_map``, a model type transformers does not know) is refused too: False for a command
     with a --trust-remote-code option (the message suggests it), None for one that never runs such code.
+    A model directory lacking tokenizer files is refused too, unless ``tokenizer`` is false (a reference
+    model, whose tokenizer is never read).
     """
     text = str(name)
     path = Path(text).expanduser()
@@ -220,6 +242,9 @@ def check_model(name: str | os.PathLike, option: str, trust_remote_code: bool | 
         return
     if not path.is_dir() or not any((path / f).is_file() for f in ("config.json", "adapter_config.json")):
         raise DataError(text, None, f"is not a model directory: no config.json (given to {option})")
+    lacking = missing_tokenizer(path) if tokenizer else None
+    if lacking:
+        raise DataError(text, None, f"{lacking} (given to {option})")
     if not trust_remote_code and (path / "config.json").is_file():
         from transformers import CONFIG_MAPPING
 

