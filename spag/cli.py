@@ -20,7 +20,7 @@ from spag.commands import analyze, base_model, config, evaluate, judge, play, pr
 from spag.players.allocator import keep_freed_memory
 from spag.runtime.errors import DataError
 from spag.runtime.outputs import release_held
-from spag.runtime.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Interrupted, Terminated, command_signals
+from spag.runtime.signals import EXIT_INTERRUPTED, STOPS, command_signals, stopped
 
 # The subcommand modules, in the order `spag --help` lists them.
 COMMAND_MODULES = (words, judge, base_model, play, prompt, reward, train, evaluate, analyze, config)
@@ -38,12 +38,6 @@ for _module in COMMAND_MODULES:
 
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
-
-
-def _stopped(exc: BaseException) -> str:
-    """What a stopped command left: its own words (analyze: "the query was stopped"), or what every
-    command does when stopped (finished games, shards, checkpoints and tasks are kept)."""
-    return str(exc) if str(exc) else "finished work was kept"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,12 +62,9 @@ def main(argv: list[str] | None = None) -> None:
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         print(f"error: {where}{_one_line(exc.strerror if where and exc.strerror else exc)}", file=sys.stderr)
         code = 2
-    except (KeyboardInterrupt, Interrupted) as exc:
-        print(f"error: interrupted (Ctrl-C); {_stopped(exc)}", file=sys.stderr)
-        code = EXIT_INTERRUPTED
-    except Terminated as exc:
-        print(f"error: terminated (SIGTERM); {_stopped(exc)}", file=sys.stderr)
-        code = EXIT_TERMINATED
+    except STOPS as exc:  # finished games, shards, checkpoints and tasks were kept on the way out
+        line, code = stopped(exc)
+        print(f"error: {line}", file=sys.stderr)
     finally:
         release_held()  # the outputs this command claimed: the next writer may have them
     sys.exit(code if isinstance(code, int) else 0)

@@ -1372,3 +1372,59 @@ def test_dvc_status_names_the_stages_whose_code_changed(tmp_path):
     assert changed_by("game/taboo/templates.yaml") >= {"imitation_data", "teacher_play"} | epoch_names("reward")
     assert changed_by("evaluate/tournament.py") == set()  # no stage runs a tournament
     assert changed_by("commands/reward.py") == set()  # the command line is no stage's code
+
+
+# ------------------------------------------------------------------ issue 47: Kuhn poker deals and games
+
+KUHN_HAND = {"target_word": "K-Q", "max_turns": 2, "history": [{"role": "first", "content": "[bet]"},
+                                                                {"role": "second", "content": "[call]"}]}
+
+
+@pytest.mark.parametrize("deal", ["K-K", "k-q", "A-K"])
+@pytest.mark.parametrize("command", ["judge", "prompt"])
+def test_a_bad_kuhn_deal_is_one_line_naming_its_record(tmp_path, tiny, command, deal):
+    """M2: `spag judge --game kuhn-poker` and `spag prompt` ended in a traceback on a deal that is none."""
+    states = tmp_path / "hands.jsonl"
+    hands = [{**KUHN_HAND, "history": []}, {**KUHN_HAND, "target_word": deal, "history": []}]
+    states.write_text("".join(json.dumps(hand) + "\n" for hand in hands))
+    params = tmp_path / "kuhn.yaml"
+    params.write_text("game: {name: kuhn-poker}\n")
+    args = (["judge", states, "--game", "kuhn-poker"] if command == "judge" else
+            ["prompt", states, "--params", params, "--model", tiny])
+    result = run_cli(*args, "-o", tmp_path / "out.jsonl")
+    assert result.code == 2, result.stderr
+    (line,) = result.error_lines()
+    assert line.startswith(f"error: {states}: record 1: 'target_word': not a Kuhn poker deal: {deal!r}")
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_the_judge_refuses_episodes_of_another_game_naming_the_record(tmp_path, fmt):
+    """M2 and L1: spag's Kuhn poker episodes judged as Adversarial Taboo (the default) gave a traceback from
+    Parquet, and Taboo episodes under --game kuhn-poker were not judged as asked: both are refused."""
+    from spag.game.episodes import write_episodes
+    from spag.game.kuhn import KuhnPoker
+    from spag.game.taboo import Taboo
+
+    kuhn, taboo = tmp_path / f"kuhn.{fmt}", tmp_path / f"taboo.{fmt}"
+    write_episodes([{**KUHN_HAND, **KuhnPoker().record()}], kuhn)
+    write_episodes([{**EPISODE, **Taboo().record()}], taboo)
+    for episodes, asked, played in ((kuhn, [], "kuhn-poker"), (taboo, ["--game", "kuhn-poker"], "taboo")):
+        result = run_cli("judge", episodes, *asked, "-o", tmp_path / "out.jsonl")
+        assert result.code == 2, result.stderr
+        assert result.error_lines() == [f"error: {episodes}: record 0: was played in {played}, not "
+                                        f"{'taboo' if played != 'taboo' else 'kuhn-poker'}: judge it with --game {played}"]
+    assert not (tmp_path / "out.jsonl").exists()
+    assert run_cli("judge", kuhn, "--game", "kuhn-poker", "-o", tmp_path / "out.jsonl").code == 0
+
+
+def test_play_names_the_line_of_a_bad_deal_before_loading_a_model(files, tmp_path):
+    """L2: a bad deal in `spag play --words` was found by the first game, after the models loaded."""
+    deals = tmp_path / "deals.txt"
+    deals.write_text("K-Q\n# a comment\nK-K\n")
+    result = run_cli("play", "--game", "kuhn-poker", "--attacker", files["not_a_model"], "--defender",
+                     files["not_a_model"], "--words", deals, "-o", tmp_path / "episodes", "--no-progress")
+    assert result.code == 2, result.stderr
+    (line,) = result.error_lines()
+    assert line.startswith(f"error: {deals}: line 3: not a Kuhn poker deal: 'K-K'")
+    assert not (tmp_path / "episodes").exists()

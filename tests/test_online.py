@@ -21,6 +21,7 @@ from spag.config import Online, Reward, TrainConfig, load_settings
 from spag.game.taboo.outcomes import ATTACKER, DEFENDER
 from spag.play.engine import PlayConfig
 from spag.players import Reply
+from spag.players.base import FINISH_LENGTH
 from spag.runtime.errors import DataError, ParamsError
 from spag.testing import launcher_failure, make_tiny_checkpoint
 from spag.train.online import OnlineGames, group_prompt, online_arguments, parse_group_prompt
@@ -200,6 +201,30 @@ def test_the_winners_utterances_rise_and_the_fouling_and_losing_ones_fall(tiny, 
     summary = json.loads((trained / "training_summary.json").read_text())
     assert summary["method"] == "online" and summary["steps"] == 6 and summary["games"] == 18
     assert summary["outcomes"] == {"attacker_wins": 6, "defender_wins": 6, "tie": 0, "attacker_breaks_rules": 6}
+
+
+class CutPlayer(ScriptedPlayer):
+    """The script's lines, each one cut at max_new_tokens (as a model that never ends its reply)."""
+
+    def generate(self, prompts, **kw):
+        return [Reply(r.text, r.n_tokens, FINISH_LENGTH) for r in super().generate(prompts, **kw)]
+
+
+@pytest.mark.slow
+def test_a_run_whose_every_utterance_is_left_out_says_so(tiny, tmp_path, capsys):
+    """issue 47 L4: every utterance cut at max_new_tokens (so masked): the run trained on placeholder
+    tokens without a word. It still runs, but says in one line that nothing was learned, and why."""
+    from spag.train.online import run_online
+
+    trained = run_online(tiny, ["coffee"], tmp_path / "model", games=GAMES, episodes_dir=tmp_path / "episodes",
+                         config=TrainConfig(batch_size=12, max_steps=1, **QUIET), player=CutPlayer(SCRIPT))
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: online training: all 5 utterances of this run's games were left out of training "
+                        "(5 cut at play.max_new_tokens): its steps trained on no token, so the model learned nothing "
+                        "from its games (reward.keep_truncated keeps the cut ones)"]
+    summary = json.loads((trained / "training_summary.json").read_text())
+    assert summary["utterances"] == {"trained": 0, "empty": 0, "truncated": 5, "too_long": 0}
+    assert summary["episodes"] == str(tmp_path / "episodes")  # L3: where the games are
 
 
 # ------------------------------------------------------------------------------ the live policy, resumed

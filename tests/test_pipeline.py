@@ -434,6 +434,7 @@ def test_an_online_experiment_beside_the_committed_run(pipeline, tmp_path):
     for epoch in (1, 2):
         summary = read_summary(copy / f"data/epoch_{epoch}/model")
         assert summary["method"] == "online" and summary["steps"] == p["online"]["words"]
+        assert summary["episodes"].endswith(f"epoch_{epoch}/online/episodes")  # the published games, not the work folder
         games = read_episodes(copy / f"data/epoch_{epoch}/online/episodes")
         # each step: one word, games_per_word games, both roles from the same games
         assert len(games) == summary["games"] == p["online"]["words"] * p["online"]["games_per_word"]

@@ -507,10 +507,14 @@ def test_a_truncated_or_empty_winning_utterance_does_not_become_a_row():
     assert kept_stats.dropped_truncated == kept_stats.dropped_empty == 0
 
 
-def test_a_game_whose_every_row_was_cut_counts_as_giving_no_rows():
+def test_a_game_whose_every_row_was_cut_is_counted_apart_from_ties_and_fouls():
+    """issue 47 L5: such a game was counted among those that "gave no rows (tie/foul)"."""
     episode = _cut(DEFENDER_WIN_2, turns=[1, 3])
-    rows, stats = imitation_rows([episode])
-    assert rows == [] and stats.used == 0 and stats.no_rows == 1 and stats.dropped_truncated == 2
+    rows, stats = imitation_rows([episode, TIE])
+    assert rows == [] and stats.used == 0 and stats.dropped_truncated == 2
+    assert stats.no_rows == 1 and stats.cut_games == 1  # the tie; the cut game
+    assert stats.line().startswith("2 records: 0 games used, 1 gave no rows (tie/foul), 0 skipped as bad; 1 games "
+                                   "left out whole: each rewarded utterance empty or truncated;")
     assert stats.role_games['defender'] == 0  # the role weights do not count a game that gave nothing
     rows, stats = imitation_rows([episode], keep_truncated=True)
     assert len(rows) == 2 and stats.used == 1

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from spag.players import Reply
 from spag.runtime.signals import Terminated, graceful_termination
 from spag.testing import make_tiny_checkpoint, run_cli
 
+ROOT = Path(__file__).resolve().parent.parent
 WORDS = ["apple", "river", "coffee", "garden", "window", "lemon", "planet", "bridge"]
 
 
@@ -148,3 +150,28 @@ def test_spag_train_killed_resumes_from_its_checkpoint_to_the_same_step_count(ti
     assert resumed.code == 0, resumed.stderr
     summary = json.loads((out / "training_summary.json").read_text())
     assert summary["steps"] == 40 and "checkpoint-" in summary["resumed_from"]
+
+
+STAGE = """
+import os, signal, sys, time
+from spag.pipeline.run import run_stage
+
+def words(settings, layout):  # a stage at work when the scheduler's SIGTERM comes
+    (layout.root / "started").write_text("")
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+
+run_stage(words, sys.argv[1], [])
+"""
+
+
+def test_a_pipeline_stage_stopped_by_sigterm_says_so_in_one_line(tmp_path):
+    """issue 47 M2: a stage script died silently on SIGTERM (or with a traceback inside a resumable output),
+    where the `spag` command says one line and exits 143."""
+    (tmp_path / "params.yaml").write_bytes((ROOT / "params.yaml").read_bytes())
+    done = subprocess.run([sys.executable, "-c", STAGE, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (tmp_path / "started").exists(), done.stderr
+    assert done.returncode == 143, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "error: terminated (SIGTERM); finished work was kept"
+    assert "Traceback" not in done.stderr

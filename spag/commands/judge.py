@@ -16,6 +16,16 @@ from spag.runtime.errors import DataError
 from spag.runtime.outputs import check_distinct_paths, replace_mode, write_jsonl_atomic
 
 
+def check_same_game(episodes: list[dict], game, source: Path) -> None:
+    """Refuse an episode that records another game than the one asked for (``--game``): a game's judge
+    cannot decide another's episodes, and judging them by the game they record instead would answer a
+    question the user did not ask."""
+    for index, episode in enumerate(episodes):
+        played = episode.get("game")
+        if played and played != game.name:
+            raise DataError(source, index, f"was played in {played}, not {game.name}: judge it with --game {played}")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("judge")
     @with_knobs(game_knobs())
@@ -26,13 +36,15 @@ def register(app: typer.Typer) -> None:
         **settings,
     ) -> None:
         """Add `outcome` and `turns` to every episode (the game's judge, with its settings over the game's
-        defaults: Adversarial Taboo's --rules); all input fields are kept."""
+        defaults: Adversarial Taboo's --rules); all input fields are kept. An episode that records another
+        game than --game is refused."""
         game = game_from(settings)
         check_distinct_paths({"EPISODES": episodes}, {"-o": output})
         claim_outputs({"-o": output}, overwrite=overwrite)
         episodes_read = read_episodes(episodes, game)
         if not episodes_read:
             raise DataError(episodes, None, "holds no episodes")
+        check_same_game(episodes_read, game, episodes)
         results = judged(episodes_read, game)
         if output is None:
             for record in results:

@@ -28,10 +28,29 @@ from spag.pipeline.preflight import cuda_problem, refuse
 from spag.play.engine import PlayConfig, PlayStats, rank_and_world, run_games
 from spag.players import PlayerError
 from spag.runtime.console import error, summary
+from spag.runtime.errors import DataError
 from spag.runtime.outputs import check_distinct_paths, replace_mode
+from spag.runtime.records import read_text
 
 # Play's sampling and player knobs (the words, launcher and held-out switch are the pipeline's).
 _SAMPLING = knobs(Play, only=Sampling.model_fields)
+
+
+def check_targets(words: list[str], path: Path, game) -> None:
+    """Refuse a line of the words file that is not a target of ``game`` (Kuhn poker's ``K-K``), naming the
+    file and the line: found before any model loads, not by the first game played on it."""
+    for word in words:
+        try:
+            game.check_target(word)
+        except ValueError as exc:
+            raise DataError(path, None, f"{_line_of(path, word)}{exc}") from None
+
+
+def _line_of(path: Path, word: str) -> str:
+    """``"line N: "`` of the first line of ``path`` that holds ``word`` (as the words reader strips it)."""
+    lines = read_text(path).removeprefix("\ufeff").split("\n")
+    found = next((n for n, line in enumerate(lines, start=1) if line.strip() == word), None)
+    return f"line {found}: " if found else ""
 
 
 def register(app: typer.Typer) -> None:
@@ -82,6 +101,7 @@ def register(app: typer.Typer) -> None:
         claim_outputs({"--export-json": export_json}, overwrite=overwrite)  # written after the last game
         hold_output(output, f"r{rank}" if world > 1 else None)  # a second writer stops before loading a model
         words = read_words(words_file)
+        check_targets(words, words_file, game)  # before any model loads
         if limit is not None:
             words = words[:limit]
         for model, side in ((attacker, "--attacker"), (defender, "--defender")):

@@ -136,6 +136,10 @@ class Game(ABC):
     def targets(self, words) -> list[str]:
         """Every target of the game, in a fixed order, given the ``words`` section (a word list's settings)."""
 
+    def check_target(self, target: str) -> None:
+        """Raise ValueError, saying why, for text that is not a target of the game (Kuhn poker's deals are
+        six; any word is Adversarial Taboo's, whose word lists are checked as they are read)."""
+
     def fresh_targets(self) -> list[str]:
         """Targets no setting was chosen on (``evaluate.word_set: fresh``)."""
         raise ValueError(f"the game {self.name} has no fresh evaluation set")

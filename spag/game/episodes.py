@@ -57,9 +57,14 @@ def validate_episode(record: Mapping, index: int, source: str | os.PathLike = "<
     if episode["max_turns"] < 1:
         raise DataError(source, index, f"'max_turns' must be at least 1, got {episode['max_turns']}")
     try:
-        roles = episode_game(episode, game).roles
+        played = episode_game(episode, game)
     except ValueError as exc:
         raise DataError(source, index, str(exc)) from None
+    try:
+        played.check_target(target)  # Kuhn poker's "K-K" is no deal: the judge and the prompts would fail on it
+    except ValueError as exc:
+        raise DataError(source, index, f"'target_word': {exc}") from None
+    roles = played.roles
     history = episode.get("history")
     if not isinstance(history, list):
         raise DataError(source, index, "missing 'history' (a list of {role, content})")

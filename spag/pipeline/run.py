@@ -30,6 +30,7 @@ from spag.pipeline.preflight import check_stage
 from spag.pipeline.table import EPOCH_STAGES, STAGE_PARAMS
 from spag.players.allocator import keep_freed_memory
 from spag.runtime.errors import DataError, ParamsError, UndeclaredParam
+from spag.runtime.signals import STOPS, command_signals, stopped
 
 # A stage's declared outputs are its own: DVC deletes them before it runs the stage and restores them
 # from its cache, so a stage replaces any regular file at those paths (never a folder, device or FIFO), and
@@ -110,7 +111,9 @@ class Layout:
 def run_stage(stage: Callable, root: str | Path, argv: list[str] | None = None) -> None:
     """Validate ``root/params.yaml`` (all of it) and run ``stage`` on the keys it declares.
 
-    Bad params or input data end the process with one line on stderr and exit code 2.
+    Bad params or input data end the process with one line on stderr and exit code 2; Ctrl-C and SIGTERM
+    with one line and exit code 130 or 143 (:func:`spag.runtime.signals.stopped`), after the stage's
+    finished work is written.
     """
     keep_freed_memory()  # a stage owns its process: freed memory is kept for reuse (CPU inference)
     name = stage.__name__
@@ -125,16 +128,22 @@ def run_stage(stage: Callable, root: str | Path, argv: list[str] | None = None) 
     root = Path(root)
     params_file = os.path.relpath(root / "params.yaml")  # "params.yaml" where DVC runs it
     try:
-        settings = load_settings(params_file)
-        if epoch is not None and epoch not in settings.spag.epochs:
-            raise ParamsError(params_file, f"spag.epochs.{epoch}", "no such epoch")
-        # Before any work: what this stage and those after it need, every problem listed (exit 2).
-        check_stage(settings, root, name if epoch is None else f"{name}@{epoch}", params_file)
-        view = Declared(settings, frozenset(declared_params(name, epoch)), name)
-        stage(view, Layout(root), *([epoch] if epoch is not None else []))
+        # SIGTERM (DVC's, a scheduler's, `timeout`'s) and Ctrl-C unwind as in a command: finished work is written.
+        with command_signals():
+            settings = load_settings(params_file)
+            if epoch is not None and epoch not in settings.spag.epochs:
+                raise ParamsError(params_file, f"spag.epochs.{epoch}", "no such epoch")
+            # Before any work: what this stage and those after it need, every problem listed (exit 2).
+            check_stage(settings, root, name if epoch is None else f"{name}@{epoch}", params_file)
+            view = Declared(settings, frozenset(declared_params(name, epoch)), name)
+            stage(view, Layout(root), *([epoch] if epoch is not None else []))
     except (ParamsError, DataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except STOPS as exc:  # one line and 130 or 143, as the `spag` command says it
+        line, code = stopped(exc)
+        print(f"error: {line}", file=sys.stderr)
+        raise SystemExit(code) from None
 
 
 def setting_file(settings: Declared, key: str) -> str:

@@ -98,6 +98,7 @@ class RowStats:
     outcomes: Counter = field(default_factory=Counter)  # judged outcome of every valid episode
     used: int = 0  # decisive games that gave rows
     no_rows: int = 0  # ties, fouls, and decisive games where the winner never spoke
+    cut_games: int = 0  # games whose every rewarded utterance was left out (empty or truncated)
     bad: int = 0  # records skipped as malformed
     duplicates: int = 0  # records that repeat an earlier game, left out
     instruction_rows: int = 0  # ready-made prompt/completion rows taken over as they were
@@ -118,6 +119,7 @@ class RowStats:
             "outcomes": dict(self.outcomes),
             "used": self.used,
             "no_rows": self.no_rows,
+            "cut_games": self.cut_games,
             "bad": self.bad,
             "duplicates": self.duplicates,
             "instruction_rows": self.instruction_rows,
@@ -141,6 +143,8 @@ class RowStats:
                 f"{self.bad} skipped as bad"
             )
         ]
+        if self.cut_games:
+            parts.append(f"{self.cut_games} games left out whole: each rewarded utterance empty or truncated")
         if self.duplicates:
             parts.append(f"{self.duplicates} repeated games left out")
         if self.instruction_rows:
@@ -238,7 +242,7 @@ def _drop_unsound(moves: pl.DataFrame, options: Reward, stats: RowStats) -> pl.D
 def _weigh(moves: pl.DataFrame, options: Reward, stats: RowStats, roles: Sequence[str]) -> pl.DataFrame:
     """Per-role baselines (when asked) and role weights, counted in ``stats``."""
     stats.used = moves["game"].n_unique()
-    stats.no_rows = stats.records - stats.used
+    stats.no_rows = stats.records - stats.used - stats.cut_games
     stats.negative_rows = moves.filter(pl.col("reward") < 0).height
     stats.role_games = {role: moves.filter(pl.col("role") == role)["game"].n_unique() for role in roles}
     if options.role_baseline and moves.height:
@@ -257,7 +261,9 @@ def _game_rows(episodes: Sequence[Mapping], indices: Sequence[int] | None, seed:
     verdicts = [game.judge_episode(e) for e in progress(episodes, desc="judging", unit="ep", disable=None)]
     stats.outcomes.update(v.outcome for v in verdicts)
     moves = _rewarded_moves(_utterances(episodes, verdicts, game), options, decayed, game)
-    moves = _weigh(_drop_unsound(moves, options, stats), options, stats, game.roles)
+    sound = _drop_unsound(moves, options, stats)
+    stats.cut_games = moves["game"].n_unique() - sound["game"].n_unique()
+    moves = _weigh(sound, options, stats, game.roles)
     rng = random.Random(seed)
     rows = []
     for move in progress(moves.iter_rows(named=True), total=moves.height, desc="rows", unit="row", disable=None):

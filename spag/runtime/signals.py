@@ -26,6 +26,19 @@ class Interrupted(BaseException):
     """Ctrl-C (SIGINT) arrived in a command (see the module docstring)."""
 
 
+STOPS = (KeyboardInterrupt, Interrupted, Terminated)  # what a stopped command or stage unwinds with
+
+
+def stopped(stop: BaseException) -> tuple[str, int]:
+    """The one line (after ``error: ``) and the exit code of a command or pipeline stage that ``stop`` (one of
+    :data:`STOPS`) ended: what it left is the exception's own words (``spag analyze``: "the query was
+    stopped"), or what every command and stage does when stopped (finished work is kept)."""
+    left = str(stop) or "finished work was kept"
+    if isinstance(stop, Terminated):
+        return f"terminated (SIGTERM); {left}", EXIT_TERMINATED
+    return f"interrupted (Ctrl-C); {left}", EXIT_INTERRUPTED
+
+
 _held: list[BaseException] = []  # a signal that arrived inside uninterrupted(), raised at its end
 _depth = 0
 

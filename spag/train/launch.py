@@ -31,13 +31,14 @@ def launch(launcher: str, method: str, model, data, output, config: TrainConfig,
 
 
 def launch_online(launcher: str, model, words, output, *, games, config: TrainConfig, episodes_dir, data=None,
-                  other_checkpoints: str = "refuse") -> None:
+                  other_checkpoints: str = "refuse", published=None) -> None:
     """One online self-play run (the arguments of :func:`spag.train.online.run_online`) under ``launcher``."""
     _run_job(launcher, config, output, {"method": ONLINE, "model": os.fspath(model), "words": list(words),
                                         "output": os.fspath(output), "games": games.as_json(),
                                         "config": config.model_dump(), "episodes": os.fspath(episodes_dir),
                                         "data": None if data is None else os.fspath(data),
-                                        "other_checkpoints": other_checkpoints})
+                                        "other_checkpoints": other_checkpoints,
+                                        "published": None if published is None else os.fspath(published)})
 
 
 def _run_job(launcher: str, config: TrainConfig, output, job: dict) -> None:
@@ -77,7 +78,7 @@ def main(argv: list[str]) -> None:
 
         run_online(job["model"], job["words"], job["output"], games=OnlineGames.from_json(job["games"]),
                    config=config, episodes_dir=job["episodes"], data=job["data"],
-                   other_checkpoints=job["other_checkpoints"])
+                   other_checkpoints=job["other_checkpoints"], published=job["published"])
         return
     from spag.train.trainer import run_training
 

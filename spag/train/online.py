@@ -49,6 +49,7 @@ import dataclasses
 import logging
 import math
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -175,6 +176,8 @@ class GameRollout:
         self.name, self.fingerprint = name, fingerprint
         self.episodes, self.player = episodes, player
         self.totals = PlayStats()  # the whole run's games, for its summary
+        # This process's utterances: trained on, or left out (empty, truncated, too_long), for the summary.
+        self.utterances: Counter = Counter()
 
     def __call__(self, prompts: Sequence[str], trainer) -> dict:
         step = int(trainer.state.global_step)
@@ -220,13 +223,16 @@ class GameRollout:
         """The i-th utterance of a game as a sample: its speaker's prompt and what it said, then eos."""
         utterance = history[i]
         if not self.games.reward.keep_truncated and (not utterance["content"] or utterance.get("truncated")):
+            self.utterances["truncated" if utterance["content"] else "empty"] += 1
             return self._empty()
         prompt = config.prompt(role, word, history[:i])
         prompt_ids = model_input_ids(self.tokenizer, prompt, self.games.max_prompt_tokens)
         completion_ids = [*self.tokenizer(utterance["content"], add_special_tokens=False)["input_ids"],
                           self.tokenizer.eos_token_id]
         if len(prompt_ids) + len(completion_ids) > self.max_length:
+            self.utterances["too_long"] += 1
             return self._empty()
+        self.utterances["trained"] += 1
         return _Sample(prompt_ids, completion_ids, [1] * len(completion_ids), reward)
 
     def _empty(self) -> _Sample:
@@ -403,17 +409,20 @@ def online_trainer(model, words: Sequence[str], output_dir, *, games: OnlineGame
 
 
 def run_online(model, words: Sequence[str], output_dir, *, games: OnlineGames, config: TrainConfig,
-               episodes_dir, data=None, other_checkpoints: str = "refuse", player=None) -> Path:
+               episodes_dir, data=None, other_checkpoints: str = "refuse", player=None, published=None) -> Path:
     """Train ``model`` by online self-play on ``words`` and save it to ``output_dir``; the games go to
-    ``episodes_dir`` (episode shards). ``data`` names the file the words came from (checked on resume with
-    the words themselves); ``config`` holds the training knobs (:class:`TrainConfig`), ``player`` replaces
-    the live policy as the player of every game (tests). Returns ``output_dir``."""
+    ``episodes_dir`` (episode shards), and the summary names ``published`` (default: ``episodes_dir``), where
+    a caller that plays into a work folder moves them after. ``data`` names the file the words came from
+    (checked on resume with the words themselves); ``config`` holds the training knobs (:class:`TrainConfig`),
+    ``player`` replaces the live policy as the player of every game (tests). Returns ``output_dir``."""
     with claimed_outputs(output_dir, config):
         return _run_online(model, words, output_dir, games=games, config=config, episodes_dir=episodes_dir,
-                           data=data, other_checkpoints=other_checkpoints, player=player)
+                           data=data, other_checkpoints=other_checkpoints, player=player,
+                           published=episodes_dir if published is None else published)
 
 
-def _run_online(model, words, output_dir, *, games, config, episodes_dir, data, other_checkpoints, player) -> Path:
+def _run_online(model, words, output_dir, *, games, config, episodes_dir, data, other_checkpoints, player,
+                published) -> Path:
     online = online_trainer(model, words, output_dir, games=games, config=config, episodes_dir=episodes_dir,
                             data=data, other_checkpoints=other_checkpoints, player=player)
     trainer, run = online.trainer, online.run
@@ -422,16 +431,37 @@ def _run_online(model, words, output_dir, *, games, config, episodes_dir, data, 
     run.wait_for_everyone()
     episodes = EpisodeStore(episodes_dir).read()  # every process's games, those before a resume too
     outcomes = Counter(e["outcome"] for e in episodes)
+    utterances = _every_process(trainer, online.rollout.utterances)
+    if run.main and utterances and not utterances["trained"]:
+        print(f"warning: {_nothing_trained(utterances)}", file=sys.stderr, flush=True)
     details = {"words": len(online.words), "games": len(episodes),
                "outcomes": {o: outcomes.get(o, 0) for o in games.play.game.outcomes},
                "play_seconds": round(online.rollout.totals.seconds, 3),
                "online_seconds": round(time.perf_counter() - started, 3),
-               "generated_tokens": online.rollout.totals.generated_tokens, "episodes": str(episodes_dir),
-               "online": games.as_json()}
+               "generated_tokens": online.rollout.totals.generated_tokens, "episodes": str(published),
+               "online": games.as_json(),
+               "utterances": {key: utterances[key] for key in ("trained", "empty", "truncated", "too_long")}}
     finish_run(run, trainer, online.rollout.tokenizer, result, online.live, details,
                f"{len(episodes)} games on {len(online.words)} words")
     run.wait_for_everyone()
     return run.output_dir
+
+
+def _every_process(trainer, counts: Counter) -> Counter:
+    """``counts`` summed over the run's processes (this run's steps: a resumed run counts those after it)."""
+    from accelerate.utils import gather_object
+
+    return sum((Counter(c) for c in gather_object([dict(counts)])), Counter())
+
+
+def _nothing_trained(utterances: Counter) -> str:
+    """Why a run whose every utterance was left out of training learned nothing from its games (one line)."""
+    why = ", ".join(f"{utterances[key]} {said}" for key, said in (
+        ("empty", "empty"), ("truncated", "cut at play.max_new_tokens"), ("too_long", "longer than spag.max_length"))
+        if utterances[key])
+    return (f"online training: all {sum(utterances.values())} utterances of this run's games were left out of "
+            f"training ({why}): its steps trained on no token, so the model learned nothing from its games"
+            + (" (reward.keep_truncated keeps the cut ones)" if utterances["truncated"] else ""))
 
 
 def _quiet_empty_slots() -> None:

@@ -125,6 +125,9 @@ class KuhnPoker(Game):
     def targets(self, words) -> list[str]:
         return list(DEALS)
 
+    def check_target(self, target: str) -> None:
+        cards(target)
+
     def same_target(self, target: str) -> str:
         return target.strip().upper()
 

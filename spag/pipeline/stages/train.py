@@ -54,8 +54,10 @@ def _train_online(settings: Declared, layout: Layout, epoch: str) -> None:
     config = train_config(step, step.epochs_per_iteration, output, layout, name, seed)
     # The games go to a work folder beside the declared output, which DVC does not delete, as the
     # checkpoints do: a killed stage resumes from its latest checkpoint and the games played before it.
-    with resumable_output(_online_episodes(layout, epoch), PLAY_KIND) as work:
-        job = dict(games=games, config=config, episodes_dir=work, data=source, other_checkpoints="restart")
+    episodes = _online_episodes(layout, epoch)
+    with resumable_output(episodes, PLAY_KIND) as work:
+        job = dict(games=games, config=config, episodes_dir=work, data=source, other_checkpoints="restart",
+                   published=episodes)
         model = previous_model(settings, layout, epoch)
         if not step.launcher:
             run_online(model, words, output, **job)
