@@ -557,7 +557,8 @@ Origin = Callable[[str], "str | os.PathLike | None"]
 
 def settings_error(exc: ValidationError, source: str | os.PathLike, origin: Origin | None = None,
                    model: type[BaseModel] = Settings) -> ParamsError:
-    """One ParamsError listing every problem of a validation (``file: key: message``, separated by ``;``).
+    """One ParamsError listing every problem of a validation (``file: key: message``, separated by ``;``, the
+    file left out where it is the previous problem's).
 
     ``origin`` says which file set a key (None: the default; without it ``source`` set every one). A problem
     is told as the file's that set its key; a conflict of several keys under the key its validator names
@@ -582,7 +583,10 @@ def settings_error(exc: ValidationError, source: str | os.PathLike, origin: Orig
 
     errors = exc.errors()
     (file, key, message), *rest = [told(error) for error in errors[:MAX_PROBLEMS]]
-    tail = "".join(f"; {f}: {k}: {m}" for f, k, m in rest)
+    tail, last = "", str(file)
+    for f, k, m in rest:  # a file is named again only where the problems pass to another file
+        tail += f"; {k}: {m}" if str(f) == last else f"; {f}: {k}: {m}"
+        last = str(f)
     more = len(errors) - MAX_PROBLEMS
     tail += f"; and {more} more problem{'s' * (more > 1)}" if more > 0 else ""
     return ParamsError(file, key, message + tail)
