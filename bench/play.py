@@ -28,6 +28,11 @@ What a side cannot keep of ``spag play``'s needs (a seed per game, stop strings 
 generating, a minimum reply length, resume) is named in its output, with where the library decides it
 (:data:`CANNOT_KEEP`; tests/test_bench.py tries each claim), and the side is measured on what it can do.
 
+The words are every fourth of wordfreq's most frequent English words; where wordfreq is not installed (a
+GPU node that carries only what play and training need), the shipped fresh evaluation words
+(spag/game/taboo/fresh_eval_words.txt), with a note. The JSON names them, and per engine which path ran
+(the hf engine: ``fast`` or ``fallback`` to ``model.generate``, under which transformers).
+
 Each side runs in a fresh process of its own (one engine's threads and memory never slow another's),
 after an untimed setup (loading the model as ``spag play`` does, the judge's tables), and reports
 episodes/s, generated tokens/s, prompt tokens/s (prompt tokens handed to the engine, reused or not),
@@ -287,10 +292,23 @@ def cpu_flags() -> dict:
             "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags}
 
 
-def bench_words(count: int) -> list[str]:
-    from spag.game.words import top_words
+# The words where wordfreq is not installed (a GPU node that carries only what play and training need).
+SHIPPED_WORDS = Path(__file__).resolve().parent.parent / "spag" / "game" / "taboo" / "fresh_eval_words.txt"
 
-    return top_words(max(count, 1) * 4)[:: 4][: count]  # spread over the frequency list
+
+def bench_words(count: int) -> list[str]:
+    """``count`` words spread over wordfreq's frequency list; without wordfreq, the first of the shipped
+    fresh evaluation words (128 nouns, again from the first when more are asked for), with a note."""
+    from spag.game.words import read_words, top_words
+
+    try:
+        return top_words(max(count, 1) * 4)[:: 4][: count]  # spread over the frequency list
+    except ModuleNotFoundError as exc:
+        if exc.name != "wordfreq":
+            raise
+    shipped = read_words(SHIPPED_WORDS)
+    print(f"note: wordfreq is not installed: the words are {SHIPPED_WORDS.name}'s", file=sys.stderr, flush=True)
+    return [shipped[i % len(shipped)] for i in range(count)]
 
 
 def play_config(args, batch_size: int | None = None):
@@ -359,6 +377,10 @@ def run_side(args) -> dict:
     episodes = play_games(player, player, words, config, show_progress=False, stats=stats)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     extra = {"tokens_past_stop": player.tokens_past_stop()} if isinstance(player, GenerateBatchPlayer) else {}
+    if args.side in ("batched", "vllm"):  # which engine path ran (hf: fast or fallback, and transformers')
+        from spag.players.provenance import player_provenance
+
+        extra["engine"] = player_provenance(player)
     close_player(getattr(player, "player", player))
     games = [(e["target_word"], e["outcome"], [u["content"] for u in e["history"]]) for e in episodes]
     return {"side": args.side, "episodes": len(episodes), "utterances": stats.utterances,
@@ -424,6 +446,8 @@ def summarise(runs: list[dict]) -> dict:
                 total[key] += run[key]
         total["peak_rss_mb"] = max(total["peak_rss_mb"], run["peak_rss_mb"])
         total["games_sha256"].append(run["games_sha256"])
+        if "engine" in run:
+            total["engine"] = run["engine"]
     for side, total in sides.items():
         total["episodes_per_s"] = total["episodes"] / total["wall_s"]
         total["generated_tokens_per_s"] = total["generated_tokens"] / total["wall_s"]
@@ -557,7 +581,7 @@ def measure(args, sides: list[str]) -> None:
     report(totals, found, library)
     if args.json:
         print(json.dumps({"date": time.strftime("%Y-%m-%d"), "spag": spag_version, "cpu": cpu, "dtype": dtype,
-                          "device": args.device, "toy": args.toy,
+                          "device": args.device, "toy": args.toy, "words": bench_words(args.words),
                           "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                                        "vllm": vllm},
                           "settings": {k: getattr(args, k) for k in ("words", "max_turns", "max_new_tokens",

@@ -256,15 +256,27 @@ def test_this_transformers_runs_the_fast_path(player):
     assert player.fast
 
 
-def test_a_transformers_without_the_fast_path_api_falls_back_to_generate(player, monkeypatch):
+def test_a_transformers_without_the_fast_path_api_falls_back_to_generate(player, monkeypatch, capsys):
+    """The fallback gives the same replies, is said once in a note and is in the player's provenance."""
     import transformers.cache_utils
+
+    from spag.players.hf import compat
+    from spag.players.provenance import player_provenance
 
     prompts = _prompts()[:2]
     fast = player.generate(prompts, temperature=0, max_new_tokens=6, min_new_tokens=0)
+    assert {k: player_provenance(player)[k] for k in ("engine", "path", "transformers", "fallback_reason")} == {
+        "engine": "batched", "path": "fast", "transformers": transformers.__version__, "fallback_reason": None}
     monkeypatch.delattr(transformers.cache_utils, "DynamicLayer")
-    with pytest.warns(UserWarning, match=r"transformers lacks transformers\.cache_utils\.DynamicLayer"):
-        fallback = HFPlayer(player.model, player.tokenizer)
-    assert not fallback.fast
+    monkeypatch.setattr(compat, "_TOLD", set())
+    capsys.readouterr()
+    fallback, again = HFPlayer(player.model, player.tokenizer), HFPlayer(player.model, player.tokenizer)
+    reason = f"transformers {transformers.__version__} lacks transformers.cache_utils.DynamicLayer"
+    assert capsys.readouterr().err.splitlines() == [
+        f"note: hf backend: {reason}: it plays through model.generate, one prompt at a time (correct, slower)"]
+    assert not fallback.fast and not again.fast
+    assert {k: player_provenance(fallback)[k] for k in ("engine", "path", "fallback_reason")} == {
+        "engine": "model.generate", "path": "fallback", "fallback_reason": reason}
     replies = fallback.generate(prompts, temperature=0, max_new_tokens=6, min_new_tokens=0)
     assert [r.text for r in replies] == [r.text for r in fast]
 

@@ -228,11 +228,18 @@ def test_without_a_gpu_any_process_count_runs_and_a_missing_launcher_is_named(gp
 # ------------------------------------------------------------------------------------------ F4, F5: the machine
 
 
-def test_another_python_than_the_locks_is_refused():
-    assert preflight.python_problem((3, 11)) is None
-    assert str(preflight.python_problem((3, 12))) == (
-        "this machine: python: Python 3.12 is not the one the locks were resolved for (3.11; requirements/lock.sh): "
-        "make the environment with Python 3.11 (bash scripts/setup.sh finds python3.11 or pyenv's)")
+def test_only_a_python_older_than_spags_code_runs_on_is_refused():
+    """issue 48: the locks are resolved for 3.11, the code runs on any newer Python (a GPU image's 3.12)."""
+    assert [preflight.python_problem(v) for v in ((3, 11), (3, 12), (3, 13))] == [None] * 3
+    assert str(preflight.python_problem((3, 10))) == (
+        "this machine: python: Python 3.10 is older than spag's code needs (3.11 or newer: hashlib.file_digest "
+        "fingerprints models and data): make the environment with Python 3.11, the locks' (bash scripts/setup.sh "
+        "finds it or pyenv's)")
+
+
+def test_the_package_and_the_preflight_agree_on_the_oldest_python():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'requires-python = ">={".".join(map(str, preflight.MIN_PYTHON))}"' in pyproject
 
 
 def test_the_lock_and_the_preflight_agree_on_the_python():

@@ -7,13 +7,15 @@ A pipeline stage (:func:`spag.pipeline.run.run_stage`) and the commands that sta
   ``imitate.sft``, ``game.templates``, ``model.base``, ``teacher.model``), the DeepSpeed configs, and the
   PyPI artifacts the benchmarks' items come from; the model hub only where a model is neither a local path nor in the hub cache
   (a gated model, ``meta-llama/Llama-2-7b-hf``, needs a login or ``HF_TOKEN``);
-- the machine: the Python version against the lock's, torch's CUDA build against the NVIDIA driver (a
+- the machine: a Python older than spag's code runs on (any newer one runs; only installing the locks is
+  tied to their 3.11), torch's CUDA build against the NVIDIA driver (a
   GPU machine whose torch cannot use its GPUs is refused, never run on the CPU), each launcher's process
   count against the visible GPUs, the tools DeepSpeed compiles its CPU Adam with (a C++ compiler, ninja,
   Python's headers), and whether each stage's models fit its GPUs at all (:mod:`spag.models.memory`).
 
 Each problem is one line naming the params key (or the part of the machine) and the fix; the stage exits
-with code 2 after listing them. In a pipeline only what the stages still to run need is checked: a stage
+with code 2 after listing them. What cannot be checked here (the benchmark suite without lm-eval installed,
+as on a GPU node that carries only what training and self-play need) is one note, never a problem. In a pipeline only what the stages still to run need is checked: a stage
 that ``dvc.lock`` records with the same values of its params, whose outputs exist, and that comes before the
 running one, is done (so a finished run's inputs may be gone, and an offline machine does not need the hub
 for a base model it already holds). The checks read params a stage does not declare; they decide only
@@ -58,10 +60,15 @@ from spag.runtime.errors import BenchmarkError
 from spag.schema import PathStr
 
 LOCK_PYTHON = (3, 11)  # requirements/lock.sh resolves both locks for this Python (--python-version)
+MIN_PYTHON = (3, 11)  # the oldest Python spag's code runs on (pyproject's requires-python)
 MACHINE = "this machine"
 # The stages that load models (a GPU machine's torch must be able to use its GPUs).
 GPU_STAGES = ("evaluate_base", "teacher_play", "imitate", "skill_clues", "evaluate_imitation", "baselines", "play",
               "train", "evaluate")
+
+
+class Unchecked(Exception):
+    """A check that cannot be made on this machine (what it reads is not installed): a note, not a problem."""
 
 
 @dataclass(frozen=True)
@@ -90,14 +97,17 @@ def refuse(problems: Sequence[Problem], notes: Sequence[str] = ()) -> None:
 
 
 def python_problem(version: tuple[int, int] | None = None) -> Problem | None:
-    """The running Python against the one the locks were resolved for."""
+    """A Python older than spag's own code runs on. Another Python than the locks' runs: only installing
+    the locks is tied to theirs (``requirements/lock.sh``), and a package the run needs that is missing here
+    fails where it is imported."""
     version = tuple(sys.version_info[:2]) if version is None else version
-    if version == LOCK_PYTHON:
+    if version >= MIN_PYTHON:
         return None
-    want = ".".join(map(str, LOCK_PYTHON))
-    return Problem("python", f"Python {'.'.join(map(str, version))} is not the one the locks were resolved for "
-                             f"({want}; requirements/lock.sh): make the environment with Python {want} "
-                             f"(bash scripts/setup.sh finds python{want} or pyenv's)", MACHINE)
+    want = ".".join(map(str, MIN_PYTHON))
+    return Problem("python", f"Python {'.'.join(map(str, version))} is older than spag's code needs ({want} or "
+                             "newer: hashlib.file_digest fingerprints models and data): make the environment with "
+                             f"Python {'.'.join(map(str, LOCK_PYTHON))}, the locks' (bash scripts/setup.sh finds it "
+                             "or pyenv's)", MACHINE)
 
 
 def cuda_problem() -> Problem | None:
@@ -268,11 +278,17 @@ def benchmark_data_problem(key: str, suite: str, tasks: Sequence[str] | None,
     or when a task is unknown to lm-eval. ``auto`` is what :func:`~spag.evaluate.benchmark.suite_here` makes
     of it, as the stage and ``spag benchmark`` do: the local suite where no paper benchmark can run, else the
     paper suite's benchmarks that can (the others are skipped with a note). The benchmarks lm-eval reads from
-    the hub (BBH, MuTual, LogiQA2) are skipped offline, never refused."""
+    the hub (BBH, MuTual, LogiQA2) are skipped offline, never refused. Without lm-eval, where its task index
+    would be read, the suite is not checked: :class:`Unchecked`."""
     try:
         here = suite_here(suite, tasks)
     except BenchmarkError as exc:
         return Problem(key.rpartition(".")[0] + ".tasks", str(exc), source)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "lm_eval":
+            raise
+        raise Unchecked(f"{key} ({suite}) not checked: lm-eval is not installed here, and the benchmark stages "
+                        "need it (pip install lm-eval)") from None
     if here.suite == "local" or not here.missing or (suite == "auto" and here.runnable):
         return None
     return Problem(key, f"the benchmarks' items come from {', '.join(here.missing)}, which are not in {cache_dir()} "
@@ -424,8 +440,14 @@ def pipeline_problems(settings, root: str | os.PathLike = ".", running: str | No
                                         (("evaluate",), "evaluate", s.evaluate))),
         (GPU_STAGES, lambda: [cuda_problem()]),
     ]
-    found = [p for kinds, check in checks if needed(*kinds) for p in check() if p is not None]
+    found: list[Problem] = []
     notes: list[str] = []
+    for kinds, check in checks:
+        if needed(*kinds):
+            try:
+                found += [p for p in check() if p is not None]
+            except Unchecked as exc:
+                notes.append(str(exc))
     if not any(p.key == "cuda" for p in found):
         problems, tagged_notes = _memory(s, root)
         found += [p for stage, p in problems if needed(stage)]

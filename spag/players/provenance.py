@@ -55,7 +55,9 @@ def _kernels() -> dict:
 
 
 def player_provenance(player) -> dict:
-    """How one player ran: backend, engine, device and the dtype its weights were resolved to."""
+    """How one player ran: backend, engine, device and the dtype its weights were resolved to; for the hf
+    backend also which path decodes (``fast``: its own loop; ``fallback``: ``model.generate``, with the
+    reason) under which transformers."""
     engine_options = getattr(player, "engine_options", None)
     if engine_options is not None:  # the vllm backend
         cpu = on_vllm_cpu()
@@ -63,8 +65,13 @@ def player_provenance(player) -> dict:
                 "dtype": engine_options["dtype"]}
     model = getattr(player, "model", None)
     if model is not None and hasattr(model, "parameters"):  # the hf backend
+        from spag.players.hf.compat import transformers_version
+
         weights = next(model.parameters())
-        return {"backend": "hf", "engine": "batched" if getattr(player, "fast", False) else "model.generate",
+        fast = getattr(player, "fast", False)
+        return {"backend": "hf", "engine": "batched" if fast else "model.generate",
+                "path": "fast" if fast else "fallback", "transformers": transformers_version(),
+                "fallback_reason": None if fast else getattr(player, "fallback_reason", None),
                 "device": str(weights.device), "dtype": str(weights.dtype).removeprefix("torch.")}
     return {"backend": type(player).__name__, "engine": None, "device": None, "dtype": None}
 

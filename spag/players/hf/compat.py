@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 
 # What the fast path builds on, module by module. transformers 5.19 (both locks pin it) has all of it;
-# tests/test_hf_internals.py checks how each piece behaves. A release without one piece gets the
-# model.generate path and a warning.
+# tests/test_hf_internals.py checks how each piece behaves. 5.17 (the GPU image's) has it too: from 5.17 to
+# 5.19 these modules changed only where the fast path does not go (sliding-window, quantized and indexed
+# cache layers, keywords deprecated since, paged caches), and test_hf_internals.py and test_players.py pass
+# under 5.17 (with the image's huggingface_hub 1.33). A release without one piece gets the model.generate
+# path, said once in a note and in the player's provenance (path: fallback).
 FAST_PATH_API = {
     "transformers.cache_utils": ("Cache", "DynamicCache", "DynamicLayer"),
     "transformers": ("AttentionInterface", "AttentionMaskInterface"),
@@ -46,3 +50,28 @@ def supports_fast_path(config) -> bool:
     if getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
         return False
     return not getattr(text, "is_encoder_decoder", False)
+
+
+def transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def fallback_reason(config) -> str | None:
+    """Why the fast path cannot serve a model of ``config`` here (None: it can)."""
+    if not supports_fast_path(config):
+        return "the model's attention is not plain causal self-attention in every layer"
+    missing = missing_fast_path_api()
+    return None if missing is None else f"transformers {transformers_version()} lacks {missing}"
+
+
+_TOLD: set[str] = set()
+
+
+def tell_fallback(reason: str) -> None:
+    """Say once per process, in one line, that the hf backend falls back to ``model.generate``, and why."""
+    if reason not in _TOLD:
+        _TOLD.add(reason)
+        print(f"note: hf backend: {reason}: it plays through model.generate, one prompt at a time (correct, "
+              "slower)", file=sys.stderr, flush=True)

@@ -16,7 +16,7 @@ from spag.models.chat import model_input_ids
 from spag.models.loading import load_model, setup_special_tokens
 from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at, per_prompt_seeds, turn_end_ids
 from spag.players.hf.attention import DECODE_ATTENTION, register_decode_attention, shared_slots
-from spag.players.hf.compat import missing_fast_path_api, supports_fast_path
+from spag.players.hf.compat import fallback_reason, tell_fallback
 from spag.players.hf.linear import PackedWeights, weight_first
 from spag.players.hf.prefix_store import MIN_PREFIX, Entry, KVStore, buffer_layer_class
 from spag.players.hf.sampling import Sampler
@@ -98,7 +98,10 @@ class HFPlayer:
         self.max_batch = options.max_batch
         self.prefill_tokens = options.prefill_tokens
         self.max_prompt_tokens = options.max_prompt_tokens
-        self.fast = supports_fast_path(model.config) and self._transformers_has_fast_path()
+        self.fallback_reason = fallback_reason(model.config)  # None: the fast path serves the model here
+        self.fast = self.fallback_reason is None
+        if self.fallback_reason:
+            tell_fallback(self.fallback_reason)
         self._store = KVStore(int(options.prefix_cache_gb * 2**30))
         self._keep_between_calls = options.prefix_cache_gb > 0
         self._end_ids = self._turn_end_ids()
@@ -118,14 +121,6 @@ class HFPlayer:
         return cls(loaded, tokenizer, name=name or str(model), options=options)
 
     # -------------------------------------------------------------------------------------- helpers
-
-    @staticmethod
-    def _transformers_has_fast_path() -> bool:
-        missing = missing_fast_path_api()
-        if missing is not None:
-            warnings.warn(f"transformers lacks {missing}: the hf player falls back to model.generate, "
-                          "one prompt at a time (correct, slower)", stacklevel=3)
-        return missing is None
 
     def forget(self) -> None:
         """Drop the prompts' keys and values kept between calls (up to ``prefix_cache_gb``): for a caller
