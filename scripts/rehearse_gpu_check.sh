@@ -44,7 +44,7 @@ for name in $stand_in; do pins+=("$(pin "$name")"); done
 names() {  # the package names of a freeze, normalised, sorted
   grep -v '^#' "$1" | sed 's/[=@ ].*//' | tr '[:upper:]_.' '[:lower:]--' | sort -u
 }
-stamp=$(cat scripts/rehearse_gpu_check.sh scripts/gpu-image-freeze.txt <(echo "${pins[*]} ${TORCH_INDEX:-}") \
+stamp=$(cat scripts/gpu-image-freeze.txt <(echo "${pins[*]} ${TORCH_INDEX:-}") \
   | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$image/.rehearsal" 2>/dev/null)" != "$stamp" ]; then
   echo "[rehearse] building the image venv $image: ${pins[*]}"
@@ -73,6 +73,14 @@ rm -rf "$run"
 "$python" -m venv "$run"
 site() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 site "$image" > "$(site "$run")/rehearsal-image.pth"
+# The image's commands (torchrun, ...) beside the run venv's python, run by it, as they lie beside the image's
+for script in "$image"/bin/*; do
+  name=${script##*/}
+  if [ ! -e "$run/bin/$name" ] && head -n 1 "$script" | grep -q "^#!$image/bin/python"; then
+    printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$run/bin/python" "$script" > "$run/bin/$name"
+    chmod +x "$run/bin/$name"
+  fi
+done
 echo "[rehearse] installing the wheelhouse into $run with --no-index"
 # no pip configuration: a find-links folder of this machine's (as /etc/xdg/pip may name) would hide a missing wheel
 PIP_CONFIG_FILE=/dev/null "$run/bin/python" scripts/wheelhouse.py install "$wheels"
