@@ -58,6 +58,7 @@ Without --model the embedded model is materialised once into ~/.cache/spag/SmolL
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -232,10 +233,13 @@ class GenerateBatchPlayer:
         from transformers import ContinuousBatchingConfig
 
         model = self.player.model
-        page = ContinuousBatchingConfig().page_size
+        known = {field.name for field in dataclasses.fields(ContinuousBatchingConfig)}
+        page = ContinuousBatchingConfig().page_size if "page_size" in known else ContinuousBatchingConfig().block_size
         blocks = sum(-(-(len(e) + max_new_tokens) // page) for e in encoded) + 1
+        # transformers 5.17 (the GPU image's) names a page a block and never switches to flash attention itself
+        switch = {"auto_switch_to_flash": False} if "auto_switch_to_flash" in known else {}
         batching = ContinuousBatchingConfig(seed=seed, num_blocks=blocks, max_batch_tokens=self.batch_tokens,
-                                            auto_switch_to_flash=False)
+                                            **switch)
         before = model.config._attn_implementation
         if self.attention != before:
             model.set_attn_implementation(self.attention)

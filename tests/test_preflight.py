@@ -410,3 +410,27 @@ def test_a_cache_that_is_a_file_is_named_with_spag_cache(tmp_path, monkeypatch):
     assert str(caught.value) == (f"SPAG_CACHE {cache}: cannot hold the artifact cache (it is a file, not a folder): "
                                  "point SPAG_CACHE at a folder")
     assert cache.read_text() == "not a folder\n"
+
+
+def test_only_a_zero3_config_naming_deepspeeds_optimiser_asks_for_the_cuda_compiler(tmp_path, gpu_machine,
+                                                                                     monkeypatch):
+    """A config without offload that names an optimiser gets DeepSpeed's fused Adam, built with nvcc on the
+    first step; the GPU check's config names none (the Trainer's torch AdamW runs) and needs no compiler."""
+    from spag.pipeline.preflight import _prebuilt, deepspeed_problems
+
+    gpu_machine(1)
+    monkeypatch.setenv("PATH", str(tmp_path / "fake-bin"))  # nvidia-smi, and no nvcc
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "no-builds"))
+    gpu_config = ROOT / "configs" / "deepspeed_zero3_gpu.json"
+    assert deepspeed_problems("imitate.deepspeed", str(gpu_config)) == []
+    with_adam = tmp_path / "adam.json"
+    with_adam.write_text(json.dumps({**json.loads(gpu_config.read_text()),
+                                     "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}))
+    problems = deepspeed_problems("imitate.deepspeed", str(with_adam))
+    if _prebuilt("fused_adam"):  # a wheel with its ops built in needs no compiler either
+        assert problems == []
+    else:
+        (problem,) = problems
+        assert "nvcc" in str(problem.message) and problem.key == "imitate.deepspeed"

@@ -169,14 +169,18 @@ def deepspeed_problems(key: str, config: str | None, source: str = "params.yaml"
     With the optimiser offloaded to the CPU (``configs/deepspeed_zero3.json``) every rank's first step builds
     DeepSpeed's CPU Adam with torch's extension builder: a C++ compiler, ninja and Python's headers (a
     build made before, in torch's extensions folder, or ops built into the DeepSpeed wheel are used
-    instead). Without offload, DeepSpeed's fused Adam is built with CUDA's compiler, nvcc."""
+    instead). Without offload, an optimiser the config names is DeepSpeed's fused Adam, built with CUDA's
+    compiler, nvcc; a config naming none (``configs/deepspeed_zero3_gpu.json``) gets the Trainer's torch
+    optimiser and builds nothing."""
     if not config:
         return []
     path = Path(config)
     if not path.is_file():
         return [Problem(key, f"no such file: {config}", source)]
+    own_optimizer = False
     try:
         settings = json.loads(path.read_text(encoding="utf-8"))
+        own_optimizer = isinstance(settings, dict) and "optimizer" in settings
         offload = settings["zero_optimization"]["offload_optimizer"]["device"]
     except (OSError, ValueError, KeyError, TypeError):
         offload = None  # the config's own problems are named where it is read
@@ -191,8 +195,9 @@ def deepspeed_problems(key: str, config: str | None, source: str = "params.yaml"
         if missing:
             return [Problem(key, f"DeepSpeed builds its CPU Adam on the first step (optimiser offloaded to the CPU) "
                                  f"and this machine lacks {', '.join(missing)}: install them (Debian/Ubuntu: apt "
-                                 "install g++ python3.11-dev; ninja comes with the lock)", source)]
-    elif offload is None and not _prebuilt("fused_adam") and _gpu_machine() and not _nvcc():
+                                 f"install g++ python{sys.version_info[0]}.{sys.version_info[1]}-dev; ninja comes "
+                                 "with the lock)", source)]
+    elif offload is None and own_optimizer and not _prebuilt("fused_adam") and _gpu_machine() and not _nvcc():
         return [Problem(key, "DeepSpeed builds its fused Adam for the GPU on the first step and this machine has no "
                              "CUDA compiler (nvcc on PATH or in $CUDA_HOME/bin): install the CUDA toolkit, or "
                              "offload the optimiser to the CPU (configs/deepspeed_zero3.json)", source)]
