@@ -65,12 +65,10 @@ def player_provenance(player) -> dict:
                 "dtype": engine_options["dtype"]}
     model = getattr(player, "model", None)
     if model is not None and hasattr(model, "parameters"):  # the hf backend
-        from spag.players.hf.compat import transformers_version
-
         weights = next(model.parameters())
         fast = getattr(player, "fast", False)
         return {"backend": "hf", "engine": "batched" if fast else "model.generate",
-                "path": "fast" if fast else "fallback", "transformers": transformers_version(),
+                "path": "fast" if fast else "fallback", "transformers": importlib.metadata.version("transformers"),
                 "fallback_reason": None if fast else getattr(player, "fallback_reason", None),
                 "device": str(weights.device), "dtype": str(weights.dtype).removeprefix("torch.")}
     return {"backend": type(player).__name__, "engine": None, "device": None, "dtype": None}
