@@ -16,14 +16,26 @@ import sys
 import typer
 from typer._click import exceptions as click  # typer vendors click (the locks pin typer)
 
-from spag.commands import analyze, base_model, config, evaluate, judge, play, prompt, reward, train, words
+from spag.commands import (
+    analyze,
+    base_model,
+    config,
+    evaluate,
+    judge,
+    play,
+    prompt,
+    reward,
+    strategy,
+    train,
+    words,
+)
 from spag.players.allocator import keep_freed_memory
 from spag.runtime.errors import DataError
 from spag.runtime.outputs import release_held
 from spag.runtime.signals import EXIT_INTERRUPTED, STOPS, command_signals, stopped
 
 # The subcommand modules, in the order `spag --help` lists them.
-COMMAND_MODULES = (words, judge, base_model, play, prompt, reward, train, evaluate, analyze, config)
+COMMAND_MODULES = (words, judge, base_model, play, prompt, reward, train, evaluate, strategy, analyze, config)
 
 app = typer.Typer(
     add_completion=False,

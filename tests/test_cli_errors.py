@@ -104,6 +104,10 @@ CASES = {
     "tournament_same_model_twice": (TOURNAMENT.replace("{tiny_too}", "{tiny}"), "the same model is listed twice"),
     "tournament_unknown_model_path": (TOURNAMENT.replace("--models {tiny} --models", "--models {no_model} --models"),
                                       "--models"),
+    "strategy_unknown_model_path": ("strategy {no_model} -o {out}", "MODEL"),
+    "strategy_samples_zero": ("strategy {tiny} -o {out} --samples 0", "--samples"),
+    "strategy_another_game": ("strategy {tiny} -o {out} --game taboo", "--game"),
+    "strategy_missing_params": ("strategy {tiny} -o {out} --params {missing}", "{missing}"),
     "seeds_missing_run": ("seeds {missing} -o {out}", "{missing}"),
     "analyze_no_episode_files": ("analyze {missing}", "{missing}"),
     "analyze_unknown_format": ("analyze {episodes} --format nope", "--format"),
@@ -134,7 +138,7 @@ def test_the_table_covers_every_subcommand():
     commands = {c.name or c.callback.__name__ for c in app.registered_commands}
     commands |= {group.name for group in app.registered_groups}
     covered = {args.split()[0] for args, _ in CASES.values()}
-    assert len(COMMAND_MODULES) == 10 and commands == covered
+    assert len(COMMAND_MODULES) == 11 and commands == covered
 
 
 # ------------------------------------------------------------- the failures listed in issue 11
@@ -601,6 +605,7 @@ OUTPUTS = {
     "train --live-dir": (TRAIN.replace("{episodes}", ROWS_FILE).replace("--no-live", "--live-dir {target}"), "",
                          "dir:train-live"),
     "base-model -o": ("base-model -o {target} --wheel {missing}", "", "dir:base-model"),
+    "strategy -o": ("strategy {tiny} -o {target} --samples 1 --max-new-tokens 2", "", "dir:strategy"),
 }
 
 

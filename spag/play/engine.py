@@ -126,6 +126,23 @@ class PlayConfig:
                 bar.update(len(batch))
         return [g.history[0]["content"] for g in games]
 
+    def next_utterances(self, player: Player, states: Sequence[tuple[str, Sequence[dict]]], *,
+                        show_progress: bool = False) -> list[dict]:
+        """What ``player`` says next in each game state ``(target, history)``, as :func:`play_games` would
+        have it say there (the speaker and strategies it plays with, empty replies resampled), with the
+        seeds of a game numbered by its state's position: the utterance records (``content``,
+        ``n_tokens``, ``truncated``), in order."""
+        speaker = self.game.speaker(player, self.game.roles, self.strategies, seed=self.seed)
+        games = [_Game(index=i, word=w, history=list(h)) for i, (w, h) in enumerate(states)]
+        stats = PlayStats()
+        size = self.sampling.batch_size
+        with progress(total=len(games), desc="replies", unit="reply", disable=not show_progress) as bar:
+            for start in range(0, len(games), size):
+                batch = games[start:start + size]
+                _speak(speaker, batch, self, stats)
+                bar.update(len(batch))
+        return [g.history[-1] for g in games]
+
 
 @dataclass
 class PlayStats:

@@ -90,6 +90,11 @@ def action_of(text: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
+def reply(action: str) -> str:
+    """The canonical reply that plays ``action``: the teacher's whole reply, ``[bet]``."""
+    return f"[{action}]"
+
+
 def legal(actions: Sequence[str]) -> tuple[str, str]:
     """The two actions the next player may take after ``actions``."""
     return (CALL, FOLD) if actions and actions[-1] == BET else (CHECK, BET)
@@ -184,7 +189,7 @@ class Equilibrium(Speaker):
         self.rng = random.Random(seed)
 
     def given(self, turns: Sequence[Turn]) -> list[str | None]:
-        return [f"[{self.action(turn)}]" for turn in turns]
+        return [reply(self.action(turn)) for turn in turns]
 
     def action(self, turn: Turn) -> str:
         card = cards(turn.word)[ROLES.index(turn.role)]

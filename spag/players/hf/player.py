@@ -280,11 +280,12 @@ class HFPlayer:
                 self._store.clear()
         return torch.stack(rows) if rows else torch.empty(0)
 
-    def continuation_logprobs(self, prompts: Sequence[str], opening: str, continuations: Sequence[str]):
+    def continuation_logprobs(self, prompts: Sequence[str], opening: str, continuations: Sequence[str], *,
+                              lead: str = " "):
         """log p(continuation | prompt's model input + ``opening``) for every prompt and continuation.
 
-        A (len(prompts), len(continuations)) float32 tensor: each continuation's tokens (encoded after a
-        space, as a word follows the opening) summed. The prompts are encoded as :meth:`generate` encodes
+        A (len(prompts), len(continuations)) float32 tensor: each continuation's tokens (encoded after
+        ``lead``, a space as a word follows the opening; ``""`` for a reply's very beginning) summed. The prompts are encoded as :meth:`generate` encodes
         them (their common beginning once, kept prompts reused, rows of similar length together); each
         prompt's last position scores every continuation's first token, and its keys and values are
         repeated for the continuations of more than one token only, which are scored in one batch (most
@@ -293,7 +294,7 @@ class HFPlayer:
         import torch
 
         opening_ids = self.tokenizer(opening, add_special_tokens=False)["input_ids"] if opening else []
-        pieces = [self.tokenizer(" " + c, add_special_tokens=False)["input_ids"] for c in continuations]
+        pieces = [self.tokenizer(lead + c, add_special_tokens=False)["input_ids"] for c in continuations]
         if not pieces or any(not p for p in pieces):
             raise ValueError("every continuation needs at least one token")
         longer = [i for i, p in enumerate(pieces) if len(p) > 1]

@@ -1,0 +1,112 @@
+"""``spag strategy``: a model's Kuhn poker strategy at every information set, and its exploitability."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from spag.commands.options import (
+    checked,
+    from_params,
+    game_from,
+    game_knobs,
+    given,
+    hold_output,
+    knobs,
+    option,
+    overwrite_option,
+    with_knobs,
+)
+from spag.config import Evaluate, Sampling, load_settings
+from spag.models.loading import check_model
+from spag.runtime.console import error, summary
+from spag.runtime.outputs import (
+    check_distinct_paths,
+    claim_output_dir,
+    mark_output_dir,
+    replace_mode,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
+
+KIND = "strategy"
+ROWS, FIGURES = "strategy.jsonl", "exploitability.json"
+PARAMS_HELP = ("Take the game and evaluation settings (evaluate: sampling, seed) from this params file (options "
+               "given on the command line win).")
+
+
+def _fail(message: str) -> None:
+    error(message)
+    raise typer.Exit(2)
+
+
+def _settings(ctx: typer.Context, params: Path | None, values: dict):
+    """The PlayConfig of the evaluation games and the hf player's options, from the options and ``params``;
+    a one-line error (exit 2) for a game other than Kuhn poker."""
+    from spag.play.engine import PlayConfig
+
+    values = from_params(ctx, params, ("evaluate", "game"), values)
+    if values["game"] != "kuhn-poker":
+        where = f"{params}: game.name" if params is not None and ctx.get_parameter_source("game").name != \
+            "COMMANDLINE" else "--game"
+        _fail(f"{where}: {values['game']!r}: spag strategy reads a Kuhn poker strategy (kuhn-poker) only")
+    if values["temperature"] is None and params is not None:  # evaluate.temperature null: play's
+        values["temperature"] = load_settings(params).play.temperature
+    section = checked(Evaluate, **given(values, Evaluate))
+    return PlayConfig(game_from(values), section, section.seed), section.player_options("hf")
+
+
+def _figures(rows: list[dict], figures: dict) -> dict:
+    """``exploitability.json``: each way's figures in chips and wins, with what says how far to trust it (the
+    exact way's mass on the canonical replies, the played way's rule breaks)."""
+    exact = [r for r in rows if r["way"] == "exact"]
+    played = [r for r in rows if r["way"] == "played"]
+    return {"exact": {**figures["exact"], "mass_min": min(r["mass"] for r in exact),
+                      "mass_mean": sum(r["mass"] for r in exact) / len(exact)},
+            "played": {**figures["played"], "replies": played[0]["replies"],
+                       "broken_share": sum(r["broken_share"] for r in played) / len(played)}}
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("strategy")
+    @with_knobs(knobs(Evaluate, only=(*Sampling.model_fields, "seed"), exclude=("temperature", "backend")),
+                game_knobs())
+    def strategy_command(
+        ctx: typer.Context,
+        model: str = typer.Argument(..., help="The model (HF dir or name), played on the hf backend."),
+        output: Path = typer.Option(..., "-o", "--output", help=f"Folder for {ROWS} and {FIGURES}."),
+        samples: int = typer.Option(100, "--samples", min=1, help="Replies sampled at each information set "
+                                                                   "(the played way)."),
+        game: str = typer.Option("kuhn-poker", "--game", help="The game: kuhn-poker (no other has a strategy "
+                                                              "here)."),
+        temperature: float = option(Evaluate, "temperature"),
+        params: Path | None = typer.Option(None, "--params", help=PARAMS_HELP),
+        overwrite: bool = overwrite_option(),
+        **settings,
+    ) -> None:
+        """The probability of the aggressive action (bet, or call facing a bet) at each of Kuhn poker's 12
+        information sets, exactly (the canonical replies' probabilities) and as played (sampled replies at the
+        evaluation settings), and each way's exploitability and values in chips and in wins."""
+        from spag.evaluate.strategy import strategy_of
+        from spag.players import close_player, load_player
+
+        config, options = _settings(ctx, params, {**settings, "game": game, "temperature": temperature})
+        check_distinct_paths({"MODEL": model, "--params": params}, {"-o": output})
+        check_model(model, "MODEL", trust_remote_code=None)
+        hold_output(output)  # one writer at a time
+        target = claim_output_dir(output, KIND, overwrite=overwrite)
+        player = load_player(model, "hf", **options)
+        try:
+            rows, figures = strategy_of(player, config, samples, show_progress=True)
+        finally:
+            close_player(player)
+        mark_output_dir(target, KIND)
+        replace = replace_mode(overwrite)
+        write_jsonl_atomic(target / ROWS, rows, replace=replace)
+        report = _figures(rows, figures)
+        write_json_atomic(target / FIGURES, report, replace=replace)
+        exact, played = report["exact"], report["played"]
+        summary("strategy", f"{model}: chips exploitability exact {exact['chips']['exploitability']:.3f} (mass "
+                            f"{exact['mass_mean']:.2g}), played {played['chips']['exploitability']:.3f} "
+                            f"({samples} replies each, {played['broken_share']:.0%} break the rules) -> {output}")

@@ -1,0 +1,222 @@
+"""Kuhn poker's exact figures (spag/game/kuhn/exploitability.py) and `spag strategy`, which reads a model's
+strategy two ways (spag/evaluate/strategy.py)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+
+from spag.game.kuhn import DEALS, FIRST, SECOND, KuhnPoker
+from spag.game.kuhn.exploitability import (
+    INFOSETS,
+    TEACHER,
+    UNITS,
+    best_response,
+    check_profile,
+    constant,
+    equilibrium,
+    exploitability,
+    figures,
+    moves,
+    payoff,
+    seats,
+    value,
+)
+
+# --------------------------------------------------------------------------------- the exact figures
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1 / 12, 1 / 6, 0.25, 1 / 3])
+def test_every_equilibrium_of_kuhns_family_is_unexploitable_and_worth_minus_one_eighteenth(alpha):
+    profile = equilibrium(alpha)
+    assert exploitability(profile, "chips") == pytest.approx(0.0, abs=1e-12)
+    assert value(profile, "chips") == pytest.approx(-1 / 18, abs=1e-12)
+    # each seat's best response gains nothing over the profile's own value
+    assert best_response(FIRST, profile) == pytest.approx(-1 / 18, abs=1e-12)
+    assert best_response(SECOND, profile) == pytest.approx(1 / 18, abs=1e-12)
+
+
+def test_the_uniform_profile_is_exploitable_by_eleven_24ths_of_a_chip_and_three_eighths_of_a_win():
+    uniform = constant(0.5)
+    assert exploitability(uniform, "chips") == pytest.approx(11 / 24, abs=1e-12)
+    assert exploitability(uniform, "wins") == pytest.approx(3 / 8, abs=1e-12)
+
+
+def test_always_bet_and_call_loses_a_third_of_a_chip_to_a_best_response_but_nothing_in_wins():
+    always = constant(1.0)
+    assert exploitability(always, "chips") == pytest.approx(1 / 3, abs=1e-12)
+    assert exploitability(always, "wins") == pytest.approx(0.0, abs=1e-12)
+    assert value(always, "chips") == pytest.approx(0.0, abs=1e-12)
+
+
+def _hand(profile, deal: str, unit: str) -> int:
+    """The first player's payoff of one deal, playing a pure profile move by move."""
+    cards = deal.split("-")
+    actions: tuple[str, ...] = ()
+    while not (actions and (actions[-1] in ("call", "fold") or actions == ("check", "check"))):
+        card = cards[len(actions) % 2]
+        aggressive, passive = moves(actions)
+        actions = (*actions, aggressive if profile[(card, ",".join(actions))] == 1.0 else passive)
+    return payoff(cards[0], cards[1], actions, unit)
+
+
+def _random_pure(rng: random.Random) -> dict:
+    return {(i.card, i.history): float(rng.random() < 0.5) for i in INFOSETS}
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_a_pure_profiles_value_is_the_mean_over_the_six_deals_played_out(unit):
+    rng = random.Random(7)
+    for profile in [constant(0.0), constant(1.0), *(_random_pure(rng) for _ in range(30))]:
+        enumerated = sum(_hand(profile, deal, unit) for deal in DEALS) / len(DEALS)
+        assert value(profile, unit) == pytest.approx(enumerated, abs=1e-12)
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_a_best_response_is_the_best_of_the_seats_64_pure_strategies(unit):
+    rng = random.Random(3)
+    for _ in range(3):
+        profile = {(i.card, i.history): rng.random() for i in INFOSETS}
+        for seat in (FIRST, SECOND):
+            mine = [(i.card, i.history) for i in INFOSETS if i.player == seat]
+            best = float("-inf")
+            for choice in itertools.product((0.0, 1.0), repeat=len(mine)):
+                pure = {**profile, **dict(zip(mine, choice))}
+                worth = value(seats(pure, profile) if seat == FIRST else seats(profile, pure), unit)
+                best = max(best, worth if seat == FIRST else -worth)
+            assert best_response(seat, profile, unit) == pytest.approx(best, abs=1e-12)
+
+
+def test_the_teacher_against_itself_and_the_figures_say_so():
+    out = figures(TEACHER, "chips")
+    assert out["vs_equilibrium_first"] == pytest.approx(-1 / 18)
+    assert out["vs_equilibrium_second"] == pytest.approx(1 / 18)
+    always = figures(constant(1.0), "chips")
+    # always betting and calling against the equilibrium: loses in both seats
+    assert always["vs_equilibrium_first"] < -1 / 18 and always["vs_equilibrium_second"] < 1 / 18
+
+
+def test_a_profile_without_an_information_set_or_with_a_bad_probability_is_refused_by_name():
+    profile = dict(TEACHER)
+    del profile[("Q", "bet")]
+    with pytest.raises(ValueError, match="second player's call with Q after bet"):
+        exploitability(profile)
+    with pytest.raises(ValueError, match="first player's bet with J after no action: 1.5"):
+        check_profile({**TEACHER, ("J", ""): 1.5})
+
+
+def test_the_equilibrium_teacher_plays_the_profile_the_figures_call_the_teacher():
+    from spag.evaluate.strategy import state
+    from spag.game.kuhn import Equilibrium
+    from spag.players.base import Speaker, Turn
+
+    teacher = Equilibrium(Speaker(None), seed=0)
+    game = KuhnPoker()
+    for infoset in INFOSETS:
+        deal, history = state(infoset)
+        turn = Turn(infoset.player, deal, history, game.prompt(infoset.player, deal, history, game.Strategies()))
+        share = sum(teacher.action(turn) == infoset.action for _ in range(3000)) / 3000
+        assert share == pytest.approx(TEACHER[(infoset.card, infoset.history)], abs=0.04), infoset
+
+
+# ------------------------------------------------------------------------------ a model's strategy
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from spag.testing import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def test_the_exact_way_is_the_canonical_replies_probability_from_a_plain_forward_pass(tiny):
+    import torch
+
+    from spag.evaluate.strategy import exact_rows, state
+    from spag.play.engine import PlayConfig
+    from spag.players import load_player
+
+    player = load_player(str(tiny), "hf", device="cpu", dtype="float32")
+    config = PlayConfig.of("kuhn-poker")
+    rows = exact_rows(player, config)
+    assert [(r["player"], r["card"], r["history"], r["action"]) for r in rows] == [tuple(i) for i in INFOSETS]
+    for row, infoset in zip(rows, INFOSETS):
+        prompt = config.prompt(infoset.player, *state(infoset))
+        passive = {"bet": "check", "call": "fold"}[infoset.action]
+        prefix = player.encode(prompt)
+        logps = []
+        for text in (f"[{infoset.action}]", f"[{passive}]"):
+            ids = player.tokenizer(text, add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                logits = player.model(input_ids=torch.tensor([prefix + ids])).logits[0].float()
+            logp = torch.log_softmax(logits, -1)
+            logps.append(sum(float(logp[len(prefix) - 1 + k, t]) for k, t in enumerate(ids)))
+        p, q = (float(torch.tensor(lp).exp()) for lp in logps)
+        assert row["probability"] == pytest.approx(p / (p + q), abs=1e-4)
+        assert row["mass"] == pytest.approx(p + q, rel=1e-3)
+
+
+def test_spag_strategy_writes_the_rows_and_figures_of_a_checkpoint(tiny, tmp_path):
+    from spag.testing import run_cli
+
+    out = tmp_path / "strategy"
+    result = run_cli("strategy", tiny, "-o", out, "--samples", 3, "--max-new-tokens", 4, "--temperature", 1)
+    assert result.code == 0, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("[spag strategy]")
+    rows = [json.loads(line) for line in (out / "strategy.jsonl").read_text().splitlines()]
+    assert [r["way"] for r in rows] == ["exact"] * 12 + ["played"] * 12
+    for way in ("exact", "played"):
+        mine = [r for r in rows if r["way"] == way]
+        assert {(r["player"], r["card"], r["history"], r["action"]) for r in mine} == {tuple(i) for i in INFOSETS}
+    for row in rows:
+        assert 0.0 <= row["probability"] <= 1.0
+        if row["way"] == "exact":
+            assert 0.0 < row["mass"] <= 1.0
+        else:
+            assert row["replies"] == 3 and 0.0 <= row["low"] <= row["probability"] <= row["high"] <= 1.0
+            shares = row["aggressive_share"] + row["passive_share"] + row["broken_share"]
+            assert shares == pytest.approx(1.0)
+    report = json.loads((out / "exploitability.json").read_text())
+    assert set(report) == {"exact", "played"}
+    for way in report.values():
+        for unit in UNITS:
+            assert set(way[unit]) >= {"exploitability", "value_first", "vs_equilibrium_first",
+                                      "vs_equilibrium_second"}
+            assert way[unit]["exploitability"] >= -1e-12
+    # a second run into the same folder needs --overwrite, and then replaces it
+    again = run_cli("strategy", tiny, "-o", out, "--samples", 1, "--max-new-tokens", 2)
+    assert again.code == 2 and "--overwrite" in again.stderr
+    assert run_cli("strategy", tiny, "-o", out, "--samples", 1, "--max-new-tokens", 2, "--overwrite").code == 0
+    assert json.loads((out / "strategy.jsonl").read_text().splitlines()[-1])["replies"] == 1
+
+
+def test_the_played_way_reads_each_reply_with_the_games_parser(tmp_path):
+    """A model that always says ``[bet]``: it bets wherever it may, and breaks the rules facing a bet."""
+    from spag.evaluate.strategy import played_rows
+    from spag.play.engine import PlayConfig
+    from spag.players import load_player
+    from spag.testing import make_scripted_checkpoint
+
+    player = load_player(str(make_scripted_checkpoint(tmp_path / "bets", "[bet]")), "hf", device="cpu")
+    rows = played_rows(player, PlayConfig.of("kuhn-poker", temperature=0.0, max_new_tokens=6), 2)
+    for row in rows:
+        if row["action"] == "bet":
+            assert (row["probability"], row["broken_share"]) == (1.0, 0.0), row
+        else:
+            assert (row["probability"], row["low"], row["high"], row["broken_share"]) == (0.5, 0.0, 1.0, 1.0), row
+
+
+def test_spag_strategy_refuses_another_game_in_one_line(tiny, tmp_path):
+    from spag.testing import run_cli
+
+    result = run_cli("strategy", tiny, "-o", tmp_path / "out", "--game", "taboo")
+    assert result.code == 2 and len(result.error_lines()) == 1
+    assert "--game" in result.stderr and "kuhn-poker" in result.stderr
+    assert not (tmp_path / "out").exists()
+    params = tmp_path / "params.yaml"
+    params.write_text("game: {name: taboo}\n")
+    result = run_cli("strategy", tiny, "-o", tmp_path / "out", "--params", params)
+    assert result.code == 2 and "game.name" in result.stderr and str(params) in result.stderr
