@@ -33,6 +33,9 @@ def fake_epoch(metrics, epoch, attacker_outcomes):
                 "truncated_share": 0.25}
     for key in ("decisive_rate", "foul_rate", "attacker_win_rate", "defender_win_rate"):
         selfplay.update({key: 0.1 * epoch, f"{key}_low": 0.05 * epoch, f"{key}_high": 0.15 * epoch})
+    selfplay["collapse"] = {"shares": {"attacker_distinct_openings": 1 / epoch, "defender_empty": None},
+                            "lengths": {"attacker_words_per_reply": 12.0 / epoch},
+                            "counts": {"attacker_replies": 128}}
     write(metrics / "epochs" / str(epoch) / "selfplay.json", selfplay)
     write(metrics / "epochs" / str(epoch) / "benchmark.json",
           {"geometric_mean": 0.3, "tasks": {"t1": {"score": 0.2}, "t2": {"score": 0.45}}})
@@ -59,7 +62,10 @@ def test_report_per_epoch_with_intervals_csvs_and_png(tmp_path):
     outcomes = summary["2"].pop("outcomes")
     assert summary["2"] == {"score": score["value"], "score_low": score["low"], "score_high": score["high"],
                             "games": 8, "attacker_foul": pytest.approx(0.25), "selfplay_decisive": pytest.approx(0.2),
-                            "selfplay_foul": pytest.approx(0.2), "benchmark": 0.3}
+                            "selfplay_foul": pytest.approx(0.2), "benchmark": 0.3,
+                            "selfplay_collapse": {"shares": {"attacker_distinct_openings": 0.5, "defender_empty": None},
+                                                  "lengths": {"attacker_words_per_reply": 6.0}}}
+    assert report["epochs"]["2"]["selfplay"]["collapse"]["counts"] == {"attacker_replies": 128}
     # how the games ended, per role, each with its interval: one attacker foul in four games at epoch 2
     assert sum(point["value"] for point in outcomes["attacker"].values() if point is not None) == pytest.approx(1.0)
     assert all(point["low"] <= point["value"] <= point["high"] for point in outcomes["attacker"].values())
@@ -76,7 +82,30 @@ def test_report_per_epoch_with_intervals_csvs_and_png(tmp_path):
         rates = {(r["epoch"], r["series"]): r for r in csv.DictReader(f)}
     assert float(rates[("2", "foul")]["low"]) == pytest.approx(0.1)
     assert rates[("1", "truncated replies")]["value"] == "0.25"
+    # the collapse figures: a curve per figure measured (shares here), the lengths beside the others
+    with open(metrics / "plots" / "selfplay_collapse.csv", newline="") as f:
+        assert [(r["epoch"], r["series"], float(r["value"])) for r in csv.DictReader(f)] == [
+            ("1", "attacker distinct openings", 1.0), ("2", "attacker distinct openings", 0.5)]
+    with open(metrics / "plots" / "selfplay_lengths.csv", newline="") as f:
+        lengths = {(r["epoch"], r["series"]): float(r["value"]) for r in csv.DictReader(f)}
+    assert lengths[("2", "attacker words per reply")] == 6.0 and lengths[("2", "tokens per reply")] == 20.0
     assert (metrics / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_draws_kuhn_pokers_action_entropy_per_information_set(tmp_path):
+    """A game's collapse figures reach the report whatever they are: Kuhn poker's entropy in bits, an
+    information set no hand reached left out of the curves."""
+    selfplay = {"games": 60, "decisive_rate": 0.9, "foul_rate": 0.1,
+                "collapse": {"entropy_bits": {"first_J_opening": 0.0, "first_K_check_bet": None},
+                             "counts": {"first_J_opening": 20, "first_K_check_bet": 0}}}
+    for key in ("decisive_rate", "foul_rate"):
+        selfplay.update({f"{key}_low": 0.0, f"{key}_high": 1.0})
+    write(tmp_path / "epochs" / "1" / "selfplay.json", selfplay)
+    write_report(tmp_path, [1])
+    summary = json.loads((tmp_path / "summary.json").read_text())["1"]
+    assert summary["selfplay_collapse"] == {"entropy_bits": {"first_J_opening": 0.0, "first_K_check_bet": None}}
+    with open(tmp_path / "plots" / "selfplay_collapse.csv", newline="") as f:
+        assert [(r["series"], r["value"]) for r in csv.DictReader(f)] == [("first J opening", "0.0")]
 
 
 def test_report_without_evaluation_says_nothing_it_did_not_measure(tmp_path):

@@ -29,6 +29,8 @@ What a game is, in this interface's terms:
   under ``outcomes`` in ``metrics/summary.json``).
 - **Strategies** are the game's decode-time helps for a weak teacher or a baseline (Adversarial Taboo's
   coached attacker, Kuhn poker's equilibrium player), wrapped around a player by :meth:`Game.speaker`.
+- **Collapse figures** (:meth:`Game.collapse_metrics`): how varied self-play's replies are, so that a
+  collapse into one reply or one action is seen in each epoch's self-play metrics.
 - Optional extras a game may offer: skill metrics that need no opponent and baselines that need no
   training (:class:`SkillMetrics`), and named SQL queries (:attr:`Game.queries`).
 
@@ -224,6 +226,16 @@ class Game(ABC):
         """The game's points for the player in ``role``: 1 for a win (the opponent's foul too), 1/2 for a
         tie, 0 otherwise."""
         return {"win": 1.0, "opponent_foul": 1.0, "tie": 0.5}.get(self.result(outcome, role), 0.0)
+
+    # ----------------------------------------------------------------------------------- self-play health
+
+    def collapse_metrics(self, episodes: Sequence[Mapping]) -> dict[str, dict]:
+        """Whether self-play collapsed into one degenerate way of playing, from played ``episodes``: groups of
+        named figures, ``{group: {name: value}}``. The groups the report knows: ``shares`` (shares of
+        replies, 0 to 1), ``entropy_bits`` (an entropy in bits), ``lengths`` (mean lengths) and ``counts``
+        (what the others were computed from, not plotted); a value is None where nothing was there to
+        measure. A game without figures of its own returns no groups."""
+        return {}
 
 
 class SkillMetrics(ABC):

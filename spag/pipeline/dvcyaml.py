@@ -60,6 +60,8 @@ PLOTS = [
         "template": "interval", "x": "epoch", "y": {"metrics/plots/selfplay_rates.csv": "value"}}},
     {"Self-play lengths": {
         "template": "interval", "x": "epoch", "y": {"metrics/plots/selfplay_lengths.csv": "value"}}},
+    {"Self-play variety: shares of replies, action entropy in bits": {
+        "template": "interval", "x": "epoch", "y": {"metrics/plots/selfplay_collapse.csv": "value"}}},
     {"Benchmark score per task (epoch 0 = imitation)": {
         "template": "interval", "x": "epoch", "y": {"metrics/plots/benchmark.csv": "value"}}},
     {"Reasoning: pooled accuracy B - A, paired, 95% interval (epoch 0 = imitation vs base)": {

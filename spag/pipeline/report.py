@@ -6,8 +6,11 @@ and writes:
 
 - ``summary.json``, the headline that ``dvc metrics show`` and ``dvc exp show`` print: per epoch the
   score against the imitation model with its 95% interval and the number of games behind it, each role's
-  foul rate in those games (Adversarial Taboo: ``attacker_foul``), self-play's decisive and foul rates and
-  the benchmark mean;
+  foul rate in those games (Adversarial Taboo: ``attacker_foul``), self-play's decisive and foul rates,
+  ``selfplay_collapse`` (the game's figures of how varied self-play was,
+  :meth:`spag.game.base.Game.collapse_metrics`: Adversarial Taboo's distinct, empty and truncated reply
+  shares and words per reply per role, Kuhn poker's action entropy per information set; drawn in
+  ``plots/selfplay_collapse.csv``, the lengths in ``plots/selfplay_lengths.csv``) and the benchmark mean;
 - ``report.json``, everything: ``epochs.N.score_vs_imitation`` = ``{value, low, high, games}`` (mean
   score, win 1 / tie 1/2 / loss or foul 0, 95% bootstrap interval over words), the same for win and foul
   rates per role, the self-play statistics, the benchmark; and ``final``, the last epoch's entry, so
@@ -37,6 +40,8 @@ from spag.runtime.statistics import paired_difference
 PLOT_COLUMNS = ["epoch", "series", "value", "low", "high"]
 SELFPLAY_RATES = {"decisive_rate": "decisive", "foul_rate": "foul"}  # and each role's win rate
 SELFPLAY_LENGTHS = {"mean_turns": "utterances per game", "mean_reply_tokens": "tokens per reply"}
+# Which plot draws each group of a game's collapse figures (``counts`` are their denominators: not drawn).
+COLLAPSE_PLOTS = {"shares": "selfplay_collapse", "entropy_bits": "selfplay_collapse", "lengths": "selfplay_lengths"}
 
 
 def _read(path: Path):
@@ -152,6 +157,10 @@ def headline(report: dict) -> dict:
         if "selfplay" in entry:
             line.update(selfplay_decisive=entry["selfplay"]["decisive_rate"],
                         selfplay_foul=entry["selfplay"]["foul_rate"])
+            collapse = {group: figures for group, figures in entry["selfplay"].get("collapse", {}).items()
+                        if group in COLLAPSE_PLOTS}
+            if collapse:
+                line["selfplay_collapse"] = collapse
         if "benchmark" in entry:
             line["benchmark"] = entry["benchmark"]["geometric_mean"]
         line.update(_reasoning_headline(report, epoch))
@@ -176,7 +185,7 @@ def plot_rows(report: dict) -> dict[str, list[dict]]:
                 "low": value if low is None else low, "high": value if high is None else high}
 
     plots: dict[str, list[dict]] = {"vs_imitation": [], "selfplay_rates": [], "selfplay_lengths": [],
-                                    "benchmark": []}
+                                    "selfplay_collapse": [], "benchmark": []}
     if "imitation_benchmark" in report:
         plots["benchmark"] += [row(0, task, v) for task, v in report["imitation_benchmark"].items()]
     for epoch, entry in ((int(e), x) for e, x in report["epochs"].items()):
@@ -198,6 +207,10 @@ def plot_rows(report: dict) -> dict[str, list[dict]]:
             for key, name in SELFPLAY_LENGTHS.items():
                 if sp.get(key) is not None:
                     plots["selfplay_lengths"].append(row(epoch, name, sp[key]))
+            for group, figures in sp.get("collapse", {}).items():
+                if group in COLLAPSE_PLOTS:
+                    plots[COLLAPSE_PLOTS[group]] += [row(epoch, name.replace("_", " "), value)
+                                                     for name, value in figures.items() if value is not None]
         if "benchmark" in entry:
             plots["benchmark"] += [row(epoch, task, v) for task, v in entry["benchmark"].items()]
     plots["reasoning"] = _reasoning_plot_rows(report)
@@ -219,6 +232,7 @@ TITLES = {
     "vs_imitation": "Against the imitation model (held-out words)",
     "selfplay_rates": "Self-play outcomes",
     "selfplay_lengths": "Self-play lengths",
+    "selfplay_collapse": "Self-play variety (shares of replies; entropy in bits)",
     "benchmark": "Reasoning benchmark (epoch 0 = imitation)",
     "reasoning": "Reasoning: pooled accuracy B - A, paired (epoch 0 = imitation vs base)",
 }

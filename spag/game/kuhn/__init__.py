@@ -16,15 +16,20 @@ six deals the game has few targets (:attr:`~spag.game.base.Game.few_targets`): e
 SPAG's rewards need no more than this: the winner's actions earn the decayed shares, the rule breaker's
 line can be penalised. The chips won (1 or 2) are not part of the reward; a win is a win.
 
+Self-play's collapse figures (:func:`collapse_metrics`) are the entropy of the actions played at each of the
+twelve information sets (a player's card and the actions before its turn).
+
 The teacher strategy ``equilibrium`` plays a Nash equilibrium of the game (Kuhn, 1950, with the first
 player's bluffing frequency 1/3) instead of the model, so that a weak model still has sound games to imitate.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from spag.game.base import Game, GameSettings, History, Verdict
@@ -112,6 +117,58 @@ def _ended(actions: Sequence[str], deal: str) -> tuple[str, str] | None:
     return None
 
 
+# ----------------------------------------------------------------------- collapse figures of self-play
+
+# Where a player acts, by its role and the actions before it (comma-separated): the situation of its
+# information set.
+SITUATIONS = {(FIRST, ""): "opening", (FIRST, "check,bet"): "check_bet", (SECOND, "check"): "check",
+              (SECOND, "bet"): "bet"}
+RULE_BREAK = "rule_break"  # a third outcome besides the two legal actions
+
+
+def information_sets() -> list[str]:
+    """The twelve information sets as the collapse figures name them, ``ROLE_CARD_SITUATION``
+    (``first_J_opening``, ``first_J_check_bet``, ``second_J_check``, ``second_J_bet``, ...)."""
+    return [f"{role}_{card}_{situation}" for (role, _), situation in SITUATIONS.items() for card in CARDS]
+
+
+def entropy_bits(counts: Counter) -> float | None:
+    """The Shannon entropy, in bits, of the outcomes ``counts`` holds; None for no outcome."""
+    total = sum(counts.values())
+    if not total:
+        return None
+    return max(0.0, -sum(n / total * math.log2(n / total) for n in counts.values() if n))
+
+
+def collapse_metrics(episodes: Sequence[Mapping]) -> dict[str, dict]:
+    """Whether self-play settled into one action: ``{"entropy_bits": {set: bits}, "counts": {set: hands}}``.
+
+    Each information set's entropy is that of the actions played there in ``episodes`` (each hand read as
+    the judge reads it: up to its end, a rule break or ``2 * max_turns`` actions): 0 when every hand did the
+    same, 1 for an even mix of the two legal actions. A reply that breaks the rules counts as an outcome of
+    its own, so the entropy reaches log2(3) ≈ 1.585 and breaking the rules every time scores 0, as always
+    betting does (self-play's ``foul_rate`` tells them apart). ``counts``: the hands that reached each
+    information set; its entropy is None where none did."""
+    played: dict[str, Counter] = {name: Counter() for name in information_sets()}
+    for episode in episodes:
+        deal = episode["target_word"]
+        dealt = cards(deal)
+        actions: list[str] = []
+        for i, utterance in enumerate(episode["history"][: 2 * int(episode["max_turns"])]):
+            role = ROLES[i % 2]
+            outcomes = played[f"{role}_{dealt[i % 2]}_{SITUATIONS[role, ','.join(actions)]}"]
+            action = action_of(utterance["content"])
+            if action not in legal(actions):
+                outcomes[RULE_BREAK] += 1
+                break
+            outcomes[action] += 1
+            actions.append(action)
+            if _ended(actions, deal):
+                break
+    return {"entropy_bits": {name: entropy_bits(c) for name, c in played.items()},
+            "counts": {name: sum(c.values()) for name, c in played.items()}}
+
+
 class KuhnPoker(Game):
     """Kuhn poker (see the package docstring)."""
 
@@ -176,6 +233,9 @@ class KuhnPoker(Game):
 
     def row_prompt(self, role: str, target: str, history: History, rng: random.Random):
         return self.prompt(role, target, history, self.Strategies()), None
+
+    def collapse_metrics(self, episodes):
+        return collapse_metrics(episodes)
 
 
 class Equilibrium(Speaker):

@@ -11,6 +11,8 @@ parts, each a module here:
   ends and what is cleaned off it (``game.replies``);
 - ``strategies``: the teacher's strategies and the decode-time word filter (``teacher.strategies``);
 - ``skill`` and ``baselines``: the skill metrics (clue rank, guess rank) and the no-training baselines;
+- ``collapse``: how varied self-play's replies are, per role (distinct replies and openings, empty and
+  truncated replies, words per reply);
 - ``queries/``: the named SQL queries only this game has (word frequency bands, the two rule sets);
 - ``fresh_eval_words.txt``: 128 nouns no setting was chosen on (``evaluate.word_set: fresh``).
 """
@@ -24,6 +26,7 @@ from typing import Literal
 
 from spag.game.base import Game, GameSettings, History, Stops
 from spag.game.taboo import strategies as strategy
+from spag.game.taboo.collapse import collapse_metrics
 from spag.game.taboo.original_prompts import play_query, row_query
 from spag.game.taboo.outcomes import (
     ATTACKER,
@@ -144,6 +147,10 @@ class Taboo(Game):
     def speaker(self, player, roles: Sequence[str], strategies: TabooStrategies, *, seed: int = 0,
                 vocabulary: Sequence[str] | None = None):
         return strategy.speaker(self, player, roles, strategies, vocabulary)
+
+    # -- self-play health
+    def collapse_metrics(self, episodes):
+        return collapse_metrics(episodes, self.roles)
 
     # -- training rows
     def row_prompt(self, role: str, target: str, history: History, rng: random.Random):

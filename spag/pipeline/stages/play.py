@@ -5,9 +5,12 @@ Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from spag.analyze import run_query
 from spag.config import Settings
-from spag.game.episodes import PLAY_KIND
+from spag.game.base import Game
+from spag.game.episodes import PLAY_KIND, read_episodes
 from spag.pipeline.run import OWN, Layout, previous_model, sample_words, stage_game
 from spag.play.engine import PlayConfig, PlayStats, run_games
 from spag.play.job import play_under_launcher
@@ -34,12 +37,19 @@ def play(settings: Settings, layout: Layout, epoch: str) -> None:
         else:
             run_games(model, model, chosen, config, backend=p.backend, output=work, resume=True, stale="restart",
                       stats=stats, **p.player_options())
-    # The learning-curve numbers of this epoch's self-play (decisive, foul and win rates, lengths), from DuckDB.
-    (selfplay,) = run_query("selfplay", str(episodes / "*.parquet"))
-    for line in run_query("win_rate", str(episodes / "*.parquet")):
-        selfplay.update({f"{line['role']}_win_rate": line["win_rate"], f"{line['role']}_win_rate_low": line["ci_low"],
-                         f"{line['role']}_win_rate_high": line["ci_high"]})
+    selfplay = selfplay_figures(stage_game(settings), episodes)
     write_json_atomic(layout.metrics / "epochs" / epoch / "selfplay.json", {**selfplay, "provenance": stats.provenance},
                       replace=OWN)
     summary(f"play@{epoch}", f"{stats.line()}; decisive {selfplay['decisive_rate']:.2f}, "
                              f"foul {selfplay['foul_rate']:.2f}")
+
+
+def selfplay_figures(game: Game, episodes: Path) -> dict:
+    """The learning-curve numbers of a folder of self-play episodes: decisive, foul and win rates and
+    lengths (DuckDB), and under ``collapse`` the game's figures of how varied the play was."""
+    (selfplay,) = run_query("selfplay", str(episodes / "*.parquet"))
+    for line in run_query("win_rate", str(episodes / "*.parquet")):
+        selfplay.update({f"{line['role']}_win_rate": line["win_rate"], f"{line['role']}_win_rate_low": line["ci_low"],
+                         f"{line['role']}_win_rate_high": line["ci_high"]})
+    collapse = game.collapse_metrics(read_episodes(episodes, game))
+    return {**selfplay, **({"collapse": collapse} if collapse else {})}
