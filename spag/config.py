@@ -46,6 +46,8 @@ SFT_FORMATS = ("chat", "original")
 TRUNCATIONS = ("history", "left")
 WORD_SETS = ("dev", "fresh")
 CREDITS = ("all", "skill")
+WINS, CHIPS = "wins", "chips"
+PAYOFFS = (WINS, CHIPS)  # what a game pays its players (reward.payoff)
 # The learning-rate schedules (spag.train.schedules says what the DeepSpeed ones do).
 COSINE, LINEAR, WARMUP_DECAY, WARMUP_DECAY_DS013 = "cosine", "linear", "warmup_decay", "warmup_decay_ds013"
 LR_SCHEDULERS = (COSINE, LINEAR, WARMUP_DECAY, WARMUP_DECAY_DS013)
@@ -132,7 +134,7 @@ class Teacher(Sampling):
     words: int = knob(48, "Target words the teacher plays.", ge=1)
     strategies: dict[str, Any] = knob({}, "The game's strategies the teacher plays with (taboo: examples, "
                                           "foul_retries, coached_attacker, final_guess, word_filter; kuhn-poker: "
-                                          "equilibrium); checked against the game's.")
+                                          "equilibrium, uniform or always_bet); checked against the game's.")
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -172,6 +174,18 @@ class Reward(Section):
                                            "say, a correct guess; not the opponent's wrong guess).")
     keep_truncated: bool = knob(False, "Also learn from empty replies and replies cut at max_new_tokens "
                                        "(the imitation set too); left out by default and counted.")
+    payoff: Literal[PAYOFFS] = knob(
+        WINS, "What a game pays: wins (the paper's: the winner's lines earn the decayed shares; online, ±win_reward) "
+              "or chips (games played for chips, kuhn-poker: each player's lines earn its chips won or lost, ±1 "
+              "or ±2, as decayed shares, the loser's negative; online, its chips on every line; a rule break "
+              "counts as a fold; online.win_reward and online.foul_game_penalty unused).")
+
+    @model_validator(mode="after")
+    def _loser_paid_once(self):
+        if self.payoff == CHIPS and self.loser_reward:
+            raise Conflict(("loser_reward", "payoff"), "the loser's lines already pay its chips lost with payoff "
+                                                       "chips: set 0")
+        return self
 
 
 METHOD_HELP = "sft (weighted NLL), sft-kl (imitation learning), offline-po (SPAG)."
@@ -240,7 +254,8 @@ class Imitate(TrainStep):
 
 
 class Epoch(Section):
-    previous: str = knob(..., 'The checkpoint the epoch starts from: "imitation" or "epoch_N".')
+    previous: str = knob(..., 'The checkpoint the epoch starts from: "imitation", "epoch_N" or "base" (the base '
+                              'model: self-play without imitation).')
 
 
 EpochKey = Annotated[str, Field(pattern=r"^[1-9][0-9]*$")]
@@ -262,7 +277,7 @@ class Spag(TrainStep):
     def _epochs_chain(self):
         # Each epoch starts from the imitation model or an earlier epoch: one pass over the epochs in order
         # (checking each against all the others made 8,000 epochs take 20 s).
-        earlier: set[str] = {"imitation"}
+        earlier: set[str] = {"base", "imitation"}
         for key in sorted(self.epochs, key=int):
             previous = self.epochs[key].previous
             if previous not in earlier:
@@ -360,6 +375,8 @@ class Settings(Section):
         except ValidationError as exc:
             key, message = describe(exc.errors()[0], game.Strategies)
             raise Conflict((f"teacher.strategies.{key}", "game.name"), message) from None
+        if self.reward.payoff == CHIPS and not game.for_chips:
+            raise Conflict(("reward.payoff", "game.name"), f"the game {game.name} is not played for chips (use wins)")
         e = self.evaluate
         if e.skill and game.skill is None:
             raise Conflict(("evaluate.skill", "game.name"),

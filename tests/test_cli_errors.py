@@ -1082,7 +1082,7 @@ def test_an_override_error_names_the_override_file(tmp_path):
     assert line == f"error: {override}: play.temperature: must be >= 0, got -1"
     override.write_text("spag.epochs: {'1': {previous: epoch_3}}\n")
     (line,) = run_cli("config", "show", PAPER, "--override", override).error_lines()
-    assert line.startswith(f"error: {override}: spag.epochs.1.previous: 'epoch_3' is not one of imitation")
+    assert line.startswith(f"error: {override}: spag.epochs.1.previous: 'epoch_3' is not one of base, imitation")
     (PAPER_BAD := tmp_path / "params.yaml").write_text("play:\n  temperature: -2\n")
     (line,) = run_cli("config", "show", PAPER_BAD, "--override", override).error_lines()
     assert line.startswith(f"error: {PAPER_BAD}: play.temperature")  # the file's own bad value is the file's

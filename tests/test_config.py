@@ -106,7 +106,25 @@ def test_out_of_range_value_is_named(section, key, value, message):
 def test_epochs_must_start_from_an_earlier_checkpoint():
     p = load("params.yaml")
     p["spag"]["epochs"]["2"] = {"previous": "epoch_2"}
-    assert error_of(p) == "params.yaml: spag.epochs.2.previous: 'epoch_2' is not one of epoch_1, imitation"
+    assert error_of(p) == "params.yaml: spag.epochs.2.previous: 'epoch_2' is not one of base, epoch_1, imitation"
+
+
+def test_an_epoch_may_start_from_the_base_model_without_imitation(tmp_path):
+    from spag.pipeline.run import Layout
+    from spag.pipeline.table import STAGES
+
+    p = load("params.yaml")
+    p["spag"]["epochs"] = {"1": {"previous": "base"}, "2": {"previous": "epoch_1"}}
+    assert validate(p).spag.epochs["1"].previous == "base"
+    layout = Layout(tmp_path)
+    assert layout.model("base") == layout.base_model == tmp_path / "data" / "base_model"
+    assert layout.model("imitation") == tmp_path / "data" / "imitation" / "model"
+    # every stage that starts from the previous checkpoint reads the base model's own folder
+    starts = {stage.name: [stage.resolved(d, "1", "base") for d in stage.deps] for stage in STAGES if stage.per_epoch}
+    for name in ("play", "train", "evaluate"):
+        assert "data/base_model" in starts[name] and "data/base/model" not in starts[name]
+    play = next(stage for stage in STAGES if stage.name == "play")
+    assert play.resolved("data/{previous}/model", "2", "epoch_1") == "data/epoch_1/model"
 
 
 def test_several_problems_are_all_listed_in_one_line():

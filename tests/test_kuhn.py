@@ -13,6 +13,7 @@ from spag.evaluate.games import per_word_by_role, tally_games, word_bootstrap
 from spag.game.base import Verdict
 from spag.game.episodes import validate_episode
 from spag.game.kuhn import (
+    CARDS,
     DEALS,
     FIRST,
     FIRST_BREAKS_RULES,
@@ -20,10 +21,11 @@ from spag.game.kuhn import (
     SECOND,
     SECOND_BREAKS_RULES,
     SECOND_WINS,
-    Equilibrium,
+    TEACHERS,
     KuhnPoker,
     KuhnSettings,
     KuhnStrategies,
+    TableStrategy,
     action_of,
 )
 from spag.game.registry import GAMES, episode_game
@@ -93,7 +95,7 @@ def test_a_kuhn_episode_names_its_game_and_its_roles_are_checked():
 
 
 def test_the_equilibrium_plays_legal_actions_at_the_equilibrium_frequencies():
-    speaker = Equilibrium(Speaker(object()), seed=0)
+    speaker = TableStrategy(Speaker(object()), TEACHERS["equilibrium"], seed=0)
     opening = Counter()
     for _ in range(3000):
         for card in "JQK":
@@ -105,25 +107,125 @@ def test_the_equilibrium_plays_legal_actions_at_the_equilibrium_frequencies():
     assert set(facing) == {"fold"}  # J never calls a bet
 
 
+class Silent:  # never asked: a fixed strategy answers every turn
+    name = "silent"
+
+    def generate(self, prompts, **_):
+        raise AssertionError("the model was asked")
+
+
 def test_a_teacher_with_the_equilibrium_wins_every_hand_by_a_legal_line():
-    class Silent:  # never asked: the equilibrium answers every turn
-        name = "silent"
-
-        def generate(self, prompts, **_):
-            raise AssertionError("the model was asked")
-
     config = PlayConfig.of("kuhn-poker", equilibrium=True, seed=3)
     deals = list(DEALS) * 20
     episodes = play_games(Silent(), Silent(), deals, config, show_progress=False)
     assert {e["outcome"] for e in episodes} <= {FIRST_WINS, SECOND_WINS}
-    assert json.loads(episodes[0]["strategies"]) == {"equilibrium": True}
+    assert json.loads(episodes[0]["strategies"]) == {"equilibrium": True, "uniform": False, "always_bet": False}
     # the game's value is -1/18 for the first player: its average winnings are below zero
     chips = [(1 if e["outcome"] == FIRST_WINS else -1) * (2 if "[call]" in str(e["history"]) else 1)
              for e in episodes]
     assert sum(chips) / len(chips) == pytest.approx(-1 / 18, abs=0.15)
 
 
+# Each information set: (the actions before it, the role that acts, the aggressive action, the other one).
+INFORMATION_SETS = [((), FIRST, "bet", "check"), (("check", "bet"), FIRST, "call", "fold"),
+                    (("check",), SECOND, "bet", "check"), (("bet",), SECOND, "call", "fold")]
+
+
+@pytest.mark.parametrize("name, bold", [("uniform", 0.5), ("always_bet", 1.0)])
+def test_the_weak_teachers_play_their_tables_at_every_information_set(name, bold):
+    strategies = KuhnStrategies(**{name: True})
+    table = strategies.table()
+    assert table is TEACHERS[name] and KuhnStrategies().table() is None
+    speaker = KUHN.speaker(object(), (FIRST, SECOND), strategies, seed=1)
+    for actions, role, aggressive, passive in INFORMATION_SETS:
+        for card in "JQK":
+            assert table[",".join(actions)][card] == bold  # the table, exactly
+            deal = f"{card}-{'Q' if card != 'Q' else 'K'}" if role == FIRST else f"{'Q' if card != 'Q' else 'K'}-{card}"
+            played = Counter(speaker.action(Turn(role, deal, hand(deal, *actions), "")) for _ in range(400))
+            assert set(played) <= {aggressive, passive}  # always a legal action
+            assert played[aggressive] / 400 == pytest.approx(bold, abs=0.08)
+
+
+def test_one_teacher_at_a_time_chosen_like_the_equilibrium(tmp_path):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="always_bet: one fixed strategy at a time, and uniform is on too"):
+        KuhnStrategies(uniform=True, always_bet=True)
+    override = tmp_path / "uniform.yaml"
+    override.write_text("teacher.strategies: {uniform: true}\n")
+    settings = load_settings(ROOT / "params.yaml", [ROOT / "configs" / "kuhn-poker.yaml", override])
+    assert settings.strategies() == KuhnStrategies(uniform=True)
+    config = PlayConfig.of("kuhn-poker", always_bet=True, seed=0)
+    episodes = play_games(Silent(), Silent(), list(DEALS), config, show_progress=False)
+    assert all([u["content"] for u in e["history"]] == ["[bet]", "[call]"] for e in episodes)
+
+
 # ------------------------------------------------------------------------------------ rewards, results
+
+
+# Every way a hand ends, with the first player's chips for each deal's higher card (first high, first low).
+@pytest.mark.parametrize("actions, high, low", [
+    (("check", "check"), 1, -1),
+    (("bet", "call"), 2, -2),
+    (("check", "bet", "call"), 2, -2),
+    (("bet", "fold"), 1, 1),             # the second folds: the first takes its ante
+    (("check", "bet", "fold"), -1, -1),  # the first folds
+    (("call",), -1, -1),                 # the first breaks the rules at once: a fold, its ante lost
+    (("bet", "check"), 1, 1),            # the second breaks the rules facing a bet: it loses its ante
+    (("check", None), 1, 1),             # the second says no action
+    (("check", "bet", "check"), -1, -1), # the first breaks the rules facing a bet: its bet was never made
+])
+def test_every_hand_pays_its_chips_in_both_seats(actions, high, low):
+    for deal in DEALS:
+        first, second = deal.split("-")
+        mine = high if CARDS.index(first) > CARDS.index(second) else low
+        assert KUHN.chips(deal, hand(deal, *actions)) == {FIRST: mine, SECOND: -mine}
+
+
+def test_an_unfinished_hand_pays_nothing_and_taboo_plays_for_no_chips():
+    short = KuhnPoker(KuhnSettings(max_turns=1))
+    assert short.chips("K-Q", hand("K-Q", "check", "bet")) == {FIRST: 0.0, SECOND: 0.0}
+    assert KUHN.for_chips and not GAMES["taboo"].for_chips
+    with pytest.raises(ValueError, match="not played for chips"):
+        GAMES["taboo"]().chips("coffee", [])
+
+
+def test_chips_pay_both_players_signed_rows():
+    games = [{"target_word": "Q-K", "max_turns": 2, "history": hand("Q-K", "bet", "call")},       # second +2
+             {"target_word": "K-J", "max_turns": 2, "history": hand("K-J", "check", "bet", "fold")},  # second +1
+             {"target_word": "K-Q", "max_turns": 2, "history": hand("K-Q", "check", None)}]          # first +1
+    rows, stats = reward_rows(games, options=Reward(payoff="chips", decay=0.5), game=KUHN)
+    paid = [(r["episode"], r["role"], r["completion"], r["reward"]) for r in rows]
+    assert paid == [("0", FIRST, "I will [bet].", -2.0), ("0", SECOND, "I will [call].", 2.0),
+                    # the first's two lines share its chip lost: (1/d)^k, the later one weighing more
+                    ("1", FIRST, "I will [check].", pytest.approx(-1 / 3)), ("1", SECOND, "I will [bet].", 1.0),
+                    ("1", FIRST, "I will [fold].", pytest.approx(-2 / 3)),
+                    ("2", FIRST, "I will [check].", 1.0), ("2", SECOND, "hmm", -1.0)]
+    assert stats.negative_rows == 4 and stats.role_games == {FIRST: 3, SECOND: 3}
+    assert [r["weight"] for r in rows] == [1.0] * 7
+    # the default pays a win as a win: the winners' lines only
+    rows, _ = reward_rows(games, options=Reward(decay=0.5), game=KUHN)
+    assert [(r["role"], r["reward"]) for r in rows] == [(SECOND, 1.0), (SECOND, 1.0)]  # no winner of a foul
+
+
+def test_chips_are_refused_for_a_game_without_them_in_one_line(tmp_path):
+    from pydantic import ValidationError
+
+    from spag.testing import run_cli
+
+    with pytest.raises(ValidationError, match="loser_reward: the loser's lines already pay its chips lost"):
+        Reward(payoff="chips", loser_reward=-1.0)
+    override = tmp_path / "chips.yaml"
+    override.write_text("reward.payoff: chips\n")
+    with pytest.raises(Exception, match="reward.payoff: the game taboo is not played for chips \\(use wins\\)"):
+        load_settings(ROOT / "params.yaml", [override])
+    assert load_settings(ROOT / "params.yaml", [ROOT / "configs" / "kuhn-poker.yaml", override]).reward.payoff == "chips"
+    episodes = tmp_path / "episodes.jsonl"
+    episodes.write_text(json.dumps({"target_word": "coffee", "max_turns": 1, "history": [
+        {"role": "attacker", "content": "hi"}, {"role": "defender", "content": "hello"}]}) + "\n")
+    result = run_cli("reward", str(episodes), "-o", str(tmp_path / "rows.jsonl"), "--payoff", "chips")
+    assert result.code == 2 and not (tmp_path / "rows.jsonl").exists()
+    assert result.stderr.strip() == "error: --payoff: the game taboo is not played for chips (use wins)"
 
 
 def test_rewards_go_to_the_winners_actions_and_a_penalty_to_the_rule_breaker():

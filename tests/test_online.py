@@ -89,6 +89,35 @@ def test_online_games_refuse_what_cannot_learn_online():
         OnlineGames(play=PlayConfig.of(temperature=0.0), online=Online())
 
 
+def test_with_chips_each_utterance_earns_its_players_chips_in_the_hand():
+    """reward.payoff: chips (Kuhn poker): every sample's reward is its role's chips won or lost in its game, the
+    loser's negative; a rule break loses the breaker its ante; the default still pays a win as a win."""
+    from spag.game.kuhn import FIRST, SECOND
+    from spag.testing import build_tiny_tokenizer
+    from spag.train.online import GameRollout
+
+    def hand(deal, *actions):
+        history = [{"role": (FIRST, SECOND)[i % 2], "content": f"[{a}]"} for i, a in enumerate(actions)]
+        return {"target_word": deal, "max_turns": 2, "history": history,
+                "outcome": PlayConfig.of("kuhn-poker").game.judge(deal, history).outcome}
+
+    hands = [hand("Q-K", "bet", "call"), hand("K-J", "check", "bet", "fold"), hand("K-Q", "check", "oops")]
+    config = PlayConfig.of("kuhn-poker", max_turns=2, temperature=1.0, seed=0)
+    tokenizer = build_tiny_tokenizer()
+
+    def rewards(payoff, role):
+        games = OnlineGames(play=config, online=Online(games_per_word=3), reward=Reward(payoff=payoff))
+        rollout = GameRollout(games, tokenizer, 2048, name="t", fingerprint="f")
+        return [s.reward for s in rollout._group_samples(role, "K-Q", 6, hands, config)]
+
+    # slots: game g's k-th utterance of the role at g * 2 + k
+    assert rewards("chips", FIRST) == [-2.0, None, -1.0, -1.0, 1.0, None]
+    assert rewards("chips", SECOND) == [2.0, None, 1.0, None, -1.0, None]
+    assert rewards("wins", SECOND) == [1.0, None, 1.0, None, -1.5, None]
+    with pytest.raises(ValueError, match="reward.payoff: the game taboo is not played for chips"):
+        OnlineGames(play=PlayConfig.of(temperature=1.0), online=Online(), reward=Reward(payoff="chips"))
+
+
 def test_one_optimiser_step_per_batch_of_games():
     # 2 roles x 1 word x 3 games x 2 turns = 12 samples a step
     args = online_arguments(GAMES, TrainConfig(batch_size=4, kl_coeff=0.05, clip_range=0.3), world=1)

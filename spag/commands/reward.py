@@ -17,7 +17,7 @@ from spag.commands.options import (
     overwrite_option,
     with_knobs,
 )
-from spag.config import Imitate, Reward
+from spag.config import CHIPS, Imitate, Reward
 from spag.runtime.console import error, summary
 from spag.runtime.errors import DataError
 from spag.runtime.outputs import check_distinct_paths, replace_mode
@@ -58,6 +58,8 @@ def register(app: typer.Typer) -> None:
             check_distinct_paths({"EPISODES": episodes, "--params": params}, {"-o": output})
             claim_outputs({"-o": output}, overwrite=overwrite)
             game = game_from(settings)
+            if reward.payoff == CHIPS and not game.for_chips:
+                _fail(f"--payoff: the game {game.name} is not played for chips (use wins)")
             stats = build_reward_set(episodes, output, reward, game, seed=seed, strict=strict,
                                      replace=replace_mode(overwrite))
         except DataError as exc:

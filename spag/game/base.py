@@ -21,7 +21,8 @@ What a game is, in this interface's terms:
   outcome (one of :attr:`Game.outcomes`), how many utterances decided it, how it came about (its
   *cause*, one of ``causes[outcome]``), and which role won or broke the rules. Nothing else in spag
   decides a game.
-- **Rewards**: the winner's utterances earn the decayed shares of the paper; the offender's rule-breaking
+- **Rewards**: the winner's utterances earn the decayed shares of the paper (or, in a game played for
+  chips, each player's the chips it won or lost: :meth:`Game.chips`); the offender's rule-breaking
   line can be penalised (``reward.foul_line_penalty``); ``reward.credit: skill`` keeps only wins whose cause is
   in :attr:`Game.skill_causes`. Those are all the hooks rewards need.
 - **Evaluation** scores a game 1 for a win, 1/2 for a game neither won, 0 for a loss or one's own foul
@@ -109,6 +110,8 @@ class Game(ABC):
     # and evaluation plays the training targets with fresh seeds; otherwise a sample never repeats a target
     # and evaluation targets are never trained on.
     few_targets: ClassVar[bool] = False
+    # A game played for chips (Kuhn poker) says what each player won or lost (:meth:`chips`): reward.payoff chips.
+    for_chips: ClassVar[bool] = False
     queries: ClassVar[Path | None] = None    # a folder of the game's own named SQL queries (spag analyze)
     skill: ClassVar[SkillMetrics | None] = None
 
@@ -189,6 +192,11 @@ class Game(ABC):
         if strategies != self.Strategies():
             raise ValueError(f"the game {self.name} has no strategies")
         return Speaker(player)
+
+    def chips(self, target: str, history: History) -> dict[str, float]:
+        """Each role's chips won (+) or lost (-) in a game played for chips (:attr:`for_chips`), judged from
+        its first ``2 * max_turns`` utterances; zero-sum. A game that is not raises ValueError."""
+        raise ValueError(f"payoff: the game {self.name} is not played for chips")
 
     # ------------------------------------------------------------------------------------ training rows
 

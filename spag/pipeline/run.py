@@ -27,7 +27,7 @@ from spag.game.base import Game
 from spag.game.registry import make_game
 from spag.game.words import read_words
 from spag.pipeline.preflight import check_stage
-from spag.pipeline.table import EPOCH_STAGES, STAGE_PARAMS
+from spag.pipeline.table import EPOCH_STAGES, STAGE_PARAMS, checkpoint
 from spag.players.allocator import keep_freed_memory
 from spag.runtime.errors import DataError, ParamsError, UndeclaredParam
 from spag.runtime.signals import STOPS, command_signals, stopped
@@ -87,15 +87,15 @@ class Layout:
 
     @property
     def base_model(self) -> Path:
-        return self.data / "base_model"
+        return self.model("base")
 
     @property
     def words(self) -> Path:
         return self.data / "words"
 
     def model(self, name: str) -> Path:
-        """A checkpoint by its pipeline name: "imitation", "epoch_1", ..."""
-        return self.data / name / "model"
+        """A checkpoint by its pipeline name: "base" (the base model), "imitation", "epoch_1", ..."""
+        return self.root / checkpoint(name)
 
     def epoch(self, epoch: str) -> Path:
         return self.data / f"epoch_{epoch}"

@@ -22,6 +22,18 @@ _EVALUATION_PLAY = ("game", "play.temperature",
                                                 *HFOptions.model_fields)))
 
 
+# The checkpoints an epoch may start from (spag.epochs.N.previous) by name: "base" is the base model, the
+# base_model stage's output; any other ("imitation", "epoch_N") lives at data/NAME/model, which is what a
+# per-epoch stage's "data/{previous}/model" names.
+BASE = "base"
+BASE_MODEL = "data/base_model"
+
+
+def checkpoint(name: str) -> str:
+    """The folder of the checkpoint ``name``, from the project root."""
+    return BASE_MODEL if name == BASE else f"data/{name}/model"
+
+
 @dataclass(frozen=True)
 class Stage:
     """One stage of the pipeline, as ``dvc.yaml`` declares it (``python -m spag.pipeline.dvcyaml`` writes dvc.yaml
@@ -30,7 +42,8 @@ class Stage:
     ``params``: the params it reads (and nothing else: :class:`Declared`); ``deps``: the data it reads;
     ``outs``: what it writes (``(path, cached)``, DVC's ``cache: false`` for small JSON files kept in git);
     ``metrics``, ``plots``: its outputs that ``dvc metrics``/``dvc plots`` show. A stage of every SPAG epoch
-    (``per_epoch``) names its epoch ``{epoch}`` and the checkpoint it starts from ``{previous}``. The code it
+    (``per_epoch``) names its epoch ``{epoch}`` and the checkpoint it starts from ``{previous}``
+    (``data/{previous}/model``: :func:`checkpoint` and :meth:`resolved` say where it is). The code it
     runs, ``stages/NAME.py`` and the ``spag/`` modules it reaches, is added by :mod:`spag.pipeline.dvcyaml`.
     """
 
@@ -43,6 +56,12 @@ class Stage:
     plots: tuple[str, ...] = ()
     per_epoch: bool = False
 
+    def resolved(self, path: str, epoch: str | None = None, previous: str | None = None) -> str:
+        """One of the stage's paths for an epoch that starts from the checkpoint ``previous``."""
+        if previous is not None and "data/{previous}/model" in path:
+            path = path.replace("data/{previous}/model", checkpoint(previous))
+        return path.format(epoch=epoch, previous=previous)
+
 
 def _cached(*paths: str) -> tuple[tuple[str, bool], ...]:
     return tuple((path, True) for path in paths)
@@ -54,7 +73,7 @@ def _kept_in_git(*paths: str) -> tuple[tuple[str, bool], ...]:
 
 STAGES: tuple[Stage, ...] = (
     Stage("base_model", "the model SPAG starts from, as a plain HF directory", ("model",),
-          outs=_cached("data/base_model")),
+          outs=_cached(BASE_MODEL)),
     Stage("words", "the game's targets (Adversarial Taboo: words) and their training / held-out split",
           ("words", "game.name"),
           outs=_cached("data/words/all.txt", "data/words/train.txt", "data/words/eval.txt")),
@@ -103,7 +122,7 @@ STAGES: tuple[Stage, ...] = (
     # and scores them (online); its games are a second output (none under offline-po)
     Stage("train", "SPAG policy optimisation from the previous checkpoint: offline on this epoch's rows, or online",
           ("seed", "spag.epochs.{epoch}", "spag.epochs_per_iteration", *(f"spag.{k}" for k in _TRAINING),
-           "online", "game", "play", "reward.keep_truncated"),
+           "online", "game", "play", "reward.keep_truncated", "reward.payoff"),
           deps=("data/{previous}/model", "data/epoch_{epoch}/rows.parquet", "data/words/train.txt",
                 "data/words/all.txt"),
           outs=_cached("data/epoch_{epoch}/model", "data/epoch_{epoch}/online/episodes")

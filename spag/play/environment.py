@@ -17,7 +17,8 @@ section (:class:`spag.config.Online`): the winner ``+win_reward``, the loser ``-
 anything in a tie; the player who breaks the rules (Adversarial Taboo: the attacker who says the word) gets
 ``-foul_game_penalty`` and its opponent nothing, since the judge names no winner there. SPIRAL scores an
 invalid move -1.5, below a loss, so that breaking the rules is never the better way out of a game one is
-losing.
+losing. In a game played for chips (Kuhn poker) ``reward.payoff: chips`` pays each role its chips instead
+(:func:`episode_rewards`, :meth:`spag.game.base.Game.chips`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from spag.config import Online
+from spag.config import CHIPS, WINS, Online
 from spag.game.base import Game
 from spag.play.engine import PlayConfig
 
@@ -40,6 +41,14 @@ def role_rewards(game: Game, outcome: str, win_reward: float, foul_game_penalty:
     if offender is not None:
         rewards[offender] = -foul_game_penalty
     return rewards
+
+
+def episode_rewards(game: Game, episode: Mapping, online: Online, payoff: str = WINS) -> dict:
+    """Each role's reward for a played ``episode`` of ``game``: with ``payoff`` chips the chips it won or lost
+    (:meth:`spag.game.base.Game.chips`), otherwise :func:`role_rewards` of its outcome by ``online``'s settings."""
+    if payoff == CHIPS:
+        return game.of_episode(episode).chips(episode["target_word"], episode["history"])
+    return role_rewards(game, episode["outcome"], online.win_reward, online.foul_game_penalty)
 
 
 @dataclass(frozen=True)
@@ -63,11 +72,12 @@ class Step:
 
 class GameEnvironment:
     """One game at a time, the game and its settings those of ``config`` (default: Adversarial Taboo), the
-    rewards those of ``online`` (default: the schema's)."""
+    rewards those of ``online`` (default: the schema's), or the chips won with ``payoff`` chips."""
 
-    def __init__(self, config: PlayConfig | None = None, online: Online | None = None):
+    def __init__(self, config: PlayConfig | None = None, online: Online | None = None, payoff: str = WINS):
         self.config = config or PlayConfig()
         self.online = online or Online()
+        self.payoff = payoff
         self.word: str | None = None
         self.history: list[dict] = []
         self.done = True
@@ -85,10 +95,9 @@ class GameEnvironment:
         if not self.config.is_over(self.word, self.history):
             return Step(self._observation(), done=False)
         self.done = True
-        outcome = self.verdict().outcome
-        return Step(None, done=True, outcome=outcome,
-                    rewards=role_rewards(self.config.game, outcome, self.online.win_reward,
-                                         self.online.foul_game_penalty))
+        episode = self.episode()
+        return Step(None, done=True, outcome=episode["outcome"],
+                    rewards=episode_rewards(self.config.game, episode, self.online, self.payoff))
 
     def verdict(self):
         return self.config.game.judge(self.word, self.history)

@@ -15,6 +15,10 @@ Reward of the winner's k-th utterance (k = 1..n) in one game, with decay d (0.8 
 
     r_k = (1/d)^k / sum_j (1/d)^j          so later moves weigh more and each game sums to 1.
 
+In a game played for chips (Kuhn poker), ``reward.payoff: chips`` pays both players instead: each one's
+utterances get the decayed shares of the chips it won or lost (:meth:`spag.game.base.Game.chips`), so the
+loser's rows carry a negative reward and each game's rows sum to 0.
+
 Beyond the paper's winners-only rows, the ``reward`` section (:class:`spag.config.Reward`) can add a
 penalty row for the offender's rule-breaking line, negative rows for the loser's lines, a per-role
 baseline, and keep only the wins of the winner's own play (all off by default).
@@ -44,7 +48,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from spag.config import Imitate, Reward
+from spag.config import CHIPS, Imitate, Reward
 from spag.game.base import Game
 from spag.game.episodes import validate_episode
 from spag.game.registry import DEFAULT_GAME, game_class
@@ -176,17 +180,20 @@ class RowStats:
 _KEY = ["game", "role"]
 
 
-def _utterances(episodes: Sequence[Mapping], verdicts: Sequence, game: Game) -> pl.DataFrame:
+def _utterances(episodes: Sequence[Mapping], verdicts: Sequence, game: Game, chips: bool = False) -> pl.DataFrame:
     """Every utterance of every game's judged part, with the game's outcome, cause, winner, loser and
-    offender (the role that broke the rules)."""
-    columns: dict[str, list] = {"game": [], "turn": [], "role": [], "content": [], "truncated": []}
+    offender (the role that broke the rules), and with ``chips`` the chips its speaker won or lost in it."""
+    columns: dict[str, list] = {"game": [], "turn": [], "role": [], "content": [], "truncated": [], "chips": []}
     for index, (episode, verdict) in enumerate(zip(episodes, verdicts)):
-        for turn, utterance in enumerate(episode["history"][: verdict.turns]):
+        judged = episode["history"][: verdict.turns]
+        won = game.of_episode(episode).chips(episode["target_word"], judged) if chips else {}
+        for turn, utterance in enumerate(judged):
             columns["game"].append(index)
             columns["turn"].append(turn)
             columns["role"].append(utterance["role"])
             columns["content"].append(str(utterance.get("content") or ""))
             columns["truncated"].append(bool(utterance.get("truncated")))
+            columns["chips"].append(won.get(utterance["role"]))
     games = pl.DataFrame({
         "game": range(len(verdicts)),
         "outcome": [v.outcome for v in verdicts],
@@ -197,7 +204,7 @@ def _utterances(episodes: Sequence[Mapping], verdicts: Sequence, game: Game) -> 
     }, schema={"game": pl.Int64, "outcome": pl.String, "cause": pl.String, "winner": pl.String,
                "loser": pl.String, "offender": pl.String})
     return (pl.DataFrame(columns, schema={"game": pl.Int64, "turn": pl.Int64, "role": pl.String,
-                                          "content": pl.String, "truncated": pl.Boolean})
+                                          "content": pl.String, "truncated": pl.Boolean, "chips": pl.Float64})
             .join(games, on="game", how="left"))
 
 
@@ -211,12 +218,18 @@ def decayed_shares(decay: float) -> pl.Expr:
 
 def _rewarded_moves(utterances: pl.DataFrame, options: Reward, decayed: bool, game: Game) -> pl.DataFrame:
     """The utterances that earn a reward, with it: the winner's (decayed shares, or 1 each when not
-    ``decayed``; with ``credit: skill`` only of wins the game counts as the winner's own play), the loser's
-    (``loser_reward``) and the offender's rule-breaking line (``foul_line_penalty``)."""
-    winners = utterances.filter(pl.col("role") == pl.col("winner"))
-    if options.credit == "skill":
-        winners = winners.filter(pl.col("cause").is_in(sorted(game.skill_causes)))
-    parts = [winners.with_columns(reward=decayed_shares(options.decay) if decayed else pl.lit(1.0))]
+    ``decayed``; with ``credit: skill`` only of wins the game counts as the winner's own play), or with
+    ``payoff: chips`` both players' (decayed shares of the chips each won or lost; a game that moved no chips
+    gives none), the loser's (``loser_reward``) and the offender's rule-breaking line (``foul_line_penalty``)."""
+    skill = pl.col("cause").is_in(sorted(game.skill_causes))
+    if options.payoff == CHIPS:
+        paid = utterances.filter(pl.col("chips") != 0)
+        paid = paid.filter(skill) if options.credit == "skill" else paid
+        parts = [paid.with_columns(reward=pl.col("chips") * decayed_shares(options.decay))]
+    else:
+        winners = utterances.filter(pl.col("role") == pl.col("winner"))
+        winners = winners.filter(skill) if options.credit == "skill" else winners
+        parts = [winners.with_columns(reward=decayed_shares(options.decay) if decayed else pl.lit(1.0))]
     if options.loser_reward:
         losers = utterances.filter(pl.col("role") == pl.col("loser"))
         parts.append(losers.with_columns(reward=options.loser_reward * decayed_shares(options.decay)))
@@ -260,7 +273,10 @@ def _game_rows(episodes: Sequence[Mapping], indices: Sequence[int] | None, seed:
     stats = RowStats(records=len(episodes))
     verdicts = [game.judge_episode(e) for e in progress(episodes, desc="judging", unit="ep", disable=None)]
     stats.outcomes.update(v.outcome for v in verdicts)
-    moves = _rewarded_moves(_utterances(episodes, verdicts, game), options, decayed, game)
+    if options.payoff == CHIPS and not game.for_chips:
+        raise ValueError(f"reward.payoff: the game {game.name} is not played for chips (use wins)")
+    utterances = _utterances(episodes, verdicts, game, chips=options.payoff == CHIPS)
+    moves = _rewarded_moves(utterances, options, decayed, game)
     sound = _drop_unsound(moves, options, stats)
     stats.cut_games = moves["game"].n_unique() - sound["game"].n_unique()
     moves = _weigh(sound, options, stats, game.roles)

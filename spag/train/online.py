@@ -21,8 +21,9 @@ One step, in TRL's terms:
   empty or cut at ``max_new_tokens`` unless ``reward.keep_truncated``, or longer than ``spag.max_length``)
   is a one-token sample with ``env_mask`` 0 and no reward: it takes no part in the loss, the KL or the
   group's baseline (TRL drops rewards of None from the group mean and gives them advantage 0).
-* Each sample's reward is its role's reward in its game (:func:`spag.play.environment.role_rewards`: zero-sum
-  ``±win_reward``, ``-foul_game_penalty`` for an attacker who says the word). The group mean is therefore the
+* Each sample's reward is its role's reward in its game (:func:`spag.play.environment.episode_rewards`: zero-sum
+  ``±win_reward``, ``-foul_game_penalty`` for an attacker who says the word; with ``reward.payoff: chips``,
+  in a game played for chips, the chips the role won or lost). The group mean is therefore the
   role's mean reward on that word: GRPO's form of SPIRAL's role-conditioned baseline (RAE), which SPIRAL
   keeps as a moving average per role instead. ``scale_rewards: none`` (the default) is SPIRAL's
   advantage, reward minus baseline, not divided by a standard deviation.
@@ -56,12 +57,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spag.config import ONLINE, Online, Reward, TrainConfig
+from spag.config import CHIPS, ONLINE, Online, Reward, TrainConfig
 from spag.game.episodes import EpisodeStore
 from spag.models.chat import model_input_ids
 from spag.models.loading import load_tokenizer
 from spag.play.engine import PlayConfig, PlayStats, play_games, rank_and_world
-from spag.play.environment import role_rewards
+from spag.play.environment import episode_rewards
 from spag.players.base import derive_seed
 from spag.players.hf import HFPlayer
 from spag.players.options import HFOptions
@@ -97,7 +98,8 @@ def parse_group_prompt(prompt: str, roles: Sequence[str]) -> tuple[str, str]:
 class OnlineGames:
     """How the online run plays and scores its games: everything the rollout needs besides the model. The
     games are ``play``'s (its sampling section is the ``play`` section: the backend and its memory share,
-    the prompt length), scored by ``online`` and filtered by ``reward`` (``keep_truncated``)."""
+    the prompt length), scored by ``online`` (or in chips: ``reward.payoff``) and filtered by ``reward``
+    (``keep_truncated``)."""
 
     play: PlayConfig
     online: Online
@@ -119,6 +121,8 @@ class OnlineGames:
         if self.backend not in ("hf", "vllm"):
             raise ValueError(f"play.backend: online self-play plays with the policy it trains, on hf or vllm, "
                              f"not {self.backend!r}")
+        if self.reward.payoff == CHIPS and not self.play.game.for_chips:
+            raise ValueError(f"reward.payoff: the game {self.play.game.name} is not played for chips (use wins)")
         if not self.play.sampling.temperature > 0:
             raise ValueError("play.temperature: online self-play needs sampled games (temperature > 0); greedy "
                              "games on one word are all alike and teach nothing")
@@ -210,8 +214,7 @@ class GameRollout:
         slots = self.games.slots
         samples = [self._empty()] * size
         for g, episode in enumerate(episodes):
-            reward = role_rewards(config.game, episode["outcome"], self.games.online.win_reward,
-                                  self.games.online.foul_game_penalty)[role]
+            reward = episode_rewards(config.game, episode, self.games.online, self.games.reward.payoff)[role]
             said = [i for i, u in enumerate(episode["history"]) if u["role"] == role][:slots]
             for k, i in enumerate(said):
                 slot = g * slots + k

@@ -14,13 +14,17 @@ allow, breaks the rules and loses the hand (SPIRAL's invalid move). The game's *
 six deals the game has few targets (:attr:`~spag.game.base.Game.few_targets`): each is dealt many times.
 
 SPAG's rewards need no more than this: the winner's actions earn the decayed shares, the rule breaker's
-line can be penalised. The chips won (1 or 2) are not part of the reward; a win is a win.
+line can be penalised; a win is a win (``reward.payoff: wins``). With ``reward.payoff: chips`` each player is
+paid the chips it won or lost instead (:meth:`KuhnPoker.chips`: ±1, or ±2 after a bet was called; a rule
+break counts as a fold).
 
 Self-play's collapse figures (:func:`collapse_metrics`) are the entropy of the actions played at each of the
 twelve information sets (a player's card and the actions before its turn).
 
-The teacher strategy ``equilibrium`` plays a Nash equilibrium of the game (Kuhn, 1950, with the first
-player's bluffing frequency 1/3) instead of the model, so that a weak model still has sound games to imitate.
+The teacher strategies play a fixed strategy (:data:`TEACHERS`) instead of the model: ``equilibrium`` a Nash
+equilibrium of the game (Kuhn, 1950, with the first player's bluffing frequency 1/3), so that a weak model
+still has sound games to imitate; ``uniform`` and ``always_bet`` two weak starting points (each legal action
+with probability 1/2; always bet and call).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Literal
+
+from pydantic import model_validator
 
 from spag.game.base import Game, GameSettings, History, Verdict
 from spag.players.base import Speaker, Turn
@@ -75,10 +81,43 @@ class KuhnSettings(GameSettings):
 
 
 class KuhnStrategies(Section):
-    """Kuhn poker's strategies (``teacher.strategies``)."""
+    """Kuhn poker's strategies (``teacher.strategies``): at most one fixed strategy that plays instead of the
+    model (:data:`TEACHERS`)."""
 
     equilibrium: bool = knob(False, "Play a Nash equilibrium of the game (the first player bluffs with J a third "
                                     "of the time) instead of the model: a teacher whose games are sound.")
+    uniform: bool = knob(False, "Play each legal action with probability 1/2 instead of the model: a weak "
+                                "teacher (exploitable by 11/24 chip a hand).")
+    always_bet: bool = knob(False, "Always bet and call instead of the model: a weak teacher that never folds "
+                                   "(exploitable by 1/3 chip a hand).")
+
+    @model_validator(mode="after")
+    def _one_teacher(self):
+        chosen = [name for name in TEACHERS if getattr(self, name)]
+        if len(chosen) > 1:
+            raise ValueError(f"{chosen[1]}: one fixed strategy at a time, and {chosen[0]} is on too")
+        return self
+
+    def table(self) -> Strategy | None:
+        """The strategy table of the fixed strategy that is on, or None (the model plays)."""
+        return next((TEACHERS[name] for name in TEACHERS if getattr(self, name)), None)
+
+
+# A strategy: the probability of the aggressive action (bet, or call facing a bet) at each information set,
+# by the actions so far (comma-joined: "" and "check,bet" are the first player's, "check" and "bet" the
+# second's) and the card of the player to act. The other legal action (check, or fold) takes the rest.
+Strategy = Mapping[str, Mapping[str, float]]
+INFORMATION_SETS = ("", "check,bet", "check", "bet")
+EQUILIBRIUM: Strategy = {
+    "": {"J": 1 / 3, "Q": 0.0, "K": 1.0},          # the first player bluffs J a third of the time, bets K
+    "check,bet": {"J": 0.0, "Q": 2 / 3, "K": 1.0},  # and calls with Q two thirds of the time
+    "check": {"J": 1 / 3, "Q": 0.0, "K": 1.0},      # the second player bluffs J a third of the time after a check
+    "bet": {"J": 0.0, "Q": 1 / 3, "K": 1.0},        # and calls with Q a third of the time
+}
+UNIFORM: Strategy = {history: dict.fromkeys(CARDS, 0.5) for history in INFORMATION_SETS}
+ALWAYS_BET: Strategy = {history: dict.fromkeys(CARDS, 1.0) for history in INFORMATION_SETS}
+# The teacher strategies by their knob in KuhnStrategies.
+TEACHERS: dict[str, Strategy] = {"equilibrium": EQUILIBRIUM, "uniform": UNIFORM, "always_bet": ALWAYS_BET}
 
 
 def cards(deal: str) -> tuple[str, str]:
@@ -103,6 +142,11 @@ def reply(action: str) -> str:
 def legal(actions: Sequence[str]) -> tuple[str, str]:
     """The two actions the next player may take after ``actions``."""
     return (CALL, FOLD) if actions and actions[-1] == BET else (CHECK, BET)
+
+
+def aggressive(actions: Sequence[str]) -> str:
+    """The aggressive one of the two legal actions after ``actions``: bet, or call facing a bet."""
+    return BET if legal(actions)[1] == BET else CALL
 
 
 def _ended(actions: Sequence[str], deal: str) -> tuple[str, str] | None:
@@ -183,6 +227,7 @@ class KuhnPoker(Game):
     Settings = KuhnSettings
     Strategies = KuhnStrategies
     few_targets = True
+    for_chips = True
 
     def targets(self, words) -> list[str]:
         return list(DEALS)
@@ -229,7 +274,23 @@ class KuhnPoker(Game):
     def speaker(self, player, roles: Sequence[str], strategies: KuhnStrategies, *, seed: int = 0,
                 vocabulary: Sequence[str] | None = None) -> Speaker:
         plain = Speaker(player)
-        return Equilibrium(plain, seed) if strategies.equilibrium else plain
+        table = strategies.table()
+        return TableStrategy(plain, table, seed) if table is not None else plain
+
+    def chips(self, target: str, history: History) -> dict[str, float]:
+        """Each player's chips won (+) or lost (-) in the hand, within the rounds it is judged in: the pot's
+        other half at a showdown or a fold (1, or 2 after a bet was called); a rule break counts as a fold,
+        the breaker losing what it has put in; nothing in an unfinished hand. Zero-sum."""
+        verdict = self.judge(target, history)
+        if verdict.winner is None and verdict.offender is None:
+            return dict.fromkeys(ROLES, 0.0)
+        loser = verdict.offender or self.other(verdict.winner)
+        actions = [action_of(u["content"]) for u in history[: verdict.turns]]
+        if verdict.offender is not None:
+            actions = actions[:-1]  # the illegal action puts nothing in
+        mine = [a for i, a in enumerate(actions) if ROLES[i % 2] == loser]
+        lost = 1.0 + sum(a in (BET, CALL) for a in mine)  # the ante, and a bet or a call
+        return {loser: -lost, self.other(loser): lost}
 
     def row_prompt(self, role: str, target: str, history: History, rng: random.Random):
         return self.prompt(role, target, history, self.Strategies()), None
@@ -238,14 +299,14 @@ class KuhnPoker(Game):
         return collapse_metrics(episodes)
 
 
-class Equilibrium(Speaker):
-    """Every turn answered by a Nash equilibrium strategy of Kuhn poker, without the model: the first player
-    bets J a third of the time (a bluff) and K always, calls a bet with Q two thirds of the time; the second
-    player bets or calls with K, calls with Q a third of the time and bluffs J a third of the time after a
-    check. Draws come from one seeded stream, in the order the engine asks."""
+class TableStrategy(Speaker):
+    """Every turn answered by a strategy table (:data:`Strategy`), without the model: the aggressive action
+    with the table's probability for the player's card and the actions so far, the other legal action
+    otherwise. Draws come from one seeded stream, one per turn, in the order the engine asks."""
 
-    def __init__(self, inner: Speaker, seed: int):
+    def __init__(self, inner: Speaker, table: Strategy, seed: int):
         super().__init__(inner.player)
+        self.table = table
         self.rng = random.Random(seed)
 
     def given(self, turns: Sequence[Turn]) -> list[str | None]:
@@ -254,11 +315,7 @@ class Equilibrium(Speaker):
     def action(self, turn: Turn) -> str:
         card = cards(turn.word)[ROLES.index(turn.role)]
         actions = [action_of(u["content"]) for u in turn.history]
-        chance = self.rng.random()
-        if turn.role == FIRST and not actions:
-            return BET if (card == "K" or (card == "J" and chance < 1 / 3)) else CHECK
-        if turn.role == FIRST:  # checked, then facing the second player's bet
-            return CALL if (card == "K" or (card == "Q" and chance < 2 / 3)) else FOLD
-        if actions == [BET]:
-            return CALL if (card == "K" or (card == "Q" and chance < 1 / 3)) else FOLD
-        return BET if (card == "K" or (card == "J" and chance < 1 / 3)) else CHECK
+        bold = aggressive(actions)
+        if self.rng.random() < self.table[",".join(actions)][card]:
+            return bold
+        return next(a for a in legal(actions) if a != bold)

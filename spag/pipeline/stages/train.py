@@ -46,7 +46,8 @@ def _train_online(settings: Declared, layout: Layout, epoch: str) -> None:
     seed = settings.seed + int(epoch)
     try:
         games = OnlineGames(play=PlayConfig(stage_game(settings), p, seed), online=settings.online,
-                            reward=Reward(keep_truncated=settings.reward.keep_truncated))
+                            reward=Reward(keep_truncated=settings.reward.keep_truncated,
+                                          payoff=settings.reward.payoff))
     except ValueError as exc:
         key, _, message = str(exc).partition(": ")
         raise ParamsError("params.yaml", key, message) from None
