@@ -110,10 +110,10 @@ def test_a_profile_without_an_information_set_or_with_a_bad_probability_is_refus
 
 def test_the_equilibrium_teacher_plays_the_profile_the_figures_call_the_teacher():
     from spag.evaluate.strategy import state
-    from spag.game.kuhn import Equilibrium
+    from spag.game.kuhn import EQUILIBRIUM, TableStrategy
     from spag.players.base import Speaker, Turn
 
-    teacher = Equilibrium(Speaker(None), seed=0)
+    teacher = TableStrategy(Speaker(None), EQUILIBRIUM, seed=0)
     game = KuhnPoker()
     for infoset in INFOSETS:
         deal, history = state(infoset)

@@ -19,7 +19,10 @@ from spag.commands.options import (
     with_knobs,
 )
 from spag.config import Evaluate, Sampling, load_settings
+from spag.evaluate.strategy import strategy_of
 from spag.models.loading import check_model
+from spag.play.engine import PlayConfig
+from spag.players import close_player, load_player
 from spag.runtime.console import error, summary
 from spag.runtime.outputs import (
     check_distinct_paths,
@@ -44,8 +47,6 @@ def _fail(message: str) -> None:
 def _settings(ctx: typer.Context, params: Path | None, values: dict):
     """The PlayConfig of the evaluation games and the hf player's options, from the options and ``params``;
     a one-line error (exit 2) for a game other than Kuhn poker."""
-    from spag.play.engine import PlayConfig
-
     values = from_params(ctx, params, ("evaluate", "game"), values)
     if values["game"] != "kuhn-poker":
         where = f"{params}: game.name" if params is not None and ctx.get_parameter_source("game").name != \
@@ -88,9 +89,6 @@ def register(app: typer.Typer) -> None:
         """The probability of the aggressive action (bet, or call facing a bet) at each of Kuhn poker's 12
         information sets, exactly (the canonical replies' probabilities) and as played (sampled replies at the
         evaluation settings), and each way's exploitability and values in chips and in wins."""
-        from spag.evaluate.strategy import strategy_of
-        from spag.players import close_player, load_player
-
         config, options = _settings(ctx, params, {**settings, "game": game, "temperature": temperature})
         check_distinct_paths({"MODEL": model, "--params": params}, {"-o": output})
         check_model(model, "MODEL", trust_remote_code=None)
