@@ -117,13 +117,7 @@ class PlayConfig:
         rest of the game."""
         opening = self.game.speaker(attacker, (self.game.roles[0],), self.strategies, seed=self.seed)
         games = [_Game(index=i, word=w) for i, w in enumerate(words)]
-        stats = PlayStats()
-        size = self.sampling.batch_size
-        with progress(total=len(games), desc="opening lines", unit="line", disable=not show_progress) as bar:
-            for start in range(0, len(games), size):
-                batch = games[start:start + size]
-                _speak(opening, batch, self, stats)
-                bar.update(len(batch))
+        self._speak_once(opening, games, "opening lines", "line", show_progress)
         return [g.history[0]["content"] for g in games]
 
     def next_utterances(self, player: Player, states: Sequence[tuple[str, Sequence[dict]]], *,
@@ -134,14 +128,17 @@ class PlayConfig:
         ``n_tokens``, ``truncated``), in order."""
         speaker = self.game.speaker(player, self.game.roles, self.strategies, seed=self.seed)
         games = [_Game(index=i, word=w, history=list(h)) for i, (w, h) in enumerate(states)]
-        stats = PlayStats()
-        size = self.sampling.batch_size
-        with progress(total=len(games), desc="replies", unit="reply", disable=not show_progress) as bar:
+        self._speak_once(speaker, games, "replies", "reply", show_progress)
+        return [g.history[-1] for g in games]
+
+    def _speak_once(self, speaker, games: list[_Game], desc: str, unit: str, show_progress: bool) -> None:
+        """One utterance added to each game by ``speaker``, a batch of ``batch_size`` games at a time."""
+        stats, size = PlayStats(), self.sampling.batch_size
+        with progress(total=len(games), desc=desc, unit=unit, disable=not show_progress) as bar:
             for start in range(0, len(games), size):
                 batch = games[start:start + size]
                 _speak(speaker, batch, self, stats)
                 bar.update(len(batch))
-        return [g.history[-1] for g in games]
 
 
 @dataclass
