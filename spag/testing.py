@@ -57,13 +57,15 @@ def build_tiny_tokenizer(vocab_size: int = 512, chat_template: bool = True):
 
 
 def make_tiny_checkpoint(output_dir: str | os.PathLike, seed: int = 0, hidden_size: int = 64,
-                         layers: int = 2, chat_template: bool = True, heads: int = 4) -> Path:
-    """Save a tiny random Llama with its tokenizer as a plain HF directory and return its path.
+                         layers: int = 2, chat_template: bool = True, heads: int = 4,
+                         family: str = "llama") -> Path:
+    """Save a tiny random Llama (``family: qwen2``: Qwen2) with its tokenizer as a plain HF directory and
+    return its path.
 
     vLLM needs ``hidden_size / heads`` >= 32 (its CPU attention kernels' smallest head size).
     """
     tokenizer = build_tiny_tokenizer(chat_template=chat_template)
-    model = tiny_llama(tokenizer, seed=seed, hidden_size=hidden_size, layers=layers, heads=heads)
+    model = tiny_llama(tokenizer, seed=seed, hidden_size=hidden_size, layers=layers, heads=heads, family=family)
     return save_checkpoint(model, tokenizer, output_dir)
 
 

@@ -60,3 +60,34 @@ def test_zero3_without_offload_keeps_the_optimiser_share_on_each_gpu():
     offloaded = zero3_bytes(SHAPE, 2, 2, 10, offload_params=False, reference=True)
     on_gpu = zero3_bytes(SHAPE, 2, 2, 10, offload_params=False, reference=True, offload_optimizer=False)
     assert on_gpu - offloaded == 14 * 1000 // 2
+
+
+# Qwen2.5-0.5B- and 1.5B-Instruct's config.json as the hub has them (the shape is all the plan reads).
+QWEN25 = {
+    "0.5B": {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+             "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True},
+    "1.5B": {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+             "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True},
+}
+
+
+def test_the_one_gpu_table_of_docs_gpu_md_is_the_plan():
+    """docs/gpu.md's "One GPU" table: configs/one-gpu.yaml's LoRA step and vLLM's cache, as the plan gives them."""
+    from pathlib import Path
+
+    from spag.models.memory import gib, vllm_kv_tokens
+
+    shapes = [model_shape(QWEN25[size]) for size in ("0.5B", "1.5B")]
+    assert [s.parameters for s in shapes] == [494_032_768, 1_543_714_304]  # the published counts
+    gpus = [24564 * 2**20, 49140 * 2**20, 81559 * 2**20]  # nvidia-smi's totals: RTX 4090, L40S, H100
+    rows = [
+        ("training step, LoRA r16, 4 × 2048 tokens (preset)", lambda s: gib(training_bytes(s, 4, 2048, lora_rank=16))),
+        ("the same, 2 × 2048 tokens", lambda s: gib(training_bytes(s, 2, 2048, lora_rank=16))),
+        ("training step without LoRA (`lora_r: 0`), 4 × 2048 tokens, float32 reference on the fly",
+         lambda s: gib(training_bytes(s, 4, 2048, reference_model=True))),
+        ("vLLM at 0.85: key/value cache on 24 / 48 / 80 GB, in games of 2304 tokens",
+         lambda s: " / ".join(str(vllm_kv_tokens(s, "bfloat16", g, 0.85) // 2304) for g in gpus)),
+    ]
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "gpu.md").read_text()
+    for label, cell in rows:
+        assert f"| {label} | {cell(shapes[0])} | {cell(shapes[1])} |" in doc, label

@@ -416,6 +416,46 @@ def test_the_paper_preset_runs_end_to_end_at_toy_size(tmp_path):
     assert "final score vs imitation" in result.stdout + result.stderr
 
 
+def test_the_one_gpu_preset_runs_end_to_end_at_toy_size(tmp_path):
+    """configs/paper.yaml with configs/one-gpu.yaml, shrunk by configs/paper-toy.yaml's sizes, on a tiny random
+    Qwen2 (the preset's model's architecture): LoRA in both trainers, merged at the end of each, so that
+    vLLM's CPU build plays a plain model and train@1's reference is the imitation model with the adapters
+    off. What the paper preset's test above runs besides (baselines, skill, the base model's benchmark) is
+    left out here."""
+    from spag.game.episodes import read_episodes
+    from spag.train.bookkeeping import read_summary
+
+    model = make_tiny_checkpoint(tmp_path / "model", heads=2, family="qwen2")  # head size 32 for vLLM's CPU build
+    (tmp_path / "tiny.yaml").write_text(
+        f'model.base: {model}\nspag.epochs: {{"1": {{previous: imitation}}}}\nevaluate.baselines: []\n'
+        "evaluate.skill: false\nevaluate.benchmark.base: false\n")
+    shown = run([sys.executable, "-m", "spag.cli", "config", "show", "configs/paper.yaml", "--override",
+                 "configs/one-gpu.yaml", "--override", "configs/paper-toy.yaml", "--override",
+                 str(tmp_path / "tiny.yaml")], ROOT)
+    params = yaml.safe_load(shown.stdout)
+    work = tmp_path / "project"
+    _paper_inputs(work / "data")
+    env = make_project(work, params)
+    result = run(["dvc", "repro"], work, env)
+
+    for name, previous in (("imitation", "data/base_model"), ("epoch_1", "data/imitation/model")):
+        output = work / "data" / name / "model"
+        summary = read_summary(output)
+        assert summary["lora"] == {"r": 16, "merged": True}, name
+        assert summary["provenance"]["processes"] == 1 and summary["provenance"]["deepspeed"] is False, name
+        # the reference is the model the stage started from, the adapters off: the previous merged model
+        started, ref = ((work / summary[key]).resolve() for key in ("model", "ref"))
+        assert started == ref == (work / previous).resolve(), name
+        # merged: a plain checkpoint of the base model's architecture, no adapter left
+        assert not (output / "adapter_config.json").exists(), name
+        assert json.loads((output / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"], name
+    assert len(read_episodes(work / "data/epoch_1/episodes")) == 8
+    selfplay = json.loads((work / "metrics/epochs/1/selfplay.json").read_text())
+    assert selfplay["provenance"]["players"]["attacker"]["engine"] == "vllm-cpu"
+    assert json.loads((work / "metrics/report.json").read_text())["final"]["epoch"] == 1
+    assert "final score vs imitation" in result.stdout + result.stderr
+
+
 def test_an_online_experiment_beside_the_committed_run(pipeline, tmp_path):
     """`dvc exp run -S spag.method=online` on a project whose offline run is done: play@1 and what comes
     before it are reused, train@N plays its own games (episodes beside the epoch's), and evaluate, report

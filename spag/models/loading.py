@@ -189,17 +189,22 @@ def usual_modes(folder: str | os.PathLike) -> None:
 
 
 def tiny_llama(tokenizer, seed: int = 0, hidden_size: int = 64, layers: int = 2, heads: int = 4,
-               tie_word_embeddings: bool = True):
+               tie_word_embeddings: bool = True, family: str = "llama"):
     """A small randomly initialised Llama sized to ``tokenizer``: for tests and benchmarks, no download.
 
     ``heads`` attention heads (half as many key/value heads, at least one); vLLM's CPU attention needs a
-    head size (``hidden_size / heads``) of at least 32.
+    head size (``hidden_size / heads``) of at least 32. ``family``: ``llama``, or ``qwen2`` for Qwen2's
+    layout (Qwen2.5's models: biases on the query, key and value projections).
     """
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+    families = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+    if family not in families:
+        raise ValueError(f"family: {family!r} is not one of {', '.join(families)}")
+    config_class, model_class = families[family]
     torch.manual_seed(seed)
-    config = LlamaConfig(
+    config = config_class(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
@@ -212,7 +217,7 @@ def tiny_llama(tokenizer, seed: int = 0, hidden_size: int = 64, layers: int = 2,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=tie_word_embeddings,
     )
-    model = LlamaForCausalLM(config)
+    model = model_class(config)
     model.eval()
     return model
 
