@@ -666,7 +666,7 @@ def load_settings(path: str | os.PathLike | None, overrides: Sequence[str | os.P
         for override, keys in reversed(set_by):
             if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in keys):
                 return override
-        return source if path is not None and _has_key(original, key) else None
+        return source if path is not None and dotted_value(original, key) is not UNSET else None
 
     try:
         return Settings.model_validate(params)
@@ -683,13 +683,17 @@ def _read_settings(path: Path, needs: str) -> Any:
     return content
 
 
-def _has_key(params: Any, key: str) -> bool:
-    """Whether a loaded params mapping sets dotted ``key``."""
+# What :func:`dotted_value` gives for a key the params mapping does not set.
+UNSET = object()
+
+
+def dotted_value(params: Any, key: str) -> Any:
+    """The value a loaded params mapping sets for dotted ``key``, or :data:`UNSET`."""
     for part in key.split("."):
         if not isinstance(params, dict) or part not in params:
-            return False
+            return UNSET
         params = params[part]
-    return True
+    return params
 
 
 def existing_file(value: str, key: str, source: str | os.PathLike = "params.yaml") -> str:

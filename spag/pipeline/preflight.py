@@ -44,11 +44,11 @@ import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
 
+from spag.config import dotted_value
 from spag.evaluate.benchmark import hub_reachable, offline_requested, suite_here
 from spag.models.devices import auto_processes, cuda_unusable, launcher_processes, nvidia_gpus, visible_gpus
 from spag.models.loading import missing_tokenizer, written_as_path
@@ -371,14 +371,6 @@ def _stage_names(settings) -> list[str]:
     return [*once, *(f"{stage}@{e}" for e in epochs for stage in each), "report"]
 
 
-def _raw(params: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(params, dict) or part not in params:
-            return KeyError
-        params = params[part]
-    return params
-
-
 def settled_stages(root: Path, params: dict, names: list[str], running: str | None) -> set[str]:
     """The stages before ``running`` that ``dvc.lock`` records with today's values of their params and whose
     outputs exist: done, so their inputs need not be there any more."""
@@ -395,7 +387,7 @@ def settled_stages(root: Path, params: dict, names: list[str], running: str | No
             continue
         values = (entry.get("params") or {}).get("params.yaml") or {}
         outs = entry.get("outs") or []
-        if all(_raw(params, key) == value for key, value in values.items()) \
+        if all(dotted_value(params, key) == value for key, value in values.items()) \
                 and all((root / out["path"]).exists() for out in outs if isinstance(out, dict) and "path" in out):
             settled.add(name)
     return settled
