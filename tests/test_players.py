@@ -158,6 +158,18 @@ def test_sampling_is_per_prompt_and_reproducible(player):
     assert [r.text for r in other] != [r.text for r in batch]
 
 
+def test_a_prompt_asked_many_times_is_kept_once(player):
+    """A batch of one prompt asked many times (a Kuhn poker strategy's sampled replies) keeps that prompt's
+    keys and values once, and each row samples as it would alone."""
+    player.forget()
+    prompt = _prompts()[1]
+    kw = dict(temperature=1.2, top_k=50, max_new_tokens=6, min_new_tokens=1)
+    many = player.generate([prompt] * 12, seed=list(range(12)), **kw)
+    assert len(player._store.entries) <= 2  # the prompt, and the prefix the batch shares (all but its last token)
+    player.forget()
+    assert [player.generate([prompt], seed=[s], **kw)[0].text for s in (0, 5, 11)] == [many[s].text for s in (0, 5, 11)]
+
+
 def test_min_new_tokens_holds_back_an_eager_end(player):
     eos = player.tokenizer.eos_token_id
     hook = _LogitBias(player.model, {eos: 1e4})

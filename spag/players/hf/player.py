@@ -582,12 +582,15 @@ class HFPlayer:
         return generated, finish
 
     def _keep_prompts(self, arrays, order, spans, past, todo, buffers, width, shared) -> None:
-        """Store each prompt's keys/values so the game's next prompt can reuse them."""
+        """Store each prompt's keys/values so the game's next prompt can reuse them (once: a prompt the
+        store already holds whole, as when a batch asks the same prompt many times, is not stored again)."""
         import torch
 
         for start, end, _, s_width in spans:
             for b in range(start, end):
                 i = order[b]
+                if self._store.match(arrays[i])[1] == len(arrays[i]):
+                    continue
                 c, s = past[i], todo[i]
                 slots = [slice(0, shared), slice(width - s_width - (c - shared), width - s_width),
                          slice(width - s, width)]
