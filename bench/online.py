@@ -5,7 +5,7 @@
 
 Runs ``--steps`` optimiser steps of ``spag.method: online`` (spag/train/online.py) with the params file's
 game, play, online and spag settings (``--words-per-step`` / ``--games-per-word`` replace the online ones),
-the model being ``--model``, else ``data/imitation/model``, ``data/base_model``, or the embedded
+the model being ``--model``, else ``data/imitation/model``, ``data/base/model``, or the embedded
 SmolLM2-135M-Instruct materialised into a temporary folder. Words: ``data/words/train.txt`` when it exists,
 else the default run's (wordfreq's nouns), sampled with a fixed seed.
 
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _model(args, work: Path) -> str:
     if args.model:
         return args.model
-    for candidate in (ROOT / "data" / "imitation" / "model", ROOT / "data" / "base_model"):
+    for candidate in (ROOT / "data" / "imitation" / "model", ROOT / "data" / "base" / "model"):
         if candidate.is_dir():
             return str(candidate)
     from spag.models.embedded import materialize_base_model

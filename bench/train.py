@@ -13,7 +13,7 @@ Reported per setting (best over ``--repeats`` alternating runs): training tokens
 optimiser steps 2.. of (non-padding tokens / step time), read from the dvclive curves the trainer writes;
 tokens/s over the Trainer's whole train runtime; the reference pass's seconds; the child's CPU seconds
 (user + system, loading included: steadier than wall time on a busy machine); and peak memory (RSS of
-the child on CPU, torch.cuda.max_memory_allocated on GPU). The model is ``--model``, else ``data/base_model`` (the embedded
+the child on CPU, torch.cuda.max_memory_allocated on GPU). The model is ``--model``, else ``data/base/model`` (the embedded
 SmolLM2-135M-Instruct, made by ``spag base-model``) when it exists, else a tiny random Llama, with a note.
 """
 
@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MODEL = ROOT / "data" / "base_model"
+DEFAULT_MODEL = ROOT / "data" / "base" / "model"
 
 SETTINGS = ("precomputed-cold", "precomputed-warm", "on-the-fly")
 
@@ -131,7 +131,7 @@ def main() -> None:
                 from spag.testing import make_tiny_checkpoint
 
                 args.model = str(make_tiny_checkpoint(Path(work) / "tiny", hidden_size=128, layers=4))
-                note = ("note: data/base_model not found (run `spag base-model` or `dvc repro base_model`); "
+                note = ("note: data/base/model not found (run `spag base-model` or `dvc repro base_model`); "
                         "measured on a tiny random Llama instead")
         from spag.runtime.outputs import write_jsonl_atomic
 

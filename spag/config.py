@@ -346,6 +346,10 @@ class Evaluate(Sampling):
               "model on the evaluation words and seeds; each epoch is compared with the strongest, paired per "
               "word; null: all of the game's.")
     vs_baseline: bool = knob(False, "Also play each epoch head to head against the strongest baseline.")
+    strategy_samples: int = knob(100, "Kuhn poker: replies sampled at each of the 12 information sets to read a "
+                                      "checkpoint's strategy as played (strategy.jsonl, exploitability.json of "
+                                      "the base and imitation models and every epoch; `spag strategy --samples`).",
+                                 ge=1)
 
     benchmark: Benchmark = Field(default_factory=Benchmark, description="Reasoning benchmarks (lm-eval).")
 

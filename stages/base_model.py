@@ -1,4 +1,4 @@
-"""Stage `base_model`: the model SPAG starts from, as a plain HF directory under data/base_model.
+"""Stage `base_model`: the model SPAG starts from, as a plain HF directory under data/base/model.
 
 The stage validates params.yaml and runs spag.pipeline.stages.base_model.base_model on the params it declares in dvc.yaml.
 """

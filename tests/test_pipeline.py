@@ -77,7 +77,7 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
 
     work, result, _ = pipeline
     p = yaml.safe_load((work / "params.yaml").read_text())
-    assert json.loads((work / "data/base_model/config.json").read_text())["model_type"] == "llama"
+    assert json.loads((work / "data/base/model/config.json").read_text())["model_type"] == "llama"
     for name in ("imitation", "epoch_1", "epoch_2"):
         model = work / "data" / name / "model"
         summary = read_summary(model)  # written last: the model is finished
@@ -110,11 +110,17 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
     assert set(skill["vs_imitation"]) == {"clue_rank", "guess_rank", "opening_foul_rate"}
     # evaluate.skill_every: 2 (the default's): epoch 1's skill is passed over, and says so
     assert json.loads((work / "metrics/epochs/1/skill.json").read_text()) == {"skill": "off", "every": 2}
+    # a strategy is Kuhn poker's: the evaluation stages' strategy outputs say so
+    for folder in ("base", "imitation", "epochs/1"):
+        assert json.loads((work / "metrics" / folder / "exploitability.json").read_text()) == {
+            "strategy": "off", "game": p["game"]["name"]}
+        assert (work / "metrics" / folder / "strategy.jsonl").read_text() == ""
     assert "skill not measured on this epoch (evaluate.skill_every: 2)" in result.stdout + result.stderr
     assert sorted(p.name for p in (work / "data/epoch_2/eval_episodes/vs_imitation").iterdir()) == ["seed_0",
                                                                                                    "seed_1"]
     report = json.loads((work / "metrics/report.json").read_text())
     assert sorted(report["epochs"]) == ["1", "2"] and report["final"]["epoch"] == 2
+    assert "exploitability" not in report and "exploitability" not in report["final"]
     for epoch in ("1", "2"):
         score = report["epochs"][epoch]["score_vs_imitation"]
         assert score["games"] == 12 and 0 <= score["low"] <= score["value"] <= score["high"] <= 1
@@ -270,7 +276,7 @@ def test_repro_with_vllm_for_self_play_and_evaluation(tmp_path):
 
     model = make_tiny_checkpoint(tmp_path / "model", heads=2)  # vLLM's CPU attention: head size >= 32
     params = small_params(model)
-    params["spag"]["epochs"] = {"1": {"previous": "imitation"}}
+    params["spag"]["epochs"] = {"1": {"previous": "base"}}  # no imitation in the chain
     for section in ("teacher", "play", "evaluate"):
         params[section].update(backend="vllm", dtype="float32", gpu_memory_utilization=0.05)
     params["teacher"]["strategies"]["final_guess"] = False  # the dictionary guess scores words with the hf backend
@@ -305,7 +311,7 @@ def test_training_stages_under_a_launcher_with_zero3_resume_when_killed(tmp_path
     from spag.train.bookkeeping import read_summary
 
     params = small_params(tiny_model)
-    params["spag"]["epochs"] = {"1": {"previous": "imitation"}}
+    params["spag"]["epochs"] = {"1": {"previous": "base"}}  # no imitation in the chain
     params["play"]["words"] = 8
     params["spag"].update(deepspeed=str(ROOT / "configs" / "deepspeed_zero3.json"), bf16=False, batch_size=1,
                           launcher="torchrun --standalone --nproc_per_node 2", learning_rate=1e-3,
@@ -438,7 +444,7 @@ def test_the_one_gpu_preset_runs_end_to_end_at_toy_size(tmp_path):
     env = make_project(work, params)
     result = run(["dvc", "repro"], work, env)
 
-    for name, previous in (("imitation", "data/base_model"), ("epoch_1", "data/imitation/model")):
+    for name, previous in (("imitation", "data/base/model"), ("epoch_1", "data/imitation/model")):
         output = work / "data" / name / "model"
         summary = read_summary(output)
         assert summary["lora"] == {"r": 16, "merged": True}, name
@@ -490,22 +496,23 @@ def test_an_online_experiment_beside_the_committed_run(pipeline, tmp_path):
 
 def test_a_second_game_runs_through_the_same_pipeline(tmp_path, tiny_model):
     """Kuhn poker (configs/kuhn-poker.yaml) on a tiny model: the teacher's equilibrium hands, imitation,
-    self-play, rewards, training, evaluation against imitation, analysis and the report, through `dvc repro`
-    with nothing of the pipeline changed but the params. One SPAG epoch: the chain of epochs is the same
-    for every game, and the Adversarial Taboo pipeline above runs two."""
+    self-play, rewards, training, evaluation against imitation, every checkpoint's strategy and
+    exploitability, analysis and the report, through `dvc repro` with nothing of the pipeline changed but the
+    params. One SPAG epoch, started from the base model (`previous: base`): the chain of epochs from imitation
+    is the same for every game, and the Adversarial Taboo pipeline above runs two."""
     from spag.analyze import run_query
     from spag.game.episodes import read_episodes
 
     overrides = tmp_path / "toy.yaml"
     overrides.write_text(f"model.base: {tiny_model}\nteacher.words: 12\nplay.words: 6\nevaluate.seeds: 2\n"
-                         f"evaluate.words: 3\n")
+                         f"evaluate.words: 3\nevaluate.strategy_samples: 3\n")
     shown = run([sys.executable, "-m", "spag.cli", "config", "show", "params.yaml", "--override",
                  "configs/kuhn-poker.yaml", "--override", str(overrides)], ROOT)
     params = yaml.safe_load(shown.stdout)
     small = small_params(tiny_model)
     for section in ("reward", "imitate", "spag"):
         params[section] = small[section]
-    params["spag"]["epochs"] = {"1": {"previous": "imitation"}}
+    params["spag"]["epochs"] = {"1": {"previous": "base"}}  # no imitation in the chain
     # the base model's panel off, as in the default params; the one epoch's panel on
     params["evaluate"]["benchmark"] = {**small["evaluate"]["benchmark"], "base": False, "every": 1}
     work = tmp_path / "project"
@@ -538,6 +545,55 @@ def test_a_second_game_runs_through_the_same_pipeline(tmp_path, tiny_model):
     roles = {r["role"] for r in run_query("win_rate", str(work / "data/epoch_1/episodes/*.parquet"))}
     assert roles == {"first", "second"}
     assert "final score vs imitation" in result.stdout + result.stderr
+    # previous: base: epoch 1 plays and trains from the base model's folder, as dvc.lock records
+    lock = yaml.safe_load((work / "dvc.lock").read_text())["stages"]
+    for stage in ("play@1", "train@1", "evaluate@1"):
+        assert "data/base/model" in {dep["path"] for dep in lock[stage]["deps"]}, stage
+    assert "data/imitation/model" not in {dep["path"] for dep in lock["train@1"]["deps"]}
+    # every checkpoint's strategy, written by its evaluation stage as `spag strategy` writes it
+    from spag.game.kuhn.exploitability import INFOSETS, UNITS
+
+    curve = {}
+    for folder in ("base", "imitation", "epochs/1"):
+        rows = [json.loads(line) for line in (work / "metrics" / folder / "strategy.jsonl").read_text().splitlines()]
+        assert [r["way"] for r in rows] == ["exact"] * 12 + ["played"] * 12, folder
+        assert {(r["player"], r["card"], r["history"], r["action"]) for r in rows} == {tuple(i) for i in INFOSETS}
+        assert all(0.0 <= r["probability"] <= 1.0 for r in rows), folder
+        assert all(0.0 < r["mass"] <= 1.0 for r in rows if r["way"] == "exact"), folder
+        assert all(r["replies"] == 3 for r in rows if r["way"] == "played"), folder
+        figures = json.loads((work / "metrics" / folder / "exploitability.json").read_text())
+        assert figures["played"]["replies"] == 3 and 0.0 <= figures["played"]["broken_share"] <= 1.0
+        assert 0.0 < figures["exact"]["mass_min"] <= figures["exact"]["mass_mean"] <= 1.0
+        for way in ("exact", "played"):
+            for unit in UNITS:  # a hand wins or loses at most 2 chips
+                assert -1e-12 <= figures[way][unit]["exploitability"] <= 2.0, (folder, way, unit)
+        curve[folder] = figures
+    assert "strategy: chips exploitability exact" in result.stdout + result.stderr
+    # the same files as `spag strategy` with the same params: one code path
+    again = tmp_path / "strategy"
+    run([sys.executable, "-m", "spag.cli", "strategy", "data/epoch_1/model", "--params", "params.yaml", "-o",
+         str(again)], work, env)
+    assert (again / "strategy.jsonl").read_text() == (work / "metrics/epochs/1/strategy.jsonl").read_text()
+    assert json.loads((again / "exploitability.json").read_text()) == curve["epochs/1"]
+    # the report's curve: every checkpoint in order, in report.json, summary.json and a plot
+    report = json.loads((work / "metrics/report.json").read_text())
+    points = report["exploitability"]
+    assert [(p["checkpoint"], p["step"]) for p in points] == [("base", -1), ("imitation", 0), ("epoch_1", 1)]
+    for point, folder in zip(points, ("base", "imitation", "epochs/1")):
+        assert point["exact"] == curve[folder]["exact"]["chips"]["exploitability"]
+        assert point["played"] == curve[folder]["played"]["chips"]["exploitability"]
+        assert point["exact_mass_mean"] == curve[folder]["exact"]["mass_mean"]
+    assert summary["1"]["exploitability"] == {"exact": points[-1]["exact"], "played": points[-1]["played"],
+                                              "exact_mass": points[-1]["exact_mass_mean"]}
+    import csv
+
+    with open(work / "metrics/plots/exploitability.csv", newline="") as f:
+        plotted = {(int(r["epoch"]), r["series"]): float(r["value"]) for r in csv.DictReader(f)}
+    assert {step for step, _ in plotted} == {-1, 0, 1}
+    assert plotted[(1, "played (chips)")] == pytest.approx(points[-1]["played"])
+    assert "checkpoint  exploitability (chips)" in result.stdout
+    run(["dvc", "plots", "show", "-o", "plots_html"], work, env)
+    assert "exact (chips)" in (work / "plots_html/index.html").read_text()
 
 
 def read_records_of(path):

@@ -47,8 +47,8 @@ def project(tmp_path: Path, overrides: dict | None = None, preset: Path = PAPER,
         (data / "gpt4_game_top30k_results.json").write_text("[]")
         (data / "alpaca_data.json").write_text("[]")
     if base_config is not None:
-        (work / "data" / "base_model").mkdir(parents=True, exist_ok=True)
-        (work / "data" / "base_model" / "config.json").write_text(json.dumps(base_config))
+        (work / "data" / "base" / "model").mkdir(parents=True, exist_ok=True)
+        (work / "data" / "base" / "model" / "config.json").write_text(json.dumps(base_config))
     return work, load_settings(work / "params.yaml")
 
 

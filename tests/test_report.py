@@ -108,9 +108,52 @@ def test_report_draws_kuhn_pokers_action_entropy_per_information_set(tmp_path):
         assert [(r["series"], r["value"]) for r in csv.DictReader(f)] == [("first J opening", "0.0")]
 
 
+def fake_strategy(folder, profile, mass, broken):
+    """A checkpoint's strategy files as the evaluation stages write them (spag.evaluate.strategy), from a
+    profile's exact figures: the same profile both ways."""
+    from spag.evaluate.strategy import exploitability_report, write_strategy
+    from spag.game.kuhn.exploitability import INFOSETS, all_figures
+
+    rows = [{"way": way, "card": i.card, "history": i.history, "probability": profile[(i.card, i.history)],
+             **({"mass": mass} if way == "exact" else {"replies": 4, "broken_share": broken})}
+            for way in ("exact", "played") for i in INFOSETS]
+    folder.mkdir(parents=True, exist_ok=True)
+    write_strategy(folder, rows, exploitability_report(rows, {w: all_figures(profile) for w in ("exact", "played")}),
+                   replace="any")
+
+
+def test_report_draws_kuhn_pokers_exploitability_per_checkpoint(tmp_path):
+    """Base, imitation and every epoch in order (steps -1, 0, N), each way's chips exploitability with its
+    mass: in report.json, the epochs' summary and a plot; another game's note is no point."""
+    from spag.game.kuhn.exploitability import constant, equilibrium
+
+    fake_strategy(tmp_path / "base", constant(0.5), 0.01, 0.5)          # uniform: 11/24 chip
+    fake_strategy(tmp_path / "imitation", equilibrium(), 0.9, 0.0)       # 0
+    fake_strategy(tmp_path / "epochs" / "1", constant(1.0), 0.8, 0.25)   # always bet and call: 1/3
+    write(tmp_path / "epochs" / "2" / "exploitability.json", {"strategy": "off", "game": "taboo"})
+    report = write_report(tmp_path, [1, 2])
+    curve = [(p["checkpoint"], p["step"], round(p["exact"], 6), round(p["played"], 6), round(p["exact_mass_mean"], 6))
+             for p in report["exploitability"]]
+    assert curve == [("base", -1, round(11 / 24, 6), round(11 / 24, 6), 0.01), ("imitation", 0, 0.0, 0.0, 0.9),
+                     ("epoch_1", 1, round(1 / 3, 6), round(1 / 3, 6), 0.8)]
+    assert report["exploitability"][-1]["played_broken_share"] == 0.25
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["1"]["exploitability"] == {"exact": pytest.approx(1 / 3), "played": pytest.approx(1 / 3),
+                                              "exact_mass": pytest.approx(0.8)}
+    assert "exploitability" not in summary["2"] and "exploitability" not in report["final"]
+    with open(tmp_path / "plots" / "exploitability.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["epoch"], r["series"]) for r in rows} == {
+        (e, s) for e in ("-1", "0", "1") for s in ("exact (chips)", "played (chips)",
+                                                   "exact: mass on the canonical replies")}
+    assert (tmp_path / "learning_curves.png").read_bytes().startswith(b"\x89PNG")
+
+
 def test_report_without_evaluation_says_nothing_it_did_not_measure(tmp_path):
     report = write_report(tmp_path, [1])
     assert report["epochs"] == {"1": {}} and "score_vs_imitation" not in report["final"]
+    assert "exploitability" not in report  # no strategy: an empty plot, no panel
+    assert (tmp_path / "plots" / "exploitability.csv").read_text().strip() == "epoch,series,value,low,high"
 
 
 def fake_benchmark(folder, correct):

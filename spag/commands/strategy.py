@@ -19,22 +19,21 @@ from spag.commands.options import (
     with_knobs,
 )
 from spag.config import Evaluate, Sampling, load_settings
-from spag.evaluate.strategy import strategy_of
+from spag.evaluate.strategy import (
+    FIGURES,
+    ROWS,
+    exploitability_report,
+    strategy_line,
+    strategy_of,
+    write_strategy,
+)
 from spag.models.loading import check_model
 from spag.play.engine import PlayConfig
 from spag.players import close_player, load_player
 from spag.runtime.console import error, summary
-from spag.runtime.outputs import (
-    check_distinct_paths,
-    claim_output_dir,
-    mark_output_dir,
-    replace_mode,
-    write_json_atomic,
-    write_jsonl_atomic,
-)
+from spag.runtime.outputs import check_distinct_paths, claim_output_dir, mark_output_dir, replace_mode
 
 KIND = "strategy"
-ROWS, FIGURES = "strategy.jsonl", "exploitability.json"
 PARAMS_HELP = ("Take the game and evaluation settings (evaluate: sampling, seed) from this params file (options "
                "given on the command line win).")
 
@@ -55,18 +54,7 @@ def _settings(ctx: typer.Context, params: Path | None, values: dict):
     if values["temperature"] is None and params is not None:  # evaluate.temperature null: play's
         values["temperature"] = load_settings(params).play.temperature
     section = checked(Evaluate, **given(values, Evaluate))
-    return PlayConfig(game_from(values), section, section.seed), section.player_options("hf")
-
-
-def _figures(rows: list[dict], figures: dict) -> dict:
-    """``exploitability.json``: each way's figures in chips and wins, with what says how far to trust it (the
-    exact way's mass on the canonical replies, the played way's rule breaks)."""
-    exact = [r for r in rows if r["way"] == "exact"]
-    played = [r for r in rows if r["way"] == "played"]
-    return {"exact": {**figures["exact"], "mass_min": min(r["mass"] for r in exact),
-                      "mass_mean": sum(r["mass"] for r in exact) / len(exact)},
-            "played": {**figures["played"], "replies": played[0]["replies"],
-                       "broken_share": sum(r["broken_share"] for r in played) / len(played)}}
+    return PlayConfig(game_from(values), section, section.seed), section.player_options("hf"), section.strategy_samples
 
 
 def register(app: typer.Typer) -> None:
@@ -77,8 +65,7 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         model: str = typer.Argument(..., help="The model (HF dir or name), played on the hf backend."),
         output: Path = typer.Option(..., "-o", "--output", help=f"Folder for {ROWS} and {FIGURES}."),
-        samples: int = typer.Option(100, "--samples", min=1, help="Replies sampled at each information set "
-                                                                   "(the played way)."),
+        strategy_samples: int = option(Evaluate, "strategy_samples", "--samples"),
         game: str = typer.Option("kuhn-poker", "--game", help="The game: kuhn-poker (no other has a strategy "
                                                               "here)."),
         temperature: float = option(Evaluate, "temperature"),
@@ -89,7 +76,8 @@ def register(app: typer.Typer) -> None:
         """The probability of the aggressive action (bet, or call facing a bet) at each of Kuhn poker's 12
         information sets, exactly (the canonical replies' probabilities) and as played (sampled replies at the
         evaluation settings), and each way's exploitability and values in chips and in wins."""
-        config, options = _settings(ctx, params, {**settings, "game": game, "temperature": temperature})
+        config, options, samples = _settings(ctx, params, {**settings, "game": game, "temperature": temperature,
+                                                           "strategy_samples": strategy_samples})
         check_distinct_paths({"MODEL": model, "--params": params}, {"-o": output})
         check_model(model, "MODEL", trust_remote_code=None)
         hold_output(output)  # one writer at a time
@@ -100,11 +88,6 @@ def register(app: typer.Typer) -> None:
         finally:
             close_player(player)
         mark_output_dir(target, KIND)
-        replace = replace_mode(overwrite)
-        write_jsonl_atomic(target / ROWS, rows, replace=replace)
-        report = _figures(rows, figures)
-        write_json_atomic(target / FIGURES, report, replace=replace)
-        exact, played = report["exact"], report["played"]
-        summary("strategy", f"{model}: chips exploitability exact {exact['chips']['exploitability']:.3f} (mass "
-                            f"{exact['mass_mean']:.2g}), played {played['chips']['exploitability']:.3f} "
-                            f"({samples} replies each, {played['broken_share']:.0%} break the rules) -> {output}")
+        report = exploitability_report(rows, figures)
+        write_strategy(target, rows, report, replace=replace_mode(overwrite))
+        summary("strategy", f"{model}: {strategy_line(report)} -> {output}")

@@ -17,6 +17,10 @@ action (``bet``, or ``call`` facing a bet):
 
 Each way's 12 probabilities make a profile whose exploitability and values follow exactly
 (:mod:`spag.game.kuhn.exploitability`), in chips and in wins.
+
+``spag strategy`` and the pipeline's evaluation stages (``evaluate_base``, ``evaluate_imitation``,
+``evaluate@N``) write the same two files with :func:`write_strategy`: :data:`ROWS` (the rows) and
+:data:`FIGURES` (:func:`exploitability_report`).
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ from spag.evaluate.games import wilson_interval
 from spag.game.kuhn import CARDS, ROLES, action_of, legal, reply
 from spag.game.kuhn.exploitability import INFOSETS, InfoSet, all_figures
 from spag.play.engine import PlayConfig
+from spag.runtime.outputs import write_json_atomic, write_jsonl_atomic
 
 WAYS = ("exact", "played")
+ROWS, FIGURES = "strategy.jsonl", "exploitability.json"
 
 
 def state(infoset: InfoSet) -> tuple[str, list[dict]]:
@@ -116,3 +122,30 @@ def strategy_of(player, settings: PlayConfig, samples: int = 100, seed: int | No
     config = settings if seed is None else replace(settings, seed=seed)
     rows = exact_rows(player, config) + played_rows(player, config, samples, show_progress=show_progress)
     return rows, {way: all_figures(profile_of(rows, way)) for way in WAYS}
+
+
+def exploitability_report(rows: Sequence[dict], figures: dict) -> dict:
+    """``exploitability.json``: each way's figures in chips and wins, with what says how far to trust it (the
+    exact way's mass on the canonical replies, the played way's rule breaks)."""
+    exact = [r for r in rows if r["way"] == "exact"]
+    played = [r for r in rows if r["way"] == "played"]
+    return {"exact": {**figures["exact"], "mass_min": min(r["mass"] for r in exact),
+                      "mass_mean": sum(r["mass"] for r in exact) / len(exact)},
+            "played": {**figures["played"], "replies": played[0]["replies"],
+                       "broken_share": sum(r["broken_share"] for r in played) / len(played)}}
+
+
+def write_strategy(folder, rows: Sequence[dict], report: dict, *, replace: str) -> None:
+    """Write ``folder/strategy.jsonl`` (the rows) and ``folder/exploitability.json`` (``report``, from
+    :func:`exploitability_report`), each atomically; ``replace``: what either may replace
+    (:func:`spag.runtime.outputs.write_json_atomic`)."""
+    write_jsonl_atomic(folder / ROWS, rows, replace=replace)
+    write_json_atomic(folder / FIGURES, report, replace=replace)
+
+
+def strategy_line(report: dict) -> str:
+    """One line of ``report``: each way's chips exploitability and how far to trust it."""
+    exact, played = report["exact"], report["played"]
+    return (f"chips exploitability exact {exact['chips']['exploitability']:.3f} (mass {exact['mass_mean']:.2g}), "
+            f"played {played['chips']['exploitability']:.3f} ({played['replies']} replies each, "
+            f"{played['broken_share']:.0%} break the rules)")

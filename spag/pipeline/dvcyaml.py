@@ -66,6 +66,8 @@ PLOTS = [
         "template": "interval", "x": "epoch", "y": {"metrics/plots/benchmark.csv": "value"}}},
     {"Reasoning: pooled accuracy B - A, paired, 95% interval (epoch 0 = imitation vs base)": {
         "template": "interval", "x": "epoch", "y": {"metrics/plots/reasoning.csv": "value"}}},
+    {"Kuhn poker: exploitability in chips a hand, exact and as played (epoch -1 = base, 0 = imitation)": {
+        "template": "interval", "x": "epoch", "y": {"metrics/plots/exploitability.csv": "value"}}},
     "metrics/learning_curves.png",
     {"dvclive/imitate/plots/metrics": {"x": "step"}},
     {"dvclive/epoch_1/plots/metrics": {"x": "step"}},

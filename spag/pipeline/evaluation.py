@@ -1,16 +1,23 @@
 """What every evaluation stage shares: the evaluation words and games, the baselines it plays, the skill
-metrics and their fixed inputs."""
+metrics and their fixed inputs, and (Kuhn poker) the checkpoint's strategy and its exploitability."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from spag.config import Evaluate, Generation
 from spag.evaluate.games import check_held_out
+from spag.evaluate.strategy import exploitability_report, strategy_line, strategy_of, write_strategy
+from spag.game.kuhn import KuhnPoker
 from spag.game.words import read_words
-from spag.pipeline.run import Declared, Layout, sample_targets, sample_words, stage_game
+from spag.pipeline.run import OWN, Declared, Layout, sample_targets, sample_words, stage_game
 from spag.play.engine import PlayConfig
+from spag.players import close_player, load_player
 from spag.runtime.errors import ParamsError
+
+# The one game whose strategy the evaluation reads (spag.evaluate.strategy).
+STRATEGY_GAME = KuhnPoker.name
 
 
 def evaluation_games(settings: Declared, layout: Layout):
@@ -26,10 +33,17 @@ def evaluation_games(settings: Declared, layout: Layout):
                        "data/words/all.txt")
     else:
         chosen = sample_words(layout.words / "eval.txt", e.words, f"evaluate-{e.seed}", game)
+    return chosen, evaluation_config(settings)
+
+
+def evaluation_config(settings: Declared) -> PlayConfig:
+    """The PlayConfig of every evaluation game (the game, ``evaluate``'s sampling, ``evaluate.seed``; a null
+    ``evaluate.temperature`` is ``play.temperature``): what ``spag strategy --params`` builds too."""
+    e = settings.evaluate
     sampling = Evaluate.model_validate({name: getattr(e, name) for name in Generation.model_fields})
     if sampling.temperature is None:
         sampling.temperature = settings.play.temperature
-    return chosen, PlayConfig(game, sampling, e.seed)
+    return PlayConfig(stage_game(settings), sampling, e.seed)
 
 
 def guess_vocabulary(layout: Layout, words: list[str]) -> list[str]:
@@ -67,3 +81,25 @@ def skill_line(skill: dict) -> str:
              if isinstance(entry, dict) and "value" in entry]
     chance = next((entry["chance"] for entry in skill.values() if isinstance(entry, dict) and "chance" in entry), None)
     return ", ".join(shown) + (f" (chance rank {chance:.1f})" if chance is not None else "")
+
+
+def write_checkpoint_strategy(settings: Declared, model: Path, folder: Path) -> str | None:
+    """Kuhn poker: ``model``'s strategy and its exploitability (:func:`spag.evaluate.strategy.strategy_of`,
+    ``evaluate.strategy_samples`` replies per information set for the played way) as ``folder/strategy.jsonl``
+    and ``folder/exploitability.json``, the files ``spag strategy`` writes; returns their summary line.
+    ``model`` is loaded on the hf backend (the exact way scores continuations) with ``evaluate``'s options.
+
+    Another game has no strategy here: an empty ``strategy.jsonl`` and ``{"strategy": "off", "game": NAME}``
+    (the stage's declared outputs exist either way); returns None."""
+    game = settings.game.name
+    if game != STRATEGY_GAME:
+        write_strategy(folder, [], {"strategy": "off", "game": game}, replace=OWN)
+        return None
+    player = load_player(str(model), "hf", **settings.evaluate.player_options("hf"))
+    try:
+        rows, figures = strategy_of(player, evaluation_config(settings), settings.evaluate.strategy_samples)
+    finally:
+        close_player(player)
+    report = exploitability_report(rows, figures)
+    write_strategy(folder, rows, report, replace=OWN)
+    return "strategy: " + strategy_line(report)

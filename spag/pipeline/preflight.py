@@ -53,7 +53,7 @@ from spag.evaluate.benchmark import hub_reachable, offline_requested, suite_here
 from spag.models.devices import auto_processes, cuda_unusable, launcher_processes, nvidia_gpus, visible_gpus
 from spag.models.loading import missing_tokenizer, written_as_path
 from spag.models.memory import DTYPE_BYTES, GIB, model_shape, read_config, rows_that_fit, vllm_kv_tokens
-from spag.pipeline.table import STAGES
+from spag.pipeline.table import BASE_MODEL, STAGES
 from spag.players.openai import DEFAULT_KEY_ENV, OPENAI_HOST
 from spag.runtime.artifacts import cache_dir
 from spag.runtime.errors import BenchmarkError
@@ -458,7 +458,7 @@ def _memory(settings, root: Path):
     gpus = visible_gpus()
     if not gpus:
         return [], []
-    config = read_config(root / "data" / "base_model")  # every checkpoint of the run has the base model's shape
+    config = read_config(root / BASE_MODEL)  # every checkpoint of the run has the base model's shape
     if config is None and settings.model.base != "embedded":
         config = read_config(settings.model.base)
     try:

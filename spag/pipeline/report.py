@@ -22,6 +22,12 @@ and writes:
 - long-format CSVs under ``plots/`` (``epoch, series, value, low, high``), one series per role, rate or
   task, drawn by the ``interval`` template (``.dvc/plots/interval.json``: a line per series with its 95%
   band) in ``dvc plots show`` / ``dvc plots diff``;
+- Kuhn poker: under the key ``exploitability``, one row per checkpoint (base, imitation, epoch 1..N:
+  ``{checkpoint, step, exact, played, exact_mass_mean, exact_mass_min, played_broken_share}``, ``step`` -1
+  for the base model, 0 for imitation, N for epoch N) of the chips exploitability each evaluation stage
+  wrote (``exploitability.json``, :mod:`spag.evaluate.strategy`), exact and as played, with how far to
+  trust each; each epoch's entry (and ``summary.json``'s) has its own as ``exploitability``; drawn in
+  ``plots/exploitability.csv`` (``epoch`` is the step);
 - ``learning_curves.png``, the same curves drawn with matplotlib, readable without a browser or network
   (``dvc plots show`` loads its JavaScript from a CDN).
 """
@@ -42,6 +48,9 @@ SELFPLAY_RATES = {"decisive_rate": "decisive", "foul_rate": "foul"}  # and each 
 SELFPLAY_LENGTHS = {"mean_turns": "utterances per game", "mean_reply_tokens": "tokens per reply"}
 # Which plot draws each group of a game's collapse figures (``counts`` are their denominators: not drawn).
 COLLAPSE_PLOTS = {"shares": "selfplay_collapse", "entropy_bits": "selfplay_collapse", "lengths": "selfplay_lengths"}
+# The series of plots/exploitability.csv: the curve's columns (spag.evaluate.strategy's figures).
+EXPLOITABILITY_SERIES = {"exact": "exact (chips)", "played": "played (chips)",
+                         "exact_mass_mean": "exact: mass on the canonical replies"}
 
 
 def _read(path: Path):
@@ -82,6 +91,27 @@ def baseline_comparison(games: dict, baselines: dict[str, dict]) -> dict:
     return out
 
 
+def exploitability_point(folder: Path) -> dict | None:
+    """A checkpoint's chips exploitability, exact and as played, from the ``exploitability.json`` its
+    evaluation stage wrote in ``folder`` (None: none there, or another game's note)."""
+    figures = _read(folder / "exploitability.json")
+    if not figures or "exact" not in figures:
+        return None
+    exact, played = figures["exact"], figures["played"]
+    return {"exact": exact["chips"]["exploitability"], "played": played["chips"]["exploitability"],
+            "exact_mass_mean": exact["mass_mean"], "exact_mass_min": exact["mass_min"],
+            "played_broken_share": played["broken_share"], "played_replies": played["replies"]}
+
+
+def exploitability_curve(metrics: Path, epochs: list[int]) -> list[dict]:
+    """Kuhn poker: one row per checkpoint that has its strategy's figures, in order (base: step -1,
+    imitation: 0, epoch N: N)."""
+    where = [("base", -1, metrics / "base"), ("imitation", 0, metrics / "imitation")]
+    where += [(f"epoch_{e}", e, metrics / "epochs" / str(e)) for e in epochs]
+    return [{"checkpoint": name, "step": step, **point} for name, step, folder in where
+            if (point := exploitability_point(folder)) is not None]
+
+
 def epoch_entry(metrics: Path, epoch: int) -> dict:
     """Everything the report says about one epoch (empty parts left out)."""
     folder = metrics / "epochs" / str(epoch)
@@ -112,6 +142,9 @@ def epoch_entry(metrics: Path, epoch: int) -> dict:
     selfplay = _read(folder / "selfplay.json")
     if selfplay:
         entry["selfplay"] = {k: v for k, v in selfplay.items() if k not in ("run", "epoch")}
+    exploitability = exploitability_point(folder)
+    if exploitability is not None:  # Kuhn poker: the epoch's strategy (spag.evaluate.strategy)
+        entry["exploitability"] = exploitability
     bench = _read(folder / "benchmark.json")
     if reasoning.measured(bench):
         entry["benchmark"] = {"geometric_mean": bench["geometric_mean"],
@@ -122,6 +155,9 @@ def epoch_entry(metrics: Path, epoch: int) -> dict:
 def build_report(metrics: Path, epochs: list[int]) -> dict:
     report: dict = {"epochs": {str(e): epoch_entry(metrics, e) for e in epochs}}
     report["reasoning"] = reasoning.reasoning_report(metrics, epochs)
+    curve = exploitability_curve(metrics, epochs)
+    if curve:
+        report["exploitability"] = curve
     baseline = _read(metrics / "imitation" / "benchmark.json")
     if baseline:
         report["imitation_benchmark"] = {"geometric_mean": baseline["geometric_mean"],
@@ -163,6 +199,10 @@ def headline(report: dict) -> dict:
                 line["selfplay_collapse"] = collapse
         if "benchmark" in entry:
             line["benchmark"] = entry["benchmark"]["geometric_mean"]
+        if "exploitability" in entry:  # Kuhn poker: chips a hand, exact and as played
+            point = entry["exploitability"]
+            line["exploitability"] = {"exact": point["exact"], "played": point["played"],
+                                      "exact_mass": point["exact_mass_mean"]}
         line.update(_reasoning_headline(report, epoch))
         out[epoch] = line
     return out
@@ -214,6 +254,8 @@ def plot_rows(report: dict) -> dict[str, list[dict]]:
         if "benchmark" in entry:
             plots["benchmark"] += [row(epoch, task, v) for task, v in entry["benchmark"].items()]
     plots["reasoning"] = _reasoning_plot_rows(report)
+    plots["exploitability"] = [row(point["step"], name, point[key]) for point in report.get("exploitability", [])
+                               for key, name in EXPLOITABILITY_SERIES.items()]
     return plots
 
 
@@ -235,12 +277,16 @@ TITLES = {
     "selfplay_collapse": "Self-play variety (shares of replies; entropy in bits)",
     "benchmark": "Reasoning benchmark (epoch 0 = imitation)",
     "reasoning": "Reasoning: pooled accuracy B - A, paired (epoch 0 = imitation vs base)",
+    "exploitability": "Kuhn poker: exploitability, chips a hand (epoch -1 = base, 0 = imitation)",
 }
-ZERO_LINES = {"vs_imitation": 0.5, "reasoning": 0.0}
+# Panels drawn only when they have rows (another game has no strategy).
+OPTIONAL_PANELS = ("exploitability",)
+ZERO_LINES = {"vs_imitation": 0.5, "reasoning": 0.0, "exploitability": 0.0}
 
 
 def draw_png(plots: dict[str, list[dict]], path: Path) -> None:
     """The learning curves as one PNG: a panel per plot, a line per series, the 95% band shaded."""
+    plots = {stem: rows for stem, rows in plots.items() if rows or stem not in OPTIONAL_PANELS}
     import matplotlib
 
     matplotlib.use("Agg")

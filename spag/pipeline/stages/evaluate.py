@@ -1,5 +1,5 @@
 """Stage ``evaluate@N``: games against the imitation model (and the strongest baseline) on held-out words,
-both roles; skill metrics; benchmark.
+both roles; skill metrics; benchmark; Kuhn poker: the epoch's strategy.
 
 Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
 """
@@ -20,6 +20,7 @@ from spag.pipeline.evaluation import (
     measure_skill,
     measures_skill,
     skill_line,
+    write_checkpoint_strategy,
 )
 from spag.pipeline.run import OWN, Declared, Layout, previous_model
 from spag.players import close_player, load_player
@@ -31,7 +32,8 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
     """Epoch N against the imitation model (with ``vs_previous`` also against epoch N-1, with
     ``vs_baseline`` against the strongest no-training baseline) on the evaluation words, both roles,
     ``evaluate.seeds`` games per word and role; its skill metrics (the epochs ``evaluate.skill_every``
-    names); then its benchmark scores (those ``evaluate.benchmark.every`` names)."""
+    names); then its benchmark scores (those ``evaluate.benchmark.every`` names); in Kuhn poker its strategy
+    and exploitability."""
     e = settings.evaluate
     chosen, config = evaluation_games(settings, layout)
     game, skill_wanted = config.game, measures_skill(settings)
@@ -75,6 +77,7 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
         skill["vs_imitation"] = game.skill.compare(skill, imitation_skill, seed=e.seed)
     skipped = {"skill": "off", **({"every": e.skill_every} if skill_wanted else {})}
     write_json_atomic(layout.metrics / "epochs" / epoch / "skill.json", skill or skipped, replace=OWN)
+    strategy = write_checkpoint_strategy(settings, model, layout.metrics / "epochs" / epoch)
     scores = _benchmark_epoch(settings, layout, model, epoch)
     rates = "; ".join(f"{name}: score {_interval_text(g['bootstrap']['score'])} over {g['games']} games, "
                       + ", ".join(f"{key.replace('_', ' ')} {value['value']:.2f}"
@@ -84,6 +87,8 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
         rates += "; " + skill_line(skill)
     elif skill_wanted:
         rates += f"; skill not measured on this epoch (evaluate.skill_every: {e.skill_every})"
+    if strategy:
+        rates += "; " + strategy
     summary(f"evaluate@{epoch}", f"{rates}; {reasoning_line(scores)}")
 
 

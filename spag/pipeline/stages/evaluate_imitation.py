@@ -1,4 +1,5 @@
-"""Stage ``evaluate_imitation``: the imitation model's benchmark scores and skill metrics.
+"""Stage ``evaluate_imitation``: the imitation model's benchmark scores and skill metrics (Kuhn poker: its
+strategy).
 
 Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
 """
@@ -7,7 +8,13 @@ from __future__ import annotations
 
 from spag.config import Settings
 from spag.pipeline.benchmarking import benchmark_model, reasoning_line
-from spag.pipeline.evaluation import evaluation_games, measure_skill, measures_skill, skill_line
+from spag.pipeline.evaluation import (
+    evaluation_games,
+    measure_skill,
+    measures_skill,
+    skill_line,
+    write_checkpoint_strategy,
+)
 from spag.pipeline.run import OWN, Layout
 from spag.players import close_player, load_player
 from spag.runtime.console import summary
@@ -15,7 +22,8 @@ from spag.runtime.outputs import write_json_atomic
 
 
 def evaluate_imitation(settings: Settings, layout: Layout) -> None:
-    """The imitation model's benchmark scores and skill metrics: the baseline of every epoch's."""
+    """The imitation model's benchmark scores and skill metrics: the baseline of every epoch's; in Kuhn poker
+    its strategy and exploitability."""
     scores = benchmark_model(settings, layout, layout.model("imitation"), layout.metrics / "imitation")
     line = reasoning_line(scores)
     if measures_skill(settings):
@@ -31,4 +39,7 @@ def evaluate_imitation(settings: Settings, layout: Layout) -> None:
     else:
         skill = {"skill": "off"}
     write_json_atomic(layout.metrics / "imitation" / "skill.json", skill, replace=OWN)
+    strategy = write_checkpoint_strategy(settings, layout.model("imitation"), layout.metrics / "imitation")
+    if strategy:
+        line += "; " + strategy
     summary("evaluate_imitation", line)

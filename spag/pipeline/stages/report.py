@@ -1,5 +1,5 @@
 """Stage ``report``: per epoch: score, outcomes, skill, win and foul rates with 95% intervals; reasoning
-against imitation and base; learning curves.
+against imitation and base; Kuhn poker: exploitability per checkpoint; learning curves.
 
 Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
 """
@@ -16,7 +16,8 @@ from spag.runtime.console import summary
 
 def report(settings: Settings, layout: Layout) -> None:
     """Per SPAG epoch: the score against the imitation model (95% interval), win and foul rates, self-play
-    statistics and benchmark scores: metrics/report.json, the plot CSVs and learning_curves.png."""
+    statistics and benchmark scores (Kuhn poker: the exploitability of every checkpoint, base and imitation
+    included): metrics/report.json, the plot CSVs and learning_curves.png."""
     epochs = sorted(int(e) for e in settings.spag.epochs)
     game = game_class(settings.game.name)
     result = write_report(layout.metrics, epochs)
@@ -45,6 +46,7 @@ def report(settings: Settings, layout: Layout) -> None:
         print(f"{epoch:>5}  " + "  ".join(f"{parts[role][part]['value']:>{len(role) + len(part) + 1}.3f}"
                                           for role, part in own) + f"  {deltas}  {versus}")
     _print_reasoning(result.get("reasoning", {}))
+    _print_exploitability(result.get("exploitability", []))
     final = result.get("final", {}).get("score_vs_imitation")
     summary("report", f"{len(epochs)} epochs; final score vs imitation "
             + (f"{final['value']:.3f} [{final['low']:.3f}, {final['high']:.3f}] over {final['games']} games"
@@ -70,3 +72,15 @@ def _print_reasoning(reasoning: dict) -> None:
         mde = f"{100 * line['mde']:.1f}" if line["mde"] is not None else "-"
         print(f"{who:>9} {key.replace('_', ' '):<26}  {100 * line['delta']:+10.2f}  [{100 * line['low']:+6.2f}, "
               f"{100 * line['high']:+6.2f}]  {p:>12}  {mde:>5}  {line['items']:>5}")
+
+
+def _print_exploitability(curve: list[dict]) -> None:
+    """Kuhn poker: each checkpoint's chips exploitability, exact (with the mass on the canonical replies)
+    and as played (with the share of replies that break the rules)."""
+    if not curve:
+        return
+    print("checkpoint  exploitability (chips): exact  mass mean  mass min  played  broken  replies")
+    for point in curve:
+        print(f"{point['checkpoint']:>10}  {point['exact']:>29.3f}  {point['exact_mass_mean']:>9.2g}  "
+              f"{point['exact_mass_min']:>8.2g}  {point['played']:>6.3f}  {point['played_broken_share']:>6.0%}  "
+              f"{point['played_replies']:>7}")
