@@ -164,7 +164,7 @@ def prepare_start(design: dict, out: Path, start: str) -> Path:
     root = out / "starts" / start
     root.mkdir(parents=True, exist_ok=True)
     (root / "params.yaml").write_text(params_for(design, start, None, 0))
-    shared = out / "starts" / "base" / "data" / "base_model"
+    shared = Layout(out / "starts" / "base").model("base").parent  # data/base, the base model's folder
     steps = [("base_model", base_model), ("words", words)]
     if start != "base":
         steps += [("teacher_play", teacher_play), ("imitation_data", imitation_data), ("imitate", imitate)]
@@ -173,9 +173,7 @@ def prepare_start(design: dict, out: Path, start: str) -> Path:
             continue
         began = time.perf_counter()
         if name == "base_model" and start != "base":
-            (root / "data").mkdir(exist_ok=True)
-            if not (root / "data" / "base_model").exists():
-                (root / "data" / "base_model").symlink_to(shared.resolve())
+            _link(Layout(root).model("base").parent, shared)
         else:
             _stage(function, root)
         _mark(root, name, seconds=round(time.perf_counter() - began, 1))
@@ -183,7 +181,14 @@ def prepare_start(design: dict, out: Path, start: str) -> Path:
 
 
 def start_checkpoint(start_root: Path, start: str) -> Path:
-    return start_root / "data" / ("base_model" if start == "base" else "imitation/model")
+    return Layout(start_root).model("base" if start == "base" else "imitation")
+
+
+def _link(path: Path, target: Path) -> None:
+    """``path`` a link to the folder ``target`` (a run shares its start's models and deals)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.symlink_to(target.resolve())
 
 
 def run_one(design: dict, out: Path, name: str, keep_models: bool) -> None:
@@ -197,12 +202,11 @@ def run_one(design: dict, out: Path, name: str, keep_models: bool) -> None:
     began = time.perf_counter()
     (root / "data").mkdir(parents=True, exist_ok=True)
     (root / "params.yaml").write_text(params_for(design, start, arm, seed))
-    for link, target in (("base_model", start_root / "data" / "base_model"), ("words", start_root / "data" / "words")):
-        if not (root / "data" / link).exists():
-            (root / "data" / link).symlink_to(target.resolve())
-    if start != "base" and not (root / "data" / "imitation").exists():
-        (root / "data" / "imitation").symlink_to((start_root / "data" / "imitation").resolve())
-    layout = Layout(root)
+    layout, start_layout = Layout(root), Layout(start_root)
+    shared = ["base"] + ([] if start == "base" else ["imitation"])
+    for kept in shared:  # data/base, data/imitation: each checkpoint's folder
+        _link(layout.model(kept).parent, start_layout.model(kept).parent)
+    _link(layout.words, start_layout.words)
     params = root / "params.yaml"
     if not _done(root, "start"):
         figures_path = start_root / "metrics" / "start" / FIGURES
