@@ -282,6 +282,12 @@ def t_interval(values: list[float]) -> dict:
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
+def _probabilities(folder: Path, way: str) -> dict[str, float]:
+    """``{"card history": probability of the aggressive action}`` of one way's rows."""
+    rows = [json.loads(line) for line in (folder / "strategy.jsonl").read_text().splitlines()]
+    return {f"{r['player']} {r['card']} {r['history'] or 'opening'}": r["probability"] for r in rows if r["way"] == way}
+
+
 def _figures(folder: Path) -> dict:
     return json.loads((folder / FIGURES).read_text())
 
@@ -305,10 +311,14 @@ def summarise(design: dict, out: Path) -> dict:
                 way = "exact" if both_exact else "played"
                 selfplay = [json.loads(p.read_text()) for n in range(1, last + 1)
                             if (p := metrics / "epochs" / str(n) / "selfplay.json").exists()]
+                before, after = (_probabilities(folder, way) for folder in (metrics / "start",
+                                                                            metrics / "epochs" / str(last)))
                 runs.append({"seed": seed, "way": way, "seconds": _progress(root)["finished"]["seconds"],
                              "points": points, "selfplay_foul_rate": [s.get("foul_rate") for s in selfplay],
                              "difference": points[f"epoch_{last}"][way]["chips"]["exploitability"]
-                             - points["start"][way]["chips"]["exploitability"]})
+                             - points["start"][way]["chips"]["exploitability"],
+                             "probabilities": {"start": before, "last": after},
+                             "moved": statistics.fmean(abs(after[k] - before[k]) for k in before)})
             if not runs:
                 continue
             curve = {}
@@ -320,7 +330,20 @@ def summarise(design: dict, out: Path) -> dict:
                 curve[key]["mass_min"] = statistics.fmean(r["points"][key]["exact"]["mass_min"] for r in runs)
             test = t_interval([r["difference"] for r in runs])
             test["passed"] = test["high"] is not None and test["high"] < 0
-            cells[f"{start}/{arm}"] = {"runs": runs, "curve": curve, "test": test,
+            secondary = {}
+            for key in ("start", f"epoch_{last}"):
+                figures = [r["points"][key][r["way"]] for r in runs]
+                secondary[key] = {
+                    "wins_exploitability": statistics.fmean(f["wins"]["exploitability"] for f in figures),
+                    "vs_equilibrium_first": statistics.fmean(f["chips"]["vs_equilibrium_first"] for f in figures),
+                    "vs_equilibrium_second": statistics.fmean(f["chips"]["vs_equilibrium_second"] for f in figures),
+                    "broken_share": statistics.fmean(r["points"][key]["played"]["broken_share"] for r in runs)
+                    if all("played" in r["points"][key] for r in runs) else None}
+            secondary["moved"] = t_interval([r["moved"] for r in runs])  # exploratory: not registered
+            secondary["probabilities"] = {
+                which: {k: statistics.fmean(r["probabilities"][which][k] for r in runs)
+                        for k in runs[0]["probabilities"][which]} for which in ("start", "last")}
+            cells[f"{start}/{arm}"] = {"runs": runs, "curve": curve, "test": test, "secondary": secondary,
                                        "ways": sorted({r["way"] for r in runs}),
                                        "seconds_mean": statistics.fmean(r["seconds"] for r in runs)}
     reference = all_figures(equilibrium())

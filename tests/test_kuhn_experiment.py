@@ -92,6 +92,9 @@ def test_a_toy_experiment_runs_resumes_and_is_summarised(tmp_path, monkeypatch):
     run = cell["runs"][0]
     assert run["difference"] == pytest.approx(run["points"]["epoch_1"]["played"]["chips"]["exploitability"]
                                               - run["points"]["start"]["played"]["chips"]["exploitability"])
+    assert cell["secondary"]["moved"]["mean"] == pytest.approx(run["moved"])
+    assert set(cell["secondary"]["probabilities"]["last"]) == set(run["probabilities"]["start"])
+    assert len(run["probabilities"]["start"]) == 12
     assert result["equilibrium"]["chips"]["exploitability"] == pytest.approx(0, abs=1e-12)
     assert "| base/offline | 1 | played |" in ke.markdown(result)
     with pytest.raises(SystemExit, match="not a run of the design"):
