@@ -1373,8 +1373,9 @@ def test_dvc_status_names_the_stages_whose_code_changed(tmp_path):
     everything = {stage.name for stage in STAGES if not stage.per_epoch}
     everything |= {name for stage in STAGES if stage.per_epoch for name in epoch_names(stage.name)}
     assert changed_by("game/words.py") == everything
-    assert changed_by("evaluate/games.py") == ({"skill_clues", "evaluate_imitation", "baselines", "report"}
-                                              | epoch_names("evaluate"))
+    # evaluate_base reads the base model's Kuhn poker strategy through spag.pipeline.evaluation, which runs it
+    assert changed_by("evaluate/games.py") == ({"skill_clues", "evaluate_base", "evaluate_imitation", "baselines",
+                                               "report"} | epoch_names("evaluate"))
     assert changed_by("train/losses.py") == {"imitate"} | epoch_names("train")
     assert changed_by("game/taboo/templates.yaml") >= {"imitation_data", "teacher_play"} | epoch_names("reward")
     assert changed_by("evaluate/tournament.py") == set()  # no stage runs a tournament
