@@ -183,5 +183,7 @@ def launcher_failure(stderr: str, limit: int = 6000) -> str:
     summary = stderr.find("torch.distributed.elastic.multiprocessing.errors.ChildFailedError")
     start = stderr.rfind("Traceback (most recent call last):", 0, summary) if summary >= 0 else -1
     workers = stderr[:start] if start >= 0 else ""
-    said = "\n".join(line for line in workers.splitlines() if "Warning" not in line and line.strip())
+    # the fault handler's list of extension modules (one line of several thousand characters) tells nothing
+    said = "\n".join(line for line in workers.splitlines()
+                     if "Warning" not in line and line.strip() and not line.startswith("Extension modules:"))
     return f"{said[-limit:]}\n--- the launcher's end ---\n{stderr[-3000:]}"

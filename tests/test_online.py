@@ -421,3 +421,17 @@ def test_the_gpu_preset_trains_an_online_epoch_at_toy_size_under_zero3(tmp_path)
     games = read_episodes(work / "data/epoch_1/online/episodes")
     assert len(games) == summary["games"] > 0 and {json.loads(g["game_settings"])["rules"] for g in games} == {"original"}
     assert {p.name.split("-")[1] for p in (work / "data/epoch_1/online/episodes").glob("*.parquet")} == {"r0", "r1"}
+
+
+def test_launcher_failure_keeps_the_fault_and_drops_the_module_list():
+    """A worker that aborts prints the fault handler's dump, then a one-line list of thousands of extension
+    modules; what a failed launcher test shows keeps the fault and the stack, not that list."""
+    from spag.testing import launcher_failure
+
+    worker = ("Fatal Python error: Aborted\n\nThread 0x1 (most recent call first):\n  File \"spag/train/online.py\", "
+              "line 9 in step\n\nExtension modules: " + ", ".join(f"module{n}" for n in range(2000)) + " (total: 2000)\n")
+    launcher = ("Traceback (most recent call last):\n  File \"torchrun\"\n"
+                "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n  exitcode  : -6\n")
+    shown = launcher_failure(worker + launcher)
+    assert "Fatal Python error: Aborted" in shown and "spag/train/online.py" in shown
+    assert "module1999" not in shown and "exitcode  : -6" in shown
