@@ -432,6 +432,6 @@ def test_launcher_failure_keeps_the_fault_and_drops_the_module_list():
               "line 9 in step\n\nExtension modules: " + ", ".join(f"module{n}" for n in range(2000)) + " (total: 2000)\n")
     launcher = ("Traceback (most recent call last):\n  File \"torchrun\"\n"
                 "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n  exitcode  : -6\n")
-    shown = launcher_failure(worker + launcher)
-    assert "Fatal Python error: Aborted" in shown and "spag/train/online.py" in shown
-    assert "module1999" not in shown and "exitcode  : -6" in shown
+    workers, _, end = launcher_failure(worker + launcher).partition("--- the launcher's end ---")
+    assert "Fatal Python error: Aborted" in workers and "spag/train/online.py" in workers
+    assert "module1999" not in workers and "exitcode  : -6" in end
