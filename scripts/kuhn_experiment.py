@@ -368,6 +368,19 @@ def markdown(result: dict) -> str:
         lines.append(f"| {name} | {len(cell['runs'])} | {'/'.join(cell['ways'])} | {show(curve['start'].get(way))} | "
                      f"{show(curve['epoch_1'].get(way))} | {show(curve[last].get(way))} | {show(cell['test'])} | "
                      f"{'yes' if cell['test']['passed'] else 'no'} | {cell['seconds_mean']:.0f} |")
+    lines += ["", "| start / arm | win/loss exploitability, start → last | vs equilibrium as first / second, start → "
+                  "last | rule-breaking replies (played), start → last | mean abs. change of the 12 probabilities |",
+              "|---|---|---|---|---|"]
+
+    def pair(a, b, digits=3):
+        return "–" if a is None or b is None else f"{a:.{digits}f} → {b:.{digits}f}"
+
+    for name, cell in result["cells"].items():
+        before, after = cell["secondary"]["start"], cell["secondary"][last]
+        lines.append(f"| {name} | {pair(before['wins_exploitability'], after['wins_exploitability'])} | "
+                     f"{pair(before['vs_equilibrium_first'], after['vs_equilibrium_first'])} / "
+                     f"{pair(before['vs_equilibrium_second'], after['vs_equilibrium_second'])} | "
+                     f"{pair(before['broken_share'], after['broken_share'], 2)} | {show(cell['secondary']['moved'])} |")
     return "\n".join(lines)
 
 
