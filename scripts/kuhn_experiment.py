@@ -278,7 +278,7 @@ def t_interval(values: list[float]) -> dict:
     mean = statistics.fmean(values)
     if n < 2:
         return {"mean": mean, "low": None, "high": None, "n": n}
-    half = t.ppf(0.975, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    half = float(t.ppf(0.975, n - 1)) * statistics.stdev(values) / math.sqrt(n)
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
@@ -363,9 +363,12 @@ def markdown(result: dict) -> str:
 
     last = f"epoch_{result['design']['epochs']}"
     for name, cell in result["cells"].items():
-        way = cell["ways"][0] if len(cell["ways"]) == 1 else "played"
+        # the curve on the exact way wherever a run compares on it (every checkpoint has it), else the played
+        way = "exact" if "exact" in cell["ways"] else "played"
+        played = sum(r["way"] == "played" for r in cell["runs"])
+        ways = way if played in (0, len(cell["runs"])) else f"exact ({played} run{'s' * (played > 1)} played)"
         curve = cell["curve"]
-        lines.append(f"| {name} | {len(cell['runs'])} | {'/'.join(cell['ways'])} | {show(curve['start'].get(way))} | "
+        lines.append(f"| {name} | {len(cell['runs'])} | {ways} | {show(curve['start'].get(way))} | "
                      f"{show(curve['epoch_1'].get(way))} | {show(curve[last].get(way))} | {show(cell['test'])} | "
                      f"{'yes' if cell['test']['passed'] else 'no'} | {cell['seconds_mean']:.0f} |")
     lines += ["", "| start / arm | win/loss exploitability, start → last | vs equilibrium as first / second, start → "

@@ -51,6 +51,7 @@ def test_t_interval_matches_the_t_distribution():
     # mean 3, sd sqrt(2.5), t(0.975, 4) = 2.7764
     half = 2.7764451 * math.sqrt(2.5) / math.sqrt(5)
     assert entry["mean"] == 3.0 and entry["low"] == pytest.approx(3 - half) and entry["high"] == pytest.approx(3 + half)
+    assert type(entry["high"]) is float  # the summary is written as JSON
     assert ke.t_interval([0.5])["low"] is None
 
 
