@@ -41,9 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from spag.config import apply_overrides, load_settings, to_yaml, validate
-from spag.evaluate.strategy import exact_rows, played_rows, profile_of
+from spag.evaluate.strategy import FIGURES, exact_rows, exploitability_report, played_rows, profile_of
+from spag.evaluate.strategy import write_strategy as write_rows_and_report
 from spag.game.kuhn.exploitability import all_figures, equilibrium
-from spag.game.registry import make_game
+from spag.pipeline.evaluation import evaluation_config
 from spag.pipeline.run import Layout, run_stage
 from spag.pipeline.stages.base_model import base_model
 from spag.pipeline.stages.imitate import imitate
@@ -53,12 +54,10 @@ from spag.pipeline.stages.reward import reward
 from spag.pipeline.stages.teacher_play import teacher_play
 from spag.pipeline.stages.train import train
 from spag.pipeline.stages.words import words
-from spag.play.engine import PlayConfig
 from spag.players import close_player, load_player
-from spag.runtime.outputs import write_json_atomic, write_jsonl_atomic
+from spag.runtime.outputs import write_json_atomic
 
 MODEL_VARIABLE = "SPAG_KUHN_MODEL"
-FIGURES = "exploitability.json"
 
 
 # ------------------------------------------------------------------------------------------ the design
@@ -100,36 +99,24 @@ def params_for(design: dict, start: str, arm: str | None, seed: int) -> str:
 def read_strategy(model: Path, params: Path, seed: int, design: dict, played: bool | None = None) -> dict:
     """A checkpoint's rows and figures: exact, and played where ``played`` (None: where the exact way's
     smallest mass is below the design's threshold)."""
-    settings = _settings(params)
-    e = settings.evaluate
-    config = PlayConfig(make_game(settings.game), e, seed)
-    player = load_player(str(model), "hf", **e.player_options("hf"))
+    settings = load_settings(params)
+    config = replace(evaluation_config(settings), seed=seed)  # the evaluation's sampling, the run's seed
+    player = load_player(str(model), "hf", **settings.evaluate.player_options("hf"))
     try:
         rows = exact_rows(player, config)
-        mass_min = min(r["mass"] for r in rows)
         if played is None:
-            played = mass_min < design["strategy"]["mass_threshold"]
+            played = min(r["mass"] for r in rows) < design["strategy"]["mass_threshold"]
         if played:
-            rows += played_rows(player, replace(config, seed=seed), design["strategy"]["samples"])
+            rows += played_rows(player, config, design["strategy"]["samples"])
     finally:
         close_player(player)
-    figures = {"exact": {**all_figures(profile_of(rows, "exact")), "mass_min": mass_min,
-                         "mass_mean": statistics.fmean(r["mass"] for r in rows if r["way"] == "exact")}}
-    if played:
-        mine = [r for r in rows if r["way"] == "played"]
-        figures["played"] = {**all_figures(profile_of(rows, "played")), "replies": mine[0]["replies"],
-                             "broken_share": statistics.fmean(r["broken_share"] for r in mine)}
-    return {"rows": rows, "figures": figures}
-
-
-def _settings(params: Path):
-    return load_settings(params)
+    ways = ("exact", "played") if played else ("exact",)
+    return {"rows": rows, "figures": exploitability_report(rows, {w: all_figures(profile_of(rows, w)) for w in ways})}
 
 
 def write_strategy(folder: Path, measured: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    write_jsonl_atomic(folder / "strategy.jsonl", measured["rows"], replace="any")
-    write_json_atomic(folder / FIGURES, measured["figures"], replace="any")
+    write_rows_and_report(folder, measured["rows"], measured["figures"], replace="any")
 
 
 # ------------------------------------------------------------------------------------------ running

@@ -220,3 +220,16 @@ def test_spag_strategy_refuses_another_game_in_one_line(tiny, tmp_path):
     params.write_text("game: {name: taboo}\n")
     result = run_cli("strategy", tiny, "-o", tmp_path / "out", "--params", params)
     assert result.code == 2 and "game.name" in result.stderr and str(params) in result.stderr
+
+
+def test_the_report_of_the_exact_way_alone():
+    """Where only the exact way was read (its mass passed the bar), the report holds that way and no played one."""
+    from spag.evaluate.strategy import exploitability_report
+    from spag.game.kuhn.exploitability import INFOSETS, all_figures, equilibrium
+
+    profile = equilibrium()
+    rows = [{"way": "exact", "card": i.card, "history": i.history, "probability": profile[(i.card, i.history)],
+             "mass": 0.95 + n / 1000} for n, i in enumerate(INFOSETS)]
+    report = exploitability_report(rows, {"exact": all_figures(profile)})
+    assert set(report) == {"exact"} and report["exact"]["mass_min"] == 0.95
+    assert report["exact"]["chips"]["exploitability"] == pytest.approx(0, abs=1e-12)

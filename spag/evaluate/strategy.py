@@ -126,13 +126,16 @@ def strategy_of(player, settings: PlayConfig, samples: int = 100, seed: int | No
 
 def exploitability_report(rows: Sequence[dict], figures: dict) -> dict:
     """``exploitability.json``: each way's figures in chips and wins, with what says how far to trust it (the
-    exact way's mass on the canonical replies, the played way's rule breaks)."""
+    exact way's mass on the canonical replies, the played way's rule breaks); without played rows, the exact
+    way alone."""
     exact = [r for r in rows if r["way"] == "exact"]
     played = [r for r in rows if r["way"] == "played"]
-    return {"exact": {**figures["exact"], "mass_min": min(r["mass"] for r in exact),
-                      "mass_mean": sum(r["mass"] for r in exact) / len(exact)},
-            "played": {**figures["played"], "replies": played[0]["replies"],
-                       "broken_share": sum(r["broken_share"] for r in played) / len(played)}}
+    report = {"exact": {**figures["exact"], "mass_min": min(r["mass"] for r in exact),
+                        "mass_mean": sum(r["mass"] for r in exact) / len(exact)}}
+    if played:
+        report["played"] = {**figures["played"], "replies": played[0]["replies"],
+                            "broken_share": sum(r["broken_share"] for r in played) / len(played)}
+    return report
 
 
 def write_strategy(folder, rows: Sequence[dict], report: dict, *, replace: str) -> None:
