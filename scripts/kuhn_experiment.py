@@ -55,7 +55,7 @@ from spag.pipeline.stages.teacher_play import teacher_play
 from spag.pipeline.stages.train import train
 from spag.pipeline.stages.words import words
 from spag.players import close_player, load_player
-from spag.runtime.outputs import write_json_atomic
+from spag.runtime.outputs import write_json_atomic, write_text_atomic
 
 MODEL_VARIABLE = "SPAG_KUHN_MODEL"
 
@@ -150,7 +150,7 @@ def prepare_start(design: dict, out: Path, start: str) -> Path:
     """The starting point's folder: the base model, the deals and (but for ``base``) the imitation model."""
     root = out / "starts" / start
     root.mkdir(parents=True, exist_ok=True)
-    (root / "params.yaml").write_text(params_for(design, start, None, 0))
+    write_text_atomic(root / "params.yaml", params_for(design, start, None, 0), replace="any")
     shared = Layout(out / "starts" / "base").model("base").parent  # data/base, the base model's folder
     steps = [("base_model", base_model), ("words", words)]
     if start != "base":
@@ -188,7 +188,7 @@ def run_one(design: dict, out: Path, name: str, keep_models: bool) -> None:
         return
     began = time.perf_counter()
     (root / "data").mkdir(parents=True, exist_ok=True)
-    (root / "params.yaml").write_text(params_for(design, start, arm, seed))
+    write_text_atomic(root / "params.yaml", params_for(design, start, arm, seed), replace="any")
     layout, start_layout = Layout(root), Layout(start_root)
     shared = ["base"] + ([] if start == "base" else ["imitation"])
     for kept in shared:  # data/base, data/imitation: each checkpoint's folder
