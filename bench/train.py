@@ -7,7 +7,9 @@ synthetic game rows, with ``offline-po``:
 
 - precomputed, cold: the reference pass runs first (one model at a time), then training;
 - precomputed, warm: the cached reference log-probs are reused, training only;
-- on the fly: the reference model runs beside the policy at every step (two models in memory).
+- on the fly: the reference model runs beside the policy at every step (two models in memory);
+- padded: precomputed and warm, but each step's batch runs padded to its longest row, as it does on a GPU
+  (on a CPU the trainer runs a step's rows in groups of similar length: ``model_forward_logprobs``).
 
 Reported per setting (best over ``--repeats`` alternating runs): training tokens/s as the median over
 optimiser steps 2.. of (non-padding tokens / step time), read from the dvclive curves the trainer writes;
@@ -31,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = ROOT / "data" / "base" / "model"
 
-SETTINGS = ("precomputed-cold", "precomputed-warm", "on-the-fly")
+SETTINGS = ("precomputed-cold", "precomputed-warm", "padded", "on-the-fly")
 
 _WORDS = ["coffee", "river", "winter", "garden", "engine", "violin", "bridge", "candle", "harbor", "pepper"]
 _LINES = [
@@ -76,6 +78,16 @@ def child(args) -> None:
     from spag.train.trainer import run_training
 
     on_the_fly = args.child == "on-the-fly"
+    if args.child == "padded":  # the trainer as it runs on a GPU: one padded forward per step
+        from spag.train import trainer as spag_trainer
+
+        grouped_init = spag_trainer.SpagTrainer.__init__
+
+        def padded_init(self, *a, **k):
+            grouped_init(self, *a, **k)
+            self._unpadded = False
+
+        spag_trainer.SpagTrainer.__init__ = padded_init
     out = Path(args.work) / f"out-{args.child}"
     live_dir = Path(args.work) / f"live-{args.child}"
     run_training(
@@ -140,7 +152,7 @@ def main() -> None:
         results = []
         # Cold once (it fills the cache), then warm and on-the-fly alternately, so that a burst of
         # other work on the machine hits both alike.
-        for setting in ("precomputed-cold",) + ("precomputed-warm", "on-the-fly") * args.repeats:
+        for setting in ("precomputed-cold",) + ("precomputed-warm", "padded", "on-the-fly") * args.repeats:
             command = [sys.executable, __file__, "--child", setting, "--work", work, "--data", str(data),
                        "--model", args.model, "--steps", str(args.steps), "--batch-size", str(args.batch_size),
                        "--max-length", str(args.max_length)]
@@ -177,6 +189,9 @@ def main() -> None:
     warm, fly = best["precomputed-warm"], best["on-the-fly"]
     print(f"reference pass (cold cache): {cold['ref_seconds']:.1f}s for {args.rows} rows; "
           f"warm cache: {max(r['ref_seconds'] for r in results if r['setting'] == 'precomputed-warm'):.2f}s")
+    padded = best["padded"]
+    print(f"rows grouped by length vs one padded batch per step: {warm['step_tps'] / padded['step_tps']:.2f}x "
+          f"the training tokens/s, {warm['cpu'] / padded['cpu']:.2f}x the CPU seconds of the whole run")
     print(f"precomputed vs on the fly: {warm['step_tps'] / fly['step_tps']:.2f}x the training tokens/s, "
           f"{warm['memory'] / fly['memory']:.2f}x the peak memory, {warm['cpu'] / fly['cpu']:.2f}x the CPU "
           f"seconds of the whole run (best of {args.repeats} runs each)")

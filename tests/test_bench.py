@@ -210,3 +210,38 @@ def test_the_check_replaces_no_file_but_its_own_json(tmp_path):
     assert done.returncode == 2 and said.strip().splitlines() == [
         f"error: --out {other}: the file exists and is not this check's JSON; choose another path"]
     assert other.read_text() == '{"mine": 1}'
+
+
+# ------------------------------------------- bench/train.py and bench/benchmark.py at toy size
+
+
+@pytest.mark.slow
+def test_the_training_bench_runs_every_setting_at_toy_size(tmp_path):
+    """bench/train.py on a tiny model: each setting in its own process, the padded batches beside the rows
+    grouped by length that a CPU run uses."""
+    model = make_tiny_checkpoint(tmp_path / "tiny")
+    done = subprocess.run([sys.executable, str(PLAY.parent / "train.py"), "--model", str(model), "--rows", "12",
+                           "--steps", "3", "--repeats", "1"],
+                          capture_output=True, text=True, check=False, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.split()}
+    for setting in ("precomputed-cold", "precomputed-warm", "padded", "on-the-fly"):
+        assert setting in table and float(table[setting][2]) > 0, done.stdout  # step tokens/s
+    assert "rows grouped by length vs one padded batch per step:" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_benchmark_bench_finds_both_models_agree_at_toy_size(tmp_path):
+    """bench/benchmark.py on real items (the pinned artifacts) with a tiny model: lm-eval's own HF model
+    and spag's shared-context one give every item the same result (the script exits otherwise)."""
+    model = make_tiny_checkpoint(tmp_path / "tiny")
+    done = subprocess.run([sys.executable, str(PLAY.parent / "benchmark.py"), "--model", str(model), "--items", "6",
+                           "--json"], capture_output=True, text=True, check=False, timeout=600,
+                          env={**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout[done.stdout.index("{"):])
+    assert set(figures["tasks"]) == {"arc_easy", "piqa", "hellaswag"}
+    for name, task in figures["tasks"].items():
+        assert task["max_loglikelihood_difference"] < 1e-3, name
+        assert task["lm-eval HFLM"]["items"] == task["spag shared contexts"]["items"] == 6, name
+    assert figures["panel"]["items"] == 18 and figures["panel"]["wall_s"] > 0

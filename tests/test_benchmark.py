@@ -416,3 +416,26 @@ def test_pooled_difference_weighs_every_item_once_with_its_test(tmp_path):
     assert 0 < pooled["mde"] < result["tasks"]["x"]["mde"]
     table = format_table(result)
     assert "pooled" in table and "MDE" in table and "McNemar" in table
+
+
+def test_shared_contexts_score_every_choice_as_lm_evals_model_does(tiny):
+    """spag's scoring (each context encoded once, the choices in groups of similar length on top of it)
+    gives lm-eval's own numbers for choices of very different lengths, and the same greedy flags."""
+    from lm_eval.models.huggingface import HFLM
+
+    from spag.evaluate.shared_prefix import SharedPrefixLM
+
+    lm = SharedPrefixLM.create_from_arg_obj({"pretrained": str(tiny[0]), "dtype": "float32"},
+                                            {"batch_size": 4, "device": "cpu"})
+    rng = random.Random(0)
+    requests = []
+    for c in range(6):
+        context = [rng.randrange(3, 200) for _ in range(5 + 7 * c)]
+        for length in (1, 3, 17, 40):  # one context, four choices from 1 to 40 tokens
+            continuation = [rng.randrange(3, 200) for _ in range(length)]
+            requests.append(((f"context {c}", f"choice {length}"), context, continuation))
+    shared = lm._loglikelihood_tokens(requests, disable_tqdm=True)
+    plain = HFLM._loglikelihood_tokens(lm, requests, disable_tqdm=True)
+    assert [greedy for _, greedy in shared] == [greedy for _, greedy in plain]
+    np.testing.assert_allclose([s for s, _ in shared], [s for s, _ in plain], rtol=1e-4, atol=1e-3)
+    assert len({round(s, 3) for s, _ in shared}) == len(requests)  # real, distinct numbers

@@ -168,3 +168,74 @@ def test_the_loss_reaches_the_completion_tokens_and_nothing_else(tiny, rows):
         # position t predicts token t + 1: the completion's tokens are the row's last n_completion
         expected = [width - 1 - n_completion <= width - kept + j <= width - 2 for j in range(kept)]
         assert touched[row].tolist() == expected, row
+
+
+def test_rows_run_without_padding_give_the_padded_batchs_numbers(tiny, rows):
+    """On a CPU the trainer runs each step's rows in groups of similar length, cut to their own width: the
+    log-probabilities and the gradients are the padded batch's, up to float rounding."""
+    import torch
+
+    from spag.models.loading import load_model
+    from spag.train.data import RowDataset, collate
+    from spag.train.reference import model_forward_logprobs
+
+    model, tok = load_model(tiny, device="cpu", dtype="float32")
+    long_row = {**rows[0], "prompt": rows[0]["prompt"] + " Think of every drink you know. " * 12}
+    batch_rows = [*rows, long_row]
+    encoded = encode_rows([validate_row(r, i) for i, r in enumerate(batch_rows)], tok, 1024, show_progress=False)
+    batch = collate([RowDataset(encoded)[i] for i in range(len(batch_rows))], tok.pad_token_id)
+    lengths = batch["attention_mask"].sum(dim=1)
+    assert lengths.max() > 1.5 * lengths.min()  # the padded batch holds real padding
+    model.train()
+    results = []
+    for unpadded in (False, True):
+        model.zero_grad()
+        logp = model_forward_logprobs(model, batch, unpadded=unpadded)
+        (logp * torch.arange(1.0, len(batch_rows) + 1)).sum().backward()  # a different weight per row
+        results.append((logp.detach(), [p.grad.clone() for p in model.parameters()]))
+    (padded, padded_grads), (unpadded, unpadded_grads) = results
+    torch.testing.assert_close(unpadded, padded, rtol=1e-5, atol=1e-5)
+    for a, b in zip(unpadded_grads, padded_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_length_groups_hold_every_row_once_with_little_padding():
+    from spag.models.batching import MIN_TOKENS, PADDING_SLACK, length_groups
+
+    lengths = [5, 300, 12, 280, 40, 41, 290, 7, 600, 39]
+    groups = length_groups(lengths)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for g in groups:
+        longest = max(lengths[i] for i in g)
+        assert longest * len(g) <= (1 + PADDING_SLACK) * sum(lengths[i] for i in g) + MIN_TOKENS
+    assert [8] in groups  # the one long row is alone
+    assert length_groups([]) == [] and length_groups([3]) == [[0]]
+
+
+def test_reference_rows_that_begin_alike_reuse_the_row_befores_beginning(tiny, rows):
+    """The reference pass on a CPU takes rows one at a time in the order of their tokens, each reusing the
+    keys and values of what it shares with the row before: the padded batch's log-probabilities up to
+    float rounding."""
+    import torch
+
+    from spag.models.loading import load_model
+    from spag.train.data import RowDataset, collate
+    from spag.train.reference import MIN_SHARED_PREFIX, model_forward_logprobs, reused_prefix_logprobs
+
+    model, tok = load_model(tiny, device="cpu", dtype="float32")
+    model.eval()
+    later = {**rows[0], "prompt": rows[0]["prompt"] + " One more line of the game.",
+             "completion": "Something you drink hot, often with milk."}
+    batch_rows = [rows[0], later, *rows[1:]]
+    encoded = encode_rows([validate_row(r, i) for i, r in enumerate(batch_rows)], tok, 1024, show_progress=False)
+    items = [RowDataset(encoded)[i] for i in range(len(batch_rows))]
+    first, second = items[0]["input_ids"], items[1]["input_ids"]
+    assert next(k for k in range(len(first)) if first[k] != second[k]) >= MIN_SHARED_PREFIX  # a real reuse
+    with torch.no_grad():
+        padded = model_forward_logprobs(model, collate(items, tok.pad_token_id))
+        for order in ([0, 1, 2, 3], [3, 1, 0, 2], [1, 0, 3, 2]):
+            reused = torch.stack(list(reused_prefix_logprobs(model, [items[i] for i in order])))
+            torch.testing.assert_close(reused, padded[order], rtol=1e-5, atol=1e-5)
+    # the pass the cache is built from: every row gets its own number back
+    logp = compute_reference_logprobs(model, encoded, tok.pad_token_id, batch_size=2, show_progress=False)
+    torch.testing.assert_close(torch.tensor([logp[i] for i in range(len(items))]), padded, rtol=1e-5, atol=1e-5)

@@ -145,6 +145,58 @@ def test_opening_lines_are_what_the_games_say_first(player):
     assert config.opening_lines(player, words) == [e["history"][0]["content"] for e in episodes]
 
 
+def test_the_skill_reads_the_opening_lines_of_the_games_it_played(player, tmp_path):
+    """Where the evaluation games were just played, the skill metrics take their opening lines (seed by seed)
+    instead of generating them again: the same lines, so the same metrics."""
+    from dataclasses import replace
+
+    from spag.evaluate.games import evaluate_models, opening_lines_played
+    from spag.game.taboo.skill import clue_set, measure_skill
+
+    config = PlayConfig.of(max_turns=2, temperature=1.0, max_new_tokens=8, seed=5)
+    words = ["coffee", "river", "garden"]
+    evaluate_models(player, player, words, config, episodes_out=tmp_path / "games", seeds=2)
+    played = opening_lines_played(tmp_path / "games", config.game, words, seeds=2)
+    assert played == [line for s in range(2) for line in replace(config, seed=5 + s).opening_lines(player, words)]
+    clues = clue_set(player, words, config, per_word=1)
+    fresh = measure_skill(player, player, words, config, clues, lines_per_word=2)
+    read = measure_skill(player, player, words, config, clues, lines_per_word=2, openings=played)
+    assert read == fresh
+    # a game missing, a word asked twice: nothing to read, the caller generates the lines
+    assert opening_lines_played(tmp_path / "games", config.game, [*words, "window"], seeds=2) is None
+    assert opening_lines_played(tmp_path / "games", config.game, ["river", "river"], seeds=2) is None
+    assert opening_lines_played(tmp_path / "none", config.game, words) is None
+    with pytest.raises(ValueError, match="2 opening lines for 6"):
+        measure_skill(player, player, words, config, clues, lines_per_word=2, openings=played[:2])
+
+
+def test_a_baseline_wrapping_a_model_takes_that_models_guess_rank(player):
+    """The guess rank reads the model's own guess distribution, which no strategy changes: a baseline that wraps
+    the imitation model takes the imitation model's (the pipeline's metrics/imitation/skill.json) when it was
+    measured on the same words and clues, and measures its own otherwise."""
+    import json
+
+    from spag.game.taboo.baselines import FILTER
+    from spag.game.taboo.skill import clue_set, measure_skill
+    from spag.game.taboo.strategies import WithStrategies
+
+    config = PlayConfig.of(max_turns=2, temperature=1.0, max_new_tokens=8, seed=2)
+    words = ["coffee", "river", "garden"]
+    clues = clue_set(player, words, config, per_word=1)
+    plain = json.loads(json.dumps(measure_skill(player, player, words, config, clues)))  # as the stage reads it
+    wrapped = WithStrategies(player, FILTER, name="filtered")
+    fresh = measure_skill(wrapped, player, words, config, clues)
+    taken = measure_skill(wrapped, player, words, config, clues, model_skill=plain)
+    assert taken["guess_rank"] == fresh["guess_rank"] == plain["guess_rank"]
+    assert taken["clue_rank"] == fresh["clue_rank"]  # its own opening lines, strategies included
+    altered = json.loads(json.dumps(plain))
+    altered["per_word"]["guess_rank"]["coffee"][0] += 1.0
+    assert measure_skill(wrapped, player, words, config, clues, model_skill=altered)["per_word"]["guess_rank"][
+        "coffee"][0] == plain["per_word"]["guess_rank"]["coffee"][0] + 1.0  # taken as it is
+    other = measure_skill(wrapped, player, words[:2], config, clues, model_skill=plain)  # other words: measured
+    assert other["guess_rank"] == measure_skill(wrapped, player, words[:2], config, clues)["guess_rank"]
+
+
 # ------------------------------------------------------------------------- baselines with strategies
 
 

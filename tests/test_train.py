@@ -521,3 +521,27 @@ def test_deepspeed_runs_build_their_ops_with_the_environments_ninja(monkeypatch)
     assert shutil.which("ninja") == str(ours)
     _environment_ninja_first()  # once is enough: PATH does not grow
     assert os.environ["PATH"].split(os.pathsep).count(str(ours.parent)) == 1
+
+
+def test_a_finished_run_writes_no_checkpoint_at_its_last_step(tiny, tmp_path, monkeypatch):
+    """The Trainer checkpoints the last step whatever save_steps; spag saves the finished model right after,
+    so that checkpoint (the optimizer's state: twice the model) is skipped unless checkpoints are kept."""
+    from transformers import Trainer
+
+    saved = []
+    original = Trainer._save_checkpoint
+
+    def recording(self, *args, **kwargs):
+        saved.append(self.state.global_step)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "_save_checkpoint", recording)
+    data = write_rows(tmp_path / "rows.jsonl", game_rows())
+    run_training("sft-kl", tiny, data, tmp_path / "plain", max_steps=3, save_steps=2, live=False, **FAST)
+    assert saved == [2]  # the intermediate one only
+    saved.clear()
+    run_training("sft-kl", tiny, data, tmp_path / "kept", max_steps=3, save_steps=2, keep_checkpoints=True,
+                 live=False, **FAST)
+    assert saved == [2, 3]
+    assert (tmp_path / "kept" / "checkpoints" / "checkpoint-3").is_dir()
+    assert read_summary(tmp_path / "plain")["steps"] == 3

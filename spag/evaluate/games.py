@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from spag.game.base import Game
-from spag.game.episodes import write_episodes
+from spag.game.episodes import read_episodes, write_episodes
 from spag.game.registry import episode_game
 from spag.play.engine import PlayConfig, play_games
 from spag.players import close_player, load_player
@@ -296,6 +296,27 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
             "per_word": per_word_scores(game, as_attacker, as_defender),
             "max_turns": int(game.max_turns), "temperature": float(config.sampling.temperature),
             "seeds": seeds, "first_seed": int(config.seed), "provenance": provenance}
+
+
+def opening_lines_played(episodes_out: str | os.PathLike, game: Game, words: list[str], seeds: int = 1
+                         ) -> list[str] | None:
+    """The opening utterances of the model :func:`evaluate_models` played in the opening role into
+    ``episodes_out`` on ``words``, seed by seed, words in order: what ``PlayConfig.opening_lines`` gives for
+    the same model and seeds (a game's first line is said before its opponent speaks). None when a game is
+    missing or a word repeats, so the caller generates the lines instead."""
+    if len(set(words)) != len(words):
+        return None
+    lines = []
+    for s in range(seeds):
+        folder = Path(episodes_out) / f"seed_{s}" if seeds > 1 else Path(episodes_out)
+        path = folder / f"as_{game.roles[0]}.parquet"
+        if not path.is_file():
+            return None
+        first = {e["target_word"]: e["history"][0]["content"] for e in read_episodes(path, game) if e["history"]}
+        if not set(words) <= set(first):
+            return None
+        lines += [first[w] for w in words]
+    return lines
 
 
 def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, resume: bool,

@@ -3,10 +3,11 @@
 A multiple-choice task asks for the log-likelihood of every choice after the same context (the question).
 lm-eval's ``HFLM`` runs the model over ``context + choice`` once per choice, so a four-choice HellaSwag item
 encodes its 60-token context four times and computes the vocabulary's log-softmax at every position.
-:class:`SharedPrefixLM` runs the context once (its keys and values kept), then all the choices together
-on top of it, and takes the log-softmax only where a choice's tokens are scored. The sums are the same
-numbers (equal up to float rounding; the tests compare both on the embedded model); on the laptop panel
-the model does about half the token work (see bench/benchmark.py).
+:class:`SharedPrefixLM` runs the context once (its keys and values kept), then the choices on top of it
+in groups of similar length (:func:`spag.models.batching.length_groups`: HellaSwag's endings differ by tens
+of tokens, and padding costs as much as a token on a CPU), and takes the log-softmax only where a choice's
+tokens are scored. The sums are lm-eval's up to float rounding (tests/test_benchmark.py compares both on a
+tiny model, bench/benchmark.py on real items); on the laptop panel the model does about half the token work.
 
 Every request it cannot share this way (a context of one token, a context and choice longer than the
 model's window, a non-causal model) goes through ``HFLM`` unchanged.
@@ -18,6 +19,8 @@ import inspect
 
 from lm_eval.models.huggingface import HFLM
 from tqdm.auto import tqdm
+
+from spag.models.batching import length_groups
 
 DEFAULT_ITEMS_PER_BATCH = 16
 
@@ -65,6 +68,7 @@ class SharedPrefixLM(HFLM):
         context's last token, attending to its own context's keys and values."""
         import torch
         import torch.nn.functional as F
+        from transformers import DynamicCache
 
         device = self.device
         prefix_lengths = [len(context) - 1 for context, _ in chunk]
@@ -80,23 +84,32 @@ class SharedPrefixLM(HFLM):
             for i in indices:
                 owners.append(row)
                 rows.append(i)
-        continuations = [requests[i][2] for i in rows]
-        length = max(len(c) for c in continuations)
-        tokens = torch.zeros((len(rows), length), dtype=torch.long)
-        mask = torch.zeros((len(rows), width + length), dtype=torch.long)
-        positions = torch.zeros((len(rows), length), dtype=torch.long)
-        for r, (owner, continuation) in enumerate(zip(owners, continuations, strict=True)):
-            sequence = [chunk[owner][0][-1], *continuation[:-1]]
-            tokens[r, :len(sequence)] = torch.tensor(sequence)
-            mask[r, :prefix_lengths[owner]] = 1  # its own context, not the padding after it
-            mask[r, width:] = 1
-            positions[r] = prefix_lengths[owner] + torch.arange(length)
-        cache.batch_select_indices(torch.tensor(owners, device=device))
-        logits = self.model(tokens.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
-                            past_key_values=cache, use_cache=False).logits
-        logprobs = F.log_softmax(logits, dim=-1, dtype=self.softmax_dtype)
-        for r, (i, continuation) in enumerate(zip(rows, continuations, strict=True)):
-            scored = logprobs[r, :len(continuation)]
-            target = torch.tensor(continuation, device=device)
-            total = float(scored.gather(-1, target[:, None]).sum())
-            yield i, (total, bool((scored.argmax(dim=-1) == target).all()))
+        # The continuations in groups of similar length, each padded to its own longest: choices differ
+        # in length (HellaSwag's endings by tens of tokens), and on a CPU padding costs as much as a token.
+        lengths = [len(requests[i][2]) for i in rows]
+        for group in length_groups(lengths):
+            length = max(lengths[g] for g in group)
+            tokens = torch.zeros((len(group), length), dtype=torch.long)
+            mask = torch.zeros((len(group), width + length), dtype=torch.long)
+            positions = torch.zeros((len(group), length), dtype=torch.long)
+            for r, g in enumerate(group):
+                owner, continuation = owners[g], requests[rows[g]][2]
+                sequence = [chunk[owner][0][-1], *continuation[:-1]]
+                tokens[r, :len(sequence)] = torch.tensor(sequence)
+                mask[r, :prefix_lengths[owner]] = 1  # its own context, not the padding after it
+                mask[r, width:] = 1
+                positions[r] = prefix_lengths[owner] + torch.arange(length)
+            index = torch.tensor([owners[g] for g in group], device=device)
+            group_cache = DynamicCache()
+            for layer, kept in enumerate(cache.layers):
+                group_cache.update(kept.keys[index], kept.values[index], layer)
+            logits = self.model(tokens.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
+                                past_key_values=group_cache, use_cache=False).logits
+            logprobs = F.log_softmax(logits, dim=-1, dtype=self.softmax_dtype)
+            for r, g in enumerate(group):
+                continuation = requests[rows[g]][2]
+                scored = logprobs[r, :len(continuation)]
+                target = torch.tensor(continuation, device=device)
+                total = float(scored.gather(-1, target[:, None]).sum())
+                yield rows[g], (total, bool((scored.argmax(dim=-1) == target).all()))
+            del group_cache, logits, logprobs

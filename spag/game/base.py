@@ -264,8 +264,14 @@ class SkillMetrics(ABC):
 
     @abstractmethod
     def measure(self, game: Game, player, judge_player, targets: Sequence[str], config, material: Sequence[Mapping],
-                *, per_target: int, seed: int) -> dict:
-        """Each metric of ``player`` with its interval and ``per_word`` sums for pairing."""
+                *, per_target: int, seed: int, openings: Sequence[str] | None = None,
+                model_skill: Mapping | None = None) -> dict:
+        """Each metric of ``player`` with its interval and ``per_word`` sums for pairing. ``openings``: the
+        opening utterances ``player`` already said on ``targets`` in evaluation games with the same seeds
+        (seed by seed, targets in order), which need not be generated again; ``model_skill``: what this
+        method returned for the model ``player`` speaks with, on the same targets and material (a baseline
+        that wraps the imitation model: the imitation model's), whose metrics that read the model alone,
+        not its strategies, are taken from it."""
 
     @abstractmethod
     def compare(self, mine: Mapping, reference: Mapping, seed: int = 0) -> dict:

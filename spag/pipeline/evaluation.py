@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from spag.config import Evaluate, Generation
-from spag.evaluate.games import check_held_out
+from spag.evaluate.games import check_held_out, opening_lines_played
 from spag.evaluate.strategy import exploitability_report, strategy_line, strategy_of, write_strategy
 from spag.game.kuhn import KuhnPoker
 from spag.game.words import read_words
@@ -71,9 +71,15 @@ def skill_material(layout: Layout) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def measure_skill(settings: Declared, layout: Layout, player, judge_player, words: list[str], config) -> dict:
+def measure_skill(settings: Declared, layout: Layout, player, judge_player, words: list[str], config,
+                  played: Path | None = None, model_skill: dict | None = None) -> dict:
+    """The skill metrics of ``player``; ``played``: the folder of its evaluation games on ``words`` (on the hf
+    backend, as the metrics are), whose opening lines the metrics then read instead of generating them;
+    ``model_skill``: the metrics of the model ``player`` speaks with (see ``SkillMetrics.measure``)."""
+    e = settings.evaluate
+    openings = opening_lines_played(played, config.game, words, e.seeds) if played is not None else None
     return config.game.skill.measure(config.game, player, judge_player, words, config, skill_material(layout),
-                                     per_target=settings.evaluate.seeds, seed=settings.evaluate.seed)
+                                     per_target=e.seeds, seed=e.seed, openings=openings, model_skill=model_skill)
 
 
 def skill_line(skill: dict) -> str:

@@ -122,7 +122,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("baselines", "the no-training baselines against the imitation model, with their skill metrics",
           (*_EVALUATION_PLAY, "evaluate.skill", "evaluate.baselines"),
           deps=("data/imitation/model", BASE_MODEL, "data/skill/clues.jsonl", "data/words/eval.txt",
-                "data/words/all.txt"),
+                "data/words/all.txt", "metrics/imitation/skill.json"),
           outs=_cached("data/baselines/episodes") + _kept_in_git("metrics/baselines")),
     Stage("play", "the previous checkpoint plays itself on this epoch's words",
           ("seed", "game", "play", "spag.epochs.{epoch}"),

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spag.models.batching import length_groups
 from spag.runtime.console import progress
 from spag.runtime.errors import DataError
 from spag.runtime.fingerprint import model_fingerprint
@@ -90,10 +91,38 @@ def _accepts(model, argument: str) -> bool:
         return False
 
 
-def model_forward_logprobs(model, batch: dict, supports_logits_to_keep: bool | None = None):
-    """log π of each row of a collated batch (the one forward used by training and the reference pass)."""
+def model_forward_logprobs(model, batch: dict, supports_logits_to_keep: bool | None = None, *,
+                           unpadded: bool = False):
+    """log π of each row of a collated batch (the one forward used by training and the reference pass).
+
+    ``unpadded``: the rows run in groups of similar length (:func:`spag.models.batching.length_groups`),
+    each group cut to its own width, so the batch's padding is not computed; the same numbers up to float
+    rounding, and one graph for the backward pass. For a single process on a CPU, where padding costs as
+    much as real tokens: under DDP or DeepSpeed one forward call per step is what their hooks expect."""
+    import torch
+
     if supports_logits_to_keep is None:
         supports_logits_to_keep = _accepts(model, "logits_to_keep")
+    lengths = batch["attention_mask"].sum(dim=1).tolist()
+    groups = length_groups(lengths) if unpadded else [list(range(len(lengths)))]
+    if len(groups) == 1:
+        return _group_logprobs(model, batch, supports_logits_to_keep)
+    width = batch["input_ids"].shape[1]
+    parts, order = [], []
+    for rows in groups:
+        index = torch.tensor(rows, device=batch["input_ids"].device)
+        columns = slice(width - max(lengths[r] for r in rows), width)  # left padding: real tokens at the end
+        group = {key: batch[key][index, columns]
+                 for key in ("input_ids", "attention_mask", "position_ids", "completion_mask")}
+        group["logits_to_keep"] = min(group["input_ids"].shape[1],
+                                      int(group["completion_mask"].sum(dim=1).max()) + 1)
+        parts.append(_group_logprobs(model, group, supports_logits_to_keep))
+        order += rows
+    logp = torch.cat(parts)
+    return logp[torch.argsort(torch.tensor(order, device=logp.device))]
+
+
+def _group_logprobs(model, batch: dict, supports_logits_to_keep: bool):
     kwargs = {"logits_to_keep": batch["logits_to_keep"]} if supports_logits_to_keep else {}
     outputs = model(
         input_ids=batch["input_ids"],
@@ -107,15 +136,23 @@ def model_forward_logprobs(model, batch: dict, supports_logits_to_keep: bool | N
 
 def compute_reference_logprobs(model, encoded, pad_token_id: int, batch_size: int = 8, device=None,
                                autocast_dtype=None, indices=None, show_progress: bool = True) -> dict[int, float]:
-    """log π_ref of the rows ``indices`` (all by default), longest first, without gradient."""
+    """log π_ref of the rows ``indices`` (all by default), without gradient.
+
+    On a GPU the rows go in padded batches, longest first (the largest batch comes first, so an
+    out-of-memory shows up at once). On a CPU they go one at a time in the order of their tokens, each
+    reusing what it shares with the row before (:func:`reused_prefix_logprobs`): about half the tokens of
+    a game's rows are the rules and history of rows before them."""
     import torch
 
     dataset = RowDataset(encoded)
     if indices is None:
         indices = range(len(dataset))
-    # Longest first: the largest batch comes first, so an out-of-memory shows up at once.
-    order = sorted(indices, key=lambda i: len(encoded.input_ids[i]), reverse=True)
     device = torch.device(device) if device is not None else next(model.parameters()).device
+    on_cpu = device.type == "cpu"
+    if on_cpu:
+        order = sorted(indices, key=lambda i: list(encoded.input_ids[i]))
+    else:
+        order = sorted(indices, key=lambda i: len(encoded.input_ids[i]), reverse=True)
     was_training = model.training
     model.eval()
     supports = _accepts(model, "logits_to_keep")
@@ -124,16 +161,52 @@ def compute_reference_logprobs(model, encoded, pad_token_id: int, batch_size: in
     autocast = (torch.autocast(device_type=device.type, dtype=autocast_dtype) if autocast_dtype is not None
                 else contextlib.nullcontext())
     with torch.no_grad(), autocast:
-        for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
-            batch = collate([dataset[i] for i in chunk], pad_token_id)
-            batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
-            logp = model_forward_logprobs(model, batch, supports).float().cpu().tolist()
-            results.update(zip(chunk, logp))
-            bar.update(len(chunk))
+        if on_cpu and supports:
+            for i, logp in zip(order, reused_prefix_logprobs(model, [dataset[i] for i in order]), strict=True):
+                results[i] = float(logp)
+                bar.update(1)
+        else:
+            for start in range(0, len(order), batch_size):
+                chunk = order[start:start + batch_size]
+                batch = collate([dataset[i] for i in chunk], pad_token_id)
+                batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
+                logp = model_forward_logprobs(model, batch, supports, unpadded=on_cpu)
+                results.update(zip(chunk, logp.float().cpu().tolist()))
+                bar.update(len(chunk))
     bar.close()
     model.train(was_training)
     return results
+
+
+MIN_SHARED_PREFIX = 16  # tokens: a shorter shared beginning is encoded again rather than copied
+
+
+def reused_prefix_logprobs(model, items: list):
+    """log π of each row (dataset items, without gradient), one row at a time in the order given: a row
+    takes the keys and values of the beginning it shares with the row before (rows sorted by their tokens
+    share their rules and their game's history) and encodes only the rest. Yields one float tensor per row;
+    the padded batch's numbers up to float rounding."""
+    import torch
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    kept_ids: list[int] = []
+    kept_kv: list = []
+    for item in items:
+        ids, completion = list(item["input_ids"]), item["completion_length"]
+        limit = min(len(ids) - completion - 1, len(kept_ids))  # the last prompt token always runs
+        shared = next((k for k in range(limit) if ids[k] != kept_ids[k]), limit)
+        shared = shared if shared >= MIN_SHARED_PREFIX else 0
+        cache = DynamicCache()
+        for index, (keys, values) in enumerate(kept_kv if shared else []):
+            cache.update(keys[:, :, :shared], values[:, :, :shared], index)
+        tokens = torch.tensor([ids[shared:]], dtype=torch.long, device=device)
+        logits = model(input_ids=tokens, position_ids=torch.arange(shared, len(ids), device=device)[None],
+                       past_key_values=cache, use_cache=True, logits_to_keep=completion + 1).logits
+        mask = torch.zeros_like(tokens)
+        mask[0, -completion:] = 1
+        yield completion_logprobs(logits, tokens, mask)[0].float()
+        kept_ids, kept_kv = ids, [(layer.keys, layer.values) for layer in cache.layers]
 
 
 @contextlib.contextmanager

@@ -168,6 +168,10 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
         self.ref_model = ref_model
         self.ref_is_base_without_adapter = ref_is_base_without_adapter
         self._keeps_logits = _accepts(_base_model(self.model), "logits_to_keep")
+        # One process on a CPU: each step's rows run in groups without the batch's padding (see
+        # model_forward_logprobs); on a GPU a padded batch is one efficient call.
+        self._unpadded = (not self.is_deepspeed_enabled and self.args.world_size == 1
+                          and self.args.device.type == "cpu")
         self._stat_sums: dict[str, float] = {}
         self._stat_counts: dict[str, int] = {}
         self.last_logged_loss: float | None = None
@@ -208,20 +212,21 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
                 # The reference inside the policy (DeepSpeed): the engine gathers and casts it as the policy.
                 ref = self.accelerator.unwrap_model(model).get_submodule(REFERENCE_SUBMODULE)
                 ref.eval()
-                return model_forward_logprobs(ref, inputs, self._keeps_logits).detach()
+                return model_forward_logprobs(ref, inputs, self._keeps_logits, unpadded=self._unpadded).detach()
             if self.ref_is_base_without_adapter:
                 # LoRA on the reference itself: the base weights with adapters switched off.
                 peft_model = self.accelerator.unwrap_model(model)
                 was_training = peft_model.training
                 peft_model.eval()
                 with peft_model.disable_adapter():
-                    logp = model_forward_logprobs(peft_model, inputs, self._keeps_logits)
+                    logp = model_forward_logprobs(peft_model, inputs, self._keeps_logits, unpadded=self._unpadded)
                 peft_model.train(was_training)
                 return logp.detach()
-            return model_forward_logprobs(self.ref_model, inputs, self._keeps_logits).detach()
+            return model_forward_logprobs(self.ref_model, inputs, self._keeps_logits,
+                                          unpadded=self._unpadded).detach()
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        logp = model_forward_logprobs(model, inputs, self._keeps_logits)
+        logp = model_forward_logprobs(model, inputs, self._keeps_logits, unpadded=self._unpadded)
         ref_logp = inputs.get("ref_logp")
         if ref_logp is None and self.method != SFT:
             ref_logp = self._reference_logprobs(model, inputs)
@@ -259,6 +264,21 @@ def _usual_modes_callback():
                 record_written(folder)
 
     return UsualModes()
+
+
+def _no_final_checkpoint_callback():
+    from transformers import TrainerCallback
+
+    class NoFinalCheckpoint(TrainerCallback):
+        """No checkpoint at the last step (the Trainer writes one there whatever ``save_steps``): the finished
+        model is saved right after, and the checkpoint, whose optimizer state is twice the model's size,
+        would be written only to be removed. Kept when the run keeps its checkpoints."""
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= state.max_steps:
+                control.should_save = False
+
+    return NoFinalCheckpoint()
 
 
 def _make_live_callback(live):
@@ -669,7 +689,8 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
 
 
 def run_callbacks(run: _Run) -> tuple[list, object]:
-    """The callbacks of a run (checkpoint file modes; dvclive curves when ``live``) and its dvclive Live."""
+    """The callbacks of a run (checkpoint file modes, no checkpoint at the last step unless checkpoints are
+    kept, dvclive curves when ``live``) and its dvclive Live."""
     config = run.config
     live = None
     if config.live and run.main:
@@ -678,7 +699,8 @@ def run_callbacks(run: _Run) -> tuple[list, object]:
         params = {"method": run.method, "model": str(run.model), "ref": str(run.ref), "data": str(run.data),
                   **{k: v for k, v in config.model_dump().items() if isinstance(v, (int, float, str, bool))}}
         live = _open_live(live_dir, resume=run.resume_from is not None, params=params)
-    return [_usual_modes_callback()] + ([_make_live_callback(live)] if live is not None else []), live
+    callbacks = [_usual_modes_callback()] + ([] if config.keep_checkpoints else [_no_final_checkpoint_callback()])
+    return callbacks + ([_make_live_callback(live)] if live is not None else []), live
 
 
 def show_postfix_progress(trainer) -> None:

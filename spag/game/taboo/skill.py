@@ -114,32 +114,60 @@ def _mean_entry(per_word: Mapping[str, tuple[float, int]], chance: float, seed: 
 
 
 def measure_skill(player, judge_player, words: Sequence[str], config, clues: Sequence[Mapping], *,
-                  lines_per_word: int = 1, seed: int = 0) -> dict:
+                  lines_per_word: int = 1, seed: int = 0, openings: Sequence[str] | None = None,
+                  model_skill: Mapping | None = None) -> dict:
     """The clue rank of ``player``'s attacker and the guess rank of its defender on ``words``.
 
     ``config``: the evaluation's ``PlayConfig`` (sampling, seeds, prompts); ``clues``: the records of
-    :func:`clue_set` for these words. Returns ``{clue_rank, guess_rank, opening_foul_rate, candidates,
-    per_word}``, ``per_word`` holding each word's ``[sum, count]`` per metric, for paired comparisons.
+    :func:`clue_set` for these words; ``openings``: the opening lines ``player`` said in the evaluation
+    games (seed by seed, words in order), the lines this would generate, so they are not generated again;
+    ``model_skill``: this function's result for ``model_of(player)`` on the same words and clues, whose guess
+    rank (the model's own guess distribution: no strategy changes it) is then taken as it is.
+    Returns ``{clue_rank, guess_rank, opening_foul_rate, candidates, per_word}``, ``per_word`` holding each
+    word's ``[sum, count]`` per metric, for paired comparisons.
     """
     candidates = list(words)
     chance = (len(candidates) + 1) / 2
-    said, spoken = [], []
-    for s in range(lines_per_word):
-        said += replace(config, seed=config.seed + s).opening_lines(player, candidates)
-        spoken += candidates
+    spoken = candidates * lines_per_word
+    if openings is not None:
+        if len(openings) != len(spoken):
+            raise ValueError(f"{len(openings)} opening lines for {len(spoken)} words and seeds")
+        said = list(openings)
+    else:
+        said = []
+        for s in range(lines_per_word):
+            said += replace(config, seed=config.seed + s).opening_lines(player, candidates)
     fouls = [float(config.game.judge(w, [{"role": ATTACKER, "content": line}]).outcome == ATTACKER_BREAKS_RULES)
              for w, line in zip(spoken, said)]
     clue = _per_word(spoken, clue_ranks(judge_player, list(zip(spoken, said)), candidates))
     known = [c for c in clues if c["target_word"] in set(candidates)]
-    guess = _per_word([c["target_word"] for c in known],
-                      guess_ranks(model_of(player), [(c["target_word"], c["line"]) for c in known], candidates,
-                                  config))
+    guess = _same_guesses(model_skill, candidates, known)
+    if guess is None:
+        guess = _per_word([c["target_word"] for c in known],
+                          guess_ranks(model_of(player), [(c["target_word"], c["line"]) for c in known], candidates,
+                                      config))
     foul = _per_word(spoken, fouls)
     foul_entry = clustered_mean([foul[w][0] for w in sorted(foul)], [foul[w][1] for w in sorted(foul)], seed=seed)
     return {"clue_rank": _mean_entry(clue, chance, seed), "guess_rank": _mean_entry(guess, chance, seed),
             "opening_foul_rate": foul_entry, "candidates": len(candidates),
             "opening_lines": [{"target_word": w, "line": line} for w, line in zip(spoken, said)],
             "per_word": {"clue_rank": clue, "guess_rank": guess, "opening_foul_rate": foul}}
+
+
+def _same_guesses(model_skill: Mapping | None, candidates: Sequence[str], clues: Sequence[Mapping]
+                  ) -> dict[str, tuple[float, int]] | None:
+    """The guess rank's per-word sums of ``model_skill`` (a :func:`measure_skill` result, or its JSON) when
+    it was measured on these candidates with these clues; else None."""
+    if not model_skill:
+        return None
+    per_word = model_skill.get("per_word", {}).get("guess_rank")
+    counts: dict[str, int] = {}
+    for c in clues:
+        counts[c["target_word"]] = counts.get(c["target_word"], 0) + 1
+    if model_skill.get("candidates") != len(candidates) or not per_word or \
+            {w: int(n) for w, (_, n) in per_word.items()} != counts:
+        return None
+    return {w: (float(total), int(n)) for w, (total, n) in per_word.items()}
 
 
 SKILL_METRICS = ("clue_rank", "guess_rank", "opening_foul_rate")
@@ -165,8 +193,10 @@ class TabooSkill(SkillMetrics):
     def material(self, game, base, targets, config, per_target):
         return clue_set(base, targets, config, per_target)
 
-    def measure(self, game, player, judge_player, targets, config, material, *, per_target, seed):
-        return measure_skill(player, judge_player, targets, config, material, lines_per_word=per_target, seed=seed)
+    def measure(self, game, player, judge_player, targets, config, material, *, per_target, seed, openings=None,
+                model_skill=None):
+        return measure_skill(player, judge_player, targets, config, material, lines_per_word=per_target, seed=seed,
+                             openings=openings, model_skill=model_skill)
 
     def compare(self, mine, reference, seed=0):
         return compare_skill(mine, reference, seed)

@@ -5,6 +5,8 @@ Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
 
 from __future__ import annotations
 
+import json
+
 from spag.config import Settings
 from spag.evaluate.games import evaluate_models, strongest
 from spag.pipeline.evaluation import (
@@ -30,6 +32,7 @@ def baselines(settings: Settings, layout: Layout) -> None:
     (layout.metrics / "baselines").mkdir(parents=True, exist_ok=True)
     if names:
         options = e.player_options("hf")
+        imitation_skill = json.loads((layout.metrics / "imitation" / "skill.json").read_text()) if skill_on else None
         players = {"imitation": load_player(str(layout.model("imitation")), "hf", **options),
                    "base": load_player(str(layout.base_model), "hf", **options)}
         try:
@@ -42,7 +45,10 @@ def baselines(settings: Settings, layout: Layout) -> None:
                                             guess_words=guess_vocabulary(layout, words))
                     entry = {"games": games}
                     if skill_on:
-                        entry["skill"] = measure_skill(settings, layout, player, players["base"], words, config)
+                        # A baseline that plays with the imitation model has its guess rank (metrics/imitation).
+                        same = imitation_skill if config.game.skill.baseline_model(name) == "imitation" else None
+                        entry["skill"] = measure_skill(settings, layout, player, players["base"], words, config,
+                                                       played=work / name, model_skill=same)
                     results[name] = entry
                     write_json_atomic(layout.metrics / "baselines" / f"{name}.json", entry, replace=OWN)
         finally:

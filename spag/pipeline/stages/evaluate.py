@@ -65,7 +65,9 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
         if skill_on:  # log-probabilities need the hf backend
             scorer = player if e.backend == "hf" else load_player(str(model), "hf", **hf)
             try:
-                skill = measure_skill(settings, layout, scorer, base, chosen, config)
+                # The opening lines of its games against the imitation model, when they were played on hf.
+                played = layout.epoch(epoch) / "eval_episodes" / "vs_imitation" if scorer is player else None
+                skill = measure_skill(settings, layout, scorer, base, chosen, config, played=played)
             finally:
                 if scorer is not player:
                     close_player(scorer)
