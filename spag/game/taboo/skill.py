@@ -25,6 +25,7 @@ Scoring needs the hf backend (full-sequence log-probabilities).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -161,9 +162,7 @@ def _same_guesses(model_skill: Mapping | None, candidates: Sequence[str], clues:
     if not model_skill:
         return None
     per_word = model_skill.get("per_word", {}).get("guess_rank")
-    counts: dict[str, int] = {}
-    for c in clues:
-        counts[c["target_word"]] = counts.get(c["target_word"], 0) + 1
+    counts = Counter(c["target_word"] for c in clues)
     if model_skill.get("candidates") != len(candidates) or not per_word or \
             {w: int(n) for w, (_, n) in per_word.items()} != counts:
         return None
