@@ -32,6 +32,7 @@ from spag.commands import (
 from spag.players.allocator import keep_freed_memory
 from spag.runtime.errors import DataError
 from spag.runtime.outputs import release_held
+from spag.runtime.process import short_lived_process
 from spag.runtime.signals import EXIT_INTERRUPTED, STOPS, command_signals, stopped
 
 # The subcommand modules, in the order `spag --help` lists them.
@@ -54,6 +55,7 @@ def _one_line(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     keep_freed_memory()  # the command owns its process: freed memory is kept for reuse (CPU inference)
+    short_lived_process()  # and its garbage collector skips what lives until it exits (spag.runtime.process)
     try:
         # A scheduler's (or `timeout`'s) SIGTERM unwinds like Ctrl-C: finished work is written first.
         with command_signals():

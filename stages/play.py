@@ -5,6 +5,10 @@ The stage validates params.yaml and runs spag.pipeline.stages.play.play on the p
 
 from pathlib import Path
 
+from spag.runtime.process import short_lived_process
+
+short_lived_process()  # first: the imports below bring in torch and transformers (spag.runtime.process)
+
 from spag.pipeline.run import run_stage
 from spag.pipeline.stages.play import play
 
