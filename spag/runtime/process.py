@@ -1,10 +1,10 @@
 """Python's garbage collector in a process that spag owns (a pipeline stage, the ``spag`` command).
 
-Such a process imports torch and transformers: some half a million objects that live until it exits. With
-CPython's default thresholds a collection of the youngest generation starts after every 700 new objects,
-and every tenth of those after ten more collects the older generations too, so the collector walks the
-imported objects again and again while they are imported and while the work runs, and finds nothing to
-free: about a second of every stage (docs/benchmarks.md has the figures). :func:`short_lived_process`
+Such a process imports torch and transformers: some half a million objects that live until it exits.
+CPython collects its youngest generation after every 700 new objects, the middle one every tenth time and,
+at most, everything every hundredth, so the collector walks the imported objects again and again while they are
+imported and while the work runs, and finds nothing to free: about a second of every stage
+(docs/benchmarks.md has the figures). :func:`short_lived_process`
 makes the first collection wait for 50,000 new objects instead. Garbage is still collected, less often;
 nothing else changes.
 
