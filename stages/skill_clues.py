@@ -7,7 +7,7 @@ from pathlib import Path
 
 from spag.runtime.process import short_lived_process
 
-short_lived_process()  # first: the imports below bring in torch and transformers (spag.runtime.process)
+short_lived_process()  # first, before the stage's imports and its work (spag.runtime.process)
 
 from spag.pipeline.run import run_stage
 from spag.pipeline.stages.skill_clues import skill_clues

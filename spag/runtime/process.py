@@ -2,11 +2,10 @@
 
 Such a process imports torch and transformers: some half a million objects that live until it exits.
 CPython collects its youngest generation after every 700 new objects, the middle one every tenth time and,
-at most, everything every hundredth, so the collector walks the imported objects again and again while they are
-imported and while the work runs, and finds nothing to free: about a second of every stage
-(docs/benchmarks.md has the figures). :func:`short_lived_process`
-makes the first collection wait for 50,000 new objects instead. Garbage is still collected, less often;
-nothing else changes.
+at most, everything every hundredth, so the collector walks the imported objects again and again while
+they are imported and while the work runs, and finds nothing to free: about a second of every stage
+(docs/benchmarks.md has the figures). :func:`short_lived_process` makes the first collection wait for
+50,000 new objects instead. Garbage is still collected, less often; nothing else changes.
 
 Left as it is: the interpreter's own collections at exit, which take about as long. Skipping them
 (``gc.freeze`` in a last exit handler) leaves every object that a reference cycle keeps alive unfinalised,
