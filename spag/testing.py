@@ -183,7 +183,14 @@ def launcher_failure(stderr: str, limit: int = 6000) -> str:
     summary = stderr.find("torch.distributed.elastic.multiprocessing.errors.ChildFailedError")
     start = stderr.rfind("Traceback (most recent call last):", 0, summary) if summary >= 0 else -1
     workers = stderr[:start] if start >= 0 else ""
-    # the fault handler's list of extension modules (one line of several thousand characters) tells nothing
-    said = "\n".join(line for line in workers.splitlines()
-                     if "Warning" not in line and line.strip() and not line.startswith("Extension modules:"))
-    return f"{said[-limit:]}\n--- the launcher's end ---\n{stderr[-3000:]}"
+    said, after_warning = [], False
+    for line in workers.splitlines():
+        # a warning prints two lines, "FILE:LINE: CategoryWarning: text" and, indented, the source line it
+        # points at (a ZeRO-3 run prints hundreds); the fault handler's list of extension modules (one line of
+        # several thousand characters) tells nothing either
+        quoted = after_warning and line.startswith("  ") and not line.startswith("  File ")
+        after_warning = "Warning" in line
+        if not (after_warning or quoted or not line.strip() or line.startswith("Extension modules:")):
+            said.append(line)
+    told = "\n".join(said)
+    return f"{told[-limit:]}\n--- the launcher's end ---\n{stderr[-3000:]}"

@@ -33,6 +33,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar
@@ -524,6 +525,7 @@ def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str, 
     configured = bool(config.deepspeed and use_cpu)
     if config.deepspeed:
         _environment_ninja_first()
+        _quiet_deprecated_collectives()
     if configured:
         _deepspeed_processes_on_cpu()
     bf16, tf32 = _precision(config, device)
@@ -583,6 +585,14 @@ def _environment_ninja_first() -> None:
         path = os.environ.get("PATH", "")
         if path.split(os.pathsep)[0] != str(folder):
             os.environ["PATH"] = os.pathsep.join([str(folder), path]) if path else str(folder)
+
+
+def _quiet_deprecated_collectives() -> None:
+    """DeepSpeed 0.19 gathers and scatters ZeRO-3's shards with ``all_gather_into_tensor`` and
+    ``reduce_scatter_tensor``, which torch 2.13 deprecates; the warning came again at every call, two lines
+    each, 884 in a toy online run, and buried whatever a failing process printed."""
+    warnings.filterwarnings("ignore", r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is "
+                            "deprecated", FutureWarning)
 
 
 def _deepspeed_processes_on_cpu() -> None:
