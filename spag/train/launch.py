@@ -17,6 +17,7 @@ from pathlib import Path
 from spag.config import ONLINE, TrainConfig
 from spag.models.devices import check_launch, launcher_command, resolve_launcher
 from spag.runtime.errors import DataError
+from spag.runtime.process import leave_process_group_at_exit
 from spag.train.bookkeeping import SUMMARY_FILE
 
 
@@ -70,6 +71,7 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 
 
 def main(argv: list[str]) -> None:
+    leave_process_group_at_exit()  # the group the Trainer (or DeepSpeed) joins, closed before the process ends
     (job_file,) = argv
     job = json.loads(Path(job_file).read_text(encoding="utf-8"))
     config = TrainConfig.model_validate(job["config"])
