@@ -26,7 +26,7 @@ from pathlib import Path
 from spag.game.base import Game
 from spag.game.episodes import read_episodes, write_episodes
 from spag.game.registry import episode_game
-from spag.play.engine import PlayConfig, play_games
+from spag.play.engine import OpeningLines, PlayConfig, play_games
 from spag.players import close_player, load_player
 from spag.players.provenance import record
 from spag.runtime.errors import DataError
@@ -241,7 +241,8 @@ def model_name(model) -> str:
 
 def evaluate_models(model, opponent, words: list[str], config=None, episodes_out=None, *,
                     backend: str = "hf", resume: bool = False, show_progress: bool = True, seeds: int = 1,
-                    stale: str = "refuse", guess_words: list[str] | None = None, **player_options) -> dict:
+                    stale: str = "refuse", guess_words: list[str] | None = None, openings: OpeningLines | None = None,
+                    **player_options) -> dict:
     """Play ``model`` against ``opponent`` in both roles on ``words`` and return the metrics.
 
     ``model`` and ``opponent`` are paths/names, loaded once each with ``load_player(backend,
@@ -258,6 +259,9 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
     rates with 95% intervals from a bootstrap over words (:func:`word_bootstrap`), and the outcome
     decomposition per role; ``per_word`` each word's points and games, for paired comparisons.
     ``guess_words``: the vocabulary of a player whose strategies include the dictionary guess.
+    ``openings`` (:class:`spag.play.engine.OpeningLines`): the games' opening lines, shared with the other
+    matches of the caller's evaluation (a player's opening lines are the same against every opponent);
+    by default with this call's two matches only.
     """
     if not words:
         raise ValueError("no evaluation words")
@@ -277,6 +281,7 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
     rival = player if model_name(opponent) == model_name(model) else load(opponent)
     provenance = record(model=player, opponent=rival)
     as_attacker, as_defender = [], []
+    openings = OpeningLines() if openings is None else openings
     try:
         for s in range(seeds):
             out = episodes_out
@@ -284,7 +289,7 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
                 out = Path(episodes_out) / f"seed_{s}"
             attack, defend = _play_both_roles(player, rival, words, replace(config, seed=config.seed + s), out,
                                               resume=resume, show_progress=show_progress, stale=stale,
-                                              guess_words=guess_words)
+                                              guess_words=guess_words, openings=openings)
             as_attacker += attack
             as_defender += defend
     finally:  # the players this call loaded; a caller's own players stay open
@@ -320,7 +325,8 @@ def opening_lines_played(episodes_out: str | os.PathLike, game: Game, words: lis
 
 
 def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, resume: bool,
-                     show_progress: bool, stale: str, guess_words: list[str] | None) -> tuple[list, list]:
+                     show_progress: bool, stale: str, guess_words: list[str] | None,
+                     openings: OpeningLines) -> tuple[list, list]:
     """The games of ``player`` in the opening role and in the other against ``rival``, saved to
     ``episodes_out``."""
     attack_out = defend_out = single_file = None
@@ -331,9 +337,11 @@ def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, r
         else:
             attack_out, defend_out = (episodes_out / f"as_{role}.parquet" for role in config.game.roles)
     as_attacker = list(play_games(player, rival, words, config, output=attack_out, resume=resume,
-                                  show_progress=show_progress, stale=stale, guess_words=guess_words))
+                                  show_progress=show_progress, stale=stale, guess_words=guess_words,
+                                  openings=openings))
     as_defender = list(play_games(rival, player, words, config, output=defend_out, resume=resume,
-                                  show_progress=show_progress, stale=stale, guess_words=guess_words))
+                                  show_progress=show_progress, stale=stale, guess_words=guess_words,
+                                  openings=openings))
     if single_file is not None:
         write_episodes(as_attacker + as_defender, single_file, replace="any")  # claimed by the caller
     return as_attacker, as_defender

@@ -246,11 +246,13 @@ def _fingerprint_of(player: Player) -> str:
     return getattr(player, "fingerprint", None) or model_fingerprint(player.name)
 
 
-def _speak(speaker: Speaker, games: list[_Game], config: PlayConfig, stats: PlayStats) -> None:
+def _speak(speaker: Speaker, games: list[_Game], config: PlayConfig, stats: PlayStats,
+           openings: OpeningLines | None = None) -> None:
     """One utterance for each game from ``speaker``.
 
     Empty replies are resampled up to ``empty_retries`` times, utterances the speaker rejects up to its
     ``resamples`` times, in the same attempts; turns the speaker answers without the model come first.
+    ``openings``: replies to games' opening prompts asked before, read instead of asked again.
     """
     turns = [_turn(g, config) for g in games]
     given = speaker.given(turns)
@@ -269,10 +271,12 @@ def _speak(speaker: Speaker, games: list[_Game], config: PlayConfig, stats: Play
     min_new = sampling.min_new_tokens
     for attempt in range(max(sampling.empty_retries, speaker.resamples) + 1):
         seeds = [derive_seed(config.seed, games[i].index, len(games[i].history), attempt) for i in todo]
-        replies = speaker.player.generate([prompts[i] for i in todo], temperature=sampling.temperature,
-                                          top_k=sampling.top_k, max_new_tokens=sampling.max_new_tokens,
-                                          min_new_tokens=min_new, seed=seeds, stop=stops.strings,
-                                          stop_pattern=stops.pattern)
+        ask = _Ask(speaker.player, sampling, min_new, stops)
+        if openings is None:
+            replies = ask([prompts[i] for i in todo], seeds)
+        else:
+            replies = openings.replies(ask, [prompts[i] for i in todo], seeds,
+                                       [not games[i].history for i in todo])
         again, empty = [], False
         for i, reply in zip(todo, replies):
             games[i].generated_tokens += reply.n_tokens
@@ -294,6 +298,53 @@ def _speak(speaker: Speaker, games: list[_Game], config: PlayConfig, stats: Play
     for i, game in enumerate(games):
         text, reply = results[i]
         _say(game, turns[i].role, text, reply.n_tokens, reply.truncated, stats)
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """One call of a player's ``generate`` with a turn's sampling settings, for some prompts and seeds."""
+
+    player: Player
+    sampling: Sampling
+    min_new_tokens: int
+    stops: object
+
+    def __call__(self, prompts: list[str], seeds: list[int]) -> list:
+        s = self.sampling
+        return self.player.generate(prompts, temperature=s.temperature, top_k=s.top_k, max_new_tokens=s.max_new_tokens,
+                                    min_new_tokens=self.min_new_tokens, seed=seeds, stop=self.stops.strings,
+                                    stop_pattern=self.stops.pattern)
+
+
+class OpeningLines:
+    """The replies players gave to games' opening prompts, by player, prompt, seed and sampling settings.
+
+    An evaluation plays one player against several opponents on the same words and seeds; the line that
+    opens a game is said before the opponent speaks, so it is the same in each match. Passed to
+    :func:`play_games` for the matches of one evaluation, it lets each be generated once (a reply is a
+    function of its prompt and seed: see the module docstring). Only opening prompts are kept: an
+    evaluation's words times its seeds, whatever the games' length.
+    """
+
+    def __init__(self):
+        self._said: dict[tuple, object] = {}
+        self._players: dict[int, Player] = {}  # held, so that no other player takes a kept one's id
+
+    def replies(self, ask: _Ask, prompts: list[str], seeds: list[int], opening: list[bool]) -> list:
+        """``ask``'s replies to ``prompts``; those of the prompts that open a game (``opening``) that were
+        asked before with the same player, seed and settings are read, not asked again."""
+        s = ask.sampling
+        settings = (s.temperature, s.top_k, s.max_new_tokens, ask.min_new_tokens, tuple(ask.stops.strings),
+                    ask.stops.pattern)
+        self._players[id(ask.player)] = ask.player
+        keys = [(id(ask.player), prompt, seed, settings) if first else None
+                for prompt, seed, first in zip(prompts, seeds, opening)]
+        new = [i for i, key in enumerate(keys) if key not in self._said]  # None is never a key
+        asked = dict(zip(new, ask([prompts[i] for i in new], [seeds[i] for i in new]))) if new else {}
+        for i, reply in asked.items():
+            if keys[i] is not None:
+                self._said[keys[i]] = reply
+        return [asked[i] if i in asked else self._said[keys[i]] for i in range(len(prompts))]
 
 
 def _turn(game: _Game, config: PlayConfig) -> Turn:
@@ -326,7 +377,8 @@ def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
 def play_games(attacker: Player, defender: Player, words: list[str], config: PlayConfig, *,
                output: str | Path | None = None, resume: bool = False, show_progress: bool = True,
                stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
-               overwrite: bool = False, stale: str = "refuse", shard_by_rank: bool = True) -> list[dict]:
+               overwrite: bool = False, stale: str = "refuse", shard_by_rank: bool = True,
+               openings: OpeningLines | None = None) -> list[dict]:
     """Play one game per target word (this rank's share of ``words``, or all of them without
     ``shard_by_rank``: a process that chose its own words); return the judged episodes.
 
@@ -339,10 +391,11 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
     (``spag play --resume``) the run stops and says why, so no game is thrown away unasked; with
     ``"restart"`` (a pipeline stage, re-run because something changed) every game is played again.
     One process writes an output (or its rank's part of it) at a time: a second is refused at once
-    (:func:`spag.runtime.outputs.writing`).
+    (:func:`spag.runtime.outputs.writing`). ``openings``: the opening lines of an evaluation's other matches
+    (:class:`OpeningLines`), shared with them.
     """
     options = {"resume": resume, "show_progress": show_progress, "stats": stats, "guess_words": guess_words,
-               "overwrite": overwrite, "stale": stale}
+               "overwrite": overwrite, "stale": stale, "openings": openings}
     rank, world = rank_and_world() if shard_by_rank else (0, 1)
     if output is None:
         return _play_games(attacker, defender, words, config, None, rank, world, **options)
@@ -353,7 +406,8 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
 
 def _play_games(attacker: Player, defender: Player, words: list[str], config: PlayConfig,
                 store: EpisodeStore | None, rank: int, world: int, *, resume: bool, show_progress: bool, stats: PlayStats | None,
-                guess_words: Sequence[str] | None, overwrite: bool, stale: str) -> list[dict]:
+                guess_words: Sequence[str] | None, overwrite: bool, stale: str,
+                openings: OpeningLines | None) -> list[dict]:
     """:func:`play_games` with its output store (None: no output) claimed and locked; this process plays the
     words of index ``rank`` modulo ``world``."""
     stats = stats if stats is not None else PlayStats()
@@ -385,7 +439,7 @@ def _play_games(attacker: Player, defender: Player, words: list[str], config: Pl
                 live.append(_Game(index=index, word=words[index]))
             if not live:
                 break
-            _play_one_utterance(attacking_speaker, defending_speaker, live, config, stats)
+            _play_one_utterance(attacking_speaker, defending_speaker, live, config, stats, openings)
             still = []
             for game in live:
                 if config.is_over(game.word, game.history):
@@ -453,10 +507,10 @@ def speakers(attacker: Player, defender: Player, config: PlayConfig, vocabulary:
 
 
 def _play_one_utterance(attacking_speaker: Speaker, defending_speaker: Speaker, live: list[_Game],
-                        config: PlayConfig, stats: PlayStats) -> None:
+                        config: PlayConfig, stats: PlayStats, openings: OpeningLines | None) -> None:
     """Every live game moves on by one utterance, from whichever player's turn it is."""
     if attacking_speaker is defending_speaker:
-        _speak(attacking_speaker, live, config, stats)
+        _speak(attacking_speaker, live, config, stats, openings)
         return
     # Split before anyone speaks: a game whose attacker just spoke waits for the next step.
     opener = config.game.roles[0]
@@ -464,7 +518,7 @@ def _play_one_utterance(attacking_speaker: Speaker, defending_speaker: Speaker, 
     defending = [g for g in live if config.game.next_role(g.history) != opener]
     for speaking, turn in ((attacking_speaker, attacking), (defending_speaker, defending)):
         if turn:
-            _speak(speaking, turn, config, stats)
+            _speak(speaking, turn, config, stats, openings)
 
 
 def place_rank(backend: str, player_options: dict) -> None:

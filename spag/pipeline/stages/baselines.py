@@ -17,6 +17,7 @@ from spag.pipeline.evaluation import (
     measures_skill,
 )
 from spag.pipeline.run import OWN, Layout
+from spag.play.engine import OpeningLines
 from spag.players import close_player, load_player
 from spag.runtime.console import summary
 from spag.runtime.outputs import mark_output_dir, resumable_output, write_json_atomic
@@ -36,13 +37,14 @@ def baselines(settings: Settings, layout: Layout) -> None:
         players = {"imitation": load_player(str(layout.model("imitation")), "hf", **options),
                    "base": load_player(str(layout.base_model), "hf", **options)}
         try:
+            openings = OpeningLines()  # the imitation model's opening lines, the same against every baseline
             with resumable_output(layout.data / "baselines" / "episodes", "evaluate") as work:
                 work.mkdir(parents=True, exist_ok=True)
                 for name in names:
                     player = config.game.skill.baseline(name, players)
                     games = evaluate_models(player, players["imitation"], words, config, episodes_out=work / name,
                                             resume=True, stale="restart", seeds=e.seeds,
-                                            guess_words=guess_vocabulary(layout, words))
+                                            guess_words=guess_vocabulary(layout, words), openings=openings)
                     entry = {"games": games}
                     if skill_on:
                         # A baseline that plays with the imitation model has its guess rank (metrics/imitation).

@@ -23,6 +23,7 @@ from spag.pipeline.evaluation import (
     write_checkpoint_strategy,
 )
 from spag.pipeline.run import OWN, Declared, Layout, previous_model
+from spag.play.engine import OpeningLines
 from spag.players import close_player, load_player
 from spag.runtime.console import summary
 from spag.runtime.outputs import resumable_output, write_json_atomic
@@ -56,10 +57,12 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
             name = _strongest_baseline(layout, baseline_names(settings))
             imitation = load_player(str(layout.model("imitation")), "hf", **hf)
             opponents["vs_baseline"] = game.skill.baseline(name, {"imitation": imitation, "base": base})
+        openings = OpeningLines()  # the model's opening lines, the same in every match: generated once
         with resumable_output(layout.epoch(epoch) / "eval_episodes", "evaluate") as work:
             games = {name: evaluate_models(player, opponent, chosen, config, episodes_out=work / name,
                                            resume=True, stale="restart", seeds=e.seeds, backend=e.backend,
-                                           guess_words=guess_vocabulary(layout, chosen), **options)
+                                           guess_words=guess_vocabulary(layout, chosen), openings=openings,
+                                           **options)
                      for name, opponent in opponents.items()}
         skill = None
         if skill_on:  # log-probabilities need the hf backend
