@@ -372,3 +372,42 @@ def test_two_ranks_under_torchrun_play_the_games_of_one_process_and_resume_a_kil
     assert again.returncode == 0, again.stderr[-3000:]
     assert _by_word(killed) == single
     assert set(kept) <= set(single)
+
+
+def test_an_evaluations_matches_share_the_opening_lines_and_play_the_same_games(tiny, tmp_path):
+    """One player against two opponents on the same words and seeds: with OpeningLines shared, its opening
+    lines are generated once, in the first match, and every game of both matches is what it is without."""
+    from spag.play.engine import OpeningLines
+    from spag.players import load_player
+    from spag.testing import make_tiny_checkpoint
+
+    class Counted:
+        """A real player whose prompts are counted (which opening prompts reach the model)."""
+
+        def __init__(self, player):
+            self.player, self.asked = player, Counter()
+
+        def __getattr__(self, name):
+            return getattr(self.player, name)
+
+        def generate(self, prompts, **options):
+            self.asked.update(prompts)
+            return self.player.generate(prompts, **options)
+
+    options = {"device": "cpu", "dtype": "float32"}
+    other = str(make_tiny_checkpoint(tmp_path / "other", seed=1))
+    config = PlayConfig.of(max_turns=2, temperature=1.0, max_new_tokens=6, seed=3, batch_size=2)
+    words = ["coffee", "river", "garden"]
+    player = Counted(load_player(tiny, "hf", **options))
+    opponents = [load_player(tiny, "hf", **options), load_player(other, "hf", **options)]
+    alone = [play_games(player, rival, words, config, show_progress=False) for rival in opponents]
+    asked_alone, player.asked = player.asked, Counter()
+    openings = OpeningLines()
+    shared = [play_games(player, rival, words, config, show_progress=False, openings=openings)
+              for rival in opponents]
+    assert shared == alone
+    for word in words:
+        opening = config.prompt(config.game.roles[0], word, [])
+        assert asked_alone[opening] == 2 * player.asked[opening] > 0
+    later = [p for p in asked_alone if p not in {config.prompt(config.game.roles[0], w, []) for w in words}]
+    assert later and all(player.asked[p] == asked_alone[p] for p in later)  # later turns are asked as before
