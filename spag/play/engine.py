@@ -37,7 +37,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from spag.config import Sampling, describe
-from spag.game.base import Game
+from spag.game.base import Game, Stops
 from spag.game.episodes import SETTINGS_CHECKED_ON_RESUME, EpisodeStore, episode_settings
 from spag.game.registry import DEFAULT_GAME, game_class
 from spag.models.devices import hf_rank_device, local_rank, pin_rank_to_gpus
@@ -307,7 +307,7 @@ class _Ask:
     player: Player
     sampling: Sampling
     min_new_tokens: int
-    stops: object
+    stops: Stops
 
     def __call__(self, prompts: list[str], seeds: list[int]) -> list:
         s = self.sampling
