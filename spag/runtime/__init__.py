@@ -4,7 +4,7 @@
 - :mod:`spag.runtime.outputs`     the output rule: atomic files, owned folders, manifests, locks, partial work
 - :mod:`spag.runtime.records`     reading JSON, JSON lines and Parquet records
 - :mod:`spag.runtime.signals`     SIGTERM handled like Ctrl-C, so finished work is written
-- :mod:`spag.runtime.process`     the garbage collector of a process spag owns (a stage, the command)
+- :mod:`spag.runtime.process`     a process spag owns: its garbage collector, its torch.distributed group at exit
 - :mod:`spag.runtime.console`     progress bars and summary lines
 - :mod:`spag.runtime.fingerprint` content hashes of models and data, so that a resume cannot lie
 - :mod:`spag.runtime.artifacts`   pinned registry files (sha256-checked, cached)
