@@ -7,7 +7,11 @@ import itertools
 import json
 import random
 
+import pyspiel
 import pytest
+from open_spiel.python import policy
+from open_spiel.python.algorithms import expected_game_score
+from open_spiel.python.algorithms import exploitability as spiel
 
 from spag.game.kuhn import DEALS, FIRST, SECOND, KuhnPoker
 from spag.game.kuhn.exploitability import (
@@ -88,6 +92,35 @@ def test_a_best_response_is_the_best_of_the_seats_64_pure_strategies(unit):
                 worth = value(seats(pure, profile) if seat == FIRST else seats(profile, pure), unit)
                 best = max(best, worth if seat == FIRST else -worth)
             assert best_response(seat, profile, unit) == pytest.approx(best, abs=1e-12)
+
+
+def _open_spiel_policy(game, profile):
+    """``profile`` as OpenSpiel's tabular policy of its ``kuhn_poker``: an information state is the player's
+    card (0 = J, 1 = Q, 2 = K) and the actions so far, ``p`` for a check or fold, ``b`` for a bet or call;
+    action 1 is the aggressive one."""
+    table = policy.TabularPolicy(game)
+    letters = {"": "", "check": "p", "bet": "b", "check,bet": "pb"}
+    for i in INFOSETS:
+        p = profile[(i.card, i.history)]
+        table.policy_for_key(f"{'JQK'.index(i.card)}{letters[i.history]}")[:] = [1 - p, p]
+    return table
+
+
+def test_the_figures_in_chips_are_open_spiels_for_its_kuhn_poker():
+    # An independent oracle: OpenSpiel's own game, policy value and best responses (chips: ante 1, bet 1).
+    game = pyspiel.load_game("kuhn_poker")
+    rng = random.Random(11)
+    profiles = [constant(0.0), constant(0.5), constant(1.0), equilibrium(0.0), equilibrium(1 / 3),
+                *({(i.card, i.history): rng.random() for i in INFOSETS} for _ in range(40)),
+                *(_random_pure(rng) for _ in range(20))]
+    for profile in profiles:
+        table = _open_spiel_policy(game, profile)
+        worth = expected_game_score.policy_value(game.new_initial_state(), [table, table])
+        gains = spiel.nash_conv(game, table, return_only_nash_conv=False).player_improvements
+        assert value(profile, "chips") == pytest.approx(worth[0], abs=1e-12)
+        assert best_response(FIRST, profile, "chips") == pytest.approx(worth[0] + gains[0], abs=1e-12)
+        assert best_response(SECOND, profile, "chips") == pytest.approx(worth[1] + gains[1], abs=1e-12)
+        assert exploitability(profile, "chips") == pytest.approx(spiel.exploitability(game, table), abs=1e-12)
 
 
 def test_the_teacher_against_itself_and_the_figures_say_so():
