@@ -10,7 +10,8 @@ stage (docs/benchmarks.md has the figures). :func:`short_lived_process` makes th
 
 Left as it is: the interpreter's own collections at exit, which take about as long. Skipping them
 (``gc.freeze`` in a last exit handler) leaves every object that a reference cycle keeps alive unfinalised,
-a module's globals among them, and so loses what an open file still buffers (tests/test_process.py shows it).
+a module's globals among them, and so loses what an open file still buffers; freezing only what the imports
+made loses it too, for a file a module global holds (tests/test_process.py shows both).
 
 **The process group.** The processes a launcher starts (``torchrun``) join a torch.distributed group; two
 gloo processes that exit at the same moment with their group still open abort about every second time
