@@ -13,7 +13,7 @@ from open_spiel.python import policy
 from open_spiel.python.algorithms import expected_game_score
 from open_spiel.python.algorithms import exploitability as spiel
 
-from spag.game.kuhn import DEALS, FIRST, SECOND, KuhnPoker
+from spag.game.kuhn import CARDS, DEALS, FIRST, SECOND, KuhnPoker
 from spag.game.kuhn.exploitability import (
     INFOSETS,
     TEACHER,
@@ -102,7 +102,7 @@ def _open_spiel_policy(game, profile):
     letters = {"": "", "check": "p", "bet": "b", "check,bet": "pb"}
     for i in INFOSETS:
         p = profile[(i.card, i.history)]
-        table.policy_for_key(f"{'JQK'.index(i.card)}{letters[i.history]}")[:] = [1 - p, p]
+        table.policy_for_key(f"{CARDS.index(i.card)}{letters[i.history]}")[:] = [1 - p, p]
     return table
 
 
