@@ -323,7 +323,8 @@ def test_packed_weights_give_nn_linear_results_and_follow_their_weight(monkeypat
         packed = packs.get(layer)
         assert packed is not None and packs.available
         assert packs.get(layer) is packed                       # kept, not packed again
-        for shape in [(1, 48), (5, 1, 48), (hf.PACKED_ROWS, 48), (hf.PACKED_ROWS + 1, 48)]:
+        for shape in [(1, 48), (5, 1, 48), (hf.PACKED_ROWS, 48), (hf.PACKED_ROWS + 1, 48),
+                      (hf.WEIGHT_FIRST_ROWS + 1, 48), (3, 200, 48)]:
             x = torch.randn(shape)
             out = hf.weight_first_linear(layer, x, packed=packed)
             assert out.shape == shape[:-1] + (96,)
@@ -339,14 +340,32 @@ def test_packed_weights_give_nn_linear_results_and_follow_their_weight(monkeypat
         layer.weight = torch.nn.Parameter(torch.randn(96, 48))
         torch.testing.assert_close(hf.weight_first_linear(layer, x, packed=packs.get(layer)), layer(x),
                                    rtol=1e-5, atol=1e-5)
-    # Small weights, other dtypes and a failed first check keep W @ xᵀ.
-    monkeypatch.setattr(hf, "PACKED_MIN_WEIGHTS", 10**9)
-    assert packs.get(torch.nn.Linear(48, 96)) is None
-    monkeypatch.setattr(hf, "PACKED_MIN_WEIGHTS", 1)
+    # Other dtypes and a failed first check pack nothing.
     assert packs.get(torch.nn.Linear(48, 96).to(torch.float64)) is None
     unchecked = hf.PackedWeights()
     monkeypatch.setattr(unchecked, "_first_pack", lambda weight: None)
     assert unchecked.get(torch.nn.Linear(48, 96)) is None and unchecked.available is False
+
+
+@pytest.mark.parametrize("rows, small_weight, packed_used", [
+    (3, False, True),                 # a decoding step through a large layer: the packed product
+    (3, True, False),                 # ... through a small one: W @ xᵀ
+    (64, True, False),                # up to PACKED_ROWS rows
+    (65, True, True),                 # more rows (a prompt's): the packed product, whatever the weight's size
+    (300, True, True),
+])
+def test_which_product_a_linear_layer_takes(monkeypatch, rows, small_weight, packed_used):
+    from spag.players.hf import linear as hf
+
+    layer = torch.nn.Linear(48, 96)
+    monkeypatch.setattr(hf, "PACKED_MIN_WEIGHTS", layer.weight.numel() + 1 if small_weight else 1)
+    packed = hf.PackedWeights().get(layer)
+    calls = []
+    product = hf.packed_product
+    monkeypatch.setattr(hf, "packed_product", lambda *args: calls.append(args) or product(*args))
+    x = torch.randn(rows, 48)
+    torch.testing.assert_close(hf.weight_first_linear(layer, x, packed=packed), layer(x), rtol=1e-5, atol=1e-5)
+    assert bool(calls) == packed_used
 
 
 def test_fast_path_with_every_layer_packed_matches_model_generate(tiny_dir, monkeypatch):

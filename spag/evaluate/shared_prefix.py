@@ -9,6 +9,9 @@ of tokens, and padding costs as much as a token on a CPU), and takes the log-sof
 tokens are scored. The sums are lm-eval's up to float rounding (tests/test_benchmark.py compares both on a
 tiny model, bench/benchmark.py on real items); on the laptop panel the model does about half the token work.
 
+On a CPU in float32 the linear layers take oneDNN's product over packed copies of their weights, as the
+hf player's do (:func:`spag.players.hf.linear.weight_first`; docs/benchmarks.md has the time it saves).
+
 Every request it cannot share this way (a context of one token, a context and choice longer than the
 model's window, a non-causal model) goes through ``HFLM`` unchanged.
 """
@@ -16,11 +19,13 @@ model's window, a non-causal model) goes through ``HFLM`` unchanged.
 from __future__ import annotations
 
 import inspect
+from contextlib import nullcontext
 
 from lm_eval.models.huggingface import HFLM
 from tqdm.auto import tqdm
 
 from spag.models.batching import length_groups
+from spag.players.hf.linear import PackedWeights, weight_first
 
 DEFAULT_ITEMS_PER_BATCH = 16
 
@@ -51,8 +56,10 @@ class SharedPrefixLM(HFLM):
         keep_arg = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         bar = tqdm(total=len(requests) - len(plain), disable=disable_tqdm or self.rank != 0,
                    desc="Running loglikelihood requests (shared contexts)")
+        on_cpu = self.device.type == "cpu" and self.mixed_precision_dtype is None
+        linears = weight_first(self.model, PackedWeights()) if on_cpu else nullcontext()
         with torch.no_grad(), torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
-                                             enabled=self.mixed_precision_dtype is not None):
+                                             enabled=self.mixed_precision_dtype is not None), linears:
             for start in range(0, len(groups), size):
                 chunk = groups[start:start + size]
                 for i, answer in self._score_chunk(requests, chunk, keep_arg):

@@ -12,7 +12,8 @@ The cache file is keyed by
   reference sees exactly what training sees;
 - the reference model's content: a hash of every file of its directory
   (:func:`spag.runtime.fingerprint.model_fingerprint`), so a model retrained at the same path misses the cache;
-- the numeric setting of the pass (dtype and autocast).
+- the numeric setting of the pass (dtype and autocast; on a CPU in float32 the linear layers take oneDNN's
+  product over packed weights, :func:`spag.players.hf.linear.weight_first`).
 
 A change of any of them gives a different file name, so a stale cache is never read. Weights and rewards
 are not part of the key: they do not change what the reference model says about a row.
@@ -30,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from spag.models.batching import length_groups
+from spag.players.hf.linear import PackedWeights, weight_first
 from spag.runtime.console import progress
 from spag.runtime.errors import DataError
 from spag.runtime.fingerprint import model_fingerprint
@@ -37,7 +39,7 @@ from spag.runtime.outputs import atomic_path
 from spag.train.data import RowDataset, collate
 from spag.train.losses import completion_logprobs
 
-CACHE_VERSION = 2  # 2: the reference model keyed by a hash of all its files
+CACHE_VERSION = 3  # 2: the reference model keyed by a hash of all its files; 3: oneDNN's products on a CPU
 
 
 def cache_key(tokens_fingerprint: str, ref_fingerprint: str, precision: str) -> str:
@@ -160,7 +162,8 @@ def compute_reference_logprobs(model, encoded, pad_token_id: int, batch_size: in
     bar = progress(total=len(order), desc="reference log-probs", unit="row", disable=not show_progress)
     autocast = (torch.autocast(device_type=device.type, dtype=autocast_dtype) if autocast_dtype is not None
                 else contextlib.nullcontext())
-    with torch.no_grad(), autocast:
+    linears = weight_first(model, PackedWeights()) if on_cpu and autocast_dtype is None else contextlib.nullcontext()
+    with torch.no_grad(), autocast, linears:
         if on_cpu and supports:
             for i, logp in zip(order, reused_prefix_logprobs(model, [dataset[i] for i in order]), strict=True):
                 results[i] = float(logp)

@@ -1,4 +1,5 @@
-"""CPU linear layers for decoding steps: ``W @ xᵀ`` for a few rows, oneDNN's packed weights for the largest.
+"""CPU linear layers: oneDNN's product over packed weights for prompts, ``W @ xᵀ`` or packed weights for
+decoding steps.
 
 :func:`weight_first` routes a model's plain ``nn.Linear`` layers through :func:`weight_first_linear` for
 the duration of a ``with`` block and restores them exactly afterwards (tests/test_players.py checks it).
@@ -10,25 +11,27 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 
-WEIGHT_FIRST_ROWS = 256   # linear layers over at most this many rows compute W @ xᵀ (see weight_first)
-PACKED_ROWS = 64          # ... or oneDNN's product over a packed weight, up to this many rows
-PACKED_MIN_WEIGHTS = 800_000  # for weights of at least this many elements (see PackedWeights)
+PACKED_ROWS = 64          # over more rows every layer takes oneDNN's product over its packed weight ...
+PACKED_MIN_WEIGHTS = 800_000  # ... over fewer, only weights of at least this many elements (see PackedWeights)
+WEIGHT_FIRST_ROWS = 256   # without a packed weight, layers over at most this many rows compute W @ xᵀ
 
 
 def weight_first_linear(module, x, packed=None):
-    """``module(x)`` for an ``nn.Linear``: ``W @ xᵀ`` (transposed back, not copied) when x has few rows,
-    or oneDNN's product with ``packed`` (the weight in oneDNN's layout, see :class:`PackedWeights`)
-    when x has at most ``PACKED_ROWS`` rows."""
+    """``module(x)`` for an ``nn.Linear``: oneDNN's product with ``packed`` (the weight in oneDNN's layout,
+    see :class:`PackedWeights`) over more than ``PACKED_ROWS`` rows, and over fewer for weights of at least
+    ``PACKED_MIN_WEIGHTS`` elements; otherwise ``W @ xᵀ`` (transposed back, not copied) over at most
+    ``WEIGHT_FIRST_ROWS`` rows and ``nn.Linear``'s own path over more."""
     import torch
 
-    if x.numel() > WEIGHT_FIRST_ROWS * x.shape[-1]:
-        return torch.nn.functional.linear(x, module.weight, module.bias)
-    if packed is not None and x.numel() <= PACKED_ROWS * x.shape[-1]:
+    rows = x.numel() // x.shape[-1]
+    if packed is not None and (rows > PACKED_ROWS or module.weight.numel() >= PACKED_MIN_WEIGHTS):
         out = packed_product(x.reshape(-1, x.shape[-1]), packed, module.bias)
         return out.reshape(*x.shape[:-1], module.weight.shape[0])
-    rows = x.reshape(-1, x.shape[-1]).t()
-    out = torch.mm(module.weight, rows) if module.bias is None else \
-        torch.addmm(module.bias[:, None], module.weight, rows)
+    if rows > WEIGHT_FIRST_ROWS:
+        return torch.nn.functional.linear(x, module.weight, module.bias)
+    columns = x.reshape(-1, x.shape[-1]).t()
+    out = torch.mm(module.weight, columns) if module.bias is None else \
+        torch.addmm(module.bias[:, None], module.weight, columns)
     return out.t().reshape(*x.shape[:-1], module.weight.shape[0])
 
 
@@ -40,17 +43,18 @@ def packed_product(rows, packed, bias):
 
 
 class PackedWeights:
-    """The large float32 linear weights of a model, copied once into oneDNN's packed layout.
+    """The float32 linear weights of a model, copied once into oneDNN's packed layout.
 
-    For a decoding step (a few rows through each layer, the weights streamed from memory every step)
-    oneDNN's product over a packed weight beat MKL's ``W @ xᵀ`` on a 2-core AVX2 CPU: measured in
-    place, both on the same inputs over a whole bench run, the 49152-word output layer took 0.55x
-    the time, SmolLM2's gate/up layers (1536x576) 0.74x and its down layer 0.92x, while the 576x576
-    layers were even (0.98x) and the 192x576 ones slower (1.2x): only weights of at least
-    ``PACKED_MIN_WEIGHTS`` elements are packed. A copy costs memory (430 MB for SmolLM2-135M) and is
-    made again when its weight changes (in place, as an optimiser step does, or replaced; an edit through
-    ``weight.data`` bypasses the version counter and is not seen). Where the
-    oneDNN operators are missing or disagree with ``torch.mm`` on a first check, nothing is packed.
+    oneDNN's product over a packed weight beats MKL's on the CPUs measured (docs/benchmarks.md): for a
+    decoding step's few rows through the largest layers (the 49152-word output layer took 0.55x the time of
+    ``W @ xᵀ``, SmolLM2's gate/up layers 0.74x; the 576x576 layers were even and the 192x576 ones slower,
+    hence ``PACKED_MIN_WEIGHTS`` there), and over more than ``PACKED_ROWS`` rows (a prompt) through every
+    layer, where it ran 1.15-1.5x as fast as either of MKL's products. A copy
+    costs memory (the size of the weights) and is made again when its weight is replaced or changed in
+    place through an operation that counts versions; a fused optimiser step does not count them (nor does an
+    edit through ``weight.data``), so a player made before such a step must not be used after it (online
+    training makes a new player every step). Where the oneDNN operators are missing or disagree with
+    ``torch.mm`` on a first check, nothing is packed.
     """
 
     def __init__(self):
@@ -84,8 +88,7 @@ class PackedWeights:
         import torch
 
         weight = module.weight
-        if weight.dtype != torch.float32 or weight.device.type != "cpu" \
-                or weight.numel() < PACKED_MIN_WEIGHTS or self.available is False:
+        if weight.dtype != torch.float32 or weight.device.type != "cpu" or self.available is False:
             return None
         key = self._key(weight)
         kept = self._copies.get(id(module))
@@ -108,12 +111,11 @@ def weight_first(model, packs: PackedWeights | None = None) -> Iterator[None]:
 
     On a 2-core AVX2 CPU in float32, SmolLM2's linear layers took 1.5x longer as ``x @ Wᵀ`` (what
     ``nn.Linear`` asks of MKL) than as ``W @ xᵀ`` for 32 rows (one decoding step of a batch of 32); for
-    one row both are the same matrix-vector product. Over many rows (a group of prompts) the
-    transposed result slowed the layers after it more than the product gained, so inputs over
-    ``WEIGHT_FIRST_ROWS`` rows keep ``nn.Linear``'s own path. The largest layers take oneDNN's
-    product over a packed copy of their weight instead, where ``packs`` holds one (see
-    :class:`PackedWeights`). Layers that already carry their own ``forward`` (hooks of accelerate,
-    adapters) and subclasses are left alone.
+    one row both are the same matrix-vector product. Where ``packs`` holds packed copies of the weights
+    (:class:`PackedWeights`), oneDNN's product over them is faster still for the largest layers on a
+    decoding step and for every layer over a prompt's rows (:func:`weight_first_linear` says which rows
+    take which product). Layers that already carry their own ``forward`` (hooks of accelerate, adapters)
+    and subclasses are left alone.
     """
     import torch
 
