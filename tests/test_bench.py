@@ -245,3 +245,20 @@ def test_the_benchmark_bench_finds_both_models_agree_at_toy_size(tmp_path):
         assert task["max_loglikelihood_difference"] < 1e-3, name
         assert task["lm-eval HFLM"]["items"] == task["spag shared contexts"]["items"] == 6, name
     assert figures["panel"]["items"] == 18 and figures["panel"]["wall_s"] > 0
+
+
+# ----------------------------------------------------------------- bench/linear.py at toy size
+
+
+def test_the_linear_bench_measures_every_product_at_toy_size():
+    """bench/linear.py: the three products a CPU linear layer chooses between, each checked against
+    ``x @ Wᵀ`` and timed, for every shape and number of rows."""
+    done = subprocess.run([sys.executable, str(PLAY.parent / "linear.py"), "--toy"], capture_output=True, text=True,
+                          check=False, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split() for line in done.stdout.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert len(rows) == 4, done.stdout  # two shapes x two numbers of rows
+    for row in rows:
+        rates = [float(value) for value in row[4:7]]
+        assert all(rate > 0 for rate in rates) and row[-1].endswith("x"), row
+    assert done.stdout.strip().splitlines()[-1] == "bench/linear: 4 products measured"
