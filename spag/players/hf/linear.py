@@ -45,16 +45,14 @@ def packed_product(rows, packed, bias):
 class PackedWeights:
     """The float32 linear weights of a model, copied once into oneDNN's packed layout.
 
-    oneDNN's product over a packed weight beats MKL's on the CPUs measured (docs/benchmarks.md): for a
-    decoding step's few rows through the largest layers (the 49152-word output layer took 0.55x the time of
-    ``W @ xᵀ``, SmolLM2's gate/up layers 0.74x; the 576x576 layers were even and the 192x576 ones slower,
-    hence ``PACKED_MIN_WEIGHTS`` there), and over more than ``PACKED_ROWS`` rows (a prompt) through every
-    layer, where it ran 1.15-1.5x as fast as either of MKL's products. A copy
-    costs memory (the size of the weights) and is made again when its weight is replaced or changed in
-    place through an operation that counts versions; a fused optimiser step does not count them (nor does an
-    edit through ``weight.data``), so a player made before such a step must not be used after it (online
-    training makes a new player every step). Where the oneDNN operators are missing or disagree with
-    ``torch.mm`` on a first check, nothing is packed.
+    oneDNN's product over a packed weight beat MKL's on the CPUs measured (docs/benchmarks.md,
+    ``bench/linear.py``): for a decoding step's few rows through the largest layers (the small ones did
+    not gain, hence ``PACKED_MIN_WEIGHTS``), and over more than ``PACKED_ROWS`` rows (a prompt) through
+    every layer. A copy costs memory (the size of the weights) and is made again when its weight is
+    replaced or changed in place through an operation that counts versions; a fused optimiser step does not
+    count them (nor does an edit through ``weight.data``), so a player made before such a step must not be
+    used after it (online training makes a new player every step). Where the oneDNN operators are missing
+    or disagree with ``torch.mm`` on a first check, nothing is packed.
     """
 
     def __init__(self):
