@@ -162,7 +162,8 @@ def compute_reference_logprobs(model, encoded, pad_token_id: int, batch_size: in
     bar = progress(total=len(order), desc="reference log-probs", unit="row", disable=not show_progress)
     autocast = (torch.autocast(device_type=device.type, dtype=autocast_dtype) if autocast_dtype is not None
                 else contextlib.nullcontext())
-    linears = weight_first(model, PackedWeights()) if on_cpu and autocast_dtype is None else contextlib.nullcontext()
+    float32_on_cpu = on_cpu and autocast_dtype is None and next(model.parameters()).dtype == torch.float32
+    linears = weight_first(model, PackedWeights()) if float32_on_cpu else contextlib.nullcontext()
     with torch.no_grad(), autocast, linears:
         if on_cpu and supports:
             for i, logp in zip(order, reused_prefix_logprobs(model, [dataset[i] for i in order]), strict=True):
