@@ -25,7 +25,7 @@ from lm_eval.models.huggingface import HFLM
 from tqdm.auto import tqdm
 
 from spag.models.batching import length_groups
-from spag.players.hf.linear import PackedWeights, weight_first
+from spag.players.hf.linear import packed_linears
 
 DEFAULT_ITEMS_PER_BATCH = 16
 
@@ -56,9 +56,7 @@ class SharedPrefixLM(HFLM):
         keep_arg = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         bar = tqdm(total=len(requests) - len(plain), disable=disable_tqdm or self.rank != 0,
                    desc="Running loglikelihood requests (shared contexts)")
-        float32_on_cpu = self.device.type == "cpu" and self.mixed_precision_dtype is None \
-            and next(self.model.parameters()).dtype == torch.float32
-        linears = weight_first(self.model, PackedWeights()) if float32_on_cpu else nullcontext()
+        linears = packed_linears(self.model) if self.mixed_precision_dtype is None else nullcontext()
         with torch.no_grad(), torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
                                              enabled=self.mixed_precision_dtype is not None), linears:
             for start in range(0, len(groups), size):

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from spag.models.batching import length_groups
-from spag.players.hf.linear import PackedWeights, weight_first
+from spag.players.hf.linear import packed_linears
 from spag.runtime.console import progress
 from spag.runtime.errors import DataError
 from spag.runtime.fingerprint import model_fingerprint
@@ -162,8 +162,7 @@ def compute_reference_logprobs(model, encoded, pad_token_id: int, batch_size: in
     bar = progress(total=len(order), desc="reference log-probs", unit="row", disable=not show_progress)
     autocast = (torch.autocast(device_type=device.type, dtype=autocast_dtype) if autocast_dtype is not None
                 else contextlib.nullcontext())
-    float32_on_cpu = on_cpu and autocast_dtype is None and next(model.parameters()).dtype == torch.float32
-    linears = weight_first(model, PackedWeights()) if float32_on_cpu else contextlib.nullcontext()
+    linears = packed_linears(model) if autocast_dtype is None else contextlib.nullcontext()
     with torch.no_grad(), autocast, linears:
         if on_cpu and supports:
             for i, logp in zip(order, reused_prefix_logprobs(model, [dataset[i] for i in order]), strict=True):

@@ -8,7 +8,7 @@ the duration of a ``with`` block and restores them exactly afterwards (tests/tes
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import partial
 
 PACKED_ROWS = 64          # over more rows every layer takes oneDNN's product over its packed weight ...
@@ -126,3 +126,15 @@ def weight_first(model, packs: PackedWeights | None = None) -> Iterator[None]:
     finally:
         for layer in layers:
             del layer.forward
+
+
+def packed_linears(model):
+    """:func:`weight_first` with packed copies of the weights for a float32 model on a CPU (the route the
+    benchmark panel and the reference pass take for their long inputs); a context that does nothing for any
+    other model."""
+    import torch
+
+    weight = next(model.parameters())
+    if weight.device.type != "cpu" or weight.dtype != torch.float32:
+        return nullcontext()
+    return weight_first(model, PackedWeights())
