@@ -278,6 +278,21 @@ def test_hf_backend_is_deterministic_with_a_seed(tiny, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_games_replies_do_not_depend_on_the_batch_it_is_played_in(tiny):
+    """What the default's batch sizes rely on (params.yaml plays each stage's games in one batch): in
+    float32 the same words give the same games whether they are played two at a time, with refills, or
+    all at once."""
+    words = ["apple", "river", "cloud", "horse", "table"]
+    by_size = {size: run_games(tiny, tiny, words,
+                               PlayConfig.of(max_turns=2, max_new_tokens=6, batch_size=size, seed=3),
+                               device="cpu", dtype="float32", show_progress=False)
+               for size in (2, len(words))}
+    histories = {size: [e["history"] for e in episodes] for size, episodes in by_size.items()}
+    assert histories[2] == histories[len(words)]
+    assert sum(len(h) for h in histories[2]) > len(words)  # games of more than one line each
+
+
+@pytest.mark.slow
 def test_play_command(tiny, tmp_path):
     from typer.testing import CliRunner
 
