@@ -279,9 +279,9 @@ def test_hf_backend_is_deterministic_with_a_seed(tiny, tmp_path):
 
 @pytest.mark.slow
 def test_a_games_replies_do_not_depend_on_the_batch_it_is_played_in(tiny):
-    """What the default's batch sizes rely on (params.yaml plays each stage's games in one batch): in
-    float32 the same words give the same games whether they are played two at a time, with refills, or
-    all at once."""
+    """A game depends on its word and seeds, not on the games beside it: in float32 the same words give
+    the same games played two at a time, with refills, or all at once (the default's stages at batch 64
+    played the same games too: docs/benchmarks.md, 2026-11-28)."""
     words = ["apple", "river", "cloud", "horse", "table"]
     by_size = {size: run_games(tiny, tiny, words,
                                PlayConfig.of(max_turns=2, max_new_tokens=6, batch_size=size, seed=3),
