@@ -219,9 +219,10 @@ class TrainKnobs(Section):
     detach_advantage: bool = knob(True, "offline-po: treat A = r − β·(log π − log π_ref) as a constant (the "
                                         "original kept it attached).")
     gradient_checkpointing: bool = knob(False, "Recompute activations in the backward pass (less memory).")
-    group_by_length: bool = knob(False, "Batch rows of similar length together, in a random order of batches (the "
-                                        "HF Trainer's group_by_length: less padding to compute, another order "
-                                        "of rows); false: random batches, the original's.")
+    group_by_length: bool = knob(False, "Batch rows of similar length together (the HF Trainer's group_by_length: "
+                                        "shuffled rows sorted by length within a few large chunks, the longest "
+                                        "batch first): less padding, or in one CPU process fewer and larger "
+                                        "products; another order of rows. false: random batches, the original's.")
     lora_r: int = knob(0, "LoRA rank; 0 trains every weight.", ge=0)
     bf16: bool | None = knob(None, "bfloat16 autocast; null: on a GPU that has it (float32 on a "
                                       "CPU).")

@@ -591,3 +591,28 @@ def test_skill_credit_rewards_only_wins_by_the_winners_own_play():
     # the foul penalty is not a win's credit: it stays
     penalised, _ = reward_rows(games, options=Reward(credit="skill", foul_line_penalty=1.0))
     assert [r["reward"] for r in penalised if r["target_word"] == "apple"] == [-1.0]
+
+
+def test_rows_follow_the_words_not_the_order_the_games_ended(tmp_path):
+    """A play stage writes its games as they end (which its batch size and a resume change): the rows, their
+    drawn prompts and their order come out the same whichever order the file holds the games in. A file
+    whose games carry no word index keeps its own order."""
+    games = [dict(g, word_index=i, seed=0) for i, g in enumerate([ATTACKER_WIN_3, DEFENDER_WIN_2, ATTACKER_WIN_1])]
+    games[0].pop("id")
+    played = write_jsonl(tmp_path / "played.jsonl", games)
+    ended = write_jsonl(tmp_path / "ended.jsonl", [games[2], games[0], games[1]])
+
+    def rows(command, source):
+        out = tmp_path / f"{command}-{source.stem}.parquet"
+        result = invoke(command, source, "-o", out, "--seed", 3)
+        assert result.exit_code == 0, result.output
+        return pq.read_table(out).to_pylist()
+
+    for command in ("reward", "imitation-data"):
+        first, second = rows(command, played), rows(command, ended)
+        assert [r["target_word"] for r in first if r["kind"] == "game"][:2] == ["piano", "piano"]
+        assert [{k: v for k, v in r.items() if k != "episode"} for r in second] == \
+               [{k: v for k, v in r.items() if k != "episode"} for r in first]
+    unnumbered = [{k: v for k, v in g.items() if k not in ("word_index", "seed")} for g in games]
+    as_ended = write_jsonl(tmp_path / "as_ended.jsonl", [unnumbered[2], unnumbered[0], unnumbered[1]])
+    assert [r["target_word"] for r in rows("reward", as_ended) if r["kind"] == "game"][0] == "river"
