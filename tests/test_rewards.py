@@ -615,4 +615,4 @@ def test_rows_follow_the_words_not_the_order_the_games_ended(tmp_path):
                [{k: v for k, v in r.items() if k != "episode"} for r in first]
     unnumbered = [{k: v for k, v in g.items() if k not in ("word_index", "seed")} for g in games]
     as_ended = write_jsonl(tmp_path / "as_ended.jsonl", [unnumbered[2], unnumbered[0], unnumbered[1]])
-    assert [r["target_word"] for r in rows("reward", as_ended) if r["kind"] == "game"][0] == "river"
+    assert next(r["target_word"] for r in rows("reward", as_ended) if r["kind"] == "game") == "river"
