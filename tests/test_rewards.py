@@ -613,6 +613,11 @@ def test_rows_follow_the_words_not_the_order_the_games_ended(tmp_path):
         assert [r["target_word"] for r in first if r["kind"] == "game"][:2] == ["piano", "piano"]
         assert [{k: v for k, v in r.items() if k != "episode"} for r in second] == \
                [{k: v for k, v in r.items() if k != "episode"} for r in first]
+    def without_episode(rows):
+        return [{k: v for k, v in r.items() if k != "episode"} for r in rows]
+
+    assert without_episode(reward_rows([games[2], games[0], games[1]], seed=3)[0]) == \
+           without_episode(reward_rows(games, seed=3)[0])
     unnumbered = [{k: v for k, v in g.items() if k not in ("word_index", "seed")} for g in games]
     as_ended = write_jsonl(tmp_path / "as_ended.jsonl", [unnumbered[2], unnumbered[0], unnumbered[1]])
     assert next(r["target_word"] for r in rows("reward", as_ended) if r["kind"] == "game") == "river"

@@ -266,10 +266,25 @@ def _weigh(moves: pl.DataFrame, options: Reward, stats: RowStats, roles: Sequenc
     return moves.with_columns(weight=pl.col("role").replace_strict(stats.role_weights, return_dtype=pl.Float64))
 
 
+def _in_word_order(episodes: Sequence[Mapping], indices: Sequence[int]) -> tuple[list[Mapping], list[int]]:
+    """The games ordered by their word (``word_index``, then ``seed``), each with its position in the file.
+
+    A play stage writes its games as they end, and when they end depends on the batch they were played in
+    and on where a resumed run took up again; the rows built from them (one seeded prompt draw per row, in
+    game order) and the model trained on them must not. Files whose games do not all carry a word index
+    (an import of another project's games) keep their own order."""
+    if any(type(e.get("word_index")) is not int for e in episodes):
+        return list(episodes), list(indices)
+    order = sorted(range(len(episodes)),
+                   key=lambda i: (episodes[i]["word_index"], episodes[i].get("seed") or 0, indices[i]))
+    return [episodes[i] for i in order], [indices[i] for i in order]
+
+
 def _game_rows(episodes: Sequence[Mapping], indices: Sequence[int] | None, seed: int, decayed: bool,
                options: Reward, game: Game) -> tuple[list[dict], RowStats]:
     """Rows from ``game``'s judged games: the rewarded moves (a polars frame), then each move's prompt
     (:meth:`spag.game.base.Game.row_prompt`, one seeded draw per row, in game and turn order)."""
+    episodes, indices = _in_word_order(episodes, indices if indices is not None else range(len(episodes)))
     stats = RowStats(records=len(episodes))
     verdicts = [game.judge_episode(e) for e in progress(episodes, desc="judging", unit="ep", disable=None)]
     stats.outcomes.update(v.outcome for v in verdicts)
@@ -287,7 +302,7 @@ def _game_rows(episodes: Sequence[Mapping], indices: Sequence[int] | None, seed:
         target, turn = episode["target_word"], move["turn"]
         before = [{"role": u["role"], "content": u["content"]} for u in episode["history"][:turn]]
         prompt, bounds = game.of_episode(episode).row_prompt(move["role"], target, before, rng)
-        index = indices[move["game"]] if indices is not None else move["game"]
+        index = indices[move["game"]]
         rows.append(make_row(prompt, move["content"].strip(), reward=move["reward"], weight=move["weight"],
                              role=move["role"], target_word=target, turn=turn, episode=episode_id(episode, index),
                              history_bounds=bounds))
@@ -377,20 +392,6 @@ def _game_key(episode: Mapping) -> str:
                        episode.get("seed"), [(u["role"], u["content"]) for u in episode["history"]]])
 
 
-def in_word_order(episodes: Sequence[Mapping], indices: Sequence[int]) -> tuple[list[Mapping], list[int]]:
-    """The games ordered by their word (``word_index``, then ``seed``), each with its position in the file.
-
-    A play stage writes its games as they end, and when they end depends on the batch they were played in
-    and on where a resumed run took up again; the rows built from them (one seeded prompt draw per row, in
-    game order) and the model trained on them must not. Files whose games do not all carry a word index
-    (an import of another project's games) keep their own order."""
-    if any(type(e.get("word_index")) is not int for e in episodes):
-        return list(episodes), list(indices)
-    order = sorted(range(len(episodes)),
-                   key=lambda i: (episodes[i]["word_index"], episodes[i].get("seed") or 0, indices[i]))
-    return [episodes[i] for i in order], [indices[i] for i in order]
-
-
 def _raise_if_strict(errors: list[DataError], strict: bool, what: str, records: int | None = None) -> None:
     """Report the skipped records; stop when ``strict`` and any is bad, or when every one of ``records`` is."""
     for error in errors:
@@ -417,7 +418,6 @@ def build_reward_set(episodes_path: str | os.PathLike, output: str | os.PathLike
     duplicates: list[int] = []
     episodes, indices, count = read_episode_records(episodes_path, errors, duplicates=duplicates, game=game)
     _raise_if_strict(errors, strict, str(episodes_path), count)
-    episodes, indices = in_word_order(episodes, indices)
     rows, stats = reward_rows(episodes, seed, indices, reward, game)
     if control:
         rows = []
@@ -460,7 +460,6 @@ def build_imitation_set(episodes_path: str | os.PathLike, output: str | os.PathL
     episodes, indices, count = read_episode_records(episodes_path, errors, ready_made, duplicates, game)
     made = ready_made_rows(ready_made, str(episodes_path), errors)
     _raise_if_strict(errors, strict, str(episodes_path), count)
-    episodes, indices = in_word_order(episodes, indices)
     rows, stats = imitation_rows(episodes, seed, indices, keep_truncated, game)
     stats.records, stats.bad, stats.duplicates = count, len(errors), len(duplicates)
     stats.instruction_rows = len(made)
