@@ -727,10 +727,10 @@ def check_metrics(chosen: Chosen, tasks: Sequence[str] | None) -> Chosen:
     """BenchmarkError, before any task runs, for a metric named in ``tasks`` (``name:metric,filter``) that
     its task does not report, and for a task whose scores lm-eval aggregates with scikit-learn where it is
     not installed (requirements/excludes.txt leaves it out: no task of spag's suites needs it)."""
-    from lm_eval.api import metrics
-
-    by_scikit_learn = {metrics.f1_score: "F1", metrics.matthews_corrcoef: "Matthews correlation"}
     if importlib.util.find_spec("sklearn") is None:
+        from lm_eval.api import metrics
+
+        by_scikit_learn = {metrics.f1_score: "F1", metrics.matthews_corrcoef: "Matthews correlation"}
         for name, loaded in chosen.objects.items():
             needs = sorted({by_scikit_learn[fn] for task in _leaf_objects(loaded)
                             for fn in task.aggregation().values() if fn in by_scikit_learn})
