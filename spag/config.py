@@ -223,11 +223,22 @@ class TrainKnobs(Section):
                                         "shuffled rows sorted by length within a few large chunks, the longest "
                                         "batch first): less padding, or in one CPU process fewer and larger "
                                         "products; another order of rows. false: random batches, the original's.")
+    group_by_prompt: bool = knob(False, "Batch rows whose prompts begin alike together (rows in the order of their "
+                                        "prompts' tokens, cut into batches, the batches shuffled by the seed): in "
+                                        "one CPU process the beginning a batch shares is encoded once per step; "
+                                        "another order of rows. Not with group_by_length.")
     lora_r: int = knob(0, "LoRA rank; 0 trains every weight.", ge=0)
     bf16: bool | None = knob(None, "bfloat16 autocast; null: on a GPU that has it (float32 on a "
                                       "CPU).")
     save_steps: int = knob(500, "Checkpoint every N optimiser steps (what --resume continues from).", ge=1)
     deepspeed: PathStr | None = knob(None, "DeepSpeed config JSON (e.g. configs/deepspeed_zero3.json).")
+
+    @model_validator(mode="after")
+    def _one_batch_order(self):
+        if self.group_by_length and self.group_by_prompt:
+            raise Conflict(("group_by_length", "group_by_prompt"), "each orders the batches its own way: "
+                                                                   "set one of them false")
+        return self
 
 
 class TrainStep(TrainKnobs):

@@ -199,6 +199,58 @@ def test_rows_run_without_padding_give_the_padded_batchs_numbers(tiny, rows):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+def test_the_beginning_a_batchs_rows_share_runs_once_with_the_padded_batchs_numbers(tiny, rows):
+    """Rows that begin alike (the same rules, another word or history) in one CPU step: their shared
+    beginning is encoded once and serves every row, so the step computes fewer positions, and the
+    log-probabilities and gradients are still the padded batch's, up to float rounding. Rows that differ
+    from their first tokens share nothing and run as before."""
+    import torch
+
+    from spag.models.batching import MIN_TOKENS, PADDING_SLACK
+    from spag.models.loading import load_model
+    from spag.train.data import RowDataset, collate
+    from spag.train.reference import MIN_SHARED_PREFIX, model_forward_logprobs, shared_prefix_length
+
+    model, tok = load_model(tiny, device="cpu", dtype="float32")
+    rules = "Rules: two players talk in turns; the attacker knows a word the defender must not say. " * 3
+    alike = [{**row, "prompt": rules + row["prompt"]} for row in rows]
+    alike.append({**alike[0], "prompt": alike[0]["prompt"] + " Think of every drink you know. " * 8})
+    encoded = encode_rows([validate_row(r, i) for i, r in enumerate(alike)], tok, 1024, show_progress=False)
+    batch = collate([RowDataset(encoded)[i] for i in range(len(alike))], tok.pad_token_id)
+    lengths = batch["attention_mask"].sum(dim=1).tolist()
+    shared = shared_prefix_length(batch, lengths)
+    assert shared >= len(tok(rules)["input_ids"]) >= MIN_SHARED_PREFIX
+    positions = []
+    handle = model.get_input_embeddings().register_forward_hook(
+        lambda module, args, out: positions.append(args[0].numel()))
+    model.train()
+    results = []
+    for unpadded in (False, True):
+        model.zero_grad()
+        positions.clear()
+        logp = model_forward_logprobs(model, batch, unpadded=unpadded, shared_prefix=True)
+        (logp * torch.arange(1.0, len(alike) + 1)).sum().backward()
+        results.append((logp.detach(), [p.grad.clone() for p in model.parameters()], sum(positions)))
+    handle.remove()
+    (padded, padded_grads, padded_positions), (once, once_grads, once_positions) = results
+    torch.testing.assert_close(once, padded, rtol=1e-5, atol=1e-5)
+    for a, b in zip(once_grads, padded_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    assert padded_positions == batch["input_ids"].numel()
+    # the shared beginning once, then every row's own tokens (with at most a group's slack of padding): fewer
+    # positions than the rows' tokens without their padding
+    rests = sum(lengths) - len(alike) * shared
+    assert once_positions <= shared + (1 + PADDING_SLACK) * rests + MIN_TOKENS * len(alike)
+    assert once_positions < sum(lengths) < padded_positions
+    # Recomputed activations keep no keys and values: the rows then run whole, with the same numbers.
+    model.gradient_checkpointing_enable()
+    torch.testing.assert_close(model_forward_logprobs(model, batch, unpadded=True, shared_prefix=True).detach(), padded,
+                               rtol=1e-5, atol=1e-5)
+    different = collate([RowDataset(encoded)[0], {**RowDataset(encoded)[1], "input_ids": [7] + encoded.input_ids[1]}],
+                        tok.pad_token_id)
+    assert shared_prefix_length(different, different["attention_mask"].sum(dim=1).tolist()) == 0
+
+
 def test_length_groups_hold_every_row_once_with_little_padding():
     from spag.models.batching import MIN_TOKENS, PADDING_SLACK, length_groups
 

@@ -500,6 +500,61 @@ def test_rows_of_similar_length_are_batched_together_unless_asked_for_random_bat
     assert computed[True] < 0.75 * computed[False]
 
 
+def test_rows_whose_prompts_begin_alike_are_batched_together_in_a_seeded_order(tmp_path):
+    """group_by_prompt: each batch takes rows that lie side by side in the order of their prompts' tokens
+    (one layout, one game's turns), so the beginning they share is long; the batches come in an order the
+    seed decides, every row once; group_by_length with it is refused, naming both keys."""
+    import random
+
+    from pydantic import ValidationError
+
+    from spag.config import TrainConfig
+    from spag.train.data import RowDataset
+    from spag.train.trainer import SpagTrainer, _training_arguments
+
+    rng = random.Random(0)
+    layouts = [[1] * 30, [2] * 30, [3] * 5]  # three sets of rules, two long and one short
+    prompts = [layouts[i % 3] + [rng.randrange(10, 99) for _ in range(rng.randrange(1, 20))] for i in range(64)]
+
+    class Rows:  # what RowDataset reads: prompts of three layouts, interleaved, and a two-token completion
+        input_ids = tuple(p + [5, 6] for p in prompts)
+        completion_lengths = (2,) * 64
+        weights = rewards = is_game = (1,) * 64
+        ref_logprobs = None
+
+        def __len__(self):
+            return 64
+
+    def shared_tokens(order):  # the tokens each batch's rows share, counted once per row after the first
+        total = 0
+        for b in range(0, 64, 4):
+            rows = [prompts[i] for i in order[b:b + 4]]
+            common = next((k for k in range(min(map(len, rows))) if len({r[k] for r in rows}) > 1),
+                          min(map(len, rows)))
+            total += common * (len(rows) - 1)
+        return total
+
+    def sampled(seed, group_by_prompt):
+        config = TrainConfig(live=False, batch_size=4, grad_accum=1, seed=seed, group_by_length=not group_by_prompt,
+                             group_by_prompt=group_by_prompt)
+        trainer = SpagTrainer.__new__(SpagTrainer)  # only what the sampler reads
+        trainer.args = _training_arguments(config, tmp_path, "cpu")
+        trainer.train_dataset, trainer.processing_class = RowDataset(Rows()), None
+        trainer.group_by_prompt = group_by_prompt
+        return list(trainer._get_train_sampler())
+
+    order = sampled(0, True)
+    assert sorted(order) == list(range(64))
+    batches = [tuple(order[b:b + 4]) for b in range(0, 64, 4)]
+    sorted_rows = sorted(range(64), key=prompts.__getitem__)
+    assert sorted(batches) == sorted(tuple(sorted_rows[b:b + 4]) for b in range(0, 64, 4))
+    assert shared_tokens(order) > 2 * shared_tokens(sampled(0, False))
+    assert sampled(0, True) == order and sampled(1, True) != order
+    assert sorted(sampled(1, True)) == list(range(64))
+    with pytest.raises(ValidationError, match="group_by_length: each orders the batches its own way"):
+        TrainConfig.model_validate({"group_by_length": True, "group_by_prompt": True})
+
+
 def test_deepspeed_runs_build_their_ops_with_the_environments_ninja(monkeypatch):
     """torch compiles DeepSpeed's ops with the ninja on PATH; two ninjas record commands differently and
     rebuild every op by turns, so a DeepSpeed run puts the environment's own ninja first, started

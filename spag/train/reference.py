@@ -94,18 +94,28 @@ def _accepts(model, argument: str) -> bool:
 
 
 def model_forward_logprobs(model, batch: dict, supports_logits_to_keep: bool | None = None, *,
-                           unpadded: bool = False):
+                           unpadded: bool = False, shared_prefix: bool = False):
     """log π of each row of a collated batch (the one forward used by training and the reference pass).
 
-    ``unpadded``: the rows run in groups of similar length (:func:`spag.models.batching.length_groups`),
-    each group cut to its own width, so the batch's padding is not computed; the same numbers up to float
-    rounding, and one graph for the backward pass. For a single process on a CPU, where padding costs as
-    much as real tokens: under DDP or DeepSpeed one forward call per step is what their hooks expect."""
+    ``unpadded``: the batch's padding is not computed: the rows run in groups of similar length
+    (:func:`spag.models.batching.length_groups`), each group cut to its own width. With ``shared_prefix``
+    too (batches of rows whose prompts begin alike, ``group_by_prompt``), the beginning that all the rows
+    share is encoded once and its keys and values serve every row (:func:`shared_prefix_length`). The same
+    numbers up to float rounding, and one graph for the backward pass: the shared beginning's gradient is
+    the sum of what each row sends it. For a single process on a CPU, where a position costs the same
+    whether it is padding, a repeat or new: under DDP or DeepSpeed one forward call per step is what their
+    hooks expect."""
     import torch
 
     if supports_logits_to_keep is None:
         supports_logits_to_keep = _accepts(model, "logits_to_keep")
     lengths = batch["attention_mask"].sum(dim=1).tolist()
+    # Recomputed activations (gradient checkpointing) turn the keys-and-values cache off: no shared beginning.
+    reuse = (unpadded and shared_prefix and supports_logits_to_keep
+             and not getattr(model, "is_gradient_checkpointing", False))
+    shared = shared_prefix_length(batch, lengths) if reuse else 0
+    if shared:
+        return _shared_prefix_logprobs(model, batch, lengths, shared)
     groups = length_groups(lengths) if unpadded else [list(range(len(lengths)))]
     if len(groups) == 1:
         return _group_logprobs(model, batch, supports_logits_to_keep)
@@ -119,6 +129,62 @@ def model_forward_logprobs(model, batch: dict, supports_logits_to_keep: bool | N
         group["logits_to_keep"] = min(group["input_ids"].shape[1],
                                       int(group["completion_mask"].sum(dim=1).max()) + 1)
         parts.append(_group_logprobs(model, group, supports_logits_to_keep))
+        order += rows
+    logp = torch.cat(parts)
+    return logp[torch.argsort(torch.tensor(order, device=logp.device))]
+
+
+def shared_prefix_length(batch: dict, lengths: list[int]) -> int:
+    """How many first tokens every row of a left-padded batch shares, stopping before the last prompt token
+    of its shortest prompt (which runs with its row, to predict the first completion token); 0 for a batch
+    of one row or a shared beginning shorter than :data:`MIN_SHARED_PREFIX`."""
+    import torch
+
+    if len(lengths) < 2:
+        return 0
+    width = batch["input_ids"].shape[1]
+    completions = batch["completion_mask"].sum(dim=1).tolist()
+    limit = min(n - c - 1 for n, c in zip(lengths, completions, strict=True))
+    if limit < MIN_SHARED_PREFIX:
+        return 0
+    starts = [width - n for n in lengths]
+    firsts = torch.stack([batch["input_ids"][i, start:start + limit] for i, start in enumerate(starts)])
+    differs = (firsts != firsts[0]).any(dim=0).nonzero()
+    shared = int(differs[0]) if len(differs) else limit
+    return shared if shared >= MIN_SHARED_PREFIX else 0
+
+
+def _shared_prefix_logprobs(model, batch: dict, lengths: list[int], shared: int):
+    """:func:`model_forward_logprobs` for a batch whose rows share their first ``shared`` tokens."""
+    import torch
+    from transformers import DynamicCache
+
+    ids = batch["input_ids"]
+    device, width = ids.device, ids.shape[1]
+    start = width - lengths[0]
+    prefix = model(input_ids=ids[:1, start:start + shared], position_ids=torch.arange(shared, device=device)[None],
+                   use_cache=True, logits_to_keep=1).past_key_values
+    kept = [(layer.keys, layer.values) for layer in prefix.layers]
+    rests = [n - shared for n in lengths]
+    parts, order = [], []
+    for rows in length_groups(rests):
+        index = torch.tensor(rows, device=device)
+        columns = max(rests[r] for r in rows)
+        # A row shorter than the group's widest leaves columns of its own shared tokens (or its padding)
+        # on its left: already in the cache, so masked out here.
+        own = torch.tensor([[c >= columns - rests[r] for c in range(columns)] for r in rows], device=device)
+        mask = torch.cat([torch.ones(len(rows), shared, dtype=batch["attention_mask"].dtype, device=device),
+                          own.to(batch["attention_mask"].dtype)], dim=1)
+        positions = torch.stack([torch.arange(shared + rests[r] - columns, shared + rests[r], device=device)
+                                 for r in rows]).clamp(min=0)
+        cache = DynamicCache()
+        for layer, (keys, values) in enumerate(kept):
+            cache.update(keys.expand(len(rows), -1, -1, -1), values.expand(len(rows), -1, -1, -1), layer)
+        completion = batch["completion_mask"][index, width - columns:]
+        keep = min(columns, int(completion.sum(dim=1).max()) + 1)
+        logits = model(input_ids=ids[index, width - columns:], attention_mask=mask, position_ids=positions,
+                       past_key_values=cache, use_cache=True, logits_to_keep=keep).logits
+        parts.append(completion_logprobs(logits, ids[index, width - columns:], completion))
         order += rows
     logp = torch.cat(parts)
     return logp[torch.argsort(torch.tensor(order, device=logp.device))]

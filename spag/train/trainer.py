@@ -79,7 +79,14 @@ from spag.train.bookkeeping import (
     resume_point,
     run_identity,
 )
-from spag.train.data import Collator, RowDataset, check_rows_for_method, empty_completions, encode_rows
+from spag.train.data import (
+    Collator,
+    PromptGroupedSampler,
+    RowDataset,
+    check_rows_for_method,
+    empty_completions,
+    encode_rows,
+)
 from spag.train.losses import METHODS, SFT
 from spag.train.losses import compute_loss as method_loss
 from spag.train.reference import _accepts, load_reference_model, model_forward_logprobs, reference_logprobs
@@ -157,8 +164,10 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
 
     def __init__(self, *args, method: str, kl_coeff: float, clip_range: float, sft_coeff: float,
                  detach_advantage: bool = True, reduction: str = "rows", ref_model=None,
-                 ref_is_base_without_adapter: bool = False, lr_scheduler: str = "cosine", **kwargs):
+                 ref_is_base_without_adapter: bool = False, lr_scheduler: str = "cosine",
+                 group_by_prompt: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
+        self.group_by_prompt = group_by_prompt
         self.schedule = lr_scheduler
         self.method = method
         self.kl_coeff = kl_coeff
@@ -173,9 +182,17 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
         # model_forward_logprobs); on a GPU a padded batch is one efficient call.
         self._unpadded = (not self.is_deepspeed_enabled and self.args.world_size == 1
                           and self.args.device.type == "cpu")
+        self._shared_prefix = self._unpadded and group_by_prompt  # see model_forward_logprobs
         self._stat_sums: dict[str, float] = {}
         self._stat_counts: dict[str, int] = {}
         self.last_logged_loss: float | None = None
+
+    def _get_train_sampler(self, train_dataset=None):
+        """The HF Trainer's sampler (random or by length), or batches of rows whose prompts begin alike."""
+        if not self.group_by_prompt:
+            return super()._get_train_sampler(train_dataset)
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        return PromptGroupedSampler(dataset.encoded, self.args.train_batch_size, self.args.seed)
 
     def _holds_reference(self) -> bool:
         return self.is_deepspeed_enabled and hasattr(self.accelerator.unwrap_model(self.model), REFERENCE_SUBMODULE)
@@ -213,21 +230,24 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
                 # The reference inside the policy (DeepSpeed): the engine gathers and casts it as the policy.
                 ref = self.accelerator.unwrap_model(model).get_submodule(REFERENCE_SUBMODULE)
                 ref.eval()
-                return model_forward_logprobs(ref, inputs, self._keeps_logits, unpadded=self._unpadded).detach()
+                return model_forward_logprobs(ref, inputs, self._keeps_logits, unpadded=self._unpadded,
+                                              shared_prefix=self._shared_prefix).detach()
             if self.ref_is_base_without_adapter:
                 # LoRA on the reference itself: the base weights with adapters switched off.
                 peft_model = self.accelerator.unwrap_model(model)
                 was_training = peft_model.training
                 peft_model.eval()
                 with peft_model.disable_adapter():
-                    logp = model_forward_logprobs(peft_model, inputs, self._keeps_logits, unpadded=self._unpadded)
+                    logp = model_forward_logprobs(peft_model, inputs, self._keeps_logits,
+                                                  unpadded=self._unpadded, shared_prefix=self._shared_prefix)
                 peft_model.train(was_training)
                 return logp.detach()
             return model_forward_logprobs(self.ref_model, inputs, self._keeps_logits,
-                                          unpadded=self._unpadded).detach()
+                                          unpadded=self._unpadded, shared_prefix=self._shared_prefix).detach()
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        logp = model_forward_logprobs(model, inputs, self._keeps_logits, unpadded=self._unpadded)
+        logp = model_forward_logprobs(model, inputs, self._keeps_logits, unpadded=self._unpadded,
+                                      shared_prefix=self._shared_prefix)
         ref_logp = inputs.get("ref_logp")
         if ref_logp is None and self.method != SFT:
             ref_logp = self._reference_logprobs(model, inputs)
@@ -693,6 +713,7 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
         reduction=config.reduction,
         ref_model=ref_model,
         ref_is_base_without_adapter=ref_without_adapter,
+        group_by_prompt=config.group_by_prompt,
     )
     show_postfix_progress(trainer)
     return trainer, live
