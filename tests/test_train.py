@@ -555,6 +555,35 @@ def test_rows_whose_prompts_begin_alike_are_batched_together_in_a_seeded_order(t
         TrainConfig.model_validate({"group_by_length": True, "group_by_prompt": True})
 
 
+def test_a_deepspeed_run_asks_pycpuinfo_about_the_cpu_once(monkeypatch):
+    """DeepSpeed asks py-cpuinfo at each op it loads and py-cpuinfo starts a Python process per question;
+    a DeepSpeed run (its training arguments) keeps the first answer for the process, every caller gets its
+    own copy."""
+    import subprocess
+
+    import cpuinfo
+
+    from spag.train.trainer import cpu_info_read_once
+
+    started = []
+
+    class Counted(subprocess.Popen):
+        def __init__(self, args, *rest, **kwargs):
+            started.append(args)
+            super().__init__(args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", Counted)
+    monkeypatch.setattr(cpuinfo, "get_cpu_info", cpuinfo.get_cpu_info)  # the library's own, restored after
+    cpuinfo.get_cpu_info(), cpuinfo.get_cpu_info()
+    assert len(started) == 2  # without the change: a process per question
+    cpu_info_read_once()
+    cpu_info_read_once()
+    first = cpuinfo.get_cpu_info()
+    first["flags"] = None
+    again = cpuinfo.get_cpu_info()
+    assert len(started) == 3 and again["flags"] and again["arch"] == first["arch"]
+
+
 def test_deepspeed_runs_build_their_ops_with_the_environments_ninja(monkeypatch):
     """torch compiles DeepSpeed's ops with the ninja on PATH; two ninjas record commands differently and
     rebuild every op by turns, so a DeepSpeed run puts the environment's own ninja first, started

@@ -546,6 +546,7 @@ def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str, 
     if config.deepspeed:
         _environment_ninja_first()
         _quiet_deprecated_collectives()
+        cpu_info_read_once()
     if configured:
         _deepspeed_processes_on_cpu()
     bf16, tf32 = _precision(config, device)
@@ -605,6 +606,21 @@ def _environment_ninja_first() -> None:
         path = os.environ.get("PATH", "")
         if path.split(os.pathsep)[0] != str(folder):
             os.environ["PATH"] = os.pathsep.join([str(folder), path]) if path else str(folder)
+
+
+def cpu_info_read_once() -> None:
+    """py-cpuinfo's answer kept for the rest of the process.
+
+    DeepSpeed asks py-cpuinfo about the CPU each time it loads an op (its architecture, its SIMD width, and
+    the CPU Adam once more: five times in a ZeRO-3 process on a CPU), and py-cpuinfo answers by starting
+    a new Python process, about a second of CPU each: 120 of them in the test suite. The CPU does not
+    change while a process runs; each caller gets its own copy of the answer."""
+    import cpuinfo
+
+    if hasattr(cpuinfo.get_cpu_info, "__wrapped__"):
+        return
+    read = functools.cache(cpuinfo.get_cpu_info)
+    cpuinfo.get_cpu_info = functools.wraps(read.__wrapped__)(lambda: dict(read()))
 
 
 def _quiet_deprecated_collectives() -> None:
