@@ -45,6 +45,9 @@ PROCESSES = {"test_deepspeed": None, "test_play": {"test_two_ranks_under_torchru
                                "test_the_paper_preset_runs_end_to_end_at_toy_size"}}
 FIRST = ("processes", "test_pipeline", "test_pipeline::test_repro_with_vllm_for_self_play_and_evaluation",
          "test_benchmark_data", "test_player_contract", "test_online")
+# The projects the tests `dvc init` send no usage report (the repository's own .dvc/config says so too):
+# each dvc command would start a daemon process for it, 38 in the suite.
+os.environ["DVC_NO_ANALYTICS"] = "1"
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Two workers share the two cores: one thread each (and for the processes they start) keeps them from
     # taking the cores from each other.
