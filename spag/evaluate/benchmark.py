@@ -34,6 +34,7 @@ is reused only for the same stamp (a retrained model at the same path is run aga
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -210,7 +211,8 @@ class Plan:
 
 def stock_manager(names: Sequence[str] | None, extra: Sequence[Path] = ()):
     """lm-eval's task index over the folders that define ``names`` (all of lm-eval's tasks for a name the
-    paper table does not know: indexing the whole tree takes seconds), and the ``extra`` folders."""
+    paper table does not know: indexing the whole tree takes seconds, so that index is built once per
+    process), and the ``extra`` folders."""
     import lm_eval.tasks
     from lm_eval.tasks import TaskManager
 
@@ -219,10 +221,18 @@ def stock_manager(names: Sequence[str] | None, extra: Sequence[Path] = ()):
     for name in names or PAPER_TASKS:
         if name not in PAPER_TASKS:
             _named_somewhere(root, [n for n in names if n not in PAPER_TASKS])
-            return TaskManager(include_path=[str(p) for p in extra] or None)
+            return TaskManager(include_path=[str(p) for p in extra]) if extra else _every_stock_task()
         folders.update(PAPER_TASKS[name].folders)
     return TaskManager(include_path=[str(root / f) for f in sorted(folders)] + [str(p) for p in extra],
                        include_defaults=False)
+
+
+@functools.cache
+def _every_stock_task():
+    """lm-eval's index of all its own tasks (read-only once built: plans and checks share it)."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager()
 
 
 def _named_somewhere(root: Path, names: Sequence[str]) -> None:
