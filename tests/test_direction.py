@@ -209,7 +209,7 @@ def test_the_beginning_a_batchs_rows_share_runs_once_with_the_padded_batchs_numb
     from spag.models.batching import MIN_TOKENS, PADDING_SLACK
     from spag.models.loading import load_model
     from spag.train.data import RowDataset, collate
-    from spag.train.reference import MIN_SHARED_PREFIX, model_forward_logprobs, shared_prefix_length
+    from spag.train.reference import MIN_SHARED_PREFIX, batch_shared_prefix, model_forward_logprobs
 
     model, tok = load_model(tiny, device="cpu", dtype="float32")
     rules = "Rules: two players talk in turns; the attacker knows a word the defender must not say. " * 3
@@ -218,7 +218,7 @@ def test_the_beginning_a_batchs_rows_share_runs_once_with_the_padded_batchs_numb
     encoded = encode_rows([validate_row(r, i) for i, r in enumerate(alike)], tok, 1024, show_progress=False)
     batch = collate([RowDataset(encoded)[i] for i in range(len(alike))], tok.pad_token_id)
     lengths = batch["attention_mask"].sum(dim=1).tolist()
-    shared = shared_prefix_length(batch, lengths)
+    shared = batch_shared_prefix(batch, lengths)
     assert shared >= len(tok(rules)["input_ids"]) >= MIN_SHARED_PREFIX
     positions = []
     handle = model.get_input_embeddings().register_forward_hook(
@@ -248,7 +248,7 @@ def test_the_beginning_a_batchs_rows_share_runs_once_with_the_padded_batchs_numb
                                rtol=1e-5, atol=1e-5)
     different = collate([RowDataset(encoded)[0], {**RowDataset(encoded)[1], "input_ids": [7] + encoded.input_ids[1]}],
                         tok.pad_token_id)
-    assert shared_prefix_length(different, different["attention_mask"].sum(dim=1).tolist()) == 0
+    assert batch_shared_prefix(different, different["attention_mask"].sum(dim=1).tolist()) == 0
 
 
 def test_length_groups_hold_every_row_once_with_little_padding():

@@ -85,12 +85,12 @@ def test_continuation_logprobs_equal_a_plain_forward_pass_per_word(player, fast,
 
 
 def test_shared_prefix_length_leaves_every_sequence_a_token_of_its_own():
-    from spag.players.hf.player import _shared_prefix_length
+    from spag.models.batching import shared_prefix_length
 
-    assert _shared_prefix_length([[1, 2, 3, 4], [1, 2, 3, 5]]) == 3
-    assert _shared_prefix_length([[1, 2, 3], [1, 2, 3, 4]]) == 2
-    assert _shared_prefix_length([[1, 2], [3, 2]]) == 0
-    assert _shared_prefix_length([[1, 2, 3]]) == 0
+    assert shared_prefix_length([[1, 2, 3, 4], [1, 2, 3, 5]]) == 3
+    assert shared_prefix_length([[1, 2, 3], [1, 2, 3, 4]]) == 2
+    assert shared_prefix_length([[1, 2], [3, 2]]) == 0
+    assert shared_prefix_length([[1, 2, 3]]) == 0
 
 
 def test_ranks_put_the_best_first_and_share_ties():

@@ -1,5 +1,5 @@
 """Rows of similar length batched together, so that a batch padded to its longest row computes little
-padding.
+padding, and the beginning a batch's rows share (encoded once where rows begin alike).
 
 On a CPU every padded position costs as much as a real one (the matrix products run over all of them), so
 the training forward pass and the benchmark's scoring split a padded batch into such groups; the numbers
@@ -29,3 +29,16 @@ def length_groups(lengths: Sequence[int], slack: float = PADDING_SLACK) -> list[
                 continue
         groups.append([i])
     return groups
+
+
+def shared_prefix_length(encoded: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens all of ``encoded`` share, leaving each at least one token of its own
+    (0 for fewer than two sequences: nothing is gained by sharing)."""
+    if len(encoded) < 2:
+        return 0
+    limit = min(len(ids) for ids in encoded) - 1
+    first = encoded[0]
+    n = 0
+    while n < limit and all(ids[n] == first[n] for ids in encoded):
+        n += 1
+    return n

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spag.models.batching import length_groups
+from spag.models.batching import length_groups, shared_prefix_length
 from spag.players.hf.linear import packed_linears
 from spag.runtime.console import progress
 from spag.runtime.errors import DataError
@@ -100,7 +100,7 @@ def model_forward_logprobs(model, batch: dict, supports_logits_to_keep: bool | N
     ``unpadded``: the batch's padding is not computed: the rows run in groups of similar length
     (:func:`spag.models.batching.length_groups`), each group cut to its own width. With ``shared_prefix``
     too (batches of rows whose prompts begin alike, ``group_by_prompt``), the beginning that all the rows
-    share is encoded once and its keys and values serve every row (:func:`shared_prefix_length`). The same
+    share is encoded once and its keys and values serve every row (:func:`batch_shared_prefix`). The same
     numbers up to float rounding, and one graph for the backward pass: the shared beginning's gradient is
     the sum of what each row sends it. For a single process on a CPU, where a position costs the same
     whether it is padding, a repeat or new: under DDP or DeepSpeed one forward call per step is what their
@@ -113,7 +113,7 @@ def model_forward_logprobs(model, batch: dict, supports_logits_to_keep: bool | N
     # Recomputed activations (gradient checkpointing) turn the keys-and-values cache off: no shared beginning.
     reuse = (unpadded and shared_prefix and supports_logits_to_keep
              and not getattr(model, "is_gradient_checkpointing", False))
-    shared = shared_prefix_length(batch, lengths) if reuse else 0
+    shared = batch_shared_prefix(batch, lengths) if reuse else 0
     if shared:
         return _shared_prefix_logprobs(model, batch, lengths, shared)
     groups = length_groups(lengths) if unpadded else [list(range(len(lengths)))]
@@ -134,23 +134,15 @@ def model_forward_logprobs(model, batch: dict, supports_logits_to_keep: bool | N
     return logp[torch.argsort(torch.tensor(order, device=logp.device))]
 
 
-def shared_prefix_length(batch: dict, lengths: list[int]) -> int:
+def batch_shared_prefix(batch: dict, lengths: list[int]) -> int:
     """How many first tokens every row of a left-padded batch shares, stopping before the last prompt token
     of its shortest prompt (which runs with its row, to predict the first completion token); 0 for a batch
     of one row or a shared beginning shorter than :data:`MIN_SHARED_PREFIX`."""
-    import torch
-
-    if len(lengths) < 2:
-        return 0
     width = batch["input_ids"].shape[1]
     completions = batch["completion_mask"].sum(dim=1).tolist()
-    limit = min(n - c - 1 for n, c in zip(lengths, completions, strict=True))
-    if limit < MIN_SHARED_PREFIX:
-        return 0
-    starts = [width - n for n in lengths]
-    firsts = torch.stack([batch["input_ids"][i, start:start + limit] for i, start in enumerate(starts)])
-    differs = (firsts != firsts[0]).any(dim=0).nonzero()
-    shared = int(differs[0]) if len(differs) else limit
+    prompts = [batch["input_ids"][row, width - n:width - c].tolist()
+               for row, (n, c) in enumerate(zip(lengths, completions, strict=True))]
+    shared = shared_prefix_length(prompts)
     return shared if shared >= MIN_SHARED_PREFIX else 0
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spag.models.batching import shared_prefix_length
 from spag.models.chat import model_input_ids
 from spag.models.loading import load_model, setup_special_tokens
 from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at, per_prompt_seeds, turn_end_ids
@@ -24,19 +25,6 @@ from spag.players.options import HFOptions
 from spag.runtime.errors import PlayerError
 
 _TAIL_TOKENS = 12          # tokens decoded each step to look for a stop string
-
-
-def _shared_prefix_length(encoded: Sequence[Sequence[int]]) -> int:
-    """How many leading tokens all of ``encoded`` share, leaving each at least one token of its own
-    (0 for fewer than two sequences: nothing is gained by sharing)."""
-    if len(encoded) < 2:
-        return 0
-    limit = min(len(ids) for ids in encoded) - 1
-    first = encoded[0]
-    n = 0
-    while n < limit and all(ids[n] == first[n] for ids in encoded):
-        n += 1
-    return n
 
 
 @dataclass(frozen=True)
@@ -358,7 +346,7 @@ class HFPlayer:
         import torch
         from transformers import DynamicCache
 
-        shared = _shared_prefix_length(encoded)
+        shared = shared_prefix_length(encoded)
         rows = []
         with torch.inference_mode():
             prefix_cache = DynamicCache()
