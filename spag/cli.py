@@ -32,7 +32,7 @@ from spag.commands import (
 from spag.players.allocator import keep_freed_memory
 from spag.runtime.errors import DataError
 from spag.runtime.outputs import release_held
-from spag.runtime.process import leave_process_group_at_exit, short_lived_process
+from spag.runtime.process import end_process, leave_process_group_at_exit, short_lived_process
 from spag.runtime.signals import EXIT_INTERRUPTED, STOPS, command_signals, stopped
 
 # The subcommand modules, in the order `spag --help` lists them.
@@ -84,6 +84,11 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
+def run() -> None:
+    """The ``spag`` program: :func:`main`, then the process ends (:func:`spag.runtime.process.end_process`)."""
+    end_process(main)
+
+
 if __name__ == "__main__":  # `torchrun -m spag.cli train ...` runs here: its processes close their group
     leave_process_group_at_exit()
-    main()
+    run()

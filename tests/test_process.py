@@ -1,10 +1,11 @@
 """spag.runtime.process: a stage or command collects garbage rarely while it imports torch and transformers,
-and every stage script says so before its imports; a launched process leaves its process group before it
-exits."""
+and every stage script says so before its imports; it ends without tearing its modules down, its files
+written; a launched process leaves its process group before it exits."""
 
 from __future__ import annotations
 
 import ast
+import gzip
 import os
 import subprocess
 import sys
@@ -67,6 +68,69 @@ def test_freezing_at_exit_would_lose_buffered_writes(tmp_path, mode, kept):
     written = tmp_path / "written.txt"
     subprocess.run([sys.executable, "-c", FROZEN_AT_EXIT, mode, str(written)], check=True)
     assert written.read_text() == kept
+
+
+# A process whose entry point leaves work for the exit: a file a module global keeps open (text, and gzip,
+# whose close writes its trailer), one only a reference cycle keeps, an exit handler, a thread still
+# writing; and an object whose finaliser only the modules' teardown would run.
+ENDED = """
+import atexit, gzip, sys, threading, time
+from pathlib import Path
+from spag.runtime.process import end_process
+out = Path(sys.argv[2])
+class Cycle:
+    pass
+class SaysWhenTornDown:
+    def __del__(self):
+        (out / "torn_down").write_text("yes")
+kept_alive = SaysWhenTornDown()
+def main():
+    global unclosed, zipped
+    unclosed = open(out / "global.txt", "w")
+    unclosed.write("kept")
+    zipped = gzip.open(out / "global.gz", "wt")
+    zipped.write("kept")
+    cycle = Cycle()
+    cycle.self, cycle.file = cycle, open(out / "cycle.txt", "w")
+    cycle.file.write("kept")
+    atexit.register(lambda: (out / "atexit.txt").write_text("kept"))
+    threading.Thread(target=lambda: (time.sleep(0.3), (out / "thread.txt").write_text("kept"))).start()
+    print("said", end="")
+    if sys.argv[1] == "plain":
+        import os; os._exit(4)
+    if sys.argv[1] != "returns":
+        raise SystemExit(int(sys.argv[1]) if sys.argv[1].isdigit() else sys.argv[1])
+end_process(main)
+"""
+
+
+def _ended(tmp_path: Path, how: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+    done = subprocess.run([sys.executable, "-c", ENDED, how, str(tmp_path)], capture_output=True, text=True,
+                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    written = {p.name: (gzip.decompress(p.read_bytes()).decode() if p.suffix == ".gz" else p.read_text())
+               for p in tmp_path.iterdir() if p.stat().st_size}
+    return done, written
+
+
+@pytest.mark.parametrize(("how", "status", "stderr"), [("returns", 0, ""), ("3", 3, ""), ("a message", 1, "a message\n")])
+def test_an_ended_process_keeps_what_the_exit_would_write_and_its_status(tmp_path, how, status, stderr):
+    done, written = _ended(tmp_path, how)
+    assert (done.returncode, done.stdout, done.stderr) == (status, "said", stderr)
+    assert written == {name: "kept" for name in ("global.txt", "global.gz", "cycle.txt", "atexit.txt", "thread.txt")}
+    assert not (tmp_path / "torn_down").exists()
+
+
+def test_the_teardown_alone_is_skipped(tmp_path):
+    """Between the two other ends: a plain os._exit loses the files, the interpreter's teardown runs a
+    finaliser of an object that lives to the end (end_process does not: the tests above)."""
+    plain, torn = tmp_path / "plain", tmp_path / "teardown"
+    plain.mkdir()
+    torn.mkdir()
+    done, written = _ended(plain, "plain")
+    assert done.returncode == 4 and set(written) <= {"thread.txt"}
+    subprocess.run([sys.executable, "-c", ENDED.replace("end_process(main)", "main()"), "returns", str(torn)],
+                   check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert (torn / "torn_down").read_text() == "yes" and (torn / "global.txt").read_text() == "kept"
 
 
 # Records the youngest generation's threshold when transformers is first imported, then runs a stage
@@ -137,4 +201,4 @@ def test_the_launched_entry_points_leave_their_group():
     assert ast.unparse(main.body[0]) == "leave_process_group_at_exit()"
     cli = ast.parse((ROOT / "spag/cli.py").read_text(encoding="utf-8"))
     entry = next(s for s in cli.body if isinstance(s, ast.If) and "__main__" in ast.unparse(s.test))
-    assert [ast.unparse(s) for s in entry.body] == ["leave_process_group_at_exit()", "main()"]
+    assert [ast.unparse(s) for s in entry.body] == ["leave_process_group_at_exit()", "run()"]

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from spag.config import existing_file, load_settings
 from spag.game.base import Game
@@ -30,6 +30,7 @@ from spag.pipeline.preflight import check_stage
 from spag.pipeline.table import EPOCH_STAGES, STAGE_PARAMS, checkpoint
 from spag.players.allocator import keep_freed_memory
 from spag.runtime.errors import DataError, ParamsError, UndeclaredParam
+from spag.runtime.process import end_process
 from spag.runtime.signals import STOPS, command_signals, stopped
 
 # A stage's declared outputs are its own: DVC deletes them before it runs the stage and restores them
@@ -108,13 +109,18 @@ class Layout:
         return self.data / "benchmarks"
 
 
-def run_stage(stage: Callable, root: str | Path, argv: list[str] | None = None) -> None:
-    """Validate ``root/params.yaml`` (all of it) and run ``stage`` on the keys it declares.
+def run_stage(stage: Callable, root: str | Path, argv: list[str] | None = None) -> NoReturn:
+    """Validate ``root/params.yaml`` (all of it), run ``stage`` on the keys it declares, and end the process
+    (:func:`spag.runtime.process.end_process`: a stage script's last call).
 
-    Bad params or input data end the process with one line on stderr and exit code 2; Ctrl-C and SIGTERM
-    with one line and exit code 130 or 143 (:func:`spag.runtime.signals.stopped`), after the stage's
-    finished work is written.
+    Bad params or input data end it with one line on stderr and exit code 2; Ctrl-C and SIGTERM with one
+    line and exit code 130 or 143 (:func:`spag.runtime.signals.stopped`), after the stage's finished work
+    is written.
     """
+    end_process(functools.partial(_run_stage, stage, root, argv))
+
+
+def _run_stage(stage: Callable, root: str | Path, argv: list[str] | None) -> None:
     keep_freed_memory()  # a stage owns its process: freed memory is kept for reuse (CPU inference)
     name = stage.__name__
     argv = sys.argv[1:] if argv is None else argv
