@@ -9,8 +9,8 @@ from spag.runtime.process import short_lived_process
 
 short_lived_process()  # first, before the stage's imports and its work (spag.runtime.process)
 
-from spag.pipeline.run import run_stage
+from spag.pipeline.run import stage_script
 from spag.pipeline.stages.benchmark_data import benchmark_data
 
 if __name__ == "__main__":
-    run_stage(benchmark_data, Path(__file__).resolve().parent.parent)
+    stage_script(benchmark_data, Path(__file__).resolve().parent.parent)

@@ -9,8 +9,8 @@ from spag.runtime.process import short_lived_process
 
 short_lived_process()  # first, before the stage's imports and its work (spag.runtime.process)
 
-from spag.pipeline.run import run_stage
+from spag.pipeline.run import stage_script
 from spag.pipeline.stages.skill_clues import skill_clues
 
 if __name__ == "__main__":
-    run_stage(skill_clues, Path(__file__).resolve().parent.parent)
+    stage_script(skill_clues, Path(__file__).resolve().parent.parent)

@@ -164,6 +164,13 @@ def test_every_stage_script_applies_the_policy_before_its_other_imports(script):
     assert calls and spag_imports and calls[0] < min(spag_imports)
 
 
+@pytest.mark.parametrize("script", sorted((ROOT / "stages").glob("*.py")), ids=lambda p: p.name)
+def test_every_stage_script_ends_its_process_without_the_teardown(script):
+    entry = ast.parse(script.read_text()).body[-1]
+    assert isinstance(entry, ast.If) and "__main__" in ast.unparse(entry.test)
+    assert [ast.unparse(s).split("(")[0] for s in entry.body] == ["stage_script"]
+
+
 # Two gloo processes under torchrun exchange tensors, then both exit at once.
 GROUP_EXIT = """
 import sys, torch, torch.distributed as dist

@@ -109,18 +109,19 @@ class Layout:
         return self.data / "benchmarks"
 
 
-def run_stage(stage: Callable, root: str | Path, argv: list[str] | None = None) -> NoReturn:
-    """Validate ``root/params.yaml`` (all of it), run ``stage`` on the keys it declares, and end the process
-    (:func:`spag.runtime.process.end_process`: a stage script's last call).
+def stage_script(stage: Callable, root: str | Path) -> NoReturn:
+    """A stage script's one call: :func:`run_stage` on the script's arguments, then the process ends
+    (:func:`spag.runtime.process.end_process`)."""
+    end_process(functools.partial(run_stage, stage, root))
 
-    Bad params or input data end it with one line on stderr and exit code 2; Ctrl-C and SIGTERM with one
-    line and exit code 130 or 143 (:func:`spag.runtime.signals.stopped`), after the stage's finished work
-    is written.
+
+def run_stage(stage: Callable, root: str | Path, argv: list[str] | None = None) -> None:
+    """Validate ``root/params.yaml`` (all of it) and run ``stage`` on the keys it declares.
+
+    Bad params or input data end the process with one line on stderr and exit code 2; Ctrl-C and SIGTERM
+    with one line and exit code 130 or 143 (:func:`spag.runtime.signals.stopped`), after the stage's
+    finished work is written.
     """
-    end_process(functools.partial(_run_stage, stage, root, argv))
-
-
-def _run_stage(stage: Callable, root: str | Path, argv: list[str] | None) -> None:
     keep_freed_memory()  # a stage owns its process: freed memory is kept for reuse (CPU inference)
     name = stage.__name__
     argv = sys.argv[1:] if argv is None else argv
