@@ -72,10 +72,11 @@ def test_freezing_at_exit_would_lose_buffered_writes(tmp_path, mode, kept):
 
 # A process whose entry point leaves work for the exit: a file a module global keeps open (text, and gzip,
 # whose close writes its trailer), one only a reference cycle keeps, an exit handler, a thread still
-# writing; and an object whose finaliser only the modules' teardown would run.
+# writing, a line C code printed; and an object whose finaliser only the modules' teardown would run.
 ENDED = """
-import atexit, gzip, sys, threading, time
+import atexit, ctypes, gc, gzip, sys, threading, time
 from pathlib import Path
+gc.disable()  # the cycle below is collected at the end alone (any collection can lose it: see _finish)
 from spag.runtime.process import end_process
 out = Path(sys.argv[2])
 class Cycle:
@@ -96,6 +97,7 @@ def main():
     atexit.register(lambda: (out / "atexit.txt").write_text("kept"))
     threading.Thread(target=lambda: (time.sleep(0.3), (out / "thread.txt").write_text("kept"))).start()
     print("said", end="")
+    ctypes.CDLL(None).printf(b"|in C")  # buffered by the C library: stdout is a pipe
     if sys.argv[1] == "plain":
         import os; os._exit(4)
     if sys.argv[1] != "returns":
@@ -115,20 +117,20 @@ def _ended(tmp_path: Path, how: str) -> tuple[subprocess.CompletedProcess, dict[
 @pytest.mark.parametrize(("how", "status", "stderr"), [("returns", 0, ""), ("3", 3, ""), ("a message", 1, "a message\n")])
 def test_an_ended_process_keeps_what_the_exit_would_write_and_its_status(tmp_path, how, status, stderr):
     done, written = _ended(tmp_path, how)
-    assert (done.returncode, done.stdout, done.stderr) == (status, "said", stderr)
+    assert (done.returncode, done.stdout, done.stderr) == (status, "said|in C", stderr)
     assert written == {name: "kept" for name in ("global.txt", "global.gz", "cycle.txt", "atexit.txt", "thread.txt")}
     assert not (tmp_path / "torn_down").exists()
 
 
 def test_the_teardown_alone_is_skipped(tmp_path):
-    """Between the two other ends: a plain os._exit loses the files, the interpreter's teardown runs a
+    """Between the two other ends: a plain os._exit loses the files and what was printed, the interpreter's teardown runs a
     finaliser of an object that lives to the end (end_process does not: the tests above)."""
     plain, torn = tmp_path / "plain", tmp_path / "teardown"
     plain.mkdir()
     torn.mkdir()
     done, written = _ended(plain, "plain")
-    assert done.returncode == 4 and set(written) <= {"thread.txt"}
-    subprocess.run([sys.executable, "-c", ENDED.replace("end_process(main)", "main()"), "returns", str(torn)],
+    assert done.returncode == 4 and done.stdout == "" and set(written) <= {"thread.txt"}
+    subprocess.run([sys.executable, "-c", ENDED.replace("end_process(main)", "main(); gc.enable()"), "returns", str(torn)],
                    check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert (torn / "torn_down").read_text() == "yes" and (torn / "global.txt").read_text() == "kept"
 

@@ -12,8 +12,9 @@ stage (docs/benchmarks.md has the figures). :func:`short_lived_process` makes th
 imported: torch deregisters each of its operator libraries as it goes, recomputing its dispatch tables every
 time, and the interpreter walks half a million objects. :func:`end_process` ends it without that teardown,
 after doing what the teardown would do for the process's results: other threads are waited for, the exit
-handlers run, what reference cycles still hold is finalised, and every file still open is closed (a file a
-module global keeps open, whose buffer a plain ``os._exit`` would lose: tests/test_process.py). Freezing the
+handlers run, what reference cycles still hold is finalised, every file still open is closed (a file a
+module global keeps open, whose buffer a plain ``os._exit`` would lose: tests/test_process.py), and the C
+library's streams are flushed (what C code printed into a pipe). Freezing the
 collector at exit instead (``gc.freeze``) loses such a buffer, and saves less.
 
 **The process group.** The processes a launcher starts (``torchrun``) join a torch.distributed group; two
@@ -82,25 +83,33 @@ def _exit_status(code) -> int:
 def _finish() -> None:
     """What the interpreter's own exit does before tearing the modules down, in its order, and the files.
 
-    The open files are flushed before the collection: a reference cycle's objects are finalised in no
+    The open files are gathered before the collection: a reference cycle's objects are finalised in no
     set order, and a text file finalised after the file under it loses what it buffered (in CPython's own
-    exit too). Held here, they are closed after it, each text layer before the file under it."""
+    exit too, and at any collection). Held here, they outlive it and are closed after it, each text layer
+    before the file under it. Last, the C library's own buffered streams."""
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
     atexit._run_exitfuncs()  # the interpreter's exit handlers, run as it runs them at exit
     standard = _standard_streams()
     files = _open_files({id(s) for s in standard})
-    for stream in files:
-        with contextlib.suppress(Exception):  # as at teardown, where a failing flush is ignored
-            stream.flush()
     gc.collect()
     for stream in files:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # as at teardown, where a failing close is ignored
             stream.close()
     for stream in standard:
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: what it held cannot be written anyway
             stream.flush()
+    _flush_c_streams()
+
+
+def _flush_c_streams() -> None:
+    """What C code wrote through the C library's buffered streams (its stdout into a pipe, a file it keeps
+    open): flushed by the C library's exit, which ``os._exit`` skips."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # no C library to load by that name: nothing to flush
+        ctypes.CDLL(None).fflush(None)
 
 
 def _standard_streams() -> list:
