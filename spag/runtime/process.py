@@ -28,6 +28,7 @@ from __future__ import annotations
 import _io
 import atexit
 import contextlib
+import ctypes
 import gc
 import io
 import os
@@ -106,8 +107,6 @@ def _finish() -> None:
 def _flush_c_streams() -> None:
     """What C code wrote through the C library's buffered streams (its stdout into a pipe, a file it keeps
     open): flushed by the C library's exit, which ``os._exit`` skips."""
-    import ctypes
-
     with contextlib.suppress(OSError, AttributeError):  # no C library to load by that name: nothing to flush
         ctypes.CDLL(None).fflush(None)
 
