@@ -116,6 +116,14 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
             "strategy": "off", "game": p["game"]["name"]}
         assert (work / "metrics" / folder / "strategy.jsonl").read_text() == ""
     assert "skill not measured on this epoch (evaluate.skill_every: 2)" in result.stdout + result.stderr
+    # the imitation model's opening lines, said for its skill metrics, are the ones its games open with later
+    said = json.loads((work / "data/imitation/opening_lines.json").read_text())
+    assert len(said["replies"]) >= 6 and "generated again" not in result.stdout + result.stderr
+    lines = json.loads((work / "metrics/imitation/skill.json").read_text())["opening_lines"]  # seed by seed
+    for seed in (0, 1):
+        attacked = read_episodes(work / f"data/epoch_2/eval_episodes/vs_imitation/seed_{seed}/as_defender.parquet")
+        assert {e["target_word"]: e["history"][0]["content"] for e in attacked} == {
+            line["target_word"]: line["line"] for line in lines[3 * seed:3 * seed + 3]}
     assert sorted(p.name for p in (work / "data/epoch_2/eval_episodes/vs_imitation").iterdir()) == ["seed_0",
                                                                                                    "seed_1"]
     report = json.loads((work / "metrics/report.json").read_text())

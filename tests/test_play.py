@@ -389,25 +389,26 @@ def test_two_ranks_under_torchrun_play_the_games_of_one_process_and_resume_a_kil
     assert set(kept) <= set(single)
 
 
+class Counted:
+    """A real player whose prompts are counted (which opening prompts reach the model)."""
+
+    def __init__(self, player):
+        self.player, self.asked = player, Counter()
+
+    def __getattr__(self, name):
+        return getattr(self.player, name)
+
+    def generate(self, prompts, **options):
+        self.asked.update(prompts)
+        return self.player.generate(prompts, **options)
+
+
 def test_an_evaluations_matches_share_the_opening_lines_and_play_the_same_games(tiny, tmp_path):
     """One player against two opponents on the same words and seeds: with OpeningLines shared, its opening
     lines are generated once, in the first match, and every game of both matches is what it is without."""
     from spag.play.engine import OpeningLines
     from spag.players import load_player
     from spag.testing import make_tiny_checkpoint
-
-    class Counted:
-        """A real player whose prompts are counted (which opening prompts reach the model)."""
-
-        def __init__(self, player):
-            self.player, self.asked = player, Counter()
-
-        def __getattr__(self, name):
-            return getattr(self.player, name)
-
-        def generate(self, prompts, **options):
-            self.asked.update(prompts)
-            return self.player.generate(prompts, **options)
 
     options = {"device": "cpu", "dtype": "float32"}
     other = str(make_tiny_checkpoint(tmp_path / "other", seed=1))
@@ -426,3 +427,49 @@ def test_an_evaluations_matches_share_the_opening_lines_and_play_the_same_games(
         assert asked_alone[opening] == 2 * player.asked[opening] > 0
     later = [p for p in asked_alone if p not in {config.prompt(config.game.roles[0], w, []) for w in words}]
     assert later and all(player.asked[p] == asked_alone[p] for p in later)  # later turns are asked as before
+
+
+def test_opening_lines_kept_in_a_file_are_read_by_a_later_load_of_the_same_model_only(tiny, tmp_path, capsys):
+    """What a skill measurement generated (``opening_lines`` with ``said``) and wrote is read by the games of
+    a later load of that model: its opening prompts never reach the model and every game is what it is
+    without the file. Another model asks its own; a file from another machine is not used; a bad record
+    is named."""
+    from spag.play.engine import OpeningLines
+    from spag.players import load_player
+    from spag.players.provenance import machine
+    from spag.testing import make_tiny_checkpoint
+
+    options = {"device": "cpu", "dtype": "float32"}
+    other = str(make_tiny_checkpoint(tmp_path / "other", seed=1))
+    config = PlayConfig.of(max_turns=2, temperature=1.0, max_new_tokens=6, seed=3, batch_size=2)
+    words = ["coffee", "river", "garden"]
+    said = OpeningLines()
+    lines = config.opening_lines(load_player(tiny, "hf", **options), words, said=said)
+    path = tmp_path / "opening_lines.json"
+    said.write(path)
+    assert len(OpeningLines.read(path)) == len(said) >= len(words)
+
+    player, rival = Counted(load_player(tiny, "hf", **options)), load_player(other, "hf", **options)
+    alone = play_games(player, rival, words, config, show_progress=False)
+    asked_alone, player.asked = player.asked, Counter()
+    read = play_games(player, rival, words, config, show_progress=False, openings=OpeningLines.read(path))
+    assert read == alone
+    assert [e["history"][0]["content"] for e in read] == lines
+    openings = {config.prompt(config.game.roles[0], w, []) for w in words}
+    assert not set(player.asked) & openings and set(asked_alone) & openings
+    assert all(player.asked[p] == n for p, n in asked_alone.items() if p not in openings)
+
+    stranger = Counted(rival)  # another model on the same prompts and seeds
+    play_games(stranger, player, words, config, show_progress=False, openings=OpeningLines.read(path))
+    assert set(stranger.asked) >= openings
+
+    data = json.loads(path.read_text())
+    data["machine"]["cpu"]["kernels"]["torch"] = "another"
+    path.write_text(json.dumps(data))
+    assert len(OpeningLines.read(path)) == 0
+    assert "written on another machine" in capsys.readouterr().err
+    data["machine"] = json.loads(json.dumps(machine()))
+    data["replies"][1] = {"player": "x", "seed": 1}
+    path.write_text(json.dumps(data))
+    with pytest.raises(DataError, match=r"opening_lines\.json: record 1: not an opening-line record"):
+        OpeningLines.read(path)

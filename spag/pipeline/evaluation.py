@@ -4,6 +4,7 @@ metrics and their fixed inputs, and (Kuhn poker) the checkpoint's strategy and i
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from spag.config import Evaluate, Generation
@@ -12,7 +13,7 @@ from spag.evaluate.strategy import exploitability_report, strategy_line, strateg
 from spag.game.kuhn import KuhnPoker
 from spag.game.words import read_words
 from spag.pipeline.run import OWN, Declared, Layout, sample_targets, sample_words, stage_game
-from spag.play.engine import PlayConfig
+from spag.play.engine import OpeningLines, PlayConfig
 from spag.players import close_player, load_player
 from spag.runtime.errors import ParamsError
 
@@ -71,13 +72,26 @@ def skill_material(layout: Layout) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def imitation_openings(layout: Layout) -> Path:
+    """The imitation model's opening lines on the evaluation words (:class:`OpeningLines`), written by
+    ``evaluate_imitation`` and read by every later stage that plays that model there."""
+    return layout.data / "imitation" / "opening_lines.json"
+
+
 def measure_skill(settings: Declared, layout: Layout, player, judge_player, words: list[str], config,
-                  played: Path | None = None, model_skill: dict | None = None) -> dict:
+                  played: Path | None = None, model_skill: dict | None = None,
+                  said: OpeningLines | None = None) -> dict:
     """The skill metrics of ``player``; ``played``: the folder of its evaluation games on ``words`` (on the hf
     backend, as the metrics are), whose opening lines the metrics then read instead of generating them;
-    ``model_skill``: the metrics of the model ``player`` speaks with (see ``SkillMetrics.measure``)."""
+    ``model_skill``: the metrics of the model ``player`` speaks with (see ``SkillMetrics.measure``);
+    ``said``: where the opening lines generated here are kept, seed by seed, for later stages' games."""
     e = settings.evaluate
-    openings = opening_lines_played(played, config.game, words, e.seeds) if played is not None else None
+    openings = None
+    if played is not None:
+        openings = opening_lines_played(played, config.game, words, e.seeds)
+    elif said is not None:
+        openings = [line for s in range(e.seeds)
+                    for line in replace(config, seed=config.seed + s).opening_lines(player, words, said=said)]
     return config.game.skill.measure(config.game, player, judge_player, words, config, skill_material(layout),
                                      per_target=e.seeds, seed=e.seed, openings=openings, model_skill=model_skill)
 

@@ -116,13 +116,13 @@ STAGES: tuple[Stage, ...] = (
           (*_BENCHMARK, *_EVALUATION_PLAY, "evaluate.skill", "evaluate.strategy_samples"),
           deps=("data/imitation/model", BASE_MODEL, "data/skill/clues.jsonl", "data/words/eval.txt",
                 "data/words/all.txt", "data/benchmarks"),
-          outs=_cached("metrics/imitation/benchmark.samples.jsonl")
+          outs=_cached("metrics/imitation/benchmark.samples.jsonl", "data/imitation/opening_lines.json")
           + _kept_in_git("metrics/imitation/benchmark.json", "metrics/imitation/skill.json",
                          *_strategy("metrics/imitation"))),
     Stage("baselines", "the no-training baselines against the imitation model, with their skill metrics",
           (*_EVALUATION_PLAY, "evaluate.skill", "evaluate.baselines"),
           deps=("data/imitation/model", BASE_MODEL, "data/skill/clues.jsonl", "data/words/eval.txt",
-                "data/words/all.txt", "metrics/imitation/skill.json"),
+                "data/words/all.txt", "metrics/imitation/skill.json", "data/imitation/opening_lines.json"),
           outs=_cached("data/baselines/episodes") + _kept_in_git("metrics/baselines")),
     Stage("play", "the previous checkpoint plays itself on this epoch's words",
           ("seed", "game", "play", "spag.epochs.{epoch}"),
@@ -148,7 +148,7 @@ STAGES: tuple[Stage, ...] = (
           ("seed", "game", "evaluate", "play.temperature", "spag.epochs.{epoch}"),
           deps=("data/imitation/model", _PREVIOUS, "data/epoch_{epoch}/model", "data/words/eval.txt",
                 "data/words/all.txt", BASE_MODEL, "data/skill/clues.jsonl", "metrics/imitation/skill.json",
-                "metrics/baselines", "data/benchmarks"),
+                "data/imitation/opening_lines.json", "metrics/baselines", "data/benchmarks"),
           outs=_cached("data/epoch_{epoch}/eval_episodes", "metrics/epochs/{epoch}/benchmark.samples.jsonl")
           + _kept_in_git("metrics/epochs/{epoch}/games.json", "metrics/epochs/{epoch}/skill.json",
                          "metrics/epochs/{epoch}/benchmark.json", *_strategy("metrics/epochs/{epoch}")),

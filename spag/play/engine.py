@@ -26,6 +26,8 @@ plays the same whatever other games share its batch, and a resumed run matches a
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 import time
@@ -42,12 +44,12 @@ from spag.game.episodes import SETTINGS_CHECKED_ON_RESUME, EpisodeStore, episode
 from spag.game.registry import DEFAULT_GAME, game_class
 from spag.models.devices import hf_rank_device, local_rank, pin_rank_to_gpus
 from spag.players import close_player, load_player
-from spag.players.base import Player, Speaker, Turn, derive_seed
-from spag.players.provenance import record
+from spag.players.base import Player, Reply, Speaker, Turn, derive_seed
+from spag.players.provenance import machine, player_provenance, record
 from spag.runtime.console import progress
 from spag.runtime.errors import DataError, StaleEpisodes
 from spag.runtime.fingerprint import model_fingerprint
-from spag.runtime.outputs import writing
+from spag.runtime.outputs import write_json_atomic, writing
 from spag.runtime.signals import uninterrupted
 from spag.schema import Section
 
@@ -111,13 +113,15 @@ class PlayConfig:
     def is_over(self, word: str, history: Sequence[dict]) -> bool:
         return self.game.is_over(word, history)
 
-    def opening_lines(self, attacker: Player, words: list[str], *, show_progress: bool = False) -> list[str]:
+    def opening_lines(self, attacker: Player, words: list[str], *, show_progress: bool = False,
+                      said: OpeningLines | None = None) -> list[str]:
         """The opening utterance on each word: what :func:`play_games` would have ``attacker`` (the role
         that opens) say first, with the same seeds and the strategies it plays with, without playing the
-        rest of the game."""
+        rest of the game. ``said``: replies asked before, read instead of asked again, and where the new
+        ones are kept (:class:`OpeningLines`)."""
         opening = self.game.speaker(attacker, (self.game.roles[0],), self.strategies, seed=self.seed)
         games = [_Game(index=i, word=w) for i, w in enumerate(words)]
-        self._speak_once(opening, games, "opening lines", "line", show_progress)
+        self._speak_once(opening, games, "opening lines", "line", show_progress, said)
         return [g.history[0]["content"] for g in games]
 
     def next_utterances(self, player: Player, states: Sequence[tuple[str, Sequence[dict]]], *,
@@ -131,13 +135,14 @@ class PlayConfig:
         self._speak_once(speaker, games, "replies", "reply", show_progress)
         return [g.history[-1] for g in games]
 
-    def _speak_once(self, speaker, games: list[_Game], desc: str, unit: str, show_progress: bool) -> None:
+    def _speak_once(self, speaker, games: list[_Game], desc: str, unit: str, show_progress: bool,
+                    said: OpeningLines | None = None) -> None:
         """One utterance added to each game by ``speaker``, a batch of ``batch_size`` games at a time."""
         stats, size = PlayStats(), self.sampling.batch_size
         with progress(total=len(games), desc=desc, unit=unit, disable=not show_progress) as bar:
             for start in range(0, len(games), size):
                 batch = games[start:start + size]
-                _speak(speaker, batch, self, stats)
+                _speak(speaker, batch, self, stats, said)
                 bar.update(len(batch))
 
 
@@ -324,11 +329,28 @@ class OpeningLines:
     :func:`play_games` for the matches of one evaluation, it lets each be generated once (a reply is a
     function of its prompt and seed: see the module docstring). Only opening prompts are kept: an
     evaluation's words times its seeds, whatever the games' length.
+
+    A player is known by its model's content and how it runs (backend, engine, device, dtype:
+    :func:`spag.players.provenance.player_provenance`), so two players of one model share their lines.
+    :meth:`write` keeps the lines for a later process and :meth:`read` takes them back there, on the same
+    machine and library versions only (:func:`spag.players.provenance.machine`): the pipeline generates
+    the imitation model's opening lines once, for its skill metrics, and every later stage that plays it
+    on the evaluation words reads them.
     """
 
-    def __init__(self):
-        self._said: dict[tuple, object] = {}
-        self._players: dict[int, Player] = {}  # held, so that no other player takes a kept one's id
+    def __init__(self, said: dict | None = None):
+        self._said: dict[tuple, Reply] = dict(said or {})
+        self._identities: dict[int, tuple[Player, str]] = {}  # the player held, so no other takes its id
+
+    def __len__(self) -> int:
+        return len(self._said)
+
+    def _identity(self, player: Player) -> str:
+        held = self._identities.get(id(player))
+        if held is None or held[0] is not player:
+            identity = json.dumps({"model": _fingerprint_of(player), **player_provenance(player)}, sort_keys=True)
+            held = self._identities[id(player)] = (player, identity)
+        return held[1]
 
     def replies(self, ask: _Ask, prompts: list[str], seeds: list[int], opening: list[bool]) -> list:
         """``ask``'s replies to ``prompts``; those of the prompts that open a game (``opening``) that were
@@ -336,8 +358,8 @@ class OpeningLines:
         s = ask.sampling
         settings = (s.temperature, s.top_k, s.max_new_tokens, ask.min_new_tokens, tuple(ask.stops.strings),
                     ask.stops.pattern)
-        self._players[id(ask.player)] = ask.player
-        keys = [(id(ask.player), prompt, seed, settings) if first else None
+        who = self._identity(ask.player)
+        keys = [(who, _digest(prompt), seed, settings) if first else None
                 for prompt, seed, first in zip(prompts, seeds, opening)]
         new = [i for i, key in enumerate(keys) if key not in self._said]  # None is never a key
         asked = dict(zip(new, ask([prompts[i] for i in new], [seeds[i] for i in new]))) if new else {}
@@ -345,6 +367,42 @@ class OpeningLines:
             if keys[i] is not None:
                 self._said[keys[i]] = reply
         return [asked[i] if i in asked else self._said[keys[i]] for i in range(len(prompts))]
+
+    def write(self, path: str | os.PathLike) -> None:
+        """Every kept reply, with the machine it was generated on, to the JSON file ``path`` (atomically)."""
+        records = [{"player": who, "prompt_sha256": prompt, "seed": seed, "settings": list(settings),
+                    "text": reply.text, "n_tokens": int(reply.n_tokens), "finish_reason": reply.finish_reason}
+                   for (who, prompt, seed, settings), reply in self._said.items()]
+        write_json_atomic(path, {"machine": machine(), "replies": records}, replace="any")
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> OpeningLines:
+        """The replies :meth:`write` kept in ``path``; none when it was written on another machine or
+        library versions (they are generated again). DataError naming the record for a malformed file."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise DataError(path, None, f"cannot read the opening lines ({exc})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("replies"), list):
+            raise DataError(path, None, "not an opening-lines file: no 'replies' list")
+        if data.get("machine") != json.loads(json.dumps(machine())):
+            print(f"note: {path} was written on another machine or library versions; its opening lines are "
+                  "generated again", file=sys.stderr, flush=True)
+            return cls()
+        said = {}
+        for i, r in enumerate(data["replies"]):
+            try:
+                stops, pattern = r["settings"][4], r["settings"][5]
+                settings = (*r["settings"][:4], tuple(stops), pattern)
+                key = (str(r["player"]), str(r["prompt_sha256"]), int(r["seed"]), settings)
+                said[key] = Reply(str(r["text"]), int(r["n_tokens"]), str(r["finish_reason"]))
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                raise DataError(path, i, f"not an opening-line record ({exc!r})") from None
+        return cls(said)
+
+
+def _digest(prompt: str) -> str:
+    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()
 
 
 def _turn(game: _Game, config: PlayConfig) -> Turn:

@@ -13,6 +13,7 @@ from spag.pipeline.evaluation import (
     baseline_names,
     evaluation_games,
     guess_vocabulary,
+    imitation_openings,
     measure_skill,
     measures_skill,
 )
@@ -37,7 +38,8 @@ def baselines(settings: Settings, layout: Layout) -> None:
         players = {"imitation": load_player(str(layout.model("imitation")), "hf", **options),
                    "base": load_player(str(layout.base_model), "hf", **options)}
         try:
-            openings = OpeningLines()  # the imitation model's opening lines, the same against every baseline
+            # The imitation model's opening lines, the same against every baseline: said in evaluate_imitation.
+            openings = OpeningLines.read(imitation_openings(layout))
             with resumable_output(layout.data / "baselines" / "episodes", "evaluate") as work:
                 work.mkdir(parents=True, exist_ok=True)
                 for name in names:

@@ -17,6 +17,7 @@ from spag.pipeline.evaluation import (
     baseline_names,
     evaluation_games,
     guess_vocabulary,
+    imitation_openings,
     measure_skill,
     measures_skill,
     skill_line,
@@ -57,7 +58,9 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
             name = _strongest_baseline(layout, baseline_names(settings))
             imitation = load_player(str(layout.model("imitation")), "hf", **hf)
             opponents["vs_baseline"] = game.skill.baseline(name, {"imitation": imitation, "base": base})
-        openings = OpeningLines()  # the model's opening lines, the same in every match: generated once
+        # The model's opening lines, the same in every match, are generated once; the imitation model's were
+        # said in evaluate_imitation.
+        openings = OpeningLines.read(imitation_openings(layout))
         with resumable_output(layout.epoch(epoch) / "eval_episodes", "evaluate") as work:
             games = {name: evaluate_models(player, opponent, chosen, config, episodes_out=work / name,
                                            resume=True, stale="restart", seeds=e.seeds, backend=e.backend,

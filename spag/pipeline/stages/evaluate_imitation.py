@@ -10,12 +10,14 @@ from spag.config import Settings
 from spag.pipeline.benchmarking import benchmark_model, reasoning_line
 from spag.pipeline.evaluation import (
     evaluation_games,
+    imitation_openings,
     measure_skill,
     measures_skill,
     skill_line,
     write_checkpoint_strategy,
 )
 from spag.pipeline.run import OWN, Layout
+from spag.play.engine import OpeningLines
 from spag.players import close_player, load_player
 from spag.runtime.console import summary
 from spag.runtime.outputs import write_json_atomic
@@ -26,19 +28,21 @@ def evaluate_imitation(settings: Settings, layout: Layout) -> None:
     its strategy and exploitability."""
     scores = benchmark_model(settings, layout, layout.model("imitation"), layout.metrics / "imitation")
     line = reasoning_line(scores)
+    said = OpeningLines()  # its opening lines, which the games of later stages read
     if measures_skill(settings):
         words, config = evaluation_games(settings, layout)
         options = settings.evaluate.player_options("hf")
         model = load_player(str(layout.model("imitation")), "hf", **options)
         judge_player = load_player(str(layout.base_model), "hf", **options)
         try:
-            skill = measure_skill(settings, layout, model, judge_player, words, config)
+            skill = measure_skill(settings, layout, model, judge_player, words, config, said=said)
         finally:
             close_player(model, judge_player)
         line += "; " + skill_line(skill)
     else:
         skill = {"skill": "off"}
     write_json_atomic(layout.metrics / "imitation" / "skill.json", skill, replace=OWN)
+    said.write(imitation_openings(layout))
     strategy = write_checkpoint_strategy(settings, layout.model("imitation"), layout.metrics / "imitation")
     if strategy:
         line += "; " + strategy
