@@ -26,7 +26,6 @@ plays the same whatever other games share its batch, and a resumed run matches a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -48,7 +47,7 @@ from spag.players.base import Player, Reply, Speaker, Turn, derive_seed
 from spag.players.provenance import machine, player_provenance, record
 from spag.runtime.console import progress
 from spag.runtime.errors import DataError, StaleEpisodes
-from spag.runtime.fingerprint import model_fingerprint
+from spag.runtime.fingerprint import model_fingerprint, settings_fingerprint
 from spag.runtime.outputs import write_json_atomic, writing
 from spag.runtime.signals import uninterrupted
 from spag.schema import Section
@@ -359,7 +358,7 @@ class OpeningLines:
         settings = (s.temperature, s.top_k, s.max_new_tokens, ask.min_new_tokens, tuple(ask.stops.strings),
                     ask.stops.pattern)
         who = self._identity(ask.player)
-        keys = [(who, _digest(prompt), seed, settings) if first else None
+        keys = [(who, settings_fingerprint(prompt), seed, settings) if first else None
                 for prompt, seed, first in zip(prompts, seeds, opening)]
         new = [i for i, key in enumerate(keys) if key not in self._said]  # None is never a key
         asked = dict(zip(new, ask([prompts[i] for i in new], [seeds[i] for i in new]))) if new else {}
@@ -370,7 +369,7 @@ class OpeningLines:
 
     def write(self, path: str | os.PathLike) -> None:
         """Every kept reply, with the machine it was generated on, to the JSON file ``path`` (atomically)."""
-        records = [{"player": who, "prompt_sha256": prompt, "seed": seed, "settings": list(settings),
+        records = [{"player": who, "prompt_hash": prompt, "seed": seed, "settings": list(settings),
                     "text": reply.text, "n_tokens": int(reply.n_tokens), "finish_reason": reply.finish_reason}
                    for (who, prompt, seed, settings), reply in self._said.items()]
         write_json_atomic(path, {"machine": machine(), "replies": records}, replace="any")
@@ -394,15 +393,11 @@ class OpeningLines:
             try:
                 stops, pattern = r["settings"][4], r["settings"][5]
                 settings = (*r["settings"][:4], tuple(stops), pattern)
-                key = (str(r["player"]), str(r["prompt_sha256"]), int(r["seed"]), settings)
+                key = (str(r["player"]), str(r["prompt_hash"]), int(r["seed"]), settings)
                 said[key] = Reply(str(r["text"]), int(r["n_tokens"]), str(r["finish_reason"]))
             except (KeyError, IndexError, TypeError, ValueError) as exc:
                 raise DataError(path, i, f"not an opening-line record ({exc!r})") from None
         return cls(said)
-
-
-def _digest(prompt: str) -> str:
-    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()
 
 
 def _turn(game: _Game, config: PlayConfig) -> Turn:
