@@ -10,7 +10,7 @@ import pytest
 
 from spag.game.episodes import read_episodes
 from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
-from spag.play.engine import PlayConfig, PlayStats, play_games, run_games
+from spag.play.engine import Match, PlayConfig, PlayStats, play_games, play_matches, run_games
 from spag.players import Reply
 from spag.runtime.errors import DataError
 
@@ -234,6 +234,27 @@ def test_ranks_split_the_words(tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------------- real tiny model
+
+
+def test_two_matches_played_together_are_the_matches_played_alone_in_fewer_calls(tmp_path):
+    """A in the opening role against B and B against A, played together: each match's episodes, output
+    and statistics are what it has alone, and each player answers both matches' turns in one call."""
+    config = _config()
+    a, b = ScriptedPlayer("a"), ScriptedPlayer("b")
+    alone = [play_games(a, b, WORDS, config, show_progress=False), play_games(b, a, WORDS, config, show_progress=False)]
+    calls_alone = len(a.calls) + len(b.calls)
+    a.calls, b.calls = [], []
+    stats = [PlayStats(), PlayStats()]
+    together = play_matches([Match(a, b, tmp_path / "ab", stats[0]), Match(b, a, tmp_path / "ba", stats[1])],
+                            WORDS, config, show_progress=False)
+    assert together == alone
+    assert [_by_word(tmp_path / name) for name in ("ab", "ba")] == [
+        [(e["word_index"], e["target_word"], json.dumps(e["history"]), e["outcome"]) for e in episodes]
+        for episodes in alone]
+    assert [s.games for s in stats] == [len(WORDS)] * 2
+    assert [s.utterances for s in stats] == [sum(len(e["history"]) for e in episodes) for episodes in alone]
+    assert len(a.calls) + len(b.calls) < calls_alone
+    assert max(len(prompts) for prompts in a.calls + b.calls) > config.sampling.batch_size  # both matches' turns
 
 
 @pytest.fixture(scope="module")

@@ -145,6 +145,29 @@ def test_fast_path_matches_model_generate(player):
     assert player.counters["prompt_tokens"] - before["prompt_tokens"] == len(prompts)  # one token each
 
 
+def test_prompts_of_two_kinds_asked_together_have_each_kinds_beginning_encoded_once(tiny_dir):
+    """Attacker and defender prompts in one call share only the game's instructions; each kind's longer
+    beginning is encoded once as well (not once per prompt), and every reply is what it is when each kind
+    is asked alone."""
+    attackers = [build_prompt("attacker", w, HISTORY[:2], 3) for w in ("coffee", "apple", "banana")]
+    defenders = [build_prompt("defender", w, HISTORY[:1], 3) for w in ("coffee", "apple", "banana")]
+    kw = dict(temperature=1.0, top_k=50, max_new_tokens=6, min_new_tokens=1)
+
+    def fresh():
+        return load_player(str(tiny_dir), "hf", device="cpu", dtype="float32", prefix_cache_gb=0.5)
+
+    apart, encoded_apart = [], 0
+    for prompts, seeds in ((attackers, [1, 2, 3]), (defenders, [4, 5, 6])):
+        alone = fresh()
+        apart += [r.text for r in alone.generate(prompts, seed=seeds, **kw)]
+        encoded_apart += alone.counters["prompt_tokens"]
+    together = fresh()
+    replies = together.generate(attackers + defenders, seed=[1, 2, 3, 4, 5, 6], **kw)
+    assert [r.text for r in replies] == apart
+    # Asked together, the two kinds' beginnings and the instructions they share: no more than apart.
+    assert together.counters["prompt_tokens"] <= encoded_apart
+
+
 def test_sampling_is_per_prompt_and_reproducible(player):
     prompts = _prompts()
     seeds = [11, 12, 13, 14]

@@ -26,7 +26,7 @@ from pathlib import Path
 from spag.game.base import Game
 from spag.game.episodes import read_episodes, write_episodes
 from spag.game.registry import episode_game
-from spag.play.engine import OpeningLines, PlayConfig, play_games
+from spag.play.engine import Match, OpeningLines, PlayConfig, play_matches
 from spag.players import close_player, load_player
 from spag.players.provenance import record
 from spag.runtime.errors import DataError
@@ -327,8 +327,8 @@ def opening_lines_played(episodes_out: str | os.PathLike, game: Game, words: lis
 def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, resume: bool,
                      show_progress: bool, stale: str, guess_words: list[str] | None,
                      openings: OpeningLines) -> tuple[list, list]:
-    """The games of ``player`` in the opening role and in the other against ``rival``, saved to
-    ``episodes_out``."""
+    """The games of ``player`` in the opening role and in the other against ``rival``, played together
+    (:func:`spag.play.engine.play_matches`) and saved to ``episodes_out``."""
     attack_out = defend_out = single_file = None
     if episodes_out is not None:
         episodes_out = Path(episodes_out)
@@ -336,12 +336,10 @@ def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, r
             single_file = episodes_out
         else:
             attack_out, defend_out = (episodes_out / f"as_{role}.parquet" for role in config.game.roles)
-    as_attacker = list(play_games(player, rival, words, config, output=attack_out, resume=resume,
-                                  show_progress=show_progress, stale=stale, guess_words=guess_words,
-                                  openings=openings))
-    as_defender = list(play_games(rival, player, words, config, output=defend_out, resume=resume,
-                                  show_progress=show_progress, stale=stale, guess_words=guess_words,
-                                  openings=openings))
+    # The two matches in step, so each player answers both matches' turns in one call.
+    as_attacker, as_defender = play_matches([Match(player, rival, attack_out), Match(rival, player, defend_out)],
+                                            words, config, resume=resume, show_progress=show_progress,
+                                            stale=stale, guess_words=guess_words, openings=openings)
     if single_file is not None:
         write_episodes(as_attacker + as_defender, single_file, replace="any")  # claimed by the caller
     return as_attacker, as_defender

@@ -1,10 +1,12 @@
 """The self-play engine: many games advanced together, turn by turn, whatever the game (:mod:`spag.game`).
 
-Up to ``batch_size`` games are live at once. Each step asks every live game's next speaker for one
-utterance, all in one call per player (when the same model plays both sides, the two roles' prompts of a
-step go in one batch). After each step the game says which games are over (its judge decided, or
-``2 * max_turns`` utterances were said: :meth:`spag.game.base.Game.is_over`); a finished game leaves at
-once and a game for the next target takes its place.
+Up to ``batch_size`` games are live at once. Each step one player answers every live game that waits
+for it, in one call (when the same model plays both sides, both roles' prompts go in that call); the
+player with the most games waiting goes first. After each step the game says which games are over (its
+judge decided, or ``2 * max_turns`` utterances were said: :meth:`spag.game.base.Game.is_over`); a
+finished game leaves at once and a game for the next target takes its place. :func:`play_matches` plays
+several matches on the same words this way together (an evaluation's model against its opponent in both
+roles), so a player answers the turns of all of them in one call.
 
 Finished episodes are written as Parquet shards (``OUT/shard-00000.parquet``, ...; under several ranks
 ``shard-r1-00000.parquet``) each time ``batch_size`` of them are ready and when the run stops, however
@@ -32,6 +34,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -252,56 +255,94 @@ def _fingerprint_of(player: Player) -> str:
 
 def _speak(speaker: Speaker, games: list[_Game], config: PlayConfig, stats: PlayStats,
            openings: OpeningLines | None = None) -> None:
-    """One utterance for each game from ``speaker``.
+    """One utterance for each game from ``speaker`` (:func:`_speak_together` with one part)."""
+    _speak_together([(speaker, games, stats)], config, openings)
+
+
+@dataclass
+class _Part:
+    """The games one speaker answers in a step (:func:`_speak_together`), and how far they are."""
+
+    speaker: Speaker
+    games: list
+    stats: PlayStats
+    turns: list
+    prompts: list
+    todo: list
+    attempts: int                     # the most it is asked: 1 + retries (empty replies, rejections)
+    min_new: int
+    results: dict = field(default_factory=dict)
+
+
+def _speak_together(parts: Sequence[tuple[Speaker, list[_Game], PlayStats]], config: PlayConfig,
+                    openings: OpeningLines | None = None) -> None:
+    """One utterance for each game of every part ``(speaker, games, stats)``, in one call per player.
 
     Empty replies are resampled up to ``empty_retries`` times, utterances the speaker rejects up to its
     ``resamples`` times, in the same attempts; turns the speaker answers without the model come first.
-    ``openings``: replies to games' opening prompts asked before, read instead of asked again.
+    The prompts of parts whose speakers ask the same player (two matches of one model, or its two roles)
+    go to it together, attempt by attempt: a reply depends on its prompt and seed only (the module
+    docstring), so each game says what it would have said alone. ``openings``: replies to games' opening
+    prompts asked before, read instead of asked again.
     """
-    turns = [_turn(g, config) for g in games]
-    given = speaker.given(turns)
-    for game, turn, text in zip(games, turns, given):
-        if text is not None:
-            _say(game, turn.role, text, 0, False, stats)
-            stats.given_replies += 1
-    waiting = [i for i, text in enumerate(given) if text is None]
-    games, turns = [games[i] for i in waiting], [turns[i] for i in waiting]
-    if not games:
-        return
-    prompts = [speaker.prompt(t) for t in turns]
-    todo = list(range(len(games)))
-    results: dict[int, tuple[str, object]] = {}
-    sampling, stops = config.sampling, config.game.stops()
-    min_new = sampling.min_new_tokens
-    for attempt in range(max(sampling.empty_retries, speaker.resamples) + 1):
-        seeds = [derive_seed(config.seed, games[i].index, len(games[i].history), attempt) for i in todo]
-        ask = _Ask(speaker.player, sampling, min_new, stops)
-        if openings is None:
-            replies = ask([prompts[i] for i in todo], seeds)
-        else:
-            replies = openings.replies(ask, [prompts[i] for i in todo], seeds,
-                                       [not games[i].history for i in todo])
-        again, empty = [], False
-        for i, reply in zip(todo, replies):
-            games[i].generated_tokens += reply.n_tokens
-            stats.generated_tokens += reply.n_tokens
-            text = speaker.utterance(turns[i], config.game.utterance(reply.text))
-            results[i] = (text, reply)
-            if not text and attempt < sampling.empty_retries:
-                again.append(i)
-                empty = True
-            elif text and attempt < speaker.resamples and speaker.rejects(turns[i], text):
-                again.append(i)
-                stats.resampled_fouls += 1
-        if not again:
+    sampling = config.sampling
+    waiting: list[_Part] = []
+    for speaker, games, stats in parts:
+        turns = [_turn(g, config) for g in games]
+        given = speaker.given(turns)
+        for game, turn, text in zip(games, turns, given):
+            if text is not None:
+                _say(game, turn.role, text, 0, False, stats)
+                stats.given_replies += 1
+        asked = [i for i, text in enumerate(given) if text is None]
+        if asked:
+            games, turns = [games[i] for i in asked], [turns[i] for i in asked]
+            waiting.append(_Part(speaker, games, stats, turns, [speaker.prompt(t) for t in turns],
+                                 list(range(len(games))), max(sampling.empty_retries, speaker.resamples) + 1,
+                                 sampling.min_new_tokens))
+    stops = config.game.stops()
+    for attempt in range(max((part.attempts for part in waiting), default=0)):
+        asking = [part for part in waiting if part.todo and attempt < part.attempts]
+        if not asking:
             break
-        stats.resampled_replies += len(again)
-        todo = again
-        if empty:
-            min_new = min(sampling.max_new_tokens, 2 * min_new + 2)  # ask for a little more before it may stop
-    for i, game in enumerate(games):
-        text, reply = results[i]
-        _say(game, turns[i].role, text, reply.n_tokens, reply.truncated, stats)
+        # One call per player and minimum reply length (a part that had empty replies asks for more).
+        calls: dict[tuple, list[_Part]] = {}
+        for part in asking:
+            calls.setdefault((id(part.speaker.player), part.min_new), []).append(part)
+        replies: dict[int, list] = {}
+        for together in calls.values():
+            ask = _Ask(together[0].speaker.player, sampling, together[0].min_new, stops)
+            prompts, seeds, opening = [], [], []
+            for part in together:
+                for i in part.todo:
+                    game = part.games[i]
+                    prompts.append(part.prompts[i])
+                    seeds.append(derive_seed(config.seed, game.index, len(game.history), attempt))
+                    opening.append(not game.history)
+            answered = ask(prompts, seeds) if openings is None else openings.replies(ask, prompts, seeds, opening)
+            for part in together:
+                replies[id(part)], answered = answered[:len(part.todo)], answered[len(part.todo):]
+        for part in asking:
+            again, empty, stats = [], False, part.stats
+            for i, reply in zip(part.todo, replies[id(part)]):
+                part.games[i].generated_tokens += reply.n_tokens
+                stats.generated_tokens += reply.n_tokens
+                text = part.speaker.utterance(part.turns[i], config.game.utterance(reply.text))
+                part.results[i] = (text, reply)
+                if not text and attempt < sampling.empty_retries:
+                    again.append(i)
+                    empty = True
+                elif text and attempt < part.speaker.resamples and part.speaker.rejects(part.turns[i], text):
+                    again.append(i)
+                    stats.resampled_fouls += 1
+            stats.resampled_replies += len(again)
+            part.todo = again
+            if empty:
+                part.min_new = min(sampling.max_new_tokens, 2 * part.min_new + 2)  # a little more before it may stop
+    for part in waiting:
+        for i, game in enumerate(part.games):
+            text, reply = part.results[i]
+            _say(game, part.turns[i].role, text, reply.n_tokens, reply.truncated, part.stats)
 
 
 @dataclass(frozen=True)
@@ -351,15 +392,22 @@ class OpeningLines:
             held = self._identities[id(player)] = (player, identity)
         return held[1]
 
-    def replies(self, ask: _Ask, prompts: list[str], seeds: list[int], opening: list[bool]) -> list:
-        """``ask``'s replies to ``prompts``; those of the prompts that open a game (``opening``) that were
-        asked before with the same player, seed and settings are read, not asked again."""
+    def _keys(self, ask: _Ask, prompts: list[str], seeds: list[int], opening: list[bool]) -> list:
         s = ask.sampling
         settings = (s.temperature, s.top_k, s.max_new_tokens, ask.min_new_tokens, tuple(ask.stops.strings),
                     ask.stops.pattern)
         who = self._identity(ask.player)
-        keys = [(who, settings_fingerprint(prompt), seed, settings) if first else None
+        return [(who, settings_fingerprint(prompt), seed, settings) if first else None
                 for prompt, seed, first in zip(prompts, seeds, opening)]
+
+    def holds(self, ask: _Ask, prompts: list[str], seeds: list[int]) -> bool:
+        """Whether ``ask``'s replies to these opening prompts are all kept (nothing to ask the model)."""
+        return all(key in self._said for key in self._keys(ask, prompts, seeds, [True] * len(prompts)))
+
+    def replies(self, ask: _Ask, prompts: list[str], seeds: list[int], opening: list[bool]) -> list:
+        """``ask``'s replies to ``prompts``; those of the prompts that open a game (``opening``) that were
+        asked before with the same player, seed and settings are read, not asked again."""
+        keys = self._keys(ask, prompts, seeds, opening)
         new = [i for i, key in enumerate(keys) if key not in self._said]  # None is never a key
         asked = dict(zip(new, ask([prompts[i] for i in new], [seeds[i] for i in new]))) if new else {}
         for i, reply in asked.items():
@@ -447,78 +495,178 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
     (:func:`spag.runtime.outputs.writing`). ``openings``: the opening lines of an evaluation's other matches
     (:class:`OpeningLines`), shared with them.
     """
-    options = {"resume": resume, "show_progress": show_progress, "stats": stats, "guess_words": guess_words,
-               "overwrite": overwrite, "stale": stale, "openings": openings}
+    [episodes] = play_matches([Match(attacker, defender, output, stats)], words, config, resume=resume,
+                              show_progress=show_progress, guess_words=guess_words, overwrite=overwrite, stale=stale,
+                              shard_by_rank=shard_by_rank, openings=openings)
+    return episodes
+
+
+@dataclass
+class Match:
+    """One match of :func:`play_matches`: the player who opens every game, the one who answers, where its
+    episodes go (None: nowhere) and the statistics it fills in (None: its own)."""
+
+    attacker: Player
+    defender: Player
+    output: str | Path | None = None
+    stats: PlayStats | None = None
+
+
+def play_matches(matches: Sequence[Match], words: list[str], config: PlayConfig, *, resume: bool = False,
+                 show_progress: bool = True, guess_words: Sequence[str] | None = None, overwrite: bool = False,
+                 stale: str = "refuse", shard_by_rank: bool = True,
+                 openings: OpeningLines | None = None) -> list[list[dict]]:
+    """Several matches on the same ``words`` played together: each match's episodes, as :func:`play_games`
+    would return them (the options mean what they mean there; each match has its own output).
+
+    The matches move on in steps together, and a player answers the turns of every match in one call (an
+    evaluation's model against its opponent in both roles: two calls a step instead of four). Each game
+    says what it would have said in its match alone (a reply depends on its prompt and seed only), so
+    only the time changes: a decoding step costs a CPU about as much for a few rows as for a few dozen.
+    Up to ``batch_size`` games of each match are live at once.
+    """
     rank, world = rank_and_world() if shard_by_rank else (0, 1)
-    if output is None:
-        return _play_games(attacker, defender, words, config, None, rank, world, **options)
-    store = EpisodeStore(output, rank, world)
-    with writing(output, store.lock_part()):
-        return _play_games(attacker, defender, words, config, store, rank, world, **options)
+    with ExitStack() as held:
+        tables = []
+        for match in matches:
+            store = None if match.output is None else EpisodeStore(match.output, rank, world)
+            if store is not None:
+                held.enter_context(writing(match.output, store.lock_part()))
+            tables.append(_Table.start(match, store, words, config, rank, world, resume=resume,
+                                       overwrite=overwrite, stale=stale, guess_words=guess_words))
+        return _play_tables(tables, words, config, f"play r{rank}" if world > 1 else "play", show_progress,
+                            openings)
 
 
-def _play_games(attacker: Player, defender: Player, words: list[str], config: PlayConfig,
-                store: EpisodeStore | None, rank: int, world: int, *, resume: bool, show_progress: bool, stats: PlayStats | None,
-                guess_words: Sequence[str] | None, overwrite: bool, stale: str,
-                openings: OpeningLines | None) -> list[dict]:
-    """:func:`play_games` with its output store (None: no output) claimed and locked; this process plays the
-    words of index ``rank`` modulo ``world``."""
-    stats = stats if stats is not None else PlayStats()
-    stats.outcomes.update(dict.fromkeys(config.game.outcomes, 0))  # the summary line names every outcome
-    stats.provenance = record(attacker=attacker, defender=defender)
-    attacking_speaker, defending_speaker = speakers(attacker, defender, config, guess_words)
-    models = {"attacker_model": attacker.name, "defender_model": defender.name,
-              "attacker_fingerprint": _fingerprint_of(attacker), "defender_fingerprint": _fingerprint_of(defender)}
-    mine = [i for i in range(len(words)) if i % world == rank]
-    done = ({} if store is None else
-            _claim_and_resume(store, words, config, models, world, resume=resume, overwrite=overwrite, stale=stale))
-    kept = [done[i] for i in mine if i in done]
-    stats.resumed = len(kept)
-    pending_words = [i for i in mine if i not in done]
+@dataclass
+class _Table:
+    """A match of :func:`play_matches` under way: its speakers, the games in play and its episodes."""
 
-    new: list[dict] = []
-    unwritten: list[dict] = []
-    live: list[_Game] = []
-    queue = iter(pending_words)
+    attacking: Speaker
+    defending: Speaker
+    models: dict
+    store: EpisodeStore | None
+    stats: PlayStats
+    kept: list                  # episodes resumed from the output
+    pending: list               # word indices still to play, in order
+    live: list = field(default_factory=list)
+    new: list = field(default_factory=list)
+    unwritten: list = field(default_factory=list)
+
+    @classmethod
+    def start(cls, match: Match, store: EpisodeStore | None, words: list[str], config: PlayConfig, rank: int,
+              world: int, *, resume: bool, overwrite: bool, stale: str, guess_words: Sequence[str] | None) -> _Table:
+        """The match with its output (None: no output) claimed and locked; this process plays the words of
+        index ``rank`` modulo ``world``."""
+        attacker, defender = match.attacker, match.defender
+        stats = match.stats if match.stats is not None else PlayStats()
+        stats.outcomes.update(dict.fromkeys(config.game.outcomes, 0))  # the summary line names every outcome
+        stats.provenance = record(attacker=attacker, defender=defender)
+        attacking, defending = speakers(attacker, defender, config, guess_words)
+        models = {"attacker_model": attacker.name, "defender_model": defender.name,
+                  "attacker_fingerprint": _fingerprint_of(attacker),
+                  "defender_fingerprint": _fingerprint_of(defender)}
+        mine = [i for i in range(len(words)) if i % world == rank]
+        done = ({} if store is None else
+                _claim_and_resume(store, words, config, models, world, resume=resume, overwrite=overwrite,
+                                  stale=stale))
+        kept = [done[i] for i in mine if i in done]
+        stats.resumed = len(kept)
+        return cls(attacking, defending, models, store, stats, kept, [i for i in mine if i not in done])
+
+    def deal(self, words: list[str], batch_size: int) -> None:
+        """Fill the table up to ``batch_size`` live games: a finished game's place goes to the next word."""
+        while len(self.live) < batch_size and self.pending:
+            index = self.pending.pop(0)
+            self.live.append(_Game(index=index, word=words[index]))
+
+    def turns(self, config: PlayConfig) -> list[tuple[Speaker, list[_Game], PlayStats]]:
+        """Who speaks in each live game now: (speaker, its games, the match's statistics)."""
+        if self.attacking is self.defending:
+            return [(self.attacking, self.live, self.stats)]
+        # Split before anyone speaks: a game whose attacker just spoke waits for the next step.
+        opener = config.game.roles[0]
+        attacking = [g for g in self.live if config.game.next_role(g.history) == opener]
+        defending = [g for g in self.live if config.game.next_role(g.history) != opener]
+        return [(speaker, games, self.stats) for speaker, games in ((self.attacking, attacking),
+                                                                    (self.defending, defending)) if games]
+
+    def collect(self, config: PlayConfig) -> int:
+        """Judge the games that are over, keep their episodes (written every ``batch_size``); how many."""
+        still, finished = [], 0
+        for game in self.live:
+            if config.is_over(game.word, game.history):
+                episode = _episode(game, config, self.models)
+                self.new.append(episode)
+                self.unwritten.append(episode)
+                self.stats.games += 1
+                self.stats.outcomes[episode["outcome"]] += 1
+                finished += 1
+            else:
+                still.append(game)
+        self.live = still
+        if self.store is not None and len(self.unwritten) >= config.sampling.batch_size:
+            with uninterrupted():  # a signal now must not write these games twice (in flush)
+                self.store.append(self.unwritten)
+                self.unwritten = []
+        return finished
+
+    def flush(self) -> None:
+        if self.store is not None and self.unwritten:
+            self.store.append(self.unwritten)
+            self.unwritten = []
+
+
+def _next_turns(turns: list[tuple[Speaker, list[_Game], PlayStats]], config: PlayConfig,
+                openings: OpeningLines | None) -> list[tuple[Speaker, list[_Game], PlayStats]]:
+    """Which of the waiting ``turns`` (speaker, games, statistics) are answered in this step.
+
+    Opening lines kept in ``openings`` go first, alone: they cost nothing, and the games they open then
+    wait for their next speaker beside the others. Otherwise the player with the most games waiting for
+    it answers all of them, in every match; the others wait a step and gather more games meanwhile (two
+    matches of the same players in opposite roles fall into step, one utterance apart).
+    """
+    if openings is not None:
+        sampling, stops = config.sampling, config.game.stops()
+        kept = [turn for turn in turns
+                if all(not g.history for g in turn[1])
+                and openings.holds(_Ask(turn[0].player, sampling, sampling.min_new_tokens, stops),
+                                   [turn[0].prompt(_turn(g, config)) for g in turn[1]],
+                                   [derive_seed(config.seed, g.index, 0, 0) for g in turn[1]])]
+        if kept:
+            return kept
+    waiting: dict[int, list] = {}
+    for turn in turns:
+        waiting.setdefault(id(turn[0].player), []).append(turn)
+    return max(waiting.values(), key=lambda those: sum(len(games) for _, games, _ in those))
+
+
+def _play_tables(tables: list[_Table], words: list[str], config: PlayConfig, desc: str, show_progress: bool,
+                 openings: OpeningLines | None) -> list[list[dict]]:
+    """Play every table's games to the end, all tables a step at a time; each table's episodes, in word order."""
     start = time.perf_counter()
-    bar = progress(total=len(pending_words), desc=f"play r{rank}" if world > 1 else "play", unit="game",
-                   disable=not show_progress)
+    bar = progress(total=sum(len(t.pending) for t in tables), desc=desc, unit="game", disable=not show_progress)
     try:
         while True:
-            while len(live) < config.sampling.batch_size:  # a finished game's place goes to the next word at once
-                index = next(queue, None)
-                if index is None:
-                    break
-                live.append(_Game(index=index, word=words[index]))
-            if not live:
+            for table in tables:
+                table.deal(words, config.sampling.batch_size)
+            playing = [t for t in tables if t.live]
+            if not playing:
                 break
-            _play_one_utterance(attacking_speaker, defending_speaker, live, config, stats, openings)
-            still = []
-            for game in live:
-                if config.is_over(game.word, game.history):
-                    episode = _episode(game, config, models)
-                    new.append(episode)
-                    unwritten.append(episode)
-                    stats.games += 1
-                    stats.outcomes[episode["outcome"]] += 1
-                    bar.update(1)
-                else:
-                    still.append(game)
-            live = still
+            _speak_together(_next_turns([turn for t in playing for turn in t.turns(config)], config, openings),
+                            config, openings)
+            for table in playing:
+                bar.update(table.collect(config))
             elapsed = time.perf_counter() - start
-            bar.set_postfix(tok_s=f"{stats.generated_tokens / max(elapsed, 1e-9):.0f}",
-                            empty=stats.empty_replies, refresh=False)
-            if store is not None and len(unwritten) >= config.sampling.batch_size:
-                with uninterrupted():  # a signal now must not write these games twice (in the flush below)
-                    store.append(unwritten)
-                    unwritten = []
+            bar.set_postfix(tok_s=f"{sum(t.stats.generated_tokens for t in tables) / max(elapsed, 1e-9):.0f}",
+                            empty=sum(t.stats.empty_replies for t in tables), refresh=False)
     finally:
         # Whatever stopped the run, the finished games are kept.
-        if store is not None and unwritten:
-            store.append(unwritten)
+        for table in tables:
+            table.flush()
+            table.stats.seconds = time.perf_counter() - start
         bar.close()
-        stats.seconds = time.perf_counter() - start
-    return sorted(kept + new, key=lambda e: e["word_index"])
+    return [sorted(t.kept + t.new, key=lambda e: e["word_index"]) for t in tables]
 
 
 def _claim_and_resume(store: EpisodeStore, words: list[str], config: PlayConfig, models: dict[str, str],
@@ -557,21 +705,6 @@ def speakers(attacker: Player, defender: Player, config: PlayConfig, vocabulary:
         return both, both
     return (game.speaker(attacker, game.roles[:1], config.strategies, **options),
             game.speaker(defender, game.roles[1:], config.strategies, **options))
-
-
-def _play_one_utterance(attacking_speaker: Speaker, defending_speaker: Speaker, live: list[_Game],
-                        config: PlayConfig, stats: PlayStats, openings: OpeningLines | None) -> None:
-    """Every live game moves on by one utterance, from whichever player's turn it is."""
-    if attacking_speaker is defending_speaker:
-        _speak(attacking_speaker, live, config, stats, openings)
-        return
-    # Split before anyone speaks: a game whose attacker just spoke waits for the next step.
-    opener = config.game.roles[0]
-    attacking = [g for g in live if config.game.next_role(g.history) == opener]
-    defending = [g for g in live if config.game.next_role(g.history) != opener]
-    for speaking, turn in ((attacking_speaker, attacking), (defending_speaker, defending)):
-        if turn:
-            _speak(speaking, turn, config, stats, openings)
 
 
 def place_rank(backend: str, player_options: dict) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 import warnings
 from collections.abc import Sequence
@@ -69,6 +70,28 @@ class _PromptState:
     kv: list
     attention: object
     length: int
+
+
+def _group_prefixes(arrays: list, longer_than: int) -> list:
+    """The beginnings that groups of at least two of ``arrays`` share (each row's last token left out),
+    where a group's is at least ``longer_than`` tokens: adjacent rows in sorted order, split where their
+    common beginning is shorter."""
+    order = sorted(range(len(arrays)), key=lambda i: arrays[i].tolist())
+    prefixes, run = [], None      # run: (first row, common length so far)
+    for a, b in itertools.pairwise(order):
+        x, y = arrays[a], arrays[b]
+        n = min(len(x), len(y)) - 1
+        differ = np.flatnonzero(x[:n] != y[:n])
+        common = int(differ[0]) if len(differ) else n
+        if common >= longer_than:
+            run = (a if run is None else run[0], common if run is None else min(run[1], common))
+            continue
+        if run is not None:
+            prefixes.append(arrays[run[0]][:run[1]])
+        run = None
+    if run is not None:
+        prefixes.append(arrays[run[0]][:run[1]])
+    return prefixes
 
 
 class HFPlayer:
@@ -455,6 +478,10 @@ class HFPlayer:
                 shared = int(differ[0]) if len(differ) else shared
             if shared >= MIN_PREFIX:
                 shared_entry = self._ensure_prefix(arrays[0][:shared])
+            # Rows that begin alike beyond it (two roles' prompts asked together) have their beginning
+            # encoded once too, and take it from the store below.
+            for prefix in _group_prefixes(arrays, shared + MIN_PREFIX):
+                self._ensure_prefix(prefix)
         # 2. Each row reuses its longest kept prefix and encodes the rest (at least one token).
         sources = []
         for a in arrays:
