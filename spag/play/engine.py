@@ -32,7 +32,7 @@ import json
 import os
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -548,7 +548,7 @@ class _Table:
     store: EpisodeStore | None
     stats: PlayStats
     kept: list                  # episodes resumed from the output
-    pending: list               # word indices still to play, in order
+    pending: deque              # word indices still to play, in order
     live: list = field(default_factory=list)
     new: list = field(default_factory=list)
     unwritten: list = field(default_factory=list)
@@ -572,12 +572,12 @@ class _Table:
                                   stale=stale))
         kept = [done[i] for i in mine if i in done]
         stats.resumed = len(kept)
-        return cls(attacking, defending, models, store, stats, kept, [i for i in mine if i not in done])
+        return cls(attacking, defending, models, store, stats, kept, deque(i for i in mine if i not in done))
 
     def deal(self, words: list[str], batch_size: int) -> None:
         """Fill the table up to ``batch_size`` live games: a finished game's place goes to the next word."""
         while len(self.live) < batch_size and self.pending:
-            index = self.pending.pop(0)
+            index = self.pending.popleft()
             self.live.append(_Game(index=index, word=words[index]))
 
     def turns(self, config: PlayConfig) -> list[tuple[Speaker, list[_Game], PlayStats]]:
@@ -605,13 +605,13 @@ class _Table:
             else:
                 still.append(game)
         self.live = still
-        if self.store is not None and len(self.unwritten) >= config.sampling.batch_size:
-            with uninterrupted():  # a signal now must not write these games twice (in flush)
-                self.store.append(self.unwritten)
-                self.unwritten = []
+        if len(self.unwritten) >= config.sampling.batch_size:
+            with uninterrupted():  # a signal now must not write these games twice (in a later flush)
+                self.flush()
         return finished
 
     def flush(self) -> None:
+        """Write the finished games not written yet (nothing without an output)."""
         if self.store is not None and self.unwritten:
             self.store.append(self.unwritten)
             self.unwritten = []

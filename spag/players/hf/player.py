@@ -20,7 +20,7 @@ from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at, per_pro
 from spag.players.hf.attention import DECODE_ATTENTION, register_decode_attention, shared_slots
 from spag.players.hf.compat import fallback_reason, tell_fallback
 from spag.players.hf.linear import PackedWeights, weight_first
-from spag.players.hf.prefix_store import MIN_PREFIX, Entry, KVStore, buffer_layer_class
+from spag.players.hf.prefix_store import MIN_PREFIX, Entry, KVStore, buffer_layer_class, common_length
 from spag.players.hf.sampling import Sampler
 from spag.players.options import HFOptions
 from spag.runtime.errors import PlayerError
@@ -79,10 +79,7 @@ def _group_prefixes(arrays: list, longer_than: int) -> list:
     order = sorted(range(len(arrays)), key=lambda i: arrays[i].tolist())
     prefixes, run = [], None      # run: (first row, common length so far)
     for a, b in itertools.pairwise(order):
-        x, y = arrays[a], arrays[b]
-        n = min(len(x), len(y)) - 1
-        differ = np.flatnonzero(x[:n] != y[:n])
-        common = int(differ[0]) if len(differ) else n
+        common = common_length(arrays[a], arrays[b], min(len(arrays[a]), len(arrays[b])) - 1)
         if common >= longer_than:
             run = (a if run is None else run[0], common if run is None else min(run[1], common))
             continue
@@ -474,8 +471,7 @@ class HFPlayer:
         if n > 1:
             shared = min(len(a) for a in arrays) - 1
             for a in arrays[1:]:
-                differ = np.flatnonzero(arrays[0][:shared] != a[:shared])
-                shared = int(differ[0]) if len(differ) else shared
+                shared = common_length(arrays[0], a, shared)
             if shared >= MIN_PREFIX:
                 shared_entry = self._ensure_prefix(arrays[0][:shared])
             # Rows that begin alike beyond it (two roles' prompts asked together) have their beginning

@@ -15,6 +15,12 @@ import numpy as np
 MIN_PREFIX = 8  # shorter common prefixes are not worth reusing
 
 
+def common_length(a, b, limit: int) -> int:
+    """How many leading tokens the token arrays ``a`` and ``b`` share, at most ``limit``."""
+    differ = np.flatnonzero(a[:limit] != b[:limit])
+    return int(differ[0]) if len(differ) else limit
+
+
 @dataclass(eq=False)
 class Entry:
     tokens: object            # numpy int64 array: the prompt's token ids
@@ -37,8 +43,7 @@ class KVStore:
             n = min(len(entry.tokens), len(tokens))
             if n <= best_len:
                 continue
-            differ = np.flatnonzero(entry.tokens[:n] != tokens[:n])
-            length = int(differ[0]) if len(differ) else n
+            length = common_length(entry.tokens, tokens, n)
             if length > best_len:
                 best, best_len = entry, length
         if best is not None:
