@@ -36,6 +36,45 @@ def test_model_fingerprint_follows_content_not_path(models, tmp_path):
     assert model_fingerprint(moved) == model_fingerprint(b) != model_fingerprint(a)
 
 
+def test_a_weight_files_digest_is_kept_across_processes_until_the_file_changes(tmp_path, monkeypatch):
+    """A large file's digest is read back from spag's cache in a later process (here: a forged entry is
+    believed while the file's stat is unchanged), and hashed again once the file is rewritten, even to the
+    same size; a small file is never kept; an unwritable cache is passed over."""
+    import hashlib
+    import os
+
+    from spag.runtime import fingerprint
+
+    monkeypatch.setenv("SPAG_CACHE", str(tmp_path / "cache"))
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(os.urandom(fingerprint.KEPT_FROM))
+    real = hashlib.blake2b(weights.read_bytes()).hexdigest()
+    assert fingerprint.file_digest(weights) == real
+    kept = list((tmp_path / "cache" / "digests").rglob("*"))
+    kept = [p for p in kept if p.is_file()]
+    assert [p.read_text().strip() for p in kept] == [real]
+
+    monkeypatch.setattr(fingerprint, "_FILE_DIGESTS", {})  # a new process
+    kept[0].write_text("0" * 128 + "\n")
+    assert fingerprint.file_digest(weights) == "0" * 128  # read, not hashed
+
+    monkeypatch.setattr(fingerprint, "_FILE_DIGESTS", {})
+    time.sleep(0.01)
+    weights.write_bytes(os.urandom(fingerprint.KEPT_FROM))  # same size, new bytes
+    assert fingerprint.file_digest(weights) == hashlib.blake2b(weights.read_bytes()).hexdigest() != real
+
+    small = tmp_path / "config.json"
+    small.write_text("{}")
+    before = {p for p in (tmp_path / "cache").rglob("*") if p.is_file()}
+    fingerprint.file_digest(small)
+    assert {p for p in (tmp_path / "cache").rglob("*") if p.is_file()} == before
+
+    monkeypatch.setenv("SPAG_CACHE", str(small))  # a file where the cache should be: nothing kept, no error
+    monkeypatch.setattr(fingerprint, "_FILE_DIGESTS", {})
+    assert fingerprint.file_digest(weights) == hashlib.blake2b(weights.read_bytes()).hexdigest()
+    assert not list(tmp_path.glob("*.tmp")) and small.read_text() == "{}"
+
+
 @pytest.mark.slow
 def test_benchmark_resumed_after_a_retrain_at_the_same_path_scores_the_new_model(models, tmp_path):
     """Issue 11: `spag benchmark` resumed from FILE.json.parts/ keyed by the model's path."""

@@ -2,32 +2,74 @@
 
 A model is identified by the bytes of its files, not by its path: after a retrain to the same directory
 (``dvc exp run -S spag.kl_coeff=0.1``) every cache keyed by the fingerprint misses and is recomputed.
-Hashing reads every weight file once per process (about a second per GB); the digest of a file is
-remembered for as long as its size, modification time and inode stay the same.
+Hashing reads a file's bytes (about a second per GB). The digest of a file is remembered for as long as
+its device, inode, size and modification and change times stay the same (what DVC trusts too): within a
+process, and for files of :data:`KEPT_FROM` bytes or more (a model's weights) across processes, in
+``digests/`` of spag's cache ($SPAG_CACHE, else ~/.cache/spag), so each pipeline stage does not read again
+the models the stages before it hashed. A cache that cannot be read or written is passed over.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
+
+from spag.runtime.artifacts import cache_dir
 
 # Files that describe a run rather than the model: they change with every run of identical weights.
 _NOT_THE_MODEL = {".spag-output.json", "training_summary.json", "README.md", "trainer_state.json",
                   "training_args.bin"}
 _FILE_DIGESTS: dict[tuple, str] = {}
+KEPT_FROM = 1 << 20  # bytes: smaller files are hashed again, faster than their digest is looked up
+_DIGEST = re.compile(r"[0-9a-f]{128}")
 
 
 def file_digest(path: str | os.PathLike) -> str:
-    """BLAKE2b of a file's bytes (memoised on path, size, mtime and inode)."""
+    """BLAKE2b of a file's bytes, remembered while the file's device, inode, size, mtime and ctime stay the
+    same (see the module docstring)."""
     path = Path(path)
     stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    key = (str(path.resolve()), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
     if key not in _FILE_DIGESTS:
-        with open(path, "rb") as f:
-            _FILE_DIGESTS[key] = hashlib.file_digest(f, "blake2b").hexdigest()
+        kept = _kept_digest_path(key) if stat.st_size >= KEPT_FROM else None
+        digest = _read_kept(kept) if kept is not None else None
+        if digest is None:
+            with open(path, "rb") as f:
+                digest = hashlib.file_digest(f, "blake2b").hexdigest()
+            if kept is not None:
+                _keep(kept, digest)
+        _FILE_DIGESTS[key] = digest
     return _FILE_DIGESTS[key]
+
+
+def _kept_digest_path(key: tuple) -> Path:
+    name = hashlib.blake2b(json.dumps(key).encode(), digest_size=16).hexdigest()
+    return cache_dir() / "digests" / name[:2] / name
+
+
+def _read_kept(path: Path) -> str | None:
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except (OSError, ValueError):
+        return None
+    return text if _DIGEST.fullmatch(text) else None
+
+
+def _keep(path: Path, digest: str) -> None:
+    """Write ``digest`` to ``path`` atomically (a reader sees the whole digest or none); an unwritable cache
+    is passed over."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(digest + "\n", encoding="ascii")
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)  # ours, if it was written at all
 
 
 def model_fingerprint(name_or_path: str | os.PathLike) -> str:
