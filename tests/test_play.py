@@ -450,6 +450,38 @@ def test_an_evaluations_matches_share_the_opening_lines_and_play_the_same_games(
     assert later and all(player.asked[p] == asked_alone[p] for p in later)  # later turns are asked as before
 
 
+def test_the_clue_lines_kept_as_opening_lines_open_the_base_teachers_games(tiny, tmp_path):
+    """The skill metrics' clue lines (the base model's coached descriptions, seed by seed) kept by ``clue_set``
+    and read back with another model's lines: a coached attacker of the same model on the same seeds opens its
+    games with them without asking the model, and every game is what it is without them."""
+    from spag.game.taboo.skill import clue_set
+    from spag.game.taboo.strategies import TabooStrategies, WithStrategies
+    from spag.play.engine import OpeningLines
+    from spag.players import load_player
+    from spag.testing import make_tiny_checkpoint
+
+    options = {"device": "cpu", "dtype": "float32"}
+    other = str(make_tiny_checkpoint(tmp_path / "other", seed=1))
+    config = PlayConfig.of(max_turns=2, temperature=1.0, max_new_tokens=6, seed=3, batch_size=2)
+    words = ["coffee", "river", "garden"]
+    writer, said = Counted(load_player(tiny, "hf", **options)), OpeningLines()
+    clues = clue_set(writer, words, config, 2, said=said)
+    said.write(tmp_path / "base.json")
+    OpeningLines().write(tmp_path / "none.json")
+    described = set(writer.asked)
+
+    base, rival = Counted(load_player(tiny, "hf", **options)), load_player(other, "hf", **options)
+    teacher = WithStrategies(base, TabooStrategies(coached_attacker=True, foul_retries=2), name="base-teacher")
+    alone = play_games(teacher, rival, words, config, show_progress=False)
+    asked_alone, base.asked = base.asked, Counter()
+    read = play_games(teacher, rival, words, config, show_progress=False,
+                      openings=OpeningLines.read(tmp_path / "none.json", tmp_path / "base.json"))
+    assert read == alone
+    assert [e["history"][0]["content"] for e in read] == [c["line"] for c in clues if c["seed"] == config.seed]
+    assert described & set(asked_alone) and not described & set(base.asked)
+    assert all(base.asked[p] == n for p, n in asked_alone.items() if p not in described)
+
+
 def test_opening_lines_kept_in_a_file_are_read_by_a_later_load_of_the_same_model_only(tiny, tmp_path, capsys):
     """What a skill measurement generated (``opening_lines`` with ``said``) and wrote is read by the games of
     a later load of that model: its opening prompts never reach the model and every game is what it is

@@ -259,8 +259,11 @@ class SkillMetrics(ABC):
     baselines: ClassVar[tuple[str, ...]]
 
     @abstractmethod
-    def material(self, game: Game, base: Player, targets: Sequence[str], config, per_target: int) -> list[dict]:
-        """Fixed inputs of the metrics (Adversarial Taboo: the base model's clue lines)."""
+    def material(self, game: Game, base: Player, targets: Sequence[str], config, per_target: int, *,
+                 said=None) -> list[dict]:
+        """Fixed inputs of the metrics (Adversarial Taboo: the base model's clue lines). ``said``
+        (:class:`spag.play.engine.OpeningLines`): where opening lines generated for them are kept, for the
+        games that open with the same lines (Adversarial Taboo: the base-teacher baseline's)."""
 
     @abstractmethod
     def measure(self, game: Game, player, judge_player, targets: Sequence[str], config, material: Sequence[Mapping],

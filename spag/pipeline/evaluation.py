@@ -72,6 +72,12 @@ def skill_material(layout: Layout) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def base_openings(layout: Layout) -> Path:
+    """The base model's coached opening lines on the evaluation words (:class:`OpeningLines`), written with
+    the skill metrics' clue lines by ``skill_clues`` and read by ``baselines`` (the base-teacher's openings)."""
+    return layout.data / "skill" / "opening_lines.json"
+
+
 def imitation_openings(layout: Layout) -> Path:
     """The imitation model's opening lines on the evaluation words (:class:`OpeningLines`), written by
     ``evaluate_imitation`` and read by every later stage that plays that model there."""

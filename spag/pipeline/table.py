@@ -110,7 +110,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("skill_clues", "the fixed inputs of the game's skill metrics (Adversarial Taboo: the base model's clue "
                          "lines for the guess rank)", (*_EVALUATION_PLAY, "evaluate.skill", "evaluate.clue_lines"),
           deps=(BASE_MODEL, "data/words/eval.txt", "data/words/all.txt"),
-          outs=_cached("data/skill/clues.jsonl")),
+          outs=_cached("data/skill/clues.jsonl", "data/skill/opening_lines.json")),
     Stage("evaluate_imitation", "the imitation model's benchmark scores and skill metrics; Kuhn poker: its "
                                 "strategy and exploitability",
           (*_BENCHMARK, *_EVALUATION_PLAY, "evaluate.skill", "evaluate.strategy_samples"),
@@ -122,7 +122,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("baselines", "the no-training baselines against the imitation model, with their skill metrics",
           (*_EVALUATION_PLAY, "evaluate.skill", "evaluate.baselines"),
           deps=("data/imitation/model", BASE_MODEL, "data/skill/clues.jsonl", "data/words/eval.txt",
-                "data/words/all.txt", "metrics/imitation/skill.json", "data/imitation/opening_lines.json"),
+                "data/words/all.txt", "metrics/imitation/skill.json", "data/imitation/opening_lines.json",
+                "data/skill/opening_lines.json"),
           outs=_cached("data/baselines/episodes") + _kept_in_git("metrics/baselines")),
     Stage("play", "the previous checkpoint plays itself on this epoch's words",
           ("seed", "game", "play", "spag.epochs.{epoch}"),

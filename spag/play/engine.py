@@ -375,7 +375,7 @@ class OpeningLines:
     :meth:`write` keeps the lines for a later process and :meth:`read` takes them back there, on the same
     machine and library versions only (:func:`spag.players.provenance.machine`): the pipeline generates
     the imitation model's opening lines once, for its skill metrics, and every later stage that plays it
-    on the evaluation words reads them.
+    on the evaluation words reads them; the base model's clue lines are the base-teacher baseline's openings.
     """
 
     def __init__(self, said: dict | None = None):
@@ -423,9 +423,17 @@ class OpeningLines:
         write_json_atomic(path, {"machine": machine(), "replies": records}, replace="any")
 
     @classmethod
-    def read(cls, path: str | os.PathLike) -> OpeningLines:
-        """The replies :meth:`write` kept in ``path``; none when it was written on another machine or
-        library versions (they are generated again). DataError naming the record for a malformed file."""
+    def read(cls, *paths: str | os.PathLike) -> OpeningLines:
+        """The replies :meth:`write` kept in ``paths`` (several players' lines in one object); none of a file
+        written on another machine or library versions (they are generated again). DataError naming the
+        record for a malformed file."""
+        said: dict = {}
+        for path in paths:
+            said.update(cls._read_one(path))
+        return cls(said)
+
+    @staticmethod
+    def _read_one(path: str | os.PathLike) -> dict:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
@@ -435,7 +443,7 @@ class OpeningLines:
         if data.get("machine") != json.loads(json.dumps(machine())):
             print(f"note: {path} was written on another machine or library versions; its opening lines are "
                   "generated again", file=sys.stderr, flush=True)
-            return cls()
+            return {}
         said = {}
         for i, r in enumerate(data["replies"]):
             try:
@@ -445,7 +453,7 @@ class OpeningLines:
                 said[key] = Reply(str(r["text"]), int(r["n_tokens"]), str(r["finish_reason"]))
             except (KeyError, IndexError, TypeError, ValueError) as exc:
                 raise DataError(path, i, f"not an opening-line record ({exc!r})") from None
-        return cls(said)
+        return said
 
 
 def _turn(game: _Game, config: PlayConfig) -> Turn:

@@ -84,15 +84,17 @@ def model_of(player):
     return player.player if isinstance(player, WithStrategies) else player
 
 
-def clue_set(base, words: Sequence[str], config, per_word: int) -> list[dict]:
+def clue_set(base, words: Sequence[str], config, per_word: int, said=None) -> list[dict]:
     """Fixed clue lines for the guess rank: ``per_word`` descriptions of each word by ``base`` when asked
     plainly (the teacher's coached attacker, the word blanked), with seeds ``config.seed``, +1, ...
+    ``said`` (:class:`spag.play.engine.OpeningLines`) keeps them as opening lines: the base-teacher
+    baseline opens its games with the same coached lines on the same seeds.
 
     Records ``{target_word, seed, line}``, in word order within each seed."""
     coached = WithStrategies(model_of(base), TabooStrategies(coached_attacker=True), name="clue-writer")
     out = []
     for s in range(per_word):
-        lines = replace(config, seed=config.seed + s).opening_lines(coached, list(words))
+        lines = replace(config, seed=config.seed + s).opening_lines(coached, list(words), said=said)
         out += [{"target_word": w, "seed": config.seed + s, "line": line} for w, line in zip(words, lines)]
     return out
 
@@ -189,8 +191,8 @@ class TabooSkill(SkillMetrics):
     metrics = SKILL_METRICS
     baselines = tuple(BASELINES)
 
-    def material(self, game, base, targets, config, per_target):
-        return clue_set(base, targets, config, per_target)
+    def material(self, game, base, targets, config, per_target, *, said=None):
+        return clue_set(base, targets, config, per_target, said=said)
 
     def measure(self, game, player, judge_player, targets, config, material, *, per_target, seed, openings=None,
                 model_skill=None):

@@ -10,6 +10,7 @@ import json
 from spag.config import Settings
 from spag.evaluate.games import evaluate_models, strongest
 from spag.pipeline.evaluation import (
+    base_openings,
     baseline_names,
     evaluation_games,
     guess_vocabulary,
@@ -38,8 +39,9 @@ def baselines(settings: Settings, layout: Layout) -> None:
         players = {"imitation": load_player(str(layout.model("imitation")), "hf", **options),
                    "base": load_player(str(layout.base_model), "hf", **options)}
         try:
-            # The imitation model's opening lines, the same against every baseline: said in evaluate_imitation.
-            openings = OpeningLines.read(imitation_openings(layout))
+            # The imitation model's opening lines, the same against every baseline, said in evaluate_imitation;
+            # the base model's coached ones (base-teacher's), said in skill_clues.
+            openings = OpeningLines.read(imitation_openings(layout), base_openings(layout))
             with resumable_output(layout.data / "baselines" / "episodes", "evaluate") as work:
                 work.mkdir(parents=True, exist_ok=True)
                 for name in names:

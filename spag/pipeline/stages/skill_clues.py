@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 
 from spag.config import Settings
-from spag.pipeline.evaluation import evaluation_games, measures_skill
+from spag.pipeline.evaluation import base_openings, evaluation_games, measures_skill
 from spag.pipeline.run import OWN, Layout
+from spag.play.engine import OpeningLines
 from spag.players import close_player, load_player
 from spag.runtime.console import summary
 from spag.runtime.outputs import write_text_atomic
@@ -18,18 +19,20 @@ from spag.runtime.outputs import write_text_atomic
 
 def skill_clues(settings: Settings, layout: Layout) -> None:
     """The fixed inputs of the game's skill metrics (Adversarial Taboo: the clue lines of the guess rank, the
-    base model's plain descriptions of each evaluation word, the word blanked out); none when the evaluation
-    measures no skill."""
+    base model's plain descriptions of each evaluation word, the word blanked out), kept as opening lines too
+    (:func:`spag.pipeline.evaluation.base_openings`); none when the evaluation measures no skill."""
     material: list[dict] = []
+    said = OpeningLines()
     words, config = evaluation_games(settings, layout)
     e = settings.evaluate
     if measures_skill(settings):
         base = load_player(str(layout.base_model), "hf", **e.player_options("hf"))
         try:
-            material = config.game.skill.material(config.game, base, words, config, e.clue_lines)
+            material = config.game.skill.material(config.game, base, words, config, e.clue_lines, said=said)
         finally:
             close_player(base)
     write_text_atomic(layout.data / "skill" / "clues.jsonl", "".join(json.dumps(c) + "\n" for c in material),
                       replace=OWN)
+    said.write(base_openings(layout))
     summary("skill_clues", f"{len(material)} fixed inputs of the skill metrics on {len(words)} targets "
                            f"({e.word_set} set) by the base model")
