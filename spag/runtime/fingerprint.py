@@ -11,7 +11,6 @@ the models the stages before it hashed. A cache that cannot be read or written i
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -19,6 +18,8 @@ import re
 from pathlib import Path
 
 from spag.runtime.artifacts import cache_dir
+from spag.runtime.errors import DataError
+from spag.runtime.outputs import write_text_atomic
 
 # Files that describe a run rather than the model: they change with every run of identical weights.
 _NOT_THE_MODEL = {".spag-output.json", "training_summary.json", "README.md", "trainer_state.json",
@@ -62,14 +63,10 @@ def _read_kept(path: Path) -> str | None:
 def _keep(path: Path, digest: str) -> None:
     """Write ``digest`` to ``path`` atomically (a reader sees the whole digest or none); an unwritable cache
     is passed over."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(digest + "\n", encoding="ascii")
-        os.replace(temporary, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)  # ours, if it was written at all
+        write_text_atomic(path, digest + "\n", replace="any")  # spag's own cache
+    except (OSError, DataError):
+        pass
 
 
 def model_fingerprint(name_or_path: str | os.PathLike) -> str:
