@@ -12,7 +12,7 @@ from spag.game.episodes import read_episodes
 from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
 from spag.play.engine import Match, PlayConfig, PlayStats, play_games, play_matches, run_games
 from spag.players import Reply
-from spag.runtime.errors import DataError
+from spag.runtime.errors import DataError, OutputExists
 
 _TARGET_RE = re.compile(r'The target word is "([^"]+)"')
 _CLUE_RE = re.compile(r"clue: (\w+)")
@@ -501,6 +501,13 @@ def test_opening_lines_kept_in_a_file_are_read_by_a_later_load_of_the_same_model
     path = tmp_path / "opening_lines.json"
     said.write(path)
     assert len(OpeningLines.read(path)) == len(said) >= len(words)
+    kept = path.read_bytes()
+    with pytest.raises(OutputExists):  # a file already there is replaced only when the caller says so
+        OpeningLines().write(path)
+    assert path.read_bytes() == kept
+    OpeningLines().write(path, replace="any")
+    assert len(OpeningLines.read(path)) == 0
+    said.write(path, replace="any")
 
     player, rival = Counted(load_player(tiny, "hf", **options)), load_player(other, "hf", **options)
     alone = play_games(player, rival, words, config, show_progress=False)

@@ -51,7 +51,7 @@ from spag.players.provenance import machine, player_provenance, record
 from spag.runtime.console import progress
 from spag.runtime.errors import DataError, StaleEpisodes
 from spag.runtime.fingerprint import model_fingerprint, settings_fingerprint
-from spag.runtime.outputs import write_json_atomic, writing
+from spag.runtime.outputs import Replace, write_json_atomic, writing
 from spag.runtime.signals import uninterrupted
 from spag.schema import Section
 
@@ -415,12 +415,13 @@ class OpeningLines:
                 self._said[keys[i]] = reply
         return [asked[i] if i in asked else self._said[keys[i]] for i in range(len(prompts))]
 
-    def write(self, path: str | os.PathLike) -> None:
-        """Every kept reply, with the machine it was generated on, to the JSON file ``path`` (atomically)."""
+    def write(self, path: str | os.PathLike, *, replace: Replace = "no") -> None:
+        """Every kept reply, with the machine it was generated on, to the JSON file ``path`` (atomically; a
+        file already there only as ``replace`` allows: :func:`spag.runtime.outputs.atomic_path`)."""
         records = [{"player": who, "prompt_hash": prompt, "seed": seed, "settings": list(settings),
                     "text": reply.text, "n_tokens": int(reply.n_tokens), "finish_reason": reply.finish_reason}
                    for (who, prompt, seed, settings), reply in self._said.items()]
-        write_json_atomic(path, {"machine": machine(), "replies": records}, replace="any")
+        write_json_atomic(path, {"machine": machine(), "replies": records}, replace=replace)
 
     @classmethod
     def read(cls, *paths: str | os.PathLike) -> OpeningLines:

@@ -42,7 +42,7 @@ def evaluate_imitation(settings: Settings, layout: Layout) -> None:
     else:
         skill = {"skill": "off"}
     write_json_atomic(layout.metrics / "imitation" / "skill.json", skill, replace=OWN)
-    said.write(imitation_openings(layout))
+    said.write(imitation_openings(layout), replace=OWN)
     strategy = write_checkpoint_strategy(settings, layout.model("imitation"), layout.metrics / "imitation")
     if strategy:
         line += "; " + strategy

@@ -33,6 +33,6 @@ def skill_clues(settings: Settings, layout: Layout) -> None:
             close_player(base)
     write_text_atomic(layout.data / "skill" / "clues.jsonl", "".join(json.dumps(c) + "\n" for c in material),
                       replace=OWN)
-    said.write(base_openings(layout))
+    said.write(base_openings(layout), replace=OWN)
     summary("skill_clues", f"{len(material)} fixed inputs of the skill metrics on {len(words)} targets "
                            f"({e.word_set} set) by the base model")
