@@ -48,6 +48,8 @@ WORD_SETS = ("dev", "fresh")
 CREDITS = ("all", "skill")
 WINS, CHIPS = "wins", "chips"
 PAYOFFS = (WINS, CHIPS)  # what a game pays its players (reward.payoff)
+WINNERS, ALL_MOVES = "winners", "all"
+IMITATED_MOVES = (WINNERS, ALL_MOVES)  # which of the teacher's moves the imitation set holds (imitate.moves)
 # The learning-rate schedules (spag.train.schedules says what the DeepSpeed ones do).
 COSINE, LINEAR, WARMUP_DECAY, WARMUP_DECAY_DS013 = "cosine", "linear", "warmup_decay", "warmup_decay_ds013"
 LR_SCHEDULERS = (COSINE, LINEAR, WARMUP_DECAY, WARMUP_DECAY_DS013)
@@ -256,7 +258,12 @@ STEP_EPOCHS = knob(1.0, "Passes over the training rows.", gt=0)
 
 
 class Imitate(TrainStep):
-    """Imitation learning on the teacher's winning moves."""
+    """Imitation learning on the teacher's winning moves (or on all of its moves: ``moves``)."""
+
+    moves: Literal[IMITATED_MOVES] = knob(
+        WINNERS, "Which of the teacher's moves are imitated: winners (the paper's: the winner's moves of each "
+                 "decisive game) or all (every move of every game, both players', ties and losses too; a line "
+                 "that broke the rules left out): a start that plays every action the teacher plays.")
 
     sft: PathStr | None = knob(None, 'General data mixed into the imitation set: "builtin", a file, or null '
                                         "(the original: none).")
@@ -366,6 +373,17 @@ class Evaluate(Sampling):
     benchmark: Benchmark = Field(default_factory=Benchmark, description="Reasoning benchmarks (lm-eval).")
 
 
+class Twin(Section):
+    """The tabular twin of the loop (Kuhn poker, :mod:`spag.train.twin`): SPAG's loop on a policy of 12 logits,
+    with the run's own hands, rewards and training settings, drawn in the report beside the model's curve."""
+
+    learning_rate: float = knob(0.1, "AdamW's learning rate on the twin's 12 logits: about how far a logit moves in "
+                                     "one optimiser step (the model's spag.learning_rate moves its weights, and "
+                                     "no rate maps one onto the other).", gt=0)
+    seeds: int = knob(5, "Twin runs, seeds seed, seed+1, ...: the report draws their mean with a 95% t interval.",
+                      ge=1)
+
+
 class Settings(Section):
     """A whole params file."""
 
@@ -381,6 +399,7 @@ class Settings(Section):
     spag: Spag = Field(default_factory=Spag)
     online: Online = Field(default_factory=Online)
     evaluate: Evaluate = Field(default_factory=Evaluate)
+    twin: Twin = Field(default_factory=Twin)
 
     @model_validator(mode="after")
     def _the_game_has_them(self):

@@ -228,6 +228,58 @@ def test_chips_are_refused_for_a_game_without_them_in_one_line(tmp_path):
     assert result.stderr.strip() == "error: --payoff: the game taboo is not played for chips (use wins)"
 
 
+def test_all_of_a_teachers_moves_are_imitated_in_every_game_but_a_rule_break(tmp_path):
+    from spag.config import Imitate
+    from spag.rewards.build import build_imitation_set, imitation_rows
+
+    games = [{"target_word": "J-K", "max_turns": 2, "history": hand("J-K", "bet", "fold")},          # first wins
+             {"target_word": "K-J", "max_turns": 2, "history": hand("K-J", "check", "bet", "fold")},  # second wins
+             {"target_word": "K-Q", "max_turns": 2, "history": hand("K-Q", "check", None)}]          # a rule break
+    winners, _ = imitation_rows(games, game=KUHN)
+    assert [(r["episode"], r["role"], r["completion"]) for r in winners] == [
+        ("0", FIRST, "I will [bet]."), ("1", SECOND, "I will [bet].")]  # a fold never wins: never imitated
+    every, stats = imitation_rows(games, game=KUHN, moves="all")
+    assert [(r["episode"], r["role"], r["completion"]) for r in every] == [
+        ("0", FIRST, "I will [bet]."), ("0", SECOND, "I will [fold]."),
+        ("1", FIRST, "I will [check]."), ("1", SECOND, "I will [bet]."), ("1", FIRST, "I will [fold]."),
+        ("2", FIRST, "I will [check].")]  # the second's "hmm" broke the rules: left out
+    assert all(r["reward"] == 1.0 for r in every)
+    # role weights as for the winners' rows: (A + D) / 2A for the 3 games of the first, (A + D) / 2D the second
+    assert stats.role_games == {FIRST: 3, SECOND: 2} and stats.used == 3
+    assert {r["role"]: r["weight"] for r in every} == {FIRST: pytest.approx(5 / 6), SECOND: pytest.approx(5 / 4)}
+    # the prompt of each row is the state its move was made in
+    assert "Your card: K." in every[2]["prompt"] and "Actions so far: none yet." in every[2]["prompt"]
+    assert "Player 0: [check]; Player 1: [bet]" in every[4]["prompt"]
+    # the setting reaches the file the imitation stage writes
+    source = tmp_path / "episodes.jsonl"
+    source.write_text("".join(json.dumps(g) + "\n" for g in games))
+    build_imitation_set(source, tmp_path / "rows.jsonl", Imitate(moves="all"), KUHN)
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 6
+    with pytest.raises(ValueError, match="moves"):
+        Imitate(moves="losers")
+
+
+def test_ready_made_rows_of_kuhn_poker_keep_their_roles(tmp_path):
+    from spag.rewards.build import build_imitation_set
+    from spag.rewards.ready_made import import_ready_made_rows
+
+    prompt = KUHN.prompt(SECOND, "J-K", hand("J-K", "bet"), KUHN.Strategies())
+    source = tmp_path / "ready.jsonl"
+    records = [{"prompt": prompt, "completion": "[call]"},                      # the seat read from the prompt
+               {"prompt": "Say something.", "completion": "[bet]", "role": FIRST},  # the role given
+               {"prompt": "Say something.", "completion": "[bet]"}]                # neither: no role
+    source.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert import_ready_made_rows(source, tmp_path / "teacher", KUHN) == 3
+    stats = build_imitation_set(tmp_path / "teacher", tmp_path / "rows.jsonl", game=KUHN)
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [r["role"] for r in rows] == [SECOND, FIRST, None] and stats.instruction_rows == 3
+    # a role the game does not have is refused, naming the record
+    source.write_text(json.dumps({"prompt": prompt, "completion": "[call]", "role": "attacker"}) + "\n")
+    with pytest.raises(DataError, match=r"ready.jsonl: record 0: 'role' 'attacker' is not a role of Kuhn poker"):
+        import_ready_made_rows(source, tmp_path / "other", KUHN)
+    assert not (tmp_path / "other").exists()
+
+
 def test_rewards_go_to_the_winners_actions_and_a_penalty_to_the_rule_breaker():
     games = [{"target_word": "J-K", "max_turns": 2, "history": hand("J-K", "bet", "fold")},
              {"target_word": "K-Q", "max_turns": 2, "history": hand("K-Q", "check", None)}]

@@ -441,12 +441,13 @@ def test_imitation_data_from_ready_made_instruction_rows(tmp_path):
     assert stats.records == 5 and stats.instruction_rows == 4 and stats.bad == 1
 
 
-def test_infer_role():
-    from spag.rewards.ready_made import infer_role
+def test_the_role_a_ready_made_taboo_prompt_addresses():
+    from spag.game.taboo import Taboo
 
-    assert infer_role("You are the attacker. The target word is x.") == "attacker"
-    assert infer_role("you are a defender") == "defender"
-    assert infer_role("The attacker and the defender talk.") is None
+    taboo = Taboo()
+    assert taboo.role_in_prompt("You are the attacker. The target word is x.") == "attacker"
+    assert taboo.role_in_prompt("you are a defender") == "defender"
+    assert taboo.role_in_prompt("The attacker and the defender talk.") is None
 
 
 @pytest.mark.parametrize(

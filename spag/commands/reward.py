@@ -27,6 +27,7 @@ PARAMS_HELP = ("Take the game, reward and general-data settings from this params
 EPISODES_HELP = "Episodes: a JSON list, JSON lines, or Parquet (a file or a directory of shards)."
 OUTPUT_HELP = "Rows out: .parquet or .jsonl (written atomically)."
 _SFT = ("sft", "sft_limit", "sft_format")
+_IMITATION_SET = ("moves", *_SFT)  # what spag imitation-data takes of the imitate section
 
 
 def _fail(message: str) -> None:
@@ -67,7 +68,7 @@ def register(app: typer.Typer) -> None:
         summary("reward", f"{stats.line()} -> {output}")
 
     @app.command("imitation-data")
-    @with_knobs(knobs(Imitate, only=_SFT), knobs(Reward, only=("keep_truncated",)), game_knobs())
+    @with_knobs(knobs(Imitate, only=_IMITATION_SET), knobs(Reward, only=("keep_truncated",)), game_knobs())
     def imitation_command(
         ctx: typer.Context,
         episodes: Path = typer.Argument(
@@ -80,11 +81,12 @@ def register(app: typer.Typer) -> None:
         overwrite: bool = overwrite_option(),
         **settings,
     ) -> None:
-        """The imitation set: a teacher's winning moves in decisive games, both roles, reward 1."""
+        """The imitation set: a teacher's winning moves in decisive games (--moves all: every move of every
+        game), both roles, reward 1."""
         from spag.rewards.build import build_imitation_set
 
         settings = from_params(ctx, params, ("imitate", "reward", "game"), settings)
-        imitate = checked(Imitate, **{k: v for k, v in given(settings, Imitate).items() if k in _SFT})
+        imitate = checked(Imitate, **{k: v for k, v in given(settings, Imitate).items() if k in _IMITATION_SET})
         if imitate.sft_limit is not None and imitate.sft is None:
             _fail("--sft-limit needs --sft")
         try:

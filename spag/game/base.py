@@ -207,6 +207,11 @@ class Game(ABC):
         its layout), with the character offsets of its history lines (None: they cannot be dropped when
         the row is too long; see :func:`spag.train.data`)."""
 
+    def role_in_prompt(self, prompt: str) -> str | None:
+        """The role a ready-made training row's prompt addresses (one of :attr:`roles`), read from its text,
+        or None where the text does not say; a row that names its ``role`` needs none of this."""
+        return None
+
     # ------------------------------------------------------------------------------------------ results
 
     def result(self, verdict_or_outcome, role: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import re
 import sys
 import unicodedata
@@ -148,3 +149,16 @@ def read_words(path: str | os.PathLike) -> list[str]:
 
 def write_words(words: list[str], path: str | os.PathLike, *, replace: Replace = "no") -> None:
     write_text_atomic(path, "".join(w + "\n" for w in words), replace=replace)
+
+
+def sample_targets(targets: list[str], n: int, seed: str, repeat: bool = False) -> list[str]:
+    """A seeded sample of ``n`` targets (of a word list: spread over its frequency range), all of them when
+    there are fewer; with ``repeat`` (a game of few targets) a shorter list is played several times over,
+    each round in its own order."""
+    rng = random.Random(seed)
+    if n <= len(targets) or not repeat:
+        return rng.sample(targets, min(n, len(targets)))
+    chosen: list[str] = []
+    while len(chosen) < n:
+        chosen += rng.sample(targets, min(len(targets), n - len(chosen)))
+    return chosen

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import os
-import random
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import Any, NoReturn
 from spag.config import existing_file, load_settings
 from spag.game.base import Game
 from spag.game.registry import make_game
-from spag.game.words import read_words
+from spag.game.words import read_words, sample_targets
 from spag.pipeline.preflight import check_stage
 from spag.pipeline.table import EPOCH_STAGES, STAGE_PARAMS, checkpoint
 from spag.players.allocator import keep_freed_memory
@@ -167,19 +166,6 @@ def stage_game(settings: Declared) -> Game:
     except ValueError as exc:
         key, _, message = str(exc).partition(": ")
         raise ParamsError("params.yaml", f"game.{key}", message) from None
-
-
-def sample_targets(targets: list[str], n: int, seed: str, repeat: bool = False) -> list[str]:
-    """A seeded sample of ``n`` targets (of a word list: spread over its frequency range), all of them when
-    there are fewer; with ``repeat`` (a game of few targets) a shorter list is played several times over,
-    each round in its own order."""
-    rng = random.Random(seed)
-    if n <= len(targets) or not repeat:
-        return rng.sample(targets, min(n, len(targets)))
-    chosen: list[str] = []
-    while len(chosen) < n:
-        chosen += rng.sample(targets, min(len(targets), n - len(chosen)))
-    return chosen
 
 
 def sample_words(path: Path, n: int, seed: str, game: Game) -> list[str]:

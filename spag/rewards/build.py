@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from spag.config import CHIPS, Imitate, Reward
+from spag.config import ALL_MOVES, CHIPS, WINNERS, Imitate, Reward
 from spag.game.base import Game
 from spag.game.episodes import validate_episode
 from spag.game.registry import DEFAULT_GAME, game_class
@@ -216,6 +216,13 @@ def decayed_shares(decay: float) -> pl.Expr:
     return raw / raw.sum().over(_KEY)
 
 
+def _fair_moves(utterances: pl.DataFrame) -> pl.DataFrame:
+    """Every utterance but the one that broke the rules (the last of a game with an offender), reward 1 each:
+    the imitation set of all of a teacher's moves (``imitate.moves: all``)."""
+    broke = pl.col("offender").is_not_null() & (pl.col("turn") == pl.col("turn").max().over("game"))
+    return utterances.filter(~broke).with_columns(reward=pl.lit(1.0)).sort("game", "turn")
+
+
 def _rewarded_moves(utterances: pl.DataFrame, options: Reward, decayed: bool, game: Game) -> pl.DataFrame:
     """The utterances that earn a reward, with it: the winner's (decayed shares, or 1 each when not
     ``decayed``; with ``credit: skill`` only of wins the game counts as the winner's own play), or with
@@ -281,9 +288,10 @@ def _in_word_order(episodes: Sequence[Mapping], indices: Sequence[int]) -> tuple
 
 
 def _game_rows(episodes: Sequence[Mapping], indices: Sequence[int] | None, seed: int, decayed: bool,
-               options: Reward, game: Game) -> tuple[list[dict], RowStats]:
-    """Rows from ``game``'s judged games: the rewarded moves (a polars frame), then each move's prompt
-    (:meth:`spag.game.base.Game.row_prompt`, one seeded draw per row, in game and turn order)."""
+               options: Reward, game: Game, moves: str = WINNERS) -> tuple[list[dict], RowStats]:
+    """Rows from ``game``'s judged games: the rewarded moves (a polars frame; ``moves`` all: every fair move,
+    reward 1), then each move's prompt (:meth:`spag.game.base.Game.row_prompt`, one seeded draw per row, in
+    game and turn order)."""
     episodes, indices = _in_word_order(episodes, indices if indices is not None else range(len(episodes)))
     stats = RowStats(records=len(episodes))
     verdicts = [game.judge_episode(e) for e in progress(episodes, desc="judging", unit="ep", disable=None)]
@@ -291,7 +299,7 @@ def _game_rows(episodes: Sequence[Mapping], indices: Sequence[int] | None, seed:
     if options.payoff == CHIPS and not game.for_chips:
         raise ValueError(f"reward.payoff: the game {game.name} is not played for chips (use wins)")
     utterances = _utterances(episodes, verdicts, game, chips=options.payoff == CHIPS)
-    moves = _rewarded_moves(utterances, options, decayed, game)
+    moves = _fair_moves(utterances) if moves == ALL_MOVES else _rewarded_moves(utterances, options, decayed, game)
     sound = _drop_unsound(moves, options, stats)
     stats.cut_games = moves["game"].n_unique() - sound["game"].n_unique()
     moves = _weigh(sound, options, stats, game.roles)
@@ -323,10 +331,13 @@ def reward_rows(episodes: Sequence[Mapping], seed: int = 0, indices: Sequence[in
 
 
 def imitation_rows(episodes: Sequence[Mapping], seed: int = 0, indices: Sequence[int] | None = None,
-                   keep_truncated: bool = False, game: Game | None = None) -> tuple[list[dict], RowStats]:
-    """The imitation set from a teacher's episodes: every winning utterance, reward 1, role weights
-    (empty or truncated utterances left out unless ``keep_truncated``)."""
-    return _game_rows(episodes, indices, seed, False, Reward(keep_truncated=keep_truncated), game or default_game())
+                   keep_truncated: bool = False, game: Game | None = None,
+                   moves: str = WINNERS) -> tuple[list[dict], RowStats]:
+    """The imitation set from a teacher's episodes: every winning utterance (``moves`` all: every utterance
+    but a rule-breaking one, in every game), reward 1, role weights (empty or truncated utterances left out
+    unless ``keep_truncated``)."""
+    return _game_rows(episodes, indices, seed, False, Reward(keep_truncated=keep_truncated), game or default_game(),
+                      moves)
 
 
 # -------------------------------------------------------------------------------------------- reading
@@ -448,9 +459,10 @@ def build_imitation_set(episodes_path: str | os.PathLike, output: str | os.PathL
                         keep_truncated: bool = False, replace: Replace = "no") -> RowStats:
     """``spag imitation-data``: a teacher's episodes (or ready-made query/target rows) -> imitation rows.
 
-    ``imitate`` (an ``imitate`` section) names general instruction rows to mix in, as ``spag reward``
-    does, so that imitation does not erode the model's general abilities (and has data even when the
-    teacher won no game). The original code's imitation set had none (``imitate.sft: null`` in paper mode).
+    ``imitate`` (an ``imitate`` section) says which of the teacher's moves are imitated (``moves``: the
+    winners', or all) and names general instruction rows to mix in, as ``spag reward`` does, so that
+    imitation does not erode the model's general abilities (and has data even when the teacher won no game).
+    The original code's imitation set had none (``imitate.sft: null`` in paper mode).
     """
     imitate, game = imitate or Imitate(), game or default_game()
     check_output(output)
@@ -458,9 +470,9 @@ def build_imitation_set(episodes_path: str | os.PathLike, output: str | os.PathL
     ready_made: list[tuple[int, dict]] = []
     duplicates: list[int] = []
     episodes, indices, count = read_episode_records(episodes_path, errors, ready_made, duplicates, game)
-    made = ready_made_rows(ready_made, str(episodes_path), errors)
+    made = ready_made_rows(ready_made, str(episodes_path), errors, game)
     _raise_if_strict(errors, strict, str(episodes_path), count)
-    rows, stats = imitation_rows(episodes, seed, indices, keep_truncated, game)
+    rows, stats = imitation_rows(episodes, seed, indices, keep_truncated, game, imitate.moves)
     stats.records, stats.bad, stats.duplicates = count, len(errors), len(duplicates)
     stats.instruction_rows = len(made)
     for row in made:

@@ -4,32 +4,25 @@ instead of rows built from games (``teacher.rows``, ``spag imitation-data`` on s
 
 A ``query`` is the original's whole model input (its rules, history and "### Response:" framing), so its row
 is a raw prompt; a ``prompt`` is a user message and is rendered like any other. The role a row teaches is
-its ``role`` field, or read from the prompt's "You are the attacker/defender".
+its ``role`` field (one of the game's roles), or what the game reads from the prompt
+(:meth:`spag.game.base.Game.role_in_prompt`: Adversarial Taboo's "You are the attacker", Kuhn poker's
+"You are Player 0"), or none.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from spag.game.taboo.outcomes import ROLES
+from spag.game.base import Game
 from spag.models.chat import RawPrompt
 from spag.rewards.rows import episode_id, make_row
 from spag.rewards.sft import prompt_completion
 from spag.runtime.errors import DataError, collect_or_raise
 from spag.runtime.outputs import write_table_atomic
 from spag.runtime.records import read_records
-
-_ROLE_IN_PROMPT = re.compile(r"\byour?\s+are\s+(?:the\s+|an?\s+)?(attacker|defender)\b", re.IGNORECASE)
-
-
-def infer_role(prompt: str) -> str | None:
-    """The role a ready-made game prompt addresses ("You are the attacker ..."), or None if unclear."""
-    found = {m.group(1).lower() for m in _ROLE_IN_PROMPT.finditer(prompt)}
-    return found.pop() if len(found) == 1 else None
 
 
 def _ready_made_number(record: Mapping, key: str, index: int, source: str, non_negative: bool = False) -> float:
@@ -44,11 +37,21 @@ def _ready_made_number(record: Mapping, key: str, index: int, source: str, non_n
     return float(value)
 
 
+def _role(record: Mapping, prompt: str, game: Game, index: int, source: str) -> str | None:
+    """The role a ready-made row teaches: its ``role`` (one of ``game``'s), else the one its prompt addresses."""
+    role = record.get("role")
+    if role is None:
+        return game.role_in_prompt(prompt)
+    if role not in game.roles:
+        raise DataError(source, index, f"'role' {role!r} is not a role of {game.title} ({', '.join(game.roles)})")
+    return role
+
+
 def ready_made_rows(
-    items: list[tuple[int, Mapping]], source: str, errors: list[DataError] | None
+    items: list[tuple[int, Mapping]], source: str, errors: list[DataError] | None, game: Game
 ) -> list[dict]:
-    """Ready-made imitation rows: the original project's ``query``/``target`` file, or this project's
-    ``prompt``/``completion`` rows. Reward and weight are the record's (1 where it has none).
+    """Ready-made imitation rows of ``game``: the original project's ``query``/``target`` file, or this
+    project's ``prompt``/``completion`` rows. Reward and weight are the record's (1 where it has none).
 
     A ``query`` is the original's whole model input (its rules, history and "### Response:" framing), so
     its row is marked ``raw_prompt`` and goes to the model as it is; a ``prompt`` is a user message and is
@@ -60,10 +63,10 @@ def ready_made_rows(
             prompt, completion = prompt_completion(record, index, source)
             weight = _ready_made_number(record, "weight", index, source, non_negative=True)
             reward = _ready_made_number(record, "reward", index, source)
+            role = _role(record, prompt, game, index, source)
         except DataError as error:
             collect_or_raise(error, errors)
             continue
-        role = record.get("role") if record.get("role") in ROLES else infer_role(prompt)
         target = record.get("target_word")
         # a query is the original's whole input; a ready-made prompt's history lines are unknown (no bounds)
         rows.append(make_row(RawPrompt(prompt) if "query" in record else prompt, completion, reward=reward,
@@ -77,7 +80,7 @@ _READY_MADE_SHAPES = (("query", "target"), ("prompt", "completion"))
 _READY_MADE_EXTRAS = (("weight", "float"), ("reward", "float"), ("role", "string"), ("target_word", "string"))
 
 
-def import_ready_made_rows(source: str | os.PathLike, output_dir: str | os.PathLike) -> int:
+def import_ready_made_rows(source: str | os.PathLike, output_dir: str | os.PathLike, game: Game) -> int:
     """A ready-made imitation file (the original's ``train_imitation_gpt4.json``: ``query``, ``target`` and
     possibly ``weight``) copied into ``output_dir/ready_made.parquet``, where :func:`build_imitation_set`
     takes it up as rows: the ``query`` used as the whole model input, the ``weight`` kept.
@@ -100,7 +103,7 @@ def import_ready_made_rows(source: str | os.PathLike, output_dir: str | os.PathL
     for index, record in enumerate(records):
         if not set(shape) <= record.keys() or "history" in record:
             raise DataError(source, index, f"expected {shape[0]}/{shape[1]} fields like the first record")
-        ready_made_rows([(index, record)], str(source), errors)  # the same checks as at use
+        ready_made_rows([(index, record)], str(source), errors, game)  # the same checks as at use
         if errors:
             raise errors[0]
         clean.append({name: record.get(name) for name, _ in columns})

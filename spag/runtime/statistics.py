@@ -1,4 +1,4 @@
-"""Intervals clustered by target word: every game of one word is resampled together.
+"""Intervals clustered by target word: every game of one word is resampled together; and across seeds.
 
 Games of one word are alike (the same word is easy or hard for every model, in both roles and for every
 seed), so treating games as independent would make intervals too narrow. Every interval here is a 95%
@@ -7,10 +7,15 @@ at once (:func:`two_way_mean`).
 
 Inputs are per-word sums and counts: a quantity's value is ``sum(sums) / sum(counts)`` (a rate or a mean
 over games), which weights each word by its number of games, as the point estimate does.
+
+Where each seed gives one number (a run's exploitability), :func:`t_interval` gives the mean over seeds with
+Student's t interval.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -106,3 +111,16 @@ def two_way_mean(table: np.ndarray, counts: np.ndarray | None = None, *, seed: i
     low, high = np.nanquantile(draws, [alpha, 1 - alpha]) if runs * words > 1 else (np.nan, np.nan)
     entry = _entry(value, low, high, int(counts.sum()), words)
     return {**entry, "runs": runs, "per_run": per_run}
+
+
+def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> dict:
+    """The mean of ``values`` (one per seed) and its t interval (n - 1 degrees of freedom): ``{mean, low,
+    high, n}``, ``low`` and ``high`` None for a single value."""
+    from scipy.stats import t
+
+    n = len(values)
+    mean = statistics.fmean(values)
+    if n < 2:
+        return {"mean": mean, "low": None, "high": None, "n": n}
+    half = float(t.ppf((1 + confidence) / 2, n - 1)) * statistics.stdev(values) / math.sqrt(n)
+    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}

@@ -49,6 +49,7 @@ DEALS = tuple(f"{a}-{b}" for a in CARDS for b in CARDS if a != b)
 
 CHECK, BET, CALL, FOLD = "check", "bet", "call", "fold"
 _ACTION = re.compile(r"\[\s*(check|bet|call|fold)\s*\]", re.IGNORECASE)
+_PLAYER_IN_PROMPT = re.compile(r"\bYou are Player ([01])\b")  # the prompt's seat line (KuhnPoker.prompt)
 
 FIRST_WINS, SECOND_WINS = "first_wins", "second_wins"
 FIRST_BREAKS_RULES, SECOND_BREAKS_RULES = "first_breaks_rules", "second_breaks_rules"
@@ -291,6 +292,10 @@ class KuhnPoker(Game):
         mine = [a for i, a in enumerate(actions) if ROLES[i % 2] == loser]
         lost = 1.0 + sum(a in (BET, CALL) for a in mine)  # the ante, and a bet or a call
         return {loser: -lost, self.other(loser): lost}
+
+    def role_in_prompt(self, prompt: str) -> str | None:
+        found = set(_PLAYER_IN_PROMPT.findall(prompt))
+        return ROLES[int(found.pop())] if len(found) == 1 else None
 
     def row_prompt(self, role: str, target: str, history: History, rng: random.Random):
         return self.prompt(role, target, history, self.Strategies()), None

@@ -41,7 +41,7 @@ from spag.game.taboo.outcomes import (
     SIDES,
     WRONG_GUESS,
 )
-from spag.game.taboo.prompts import build_prompt, play_template, training_prompt_with_bounds
+from spag.game.taboo.prompts import addressed_role, build_prompt, play_template, training_prompt_with_bounds
 from spag.game.taboo.replies import STOPS, clean_reply
 from spag.game.taboo.rules import RULE_SETS, WHOLE_WORD, judge, normalise_word
 from spag.game.taboo.skill import TabooSkill
@@ -153,6 +153,9 @@ class Taboo(Game):
         return collapse_metrics(episodes, self.roles)
 
     # -- training rows
+    def role_in_prompt(self, prompt: str) -> str | None:
+        return addressed_role(prompt)
+
     def row_prompt(self, role: str, target: str, history: History, rng: random.Random):
         if self.settings.row_prompts == "original":  # the model's whole input: no history lines to give up
             return row_query(history, target, self.max_turns, rng), None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,13 @@ from spag.runtime.errors import DataError, ParamsError
 from spag.schema import read_yaml
 
 PART_NAMES = ("rules", "instruction", "examples", "history", "turn")
+_ROLE_IN_PROMPT = re.compile(r"\byour?\s+are\s+(?:the\s+|an?\s+)?(attacker|defender)\b", re.IGNORECASE)
+
+
+def addressed_role(prompt: str) -> str | None:
+    """The role a prompt addresses ("You are the attacker ..."), or None where it names none or both."""
+    found = {m.group(1).lower() for m in _ROLE_IN_PROMPT.finditer(prompt)}
+    return found.pop() if len(found) == 1 else None
 _LAYOUT_FIELDS = {"role": "attacker", "Role": "Attacker", "speaker": "You", "number": 1, "content": "hi"}
 
 

@@ -1,4 +1,5 @@
-"""Stage ``imitation_data``: the winners' moves of the teacher's decisive games, both roles.
+"""Stage ``imitation_data``: the winners' moves of the teacher's decisive games, both roles (``imitate.moves:
+all``: every move of every game).
 
 Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
 """
@@ -13,8 +14,8 @@ from spag.runtime.outputs import write_json_atomic
 
 
 def imitation_data(settings: Settings, layout: Layout) -> None:
-    """The winners' moves in the teacher's decisive games, both roles, plus general SFT data when
-    ``imitate.sft`` asks for it (the original's imitation set had none)."""
+    """The winners' moves in the teacher's decisive games, both roles (or all of its moves: ``imitate.moves``),
+    plus general SFT data when ``imitate.sft`` asks for it (the original's imitation set had none)."""
     stats = build_imitation_set(layout.data / "teacher" / "episodes", layout.data / "imitation" / "rows.parquet",
                                 settings.imitate, stage_game(settings), seed=settings.seed,
                                 keep_truncated=settings.reward.keep_truncated, replace=OWN)

@@ -30,7 +30,7 @@ def teacher_play(settings: Settings, layout: Layout) -> None:
     out = layout.data / "teacher" / "episodes"
     if t.rows:
         try:
-            n = import_ready_made_rows(setting_file(settings, "teacher.rows"), out)
+            n = import_ready_made_rows(setting_file(settings, "teacher.rows"), out, game)
         except DataError as exc:
             raise DataError("teacher.rows", None, str(exc)) from None
         summary("teacher_play", f"{n} ready-made imitation rows imported from {t.rows} (no games played)")
