@@ -2,6 +2,7 @@
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -147,6 +148,34 @@ def test_report_draws_kuhn_pokers_exploitability_per_checkpoint(tmp_path):
         (e, s) for e in ("-1", "0", "1") for s in ("exact (chips)", "played (chips)",
                                                    "exact: mass on the canonical replies")}
     assert (tmp_path / "learning_curves.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_kuhn_pokers_report_draws_the_twin_and_cfr_beside_the_model(tmp_path):
+    """With game.name kuhn-poker the report stage runs the tabular twin of the run's own loop from the
+    imitation model's exact strategy (five seeds: a mean with its band) and CFR from uniform, an iteration an
+    epoch; both reach report.json, the exploitability plot and the PNG, on the report's steps."""
+    from spag.config import load_settings
+    from spag.game.kuhn.exploitability import constant
+    from spag.pipeline.stages.report import CFR, TWIN, exploitability_references
+
+    root = Path(__file__).resolve().parent.parent
+    settings = load_settings(root / "params.yaml", [root / "configs" / "kuhn-poker.yaml"])
+    fake_strategy(tmp_path / "base", constant(0.5), 0.01, 0.5)
+    fake_strategy(tmp_path / "imitation", constant(0.5), 0.95, 0.0)
+    for epoch in ("1", "2"):
+        fake_strategy(tmp_path / "epochs" / epoch, constant(0.6), 0.95, 0.0)
+    references = exploitability_references(settings, tmp_path)
+    assert [p["step"] for p in references[TWIN]] == [0, 1, 2] == [p["step"] for p in references[CFR]]
+    assert references[TWIN][0]["value"] == pytest.approx(11 / 24) == references[CFR][0]["value"]
+    twin = references[TWIN][-1]
+    assert twin["low"] < twin["value"] < twin["high"] < 11 / 24  # five seeds of the preset's loop learn
+    assert references[CFR][-1]["value"] < references[CFR][0]["value"]
+    report = write_report(tmp_path, [1, 2], references)
+    assert report["exploitability_references"] == references
+    with open(tmp_path / "plots" / "exploitability.csv", newline="") as f:
+        series = {r["series"] for r in csv.DictReader(f)}
+    assert {TWIN, CFR, "exact (chips)"} <= series
+    assert exploitability_references(load_settings(root / "params.yaml"), tmp_path) is None  # Adversarial Taboo
 
 
 def test_report_without_evaluation_says_nothing_it_did_not_measure(tmp_path):

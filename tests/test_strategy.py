@@ -219,6 +219,21 @@ def test_spag_strategy_writes_the_rows_and_figures_of_a_checkpoint(tiny, tmp_pat
             assert set(way[unit]) >= {"exploitability", "value_first", "vs_equilibrium_first",
                                       "vs_equilibrium_second"}
             assert way[unit]["exploitability"] >= -1e-12
+    # the 12 information sets as a table, a line each
+    table = [line for line in result.stdout.splitlines() if line.startswith(("first ", "second "))]
+    assert len(table) == 12 and table[0].split()[:5] == ["first", "J", "no", "action", "yet"]
+    # a written strategy (its file, or the folder) is printed as the same table, with its exploitability
+    shown = run_cli("strategy", out / "strategy.jsonl")
+    assert shown.code == 0 and [line for line in shown.stdout.splitlines() if line.startswith(("first ", "second "))] \
+        == table
+    assert "chips exploitability exact" in shown.stderr.strip().splitlines()[-1]
+    assert run_cli("strategy", out).stdout == shown.stdout
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"way": "exact", "card": "A", "history": "", "probability": 0.5}) + "\n")
+    refused = run_cli("strategy", bad)
+    assert refused.code == 2 and refused.error_lines() == [f"error: {bad}: record 0: not a strategy row (way, card, "
+                                                           "history and probability, as spag strategy writes them)"]
+    assert run_cli("strategy", tiny).code == 2  # a model needs -o
     # a second run into the same folder needs --overwrite, and then replaces it
     again = run_cli("strategy", tiny, "-o", out, "--samples", 1, "--max-new-tokens", 2)
     assert again.code == 2 and "--overwrite" in again.stderr

@@ -22,15 +22,21 @@ from spag.config import Evaluate, Sampling, load_settings
 from spag.evaluate.strategy import (
     FIGURES,
     ROWS,
+    WAYS,
     exploitability_report,
+    profile_of,
+    read_strategy_rows,
     strategy_line,
     strategy_of,
+    strategy_table,
     write_strategy,
 )
+from spag.game.kuhn.exploitability import all_figures
 from spag.models.loading import check_model
 from spag.play.engine import PlayConfig
 from spag.players import close_player, load_player
 from spag.runtime.console import error, summary
+from spag.runtime.errors import DataError
 from spag.runtime.outputs import check_distinct_paths, claim_output_dir, mark_output_dir, replace_mode
 
 KIND = "strategy"
@@ -63,8 +69,10 @@ def register(app: typer.Typer) -> None:
                 game_knobs())
     def strategy_command(
         ctx: typer.Context,
-        model: str = typer.Argument(..., help="The model (HF dir or name), played on the hf backend."),
-        output: Path = typer.Option(..., "-o", "--output", help=f"Folder for {ROWS} and {FIGURES}."),
+        model: str = typer.Argument(..., help=f"The model (HF dir or name), played on the hf backend; or a {ROWS} "
+                                               "(or the folder spag strategy wrote it to): its table is printed."),
+        output: Path | None = typer.Option(None, "-o", "--output", help=f"Folder for {ROWS} and {FIGURES} "
+                                                                        "(needed with a model)."),
         strategy_samples: int = option(Evaluate, "strategy_samples", "--samples"),
         game: str = typer.Option("kuhn-poker", "--game", help="The game: kuhn-poker (no other has a strategy "
                                                               "here)."),
@@ -76,6 +84,11 @@ def register(app: typer.Typer) -> None:
         """The probability of the aggressive action (bet, or call facing a bet) at each of Kuhn poker's 12
         information sets, exactly (the canonical replies' probabilities) and as played (sampled replies at the
         evaluation settings), and each way's exploitability and values in chips and in wins."""
+        if _is_strategy(model):
+            _show(model)
+            return
+        if output is None:
+            _fail("-o: give the folder for the strategy's files (or give a strategy.jsonl as MODEL to print it)")
         config, options, samples = _settings(ctx, params, {**settings, "game": game, "temperature": temperature,
                                                            "strategy_samples": strategy_samples})
         check_distinct_paths({"MODEL": model, "--params": params}, {"-o": output})
@@ -90,4 +103,24 @@ def register(app: typer.Typer) -> None:
         mark_output_dir(target, KIND)
         report = exploitability_report(rows, figures)
         write_strategy(target, rows, report, replace=replace_mode(overwrite))
+        print(strategy_table(rows))
         summary("strategy", f"{model}: {strategy_line(report)} -> {output}")
+
+
+def _is_strategy(model: str) -> bool:
+    """Whether MODEL names a strategy spag strategy wrote (a strategy.jsonl, or a folder with one and no model)."""
+    path = Path(model)
+    return (path.is_file() and path.suffix == ".jsonl") or (path.is_dir() and (path / ROWS).is_file()
+                                                             and not (path / "config.json").exists())
+
+
+def _show(model: str) -> None:
+    """Print a written strategy's table and its exact figures."""
+    try:
+        rows = read_strategy_rows(model)
+    except DataError as exc:
+        _fail(str(exc))
+    ways = sorted({r["way"] for r in rows}, key=WAYS.index)
+    figures = {way: all_figures(profile_of(rows, way))["chips"]["exploitability"] for way in ways}
+    print(strategy_table(rows))
+    summary("strategy", f"{model}: chips exploitability " + ", ".join(f"{w} {v:.3f}" for w, v in figures.items()))

@@ -28,12 +28,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from spag.evaluate.games import wilson_interval
 from spag.game.kuhn import CARDS, ROLES, action_of, legal, reply
 from spag.game.kuhn.exploitability import INFOSETS, InfoSet, all_figures
 from spag.play.engine import PlayConfig
+from spag.runtime.errors import DataError
 from spag.runtime.outputs import write_json_atomic, write_jsonl_atomic
+from spag.runtime.records import read_records
 
 WAYS = ("exact", "played")
 ROWS, FIGURES = "strategy.jsonl", "exploitability.json"
@@ -144,6 +147,50 @@ def write_strategy(folder, rows: Sequence[dict], report: dict, *, replace: str) 
     (:func:`spag.runtime.outputs.write_json_atomic`)."""
     write_jsonl_atomic(folder / ROWS, rows, replace=replace)
     write_json_atomic(folder / FIGURES, report, replace=replace)
+
+
+SITUATIONS = {"": "no action yet", "check,bet": "check, then a bet", "check": "a check", "bet": "a bet"}
+
+
+def strategy_table(rows: Sequence[dict]) -> str:
+    """The 12 information sets as a table a person reads at a glance: who acts, with which card, after what,
+    the aggressive action's probability exactly (and the mass behind it) and as played (its 95% interval and
+    the share of replies that break the rules), each way where ``rows`` hold it."""
+    exact = {(r["card"], r["history"]): r for r in rows if r["way"] == "exact"}
+    played = {(r["card"], r["history"]): r for r in rows if r["way"] == "played"}
+    header = f"{'player':<7} {'card':<4} {'after':<17} {'action':<6} {'exact':>6} {'mass':>5}"
+    header += f"  {'played [95%]':<20} {'broken':>6}" if played else ""
+    lines = [header, "-" * len(header)]
+    for infoset in INFOSETS:
+        key = (infoset.card, infoset.history)
+        e, p = exact.get(key), played.get(key)
+        line = f"{infoset.player:<7} {infoset.card:<4} {SITUATIONS[infoset.history]:<17} {infoset.action:<6} "
+        line += f"{e['probability']:>6.3f} {e['mass']:>5.2f}" if e else f"{'-':>6} {'-':>5}"
+        if played:
+            line += (f"  {p['probability']:.3f} [{p['low']:.2f}, {p['high']:.2f}]  {p['broken_share']:>6.0%}" if p
+                     else f"  {'-':<20} {'-':>6}")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def read_strategy_rows(path) -> list[dict]:
+    """The rows of a ``strategy.jsonl`` that :func:`write_strategy` wrote (a folder: its ``strategy.jsonl``);
+    DataError naming the first record that is not a strategy row, or a way without all 12 information sets."""
+    path = Path(path)
+    source = path / ROWS if path.is_dir() else path
+    rows = read_records(source)
+    keys = {(i.card, i.history) for i in INFOSETS}
+    for n, row in enumerate(rows):
+        if not isinstance(row, dict) or row.get("way") not in WAYS or (row.get("card"), row.get("history")) not in keys:
+            raise DataError(source, n, "not a strategy row (way, card, history and probability, as spag strategy "
+                                       "writes them)")
+        p = row.get("probability")
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+            raise DataError(source, n, f"'probability' must be a number in [0, 1], got {p!r}")
+    for way in {r["way"] for r in rows}:
+        if {(r["card"], r["history"]) for r in rows if r["way"] == way} != keys:
+            raise DataError(source, None, f"the {way} rows do not cover the 12 information sets")
+    return rows
 
 
 def strategy_line(report: dict) -> str:

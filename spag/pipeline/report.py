@@ -28,6 +28,10 @@ and writes:
   wrote (``exploitability.json``, :mod:`spag.evaluate.strategy`), exact and as played, with how far to
   trust each; each epoch's entry (and ``summary.json``'s) has its own as ``exploitability``; drawn in
   ``plots/exploitability.csv`` (``epoch`` is the step);
+- Kuhn poker, beside the model's curve: ``references`` (the report stage's, ``report.json``'s
+  ``exploitability_references``): the tabular twin of the run's own loop from the model's start, its mean
+  over seeds with a 95% t interval (:mod:`spag.train.twin`), and CFR from the uniform profile, an iteration
+  an epoch (:mod:`spag.game.kuhn.cfr`), drawn in the same panel;
 - ``learning_curves.png``, the same curves drawn with matplotlib, readable without a browser or network
   (``dvc plots show`` loads its JavaScript from a CDN).
 """
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import csv
 import json
+import textwrap
 from pathlib import Path
 
 from spag.evaluate import reasoning
@@ -152,12 +157,14 @@ def epoch_entry(metrics: Path, epoch: int) -> dict:
     return entry
 
 
-def build_report(metrics: Path, epochs: list[int]) -> dict:
+def build_report(metrics: Path, epochs: list[int], references: dict | None = None) -> dict:
     report: dict = {"epochs": {str(e): epoch_entry(metrics, e) for e in epochs}}
     report["reasoning"] = reasoning.reasoning_report(metrics, epochs)
     curve = exploitability_curve(metrics, epochs)
     if curve:
         report["exploitability"] = curve
+        if references:
+            report["exploitability_references"] = references
     baseline = _read(metrics / "imitation" / "benchmark.json")
     if baseline:
         report["imitation_benchmark"] = {"geometric_mean": baseline["geometric_mean"],
@@ -256,6 +263,8 @@ def plot_rows(report: dict) -> dict[str, list[dict]]:
     plots["reasoning"] = _reasoning_plot_rows(report)
     plots["exploitability"] = [row(point["step"], name, point[key]) for point in report.get("exploitability", [])
                                for key, name in EXPLOITABILITY_SERIES.items()]
+    for series, points in report.get("exploitability_references", {}).items():
+        plots["exploitability"] += [row(p["step"], series, p["value"], p.get("low"), p.get("high")) for p in points]
     return plots
 
 
@@ -277,11 +286,48 @@ TITLES = {
     "selfplay_collapse": "Self-play variety (shares of replies; entropy in bits)",
     "benchmark": "Reasoning benchmark (epoch 0 = imitation)",
     "reasoning": "Reasoning: pooled accuracy B - A, paired (epoch 0 = imitation vs base)",
-    "exploitability": "Kuhn poker: exploitability, chips a hand (epoch -1 = base, 0 = imitation)",
+    "exploitability": "Kuhn poker: exploitability (epoch -1 = base, 0 = imitation), beside the twin and CFR",
 }
+# What each panel's y axis measures (a panel draws one unit; Kuhn poker's mass goes on a second axis).
+Y_LABELS = {"vs_imitation": "score, win or foul rate", "selfplay_rates": "rate", "selfplay_lengths": "mean length",
+            "selfplay_collapse": "share or bits", "benchmark": "accuracy", "reasoning": "accuracy difference",
+            "exploitability": "chips a hand"}
+SECOND_AXIS = {"exploitability": (EXPLOITABILITY_SERIES["exact_mass_mean"], "mass on the canonical replies")}
 # Panels drawn only when they have rows (another game has no strategy).
 OPTIONAL_PANELS = ("exploitability",)
 ZERO_LINES = {"vs_imitation": 0.5, "reasoning": 0.0, "exploitability": 0.0}
+
+
+def _draw_series(ax, rows: list[dict], series: str, **style):
+    mine = sorted((r for r in rows if r["series"] == series), key=lambda r: r["epoch"])
+    x = [r["epoch"] for r in mine]
+    (line,) = ax.plot(x, [r["value"] for r in mine], marker="o", label=series, **style)
+    ax.fill_between(x, [r["low"] for r in mine], [r["high"] for r in mine], alpha=0.15, color=line.get_color())
+    return line
+
+
+def _draw_panel(ax, stem: str, rows: list[dict]) -> None:
+    """One panel: a line per series with its 95% band; a series of :data:`SECOND_AXIS` on a right-hand axis of
+    its own; an empty panel says so."""
+    second, label = SECOND_AXIS.get(stem, (None, None))
+    lines = [_draw_series(ax, rows, series) for series in dict.fromkeys(r["series"] for r in rows) if series != second]
+    if any(r["series"] == second for r in rows):
+        right = ax.twinx()
+        lines.append(_draw_series(right, rows, second, linestyle="--", color="grey"))
+        right.set_ylabel(label)
+        right.set_ylim(0, 1.05)
+    if stem in ZERO_LINES:
+        ax.axhline(ZERO_LINES[stem], color="grey", linestyle=":", linewidth=1)
+    ax.set_title("\n".join(textwrap.wrap(TITLES[stem], 48)), fontsize="medium")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(Y_LABELS[stem])
+    epochs = sorted({r["epoch"] for r in rows})
+    if epochs:
+        ax.set_xticks(epochs)
+        ax.legend(handles=lines, fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "not measured in this run", ha="center", va="center", transform=ax.transAxes, color="grey")
+        ax.set_xticks([])
 
 
 def draw_png(plots: dict[str, list[dict]], path: Path) -> None:
@@ -293,21 +339,9 @@ def draw_png(plots: dict[str, list[dict]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     columns = (len(plots) + 1) // 2
-    fig, axes = plt.subplots(2, columns, figsize=(6 * columns, 8))
+    fig, axes = plt.subplots(2, columns, figsize=(6 * columns, 9))
     for ax, (stem, rows) in zip(axes.flat, plots.items()):
-        for series in dict.fromkeys(r["series"] for r in rows):
-            mine = sorted((r for r in rows if r["series"] == series), key=lambda r: r["epoch"])
-            x = [r["epoch"] for r in mine]
-            (line,) = ax.plot(x, [r["value"] for r in mine], marker="o", label=series)
-            ax.fill_between(x, [r["low"] for r in mine], [r["high"] for r in mine], alpha=0.15,
-                            color=line.get_color())
-        if stem in ZERO_LINES:
-            ax.axhline(ZERO_LINES[stem], color="grey", linestyle=":", linewidth=1)
-        ax.set_title(TITLES[stem])
-        ax.set_xlabel("epoch")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        if rows:
-            ax.legend(fontsize="small")
+        _draw_panel(ax, stem, rows)
     for ax in list(axes.flat)[len(plots):]:
         ax.axis("off")
     fig.tight_layout()
@@ -316,10 +350,11 @@ def draw_png(plots: dict[str, list[dict]], path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(metrics: Path, epochs: list[int]) -> dict:
+def write_report(metrics: Path, epochs: list[int], references: dict | None = None) -> dict:
     """Write summary.json, report.json, the plot CSVs and learning_curves.png under ``metrics`` (the report
-    stage's outputs: replaced whatever is there, as DVC would); return the report."""
-    report = build_report(metrics, epochs)
+    stage's outputs: replaced whatever is there, as DVC would); return the report. ``references``: Kuhn
+    poker's curves to draw beside the model's exploitability, ``{series: [{step, value, low, high}]}``."""
+    report = build_report(metrics, epochs, references)
     write_json_atomic(metrics / "report.json", report, replace="any")
     write_json_atomic(metrics / "summary.json", headline(report), replace="any")
     plots = plot_rows(report)

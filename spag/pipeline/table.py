@@ -156,7 +156,8 @@ STAGES: tuple[Stage, ...] = (
           per_epoch=True),
     Stage("report", "per epoch: score, outcomes, skill, win and foul rates with 95% intervals; reasoning against "
                     "imitation and base; Kuhn poker: exploitability per checkpoint; learning curves",
-          ("spag.epochs", "game.name"),
+          # Kuhn poker: the tabular twin of the run's loop (spag.train.twin) reads the loop's settings
+          ("spag", "game", "seed", "play.words", "play.temperature", "reward", "online", "twin"),
           deps=("metrics/epochs", "metrics/imitation", "metrics/baselines", "metrics/base"),
           outs=_kept_in_git("metrics/report.json"),
           metrics=("metrics/summary.json",), plots=("metrics/plots", "metrics/learning_curves.png")),

@@ -6,21 +6,31 @@ Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from spag.config import Settings
 from spag.evaluate.reasoning import headline
+from spag.evaluate.strategy import ROWS
+from spag.game.kuhn import KuhnPoker
+from spag.game.kuhn.cfr import cfr_curve
+from spag.game.kuhn.exploitability import constant, exploitability
 from spag.game.registry import game_class
 from spag.pipeline.report import write_report
 from spag.pipeline.run import Layout
 from spag.runtime.console import summary
 
+TWIN, CFR = "twin (chips, mean of seeds)", "CFR from uniform (an iteration an epoch)"
+
 
 def report(settings: Settings, layout: Layout) -> None:
     """Per SPAG epoch: the score against the imitation model (95% interval), win and foul rates, self-play
     statistics and benchmark scores (Kuhn poker: the exploitability of every checkpoint, base and imitation
-    included): metrics/report.json, the plot CSVs and learning_curves.png."""
+    included, beside the tabular twin of the run's loop and CFR): metrics/report.json, the plot CSVs and
+    learning_curves.png."""
     epochs = sorted(int(e) for e in settings.spag.epochs)
     game = game_class(settings.game.name)
-    result = write_report(layout.metrics, epochs)
+    result = write_report(layout.metrics, epochs, exploitability_references(settings, layout.metrics))
     print("epoch  score vs imitation  95% interval      games  own fouls  self-play decisive  foul")
     for epoch, entry in result["epochs"].items():
         s = entry.get("score_vs_imitation")
@@ -51,6 +61,32 @@ def report(settings: Settings, layout: Layout) -> None:
     summary("report", f"{len(epochs)} epochs; final score vs imitation "
             + (f"{final['value']:.3f} [{final['low']:.3f}, {final['high']:.3f}] over {final['games']} games"
                if final else "not measured"))
+
+
+def exploitability_references(settings: Settings, metrics: Path) -> dict | None:
+    """Kuhn poker: the curves the model's exploitability is drawn beside (None for another game, or before
+    the start's strategy is read). The tabular twin of this run's loop (:mod:`spag.train.twin`: its hands,
+    rewards and training settings, ``twin.seeds`` seeds from ``seed``) from the exact strategy of the
+    checkpoint the first epoch starts from, and CFR from the uniform profile, an iteration an epoch; each a
+    list of ``{step, value, low, high}`` on the report's steps (-1 base, 0 imitation, N epoch N)."""
+    if settings.game.name != KuhnPoker.name:
+        return None
+    first = settings.spag.epochs[min(settings.spag.epochs, key=int)].previous
+    rows = metrics / first / ROWS
+    if first not in ("base", "imitation") or not rows.exists():
+        return None
+    from spag.train.twin import TwinLoop, twin_curves  # torch: only for Kuhn poker
+
+    start = {(r["card"], r["history"]): r["probability"] for line in rows.read_text(encoding="utf-8").splitlines()
+             if (r := json.loads(line))["way"] == "exact"}
+    offset = -1 if first == "base" else 0
+    twin = twin_curves(start, TwinLoop.of(settings), [settings.seed + k for k in range(settings.twin.seeds)])
+    cfr = [{"step": offset, "value": exploitability(constant(0.5))}]  # its start, the uniform profile
+    cfr += [{"step": offset + p["iteration"], "value": p["exploitability"]} for p in cfr_curve(len(settings.spag.epochs))]
+    return {TWIN: [{"step": offset + p["epoch"], "value": p["mean"],
+                    "low": p["low"] if p["low"] is not None else p["mean"],
+                    "high": p["high"] if p["high"] is not None else p["mean"]} for p in twin["curve"]],
+            CFR: cfr}
 
 
 def _delta_text(d: dict | None) -> str:

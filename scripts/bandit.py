@@ -1,0 +1,113 @@
+"""A two-armed bandit for the trainer: how far one offline-po run moves a model toward a rewarded reply.
+
+    python scripts/bandit.py [--model embedded] [--learning-rate 2e-5 ...] [--steps 8] [--out runs/bandit]
+                             [--rewarded "[call]"] [--other "[fold]"]
+
+One prompt (Kuhn poker's second player holding J, facing a bet) and two replies: the rewarded one (+1) and
+the other (-1), each row twice (a batch of 4, the pipeline's). ``spag train --method offline-po`` runs
+``--steps`` optimiser steps against the model itself as the reference, at each learning rate, with the
+pipeline's other settings (KL 0.2, clip 0.2, cosine schedule, warm-up 3% of the steps: the first step runs
+at rate 0), keeping every step's checkpoint. The model's probability of the rewarded reply against the
+other (the two replies' sequence probabilities, normalised over the pair, as ``spag strategy``'s exact way
+reads one) is read at the start and after every step; the log-odds step is what the tabular twin's
+learning rate stands for (``twin.learning_rate``: about how far a logit moves in one AdamW step).
+
+``--model embedded`` is SmolLM2-135M-Instruct from its wheel; tests/test_bandit.py runs the same function on
+a tiny random model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from spag.game.kuhn import FIRST, SECOND, KuhnPoker
+from spag.players import close_player, load_player
+from spag.runtime.outputs import write_json_atomic
+
+GAME = KuhnPoker()
+PROMPT = GAME.prompt(SECOND, "J-K", [{"role": FIRST, "content": "[bet]"}], GAME.Strategies())
+
+
+def preference(model: str | Path, rewarded: str, other: str, prompt: str = PROMPT) -> dict:
+    """The model's probability of ``rewarded`` against ``other`` after ``prompt`` (normalised over the pair),
+    its log-odds, and each reply's sequence log-probability."""
+    player = load_player(str(model), "hf", dtype="float32")
+    try:
+        good, bad = player.continuation_logprobs([prompt], "", [rewarded, other], lead="")[0].tolist()
+    finally:
+        close_player(player)
+    return {"p": 1 / (1 + math.exp(min(bad - good, 700.0))), "log_odds": good - bad, "rewarded_logprob": good,
+            "other_logprob": bad}
+
+
+def bandit_rows(rewarded: str, other: str, prompt: str = PROMPT, copies: int = 2) -> list[dict]:
+    return [{"prompt": prompt, "completion": reply, "reward": reward, "weight": 1.0, "kind": "game", "role": SECOND}
+            for _ in range(copies) for reply, reward in ((rewarded, 1.0), (other, -1.0))]
+
+
+def bandit(model: str | Path, out: Path, rewarded: str, other: str, *, learning_rate: float, steps: int,
+           prompt: str = PROMPT, **train) -> list[dict]:
+    """One offline-po run of ``steps`` steps on the bandit's rows from ``model``: the preference at the start
+    (step 0) and after every step. ``train``: other ``spag train`` settings (the pipeline's by default)."""
+    from spag.train.trainer import run_training
+
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    data = out / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in bandit_rows(rewarded, other, prompt)), encoding="utf-8")
+    settings = {"batch_size": 4, "grad_accum": 1, "warmup_ratio": 0.03, "kl_coeff": 0.2, "clip_range": 0.2,
+                "show_progress": False, "live": False, "seed": 0, **train}
+    run_training("offline-po", str(model), data, out / "model", learning_rate=learning_rate, max_steps=steps,
+                 save_steps=1, keep_checkpoints=True, save_total_limit=steps + 1, **settings)
+    points = [{"step": 0, **preference(model, rewarded, other, prompt)}]
+    for step in range(1, steps + 1):
+        checkpoint = out / "model" / "checkpoints" / f"checkpoint-{step}"
+        points.append({"step": step, **preference(checkpoint, rewarded, other, prompt)})
+        if step < steps:
+            shutil.rmtree(checkpoint)  # 1.5 GB a step at 135M, with the optimiser's state
+    return points
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--learning-rate", type=float, nargs="+", default=[2e-5])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--rewarded", default="[call]")
+    parser.add_argument("--other", default="[fold]")
+    parser.add_argument("--out", type=Path, default=Path("runs/bandit"))
+    parser.add_argument("-o", "--output", type=Path, help="the figures as JSON")
+    args = parser.parse_args(argv)
+    model = args.model
+    if model == "embedded":
+        from spag.models.embedded import materialize_base_model
+
+        model = args.out / "embedded"
+        if not (model / "config.json").exists():
+            materialize_base_model(model)
+    result = {}
+    for rate in args.learning_rate:
+        points = bandit(model, args.out / f"lr-{rate:g}", args.rewarded, args.other, learning_rate=rate,
+                        steps=args.steps)
+        result[f"{rate:g}"] = points
+        steps = " ".join(f"{p['log_odds']:+.2f}" for p in points)
+        moved = max(points[k + 1]["log_odds"] - points[k]["log_odds"] for k in range(len(points) - 1))
+        print(f"[bandit] lr {rate:g}: log-odds by step {steps}; the largest step {moved:+.2f}", flush=True)
+    if args.output:
+        write_json_atomic(args.output, {"model": str(args.model), "rewarded": args.rewarded, "other": args.other,
+                                        "prompt": PROMPT, "points": result})
+    print(f"[bandit] {len(args.learning_rate)} learning rate(s), {args.steps} steps each"
+          + (f" -> {args.output}" if args.output else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,80 @@
+"""A bandit test of the trainer (scripts/bandit.py on a tiny random model): two replies to one prompt, one
+rewarded +1 and one -1, trained with offline-po at the pipeline's learning rate (spag.learning_rate, 2e-5)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spag.testing import make_tiny_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+LEARNING_RATE = yaml.safe_load((ROOT / "params.yaml").read_text())["spag"]["learning_rate"]
+# Two replies the tiny model gives about equally often (p of the first over the pair: 0.487)
+REWARDED, OTHER = "[call]", "[bet]"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("bandit", ROOT / "scripts" / "bandit.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bandit"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("bandit") / "tiny")
+
+
+def test_probability_moves_to_the_rewarded_reply_within_ten_steps(tiny, tmp_path):
+    bandit = load_script()
+    assert LEARNING_RATE == 2e-5
+    points = bandit.bandit(tiny, tmp_path / "run", REWARDED, OTHER, learning_rate=LEARNING_RATE, steps=10)
+    p = [point["p"] for point in points]
+    assert 0.45 < p[0] < 0.55
+    # the first step runs at rate 0 (the warm-up's first step), every later one moves toward the rewarded reply
+    assert p[1] == pytest.approx(p[0], abs=1e-6)
+    assert all(later > earlier for earlier, later in zip(p[1:], p[2:]))
+    # measured: 0.487 -> 0.557 (log-odds -0.05 -> +0.23) in 10 steps, the cosine schedule down to 0 at the end
+    assert p[10] - p[0] >= 0.05
+
+
+def test_a_rewarded_reply_at_one_in_a_hundred_thousand_barely_moves(tiny, tmp_path):
+    """The saturated case, the never-played fold of the earlier Kuhn poker experiment: imitation (here 27
+    SFT steps on the other reply) leaves the rewarded reply at p of about 1e-5. The same 10 steps then move
+    its log-odds about as far as in the balanced case (AdamW's step does not shrink with the gradient), but a
+    probability moves by p (1 - p) times its log-odds: from 2.5e-5 by a few millionths, against 0.07 from
+    0.49. In self-play it is worse: a reply at 1e-5 is sampled about once in 100,000 replies, so in an epoch
+    of a few hundred it gets no row at all, and no reward can reach it."""
+    bandit = load_script()
+    from spag.train.trainer import run_training
+
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text("".join(json.dumps({"prompt": bandit.PROMPT, "completion": OTHER, "kind": "game"}) + "\n"
+                           for _ in range(4)))
+    saturated = tmp_path / "saturated"
+    run_training("sft", str(tiny), sft, saturated, learning_rate=3e-3, max_steps=27, batch_size=4,
+                 show_progress=False, live=False, seed=0)
+    points = bandit.bandit(saturated, tmp_path / "run", REWARDED, OTHER, learning_rate=LEARNING_RATE, steps=10)
+    start, end = points[0], points[-1]
+    assert 1e-6 < start["p"] < 1e-4  # measured: 2.5e-5
+    assert end["log_odds"] - start["log_odds"] > 0.05  # measured: +0.15, half the balanced case's +0.28
+    assert 0 < end["p"] - start["p"] < 1e-5  # measured: +4e-6
+
+
+def test_the_script_reports_every_step_and_writes_its_figures(tiny, tmp_path, capsys):
+    bandit = load_script()
+    output = tmp_path / "bandit.json"
+    assert bandit.main(["--model", str(tiny), "--learning-rate", "2e-5", "--steps", "2", "--out",
+                        str(tmp_path / "runs"), "-o", str(output), "--other", OTHER]) == 0
+    figures = json.loads(output.read_text())
+    assert [p["step"] for p in figures["points"]["2e-05"]] == [0, 1, 2] and figures["rewarded"] == REWARDED
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[bandit]")]
+    assert lines[0].startswith("[bandit] lr 2e-05: log-odds by step ") and lines[-1].startswith("[bandit] 1 learning")
+    assert not (tmp_path / "runs" / "lr-2e-05" / "model" / "checkpoints" / "checkpoint-1").exists()  # read, deleted
