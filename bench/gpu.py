@@ -507,24 +507,68 @@ def run_part(part: str, cpu: bool, scratch: Path, limit_s: float) -> dict:
     return entry
 
 
+class CheckError(Exception):
+    """An argument the check cannot run with: one line naming it."""
+
+
 def limits(value: str | None, cpu: bool) -> dict[str, float]:
-    """Each part's limit: the default, ``--timeout S`` for all, or ``--timeout PART=S,...`` for some."""
+    """Each part's limit: the default, ``--timeout S`` for all, or ``--timeout PART=S,...`` for some (a positive
+    number of seconds, a part of the check: CheckError otherwise)."""
     chosen = {name: float(CPU_LIMIT_S if cpu else part.limit_s) for name, part in PARTS.items()}
     for item in filter(None, (value or "").split(",")):
         name, _, seconds = item.rpartition("=")
+        if name and name not in PARTS:
+            raise CheckError(f"--timeout {item}: {name} is not a part (the parts: {', '.join(PARTS)})")
+        try:
+            limit = float(seconds)
+        except ValueError:
+            raise CheckError(f"--timeout {item}: {seconds!r} is not a number of seconds") from None
+        if not 0 < limit < float("inf"):
+            raise CheckError(f"--timeout {item}: a part needs a positive, finite number of seconds")
         for key in ([name] if name else chosen):
-            chosen[key] = float(seconds)
+            chosen[key] = limit
     return chosen
 
 
+OUT_LIMIT = 16 * 1024 * 1024  # this check's JSON is a few KiB; a larger file at --out is someone else's
+
+
 def owned_or_new(out: Path) -> bool:
-    """Whether ``out`` may be written: a new file, or an earlier JSON of this check."""
-    if not out.exists():
+    """Whether ``out`` may be written: a new file, or an earlier JSON of this check (a regular file, read
+    only if it is small: a FIFO would wait for a writer, a device never end)."""
+    if not out.exists() and not out.is_symlink():
         return True
+    if not out.is_file() or out.stat().st_size > OUT_LIMIT:
+        return False
     try:
         return json.loads(out.read_text(encoding="utf-8")).get("check") == "bench/gpu.py"
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def check_arguments(args) -> tuple[Path, list[str], dict[str, float], float | None]:
+    """The output, the parts, their limits and the budget of a check, each checked (CheckError naming the first
+    that cannot run)."""
+    from spag.runtime.errors import DataError
+    from spag.runtime.outputs import check_output_file
+
+    out = Path(args.out)
+    if not owned_or_new(out):
+        raise CheckError(f"--out {out}: something is there that is not this check's JSON; choose another path")
+    try:
+        check_output_file(out, "--out", replace="any")
+    except DataError as exc:
+        raise CheckError(str(exc)) from None
+    chosen = [p for p in args.parts.split(",") if p.strip()]
+    unknown = [p for p in chosen if p not in PARTS]
+    if unknown:
+        raise CheckError(f"--parts: unknown {', '.join(unknown)} (the parts: {', '.join(PARTS)})")
+    if not chosen:
+        raise CheckError(f"--parts: name at least one part (the parts: {', '.join(PARTS)})")
+    budget = args.budget if args.budget is not None else (None if args.cpu else BUDGET_S)
+    if budget is not None and not 0 < budget < float("inf"):
+        raise CheckError(f"--budget {budget:g}: give a positive, finite number of seconds")
+    return out, chosen, limits(args.timeout, args.cpu), budget
 
 
 def headline(part: str, entry: dict) -> str:
@@ -551,20 +595,14 @@ def run_check(args) -> int:
     from spag import __version__
     from spag.runtime.outputs import write_json_atomic
 
-    out = Path(args.out)
-    if not owned_or_new(out):
-        print(f"error: --out {out}: the file exists and is not this check's JSON; choose another path", file=sys.stderr)
+    try:
+        out, chosen, limit, budget = check_arguments(args)
+    except CheckError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
-    chosen = [p for p in args.parts.split(",") if p]
-    unknown = [p for p in chosen if p not in PARTS]
-    if unknown:
-        print(f"error: --parts: unknown {', '.join(unknown)} (the parts: {', '.join(PARTS)})", file=sys.stderr)
-        return 2
-    limit = limits(args.timeout, args.cpu)
     results = {"check": "bench/gpu.py", "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "cpu_mode": args.cpu,
                "spag": __version__, "python": sys.version.split()[0], "parts_asked": chosen, "shapes": {},
                "parts": {}, "finished": False}
-    budget = args.budget if args.budget is not None else (None if args.cpu else BUDGET_S)
     results.update(budget_s=budget, limits_s={part: limit[part] for part in chosen})
     write_json_atomic(out, results, replace="any")
     started = time.perf_counter()
@@ -586,6 +624,7 @@ def run_check(args) -> int:
             write_json_atomic(out, results, replace="any")
             print(f"{part}: {entry['status']} in {entry['seconds']} s: {headline(part, entry)}", flush=True)
     results["finished"] = True
+    results["seconds"] = round(time.perf_counter() - started, 1)
     write_json_atomic(out, results, replace="any")
     failed = [p for p, e in results["parts"].items() if e["status"] != "ok"]
     print(f"{len(chosen) - len(failed)} of {len(chosen)} parts ran in {results['seconds']} s"

@@ -40,7 +40,9 @@ NEEDS = ROOT / "requirements" / "gpu-check.txt"
 LOCK = ROOT / "requirements" / "gpu.txt"
 PYPROJECT = ROOT / "pyproject.toml"
 MANIFEST = "requirements.txt"
+WRITTEN_BY = "# written by scripts/wheelhouse.py: the wheels of this folder, for pip install --no-index\n"
 MIB = 1024 * 1024
+FREEZE_LIMIT = 4 * MIB  # a pip freeze is a few KiB; anything larger is not one
 
 
 class WheelhouseError(Exception):
@@ -159,12 +161,18 @@ def lacking(needed: list[Requirement], held: dict[str, Version | None]) -> tuple
 
 
 def requires_dist(wheel: Path) -> list[Requirement]:
-    """The Requires-Dist lines of a wheel's METADATA."""
-    with zipfile.ZipFile(wheel) as archive:
-        metadata = next(name for name in archive.namelist()
-                        if re.fullmatch(r"[^/]+\.dist-info/METADATA", name))
-        message = email.parser.Parser().parsestr(archive.read(metadata).decode("utf-8"))
-    return [Requirement(line) for line in message.get_all("Requires-Dist") or []]
+    """The Requires-Dist lines of a wheel's METADATA (WheelhouseError naming a wheel that has none to read)."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            metadata = next((name for name in archive.namelist()
+                             if re.fullmatch(r"[^/]+\.dist-info/METADATA", name)), None)
+            if metadata is None:
+                raise WheelhouseError(f"{wheel}: not a wheel (no .dist-info/METADATA): remove it and build again")
+            message = email.parser.Parser().parsestr(archive.read(metadata).decode("utf-8"))
+        return [Requirement(line) for line in message.get_all("Requires-Dist") or []]
+    except (zipfile.BadZipFile, OSError, UnicodeDecodeError, ValueError) as problem:
+        raise WheelhouseError(f"{wheel}: not a readable wheel ({type(problem).__name__}): remove it and build "
+                              "again") from None
 
 
 @dataclass
@@ -266,7 +274,43 @@ def tree_bytes() -> int | None:
     return sum(path.stat().st_size for path in paths if path.is_file())
 
 
+def check_folder(folder: Path) -> None:
+    """DIR must be a folder (or not exist yet) whose requirements.txt, if any, this script wrote: a file of
+    anyone else's is never replaced."""
+    if folder.exists() and not folder.is_dir():
+        raise WheelhouseError(f"{folder}: not a folder")
+    manifest = folder / MANIFEST
+    if manifest.is_symlink() or (manifest.exists() and not manifest.is_file()):
+        raise WheelhouseError(f"{manifest}: not a plain file; give another DIR")
+    if manifest.exists():
+        with manifest.open("rb") as f:
+            written = f.read(len(WRITTEN_BY.encode())) == WRITTEN_BY.encode()
+        if not written:
+            raise WheelhouseError(f"{manifest} was not written by this script and is kept: give another DIR")
+
+
+def write_manifest(folder: Path, lines: list[str]) -> None:
+    """DIR/requirements.txt, written whole or not at all (a temporary file moved into place)."""
+    work = folder / f".{MANIFEST}.tmp"
+    work.write_text(WRITTEN_BY + "".join(lines))
+    work.replace(folder / MANIFEST)
+
+
+def read_freeze_file(path: Path) -> dict[str, Version | None]:
+    """A saved ``pip freeze``: a regular file of at most :data:`FREEZE_LIMIT` (a FIFO or a device is refused
+    before it is read: it could wait forever, or never end)."""
+    if not path.is_file():
+        raise WheelhouseError(f"--freeze {path}: not a regular file (save the node's pip freeze to a file)")
+    if path.stat().st_size > FREEZE_LIMIT:
+        raise WheelhouseError(f"--freeze {path}: {path.stat().st_size / MIB:.0f} MiB is not a pip freeze")
+    try:
+        return read_freeze(path.read_text(), str(path))
+    except (OSError, UnicodeDecodeError) as problem:
+        raise WheelhouseError(f"--freeze {path}: cannot be read ({type(problem).__name__})") from None
+
+
 def build(folder: Path, target: Target, whole_lock: bool) -> Plan:
+    check_folder(folder)
     folder.mkdir(parents=True, exist_ok=True)
     lock = read_lock()
     fetch = fetcher(folder, target)
@@ -277,7 +321,7 @@ def build(folder: Path, target: Target, whole_lock: bool) -> Plan:
         needed = [ranges.get(name) or Requirement(name) for name in read_names(NEEDS)]
         result = plan(needed, target, lock, fetch)
     lines = [f"{name}=={parse_wheel_filename(wheel.name)[1]}\n" for name, wheel in sorted(result.wheels.items())]
-    (folder / MANIFEST).write_text("".join(lines))
+    write_manifest(folder, lines)
     return result
 
 
@@ -323,10 +367,8 @@ def main(argv: list[str] | None = None) -> int:
             raise WheelhouseError("--freeze FILE (the node's pip freeze) is needed, or --lock for the whole lock")
         if not re.fullmatch(r"3\.\d+(\.\d+)?", args.python):
             raise WheelhouseError(f"--python {args.python!r}: give the node's Python version, e.g. 3.12")
-        try:
-            held = read_freeze(args.freeze.read_text(), str(args.freeze)) if args.freeze else {}
-        except (OSError, UnicodeDecodeError) as problem:
-            raise WheelhouseError(f"{args.freeze}: {problem}") from None
+        check_folder(args.folder)
+        held = read_freeze_file(args.freeze) if args.freeze else {}
         report(args.folder, build(args.folder, Target(args.python, args.platform, held), args.lock))
     except WheelhouseError as problem:
         print(f"[wheelhouse] error: {problem}", file=sys.stderr)

@@ -32,7 +32,7 @@ from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, mode
 from spag.game.registry import DEFAULT_GAME, GAMES, game_class
 from spag.players.options import BACKEND_OPTIONS, HFOptions, OpenAIOptions, VLLMOptions
 from spag.runtime.errors import ParamsError
-from spag.schema import DEVICE_PATTERN, CommandLine, PathStr, Section, knob, read_yaml, shown_url
+from spag.schema import DEVICE_PATTERN, SEED_MAX, CommandLine, PathStr, Section, knob, read_yaml, shown_url
 
 # The choices of settings, named once here: the code that acts on them (spag.train.losses,
 # spag.evaluate.benchmark) imports them. The backends are those with options (spag.players.options).
@@ -344,7 +344,8 @@ class Evaluate(Sampling):
 
     temperature: float | None = knob(0.0, "Sampling temperature; 0 = greedy (the paper's evaluation); null: "
                                              "play.temperature.", ge=0)
-    seed: int = knob(0, "Picks the evaluation words and sampling seeds: fixed for every run and epoch.")
+    seed: int = knob(0, "Picks the evaluation words and sampling seeds: fixed for every run and epoch.", ge=0,
+                     le=SEED_MAX)
     word_set: Literal[WORD_SETS] = knob(
         "dev", "dev: a sample of the held-out targets (data/words/eval.txt), the development set that settings "
                "were chosen on; fresh: the game's fresh set, which no decision looked at (taboo: the 128 nouns "
@@ -387,7 +388,8 @@ class Twin(Section):
 class Settings(Section):
     """A whole params file."""
 
-    seed: int = knob(0, "Seed of the pipeline's random choices (each step derives its own from it).")
+    seed: int = knob(0, "Seed of the pipeline's random choices (each step derives its own from it).", ge=0,
+                     le=SEED_MAX)
     model: Model = Field(default_factory=Model)
     words: Words = Field(default_factory=Words)
     game: GameSection = Field(default_factory=lambda: game_class(DEFAULT_GAME).Settings(),
@@ -469,7 +471,7 @@ class TrainConfig(TrainKnobs):
     lora_dropout: float = knob(0.05, "LoRA dropout.", ge=0, le=1)
     lora_target_modules: str = knob("all-linear", "all-linear or comma-separated module names.")
     merge_lora: bool = knob(True, "Merge the LoRA adapters into the saved model.")
-    seed: int = knob(42, "Training seed (data order, LoRA initialisation).")
+    seed: int = knob(42, "Training seed (data order, LoRA initialisation).", ge=0, le=SEED_MAX)
     resume: bool = knob(False, "Continue from the latest complete checkpoint.")
     overwrite: bool = knob(False, "Replace a previous `spag train` output at the same path (nothing else).")
     ref_cache_dir: PathStr | None = knob(None, "Where reference log-probs are cached (null: beside the data).")
@@ -572,7 +574,8 @@ def describe(error: dict, model: type[BaseModel] = Settings) -> tuple[str, str]:
         return _key(loc), f"{value} is not a device (cpu, cuda, cuda:N or auto)"
     if kind in _BOUNDS:
         op, bound = _BOUNDS[kind]
-        return _key(loc), f"must be {op} {error['ctx'][bound]:g}, got {value}"
+        limit = error["ctx"][bound]
+        return _key(loc), f"must be {op} {limit if isinstance(limit, int) else format(limit, 'g')}, got {value}"
     conflict = _conflict(error)
     if conflict is not None:
         return _key((*loc, *conflict.keys[0].split("."))), conflict.message

@@ -71,6 +71,10 @@ CommandLine = Annotated[str, AfterValidator(_command_line)]
 DEVICE_PATTERN = r"^(auto|cpu|cuda(:[0-9]+)?)$"  # a torch device a setting may name
 
 
+# The largest seed: every seed is written to Parquet as a 64-bit integer, after offsets for epochs and games.
+SEED_MAX = 2**62
+
+
 def knob(default: Any, help: str, **constraints) -> Any:
     """A field with its default, its one line of help and its range (ge, gt, le, lt)."""
     return Field(default, description=help, **constraints)

@@ -411,3 +411,48 @@ def test_a_file_of_another_shape_is_named_with_its_column(tmp_path, columns, nam
     pq.write_table(pa.table(columns), path)
     with pytest.raises(AnalyzeError, match=rf"{path}: not an episode file \({re.escape(named)}"):
         run_query("win_rate", str(path))
+
+
+def test_a_query_for_another_game_and_rules_it_has_not_are_refused_in_one_line(tmp_path):
+    """H3 and M2 (fourth attack): Adversarial Taboo's by_frequency on Kuhn poker episodes reported a band and
+    rates of 0.0 with exit 0; --rules original (and rules_diff) printed `Invalid Input Error:` and nothing after.
+    A game's own query reads that game's episodes only, --list says which game each is for, and --rules is
+    refused for a game without rule sets; the queries of every game run on Kuhn poker's."""
+    from spag.game.kuhn import KuhnPoker
+
+    kuhn = KuhnPoker()
+    hands = [{"target_word": "K-Q", "max_turns": 2, "history": [{"role": "first", "content": "[bet]"},
+                                                               {"role": "second", "content": "[fold]"}],
+              **kuhn.record()}]
+    path = tmp_path / "data" / "epoch_1" / "episodes" / "shard-0.parquet"
+    write_episodes(judged(hands, kuhn), path)
+    for args, message in [(["-q", "by_frequency"], "error: query by_frequency is for Adversarial Taboo episodes "
+                                                     "(taboo); these are kuhn-poker's"),
+                          (["-q", "rules_diff"], "error: query rules_diff is for Adversarial Taboo episodes"),
+                          (["-q", "win_rate", "--rules", "original"], "error: --rules: judges Adversarial Taboo "
+                                                                      "episodes again by its rule sets; these "
+                                                                      "episodes are also kuhn-poker's")]:
+        result = invoke(path, *args)
+        lines = result.stderr.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith(message), (args, lines)
+    rows = run_query("win_rate", str(path))
+    assert {(r["role"], r["wins"]) for r in rows} == {("first", 1), ("second", 0)}
+    listing = {line.split()[0]: line.split()[1] for line in invoke("--list").stdout.splitlines()}
+    assert listing["by_frequency"] == "taboo" and listing["win_rate"] == "any"
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "latin-1"])
+def test_a_sql_path_that_is_no_sql_file_is_named(glob, tmp_path, kind):
+    import os
+
+    path = tmp_path / f"q-{kind}.sql"
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_bytes("SELECT 'café'".encode("latin-1"))
+    result = invoke(glob, "--sql", path)
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and str(path) in lines[0]
+    assert ("not UTF-8" if kind == "latin-1" else "not a regular file") in lines[0]

@@ -208,8 +208,43 @@ def test_the_check_replaces_no_file_but_its_own_json(tmp_path):
     done = _gpu_check(other, "--cpu", "--parts", "device", "--budget", "4")
     said, _ = done.communicate(timeout=60)
     assert done.returncode == 2 and said.strip().splitlines() == [
-        f"error: --out {other}: the file exists and is not this check's JSON; choose another path"]
+        f"error: --out {other}: something is there that is not this check's JSON; choose another path"]
     assert other.read_text() == '{"mine": 1}'
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--parts", ""], "--parts: name at least one part"),
+    (["--timeout", "abc"], "--timeout abc: 'abc' is not a number of seconds"),
+    (["--timeout", "x=5"], "--timeout x=5: x is not a part"),
+    (["--timeout", "-3"], "--timeout -3: a part needs a positive, finite number of seconds"),
+    (["--budget", "0"], "--budget 0: give a positive, finite number of seconds"),
+    (["--out", "/dev/zero"], "--out /dev/zero: something is there that is not this check's JSON"),
+    (["--out", "FIFO"], "something is there that is not this check's JSON"),
+    (["--out", "DANGLING"], "--out"),
+])
+def test_bad_arguments_of_the_gpu_check_are_one_line_and_never_a_hang(tmp_path, arguments, message):
+    """M11-M12 (fourth attack): --parts '', --budget 1, --timeout abc, a dangling or read-only --out ended in
+    tracebacks; --out a FIFO waited forever, --out /dev/zero read until memory ran out."""
+    if "FIFO" in arguments:
+        os.mkfifo(tmp_path / "fifo")
+        arguments = ["--out", str(tmp_path / "fifo")]
+    if "DANGLING" in arguments:
+        (tmp_path / "link.json").symlink_to(tmp_path / "nowhere" / "check.json")
+        arguments = ["--out", str(tmp_path / "link.json")]
+    out = ["--out", str(tmp_path / "check.json")] if "--out" not in arguments else []
+    done = subprocess.run([sys.executable, str(GPU_CHECK), "--cpu", *out, *arguments], capture_output=True, text=True,
+                          timeout=60)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert not (tmp_path / "check.json").exists()
+
+
+def test_a_budget_too_short_for_any_part_skips_them_all_and_says_so(tmp_path):
+    out = tmp_path / "check.json"
+    done = subprocess.run([sys.executable, str(GPU_CHECK), "--cpu", "--out", str(out), "--parts", "device",
+                           "--budget", "1"], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in done.stderr and json.loads(out.read_text())["parts"]["device"]["status"] == "skipped"
+    assert "0 of 1 parts ran" in done.stdout
 
 
 # ------------------------------------------- bench/train.py and bench/benchmark.py at toy size

@@ -194,6 +194,38 @@ def test_config_check_accepts_the_shipped_files_and_names_a_typo(tmp_path):
     assert missing.returncode == 2 and missing.stderr.strip().endswith("nowhere.yaml: no such file")
 
 
+def test_a_seed_past_what_an_episode_file_holds_is_refused_before_any_work(tmp_path):
+    """M1 (fourth attack): a seed of 2^63 played every game, then died in an OverflowError while writing,
+    keeping nothing, and `spag config check` called it valid."""
+    from spag.testing import run_cli
+
+    p = load("params.yaml")
+    p["seed"] = 2**63
+    big = tmp_path / "params.yaml"
+    big.write_text(yaml.safe_dump(p))
+    checked = spag("config", "check", big)
+    assert checked.returncode == 2 and checked.stderr.strip().startswith(f"error: {big}: seed: ")
+    assert str(2**62) in checked.stderr
+    played = run_cli("play", "--attacker", "m", "--defender", "m", "--words", tmp_path / "w.txt", "-o",
+                     tmp_path / "out", "--seed", str(2**63))
+    assert played.code == 2 and "--seed" in played.stderr and not (tmp_path / "out").exists()
+
+
+def test_config_check_names_a_launcher_that_is_not_installed(tmp_path):
+    """M3 (fourth attack): `spag.launcher: nosuchprog` was called valid, though docs/reliability.md says the
+    check reads the launcher's program."""
+    p = load("params.yaml")
+    p["spag"]["launcher"] = "nosuchprog --nproc_per_node 2"
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(p))
+    checked = spag("config", "check", path)
+    assert checked.returncode == 2
+    assert checked.stderr.strip().startswith(f"error: {path}: spag.launcher: nosuchprog is not installed here")
+    p["spag"]["launcher"] = "torchrun --standalone --nproc_per_node 2"  # installed: valid on any machine
+    path.write_text(yaml.safe_dump(p))
+    assert spag("config", "check", path).returncode == 0
+
+
 def test_config_show_prints_the_resolved_settings(tmp_path):
     (tmp_path / "params.yaml").write_text("game:\n  max_turns: 3\nspag:\n  epochs:\n    '1': {previous: imitation}\n")
     shown = spag("config", "show", cwd=tmp_path)  # ./params.yaml by default

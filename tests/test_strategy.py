@@ -239,6 +239,13 @@ def test_spag_strategy_writes_the_rows_and_figures_of_a_checkpoint(tiny, tmp_pat
     assert again.code == 2 and "--overwrite" in again.stderr
     assert run_cli("strategy", tiny, "-o", out, "--samples", 1, "--max-new-tokens", 2, "--overwrite").code == 0
     assert json.loads((out / "strategy.jsonl").read_text().splitlines()[-1])["replies"] == 1
+    # M6 (fourth attack): with one file changed by hand, --overwrite wrote the rows and then refused the
+    # figures, leaving new rows beside old figures; both are checked before any sampling now
+    (out / "exploitability.json").write_text("{}")
+    kept = (out / "strategy.jsonl").read_text()
+    refused = run_cli("strategy", tiny, "-o", out, "--samples", 2, "--overwrite")
+    assert refused.code == 2 and "exploitability.json" in refused.stderr and len(refused.error_lines()) == 1
+    assert (out / "strategy.jsonl").read_text() == kept and (out / "exploitability.json").read_text() == "{}"
 
 
 def test_the_played_way_reads_each_reply_with_the_games_parser(tmp_path):

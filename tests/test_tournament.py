@@ -214,3 +214,19 @@ def test_players_drop_their_kept_prompts_after_each_match(tmp_path):
         assert not any(p._store.entries for p in players)
     finally:
         close_player(*players)
+
+
+@pytest.mark.parametrize("option, hint", [(["--filtered", "M"], "--filtered"), (["--baselines", "base-teacher"],
+                                                                                  "--baselines")])
+def test_a_kuhn_poker_tournament_with_a_filter_or_a_baseline_is_refused_in_one_line(tmp_path, option, hint):
+    """M4 (fourth attack): `--game kuhn-poker ... --filtered M` ended in a ValueError traceback, and a
+    baseline was refused with "expected one of none"."""
+    from spag.testing import make_tiny_checkpoint, run_cli
+
+    model = make_tiny_checkpoint(tmp_path / "m")
+    words = tmp_path / "deals.txt"
+    words.write_text("K-Q\n")
+    result = run_cli("tournament", "--game", "kuhn-poker", "--models", f"M={model}", f"N={model}", "--words", words,
+                     "-o", tmp_path / "t.json", *option)
+    assert result.code == 2 and "Traceback" not in result.stderr and not (tmp_path / "t.json").exists()
+    assert hint in result.stderr and "the game kuhn-poker has no baselines and no decode-time filter" in result.stderr

@@ -96,3 +96,55 @@ def test_build_asks_for_a_freeze(tmp_path, capsys):
     assert "--freeze FILE" in capsys.readouterr().err
     assert wheelhouse.main(["install", str(tmp_path)]) == 2
     assert "requirements.txt not found" in capsys.readouterr().err
+
+
+def test_a_requirements_file_the_script_did_not_write_is_kept(tmp_path, capsys):
+    """H1 (fourth attack): `build DIR` emptied a DIR/requirements.txt of someone else's, exit 0."""
+    theirs = tmp_path / "w" / "requirements.txt"
+    theirs.parent.mkdir()
+    theirs.write_text("numpy==2.0\n")
+    freeze = tmp_path / "freeze.txt"
+    freeze.write_text("torch==2.11.0\n")
+    assert wheelhouse.main(["build", str(tmp_path / "w"), "--python", "3.12", "--freeze", str(freeze)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"[wheelhouse] error: {theirs} was not written by this script and is kept: give another DIR"]
+    assert theirs.read_text() == "numpy==2.0\n"
+    # its own manifest it replaces, whole or not at all
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    wheelhouse.write_manifest(ours, ["numpy==2.3.5\n"])
+    wheelhouse.check_folder(ours)
+    assert (ours / "requirements.txt").read_text() == wheelhouse.WRITTEN_BY + "numpy==2.3.5\n"
+    assert sorted(p.name for p in ours.iterdir()) == ["requirements.txt"]
+
+
+@pytest.mark.parametrize("case", ["a file", "fifo", "device", "corrupt wheel", "no metadata"])
+def test_bad_input_is_one_line_and_never_a_hang(tmp_path, capsys, case):
+    """M13: a corrupt wheel, a wheel without METADATA, DIR a file, --freeze /dev/zero or a FIFO ended in a
+    traceback, a memory blow-up or a hang."""
+    import os
+
+    freeze = tmp_path / "freeze.txt"
+    freeze.write_text("torch==2.11.0\n")
+    folder = tmp_path / "w"
+    if case == "a file":
+        folder.write_text("")
+        args, expected = ["--freeze", str(freeze)], f"{folder}: not a folder"
+    elif case == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+        args, expected = ["--freeze", str(tmp_path / "fifo")], "not a regular file"
+    elif case == "device":
+        args, expected = ["--freeze", "/dev/zero"], "--freeze /dev/zero: not a regular file"
+    else:
+        wheel = tmp_path / "alpha-1.0-py3-none-any.whl"
+        if case == "corrupt wheel":
+            wheel.write_bytes(b"not a zip")
+        else:
+            with zipfile.ZipFile(wheel, "w") as archive:
+                archive.writestr("alpha/__init__.py", "")
+        with pytest.raises(wheelhouse.WheelhouseError, match=f"{wheel}: not a"):
+            wheelhouse.requires_dist(wheel)
+        return
+    assert wheelhouse.main(["build", str(folder), "--python", "3.12", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0]

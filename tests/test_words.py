@@ -50,3 +50,22 @@ def test_a_word_listed_again_in_any_case_is_read_once_with_a_note(tmp_path, caps
     path.write_text("apple\nriver\n")
     read_words(path)
     assert capsys.readouterr().err == ""  # nothing to say of a list without repeats
+
+
+def test_a_dotted_capital_i_is_written_as_one_letter_and_read_back(tmp_path):
+    """M5 (fourth attack): `spag words` wrote İstanbul as i and a combining dot, then refused its own output;
+    a refused word's error named its record twice and showed a bare combining mark."""
+    from spag.game.words import lower_word, read_words, words_from_file, write_words
+
+    assert lower_word("İstanbul") == "istanbul" and lower_word("CAFÉ") == "café"
+    source = tmp_path / "list.txt"
+    source.write_text("apple\nİstanbul\n", encoding="utf-8")
+    words = words_from_file(source, skip_stop_words=False)
+    assert words == ["apple", "istanbul"]
+    write_words(words, tmp_path / "out.txt")
+    assert read_words(tmp_path / "out.txt") == words
+    (tmp_path / "bad.txt").write_text("i\u0307stanbul\n", encoding="utf-8")
+    with pytest.raises(DataError) as refused:
+        read_words(tmp_path / "bad.txt")
+    assert str(refused.value) == (f"{tmp_path / 'bad.txt'}: line 1: 'i̇stanbul' is not a word the judge can match: "
+                                  "it holds U+0307 (a combining mark) (letters, digits, - and ' only)")

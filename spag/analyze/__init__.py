@@ -54,6 +54,7 @@ class NamedQuery:
     description: str
     sql: str
     params: dict = field(default_factory=dict)
+    game: str | None = None  # the one game whose episodes it reads (a game's own query), None: every game's
 
 
 @dataclass
@@ -80,7 +81,7 @@ def parse_value(text: str) -> Any:
     return text
 
 
-def _read_named(path: Path) -> NamedQuery:
+def _read_named(path: Path, game: str | None = None) -> NamedQuery:
     sql = path.read_text(encoding="utf-8")
     comments = [line[2:].strip() for line in sql.splitlines() if line.startswith("--")]
     description = next((c for c in comments if c), "")
@@ -90,33 +91,48 @@ def _read_named(path: Path) -> NamedQuery:
             for item in comment[len("params:") :].split(","):
                 name, _, value = item.strip().partition("=")
                 params[name.strip()] = parse_value(value.strip())
-    return NamedQuery(path.stem, description, sql, params)
+    return NamedQuery(path.stem, description, sql, params, game)
 
 
 def named_queries() -> dict[str, NamedQuery]:
-    """Every named query: those of every game, and of the games' own folders."""
-    folders = [QUERY_DIR, *(game.queries for game in GAMES.values() if game.queries is not None)]
-    found = {p.stem: p for folder in folders for p in folder.glob("*.sql")}
-    return {name: _read_named(found[name]) for name in sorted(found)}
+    """Every named query: those of every game, and of the games' own folders (each for its game alone)."""
+    folders = [(QUERY_DIR, None), *((game.queries, name) for name, game in GAMES.items() if game.queries is not None)]
+    found = {p.stem: (p, game) for folder, game in folders for p in folder.glob("*.sql")}
+    return {name: _read_named(*found[name]) for name in sorted(found)}
 
 
-def _resolve(name_or_sql: str) -> tuple[str, str, dict]:
-    """(label, SQL, default params) for a query name, a ``.sql`` file path, or SQL text."""
+def _resolve(name_or_sql: str) -> tuple[str, str, dict, str | None]:
+    """(label, SQL, default params, the game it is for) for a query name, a ``.sql`` file path, or SQL text."""
     text = name_or_sql.strip()
     queries = named_queries()
     if text in queries:
         query = queries[text]
-        return query.name, query.sql, dict(query.params)
+        return query.name, query.sql, dict(query.params), query.game
     if text.endswith(".sql") and "\n" not in text:
         path = Path(text)
-        if not path.is_file():
+        if not path.exists():
             raise AnalyzeError(f"no such SQL file: {text}")
-        return path.name, path.read_text(encoding="utf-8"), {}
+        if not path.is_file():
+            raise AnalyzeError(f"{text}: not a regular file (give a .sql file)")
+        try:
+            return path.name, path.read_text(encoding="utf-8"), {}, None
+        except UnicodeDecodeError:
+            raise AnalyzeError(f"{text}: not UTF-8 text") from None
     if _NAME.match(text):
         raise AnalyzeError(f"unknown query {text!r}; named queries: {', '.join(queries)}")
     if not text:
         raise AnalyzeError("empty SQL")
-    return "sql", text, {}
+    return "sql", text, {}, None
+
+
+def _check_game(con, label: str, game: str | None) -> None:
+    """A game's own query reads that game's episodes only: any other game's is refused, naming both."""
+    if game is None:
+        return
+    others = [name for (name,) in con.execute("SELECT game FROM spag_games").fetchall() if name != game]
+    if others:
+        raise AnalyzeError(f"query {label} is for {GAMES[game].title} episodes ({game}); these are "
+                           f"{', '.join(others)}'s (spag analyze --list says which game each query is for)")
 
 
 DEFAULT_TIME_LIMIT = 300.0  # seconds a query may run: seconds on a million episodes, so minutes means a mistake
@@ -151,7 +167,7 @@ def execute(
     import duckdb
 
     start = time.perf_counter()
-    label, sql, values = _resolve(name_or_sql)
+    label, sql, values, game = _resolve(name_or_sql)
     try:
         wanted = parameters(sql)
     except duckdb.Error as exc:
@@ -170,6 +186,7 @@ def execute(
         with connect(glob, words=bool(_USES_WORDS.search(code)), rules=rules) as con:
             try:
                 files = con.execute("SELECT count(*) FROM spag_files").fetchone()[0]
+                _check_game(con, label, game)
                 kinds = {statement.type for statement in con.extract_statements(sql)}
                 if kinds - {duckdb.StatementType.SELECT}:
                     raise AnalyzeError(f"query {label}: only SELECT statements run here (no COPY, ATTACH, INSTALL, "

@@ -215,6 +215,13 @@ def register_episodes(con, glob: str = DEFAULT_GLOB, rules: str | None = None) -
         if name not in types
     ]
     base = f"SELECT *{''.join(', ' + f for f in fill)} FROM {raw}"
+    games = sorted(name for (name,) in con.execute(
+        f"SELECT DISTINCT coalesce(game, {_sql_string(DEFAULT_GAME)}) FROM ({base})").fetchall())
+    con.execute("CREATE OR REPLACE TEMP TABLE spag_games AS SELECT unnest(?::VARCHAR[]) AS game", [games])
+    judged_again = [name for name in games if name not in GAMES or "rules" not in GAMES[name].Settings.model_fields]
+    if rules is not None and judged_again:
+        raise AnalyzeError(f"--rules: judges Adversarial Taboo episodes again by its rule sets; these episodes are "
+                           f"also {', '.join(judged_again)}'s, which has no rule sets")
 
     if needs_judge:
         history = "history" if types.get("history") == "VARCHAR" else "to_json(history)::VARCHAR"

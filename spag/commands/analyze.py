@@ -132,7 +132,7 @@ def register(app: typer.Typer) -> None:
             for query_def in named_queries().values():
                 defaults = ", ".join(f"{k}={'null' if v is None else v}" for k, v in query_def.params.items())
                 sys.stdout.write(
-                    f"{query_def.name:<14} {query_def.description}"
+                    f"{query_def.name:<14} {query_def.game or 'any game':<10} {query_def.description}"
                     + (f" [params: {defaults}]" if defaults else "")
                     + "\n"
                 )

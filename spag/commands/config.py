@@ -10,6 +10,7 @@ import typer
 
 from spag.config import Settings, load_settings, to_yaml
 from spag.evaluate.benchmark import check_tasks
+from spag.pipeline.preflight import launcher_problems
 from spag.runtime.console import error, summary
 from spag.runtime.errors import BenchmarkError, ParamsError
 from spag.runtime.outputs import check_output_file, write_text_atomic
@@ -20,6 +21,19 @@ def _is_one_of(path: Path, inputs: list[Path]) -> bool:
     if not path.exists():
         return False
     return any(other.exists() and os.path.samefile(path, other) for other in inputs)
+
+
+LAUNCHERS = ("play", "imitate", "spag")  # the sections with a launcher
+
+
+def _check_launchers(settings: Settings, file: Path) -> None:
+    """Each launcher a command line whose program is installed here (the GPU count is the machine's: the
+    preflight checks it where the run starts)."""
+    for section in LAUNCHERS:
+        problems = launcher_problems(f"{section}.launcher", getattr(settings, section).launcher, gpus=0,
+                                     source=str(file))
+        if problems:
+            raise ParamsError(file, f"{section}.launcher", problems[0].message)
 
 
 def register(app: typer.Typer) -> None:
@@ -39,6 +53,7 @@ def register(app: typer.Typer) -> None:
                 check_tasks(bench.suite, bench.tasks)
             except BenchmarkError as exc:
                 raise ParamsError(file, "evaluate.benchmark.tasks", str(exc)) from None
+            _check_launchers(settings, file)
         except ValueError as exc:
             error(str(exc))
             raise typer.Exit(2)

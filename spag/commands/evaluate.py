@@ -40,6 +40,7 @@ from spag.play.engine import PlayConfig
 from spag.runtime.console import error, summary
 from spag.runtime.errors import BenchmarkError, DataError
 from spag.runtime.outputs import check_distinct_paths, prepare_output_dir, replace_mode, write_json_atomic
+from spag.schema import SEED_MAX
 
 # The options `spag evaluate` and `spag tournament` share, declared once (typer reads each from the
 # signature it sits in; the declarations themselves are never changed).
@@ -153,7 +154,7 @@ def register(app: typer.Typer) -> None:
         device: str | None = typer.Option(None, "--device", help="cuda, cpu, ... (default: best)."),
         apply_chat_template: bool = typer.Option(False, "--chat-template", help="Wrap prompts in the chat "
                                                                                 "template."),
-        seed: int = typer.Option(0, "--seed"),
+        seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX),
         data: Path | None = typer.Option(
             None, "--data", help="A `spag benchmark-data` folder (default: built from the cached artifacts)."),
         overwrite: bool = overwrite_option(),
@@ -227,7 +228,7 @@ def register(app: typer.Typer) -> None:
         b: Path = typer.Argument(..., help="Benchmark result of checkpoint B."),
         output: Path | None = typer.Option(None, "-o", "--output", help="Comparison JSON."),
         resamples: int = typer.Option(2000, "--resamples", min=1, help="Bootstrap resamples."),
-        seed: int = typer.Option(0, "--seed"),
+        seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX),
         overwrite: bool = overwrite_option(),
     ) -> None:
         """B - A per benchmark, pooled and for the geometric mean: paired-bootstrap 95% intervals, exact McNemar
@@ -257,7 +258,7 @@ def register(app: typer.Typer) -> None:
                                                                   "(repeat the option): A - B paired per seed."),
         epoch: str | None = typer.Option(None, "--epoch", help="The epoch to compare (default: each run's last)."),
         output: Path | None = typer.Option(None, "-o", "--output", help="Result JSON."),
-        seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+        seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="Bootstrap seed."),
         overwrite: bool = overwrite_option(),
     ) -> None:
         """Effects over training seeds: score against imitation, minus the strongest baseline, skill deltas,
@@ -321,12 +322,14 @@ def register(app: typer.Typer) -> None:
         labels = [m.split("=", 1)[0] if "=" in m else None for m in named]
         everyone = [m.split("=", 1)[1] if "=" in m else m for m in named]
         baselines = list(baselines or [])
+        if extras is None and (baselines or filtered):  # Kuhn poker: no baselines and no decode-time filter
+            raise typer.BadParameter(f"the game {config.game.name} has no baselines and no decode-time filter",
+                                     param_hint="--baselines" if baselines else "--filtered")
         for name in baselines:
             if baselines.count(name) > 1:  # as a model listed twice is refused: one player, one seat
                 raise typer.BadParameter(f"baseline {name} is listed twice", param_hint="--baselines")
-            offered = extras.baselines if extras is not None else ()
-            if name not in offered:
-                raise typer.BadParameter(f"unknown baseline {name!r}; expected one of {', '.join(offered) or 'none'}",
+            if name not in extras.baselines:
+                raise typer.BadParameter(f"unknown baseline {name!r}; expected one of {', '.join(extras.baselines)}",
                                          param_hint="--baselines")
             needs = extras.baseline_model(name)
             if (imitation if needs == "imitation" else base) is None:

@@ -21,6 +21,7 @@ from spag.config import CHIPS, Imitate, Reward
 from spag.runtime.console import error, summary
 from spag.runtime.errors import DataError
 from spag.runtime.outputs import check_distinct_paths, replace_mode
+from spag.schema import SEED_MAX
 
 PARAMS_HELP = ("Take the game, reward and general-data settings from this params file (options given on the "
                "command line win).")
@@ -42,7 +43,8 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         episodes: Path = typer.Argument(..., help=EPISODES_HELP),
         output: Path = typer.Option(..., "-o", "--output", help=OUTPUT_HELP),
-        seed: int = typer.Option(0, "--seed", help="Seed for the training-template draw and the SFT sample."),
+        seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX,
+                                 help="Seed for the training-template draw and the SFT sample."),
         strict: bool = typer.Option(False, "--strict", help="Reject the input (exit 2) if any record is bad."),
         params: Path | None = typer.Option(None, "--params", help=PARAMS_HELP),
         overwrite: bool = overwrite_option(),
@@ -75,7 +77,7 @@ def register(app: typer.Typer) -> None:
             ..., help=EPISODES_HELP + " Also the original project's GPT-4 episodes and its query/target file."
         ),
         output: Path = typer.Option(..., "-o", "--output", help=OUTPUT_HELP),
-        seed: int = typer.Option(0, "--seed", help="Seed for the training-template draw."),
+        seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="Seed for the training-template draw."),
         strict: bool = typer.Option(False, "--strict", help="Reject the input (exit 2) if any record is bad."),
         params: Path | None = typer.Option(None, "--params", help=PARAMS_HELP),
         overwrite: bool = overwrite_option(),

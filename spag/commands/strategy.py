@@ -23,6 +23,7 @@ from spag.evaluate.strategy import (
     FIGURES,
     ROWS,
     WAYS,
+    check_strategy_outputs,
     exploitability_report,
     profile_of,
     read_strategy_rows,
@@ -95,6 +96,7 @@ def register(app: typer.Typer) -> None:
         check_model(model, "MODEL", trust_remote_code=None)
         hold_output(output)  # one writer at a time
         target = claim_output_dir(output, KIND, overwrite=overwrite)
+        check_strategy_outputs(target, replace=replace_mode(overwrite))  # before any sampling
         player = load_player(model, "hf", **options)
         try:
             rows, figures = strategy_of(player, config, samples, show_progress=True)

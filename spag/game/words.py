@@ -63,7 +63,7 @@ def top_words(n: int, lang: str = "en", nouns_only: bool = False,
     # wordfreq's list contains punctuation, numbers and short words; ask for enough to fill n.
     pool = top_n_list(lang, max((16 if nouns_only else 4) * n, 1000), wordlist="best")
     for word in pool:
-        w = word.lower()
+        w = lower_word(word)
         if len(w) < 3 or not _ALPHA.match(w) or (skip_stop_words and w in FUNCTION_WORDS) or w in seen:
             continue
         if nouns_only and not is_noun_only(w):
@@ -86,7 +86,7 @@ def words_from_file(path: str | os.PathLike, n: int | None = None, nouns_only: b
     words: list[str] = []
     seen: set[str] = set()
     for word in read_words(path):
-        w = word.lower()
+        w = lower_word(word)
         if w in seen or (skip_stop_words and w in FUNCTION_WORDS) or (nouns_only and not is_noun_only(w)):
             continue
         seen.add(w)
@@ -112,6 +112,17 @@ def split_words(words: list[str], eval_fraction: float) -> tuple[list[str], list
 WORD_PUNCTUATION = "-'’"  # inside a target word: t-shirt, o'clock
 
 
+def _shown(ch: str) -> str:
+    """A character as an error shows it: a combining mark (which draws on the character before it) by its code."""
+    return f"U+{ord(ch):04X} (a combining mark)" if unicodedata.category(ch).startswith("M") else ch
+
+
+def lower_word(word: str) -> str:
+    """A word in lower case, one character per letter: ``İstanbul`` is ``istanbul``, not ``i`` and a combining
+    dot (Python's lower() of the dotted capital I, which no list reader takes as a letter)."""
+    return unicodedata.normalize("NFC", word.lower().replace("i\u0307", "i"))
+
+
 def read_words(path: str | os.PathLike) -> list[str]:
     """One word per line; blank lines and ``#`` comments skipped; a word listed again (in any case) is
     dropped, the first kept, with a note naming the lines. Odd entries, a missing, binary or empty file
@@ -124,14 +135,16 @@ def read_words(path: str | os.PathLike) -> list[str]:
         word = line.strip()
         if not word or word.startswith("#"):
             continue
+        where = f"line {lineno}"
         if any(ch.isspace() for ch in word) or not any(ch.isalpha() for ch in word):
-            raise DataError(path, lineno, f"line {lineno} is not a single word: {word!r}")
+            raise DataError(path, None, f"{where}: {word!r} is not a single target (a word, or a deal such as "
+                                        "K-Q, without spaces)")
         if any(unicodedata.category(ch).startswith("C") for ch in word):  # NUL, other controls, BOM, ...
-            raise DataError(path, lineno, f"line {lineno} holds an invisible control character: {word!r}")
+            raise DataError(path, None, f"{where}: {word!r} holds an invisible control character")
         odd = sorted({ch for ch in word if not (ch.isalnum() or ch in WORD_PUNCTUATION)})
         if odd:  # "c++": the judge finds words between non-letters, so it could never see this one said
-            raise DataError(path, lineno, f"line {lineno} is not a word the judge can match: {word!r} holds "
-                                          f"{' '.join(odd)} (letters, digits, - and ' only)")
+            raise DataError(path, None, f"{where}: {word!r} is not a word the judge can match: it holds "
+                                        f"{' '.join(map(_shown, odd))} (letters, digits, - and ' only)")
         key = word.casefold()
         if key in first_line:  # played twice, a word would count twice in every mean and interval
             repeats.append(f"line {lineno} ({word!r}, as line {first_line[key]})")

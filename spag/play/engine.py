@@ -459,7 +459,8 @@ class OpeningLines:
 
 def _turn(game: _Game, config: PlayConfig) -> Turn:
     role = config.game.next_role(game.history)
-    return Turn(role, game.word, game.history, config.prompt(role, game.word, game.history))
+    return Turn(role, game.word, game.history, config.prompt(role, game.word, game.history),
+                derive_seed(config.seed, game.index, len(game.history), 0))
 
 
 def _say(game: _Game, role: str, text: str, n_tokens: int, truncated: bool, stats: PlayStats) -> None:

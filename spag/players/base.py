@@ -117,13 +117,17 @@ class Turn:
     """One utterance a game waits for: whose turn, in the game on which target (``word``), after what was
     said.
 
-    ``prompt`` is the game's own prompt for it (:meth:`spag.game.base.Game.prompt`).
+    ``prompt`` is the game's own prompt for it (:meth:`spag.game.base.Game.prompt`); ``seed`` the seed of this
+    utterance of this game (its first attempt's sampling seed): a strategy that draws without the model
+    draws from it, so that each game's draws are its own, whatever its batch-mates and wherever a resumed
+    run took up again (None: a turn asked outside a played game).
     """
 
     role: str
     word: str
     history: Sequence[dict]
     prompt: str
+    seed: int | None = None
 
 
 class Speaker:

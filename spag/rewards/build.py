@@ -347,6 +347,10 @@ def _check_episode(record: Mapping, index: int, source: str, game: Game | None) 
     episode = validate_episode(record, index, source, game)
     if not episode["history"]:
         raise DataError(source, index, "empty 'history': no utterance was played")
+    played = episode.get("game")
+    if game is not None and played and played != game.name:  # its judge cannot decide another game's episodes
+        raise DataError(source, index, f"was played in {played}, not {game.name}: give --game {played} (or a "
+                                       "params file of that game)")
     return episode
 
 

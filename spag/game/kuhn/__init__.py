@@ -307,7 +307,9 @@ class KuhnPoker(Game):
 class TableStrategy(Speaker):
     """Every turn answered by a strategy table (:data:`Strategy`), without the model: the aggressive action
     with the table's probability for the player's card and the actions so far, the other legal action
-    otherwise. Draws come from one seeded stream, one per turn, in the order the engine asks."""
+    otherwise. Each draw comes from the turn's own seed (its game's and utterance's), so a hand is the same
+    whatever hands share its batch and after a resume; a turn without one draws from a stream of the
+    strategy's seed, in the order asked."""
 
     def __init__(self, inner: Speaker, table: Strategy, seed: int):
         super().__init__(inner.player)
@@ -321,6 +323,7 @@ class TableStrategy(Speaker):
         card = cards(turn.word)[ROLES.index(turn.role)]
         actions = [action_of(u["content"]) for u in turn.history]
         bold = aggressive(actions)
-        if self.rng.random() < self.table[",".join(actions)][card]:
+        draw = self.rng.random() if turn.seed is None else random.Random(f"table-{turn.seed}").random()
+        if draw < self.table[",".join(actions)][card]:
             return bold
         return next(a for a in legal(actions) if a != bold)
