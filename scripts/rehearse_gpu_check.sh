@@ -24,8 +24,14 @@ if [ -z "$python" ]; then
   fi
   [ -n "$python" ] || python=$(command -v python3.12 || true)
 fi
-if [ -z "$python" ] || [ "$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" != 3.12 ]; then
+if [ -z "$python" ]; then
   echo "[rehearse] error: no Python 3.12 found (pyenv's or python3.12 on PATH): set PYTHON=/path/to/python3.12" >&2
+  exit 2
+fi
+version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)
+if [ "$version" != 3.12 ]; then
+  echo "[rehearse] error: PYTHON=$python is ${version:+Python }${version:-no Python}; the GPU image runs" \
+       "Python 3.12: set PYTHON=/path/to/python3.12" >&2
   exit 2
 fi
 echo "[rehearse] Python: $python ($("$python" -V 2>&1))"

@@ -542,6 +542,19 @@ _BOUNDS = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"), "les
            "less_than_equal": ("<=", "le")}
 
 
+def _number_as_text(value: Any, kind: str) -> str:
+    """The hint for a number YAML read as text: YAML 1.1 takes 2e-5 (no dot before the e) for a string."""
+    if kind not in ("float_type", "int_type") or not isinstance(value, str):
+        return ""
+    try:
+        number = float(value)
+    except ValueError:
+        return ""
+    mantissa, e, exponent = repr(number).partition("e")
+    written = f"{mantissa if '.' in mantissa else mantissa + '.0'}{e}{exponent}"
+    return f" (YAML reads {value} as text: write {written})" if "e" in value.lower() else ""
+
+
 def _shown(value: Any) -> str:
     """A value as an error message shows it: short, however large or deeply nested (a YAML alias bomb
     is a few lines of text that a full repr expands to billions of characters)."""
@@ -567,7 +580,7 @@ def describe(error: dict, model: type[BaseModel] = Settings) -> tuple[str, str]:
         allowed = re.findall(r"'([^']*)'", error["msg"])
         return _key(loc), f"{value} is not one of {', '.join(allowed)}"
     if kind in _EXPECTED:
-        return _key(loc), f"{_EXPECTED[kind]}, got {value}"
+        return _key(loc), f"{_EXPECTED[kind]}, got {value}" + _number_as_text(error.get("input"), kind)
     if kind == "missing":
         return _key(loc), "missing"
     if kind == "string_pattern_mismatch" and loc and loc[-1] == "device":

@@ -280,6 +280,7 @@ def test_default_query_and_list(glob):
         (["--query", "win_rate", "--param", "limit=3"], "has no parameter(s) limit"),
         (["--sql", "missing.sql"], "no such SQL file"),
         (["--query", "win_rate", "--format", "xml"], "unknown --format"),
+        (["--query", "win_rate", "-p", "x=1", "-p", "x=2"], "--param x is given twice"),
     ],
 )
 def test_bad_queries_fail_with_one_line(glob, args, message):

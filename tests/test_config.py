@@ -226,6 +226,16 @@ def test_config_check_names_a_launcher_that_is_not_installed(tmp_path):
     assert spag("config", "check", path).returncode == 0
 
 
+def test_a_number_yaml_reads_as_text_gets_a_hint(tmp_path):
+    path = tmp_path / "lr.yaml"
+    path.write_text("spag:\n  learning_rate: 2e-5\n")
+    checked = spag("config", "check", path)
+    assert checked.returncode == 2 and checked.stderr.strip() == (
+        f"error: {path}: spag.learning_rate: expected a number, got '2e-5' (YAML reads 2e-5 as text: write 2.0e-05)")
+    path.write_text("spag:\n  learning_rate: 2.0e-05\n")
+    assert load_settings(path).spag.learning_rate == 2e-5
+
+
 def test_config_show_prints_the_resolved_settings(tmp_path):
     (tmp_path / "params.yaml").write_text("game:\n  max_turns: 3\nspag:\n  epochs:\n    '1': {previous: imitation}\n")
     shown = spag("config", "show", cwd=tmp_path)  # ./params.yaml by default

@@ -372,3 +372,40 @@ def test_kuhn_episodes_without_the_game_are_refused_in_one_line(tmp_path, comman
     assert result.error_lines()[-1].endswith("was played in kuhn-poker, not taboo: give --game kuhn-poker (or a "
                                              "params file of that game)); nothing written")
     assert run_cli(command, source, "-o", tmp_path / "rows.jsonl", "--game", "kuhn-poker").code == 0
+
+
+def test_a_deal_listed_twice_is_dealt_twice_and_taboo_options_are_refused(tmp_path):
+    """Lows of the fourth attack: a repeated deal was dropped (a Kuhn poker list of deals may deal one twice),
+    and Adversarial Taboo's --guess-words was taken for Kuhn poker."""
+    from spag.game.words import read_words
+    from spag.testing import make_tiny_checkpoint, run_cli
+
+    deals = tmp_path / "deals.txt"
+    deals.write_text("K-Q\nK-Q\nJ-K\n")
+    assert read_words(deals, repeats=True) == ["K-Q", "K-Q", "J-K"] and read_words(deals) == ["K-Q", "J-K"]
+    model = make_tiny_checkpoint(tmp_path / "tiny")
+    out = tmp_path / "hands"
+    played = run_cli("play", "--game", "kuhn-poker", "--attacker", model, "--defender", model, "--words", deals,
+                     "-o", out, "--equilibrium", "--no-progress")
+    assert played.code == 0, played.stderr
+    from spag.game.episodes import read_episodes
+
+    assert sorted(e["target_word"] for e in read_episodes(out, KUHN)) == ["J-K", "K-Q", "K-Q"]
+    refused = run_cli("play", "--game", "kuhn-poker", "--attacker", model, "--defender", model, "--words", deals,
+                      "-o", tmp_path / "other", "--guess-words", deals)
+    assert refused.code == 2 and refused.error_lines() == [
+        "error: --guess-words: the game kuhn-poker has no strategy that chooses among words"]
+    assert not (tmp_path / "other").exists()
+
+
+def test_an_episodes_recorded_settings_are_named_without_pydantics_link(tmp_path):
+    from spag.testing import run_cli
+
+    source = tmp_path / "e.jsonl"
+    source.write_text(json.dumps({"target_word": "coffee", "max_turns": 1, "game": "taboo",
+                                  "game_settings": json.dumps({"rules": "nope"}),
+                                  "history": [{"role": "attacker", "content": "hi"}]}) + "\n")
+    judged = run_cli("judge", source)
+    assert judged.code == 2 and "pydantic" not in judged.stderr
+    assert judged.error_lines() == [f"error: {source}: record 0: 'game_settings': rules: Input should be "
+                                    "'whole-word' or 'original', got 'nope'"]

@@ -153,6 +153,9 @@ def register(app: typer.Typer) -> None:
             if not sep or not name.strip():
                 error(f"--param expects NAME=VALUE, got {item!r}")
                 raise typer.Exit(2)
+            if name.strip() in params:  # the last one would win unseen
+                error(f"--param {name.strip()} is given twice (the second time as {item!r})")
+                raise typer.Exit(2)
             params[name.strip()] = parse_value(value.strip())
 
         glob = episodes or DEFAULT_GLOB

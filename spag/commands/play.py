@@ -85,6 +85,9 @@ def register(app: typer.Typer) -> None:
         sampling = checked(Play, **given(settings, Sampling))
         game = game_from(settings)  # a bad setting or templates file stops here, before any model is loaded
         strategies = strategies_from(settings, game)
+        if guess_words is not None and not game.uses_vocabulary:
+            error(f"--guess-words: the game {game.name} has no strategy that chooses among words")
+            raise typer.Exit(2)
         if sampling.backend not in ("hf", "vllm", "openai"):
             error(f"--backend must be one of hf, vllm, openai (got {sampling.backend!r})")
             raise typer.Exit(2)
@@ -100,7 +103,7 @@ def register(app: typer.Typer) -> None:
             export_json = export_json.with_name(f"{export_json.stem}.r{rank}{export_json.suffix}")
         claim_outputs({"--export-json": export_json}, overwrite=overwrite)  # written after the last game
         hold_output(output, f"r{rank}" if world > 1 else None)  # a second writer stops before loading a model
-        words = read_words(words_file)
+        words = read_words(words_file, repeats=game.few_targets)  # a deal listed twice is dealt twice
         check_targets(words, words_file, game)  # before any model loads
         if limit is not None:
             words = words[:limit]

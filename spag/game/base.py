@@ -112,6 +112,9 @@ class Game(ABC):
     few_targets: ClassVar[bool] = False
     # A game played for chips (Kuhn poker) says what each player won or lost (:meth:`chips`): reward.payoff chips.
     for_chips: ClassVar[bool] = False
+    # A game whose strategies choose among a public vocabulary (Adversarial Taboo's final guess: `spag play
+    # --guess-words`); another game has none to give.
+    uses_vocabulary: ClassVar[bool] = False
     queries: ClassVar[Path | None] = None    # a folder of the game's own named SQL queries (spag analyze)
     skill: ClassVar[SkillMetrics | None] = None
 

@@ -11,6 +11,8 @@ import json
 from collections.abc import Mapping
 from functools import lru_cache
 
+from pydantic import ValidationError
+
 from spag.game.base import Game, GameSettings
 from spag.game.kuhn import KuhnPoker
 from spag.game.taboo import Taboo
@@ -49,5 +51,18 @@ def episode_game(episode: Mapping, default: Game | None = None) -> Game:
 
 @lru_cache(maxsize=64)
 def _recorded_game(name: str, recorded: str | None) -> Game:
+    """The game ``name`` with the settings an episode recorded (ValueError in one line naming the first
+    setting that is not one of the game's, or JSON that is not an object)."""
     cls = game_class(name)
-    return cls(cls.Settings.model_validate(json.loads(recorded)) if recorded else None)
+    if not recorded:
+        return cls(None)
+    try:
+        values = json.loads(recorded)
+    except ValueError:
+        raise ValueError("'game_settings' is not JSON") from None
+    try:
+        return cls(cls.Settings.model_validate(values))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "game_settings"
+        raise ValueError(f"'game_settings': {key}: {first['msg']}, got {first.get('input')!r}") from None

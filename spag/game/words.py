@@ -123,13 +123,14 @@ def lower_word(word: str) -> str:
     return unicodedata.normalize("NFC", word.lower().replace("i\u0307", "i"))
 
 
-def read_words(path: str | os.PathLike) -> list[str]:
+def read_words(path: str | os.PathLike, repeats: bool = False) -> list[str]:
     """One word per line; blank lines and ``#`` comments skipped; a word listed again (in any case) is
-    dropped, the first kept, with a note naming the lines. Odd entries, a missing, binary or empty file
-    raise DataError naming it: no step has anything to do without words."""
+    dropped, the first kept, with a note naming the lines (``repeats``: kept, for a game of few targets,
+    whose list of deals may deal one twice). Odd entries, a missing, binary or empty file raise DataError
+    naming it: no step has anything to do without words."""
     words: list[str] = []
     first_line: dict[str, int] = {}  # lower-cased word -> the line it was kept from
-    repeats: list[str] = []
+    dropped: list[str] = []
     text = read_text(path).removeprefix("\ufeff")  # a byte-order mark (editors on Windows) is no part of a word
     for lineno, line in enumerate(text.split("\n"), start=1):
         word = line.strip()
@@ -146,16 +147,16 @@ def read_words(path: str | os.PathLike) -> list[str]:
             raise DataError(path, None, f"{where}: {word!r} is not a word the judge can match: it holds "
                                         f"{' '.join(map(_shown, odd))} (letters, digits, - and ' only)")
         key = word.casefold()
-        if key in first_line:  # played twice, a word would count twice in every mean and interval
-            repeats.append(f"line {lineno} ({word!r}, as line {first_line[key]})")
+        if key in first_line and not repeats:  # played twice, a word would count twice in every mean and interval
+            dropped.append(f"line {lineno} ({word!r}, as line {first_line[key]})")
             continue
         first_line[key] = lineno
         words.append(word)
     if not words:
         raise DataError(path, None, "holds no words (one word per line expected)")
-    if repeats:
-        shown = ", ".join(repeats[:5]) + (f" and {len(repeats) - 5} more" if len(repeats) > 5 else "")
-        print(f"note: {path}: {len(repeats)} repeated word(s) dropped, each word is played once: {shown}",
+    if dropped:
+        shown = ", ".join(dropped[:5]) + (f" and {len(dropped) - 5} more" if len(dropped) > 5 else "")
+        print(f"note: {path}: {len(dropped)} repeated word(s) dropped, each word is played once: {shown}",
               file=sys.stderr, flush=True)
     return words
 

@@ -107,6 +107,7 @@ class Taboo(Game):
     Settings = TabooSettings
     Strategies = TabooStrategies
     queries = Path(__file__).with_name("queries")
+    uses_vocabulary = True
     skill = TabooSkill()
 
     # -- targets: English words
