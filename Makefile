@@ -1,17 +1,26 @@
-# The two commands of the README. Both install what they need into .venv first.
-.PHONY: setup repro test bench dvc.yaml
+# The two commands of the README. Both install what they need into .venv first: `make repro` what the
+# default run imports (requirements/cpu-run.txt without a GPU), `make test` everything (requirements/cpu.txt).
+.PHONY: setup setup-test repro test lint bench dvc.yaml
 
 setup:
 	bash scripts/setup.sh
+
+setup-test:
+	bash scripts/setup.sh --test
 
 repro: setup
 	. .venv/bin/activate && dvc repro
 
 # Two workers (tests/conftest.py says how the tests are shared between them).
-test: setup
+test: setup-test
 	.venv/bin/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 
-bench: setup
+# Every module spag imports is declared in pyproject.toml (deptry); ruff's checks.
+lint: setup-test
+	.venv/bin/deptry spag
+	.venv/bin/ruff check spag tests scripts bench
+
+bench: setup-test
 	.venv/bin/python bench/judge.py
 	.venv/bin/python bench/analyze.py
 	.venv/bin/python bench/play.py

@@ -16,6 +16,7 @@ import sys
 import typer
 from typer._click import exceptions as click  # typer vendors click (the locks pin typer)
 
+from spag import __version__
 from spag.commands import (
     analyze,
     base_model,
@@ -47,6 +48,18 @@ app = typer.Typer(
 
 for _module in COMMAND_MODULES:
     _module.register(app)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"spag {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                          help="Print spag's version and exit.")) -> None:
+    """SPAG: self-play of a language game (Adversarial Taboo, Kuhn poker) to improve LLM reasoning."""
 
 
 def _one_line(text: str) -> str:

@@ -50,6 +50,10 @@ WINS, CHIPS = "wins", "chips"
 PAYOFFS = (WINS, CHIPS)  # what a game pays its players (reward.payoff)
 WINNERS, ALL_MOVES = "winners", "all"
 IMITATED_MOVES = (WINNERS, ALL_MOVES)  # which of the teacher's moves the imitation set holds (imitate.moves)
+# Experiment trackers transformers' Trainer reports to besides dvclive (TrainingArguments.report_to), each
+# with the module it needs (spag.pipeline.preflight checks it is installed before a training stage runs).
+TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "comet_ml": "comet_ml",
+            "clearml": "clearml", "trackio": "trackio"}
 # The learning-rate schedules (spag.train.schedules says what the DeepSpeed ones do).
 COSINE, LINEAR, WARMUP_DECAY, WARMUP_DECAY_DS013 = "cosine", "linear", "warmup_decay", "warmup_decay_ds013"
 LR_SCHEDULERS = (COSINE, LINEAR, WARMUP_DECAY, WARMUP_DECAY_DS013)
@@ -234,6 +238,9 @@ class TrainKnobs(Section):
                                       "CPU).")
     save_steps: int = knob(500, "Checkpoint every N optimiser steps (what --resume continues from).", ge=1)
     deepspeed: PathStr | None = knob(None, "DeepSpeed config JSON (e.g. configs/deepspeed_zero3.json).")
+    report_to: list[Literal[tuple(TRACKERS)]] = knob(
+        [], f"Also report the training curves to these trackers (transformers' report_to: {', '.join(TRACKERS)}; "
+            "each must be installed, and logged in where it asks); dvclive always writes them under dvclive/.")
 
     @model_validator(mode="after")
     def _one_batch_order(self):

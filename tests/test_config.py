@@ -574,3 +574,18 @@ def test_config_check_names_an_unknown_benchmark_task(tmp_path):
     assert checked.code == 2
     assert checked.error_lines() == [f"error: {params}: evaluate.benchmark.tasks: unknown lm-eval task "
                                      "'no_such_task'"]
+
+
+def test_spag_prints_its_version():
+    from spag import __version__
+
+    shown = spag("--version")
+    assert shown.returncode == 0 and shown.stdout.strip() == f"spag {__version__}"
+
+
+def test_every_module_spag_imports_is_declared():
+    """deptry (pyproject's [tool.deptry]): an import that pyproject.toml does not declare fails here and in
+    `make lint`, as scipy, nltk, datasets, huggingface_hub, tokenizers, py-cpuinfo and nvidia-ml-py once did."""
+    done = subprocess.run([str(Path(sys.executable).parent / "deptry"), "spag"], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

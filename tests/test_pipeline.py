@@ -136,7 +136,9 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
         assert selfplay["games"] == 4 and 0 <= selfplay["decisive_rate"] <= 1
     assert report["final"]["score_vs_imitation"] == report["epochs"]["2"]["score_vs_imitation"]
     assert report["final"]["vs_baselines"]["strongest"] == games["vs_baseline"]["opponent"]
-    headline = json.loads((work / "metrics/summary.json").read_text())["2"]
+    short = json.loads((work / "metrics/summary.json").read_text())["2"]
+    assert set(short) == {"score", "score_low", "score_high", "games", "vs_baseline", "reasoning"}
+    headline = json.loads((work / "metrics/details.json").read_text())["2"]
     assert set(headline["outcomes"]) == {"attacker", "defender"} and "win_induced_word" in headline["outcomes"]["attacker"]
     assert set(headline["skill"]) == {"clue_rank", "guess_rank", "opening_foul_rate"}
     assert {"value", "low", "high"} == set(headline["vs_strongest_baseline"])
@@ -154,7 +156,7 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
         lines = (work / "metrics" / checkpoint / "benchmark.samples.jsonl").read_text().splitlines()
         items[checkpoint] = sorted((r["task"], r["doc_id"]) for r in map(json.loads, lines))
     assert len(items["base"]) == 12 and all(found == items["base"] for found in items.values())
-    summary = json.loads((work / "metrics/summary.json").read_text())
+    summary = json.loads((work / "metrics/details.json").read_text())
     assert "reasoning" not in summary["1"] and "skill" not in summary["1"]
     for baseline in ("vs_imitation", "vs_base"):
         line = summary["2"]["reasoning"][baseline]

@@ -58,8 +58,15 @@ def test_report_per_epoch_with_intervals_csvs_and_png(tmp_path):
     assert report["epochs"]["2"]["win_rate"]["attacker"]["value"] == pytest.approx(0.5)
     assert report["epochs"]["2"]["selfplay"]["decisive_rate"] == pytest.approx(0.2)
     assert report["imitation_benchmark"]["geometric_mean"] == 0.28
-    # the headline: a few flat numbers per epoch, the interval and the games behind it included
-    summary = json.loads((metrics / "summary.json").read_text())
+    # the headline (dvc metrics show): the score with its interval and games, a terminal's width
+    headline = json.loads((metrics / "summary.json").read_text())
+    assert headline == {e: {
+        "score": report["epochs"][e]["score_vs_imitation"]["value"],
+        "score_low": report["epochs"][e]["score_vs_imitation"]["low"],
+        "score_high": report["epochs"][e]["score_vs_imitation"]["high"],
+        "games": report["epochs"][e]["score_vs_imitation"]["games"]} for e in ("1", "2")}
+    # the details: a few flat numbers per epoch, the interval and the games behind it included
+    summary = json.loads((metrics / "details.json").read_text())
     outcomes = summary["2"].pop("outcomes")
     assert summary["2"] == {"score": score["value"], "score_low": score["low"], "score_high": score["high"],
                             "games": 8, "attacker_foul": pytest.approx(0.25), "selfplay_decisive": pytest.approx(0.2),
@@ -103,7 +110,7 @@ def test_report_draws_kuhn_pokers_action_entropy_per_information_set(tmp_path):
         selfplay.update({f"{key}_low": 0.0, f"{key}_high": 1.0})
     write(tmp_path / "epochs" / "1" / "selfplay.json", selfplay)
     write_report(tmp_path, [1])
-    summary = json.loads((tmp_path / "summary.json").read_text())["1"]
+    summary = json.loads((tmp_path / "details.json").read_text())["1"]
     assert summary["selfplay_collapse"] == {"entropy_bits": {"first_J_opening": 0.0, "first_K_check_bet": None}}
     with open(tmp_path / "plots" / "selfplay_collapse.csv", newline="") as f:
         assert [(r["series"], r["value"]) for r in csv.DictReader(f)] == [("first J opening", "0.0")]
@@ -138,7 +145,8 @@ def test_report_draws_kuhn_pokers_exploitability_per_checkpoint(tmp_path):
     assert curve == [("base", -1, round(11 / 24, 6), round(11 / 24, 6), 0.01), ("imitation", 0, 0.0, 0.0, 0.9),
                      ("epoch_1", 1, round(1 / 3, 6), round(1 / 3, 6), 0.8)]
     assert report["exploitability"][-1]["played_broken_share"] == 0.25
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert json.loads((tmp_path / "summary.json").read_text())["1"] == {"exploitability": pytest.approx(1 / 3)}
+    summary = json.loads((tmp_path / "details.json").read_text())
     assert summary["1"]["exploitability"] == {"exact": pytest.approx(1 / 3), "played": pytest.approx(1 / 3),
                                               "exact_mass": pytest.approx(0.8)}
     assert "exploitability" not in summary["2"] and "exploitability" not in report["final"]
@@ -215,7 +223,7 @@ def test_report_compares_each_epoch_with_imitation_and_base_item_by_item(tmp_pat
     assert set(reasoning["checkpoints"]) == {"base", "imitation", "1"}
     assert reasoning["checkpoints"]["base"]["skipped"] == {"logiqa2": "offline"}
     assert reasoning["imitation"]["vs_base"]["pooled"]["diff"] == 0.0  # the same answers
-    summary = json.loads((metrics / "summary.json").read_text())["1"]["reasoning"]
+    summary = json.loads((metrics / "details.json").read_text())["1"]["reasoning"]
     gain = np.mean(np.concatenate(list(epoch_1.values()))) - np.mean(np.concatenate(list(base.values())))
     for key in ("vs_imitation", "vs_base"):
         line = summary[key]
@@ -247,7 +255,7 @@ def test_a_base_model_passed_over_leaves_only_the_comparison_with_imitation(tmp_
     report = write_report(metrics, [1])
     assert set(report["reasoning"]["checkpoints"]) == {"imitation", "1"}
     assert "vs_base" not in report["reasoning"]["imitation"]
-    summary = json.loads((metrics / "summary.json").read_text())["1"]["reasoning"]
+    summary = json.loads((metrics / "details.json").read_text())["1"]["reasoning"]
     assert set(summary) == {"vs_imitation"} and summary["vs_imitation"]["items"] == 200
     with open(metrics / "plots" / "reasoning.csv", newline="") as f:
         assert {r["series"] for r in csv.DictReader(f)} == {"vs imitation"}

@@ -629,3 +629,26 @@ def test_a_finished_run_writes_no_checkpoint_at_its_last_step(tiny, tmp_path, mo
     assert saved == [2, 3]
     assert (tmp_path / "kept" / "checkpoints" / "checkpoint-3").is_dir()
     assert read_summary(tmp_path / "plain")["steps"] == 3
+
+
+def test_the_trainer_reports_to_the_trackers_a_run_names(tmp_path):
+    """Item 6 of the fourth attack's issue: transformers' report_to as a setting (dvclive stays, always)."""
+    from pydantic import ValidationError
+
+    from spag.config import TrainConfig
+    from spag.pipeline.preflight import tracker_problems
+    from spag.train.trainer import _training_arguments
+
+    assert _training_arguments(TrainConfig(), tmp_path, "cpu").report_to == []  # "none": no integration
+    chosen = _training_arguments(TrainConfig(report_to=["tensorboard", "mlflow"]), tmp_path, "cpu")
+    assert chosen.report_to == ["tensorboard", "mlflow"]
+    with pytest.raises(ValidationError, match="report_to"):
+        TrainConfig(report_to=["dvclive"])  # dvclive writes always, by its own callback
+    import importlib.util
+
+    problems = tracker_problems("spag.report_to", ["tensorboard"])
+    if importlib.util.find_spec("tensorboard") is None:
+        assert [str(p) for p in problems] == ["params.yaml: spag.report_to: tensorboard is not installed here: pip "
+                                              "install tensorboard (or leave it out of spag.report_to)"]
+    else:
+        assert problems == []

@@ -48,7 +48,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from spag.config import dotted_value
+from spag.config import TRACKERS, dotted_value
 from spag.evaluate.benchmark import hub_reachable, offline_requested, suite_here
 from spag.models.devices import auto_processes, cuda_unusable, launcher_processes, nvidia_gpus, visible_gpus
 from spag.models.loading import missing_tokenizer, written_as_path
@@ -154,6 +154,14 @@ def launcher_problems(key: str, launcher: str | None, per_process: int = 1, gpus
     return [Problem(key, f"starts {count} processes{each} on this machine, which has {gpus} visible "
                          f"GPU{'s' * (gpus != 1)}: write {asked.option} auto (one per visible GPU) or at most "
                          f"{auto_processes(gpus, per_process)}", source)]
+
+
+def tracker_problems(key: str, trackers, source: str = "params.yaml") -> list[Problem]:
+    """Each tracker the Trainer is to report to is installed here (the Trainer would stop on it after the
+    reference pass, or under a launcher in every process)."""
+    missing = [name for name in trackers if importlib.util.find_spec(TRACKERS[name]) is None]
+    return [Problem(key, f"{name} is not installed here: pip install {name} (or leave it out of {key})", source)
+            for name in missing]
 
 
 def tensor_parallel_problem(key: str, backend: str, tensor_parallel_size: int, gpus: int | None = None,
@@ -429,9 +437,11 @@ def pipeline_problems(settings, root: str | os.PathLike = ".", running: str | No
          lambda: [benchmark_data_problem("evaluate.benchmark.suite", s.evaluate.benchmark.suite,
                                          s.evaluate.benchmark.tasks)]),
         (("imitate",), lambda: [*launcher_problems("imitate.launcher", s.imitate.launcher),
-                                *deepspeed_problems("imitate.deepspeed", s.imitate.deepspeed)]),
+                                *deepspeed_problems("imitate.deepspeed", s.imitate.deepspeed),
+                                *tracker_problems("imitate.report_to", s.imitate.report_to)]),
         (("train",), lambda: [*launcher_problems("spag.launcher", s.spag.launcher),
-                              *deepspeed_problems("spag.deepspeed", s.spag.deepspeed)]),
+                              *deepspeed_problems("spag.deepspeed", s.spag.deepspeed),
+                              *tracker_problems("spag.report_to", s.spag.report_to)]),
         (("play",), lambda: launcher_problems("play.launcher", s.play.launcher,
                                               s.play.tensor_parallel_size if s.play.backend == "vllm" else 1)),
         *((stages, lambda section=section, name=name: [tensor_parallel_problem(

@@ -4,9 +4,12 @@ Reads what the stages wrote under ``metrics/`` (``epochs/N/games.json`` from ``e
 ``epochs/N/selfplay.json`` from ``play@N``, ``epochs/N/benchmark.json``, ``imitation/benchmark.json``)
 and writes:
 
-- ``summary.json``, the headline that ``dvc metrics show`` and ``dvc exp show`` print: per epoch the
-  score against the imitation model with its 95% interval and the number of games behind it, each role's
-  foul rate in those games (Adversarial Taboo: ``attacker_foul``), self-play's decisive and foul rates,
+- ``summary.json``, the headline that ``dvc metrics show`` and ``dvc exp show`` print (:func:`headline`):
+  per epoch the score against the imitation model with its 95% interval and the number of games behind it,
+  the score minus the strongest baseline's, the benchmark accuracy minus imitation's in points and (Kuhn
+  poker) the exact exploitability;
+- ``details.json`` (:func:`details`, ``dvc metrics show metrics/details.json``): those and, per epoch, each
+  role's foul rate in the games (Adversarial Taboo: ``attacker_foul``), self-play's decisive and foul rates,
   ``selfplay_collapse`` (the game's figures of how varied self-play was,
   :meth:`spag.game.base.Game.collapse_metrics`: Adversarial Taboo's distinct, empty and truncated reply
   shares and words per reply per role, Kuhn poker's action entropy per information set; drawn in
@@ -16,7 +19,7 @@ and writes:
   rates per role, the self-play statistics, the benchmark; and ``final``, the last epoch's entry, so
   runs with different numbers of epochs line up;
 - under the key ``reasoning`` (:mod:`spag.evaluate.reasoning`): every checkpoint's benchmark items compared,
-  paired, with the imitation and the base model's (``summary.json``: per epoch ``reasoning.vs_imitation``
+  paired, with the imitation and the base model's (``details.json``: per epoch ``reasoning.vs_imitation``
   and ``reasoning.vs_base``, the pooled accuracy difference with its interval, McNemar p-value and
   minimum detectable effect);
 - long-format CSVs under ``plots/`` (``epoch, series, value, low, high``), one series per role, rate or
@@ -26,7 +29,7 @@ and writes:
   ``{checkpoint, step, exact, played, exact_mass_mean, exact_mass_min, played_broken_share}``, ``step`` -1
   for the base model, 0 for imitation, N for epoch N) of the chips exploitability each evaluation stage
   wrote (``exploitability.json``, :mod:`spag.evaluate.strategy`), exact and as played, with how far to
-  trust each; each epoch's entry (and ``summary.json``'s) has its own as ``exploitability``; drawn in
+  trust each; each epoch's entry (and ``details.json``'s) has its own as ``exploitability``; drawn in
   ``plots/exploitability.csv`` (``epoch`` is the step);
 - Kuhn poker, beside the model's curve: ``references`` (the report stage's, ``report.json``'s
   ``exploitability_references``): the tabular twin of the run's own loop from the model's start, its mean
@@ -175,8 +178,27 @@ def build_report(metrics: Path, epochs: list[int], references: dict | None = Non
 
 
 def headline(report: dict) -> dict:
-    """The few numbers per epoch a reader looks at first (``summary.json``), flat so that ``dvc metrics
-    show`` prints one short column each: ``{"1": {"score": ..., "score_low": ..., ...}, ...}``."""
+    """The few numbers per epoch a reader looks at first (``summary.json``, what ``dvc metrics show`` prints
+    on a terminal's width): the score against the imitation model with its interval and games, the score
+    minus the strongest baseline's (``vs_baseline``), the benchmark accuracy minus the imitation model's in
+    points (``reasoning``) and, in Kuhn poker, the exact exploitability. Everything else per epoch:
+    :func:`details` (``details.json``)."""
+    out: dict = {}
+    for epoch, line in details(report).items():
+        short = {k: line[k] for k in ("score", "score_low", "score_high", "games") if k in line}
+        if "vs_strongest_baseline" in line:
+            short["vs_baseline"] = line["vs_strongest_baseline"]["value"]
+        if "vs_imitation" in line.get("reasoning", {}):
+            short["reasoning"] = round(100 * line["reasoning"]["vs_imitation"]["delta"], 2)
+        if "exploitability" in line:
+            short["exploitability"] = line["exploitability"]["exact"]
+        out[epoch] = short
+    return out
+
+
+def details(report: dict) -> dict:
+    """Every epoch's figures beyond the headline (``details.json``: ``dvc metrics show metrics/details.json``),
+    flat enough for a column each: ``{"1": {"score": ..., "outcomes": ..., "skill": ..., ...}, ...}``."""
     out: dict = {}
     for epoch, entry in report["epochs"].items():
         line: dict = {}
@@ -357,6 +379,7 @@ def write_report(metrics: Path, epochs: list[int], references: dict | None = Non
     report = build_report(metrics, epochs, references)
     write_json_atomic(metrics / "report.json", report, replace="any")
     write_json_atomic(metrics / "summary.json", headline(report), replace="any")
+    write_json_atomic(metrics / "details.json", details(report), replace="any")
     plots = plot_rows(report)
     for stem, rows in plots.items():
         write_csv(metrics / "plots" / f"{stem}.csv", rows)

@@ -159,7 +159,7 @@ STAGES: tuple[Stage, ...] = (
           # Kuhn poker: the tabular twin of the run's loop (spag.train.twin) reads the loop's settings
           ("spag", "game", "seed", "play.words", "play.temperature", "reward", "online", "twin"),
           deps=("metrics/epochs", "metrics/imitation", "metrics/baselines", "metrics/base"),
-          outs=_kept_in_git("metrics/report.json"),
+          outs=_kept_in_git("metrics/report.json", "metrics/details.json"),
           metrics=("metrics/summary.json",), plots=("metrics/plots", "metrics/learning_curves.png")),
 )
 

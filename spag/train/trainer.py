@@ -579,7 +579,7 @@ def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str, 
         save_strategy="steps",
         save_steps=config.save_steps,
         save_total_limit=config.save_total_limit,
-        report_to="none",
+        report_to=list(config.report_to) or "none",  # dvclive by its own callback (run_callbacks)
         remove_unused_columns=False,
         label_names=[],
         include_num_input_tokens_seen="non_padding",
