@@ -5,7 +5,7 @@ Reads the benchmark outputs the stages wrote (``metrics/base``, ``metrics/imitat
 ``metrics/epochs/N``: ``benchmark.json`` and its per-item ``benchmark.samples.jsonl``) and compares them
 with :func:`spag.evaluate.compare.compare_benchmarks`: per benchmark and pooled over all items, the
 paired-bootstrap interval of the accuracy difference, the exact McNemar test and the minimum detectable
-effect at 80% power. :mod:`spag.pipeline.report` puts these into ``report.json``, ``summary.json`` (per epoch,
+effect at 80% power. :mod:`spag.pipeline.report` puts these into ``report.json``, ``details.json`` (per epoch,
 ``reasoning.vs_imitation`` and ``reasoning.vs_base``: the pooled difference with its interval, p-value,
 detectable effect and items) and the plot ``plots/reasoning.csv``.
 """

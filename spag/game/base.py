@@ -27,7 +27,7 @@ What a game is, in this interface's terms:
   in :attr:`Game.skill_causes`. Those are all the hooks rewards need.
 - **Evaluation** scores a game 1 for a win, 1/2 for a game neither won, 0 for a loss or one's own foul
   (the opponent's foul is a win), and splits each role's games by cause (:attr:`Game.parts`: the names
-  under ``outcomes`` in ``metrics/summary.json``).
+  under ``outcomes`` in ``metrics/details.json``).
 - **Strategies** are the game's decode-time helps for a weak teacher or a baseline (Adversarial Taboo's
   coached attacker, Kuhn poker's equilibrium player), wrapped around a player by :meth:`Game.speaker`.
 - **Collapse figures** (:meth:`Game.collapse_metrics`): how varied self-play's replies are, so that a

@@ -311,10 +311,13 @@ TITLES = {
     "exploitability": "Kuhn poker: exploitability (epoch -1 = base, 0 = imitation), beside the twin and CFR",
 }
 # What each panel's y axis measures (a panel draws one unit; Kuhn poker's mass goes on a second axis).
-Y_LABELS = {"vs_imitation": "score, win or foul rate", "selfplay_rates": "rate", "selfplay_lengths": "mean length",
-            "selfplay_collapse": "share or bits", "benchmark": "accuracy", "reasoning": "accuracy difference",
+Y_LABELS = {"vs_imitation": "score, win or foul rate", "selfplay_rates": "rate",
+            "selfplay_lengths": "tokens or words per reply",
+            "selfplay_collapse": "share of replies, or entropy in bits", "benchmark": "accuracy",
+            "reasoning": "accuracy difference",
             "exploitability": "chips a hand"}
-SECOND_AXIS = {"exploitability": (EXPLOITABILITY_SERIES["exact_mass_mean"], "mass on the canonical replies")}
+SECOND_AXIS = {"exploitability": (EXPLOITABILITY_SERIES["exact_mass_mean"], "mass on the canonical replies", (0, 1.05)),
+               "selfplay_lengths": (SELFPLAY_LENGTHS["mean_turns"], SELFPLAY_LENGTHS["mean_turns"], None)}
 # Panels drawn only when they have rows (another game has no strategy).
 OPTIONAL_PANELS = ("exploitability",)
 ZERO_LINES = {"vs_imitation": 0.5, "reasoning": 0.0, "exploitability": 0.0}
@@ -331,13 +334,14 @@ def _draw_series(ax, rows: list[dict], series: str, **style):
 def _draw_panel(ax, stem: str, rows: list[dict]) -> None:
     """One panel: a line per series with its 95% band; a series of :data:`SECOND_AXIS` on a right-hand axis of
     its own; an empty panel says so."""
-    second, label = SECOND_AXIS.get(stem, (None, None))
+    second, label, limits = SECOND_AXIS.get(stem, (None, None, None))
     lines = [_draw_series(ax, rows, series) for series in dict.fromkeys(r["series"] for r in rows) if series != second]
     if any(r["series"] == second for r in rows):
         right = ax.twinx()
         lines.append(_draw_series(right, rows, second, linestyle="--", color="grey"))
         right.set_ylabel(label)
-        right.set_ylim(0, 1.05)
+        if limits:
+            right.set_ylim(*limits)
     if stem in ZERO_LINES:
         ax.axhline(ZERO_LINES[stem], color="grey", linestyle=":", linewidth=1)
     ax.set_title("\n".join(textwrap.wrap(TITLES[stem], 48)), fontsize="medium")
