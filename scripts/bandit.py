@@ -76,6 +76,39 @@ def bandit(model: str | Path, out: Path, rewarded: str, other: str, *, learning_
     return points
 
 
+def card_prompts() -> dict[str, str]:
+    """Kuhn poker's second player facing a bet, holding K and holding J: the prompts differ in the card alone."""
+    return {card: GAME.prompt(SECOND, deal, [{"role": FIRST, "content": "[bet]"}], GAME.Strategies())
+            for card, deal in (("K", "Q-K"), ("J", "Q-J"))}
+
+
+def card_bandit(model: str | Path, out: Path, *, learning_rate: float, steps: int, **train) -> list[dict]:
+    """Whether offline-po can tell two cards apart: calling a bet is rewarded +1 with K and -1 with J, folding
+    the other way round, four rows a step. After each step: P(call) with each card (over the pair [call],
+    [fold]) and their gap, the rise that the experiment's criterion (b) asks of self-play."""
+    from spag.train.trainer import run_training
+
+    prompts = card_prompts()
+    rows = [row for card, sign in (("K", 1.0), ("J", -1.0)) for row in
+            bandit_rows("[call]", "[fold]", prompts[card], copies=1) for row in [{**row, "reward": row["reward"] * sign}]]
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    data = out / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    settings = {"batch_size": 4, "grad_accum": 1, "warmup_ratio": 0.03, "kl_coeff": 0.2, "clip_range": 0.2,
+                "show_progress": False, "live": False, "seed": 0, **train}
+    run_training("offline-po", str(model), data, out / "model", learning_rate=learning_rate, max_steps=steps,
+                 save_steps=1, keep_checkpoints=True, save_total_limit=steps + 1, **settings)
+    points = []
+    for step in range(steps + 1):
+        where = model if step == 0 else out / "model" / "checkpoints" / f"checkpoint-{step}"
+        calls = {card: preference(where, "[call]", "[fold]", prompt)["p"] for card, prompt in prompts.items()}
+        points.append({"step": step, "call_K": calls["K"], "call_J": calls["J"], "gap": calls["K"] - calls["J"]})
+        if 0 < step < steps:
+            shutil.rmtree(where)
+    return points
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="embedded")
@@ -85,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--other", default="[fold]")
     parser.add_argument("--out", type=Path, default=Path("runs/bandit"))
     parser.add_argument("-o", "--output", type=Path, help="the figures as JSON")
+    parser.add_argument("--cards", action="store_true", help="the two-card bandit: call rewarded with K, fold with J")
     args = parser.parse_args(argv)
     model = args.model
     if model == "embedded":
@@ -94,6 +128,18 @@ def main(argv: list[str] | None = None) -> int:
         if not (model / "config.json").exists():
             materialize_base_model(model)
     result = {}
+    if args.cards:
+        for rate in args.learning_rate:
+            points = card_bandit(model, args.out / f"cards-lr-{rate:g}", learning_rate=rate, steps=args.steps)
+            result[f"{rate:g}"] = points
+            print(f"[bandit] cards, lr {rate:g}: P(call | K) - P(call | J) by step "
+                  + " ".join(f"{p['gap']:+.3f}" for p in points)
+                  + f" (K {points[-1]['call_K']:.3f}, J {points[-1]['call_J']:.3f} at the end)", flush=True)
+        if args.output:
+            write_json_atomic(args.output, {"model": str(args.model), "cards": True, "points": result})
+        print(f"[bandit] {len(args.learning_rate)} learning rate(s), {args.steps} steps each"
+              + (f" -> {args.output}" if args.output else ""))
+        return 0
     for rate in args.learning_rate:
         points = bandit(model, args.out / f"lr-{rate:g}", args.rewarded, args.other, learning_rate=rate,
                         steps=args.steps)

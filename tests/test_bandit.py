@@ -79,3 +79,13 @@ def test_the_script_reports_every_step_and_writes_its_figures(tiny, tmp_path, ca
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[bandit]")]
     assert lines[0].startswith("[bandit] lr 2e-05: log-odds by step ") and lines[-1].startswith("[bandit] 1 learning")
     assert not (tmp_path / "runs" / "lr-2e-05" / "model" / "checkpoints" / "checkpoint-1").exists()  # read, deleted
+
+
+def test_the_card_bandit_reads_each_cards_call_at_every_step(tiny, tmp_path):
+    bandit = load_script()
+    prompts = bandit.card_prompts()
+    assert prompts["K"].replace("Your card: K", "Your card: J") == prompts["J"]  # the card is all that differs
+    points = bandit.card_bandit(tiny, tmp_path / "cards", learning_rate=LEARNING_RATE, steps=3)
+    assert [p["step"] for p in points] == [0, 1, 2, 3]
+    assert all(p["gap"] == pytest.approx(p["call_K"] - p["call_J"]) for p in points)
+    assert points[-1]["gap"] > points[0]["gap"]  # the rows push the two cards apart
