@@ -170,6 +170,18 @@ def _file_columns(files: list[str]) -> list[set[str]]:
     return columns
 
 
+# Columns an older episode file may lack: NULL of their type where a file has none.
+OPTIONAL_COLUMNS = (("outcome", "VARCHAR"), ("turns", "BIGINT"), ("attacker_model", "VARCHAR"),
+                    ("defender_model", "VARCHAR"), ("generated_tokens", "BIGINT"), ("truncated_replies", "BIGINT"),
+                    ("game", "VARCHAR"), ("game_settings", "VARCHAR"))
+
+
+def _with_optional_columns(raw: str, types: dict) -> str:
+    """``SELECT`` over ``raw`` with every optional column there, NULL where no file has it."""
+    fill = "".join(f", NULL::{kind} AS {name}" for name, kind in OPTIONAL_COLUMNS if name not in types)
+    return f"SELECT *{fill} FROM {raw}"
+
+
 def register_episodes(con, glob: str = DEFAULT_GLOB, rules: str | None = None) -> list[str]:
     """Create the ``episodes`` view (and ``spag_files``) on ``con``; returns the files it reads.
 
@@ -200,21 +212,7 @@ def register_episodes(con, glob: str = DEFAULT_GLOB, rules: str | None = None) -
         con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {raw})").fetchall()
     )
 
-    fill = [
-        f"NULL::{kind} AS {name}"
-        for name, kind in (
-            ("outcome", "VARCHAR"),
-            ("turns", "BIGINT"),
-            ("attacker_model", "VARCHAR"),
-            ("defender_model", "VARCHAR"),
-            ("generated_tokens", "BIGINT"),
-            ("truncated_replies", "BIGINT"),
-            ("game", "VARCHAR"),
-            ("game_settings", "VARCHAR"),
-        )
-        if name not in types
-    ]
-    base = f"SELECT *{''.join(', ' + f for f in fill)} FROM {raw}"
+    base = _with_optional_columns(raw, types)
     games = sorted(name for (name,) in con.execute(
         f"SELECT DISTINCT coalesce(game, {_sql_string(DEFAULT_GAME)}) FROM ({base})").fetchall())
     con.execute("CREATE OR REPLACE TEMP TABLE spag_games AS SELECT unnest(?::VARCHAR[]) AS game", [games])
