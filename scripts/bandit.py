@@ -1,7 +1,8 @@
 """A two-armed bandit for the trainer: how far one offline-po run moves a model toward a rewarded reply.
 
     python scripts/bandit.py [--model embedded] [--learning-rate 2e-5 ...] [--steps 8] [--out runs/bandit]
-                             [--rewarded "[call]"] [--other "[fold]"]
+                             [--rewarded "[call]"] [--other "[fold]"] [--cards [--card-last]]
+                             [--clip-range C] [--kl-coeff K]
 
 One prompt (Kuhn poker's second player holding J, facing a bet) and two replies: the rewarded one (+1) and
 the other (-1), each row twice (a batch of 4, the pipeline's). ``spag train --method offline-po`` runs
@@ -76,19 +77,27 @@ def bandit(model: str | Path, out: Path, rewarded: str, other: str, *, learning_
     return points
 
 
-def card_prompts() -> dict[str, str]:
-    """Kuhn poker's second player facing a bet, holding K and holding J: the prompts differ in the card alone."""
+# A format variant for the card bandit: the card said again as the prompt's last words, next to the reply,
+# where Kuhn poker's prompt names it once, three lines before.
+CARD_LAST = "\nYou hold {card}: [call] or [fold]?"
+
+
+def card_prompts(card_last: bool = False) -> dict[str, str]:
+    """Kuhn poker's second player facing a bet, holding K and holding J: the prompts differ in the card alone
+    (``card_last``: the card said again at the very end, :data:`CARD_LAST`)."""
     return {card: GAME.prompt(SECOND, deal, [{"role": FIRST, "content": "[bet]"}], GAME.Strategies())
+            + (CARD_LAST.format(card=card) if card_last else "")
             for card, deal in (("K", "Q-K"), ("J", "Q-J"))}
 
 
-def card_bandit(model: str | Path, out: Path, *, learning_rate: float, steps: int, **train) -> list[dict]:
+def card_bandit(model: str | Path, out: Path, *, learning_rate: float, steps: int, card_last: bool = False,
+                **train) -> list[dict]:
     """Whether offline-po can tell two cards apart: calling a bet is rewarded +1 with K and -1 with J, folding
     the other way round, four rows a step. After each step: P(call) with each card (over the pair [call],
     [fold]) and their gap, the rise that the experiment's criterion (b) asks of self-play."""
     from spag.train.trainer import run_training
 
-    prompts = card_prompts()
+    prompts = card_prompts(card_last)
     rows = [row for card, sign in (("K", 1.0), ("J", -1.0)) for row in
             bandit_rows("[call]", "[fold]", prompts[card], copies=1) for row in [{**row, "reward": row["reward"] * sign}]]
     shutil.rmtree(out, ignore_errors=True)
@@ -119,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/bandit"))
     parser.add_argument("-o", "--output", type=Path, help="the figures as JSON")
     parser.add_argument("--cards", action="store_true", help="the two-card bandit: call rewarded with K, fold with J")
+    parser.add_argument("--card-last", action="store_true", help="--cards: the card said again at the prompt's end")
+    parser.add_argument("--clip-range", type=float, help="spag.clip_range (default the pipeline's 0.2)")
+    parser.add_argument("--kl-coeff", type=float, help="spag.kl_coeff (default the pipeline's 0.2)")
     args = parser.parse_args(argv)
     model = args.model
     if model == "embedded":
@@ -128,21 +140,25 @@ def main(argv: list[str] | None = None) -> int:
         if not (model / "config.json").exists():
             materialize_base_model(model)
     result = {}
+    train = {key: value for key, value in (("clip_range", args.clip_range), ("kl_coeff", args.kl_coeff))
+             if value is not None}
     if args.cards:
         for rate in args.learning_rate:
-            points = card_bandit(model, args.out / f"cards-lr-{rate:g}", learning_rate=rate, steps=args.steps)
+            points = card_bandit(model, args.out / f"cards-lr-{rate:g}", learning_rate=rate, steps=args.steps,
+                                 card_last=args.card_last, **train)
             result[f"{rate:g}"] = points
             print(f"[bandit] cards, lr {rate:g}: P(call | K) - P(call | J) by step "
                   + " ".join(f"{p['gap']:+.3f}" for p in points)
                   + f" (K {points[-1]['call_K']:.3f}, J {points[-1]['call_J']:.3f} at the end)", flush=True)
         if args.output:
-            write_json_atomic(args.output, {"model": str(args.model), "cards": True, "points": result})
+            write_json_atomic(args.output, {"model": str(args.model), "cards": True, "card_last": args.card_last,
+                                            "train": train, "points": result})
         print(f"[bandit] {len(args.learning_rate)} learning rate(s), {args.steps} steps each"
               + (f" -> {args.output}" if args.output else ""))
         return 0
     for rate in args.learning_rate:
         points = bandit(model, args.out / f"lr-{rate:g}", args.rewarded, args.other, learning_rate=rate,
-                        steps=args.steps)
+                        steps=args.steps, **train)
         result[f"{rate:g}"] = points
         steps = " ".join(f"{p['log_odds']:+.2f}" for p in points)
         moved = max(points[k + 1]["log_odds"] - points[k]["log_odds"] for k in range(len(points) - 1))

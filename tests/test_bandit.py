@@ -89,3 +89,11 @@ def test_the_card_bandit_reads_each_cards_call_at_every_step(tiny, tmp_path):
     assert [p["step"] for p in points] == [0, 1, 2, 3]
     assert all(p["gap"] == pytest.approx(p["call_K"] - p["call_J"]) for p in points)
     assert points[-1]["gap"] > points[0]["gap"]  # the rows push the two cards apart
+
+
+def test_the_card_last_format_says_the_card_again_at_the_prompts_end():
+    bandit = load_script()
+    plain, last = bandit.card_prompts(), bandit.card_prompts(card_last=True)
+    for card in ("K", "J"):
+        assert last[card] == plain[card] + f"\nYou hold {card}: [call] or [fold]?"
+    assert last["K"].replace("Your card: K", "Your card: J").replace("hold K", "hold J") == last["J"]
