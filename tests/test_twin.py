@@ -114,6 +114,22 @@ def test_with_chips_for_both_players_the_twin_falls_below_the_never_fold_floor()
         assert [p["hands"] for p in points[1:]] == [96] * 4
 
 
+def test_a_card_blind_twin_stays_on_the_floor_that_the_twin_passes():
+    """With one update for J, Q and K (the model's shared weights in the limit) the same chips loop from
+    uniform keeps the three cards alike and never passes 1/3, the floor of every profile that plays its cards
+    alike, where the twin of 12 free logits falls below it (the test above) on the same hands' seeds."""
+    blind = loop(epochs=4, reward={"payoff": "chips"}, card_blind=True)
+    for seed in range(3):
+        points = run_twin(UNIFORM, blind, seed)
+        for point in points:
+            assert point["exploitability"] >= 1 / 3 - 1e-9
+            p = point["probabilities"]
+            for player, history in (("first", "opening"), ("second", "bet"), ("second", "check"),
+                                    ("first", "check,bet")):
+                assert p[f"{player} J {history}"] == pytest.approx(p[f"{player} K {history}"], abs=1e-12)
+        assert points[-1]["probabilities"] != points[0]["probabilities"]  # it moves, card-blind
+
+
 def test_online_self_play_updates_at_every_step_of_its_own_hands():
     online = loop(epochs=2, reward={"payoff": "chips"}, spag={"method": "online"})
     points = run_twin(UNIFORM, online, 0)

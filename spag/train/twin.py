@@ -27,8 +27,9 @@ What the twin leaves out, by construction: the language (a rule-breaking reply, 
 log-likelihood that is a mean over a reply's tokens: a twin's row is its action's log-probability), the
 general SFT rows (no language to keep; ``spag.sft_coeff`` has nothing to act on) and the sharing between
 information sets that a model's weights bring (a model moves J, Q and K together; the twin's 12 logits move
-apart). Its learning rate is its own (``twin.learning_rate``): the model's moves weights, the twin's moves
-logits, and no rate maps one onto the other.
+apart; ``card_blind`` gives the three cards of a history one update, the other limit). Its learning rate is
+its own (``twin.learning_rate``): the model's moves weights, the twin's moves logits, and no rate maps one
+onto the other.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class TwinLoop:
     spag: Spag
     online: Online
     learning_rate: float      # twin.learning_rate
+    card_blind: bool = False  # every update the same at J, Q and K (a diagnosis: :func:`card_blind_gradient`)
 
     @classmethod
     def of(cls, settings: Settings) -> TwinLoop:
@@ -86,6 +88,19 @@ class TwinLoop:
 
 
 # ------------------------------------------------------------------------------------------ the policy
+
+
+_HISTORY = {history: n for n, history in enumerate(dict.fromkeys(history for _, history in KEYS))}
+_GROUP = torch.tensor([_HISTORY[history] for _, history in KEYS])  # each logit's history, its cards pooled
+
+
+def card_blind_gradient(grad: torch.Tensor) -> torch.Tensor:
+    """The gradient of the 12 logits with each history's three cards given their mean: the update a policy
+    makes when it cannot tell J, Q and K apart (four logits, one per history, in the limit of full sharing).
+    The logits' differences between cards then stay as the start had them."""
+    pooled = torch.zeros(len(_HISTORY), dtype=grad.dtype).index_add_(0, _GROUP, grad)
+    counts = torch.bincount(_GROUP, minlength=len(_HISTORY)).to(grad.dtype)
+    return (pooled / counts)[_GROUP]
 
 
 def logits_of(profile: Mapping[Key, float]) -> torch.Tensor:
@@ -261,6 +276,8 @@ def run_twin(start: Mapping[Key, float], loop: TwinLoop, seed: int) -> list[dict
     hands played, the folds among their actions and the optimiser steps."""
     game = KuhnPoker(KuhnSettings(max_turns=loop.max_turns))
     logits = logits_of(start).requires_grad_(True)
+    if loop.card_blind:
+        logits.register_hook(card_blind_gradient)
     generator = torch.Generator().manual_seed(seed)
     points = [_point(0, logits)]
     for epoch in range(1, loop.epochs + 1):
