@@ -97,3 +97,23 @@ def test_the_card_last_format_says_the_card_again_at_the_prompts_end():
     for card in ("K", "J"):
         assert last[card] == plain[card] + f"\nYou hold {card}: [call] or [fold]?"
     assert last["K"].replace("Your card: K", "Your card: J").replace("hold K", "hold J") == last["J"]
+
+
+def test_the_overlap_names_twelve_information_sets_and_a_symmetric_cosine(tiny, tmp_path, capsys):
+    bandit = load_script()
+    prompts = bandit.information_set_prompts()
+    assert len(prompts) == 12  # four situations, three cards each
+    assert sorted({bandit._history(name) for name in prompts}) == [
+        "first check,bet", "first opening", "second bet", "second check"]
+    assert prompts["second K bet"][0].replace("Your card: K", "Your card: J") == prompts["second J bet"][0]
+    output = tmp_path / "overlap.json"
+    assert bandit.main(["--model", str(tiny), "--overlap", "-o", str(output)]) == 0
+    figures = json.loads(output.read_text())
+    cosine = figures["cosine"]
+    assert len(figures["information_sets"]) == 12
+    for i, j in itertools.product(range(12), repeat=2):
+        assert cosine[i][j] == pytest.approx(cosine[j][i])
+        assert -1 - 1e-9 <= cosine[i][j] <= 1 + 1e-9
+    assert all(cosine[i][i] == pytest.approx(1.0) for i in range(12))
+    assert not all(cosine[i][j] == pytest.approx(1.0) for i in range(12) for j in range(i))  # sets differ
+    assert capsys.readouterr().out.splitlines()[-1].startswith("[bandit] gradient cosine")
