@@ -426,9 +426,10 @@ def _secondary(runs: list[dict], last: int) -> dict:
     return secondary
 
 
-def twin_of_cell(design: dict, out: Path, start: str, arm: str, runs: list[dict]) -> dict:
+def twin_of_cell(design: dict, out: Path, start: str, arm: str, runs: list[dict], card_blind: bool = False) -> dict:
     """The tabular twin of one cell at each of the design's learning rates (``twin.learning_rate`` and the
-    arm's ``twin.matched``), on the cell's settings and seeds, from the start's exact probabilities."""
+    arm's ``twin.matched``), on the cell's settings and seeds, from the start's exact probabilities. With
+    ``card_blind`` also each rate's card-blind twin (one update for J, Q and K: a diagnosis, not registered)."""
     from spag.train.twin import TwinLoop, run_twin
 
     twin, criteria = design["twin"], design.get("criteria")
@@ -438,17 +439,20 @@ def twin_of_cell(design: dict, out: Path, start: str, arm: str, runs: list[dict]
     rates = {"default": twin["learning_rate"]}
     if arm in twin.get("matched", {}):
         rates["matched"] = twin["matched"][arm]
+    variants = [(name, rate, False) for name, rate in rates.items()]
+    if card_blind:
+        variants += [(f"{name}, card-blind", rate, True) for name, rate in rates.items()]
     result = {}
-    for name, rate in rates.items():
+    for name, rate, blind in variants:
         per_seed = []
         for seed in design["seeds"]:
             loop = dataclasses.replace(TwinLoop.of(load_settings(_params_file(out, start, arm, seed, design))),
-                                       learning_rate=rate)
+                                       learning_rate=rate, card_blind=blind)
             points = run_twin(profile, loop, seed)
             per_seed.append({"seed": seed, "points": points,
                              "call_gap": [call_gap(p["probabilities"]) for p in points]})
         curve = [t_interval([s["points"][n]["exploitability"] for s in per_seed]) for n in range(design["epochs"] + 1)]
-        entry = {"learning_rate": rate, "runs": per_seed, "curve": curve}
+        entry = {"learning_rate": rate, "card_blind": blind, "runs": per_seed, "curve": curve}
         if criteria:
             entry["criteria"] = judge_criteria([{"start": s["points"][0]["exploitability"],
                                                  "last": s["points"][-1]["exploitability"],
@@ -481,8 +485,9 @@ def cfr_reference(epochs: int) -> dict:
     return {"start": all_figures(constant(0.5))["chips"]["exploitability"], "curve": curve, "after": marks}
 
 
-def summarise(design: dict, out: Path) -> dict:
-    """Per starting point and arm: every run's figures, the curve, the criteria and the twin."""
+def summarise(design: dict, out: Path, card_blind: bool = False) -> dict:
+    """Per starting point and arm: every run's figures, the curve, the criteria and the twin (with
+    ``card_blind``, its card-blind variants too)."""
     last = design["epochs"]
     criteria = design.get("criteria")
     cells = {}
@@ -504,7 +509,7 @@ def summarise(design: dict, out: Path) -> dict:
                           "gap_start": r["call_gap"]["start"], "gap_last": r["call_gap"][r["last"]]} for r in runs],
                         criteria, len(design["seeds"]))
             if "twin" in design and (out / "starts" / start / "metrics" / "start" / "strategy.jsonl").exists():
-                cell["twin"] = twin_of_cell(design, out, start, arm, runs)
+                cell["twin"] = twin_of_cell(design, out, start, arm, runs, card_blind)
             if runs or "twin" in cell:
                 cells[f"{start}/{arm}"] = cell
     result = {"design": design, "equilibrium": all_figures(equilibrium()), "cells": cells}
@@ -584,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-models", action="store_true")
     parser.add_argument("-o", "--output", type=Path, help="summarise: the JSON")
     parser.add_argument("--overwrite", action="store_true", help="summarise: replace -o if this script wrote it")
+    parser.add_argument("--card-blind", action="store_true",
+                        help="summarise: also the card-blind twin at each rate (a diagnosis, not registered)")
     args = parser.parse_args(argv)
     out = args.out.resolve()
     try:
@@ -593,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if (out / "design.json").exists():
             hold_design(design, out)
-        result = summarise(design, out)
+        result = summarise(design, out, args.card_blind)
         if args.output:
             write_json_atomic(args.output, result, replace="ours" if args.overwrite else "no")
     except (DesignError, OutputRefused) as exc:

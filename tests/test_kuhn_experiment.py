@@ -162,6 +162,21 @@ def test_a_toy_experiment_runs_resumes_and_is_summarised(tmp_path, monkeypatch):
     assert [len(t["runs"]) for t in twin.values()] == [2, 2] and len(twin["default"]["curve"]) == 2
     assert twin["default"]["runs"][0]["points"][1]["hands"] == 4
     assert set(result["cells"]["all_moves/online"]["twin"]) == {"default"}
+    # --card-blind: each rate's card-blind twin beside it, whose cards keep the start's differences in logit
+    blind = ke.summarise(design, moved, card_blind=True)["cells"]["all_moves/chips"]["twin"]
+    assert set(blind) == {"default", "matched", "default, card-blind", "matched, card-blind"}
+    assert blind["default"]["curve"] == twin["default"]["curve"] and blind["matched, card-blind"]["card_blind"]
+
+    def logit_gaps(probabilities):
+        logit = {k: math.log(p / (1 - p)) for k, p in probabilities.items()}
+        return [logit[f"{seat} K {history}"] - logit[f"{seat} J {history}"]
+                for seat, history in (("first", "opening"), ("first", "check,bet"), ("second", "check"),
+                                      ("second", "bet"))]
+
+    for seed in blind["default, card-blind"]["runs"]:
+        first, last = seed["points"][0]["probabilities"], seed["points"][-1]["probabilities"]
+        assert logit_gaps(last) == pytest.approx(logit_gaps(first), abs=1e-4)
+        assert last != first  # it moved, alike for every card
     assert len(result["cfr"]["curve"]) == 1 and result["cfr"]["after"]["1000"] < 0.01
     assert result["equilibrium"]["chips"]["exploitability"] == pytest.approx(0, abs=1e-12)
     table = ke.markdown(result)
