@@ -20,7 +20,6 @@ a tiny random model.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shutil
 import sys
@@ -31,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from spag.game.kuhn import FIRST, SECOND, KuhnPoker
 from spag.players import close_player, load_player
-from spag.runtime.outputs import write_json_atomic
+from spag.runtime.errors import DataError
+from spag.runtime.outputs import prepare_output_dir, write_json_atomic, write_jsonl_atomic
 
 GAME = KuhnPoker()
 PROMPT = GAME.prompt(SECOND, "J-K", [{"role": FIRST, "content": "[bet]"}], GAME.Strategies())
@@ -54,16 +54,22 @@ def bandit_rows(rewarded: str, other: str, prompt: str = PROMPT, copies: int = 2
             for _ in range(copies) for reply, reward in ((rewarded, 1.0), (other, -1.0))]
 
 
+def _fresh_folder(out: Path, rows: list[dict]) -> Path:
+    """``out`` cleared of what an earlier bandit run wrote there (a folder of anyone else's files is refused,
+    :class:`OutputRefused`), marked as the bandit's, with ``rows`` as its training set; returns that file."""
+    prepare_output_dir(out, "bandit", overwrite=True)
+    data = out / "rows.jsonl"
+    write_jsonl_atomic(data, rows)
+    return data
+
+
 def bandit(model: str | Path, out: Path, rewarded: str, other: str, *, learning_rate: float, steps: int,
            prompt: str = PROMPT, **train) -> list[dict]:
     """One offline-po run of ``steps`` steps on the bandit's rows from ``model``: the preference at the start
     (step 0) and after every step. ``train``: other ``spag train`` settings (the pipeline's by default)."""
     from spag.train.trainer import run_training
 
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    data = out / "rows.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in bandit_rows(rewarded, other, prompt)), encoding="utf-8")
+    data = _fresh_folder(out, bandit_rows(rewarded, other, prompt))
     settings = {"batch_size": 4, "grad_accum": 1, "warmup_ratio": 0.03, "kl_coeff": 0.2, "clip_range": 0.2,
                 "show_progress": False, "live": False, "seed": 0, **train}
     run_training("offline-po", str(model), data, out / "model", learning_rate=learning_rate, max_steps=steps,
@@ -100,10 +106,7 @@ def card_bandit(model: str | Path, out: Path, *, learning_rate: float, steps: in
     prompts = card_prompts(card_last)
     rows = [row for card, sign in (("K", 1.0), ("J", -1.0)) for row in
             bandit_rows("[call]", "[fold]", prompts[card], copies=1) for row in [{**row, "reward": row["reward"] * sign}]]
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    data = out / "rows.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    data = _fresh_folder(out, rows)
     settings = {"batch_size": 4, "grad_accum": 1, "warmup_ratio": 0.03, "kl_coeff": 0.2, "clip_range": 0.2,
                 "show_progress": False, "live": False, "seed": 0, **train}
     run_training("offline-po", str(model), data, out / "model", learning_rate=learning_rate, max_steps=steps,
@@ -196,6 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clip-range", type=float, help="spag.clip_range (default the pipeline's 0.2)")
     parser.add_argument("--kl-coeff", type=float, help="spag.kl_coeff (default the pipeline's 0.2)")
     args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except DataError as exc:  # an output folder that is not the bandit's, a bad model path
+        print(f"[bandit] error: {exc}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
     model = args.model
     if model == "embedded":
         from spag.models.embedded import materialize_base_model

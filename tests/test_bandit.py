@@ -117,3 +117,19 @@ def test_the_overlap_names_twelve_information_sets_and_a_symmetric_cosine(tiny, 
     assert all(cosine[i][i] == pytest.approx(1.0) for i in range(12))
     assert not all(cosine[i][j] == pytest.approx(1.0) for i in range(12) for j in range(i))  # sets differ
     assert capsys.readouterr().out.splitlines()[-1].startswith("[bandit] gradient cosine")
+
+
+def test_the_bandit_replaces_only_its_own_earlier_output(tiny, tmp_path, capsys):
+    bandit = load_script()
+    runs = tmp_path / "runs"
+    notes = runs / "lr-2e-05" / "notes.txt"  # a folder of someone else's files where a run would write
+    notes.parent.mkdir(parents=True)
+    notes.write_text("mine")
+    argv = ["--model", str(tiny), "--learning-rate", "2e-5", "--steps", "1", "--out", str(runs), "--other", OTHER]
+    assert bandit.main(argv) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "lr-2e-05" in error[0] and "refusing" in error[0]
+    assert notes.read_text() == "mine"
+    notes.unlink()
+    assert bandit.main(argv) == 0 and bandit.main(argv) == 0  # a second run replaces the first's output
+    assert (runs / "lr-2e-05" / "rows.jsonl").read_text().count("\n") == 4
