@@ -54,29 +54,32 @@ def bandit_rows(rewarded: str, other: str, prompt: str = PROMPT, copies: int = 2
             for _ in range(copies) for reply, reward in ((rewarded, 1.0), (other, -1.0))]
 
 
-def _fresh_folder(out: Path, rows: list[dict]) -> Path:
-    """``out`` cleared of what an earlier bandit run wrote there (a folder of anyone else's files is refused,
-    :class:`OutputRefused`), marked as the bandit's, with ``rows`` as its training set; returns that file."""
+def _train(model: str | Path, out: Path, rows: list[dict], *, learning_rate: float, steps: int, **train) -> Path:
+    """``steps`` offline-po steps on ``rows`` from ``model``, every step's checkpoint kept, into ``out``: cleared
+    first of what an earlier bandit run wrote there (a folder of anyone else's files is refused,
+    :class:`OutputRefused`). ``train``: other ``spag train`` settings (the pipeline's by default). Returns the
+    folder of the checkpoints."""
+    from spag.train.trainer import run_training
+
     prepare_output_dir(out, "bandit", overwrite=True)
     data = out / "rows.jsonl"
     write_jsonl_atomic(data, rows)
-    return data
+    settings = {"batch_size": 4, "grad_accum": 1, "warmup_ratio": 0.03, "kl_coeff": 0.2, "clip_range": 0.2,
+                "show_progress": False, "live": False, "seed": 0, **train}
+    run_training("offline-po", str(model), data, out / "model", learning_rate=learning_rate, max_steps=steps,
+                 save_steps=1, keep_checkpoints=True, save_total_limit=steps + 1, **settings)
+    return out / "model" / "checkpoints"
 
 
 def bandit(model: str | Path, out: Path, rewarded: str, other: str, *, learning_rate: float, steps: int,
            prompt: str = PROMPT, **train) -> list[dict]:
     """One offline-po run of ``steps`` steps on the bandit's rows from ``model``: the preference at the start
     (step 0) and after every step. ``train``: other ``spag train`` settings (the pipeline's by default)."""
-    from spag.train.trainer import run_training
-
-    data = _fresh_folder(out, bandit_rows(rewarded, other, prompt))
-    settings = {"batch_size": 4, "grad_accum": 1, "warmup_ratio": 0.03, "kl_coeff": 0.2, "clip_range": 0.2,
-                "show_progress": False, "live": False, "seed": 0, **train}
-    run_training("offline-po", str(model), data, out / "model", learning_rate=learning_rate, max_steps=steps,
-                 save_steps=1, keep_checkpoints=True, save_total_limit=steps + 1, **settings)
+    checkpoints = _train(model, out, bandit_rows(rewarded, other, prompt), learning_rate=learning_rate,
+                         steps=steps, **train)
     points = [{"step": 0, **preference(model, rewarded, other, prompt)}]
     for step in range(1, steps + 1):
-        checkpoint = out / "model" / "checkpoints" / f"checkpoint-{step}"
+        checkpoint = checkpoints / f"checkpoint-{step}"
         points.append({"step": step, **preference(checkpoint, rewarded, other, prompt)})
         if step < steps:
             shutil.rmtree(checkpoint)  # 1.5 GB a step at 135M, with the optimiser's state
@@ -101,19 +104,13 @@ def card_bandit(model: str | Path, out: Path, *, learning_rate: float, steps: in
     """Whether offline-po can tell two cards apart: calling a bet is rewarded +1 with K and -1 with J, folding
     the other way round, four rows a step. After each step: P(call) with each card (over the pair [call],
     [fold]) and their gap, the rise that the experiment's criterion (b) asks of self-play."""
-    from spag.train.trainer import run_training
-
     prompts = card_prompts(card_last)
     rows = [row for card, sign in (("K", 1.0), ("J", -1.0)) for row in
             bandit_rows("[call]", "[fold]", prompts[card], copies=1) for row in [{**row, "reward": row["reward"] * sign}]]
-    data = _fresh_folder(out, rows)
-    settings = {"batch_size": 4, "grad_accum": 1, "warmup_ratio": 0.03, "kl_coeff": 0.2, "clip_range": 0.2,
-                "show_progress": False, "live": False, "seed": 0, **train}
-    run_training("offline-po", str(model), data, out / "model", learning_rate=learning_rate, max_steps=steps,
-                 save_steps=1, keep_checkpoints=True, save_total_limit=steps + 1, **settings)
+    checkpoints = _train(model, out, rows, learning_rate=learning_rate, steps=steps, **train)
     points = []
     for step in range(steps + 1):
-        where = model if step == 0 else out / "model" / "checkpoints" / f"checkpoint-{step}"
+        where = model if step == 0 else checkpoints / f"checkpoint-{step}"
         calls = {card: preference(where, "[call]", "[fold]", prompt)["p"] for card, prompt in prompts.items()}
         points.append({"step": step, "call_K": calls["K"], "call_J": calls["J"], "gap": calls["K"] - calls["J"]})
         if 0 < step < steps:
@@ -201,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return run(args)
-    except DataError as exc:  # an output folder that is not the bandit's, a bad model path
+    except DataError as exc:  # an output folder that is not the bandit's
         print(f"[bandit] error: {exc}", file=sys.stderr)
         return 2
 
