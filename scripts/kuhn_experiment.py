@@ -3,6 +3,8 @@
     python scripts/kuhn_experiment.py run [--design experiments/kuhn-positive-control.yaml] [--out runs/kuhn]
                                           [--only START-ARM-SEED,...] [--keep-models]
     python scripts/kuhn_experiment.py summarise [--design ...] [--out runs/kuhn] [-o results.json [--overwrite]]
+                                                [--merge earlier-results.json]
+    python scripts/kuhn_experiment.py starts [--design ...] [--out runs/kuhn] [-o starts.json [--overwrite]]
 
 ``run`` trains each starting point once (the teacher's hands and imitation, in ``OUT/starts/START``), then
 plays every run the design names, seed by seed (all starting points and arms of seed 0, then of seed 1, ...;
@@ -22,7 +24,12 @@ seeds), the criteria of the design (``criteria``: the change paired by seed, the
 J's, the runs below the never-fold floor) and, where the design names a ``twin``, the tabular twin of every
 arm on the runs' own settings and seeds (:mod:`spag.train.twin`) with the same criteria, beside CFR
 (:mod:`spag.game.kuhn.cfr`). ``-o`` writes it as JSON (a file already there only with ``--overwrite``, and only
-one this script wrote); a Markdown table goes to stdout.
+one this script wrote); a Markdown table goes to stdout. ``--merge`` takes the runs of an earlier summary of the
+same design for every run not finished in ``OUT`` (a run's folder lost, its figures kept), so that seeds run
+in different sittings are summarised together; the twin is recomputed.
+
+``starts`` trains every starting point of the design (as ``run`` does, nothing more) and prints each one's 12
+exact probabilities as a table, with its exploitability; ``-o`` writes them as JSON.
 
 The design file is the pre-registration: its keys are read here and nowhere else. ``SPAG_KUHN_MODEL`` (a model
 folder) replaces the base model: the tests run the whole script on a tiny random model.
@@ -47,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from spag.config import apply_overrides, load_settings, to_yaml, validate
-from spag.evaluate.strategy import FIGURES, exact_rows, exploitability_report, played_rows, profile_of
+from spag.evaluate.strategy import FIGURES, exact_rows, exploitability_report, played_rows, profile_of, strategy_table
 from spag.evaluate.strategy import write_strategy as write_rows_and_report
 from spag.game.kuhn.cfr import cfr_curve
 from spag.game.kuhn.exploitability import all_figures, constant, equilibrium
@@ -485,16 +492,31 @@ def cfr_reference(epochs: int) -> dict:
     return {"start": all_figures(constant(0.5))["chips"]["exploitability"], "curve": curve, "after": marks}
 
 
-def summarise(design: dict, out: Path, card_blind: bool = False) -> dict:
+def _earlier_runs(earlier: dict | None, design: dict, cell: str) -> dict[int, dict]:
+    """``{seed: run}`` of one cell of an earlier summary (``--merge``), which must be of the same design."""
+    if earlier is None:
+        return {}
+    if earlier.get("design") != design:
+        raise DesignError("--merge: that summary was made under another design")
+    return {r["seed"]: r for r in earlier.get("cells", {}).get(cell, {}).get("runs", [])}
+
+
+def summarise(design: dict, out: Path, card_blind: bool = False, earlier: dict | None = None) -> dict:
     """Per starting point and arm: every run's figures, the curve, the criteria and the twin (with
-    ``card_blind``, its card-blind variants too)."""
+    ``card_blind``, its card-blind variants too). ``earlier``: a summary of the same design whose runs stand in
+    for those not finished in ``out``."""
     last = design["epochs"]
     criteria = design.get("criteria")
     cells = {}
     for start in design["starts"]:
         for arm in design["arms"]:
-            runs = [_run_summary(design, root, seed) for seed in design["seeds"]
-                    if _done(root := out / "runs" / f"{start}-{arm}-{seed}", "finished")]
+            kept = _earlier_runs(earlier, design, f"{start}/{arm}")
+            runs = []
+            for seed in design["seeds"]:
+                if _done(root := out / "runs" / f"{start}-{arm}-{seed}", "finished"):
+                    runs.append(_run_summary(design, root, seed))
+                elif seed in kept:
+                    runs.append(kept[seed])
             cell = {"runs": runs}
             if runs:
                 test = t_interval([r["difference"] for r in runs])
@@ -515,6 +537,27 @@ def summarise(design: dict, out: Path, card_blind: bool = False) -> dict:
     result = {"design": design, "equilibrium": all_figures(equilibrium()), "cells": cells}
     if "twin" in design:
         result["cfr"] = cfr_reference(last)
+    return result
+
+
+def starts(design: dict, out: Path) -> dict:
+    """Train every starting point of the design and read its exact strategy: ``{start: {"probabilities",
+    "figures", "rows", "seconds"}}``, where ``seconds`` is the training's (0 for a start trained before)."""
+    prepare_start(design, out, BASE)
+    result = {}
+    for start in design["starts"]:
+        began = time.perf_counter()
+        root = prepare_start(design, out, start)
+        folder = root / "metrics" / "start"
+        if not (folder / FIGURES).exists():
+            write_strategy(folder, read_strategy(start_checkpoint(root, start), root / "params.yaml", 0, design,
+                                                 played=False))
+        rows = [json.loads(line) for line in (folder / "strategy.jsonl").read_text().splitlines()]
+        result[start] = {"probabilities": _probabilities(folder, "exact"), "figures": _figures(folder)["exact"],
+                         "rows": rows, "seconds": round(time.perf_counter() - began, 1),
+                         "overrides": design["starts"][start]}
+        print(f"[kuhn_experiment] start {start}:\n{strategy_table([r for r in rows if r['way'] == 'exact'])}",
+              flush=True)
     return result
 
 
@@ -580,9 +623,19 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _read_earlier(path: Path) -> dict:
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DesignError(f"--merge: {path}: cannot be read as JSON ({type(exc).__name__})") from None
+    if not isinstance(earlier, dict) or not isinstance(earlier.get("cells"), dict):
+        raise DesignError(f"--merge: {path}: not a summary of this script (no cells)")
+    return earlier
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("run", "summarise"))
+    parser.add_argument("command", choices=("run", "summarise", "starts"))
     parser.add_argument("--design", type=Path, default=ROOT / "experiments" / "kuhn-positive-control.yaml")
     parser.add_argument("--out", type=Path, default=Path("runs/kuhn"))
     parser.add_argument("--only", help="comma-separated runs START-ARM-SEED")
@@ -591,6 +644,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="summarise: replace -o if this script wrote it")
     parser.add_argument("--card-blind", action="store_true",
                         help="summarise: also the card-blind twin at each rate (a diagnosis, not registered)")
+    parser.add_argument("--merge", type=Path, help="summarise: an earlier summary whose runs stand in for "
+                        "those not finished in --out")
     args = parser.parse_args(argv)
     out = args.out.resolve()
     try:
@@ -598,9 +653,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             run(design, out, args.only.split(",") if args.only else None, args.keep_models)
             return 0
-        if (out / "design.json").exists():
+        if (out / "design.json").exists() or args.command == "starts":
             hold_design(design, out)
-        result = summarise(design, out, args.card_blind)
+        if args.command == "starts":
+            result = starts(design, out)
+            if args.output:
+                write_json_atomic(args.output, result, replace="ours" if args.overwrite else "no")
+            print(f"[kuhn_experiment] {len(result)} starts in {out}" + (f" -> {args.output}" if args.output else ""))
+            return 0
+        earlier = _read_earlier(args.merge) if args.merge else None
+        result = summarise(design, out, args.card_blind, earlier)
         if args.output:
             write_json_atomic(args.output, result, replace="ours" if args.overwrite else "no")
     except (DesignError, OutputRefused) as exc:

@@ -190,6 +190,19 @@ def test_a_toy_experiment_runs_resumes_and_is_summarised(tmp_path, monkeypatch):
     fresh = tmp_path / "fresh.json"
     assert ke.main(["summarise", "--design", str(path), "--out", str(moved), "-o", str(fresh)]) == 0
     assert ke.main(["summarise", "--design", str(path), "--out", str(moved), "-o", str(fresh), "--overwrite"]) == 0
+    # --merge: an earlier summary's runs stand in for runs whose folders are gone; none under another design
+    earlier = json.loads(fresh.read_text())
+    merged = ke.summarise(design, tmp_path / "later", earlier=earlier)["cells"]["all_moves/chips"]
+    assert merged["runs"] == earlier["cells"]["all_moves/chips"]["runs"] and merged["test"]["n"] == 1
+    with pytest.raises(ke.DesignError, match="--merge: that summary was made under another design"):
+        ke.summarise({**design, "seeds": [0]}, tmp_path / "later", earlier=earlier)
+    # starts: each start's 12 exact probabilities, the ones the runs started from
+    trained = ke.starts(design, moved)["all_moves"]
+    assert len(trained["probabilities"]) == 12
+    assert trained["probabilities"] == pytest.approx(twin["default"]["runs"][0]["points"][0]["probabilities"])
+    assert trained["figures"]["chips"]["exploitability"] == pytest.approx(
+        json.loads((moved / "starts" / "all_moves" / "metrics" / "start" / "exploitability.json").read_text())
+        ["exact"]["chips"]["exploitability"])
     # a run or a summary under another design is refused: the runs were made under this one
     design["epochs"] = 2
     path.write_text(yaml.safe_dump(design))
