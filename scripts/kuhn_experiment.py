@@ -54,12 +54,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from spag.config import apply_overrides, load_settings, to_yaml, validate
-from spag.evaluate.strategy import FIGURES, exact_rows, exploitability_report, played_rows, profile_of, strategy_table
+from spag.evaluate.strategy import (
+    FIGURES,
+    exact_rows,
+    exploitability_report,
+    played_rows,
+    profile_of,
+    strategy_table,
+)
 from spag.evaluate.strategy import write_strategy as write_rows_and_report
 from spag.game.kuhn.cfr import cfr_curve
 from spag.game.kuhn.exploitability import all_figures, constant, equilibrium
+from spag.pipeline.context import Layout
 from spag.pipeline.evaluation import evaluation_config
-from spag.pipeline.run import Layout, run_stage
+from spag.pipeline.run import run_stage
 from spag.pipeline.stages.base_model import base_model
 from spag.pipeline.stages.imitate import imitate
 from spag.pipeline.stages.imitation_data import imitation_data

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, model_validator
 
-from spag.game.registry import DEFAULT_GAME, GAMES, game_class
+from spag.game.cards import CARDS, DEFAULT_GAME, game_card
 from spag.players.options import BACKEND_OPTIONS, HFOptions, OpenAIOptions, VLLMOptions
 from spag.runtime.errors import ParamsError
 from spag.schema import DEVICE_PATTERN, SEED_MAX, CommandLine, PathStr, Section, knob, read_yaml, shown_url
@@ -98,7 +98,7 @@ def _game_name(value: Any) -> str:
 
 
 # The ``game:`` section: the settings of the game ``game.name`` names (each game declares its own class).
-GameSection = Annotated[Union[tuple(Annotated[cls.Settings, Tag(name)] for name, cls in GAMES.items())],  # noqa: UP007
+GameSection = Annotated[Union[tuple(Annotated[cls.Settings, Tag(name)] for name, cls in CARDS.items())],  # noqa: UP007
                         Discriminator(_game_name)]
 
 
@@ -399,7 +399,7 @@ class Settings(Section):
                      le=SEED_MAX)
     model: Model = Field(default_factory=Model)
     words: Words = Field(default_factory=Words)
-    game: GameSection = Field(default_factory=lambda: game_class(DEFAULT_GAME).Settings(),
+    game: GameSection = Field(default_factory=lambda: game_card(DEFAULT_GAME).Settings(),
                               description="The game (game.name) and its settings.")
     teacher: Teacher = Field(default_factory=Teacher)
     play: Play = Field(default_factory=Play)
@@ -413,7 +413,7 @@ class Settings(Section):
     @model_validator(mode="after")
     def _the_game_has_them(self):
         """The teacher's strategies, skill metrics and baselines are the game's own."""
-        game = game_class(self.game.name)
+        game = game_card(self.game.name)
         try:
             game.Strategies.model_validate(self.teacher.strategies)
         except ValidationError as exc:
@@ -422,10 +422,10 @@ class Settings(Section):
         if self.reward.payoff == CHIPS and not game.for_chips:
             raise Conflict(("reward.payoff", "game.name"), f"the game {game.name} is not played for chips (use wins)")
         e = self.evaluate
-        if e.skill and game.skill is None:
+        if e.skill and not game.skill:
             raise Conflict(("evaluate.skill", "game.name"),
                            f"the game {game.name} has no skill metrics (set false or null)")
-        offered = game.skill.baselines if game.skill is not None else ()
+        offered = game.baselines
         unknown = [name for name in e.baselines or () if name not in offered]
         if unknown:
             raise Conflict(("evaluate.baselines", "game.name"), f"{unknown[0]!r} is not a baseline of {game.name} "
@@ -437,7 +437,7 @@ class Settings(Section):
 
     def strategies(self) -> Section:
         """The teacher's strategies, as the game's strategies section."""
-        return game_class(self.game.name).Strategies.model_validate(self.teacher.strategies)
+        return game_card(self.game.name).Strategies.model_validate(self.teacher.strategies)
 
     @model_validator(mode="after")
     def _online_epochs_learn(self):
@@ -508,7 +508,7 @@ class TrainConfig(TrainKnobs):
 
 def _without_tag(loc: tuple) -> tuple:
     """A location as a params file names it: the game's name that pydantic puts after ``game`` left out."""
-    if len(loc) > 1 and loc[0] == "game" and loc[1] in GAMES:
+    if len(loc) > 1 and loc[0] == "game" and loc[1] in CARDS:
         return (loc[0], *loc[2:])
     return loc
 
@@ -521,9 +521,9 @@ def section_at(model: type[BaseModel] | None, part: str, game: str = DEFAULT_GAM
     """The section class of field ``part`` of ``model`` (the ``game`` field: the settings of ``game``; the
     teacher's ``strategies``: that game's strategies), or None where the field is a plain value."""
     if model is Settings and part == "game":
-        return game_class(game).Settings if game in GAMES else None
+        return game_card(game).Settings if game in CARDS else None
     if model is Teacher and part == "strategies":
-        return game_class(game).Strategies if game in GAMES else None
+        return game_card(game).Strategies if game in CARDS else None
     annotation = getattr(getattr(model, "model_fields", {}).get(part), "annotation", None)
     return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
 
@@ -582,7 +582,7 @@ def describe(error: dict, model: type[BaseModel] = Settings) -> tuple[str, str]:
         near = difflib.get_close_matches(str(loc[-1]), _fields_at(model, loc[:-1], game), n=1)
         return _key(loc), "unknown key" + (f" (did you mean {near[0]}?)" if near else "")
     if kind == "union_tag_invalid":
-        return _key((*loc, "name")), f"{_shown(error['ctx']['tag'])} is not one of {', '.join(GAMES)}"
+        return _key((*loc, "name")), f"{_shown(error['ctx']['tag'])} is not one of {', '.join(CARDS)}"
     if kind == "literal_error":
         allowed = re.findall(r"'([^']*)'", error["msg"])
         return _key(loc), f"{value} is not one of {', '.join(allowed)}"
@@ -619,7 +619,7 @@ def involved_keys(error: dict) -> tuple[str, ...]:
     if conflict is not None:
         return tuple(_key((*loc, *key.split("."))) for key in conflict.keys)
     key = describe(error)[0]
-    tagged = len(loc) > 1 and loc[0] == "game" and loc[1] in GAMES and key != "game.name"
+    tagged = len(loc) > 1 and loc[0] == "game" and loc[1] in CARDS and key != "game.name"
     return (key, "game.name") if tagged else (key,)
 
 

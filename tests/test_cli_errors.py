@@ -1369,16 +1369,23 @@ def test_dvc_status_names_the_stages_whose_code_changed(tmp_path):
     epoch_names = lambda name: {f"{name}@{e}" for e in epochs}
     # the report's tabular twin (Kuhn poker) builds its rows with spag reward's code and trains with its loss
     assert changed_by("rewards/build.py") == {"imitation_data", "report"} | epoch_names("reward")
-    # the word lists are Adversarial Taboo's targets, and every stage reads the game's settings through the
-    # game registry (spag.config), so every stage runs the games' code
+    # the word lists are Adversarial Taboo's targets: stage words and every stage that plays the game read
+    # them; the settings are validated from the games' cards, so base_model, benchmark_data and imitate do not
     everything = {stage.name for stage in STAGES if not stage.per_epoch}
     everything |= {name for stage in STAGES if stage.per_epoch for name in epoch_names(stage.name)}
-    assert changed_by("game/words.py") == everything
+    assert changed_by("game/words.py") == everything - {"base_model", "benchmark_data", "imitate"}
+    assert changed_by("evaluate/benchmark.py") == {"benchmark_data", "evaluate_base", "evaluate_imitation",
+                                                   "report"} | epoch_names("evaluate")
+    # the harness, the memory plan and a backend the default run does not choose are no stage's code
+    for harness in ("pipeline/preflight.py", "pipeline/run.py", "models/memory.py", "players/openai.py"):
+        assert changed_by(harness) == set(), harness
     # evaluate_base reads the base model's Kuhn poker strategy through spag.pipeline.evaluation, which runs it
     assert changed_by("evaluate/games.py") == ({"skill_clues", "evaluate_base", "evaluate_imitation", "baselines",
                                                "report"} | epoch_names("evaluate"))
     assert changed_by("train/losses.py") == {"imitate", "report"} | epoch_names("train")
-    assert changed_by("game/taboo/templates.yaml") >= {"imitation_data", "teacher_play"} | epoch_names("reward")
+    templates = changed_by("game/taboo/templates.yaml")
+    assert templates >= {"imitation_data", "teacher_play"} | epoch_names("reward")
+    assert not templates & {"base_model", "words", "benchmark_data"}
     assert changed_by("evaluate/tournament.py") == set()  # no stage runs a tournament
     assert changed_by("commands/reward.py") == set()  # the command line is no stage's code
 

@@ -26,9 +26,9 @@ from spag.config import (
     load_settings,
     validate,
 )
-from spag.game.taboo import Taboo, TabooSettings
-from spag.game.taboo.strategies import TabooStrategies
-from spag.pipeline.run import Declared, declared_params
+from spag.game.taboo import Taboo
+from spag.game.taboo.card import TabooSettings, TabooStrategies
+from spag.pipeline.context import Declared, declared_params
 from spag.pipeline.table import STAGE_PARAMS
 from spag.play.engine import PlayConfig
 from spag.players import load_player
@@ -110,7 +110,7 @@ def test_epochs_must_start_from_an_earlier_checkpoint():
 
 
 def test_an_epoch_may_start_from_the_base_model_without_imitation(tmp_path):
-    from spag.pipeline.run import Layout
+    from spag.pipeline.context import Layout
     from spag.pipeline.table import STAGES
 
     p = load("params.yaml")
@@ -589,3 +589,22 @@ def test_every_module_spag_imports_is_declared():
     done = subprocess.run([str(Path(sys.executable).parent / "deptry"), "spag"], cwd=ROOT, capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_every_game_card_says_what_its_game_class_does():
+    """The settings are validated from the cards (spag.game.cards), the games played from their classes: both
+    tell the same game."""
+    from spag.game.cards import CARDS
+    from spag.game.registry import GAMES
+    from spag.game.targets import TARGETS
+
+    assert set(CARDS) == set(GAMES) == set(TARGETS)
+    for name, card in CARDS.items():
+        game = GAMES[name]
+        assert (card.name, card.title, card.Settings, card.Strategies) == (game.name, game.title, game.Settings,
+                                                                         game.Strategies)
+        assert (card.few_targets, card.for_chips, card.skill) == (game.few_targets, game.for_chips,
+                                                                  game.skill is not None)
+        assert card.baselines == (tuple(game.skill.baselines) if game.skill is not None else ())
+    kuhn = GAMES["kuhn-poker"]()
+    assert TARGETS["kuhn-poker"](None) == kuhn.targets(None) == ["J-Q", "J-K", "Q-J", "Q-K", "K-J", "K-Q"]

@@ -23,11 +23,11 @@ from spag.game.kuhn import (
     SECOND_WINS,
     TEACHERS,
     KuhnPoker,
-    KuhnSettings,
-    KuhnStrategies,
     TableStrategy,
     action_of,
+    teacher_table,
 )
+from spag.game.kuhn.card import KuhnSettings, KuhnStrategies
 from spag.game.registry import GAMES, episode_game
 from spag.play.engine import PlayConfig, play_games
 from spag.players.base import Speaker, Turn
@@ -155,8 +155,8 @@ INFORMATION_SETS = [((), FIRST, "bet", "check"), (("check", "bet"), FIRST, "call
 @pytest.mark.parametrize("name, bold", [("uniform", 0.5), ("always_bet", 1.0)])
 def test_the_weak_teachers_play_their_tables_at_every_information_set(name, bold):
     strategies = KuhnStrategies(**{name: True})
-    table = strategies.table()
-    assert table is TEACHERS[name] and KuhnStrategies().table() is None
+    table = teacher_table(strategies)
+    assert table is TEACHERS[name] and teacher_table(KuhnStrategies()) is None
     speaker = KUHN.speaker(object(), (FIRST, SECOND), strategies, seed=1)
     for actions, role, aggressive, passive in INFORMATION_SETS:
         for card in "JQK":

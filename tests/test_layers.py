@@ -168,13 +168,20 @@ def heavy_at_import(module: str) -> str | None:
     return _HEAVY_AT_IMPORT[module]
 
 
+# The player backends, each imported where load_player chooses it: a stage depends on the backends its params
+# choose and on no other (spag.pipeline.dvcyaml), so they are not imported at spag.players' top.
+CHOSEN_AT_RUN_TIME = {"spag.players.hf", "spag.players.vllm", "spag.players.openai", "spag.players.human"}
+
+
 def lazy_imports(source: str, name: str) -> list[str]:
     """``name:line statement`` for each import inside a function or class of ``source`` that loads nothing
-    of :data:`HEAVY`: it belongs at the module's top."""
+    of :data:`HEAVY` (and is not a backend :data:`CHOSEN_AT_RUN_TIME`): it belongs at the module's top."""
     _, inside = _split(ast.parse(source, name))
     found = []
     for node in inside:
         targets = _imported(node)
+        if set(targets) <= CHOSEN_AT_RUN_TIME:
+            continue
         if not any(t.split(".")[0] in HEAVY or (t.startswith("spag") and heavy_at_import(t)) for t in targets):
             found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
     return found

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from spag.game.taboo import Taboo, TabooSettings
+from spag.game.taboo import Taboo
+from spag.game.taboo.card import TabooSettings
 from spag.game.taboo.original_prompts import play_query, row_query, texts
 from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, TIE
 from spag.game.taboo.prompts import build_prompt

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from spag.config import REDUCTIONS, Imitate, Settings, validate
-from spag.game.taboo import Taboo, TabooSettings
+from spag.game.taboo import Taboo
+from spag.game.taboo.card import TabooSettings, TabooStrategies
 from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, TIE
-from spag.game.taboo.strategies import TabooStrategies
 from spag.play.engine import PlayConfig, play_games
 from spag.players import Reply
 from spag.players.options import BACKEND_OPTIONS

@@ -454,8 +454,9 @@ def test_the_clue_lines_kept_as_opening_lines_open_the_base_teachers_games(tiny,
     """The skill metrics' clue lines (the base model's coached descriptions, seed by seed) kept by ``clue_set``
     and read back with another model's lines: a coached attacker of the same model on the same seeds opens its
     games with them without asking the model, and every game is what it is without them."""
+    from spag.game.taboo.card import TabooStrategies
     from spag.game.taboo.skill import clue_set
-    from spag.game.taboo.strategies import TabooStrategies, WithStrategies
+    from spag.game.taboo.strategies import WithStrategies
     from spag.play.engine import OpeningLines
     from spag.players import load_player
     from spag.testing import make_tiny_checkpoint

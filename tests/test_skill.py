@@ -208,7 +208,8 @@ def sayer(tmp_path_factory):
 
 
 def test_word_filter_and_resampling_apply_to_the_baseline_side_only(sayer):
-    from spag.game.taboo.strategies import TabooStrategies, WithStrategies
+    from spag.game.taboo.card import TabooStrategies
+    from spag.game.taboo.strategies import WithStrategies
 
     config = PlayConfig.of(max_turns=1, temperature=0.0, max_new_tokens=8)
     filtered = WithStrategies(sayer, TabooStrategies(foul_retries=2, word_filter=True),

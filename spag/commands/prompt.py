@@ -12,7 +12,7 @@ from spag.game.episodes import validate_episode
 from spag.game.registry import make_game
 from spag.models.chat import to_model_input
 from spag.models.loading import load_tokenizer
-from spag.pipeline.run import Layout
+from spag.pipeline.context import Layout
 from spag.play.engine import PlayConfig
 from spag.runtime.console import error, summary
 from spag.runtime.errors import DataError, ParamsError

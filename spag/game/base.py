@@ -86,6 +86,22 @@ class NoStrategies(Section):
 
 
 @dataclass(frozen=True)
+class GameCard:
+    """What the pipeline knows of a game without playing it, in a module of its own (``spag/game/NAME/card.py``)
+    that imports none of the game's play: the settings are validated from the card alone. The game's
+    :class:`Game` subclass takes these from its card; its targets are chosen in :mod:`spag.game.targets`."""
+
+    name: str
+    title: str
+    Settings: type[GameSettings]
+    Strategies: type[Section]
+    few_targets: bool = False           # see Game.few_targets
+    for_chips: bool = False             # see Game.for_chips
+    skill: bool = False                 # the game has skill metrics (evaluate.skill)
+    baselines: tuple[str, ...] = ()     # the names of its no-training baselines
+
+
+@dataclass(frozen=True)
 class Stops:
     """Where a reply ends besides the model's end-of-turn token: literal ``strings`` (every backend) and a
     regular expression ``pattern`` (cut after generation, and by the hf backend while it generates)."""

@@ -1,8 +1,8 @@
 """The registry of games: a params file picks one by ``game.name``.
 
 A game is a package under ``spag/game/`` with one :class:`~spag.game.base.Game` subclass (read
-:mod:`spag.game.base` first); to add one, write that package and add it to :data:`GAMES` below. Every
-other part of spag reaches the game through the interface.
+:mod:`spag.game.base` first) and its card (:mod:`spag.game.cards`); to add one, write that package and add
+it to :data:`GAMES` below and to the cards. Every other part of spag reaches the game through the interface.
 """
 
 from __future__ import annotations
@@ -14,16 +14,12 @@ from functools import lru_cache
 from pydantic import ValidationError
 
 from spag.game.base import Game, GameSettings
+from spag.game.cards import CARDS, DEFAULT_GAME, GAME_CHOICES
 from spag.game.kuhn import KuhnPoker
 from spag.game.taboo import Taboo
 
 GAMES: dict[str, type[Game]] = {game.name: game for game in (Taboo, KuhnPoker)}
-DEFAULT_GAME = Taboo.name  # a params file without game.name, and an episode that does not name its game
-GAME_CHOICES = ", ".join(f"{name} ({game.title})" for name, game in GAMES.items())
-
-# Every game's ``name`` setting lists every game there is, wherever its help is shown (`spag config show`).
-for _game in GAMES.values():
-    _game.Settings.model_fields["name"].description = f"The game: {GAME_CHOICES}."
+__all__ = ["CARDS", "DEFAULT_GAME", "GAMES", "GAME_CHOICES", "episode_game", "game_class", "make_game"]
 
 
 def game_class(name: str) -> type[Game]:

@@ -1,7 +1,8 @@
 """The DVC side: every stage declared once, one module per stage, and what runs around them.
 
 - :mod:`spag.pipeline.table`      the stage table: each stage's params, data and outputs (dvc.yaml's source)
-- :mod:`spag.pipeline.run`        how a stage runs: params checked, preflight, a view of its declared params
+- :mod:`spag.pipeline.run`        the harness: how a stage runs (params checked, preflight, signals, process)
+- :mod:`spag.pipeline.context`    what a stage's work is handed: a view of its declared params, the layout
 - :mod:`spag.pipeline.stages`     one module per stage, importing at its top the code it runs
 - :mod:`spag.pipeline.evaluation`, :mod:`~spag.pipeline.benchmarking`, :mod:`~spag.pipeline.training`
                                   what several stages share

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from spag.evaluate.benchmark import run_benchmark
 from spag.evaluate.reasoning import measured, passed_over, why_not_run
-from spag.pipeline.run import OWN, Declared, Layout
+from spag.pipeline.context import OWN, Declared, Layout
 from spag.runtime.errors import BenchmarkError, ParamsError
 from spag.runtime.outputs import write_json_atomic, write_text_atomic
 

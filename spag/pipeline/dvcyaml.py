@@ -1,17 +1,25 @@
 """``dvc.yaml``, written from the stage table (:data:`spag.pipeline.table.STAGES`) and the code each stage runs.
 
 ``python -m spag.pipeline.dvcyaml`` rewrites ``dvc.yaml``; ``python -m spag.pipeline.dvcyaml --check`` says whether it is
-current (a test runs the check). Nothing here runs in a stage, so editing it re-runs nothing.
+current (a test runs the check). It is harness: no stage's work imports it, so editing it re-runs nothing.
 
 Each stage depends on its ``stages/NAME.py`` and on the ``spag/`` files it runs, so that ``dvc status``
 and ``dvc repro`` see a change of code as they see a change of data or params. Which files a stage runs
 is read from the imports (:func:`stage_files`), by this rule:
 
 - a stage runs its own module, ``spag/pipeline/stages/NAME.py``, which imports at its top the code the
-  stage runs (and :mod:`spag.pipeline.run`, which every stage runs);
+  stage runs (and :mod:`spag.pipeline.context`, what every stage is handed);
+- the harness around it is not a dependency: ``stages/NAME.py`` hands the stage's function to
+  :mod:`spag.pipeline.run`, which validates the params, runs the preflight and tunes the process, none of
+  which changes what the stage writes (the params it reads are tracked as params); no stage's module
+  imports the harness (a test holds it), so editing the preflight re-runs nothing;
 - a module a stage reaches by name is *used*: any of its functions may run, so every import it makes, at
   its top or inside a function, is followed, except the few lazy imports in :data:`NOT_RUN`, which no stage
-  can get to;
+  can get to, and those of :data:`ONLY_IN`, which only the stages named there get to;
+- a player backend (:data:`BACKEND_MODULES`) is followed where the stage's params choose it
+  (:func:`stage_backends`): ``dvc.yaml`` is written for ``params.yaml``'s backends, and a stage started on a
+  backend its entry does not list is refused until ``make dvc.yaml`` has been run
+  (:func:`missing_dependencies`, which the harness runs before a stage);
 - a package that is only loaded is not: importing ``spag.evaluate.benchmark`` runs
   ``spag/evaluate/__init__.py``, but defining functions no stage calls cannot change what a stage writes (a
   package is used, and so a dependency, when a module imports a name from the package itself: ``from
@@ -27,9 +35,11 @@ not of ``train@N``, which only reads the rows they wrote (DVC re-runs it when th
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import yaml
 
+from spag.config import Settings, load_settings
 from spag.pipeline.imports import MODULES, ROOT, read_module
 from spag.pipeline.table import STAGES, Stage
 
@@ -38,6 +48,16 @@ NOT_RUN = {
     ("spag.players.provenance", "spag.players.vllm"): "player_provenance of a vllm player: only stages that load "
                                               "players call it, and they reach the backend through spag.players",
 }
+# Lazy imports that only some stages get to, whatever the params: (module, import) -> those stages.
+ONLY_IN = {
+    ("spag.train.launch", "spag.train.online"): ("train",),  # spag.method: online; imitate.method has no online
+}
+# The player backends spag.players.load_player imports where one is chosen: a stage follows the import of
+# each backend its params choose (:func:`stage_backends`), and of no other.
+BACKEND_MODULES = {"spag.players.hf": "hf", "spag.players.vllm": "vllm", "spag.players.openai": "openai",
+                   "spag.players.human": "human"}
+# The player sections whose ``backend`` a stage plays on when it declares the section (or its backend).
+PLAYER_SECTIONS = ("teacher", "play", "evaluate")
 
 # The files a module reads besides its code (a folder: all of it).
 DATA = {
@@ -86,8 +106,24 @@ HEADER = """\
 """
 
 
-def stage_files(stage: Stage) -> list[str]:
-    """The files under ``spag/`` that ``stage`` runs or reads (see the module docstring), sorted."""
+def stage_backends(stage: Stage, settings) -> set[str]:
+    """The player backends ``stage`` can play on with ``settings``: hf (the skill metrics, the baselines and
+    the strategy are read on it), and the backend of each player section it declares."""
+    declared = set(stage.params)
+    return {"hf"} | {getattr(settings, section).backend for section in PLAYER_SECTIONS
+                     if section in declared or f"{section}.backend" in declared}
+
+
+def _followed(stage: Stage, module: str, imported: str, backends: set[str]) -> bool:
+    if (module, imported) in NOT_RUN or stage.name not in ONLY_IN.get((module, imported), (stage.name,)):
+        return False
+    return module != "spag.players" or BACKEND_MODULES.get(imported, "hf") in backends
+
+
+def stage_files(stage: Stage, settings=None) -> list[str]:
+    """The files under ``spag/`` that ``stage`` runs or reads with ``settings`` (None: the params file's, read
+    from ``params.yaml``) (see the module docstring), sorted."""
+    backends = stage_backends(stage, settings if settings is not None else project_settings())
     used: set[str] = set()
     todo = [f"spag.pipeline.stages.{stage.name}"]
     while todo:
@@ -97,10 +133,34 @@ def stage_files(stage: Stage) -> list[str]:
         used.add(module)
         parsed = read_module(module)
         lazy = {m for ms in parsed.inside.values() for m in ms}
-        todo.extend(m for m in parsed.top | lazy if (module, m) not in NOT_RUN)
+        todo.extend(m for m in parsed.top | lazy if _followed(stage, module, m, backends))
     files = {MODULES[m].relative_to(ROOT).as_posix() for m in used}
     files |= {data for m in used for data in DATA.get(m, ())}
     return sorted(files)
+
+
+def project_settings():
+    """The settings of the project's ``params.yaml`` (the defaults where there is none)."""
+    path = ROOT / "params.yaml"
+    return load_settings(path) if path.exists() else Settings()
+
+
+def missing_dependencies(root: Path, name: str, settings) -> list[str]:
+    """The files stage ``name`` runs with ``settings`` that ``root/dvc.yaml`` does not list among its deps (a
+    backend the params chose after dvc.yaml was written); [] where there is no dvc.yaml (a stage run outside
+    DVC) or no entry for the stage."""
+    path = root / "dvc.yaml"
+    if not path.exists():
+        return []
+    try:
+        entry = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stages", {}).get(name)
+    except yaml.YAMLError:
+        return []
+    if not isinstance(entry, dict):
+        return []
+    listed = set((entry.get("do", entry) or {}).get("deps") or ())
+    stage = next(s for s in STAGES if s.name == name)
+    return [f for f in stage_files(stage, settings) if f not in listed]
 
 
 # ------------------------------------------------------------------------------------- the file
@@ -110,10 +170,10 @@ def _epoch(text: str) -> str:
     return text.replace("{epoch}", "${key}").replace("{previous}", "${item.previous}")
 
 
-def _entry(stage: Stage) -> dict:
+def _entry(stage: Stage, settings) -> dict:
     command = f"python stages/{stage.name}.py" + (" ${key}" if stage.per_epoch else "")
     entry: dict = {"cmd": command,
-                   "deps": [f"stages/{stage.name}.py", *map(_epoch, stage.deps), *stage_files(stage)],
+                   "deps": [f"stages/{stage.name}.py", *map(_epoch, stage.deps), *stage_files(stage, settings)],
                    "params": [_epoch(key) for key in stage.params]}
     outs = [_epoch(path) if cached else {_epoch(path): {"cache": False}} for path, cached in stage.outs]
     if outs:
@@ -125,15 +185,17 @@ def _entry(stage: Stage) -> dict:
     return {"foreach": "${spag.epochs}", "do": entry} if stage.per_epoch else entry
 
 
-def render() -> str:
-    """The text of ``dvc.yaml``."""
+def render(settings=None) -> str:
+    """The text of ``dvc.yaml`` for ``settings`` (None: ``params.yaml``'s): the backends they choose decide
+    which backends' code the stages that play depend on."""
+    settings = settings if settings is not None else project_settings()
     def dump(data) -> str:
         return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=110)
 
     parts = [HEADER, "\nstages:\n"]
     for stage in STAGES:
         every = "every SPAG epoch: " if stage.per_epoch else ""
-        body = dump({stage.name: _entry(stage)})
+        body = dump({stage.name: _entry(stage, settings)})
         parts.append(f"  # {every}{stage.doc}\n" + "".join(f"  {line}\n" for line in body.splitlines()) + "\n")
     parts.append(dump({"plots": PLOTS}))
     return "".join(parts)

@@ -12,7 +12,8 @@ from spag.evaluate.games import check_held_out, opening_lines_played
 from spag.evaluate.strategy import exploitability_report, strategy_line, strategy_of, write_strategy
 from spag.game.kuhn import KuhnPoker
 from spag.game.words import read_words, sample_targets
-from spag.pipeline.run import OWN, Declared, Layout, sample_words, stage_game
+from spag.pipeline.context import OWN, Declared, Layout
+from spag.pipeline.games import sample_words, stage_game
 from spag.play.engine import OpeningLines, PlayConfig
 from spag.players import close_player, load_player
 from spag.runtime.errors import ParamsError

@@ -15,11 +15,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from spag.players.base import FINISH_LENGTH, FINISH_STOP, Player, Reply, derive_seed
-from spag.players.hf import HFPlayer
-from spag.players.human import HumanPlayer
-from spag.players.openai import OpenAIPlayer
 from spag.players.options import BACKEND_OPTIONS
-from spag.players.vllm import VLLMPlayer
 from spag.runtime.errors import PlayerError
 from spag.runtime.fingerprint import model_fingerprint
 from spag.schema import Section
@@ -56,13 +52,22 @@ def load_player(model: str, backend: str = "hf", *, name: str | None = None, tru
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
+    # Each backend's module is imported where it is chosen: a pipeline stage depends on the backends its
+    # params choose, and no other (spag.pipeline.dvcyaml).
     if model == "human" or backend == "human":
+        from spag.players.human import HumanPlayer
+
         # the person at the terminal: options given for the model on the other side do not apply to them
         return HumanPlayer(**({"name": name} if name else {}))
     chosen = backend_options(backend, options)
     if backend == "openai":
+        from spag.players.openai import OpenAIPlayer
+
         return OpenAIPlayer(model, chosen, name=name)
-    player_class = HFPlayer if backend == "hf" else VLLMPlayer
+    if backend == "hf":
+        from spag.players.hf import HFPlayer as player_class
+    else:
+        from spag.players.vllm import VLLMPlayer as player_class
     player = player_class.from_pretrained(model, chosen, name=name, trust_remote_code=trust_remote_code)
     player.fingerprint = model_fingerprint(model)  # what resumed episodes are checked against
     return player

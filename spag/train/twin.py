@@ -42,7 +42,8 @@ from dataclasses import dataclass
 import torch
 
 from spag.config import COSINE, LINEAR, ONLINE, PAPER_KL_COEFF, Online, Reward, Settings, Spag
-from spag.game.kuhn import DEALS, FOLD, ROLES, KuhnPoker, KuhnSettings, action_of, cards, reply
+from spag.game.kuhn import DEALS, FOLD, ROLES, KuhnPoker, action_of, cards, reply
+from spag.game.kuhn.card import KuhnSettings
 from spag.game.kuhn.exploitability import INFOSETS, _over, all_figures, label, moves
 from spag.game.words import sample_targets
 from spag.play.environment import episode_rewards

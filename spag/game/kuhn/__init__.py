@@ -34,18 +34,14 @@ import random
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Literal
 
-from pydantic import model_validator
-
-from spag.game.base import Game, GameSettings, History, Verdict
+from spag.game.base import Game, History, Verdict
+from spag.game.kuhn.card import CARDS, DEALS, KUHN, TEACHER_NAMES, KuhnSettings, KuhnStrategies
+from spag.game.kuhn.card import targets as kuhn_targets
 from spag.players.base import Speaker, Turn
-from spag.schema import Section, knob
 
 FIRST, SECOND = "first", "second"
 ROLES = (FIRST, SECOND)
-CARDS = ("J", "Q", "K")  # in rank order
-DEALS = tuple(f"{a}-{b}" for a in CARDS for b in CARDS if a != b)
 
 CHECK, BET, CALL, FOLD = "check", "bet", "call", "fold"
 _ACTION = re.compile(r"\[\s*(check|bet|call|fold)\s*\]", re.IGNORECASE)
@@ -73,37 +69,6 @@ def _parts(me: str, other: str) -> dict[str, str]:
 PARTS = {FIRST: _parts(FIRST, SECOND), SECOND: _parts(SECOND, FIRST)}
 
 
-class KuhnSettings(GameSettings):
-    """Kuhn poker's settings (the ``game:`` section)."""
-
-    name: Literal["kuhn-poker"] = knob("kuhn-poker", "The game (the registry lists every one).")
-    max_turns: int = knob(2, "Rounds, an action of each player each: a hand takes at most 3 actions, so 2 "
-                             "finishes every hand.", ge=1)
-
-
-class KuhnStrategies(Section):
-    """Kuhn poker's strategies (``teacher.strategies``): at most one fixed strategy that plays instead of the
-    model (:data:`TEACHERS`)."""
-
-    equilibrium: bool = knob(False, "Play a Nash equilibrium of the game (the first player bluffs with J a third "
-                                    "of the time) instead of the model: a teacher whose games are sound.")
-    uniform: bool = knob(False, "Play each legal action with probability 1/2 instead of the model: a weak "
-                                "teacher (exploitable by 11/24 chip a hand).")
-    always_bet: bool = knob(False, "Always bet and call instead of the model: a weak teacher that never folds "
-                                   "(exploitable by 1/3 chip a hand).")
-
-    @model_validator(mode="after")
-    def _one_teacher(self):
-        chosen = [name for name in TEACHERS if getattr(self, name)]
-        if len(chosen) > 1:
-            raise ValueError(f"{chosen[1]}: one fixed strategy at a time, and {chosen[0]} is on too")
-        return self
-
-    def table(self) -> Strategy | None:
-        """The strategy table of the fixed strategy that is on, or None (the model plays)."""
-        return next((TEACHERS[name] for name in TEACHERS if getattr(self, name)), None)
-
-
 # A strategy: the probability of the aggressive action (bet, or call facing a bet) at each information set,
 # by the actions so far (comma-joined: "" and "check,bet" are the first player's, "check" and "bet" the
 # second's) and the card of the player to act. The other legal action (check, or fold) takes the rest.
@@ -119,6 +84,11 @@ UNIFORM: Strategy = {history: dict.fromkeys(CARDS, 0.5) for history in INFORMATI
 ALWAYS_BET: Strategy = {history: dict.fromkeys(CARDS, 1.0) for history in INFORMATION_SETS}
 # The teacher strategies by their knob in KuhnStrategies.
 TEACHERS: dict[str, Strategy] = {"equilibrium": EQUILIBRIUM, "uniform": UNIFORM, "always_bet": ALWAYS_BET}
+
+
+def teacher_table(strategies: KuhnStrategies) -> Strategy | None:
+    """The strategy table of the fixed strategy that is on, or None (the model plays)."""
+    return next((TEACHERS[name] for name in TEACHER_NAMES if getattr(strategies, name)), None)
 
 
 def cards(deal: str) -> tuple[str, str]:
@@ -217,8 +187,8 @@ def collapse_metrics(episodes: Sequence[Mapping]) -> dict[str, dict]:
 class KuhnPoker(Game):
     """Kuhn poker (see the package docstring)."""
 
-    name = "kuhn-poker"
-    title = "Kuhn poker"
+    name = KUHN.name
+    title = KUHN.title
     roles = ROLES
     outcomes = OUTCOMES
     causes = CAUSES
@@ -227,11 +197,11 @@ class KuhnPoker(Game):
     skill_causes = frozenset({"first_showdown", "second_folded", "second_showdown", "first_folded"})
     Settings = KuhnSettings
     Strategies = KuhnStrategies
-    few_targets = True
-    for_chips = True
+    few_targets = KUHN.few_targets
+    for_chips = KUHN.for_chips
 
     def targets(self, words) -> list[str]:
-        return list(DEALS)
+        return kuhn_targets(words)
 
     def check_target(self, target: str) -> None:
         cards(target)
@@ -275,7 +245,7 @@ class KuhnPoker(Game):
     def speaker(self, player, roles: Sequence[str], strategies: KuhnStrategies, *, seed: int = 0,
                 vocabulary: Sequence[str] | None = None) -> Speaker:
         plain = Speaker(player)
-        table = strategies.table()
+        table = teacher_table(strategies)
         return TableStrategy(plain, table, seed) if table is not None else plain
 
     def chips(self, target: str, history: History) -> dict[str, float]:

@@ -4,6 +4,8 @@ The attacker knows a secret target word and tries to make the defender say it wi
 himself; the defender tries to infer the word and may guess once with "I know the word! It is X". The
 parts, each a module here:
 
+- ``card``: what the pipeline knows of the game without playing it: its settings, its teacher's strategy
+  knobs, its targets;
 - ``outcomes``: the roles, the outcomes and how each came about; ``rules``: the whole-word judge (every
   inflection counts) and ``original``: the original code's substring judge (``game.rules``);
 - ``prompts`` with ``templates.yaml``: what each role is asked, as data; ``original_prompts``: the
@@ -22,10 +24,10 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
-from spag.game.base import Game, GameSettings, History, Stops
+from spag.game.base import Game, History, Stops
 from spag.game.taboo import strategies as strategy
+from spag.game.taboo.card import TABOO, TabooSettings, TabooStrategies
 from spag.game.taboo.collapse import collapse_metrics
 from spag.game.taboo.original_prompts import play_query, row_query
 from spag.game.taboo.outcomes import (
@@ -43,41 +45,13 @@ from spag.game.taboo.outcomes import (
 )
 from spag.game.taboo.prompts import addressed_role, build_prompt, play_template, training_prompt_with_bounds
 from spag.game.taboo.replies import STOPS, clean_reply
-from spag.game.taboo.rules import RULE_SETS, WHOLE_WORD, judge, normalise_word
+from spag.game.taboo.rules import judge, normalise_word
 from spag.game.taboo.skill import TabooSkill
-from spag.game.taboo.strategies import TabooStrategies
-from spag.game.words import read_words, top_words, words_from_file
-from spag.schema import PathStr, knob
+from spag.game.taboo.targets import targets as taboo_targets
+from spag.game.words import read_words
 
-PROMPT_STYLES = ("templates", "original")
-REPLY_HANDLING = ("clean", "raw")
-GAME_ENDS = ("decided", "guess-phrase")
 GUESS_PHRASE = "i know the word"  # game.end: guess-phrase stops a game after a defender line with it
 FRESH_WORDS = Path(__file__).with_name("fresh_eval_words.txt")
-
-
-class TabooSettings(GameSettings):
-    """Adversarial Taboo's settings (the ``game:`` section)."""
-
-    name: Literal["taboo"] = knob("taboo", "The game (the registry lists every one).")
-    rules: Literal[RULE_SETS] = knob(WHOLE_WORD, "The judge: whole-word (whole words, every inflection) or "
-                                                 "original (the original code's substring rule).")
-    templates: PathStr | None = knob(None, "Prompt templates file (format: spag/game/taboo/templates.yaml); "
-                                              "null: the shipped templates.")
-    play_prompts: Literal[PROMPT_STYLES] = knob(
-        "templates", "What a player is asked: templates (the templates file, in the model's chat template) or "
-                     "original (the original's play prompt, BOS + its text, no chat template).")
-    row_prompts: Literal[PROMPT_STYLES] = knob(
-        "templates", "Training rows' prompts: templates (a rules text and history layout of the templates "
-                     "file, drawn at random) or original (the original's randomly drawn query formats, the "
-                     "model's whole input).")
-    replies: Literal[REPLY_HANDLING] = knob(
-        "clean", "clean (a reply ends where the model writes another speaker's line; role labels and chat "
-                 "markers are removed) or raw (the decoded reply as it is, as the original kept it).")
-    end: Literal[GAME_ENDS] = knob(
-        "decided", "When a game stops: decided (as soon as the judge decides) or guess-phrase (the "
-                   "original's: only after a defender line with \"i know the word\", else all turns are played "
-                   "and judged afterwards).")
 
 
 # How each way a game ends counts for the model in each role: the outcome decomposition. A role's parts add
@@ -96,8 +70,8 @@ PARTS = {
 class Taboo(Game):
     """Adversarial Taboo (see the package docstring)."""
 
-    name = "taboo"
-    title = "Adversarial Taboo"
+    name = TABOO.name
+    title = TABOO.title
     roles = (ATTACKER, DEFENDER)
     outcomes = OUTCOMES
     causes = CAUSES
@@ -112,10 +86,7 @@ class Taboo(Game):
 
     # -- targets: English words
     def targets(self, words) -> list[str]:
-        if words.source:
-            return words_from_file(words.source, words.top, nouns_only=words.nouns_only,
-                                   skip_stop_words=words.skip_stop_words)
-        return top_words(words.top, nouns_only=words.nouns_only, skip_stop_words=words.skip_stop_words)
+        return taboo_targets(words)
 
     def fresh_targets(self) -> list[str]:
         return read_words(FRESH_WORDS)

@@ -17,7 +17,8 @@ evaluation words and seeds as the SPAG epochs; SPAG's gain is stated against the
 
 from __future__ import annotations
 
-from spag.game.taboo.strategies import TabooStrategies, WithStrategies
+from spag.game.taboo.card import TabooStrategies
+from spag.game.taboo.strategies import WithStrategies
 
 IMITATION = "imitation"
 BASE = "base"

@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from functools import cache, lru_cache
 
+from spag.game.taboo.card import RULE_SETS, WHOLE_WORD
 from spag.game.taboo.original import judge_original
 from spag.game.taboo.outcomes import (
     ATTACKER,
@@ -37,9 +38,6 @@ from spag.game.taboo.outcomes import (
 
 PREDICTION_PHRASE = "I know the word! It is"
 
-WHOLE_WORD = "whole-word"
-ORIGINAL = "original"
-RULE_SETS = (WHOLE_WORD, ORIGINAL)
 
 # A letter in any script; digits and underscores are not letters, so "cat2" still says "cat".
 _LETTER = r"[^\W\d_]"

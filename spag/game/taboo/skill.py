@@ -31,9 +31,10 @@ from dataclasses import replace
 
 from spag.game.base import SkillMetrics
 from spag.game.taboo.baselines import BASELINES, FILTER, baseline_player
+from spag.game.taboo.card import TabooStrategies
 from spag.game.taboo.outcomes import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER
 from spag.game.taboo.rules import PREDICTION_PHRASE
-from spag.game.taboo.strategies import TabooStrategies, WithStrategies, blank_out
+from spag.game.taboo.strategies import WithStrategies, blank_out
 from spag.runtime.statistics import clustered_mean, paired_difference
 
 JUDGE_REQUEST = 'Someone describes a secret word without saying it: "{clue}"\nWhich word is it?'

@@ -32,11 +32,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from spag.game.taboo.card import TabooStrategies
 from spag.game.taboo.outcomes import ATTACKER, ATTACKER_BREAKS_RULES, DEFENDER
 from spag.game.taboo.prompts import build_prompt, play_template
 from spag.game.taboo.rules import PREDICTION_PHRASE, blank_word
 from spag.players.base import Player, Speaker, Turn
-from spag.schema import Section, knob
 
 BLANK = "___"
 
@@ -178,18 +178,6 @@ class FinalGuess(Strategy):
         for i, word in zip(last, self.guesser.guess([turns[i].history for i in last])):
             said[i] = self.guesser.utterance(word)
         return said
-
-
-class TabooStrategies(Section):
-    """Which strategies a player uses (``teacher.strategies``; a baseline's own, :class:`WithStrategies`)."""
-
-    examples: bool = knob(False, "Worked examples in the play prompt (weak teachers).")
-    foul_retries: int = knob(0, "Resample an attacker line that says the word, up to N times.", ge=0)
-    coached_attacker: bool = knob(False, "Attacker lines describe the word, the word blanked out.")
-    final_guess: bool = knob(False, "(hf) The defender's last line is the vocabulary word the talk makes most "
-                                    "likely.")
-    word_filter: bool = knob(False, "Decode-time filter: every form of the word left in an attacker line is "
-                                    "blanked out (a baseline's, not a teacher's).")
 
 
 def label(strategies: TabooStrategies) -> str:

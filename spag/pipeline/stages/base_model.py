@@ -11,7 +11,7 @@ from pathlib import Path
 from spag.config import Settings
 from spag.models.embedded import materialize_base_model
 from spag.models.loading import load_tokenizer, save_checkpoint
-from spag.pipeline.run import Layout
+from spag.pipeline.context import Layout
 from spag.runtime.console import summary
 from spag.runtime.outputs import MARKER, claim_output_dir, publish_dir
 

@@ -9,6 +9,7 @@ import json
 
 from spag.config import Settings
 from spag.evaluate.games import evaluate_models, strongest
+from spag.pipeline.context import OWN, Layout
 from spag.pipeline.evaluation import (
     base_openings,
     baseline_names,
@@ -18,7 +19,6 @@ from spag.pipeline.evaluation import (
     measure_skill,
     measures_skill,
 )
-from spag.pipeline.run import OWN, Layout
 from spag.play.engine import OpeningLines
 from spag.players import close_player, load_player
 from spag.runtime.console import summary

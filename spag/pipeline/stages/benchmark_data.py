@@ -9,7 +9,7 @@ from __future__ import annotations
 from spag.config import Settings
 from spag.evaluate.benchmark import datasets_here
 from spag.evaluate.benchmark_data import build_benchmark_data
-from spag.pipeline.run import Layout
+from spag.pipeline.context import Layout
 from spag.runtime.console import summary
 from spag.runtime.errors import BenchmarkError, ParamsError
 

@@ -13,6 +13,7 @@ from typing import Any
 from spag.config import Settings
 from spag.evaluate.games import evaluate_models, strongest
 from spag.pipeline.benchmarking import benchmark_model, benchmark_passed_over, reasoning_line
+from spag.pipeline.context import OWN, Declared, Layout, previous_model
 from spag.pipeline.evaluation import (
     baseline_names,
     evaluation_games,
@@ -23,7 +24,6 @@ from spag.pipeline.evaluation import (
     skill_line,
     write_checkpoint_strategy,
 )
-from spag.pipeline.run import OWN, Declared, Layout, previous_model
 from spag.play.engine import OpeningLines
 from spag.players import close_player, load_player
 from spag.runtime.console import summary

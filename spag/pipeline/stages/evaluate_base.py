@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from spag.config import Settings
 from spag.pipeline.benchmarking import benchmark_model, benchmark_passed_over, reasoning_line
+from spag.pipeline.context import Layout
 from spag.pipeline.evaluation import write_checkpoint_strategy
-from spag.pipeline.run import Layout
 from spag.runtime.console import summary
 
 

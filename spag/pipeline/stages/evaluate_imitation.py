@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from spag.config import Settings
 from spag.pipeline.benchmarking import benchmark_model, reasoning_line
+from spag.pipeline.context import OWN, Layout
 from spag.pipeline.evaluation import (
     evaluation_games,
     imitation_openings,
@@ -16,7 +17,6 @@ from spag.pipeline.evaluation import (
     skill_line,
     write_checkpoint_strategy,
 )
-from spag.pipeline.run import OWN, Layout
 from spag.play.engine import OpeningLines
 from spag.players import close_player, load_player
 from spag.runtime.console import summary

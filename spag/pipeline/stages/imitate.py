@@ -6,7 +6,7 @@ Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
 from __future__ import annotations
 
 from spag.config import Settings
-from spag.pipeline.run import Layout
+from spag.pipeline.context import Layout
 from spag.pipeline.training import train_model
 
 

@@ -7,7 +7,8 @@ Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
 from __future__ import annotations
 
 from spag.config import Settings
-from spag.pipeline.run import OWN, Layout, stage_game
+from spag.pipeline.context import OWN, Layout
+from spag.pipeline.games import stage_game
 from spag.rewards.build import build_imitation_set
 from spag.runtime.console import summary
 from spag.runtime.outputs import write_json_atomic

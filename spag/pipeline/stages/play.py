@@ -11,7 +11,8 @@ from spag.analyze import run_query
 from spag.config import Settings
 from spag.game.base import Game
 from spag.game.episodes import PLAY_KIND, read_episodes
-from spag.pipeline.run import OWN, Layout, previous_model, sample_words, stage_game
+from spag.pipeline.context import OWN, Layout, previous_model
+from spag.pipeline.games import sample_words, stage_game
 from spag.play.engine import PlayConfig, PlayStats, run_games
 from spag.play.job import play_under_launcher
 from spag.runtime.console import summary

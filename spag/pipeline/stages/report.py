@@ -16,8 +16,8 @@ from spag.game.kuhn import KuhnPoker
 from spag.game.kuhn.cfr import cfr_curve
 from spag.game.kuhn.exploitability import constant, exploitability
 from spag.game.registry import game_class
+from spag.pipeline.context import Layout
 from spag.pipeline.report import write_report
-from spag.pipeline.run import Layout
 from spag.runtime.console import summary
 
 TWIN, CFR = "twin (chips, mean of seeds)", "CFR from uniform (an iteration an epoch)"

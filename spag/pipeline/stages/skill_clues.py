@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 
 from spag.config import Settings
+from spag.pipeline.context import OWN, Layout
 from spag.pipeline.evaluation import base_openings, evaluation_games, measures_skill
-from spag.pipeline.run import OWN, Layout
 from spag.play.engine import OpeningLines
 from spag.players import close_player, load_player
 from spag.runtime.console import summary

@@ -11,7 +11,8 @@ from spag.config import Settings
 from spag.game.base import Game
 from spag.game.episodes import PLAY_KIND, import_episodes
 from spag.game.words import read_words
-from spag.pipeline.run import Layout, sample_words, setting_file, stage_game
+from spag.pipeline.context import Layout, setting_file
+from spag.pipeline.games import sample_words, stage_game
 from spag.play.engine import PlayConfig, PlayStats, run_games
 from spag.rewards.ready_made import import_ready_made_rows
 from spag.runtime.console import summary

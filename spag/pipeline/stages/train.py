@@ -10,7 +10,8 @@ from pathlib import Path
 
 from spag.config import ONLINE, Reward, Settings
 from spag.game.episodes import PLAY_KIND
-from spag.pipeline.run import Declared, Layout, previous_model, sample_words, stage_game
+from spag.pipeline.context import Declared, Layout, previous_model
+from spag.pipeline.games import sample_words, stage_game
 from spag.pipeline.training import train_config, train_model
 from spag.play.engine import PlayConfig
 from spag.runtime.errors import ParamsError

@@ -6,9 +6,10 @@ Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
 from __future__ import annotations
 
 from spag.config import Settings
-from spag.game.registry import game_class
+from spag.game.cards import game_card
+from spag.game.targets import TARGETS
 from spag.game.words import split_words, write_words
-from spag.pipeline.run import OWN, Layout, setting_file
+from spag.pipeline.context import OWN, Layout, setting_file
 from spag.runtime.console import summary
 from spag.runtime.errors import DataError
 
@@ -16,11 +17,11 @@ from spag.runtime.errors import DataError
 def words(settings: Settings, layout: Layout) -> None:
     """The game's targets (Adversarial Taboo: wordfreq's most frequent words, or a list file's first ``top``
     in order) and their training / held-out split (a game of few targets trains and evaluates on all)."""
-    w, game = settings.words, game_class(settings.game.name)()
+    w, game = settings.words, game_card(settings.game.name)
     if w.source:
         setting_file(settings, "words.source")
     try:
-        chosen = game.targets(w)
+        chosen = TARGETS[game.name](w)
     except DataError as exc:
         raise DataError("words.source", None, str(exc)) from None
     train, held = (chosen, chosen) if game.few_targets else split_words(chosen, w.eval_fraction)
