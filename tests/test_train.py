@@ -563,7 +563,7 @@ def test_a_deepspeed_run_asks_pycpuinfo_about_the_cpu_once(monkeypatch):
 
     import cpuinfo
 
-    from spag.train.trainer import cpu_info_read_once
+    from spag.train.environment import cpu_info_read_once
 
     started = []
 
@@ -593,7 +593,7 @@ def test_deepspeed_runs_build_their_ops_with_the_environments_ninja(monkeypatch)
     import sys
     from pathlib import Path
 
-    from spag.train.trainer import _environment_ninja_first
+    from spag.train.environment import environment_ninja_first
 
     ours = Path(sys.executable).parent / "ninja"
     if not ours.is_file():
@@ -601,9 +601,9 @@ def test_deepspeed_runs_build_their_ops_with_the_environments_ninja(monkeypatch)
     monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
                                                if Path(p) != ours.parent) or os.defpath)
     assert shutil.which("ninja") != str(ours)
-    _environment_ninja_first()
+    environment_ninja_first()
     assert shutil.which("ninja") == str(ours)
-    _environment_ninja_first()  # once is enough: PATH does not grow
+    environment_ninja_first()  # once is enough: PATH does not grow
     assert os.environ["PATH"].split(os.pathsep).count(str(ours.parent)) == 1
 
 

@@ -70,14 +70,8 @@ from spag.players.vllm import VLLMPlayer, _cpu_node_memory, on_vllm_cpu
 from spag.runtime.errors import DataError
 from spag.runtime.fingerprint import model_fingerprint
 from spag.train.bookkeeping import claimed_outputs
-from spag.train.trainer import (
-    DeepSpeedSchedules,
-    finish_run,
-    load_policy,
-    run_callbacks,
-    show_postfix_progress,
-    start_run,
-)
+from spag.train.callbacks import run_callbacks, show_postfix_progress
+from spag.train.trainer import DeepSpeedSchedules, finish_run, load_policy, start_run
 
 REWARD_FIELD = "outcome_reward"  # the rollout's per-sample reward, read by the reward function `outcome`
 

@@ -16,7 +16,9 @@ gradient checkpointing, bf16, DeepSpeed, checkpoints and resuming) is the HF Tra
 2. reference (:func:`_reference_step`): log-probs from the cache beside the data, or one pass of the
    reference model before training (so training holds one model), or on the fly (two models; under
    DeepSpeed the reference is a frozen part of the engine, in the policy's precision, as in the original);
-3. build (:func:`_build_step`): the policy (LoRA when asked), dvclive and the :class:`SpagTrainer`;
+3. build (:func:`_build_step`): the policy (LoRA when asked), the callbacks and dvclive
+   (:mod:`spag.train.callbacks`) and the :class:`SpagTrainer`; a DeepSpeed run's process is prepared first
+   (:mod:`spag.train.environment`);
 4. train: ``Trainer.train``, logging loss, KL, clip fraction, mean ratio and per-term losses to dvclive;
 5. save (:func:`_save_step`): a plain HF directory (LoRA merged unless asked otherwise) with
    ``training_summary.json``, then the intermediate checkpoints removed unless ``keep_checkpoints``.
@@ -28,22 +30,18 @@ leaves something that looks finished; ``resume=True`` continues from the latest 
 from __future__ import annotations
 
 import functools
-import math
 import os
 import shutil
 import sys
 import time
-import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import ClassVar
 
 import torch
 from transformers import Trainer, TrainingArguments
-from transformers.trainer_callback import ProgressCallback
 
 from spag.config import TrainConfig
-from spag.models.devices import check_launch, free_port
+from spag.models.devices import check_launch
 from spag.models.loading import (
     bf16_by_default,
     load_tokenizer,
@@ -51,7 +49,6 @@ from spag.models.loading import (
     save_checkpoint,
     set_tf32,
     setup_special_tokens,
-    usual_modes,
 )
 from spag.players.provenance import machine
 from spag.rewards.rows import read_rows
@@ -61,7 +58,6 @@ from spag.runtime.outputs import (
     claim_output_dir,
     clear_output_dir,
     mark_output_dir,
-    record_written,
     write_json_atomic,
 )
 from spag.train.bookkeeping import (
@@ -79,6 +75,7 @@ from spag.train.bookkeeping import (
     resume_point,
     run_identity,
 )
+from spag.train.callbacks import run_callbacks, show_postfix_progress
 from spag.train.data import (
     Collator,
     PromptGroupedSampler,
@@ -87,6 +84,7 @@ from spag.train.data import (
     empty_completions,
     encode_rows,
 )
+from spag.train.environment import prepare_deepspeed
 from spag.train.losses import METHODS, SFT
 from spag.train.losses import compute_loss as method_loss
 from spag.train.reference import _accepts, load_reference_model, model_forward_logprobs, reference_logprobs
@@ -270,69 +268,6 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
         super().log(logs, start_time)
 
 
-def _usual_modes_callback():
-    from transformers import TrainerCallback
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-    class UsualModes(TrainerCallback):
-        """An intermediate checkpoint's files get the usual mode, as the final model's do (safetensors
-        writes its weights 0600); the checkpoint is recorded as spag's in the checkpoint folder."""
-
-        def on_save(self, args, state, control, **kwargs):
-            folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-            if state.is_world_process_zero and folder.is_dir():
-                usual_modes(folder)
-                record_written(folder)
-
-    return UsualModes()
-
-
-def _no_final_checkpoint_callback():
-    from transformers import TrainerCallback
-
-    class NoFinalCheckpoint(TrainerCallback):
-        """No checkpoint at the last step (the Trainer writes one there whatever ``save_steps``): the finished
-        model is saved right after, and the checkpoint, whose optimizer state is twice the model's size,
-        would be written only to be removed. Kept when the run keeps its checkpoints."""
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step >= state.max_steps:
-                control.should_save = False
-
-    return NoFinalCheckpoint()
-
-
-def _make_live_callback(live):
-    from transformers.integrations import DVCLiveCallback
-
-    class LiveCallback(DVCLiveCallback):
-        """transformers' dvclive callback, with each curve under ``train/`` (``train_runtime`` as
-        ``train/runtime``, as the callback names it) and numbered by the optimiser step; the end-of-training
-        totals are left to run_training (``summary/``). A resumed run first writes the curves up to its
-        checkpoint again (from the checkpoint's log history), for ``dvc repro`` deletes dvclive's folder
-        before it re-runs a stage."""
-
-        def on_train_begin(self, args, state, control, model=None, **kwargs):
-            super().on_train_begin(args, state, control, model=model, **kwargs)
-            if state.is_world_process_zero and state.global_step > 0 and self.live.step == 0:
-                for entry in state.log_history:
-                    self._log_curves(args, state, control, entry["step"], entry)
-
-        def on_log(self, args, state, control, model=None, logs=None, **kwargs):
-            self._log_curves(args, state, control, state.global_step, logs)
-
-        def _log_curves(self, args, state, control, step, logs):
-            if not logs or "loss" not in logs:
-                return
-            self.live.step = step
-            curves = {f"train/{key.removeprefix('train_')}": float(value) for key, value in logs.items()
-                      if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)
-                      and math.isfinite(value)}
-            super().on_log(args, state, control, logs=curves)
-
-    return LiveCallback(live=live)
-
-
 # ------------------------------------------------------------------------------------------ helpers
 
 
@@ -368,15 +303,6 @@ def _same_model(a, b) -> bool:
     if pa.exists() and pb.exists():
         return pa.resolve() == pb.resolve()
     return str(a) == str(b)
-
-
-def _open_live(live_dir: Path, resume: bool, params: dict):
-    from dvclive import Live
-
-    # No experiment, no git commit, no dvc.yaml of its own: the pipeline's dvc.yaml declares the plots.
-    live = Live(dir=str(live_dir), resume=resume, save_dvc_exp=False, dvcyaml=None, report=None)
-    live.log_params(params)
-    return live
 
 
 def load_policy(model_path, config: TrainConfig, tokenizer):
@@ -544,11 +470,7 @@ def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str, 
     use_cpu = device == "cpu"
     configured = bool(config.deepspeed and use_cpu)
     if config.deepspeed:
-        _environment_ninja_first()
-        _quiet_deprecated_collectives()
-        cpu_info_read_once()
-    if configured:
-        _deepspeed_processes_on_cpu()
+        prepare_deepspeed(on_cpu=configured)
     bf16, tf32 = _precision(config, device)
     if device.startswith("cuda"):
         set_tf32(tf32)  # here only: the Trainer's own tf32 switch stays unset (see set_tf32)
@@ -589,64 +511,6 @@ def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str, 
         ddp_find_unused_parameters=False,
         accelerator_config={"use_configured_state": configured},
     ), **overrides})
-
-
-def _environment_ninja_first() -> None:
-    """Build DeepSpeed's ops (torch compiles them on first use, with the ``ninja`` found on PATH) with this
-    environment's ninja wherever the process was started from.
-
-    A virtual environment has its own ninja (a dependency of DeepSpeed) that is on PATH only when the
-    environment is activated, and a machine often has another one. Versions of ninja record a build's
-    command differently, so each change of ninja counts as a new command and rebuilds every op: a process
-    started with ``.venv/bin/python`` and one under an activated environment (``dvc repro``, ``torchrun``)
-    compiled cpu_adam and the shared-memory op again by turns, 80 to 90 s each time on 2 cores.
-    """
-    folder = Path(sys.executable).parent
-    if (folder / "ninja").is_file():
-        path = os.environ.get("PATH", "")
-        if path.split(os.pathsep)[0] != str(folder):
-            os.environ["PATH"] = os.pathsep.join([str(folder), path]) if path else str(folder)
-
-
-def cpu_info_read_once() -> None:
-    """py-cpuinfo's answer kept for the rest of the process.
-
-    DeepSpeed asks py-cpuinfo about the CPU each time it loads an op (its architecture, its SIMD width, and
-    the CPU Adam once more: five times in a ZeRO-3 process on a CPU), and py-cpuinfo answers by starting
-    a new Python process, about a second of CPU each: 120 of them in the test suite. The CPU does not
-    change while a process runs; each caller gets its own copy of the answer."""
-    import cpuinfo
-
-    if hasattr(cpuinfo.get_cpu_info, "__wrapped__"):
-        return
-    read = functools.cache(cpuinfo.get_cpu_info)
-    cpuinfo.get_cpu_info = functools.wraps(read.__wrapped__)(lambda: dict(read()))
-
-
-def _quiet_deprecated_collectives() -> None:
-    """DeepSpeed 0.19 gathers and scatters ZeRO-3's shards with ``all_gather_into_tensor`` and
-    ``reduce_scatter_tensor``, which torch 2.13 deprecates; the warning came again at every call, two lines
-    each, 884 in a toy online run, and buried whatever a failing process printed."""
-    warnings.filterwarnings("ignore", r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is "
-                            "deprecated", FutureWarning)
-
-
-def _deepspeed_processes_on_cpu() -> None:
-    """DeepSpeed without a GPU: its CPU accelerator, the processes joined over gloo.
-
-    accelerate joins DeepSpeed's processes only on an accelerator device; with none it falls back to a single
-    process, so each process would train alone. The processes are joined here instead, and the Trainer's
-    arguments take this state as it is (``use_configured_state``).
-    """
-    from accelerate import PartialState
-
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    if "LOCAL_RANK" not in os.environ:  # not under a launcher: a world of one process
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(free_port()))
-    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
-    PartialState(backend="gloo")
 
 
 def _read_data(method: str, model, data, config: TrainConfig):
@@ -733,41 +597,6 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
     )
     show_postfix_progress(trainer)
     return trainer, live
-
-
-def run_callbacks(run: _Run) -> tuple[list, object]:
-    """The callbacks of a run (checkpoint file modes, no checkpoint at the last step unless checkpoints are
-    kept, dvclive curves when ``live``) and its dvclive Live."""
-    config = run.config
-    live = None
-    if config.live and run.main:
-        live_dir = live_dir_of(config, run.output_dir)
-        mark_output_dir(live_dir, LIVE_KIND)
-        params = {"method": run.method, "model": str(run.model), "ref": str(run.ref), "data": str(run.data),
-                  **{k: v for k, v in config.model_dump().items() if isinstance(v, (int, float, str, bool))}}
-        live = _open_live(live_dir, resume=run.resume_from is not None, params=params)
-    callbacks = [_usual_modes_callback()] + ([] if config.keep_checkpoints else [_no_final_checkpoint_callback()])
-    return callbacks + ([_make_live_callback(live)] if live is not None else []), live
-
-
-def show_postfix_progress(trainer) -> None:
-    if trainer.pop_callback(ProgressCallback) is not None:  # present when progress bars are on
-        trainer.add_callback(_PostfixProgress)
-
-
-class _PostfixProgress(ProgressCallback):
-    """The Trainer's progress bar, its logged numbers shown as the bar's postfix (loss, KL, learning rate)
-    instead of a printed dict per logging step; the curves are in dvclive and training_summary.json."""
-
-    SHOWN: ClassVar[dict[str, str]] = {"loss": "loss", "reward": "reward", "kl": "kl", "ratio_mean": "ratio",
-                                       "learning_rate": "lr"}
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if state.is_world_process_zero and self.training_bar is not None and logs:
-            shown = {name: f"{logs[key]:.4g}" for key, name in self.SHOWN.items()
-                     if isinstance(logs.get(key), (int, float))}
-            if shown:
-                self.training_bar.set_postfix(shown, refresh=False)
 
 
 def _provenance(run: _Run) -> dict:

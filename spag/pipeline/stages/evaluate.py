@@ -7,6 +7,7 @@ Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -36,68 +37,101 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
     ``evaluate.seeds`` games per word and role; its skill metrics (the epochs ``evaluate.skill_every``
     names); then its benchmark scores (those ``evaluate.benchmark.every`` names); in Kuhn poker its strategy
     and exploitability."""
-    e = settings.evaluate
     chosen, config = evaluation_games(settings, layout)
-    game, skill_wanted = config.game, measures_skill(settings)
-    skill_on = skill_wanted and int(epoch) % e.skill_every == 0  # this epoch's skill metrics
-    model = layout.model(f"epoch_{epoch}")
-    options, hf = e.player_options(), e.player_options("hf")
+    model, folder = layout.model(f"epoch_{epoch}"), layout.metrics / "epochs" / epoch
+    skill_on = _skill_due(settings, epoch)
+    with ExitStack() as players:  # each player loaded once for every match, all closed at the end
+        player, base = _epoch_players(settings, layout, model, skill_on, players)
+        games = _games_against_opponents(settings, layout, epoch, player, base, chosen, config, players)
+        skill = _skill_of_epoch(settings, layout, epoch, model, player, base, chosen, config) if skill_on else None
+    write_json_atomic(folder / "games.json", games, replace=OWN)
+    _write_skill(settings, layout, folder, skill, config.game)
+    strategy = write_checkpoint_strategy(settings, model, folder)
+    scores = _benchmark_epoch(settings, layout, model, epoch)
+    summary(f"evaluate@{epoch}", _summary_text(settings, games, skill, strategy, scores))
+
+
+def _skill_due(settings: Declared, epoch: str) -> bool:
+    return measures_skill(settings) and int(epoch) % settings.evaluate.skill_every == 0
+
+
+def _epoch_players(settings: Declared, layout: Layout, model: Path, skill_on: bool, players: ExitStack):
+    """(the epoch's model, the base model where a baseline or the skill metrics need it, else None), each
+    closed when ``players`` closes."""
+    e = settings.evaluate
+    player = load_player(str(model), e.backend, **e.player_options())
+    players.callback(close_player, player)
+    base = None
+    if e.vs_baseline or skill_on:
+        base = load_player(str(layout.base_model), "hf", **e.player_options("hf"))
+        players.callback(close_player, base)
+    return player, base
+
+
+def _games_against_opponents(settings: Declared, layout: Layout, epoch: str, player, base, chosen, config,
+                             players: ExitStack) -> dict:
+    """The epoch's games against each opponent (the imitation model; the previous epoch; the strongest
+    baseline), each with its bootstrap intervals. Episodes go to a work folder beside the declared output,
+    which DVC does not delete: a killed stage continues from its finished games on the next `dvc repro` (see
+    spag.runtime.outputs). Each opponent is loaded for its match and closed after it (evaluate_models closes
+    what it loads)."""
+    e, game = settings.evaluate, config.game
     opponents: dict[str, Any] = {"vs_imitation": layout.model("imitation")}
     previous = previous_model(settings, layout, epoch)
     if e.vs_previous and previous != layout.model("imitation"):
         opponents["vs_previous"] = previous
-    player = load_player(str(model), e.backend, **options)  # loaded once for every match
-    base = None
-    if e.vs_baseline or skill_on:
-        base = load_player(str(layout.base_model), "hf", **hf)
-    # Episodes go to a work folder beside the declared output, which DVC does not delete: a killed stage
-    # continues from its finished games on the next `dvc repro` (see spag.runtime.outputs). Each opponent is
-    # loaded for its match and closed after it (evaluate_models closes what it loads).
+    if e.vs_baseline:
+        name = _strongest_baseline(layout, baseline_names(settings))
+        imitation = load_player(str(layout.model("imitation")), "hf", **e.player_options("hf"))
+        players.callback(close_player, imitation)
+        opponents["vs_baseline"] = game.skill.baseline(name, {"imitation": imitation, "base": base})
+    # The model's opening lines, the same in every match, are generated once; the imitation model's were said
+    # in evaluate_imitation.
+    openings = OpeningLines.read(imitation_openings(layout))
+    options = e.player_options()
+    with resumable_output(layout.epoch(epoch) / "eval_episodes", "evaluate") as work:
+        return {name: evaluate_models(player, opponent, chosen, config, episodes_out=work / name, resume=True,
+                                      stale="restart", seeds=e.seeds, backend=e.backend,
+                                      guess_words=guess_vocabulary(layout, chosen), openings=openings, **options)
+                for name, opponent in opponents.items()}
+
+
+def _skill_of_epoch(settings: Declared, layout: Layout, epoch: str, model: Path, player, base, chosen,
+                    config) -> dict:
+    """The epoch's skill metrics, on the hf backend (log-probabilities), from the opening lines of its games
+    against the imitation model where those were played on hf."""
+    e = settings.evaluate
+    scorer = player if e.backend == "hf" else load_player(str(model), "hf", **e.player_options("hf"))
     try:
-        if e.vs_baseline:
-            name = _strongest_baseline(layout, baseline_names(settings))
-            imitation = load_player(str(layout.model("imitation")), "hf", **hf)
-            opponents["vs_baseline"] = game.skill.baseline(name, {"imitation": imitation, "base": base})
-        # The model's opening lines, the same in every match, are generated once; the imitation model's were
-        # said in evaluate_imitation.
-        openings = OpeningLines.read(imitation_openings(layout))
-        with resumable_output(layout.epoch(epoch) / "eval_episodes", "evaluate") as work:
-            games = {name: evaluate_models(player, opponent, chosen, config, episodes_out=work / name,
-                                           resume=True, stale="restart", seeds=e.seeds, backend=e.backend,
-                                           guess_words=guess_vocabulary(layout, chosen), openings=openings,
-                                           **options)
-                     for name, opponent in opponents.items()}
-        skill = None
-        if skill_on:  # log-probabilities need the hf backend
-            scorer = player if e.backend == "hf" else load_player(str(model), "hf", **hf)
-            try:
-                # The opening lines of its games against the imitation model, when they were played on hf.
-                played = layout.epoch(epoch) / "eval_episodes" / "vs_imitation" if scorer is player else None
-                skill = measure_skill(settings, layout, scorer, base, chosen, config, played=played)
-            finally:
-                if scorer is not player:
-                    close_player(scorer)
+        played = layout.epoch(epoch) / "eval_episodes" / "vs_imitation" if scorer is player else None
+        return measure_skill(settings, layout, scorer, base, chosen, config, played=played)
     finally:
-        close_player(*(p for p in (player, base, getattr(opponents.get("vs_baseline"), "player", None)) if p))
-    write_json_atomic(layout.metrics / "epochs" / epoch / "games.json", games, replace=OWN)
+        if scorer is not player:
+            close_player(scorer)
+
+
+def _write_skill(settings: Declared, layout: Layout, folder: Path, skill: dict | None, game) -> None:
+    """skill.json: the epoch's skill metrics beside the imitation model's, or why there are none."""
+    e = settings.evaluate
     if skill is not None:
         imitation_skill = json.loads((layout.metrics / "imitation" / "skill.json").read_text())
         skill["vs_imitation"] = game.skill.compare(skill, imitation_skill, seed=e.seed)
-    skipped = {"skill": "off", **({"every": e.skill_every} if skill_wanted else {})}
-    write_json_atomic(layout.metrics / "epochs" / epoch / "skill.json", skill or skipped, replace=OWN)
-    strategy = write_checkpoint_strategy(settings, model, layout.metrics / "epochs" / epoch)
-    scores = _benchmark_epoch(settings, layout, model, epoch)
+    skipped = {"skill": "off", **({"every": e.skill_every} if measures_skill(settings) else {})}
+    write_json_atomic(folder / "skill.json", skill or skipped, replace=OWN)
+
+
+def _summary_text(settings: Declared, games: dict, skill: dict | None, strategy: str | None, scores: dict) -> str:
     rates = "; ".join(f"{name}: score {_interval_text(g['bootstrap']['score'])} over {g['games']} games, "
                       + ", ".join(f"{key.replace('_', ' ')} {value['value']:.2f}"
                                   for key, value in g["bootstrap"].items() if key.endswith("_foul_rate"))
                       for name, g in games.items())
     if skill is not None:
         rates += "; " + skill_line(skill)
-    elif skill_wanted:
-        rates += f"; skill not measured on this epoch (evaluate.skill_every: {e.skill_every})"
+    elif measures_skill(settings):
+        rates += f"; skill not measured on this epoch (evaluate.skill_every: {settings.evaluate.skill_every})"
     if strategy:
         rates += "; " + strategy
-    summary(f"evaluate@{epoch}", f"{rates}; {reasoning_line(scores)}")
+    return f"{rates}; {reasoning_line(scores)}"
 
 
 def _strongest_baseline(layout: Layout, names) -> str | None:
