@@ -832,16 +832,14 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
     (:func:`spag.runtime.outputs.atomic_path`). Returns ``{"suite", "model", "tasks": {name: {"label", "source", "metric", "score",
     "stderr", "n", "of", "num_fewshot", "chance", "at_chance"}}, "geometric_mean", "skipped", ...}``.
     """
-    import lm_eval
-
     output = Path(output) if output is not None else None
     parts = output.with_name(output.name + ".parts") if output is not None else None
     with tempfile.TemporaryDirectory(prefix="spag-benchmark-") as workdir:
         chosen = choose_suite(suite, tasks, Path(workdir), say=say, data=data, num_fewshot=num_fewshot)
         lm = None
         results: dict[str, dict] = {}
-        bar = progress(total=len(chosen.table), desc=f"benchmark ({chosen.suite})", unit="task",
-                       disable=not show_progress)
+        desc = f"benchmark ({chosen.suite})"
+        bar = progress(total=len(chosen.table), desc=desc, unit="task", disable=not show_progress)
         for name, (metric, default_shots) in chosen.table.items():
             shots = num_fewshot if num_fewshot is not None else default_shots
             stamp = _fingerprint(model, chosen.suite, name, limit, shots, apply_chat_template, seed=seed,
@@ -852,26 +850,42 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
                 if lm is None:
                     lm = _build_lm(model, batch_size, device, dtype)
                 bar.set_postfix_str(name)
-                sizes = {t.task_name: len(t.eval_docs) for t in _leaf_objects(chosen.objects[name])}
-                picked = {leaf: idx for leaf, n in sizes.items()
-                          if (idx := sample_indices(leaf, n, limit)) is not None}
-                with offline_mode(chosen.offline[name]), _no_git_hash():
-                    raw = lm_eval.simple_evaluate(
-                        model=lm, tasks=[chosen.objects[name]], num_fewshot=shots, samples=picked or None,
-                        log_samples=True, task_manager=chosen.manager,
-                        apply_chat_template=apply_chat_template, bootstrap_iters=1000,
-                        random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
-                        fewshot_random_seed=seed,
-                    )
-                done = task_result(raw, name, metric, shots)
-                done.update(label=chosen.labels[name], source=chosen.sources[name], of=sum(sizes.values()))
-                if name in chosen.items:  # what the offline items held, checked against their manifest
-                    done["items_read"], done["items_in_manifest"] = chosen.items[name]
+                done = _score_task(lm, chosen, name, metric, shots, limit=limit, seed=seed,
+                                   apply_chat_template=apply_chat_template)
                 _write_part(parts, name, stamp, done)
             results[name] = done
             bar.update(1)
         bar.close()
+    metrics = _suite_metrics(chosen, model, results, limit)
+    if output is not None:
+        _write_benchmark(output, samples_out, metrics, results, parts, replace)
+    return metrics
 
+
+def _score_task(lm, chosen, name: str, metric: str, shots: int | None, *, limit: int | None, seed: int,
+                apply_chat_template: bool) -> dict:
+    """One task of the chosen suite scored by lm-eval on ``lm``: its result (:func:`task_result`) with its
+    label, source and size (and, for offline items, what they held against their manifest)."""
+    import lm_eval
+
+    sizes = {t.task_name: len(t.eval_docs) for t in _leaf_objects(chosen.objects[name])}
+    picked = {leaf: idx for leaf, n in sizes.items() if (idx := sample_indices(leaf, n, limit)) is not None}
+    with offline_mode(chosen.offline[name]), _no_git_hash():
+        raw = lm_eval.simple_evaluate(
+            model=lm, tasks=[chosen.objects[name]], num_fewshot=shots, samples=picked or None,
+            log_samples=True, task_manager=chosen.manager,
+            apply_chat_template=apply_chat_template, bootstrap_iters=1000,
+            random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
+            fewshot_random_seed=seed,
+        )
+    done = task_result(raw, name, metric, shots)
+    done.update(label=chosen.labels[name], source=chosen.sources[name], of=sum(sizes.values()))
+    if name in chosen.items:  # what the offline items held, checked against their manifest
+        done["items_read"], done["items_in_manifest"] = chosen.items[name]
+    return done
+
+
+def _suite_metrics(chosen, model: str, results: dict[str, dict], limit: int | None) -> dict:
     scores = [r["score"] for r in results.values()]
     metrics = {
         "suite": chosen.suite,
@@ -883,14 +897,18 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
     }
     if all("chance" in r for r in results.values()):
         metrics["chance_geometric_mean"] = geometric_mean([r["chance"] for r in results.values()])
-    if output is not None:
-        samples_out = Path(samples_out) if samples_out is not None else samples_path(output)
-        metrics["samples_file"] = os.path.relpath(samples_out.resolve(), output.resolve().parent)
-        write_jsonl_atomic(samples_out, (s for r in results.values() for s in r["samples"]), replace=replace)
-        write_json_atomic(output, metrics, replace=replace)
-        if parts is not None and parts.exists():
-            remove_output_dir(parts)
     return metrics
+
+
+def _write_benchmark(output: Path, samples_out, metrics: dict, results: dict[str, dict], parts: Path | None,
+                     replace: str) -> None:
+    """The per-sample results, then the metrics naming their file; the finished tasks' parts removed."""
+    samples_out = Path(samples_out) if samples_out is not None else samples_path(output)
+    metrics["samples_file"] = os.path.relpath(samples_out.resolve(), output.resolve().parent)
+    write_jsonl_atomic(samples_out, (s for r in results.values() for s in r["samples"]), replace=replace)
+    write_json_atomic(output, metrics, replace=replace)
+    if parts is not None and parts.exists():
+        remove_output_dir(parts)
 
 
 def _part_file(parts: Path, name: str) -> Path:

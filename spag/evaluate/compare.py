@@ -127,6 +127,21 @@ def samples_files(path: str | os.PathLike, name: str) -> dict[str, Path]:
     return {f"{name}'s samples": _samples_file(path, metrics if isinstance(metrics, dict) else {})}
 
 
+def _difference(point_a: float, point_b: float, low: float, high: float, items=None) -> dict:
+    """B - A with its interval; with the per-item scores ``items`` (A's, B's) also McNemar's test and the
+    minimum detectable effect."""
+    out = {"a": point_a, "b": point_b, "diff": point_b - point_a, "diff_low": float(low),
+           "diff_high": float(high), "excludes_zero": bool(low > 0 or high < 0)}
+    if items is not None:
+        va, vb = items
+        out["n"] = int(va.size)
+        test = mcnemar(va, vb)
+        if test is not None:
+            out.update(b_better=test["b_better"], a_better=test["a_better"], p_mcnemar=test["p"],
+                       mde=minimum_detectable_effect(va.size, test["b_better"] + test["a_better"]))
+    return out
+
+
 def paired_bootstrap(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], resamples: int = 2000,
                      seed: int = 0, chunk: int = 100) -> dict:
     """B - A per benchmark, pooled over all items and for the geometric mean, with 95% percentile
@@ -162,20 +177,9 @@ def paired_bootstrap(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], r
                        method="percentile", random_state=np.random.default_rng(seed))
     lows, highs = result.confidence_interval
 
-    def summary(point_a: float, point_b: float, low: float, high: float, items=None) -> dict:
-        out = {"a": point_a, "b": point_b, "diff": point_b - point_a, "diff_low": float(low),
-               "diff_high": float(high), "excludes_zero": bool(low > 0 or high < 0)}
-        if items is not None:
-            va, vb = items
-            out["n"] = int(va.size)
-            test = mcnemar(va, vb)
-            if test is not None:
-                out.update(b_better=test["b_better"], a_better=test["a_better"], p_mcnemar=test["p"],
-                           mde=minimum_detectable_effect(va.size, test["b_better"] + test["a_better"]))
-        return out
-
     points_a = np.array([sample[0].mean() for sample in samples])
     points_b = np.array([sample[1].mean() for sample in samples])
+    summary = _difference
     tasks = {name: summary(float(pa), float(pb), lows[i], highs[i], (samples[i][0], samples[i][1]))
              for i, (name, pa, pb) in enumerate(zip(names, points_a, points_b))}
     every_a, every_b = np.concatenate([s[0] for s in samples]), np.concatenate([s[1] for s in samples])

@@ -239,6 +239,21 @@ def model_name(model) -> str:
     return str(getattr(model, "name", None) or type(model).__name__)
 
 
+def _match_settings(words: list[str], config, seeds: int, episodes_out, resume: bool):
+    """(the match's PlayConfig, its number of seeds), checked: greedy decoding plays one seed."""
+    if not words:
+        raise ValueError("no evaluation words")
+    if seeds < 1:
+        raise ValueError(f"seeds must be at least 1, got {seeds}")
+    if config is None:
+        config = PlayConfig.of(temperature=0.0)
+    if config.sampling.temperature == 0:
+        seeds = 1
+    if episodes_out is not None and Path(episodes_out).suffix == ".parquet" and (resume or seeds > 1):
+        raise ValueError("resuming or several seeds need a folder for --episodes-out, not one .parquet file")
+    return config, seeds
+
+
 def evaluate_models(model, opponent, words: list[str], config=None, episodes_out=None, *,
                     backend: str = "hf", resume: bool = False, show_progress: bool = True, seeds: int = 1,
                     stale: str = "refuse", guess_words: list[str] | None = None, openings: OpeningLines | None = None,
@@ -263,16 +278,7 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
     matches of the caller's evaluation (a player's opening lines are the same against every opponent);
     by default with this call's two matches only.
     """
-    if not words:
-        raise ValueError("no evaluation words")
-    if seeds < 1:
-        raise ValueError(f"seeds must be at least 1, got {seeds}")
-    if config is None:
-        config = PlayConfig.of(temperature=0.0)
-    if config.sampling.temperature == 0:
-        seeds = 1
-    if episodes_out is not None and Path(episodes_out).suffix == ".parquet" and (resume or seeds > 1):
-        raise ValueError("resuming or several seeds need a folder for --episodes-out, not one .parquet file")
+    config, seeds = _match_settings(words, config, seeds, episodes_out, resume)
 
     def load(m):
         return load_player(str(m), backend, **player_options) if isinstance(m, (str, os.PathLike)) else m
@@ -294,13 +300,18 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
             as_defender += defend
     finally:  # the players this call loaded; a caller's own players stay open
         close_player(*(p for p, given in ((player, model), (rival, opponent)) if given is not p))
+    return {"model": model_name(model), "opponent": model_name(opponent),
+            **_match_metrics(config, as_attacker, as_defender), "seeds": seeds, "first_seed": int(config.seed),
+            "provenance": provenance}
+
+
+def _match_metrics(config, as_attacker: list, as_defender: list) -> dict:
+    """A match's tallies, its bootstrap over words and each word's points."""
     game = config.game
-    metrics = tally_games(game, as_attacker, as_defender)
-    return {"model": model_name(model), "opponent": model_name(opponent), **metrics,
+    return {**tally_games(game, as_attacker, as_defender),
             "bootstrap": word_bootstrap(game, as_attacker, as_defender, seed=config.seed),
             "per_word": per_word_scores(game, as_attacker, as_defender),
-            "max_turns": int(game.max_turns), "temperature": float(config.sampling.temperature),
-            "seeds": seeds, "first_seed": int(config.seed), "provenance": provenance}
+            "max_turns": int(game.max_turns), "temperature": float(config.sampling.temperature)}
 
 
 def opening_lines_played(episodes_out: str | os.PathLike, game: Game, words: list[str], seeds: int = 1

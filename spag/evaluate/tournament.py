@@ -21,6 +21,7 @@ epochs, ablation arms and baselines on fresh words.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -259,6 +260,24 @@ def save_heatmap(matrix: Mapping[str, Mapping[str, float]], names: Sequence[str]
 # --------------------------------------------------------------------------------------- the games
 
 
+def _player_names(models: Sequence[str], names: Sequence[str] | None, baselines: Sequence[str],
+                  filtered: Sequence[str], extras, game: str) -> tuple[list[str], list[str]]:
+    """(the models' names, every player's name: the models, the baselines, the filtered models), checked."""
+    if len(models) + len(baselines) < 2:
+        raise ValueError("a tournament needs at least two players")
+    if (baselines or filtered) and extras is None:
+        raise ValueError(f"the game {game} has no baselines or decode-time filter")
+    names = list(names) if names is not None else unique_names(models)
+    unknown = [label for label in filtered if label not in names]
+    if unknown:
+        raise ValueError(f"filtered: {', '.join(unknown)} is not a model of the tournament")
+    model_names = list(names)
+    names += list(baselines) + [f"{label}+filter" for label in filtered]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two players share a name: {names}")
+    return model_names, names
+
+
 def run_tournament(models: Sequence[str], words: list[str], config=None, *, backend: str = "hf",
                    episodes_out=None, heatmap=None, resamples: int = 1000, seed: int = 0,
                    resume: bool = False, show_progress: bool = True, names: Sequence[str] | None = None,
@@ -282,59 +301,64 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     (:func:`spag.runtime.outputs.atomic_path`).
     Returns the metrics of :func:`tournament_metrics`.
     """
-    if len(models) + len(baselines) < 2:
-        raise ValueError("a tournament needs at least two players")
     if not words:
         raise ValueError("no evaluation words")
     if config is None:
         config = PlayConfig.of(temperature=0.0)
     extras = config.game.skill
-    if (baselines or filtered) and extras is None:
-        raise ValueError(f"the game {config.game.name} has no baselines or decode-time filter")
-    names = list(names) if names is not None else unique_names(models)
-    unknown = [label for label in filtered if label not in names]
-    if unknown:
-        raise ValueError(f"filtered: {', '.join(unknown)} is not a model of the tournament")
-    model_names = list(names)
-    names += list(baselines) + [f"{label}+filter" for label in filtered]
-    if len(set(names)) != len(names):
-        raise ValueError(f"two players share a name: {names}")
+    model_names, names = _player_names(models, names, baselines, filtered, extras, config.game.name)
     folder = None
     if episodes_out is not None and Path(episodes_out).suffix != ".parquet":
         folder = Path(episodes_out)
     elif resume:
         raise ValueError("resuming needs a folder for --episodes-out, not one .parquet file")
     loaded: dict[str, object] = {}  # path -> player, each model loaded once
-
-    def load(path: str):
-        if path not in loaded:
-            loaded[path] = load_player(str(path), backend if path in map(str, models) else "hf", **player_options)
-        return loaded[path]
-
+    load = functools.partial(_load_once, loaded, backend, set(map(str, models)), player_options)
     try:
-        players = [load(str(m)) for m in models]
-        for name in baselines:
-            needs = extras.baseline_model(name)
-            model = (baseline_models or {}).get(needs)
-            if model is None:
-                raise ValueError(f"baseline {name} needs the {needs} model")
-            players.append(extras.baseline(name, {needs: load(str(model))}))
-        for label in filtered:
-            players.append(extras.filtered(players[model_names.index(label)], f"{label}+filter"))
-        episodes = []
-        for s in range(seeds if config.sampling.temperature else 1):
-            suffix = f"__seed{config.seed + s}" if seeds > 1 else ""
-            episodes += _round_robin(players, names, words, dataclasses.replace(config, seed=config.seed + s), folder, resume,
-                                     show_progress, suffix, guess_words, held=list(loaded.values()))
+        players = _players(models, baselines, filtered, model_names, extras, baseline_models, load)
+        episodes = _every_seed(players, names, words, config, folder, resume, show_progress, seeds, guess_words,
+                               held=list(loaded.values()))
     finally:
         close_player(*loaded.values())
     if episodes_out is not None and folder is None:
         write_episodes(episodes, episodes_out, replace="any")  # claimed by the caller
     metrics = tournament_metrics(episodes, names, resamples=resamples, seed=seed)
     if heatmap is not None:
-        save_heatmap(metrics["score"], names, heatmap,
-                     title="Score of row player against column player (both roles, ties 1/2)", replace=replace)
+        title = "Score of row player against column player (both roles, ties 1/2)"
+        save_heatmap(metrics["score"], names, heatmap, title=title, replace=replace)
     return metrics
+
+
+def _every_seed(players, names, words, config, folder, resume, show_progress, seeds, guess_words, held) -> list:
+    """The round robin once per sampling seed (once in all with greedy decoding), the episodes of each."""
+    episodes = []
+    for s in range(seeds if config.sampling.temperature else 1):
+        suffix = f"__seed{config.seed + s}" if seeds > 1 else ""
+        episodes += _round_robin(players, names, words, dataclasses.replace(config, seed=config.seed + s), folder,
+                                 resume, show_progress, suffix, guess_words, held=held)
+    return episodes
+
+
+def _load_once(loaded: dict, backend: str, models: set[str], options: dict, path: str):
+    """The player of ``path``, loaded on first use (a model of the tournament on ``backend``, another on hf)."""
+    if path not in loaded:
+        loaded[path] = load_player(str(path), backend if path in models else "hf", **options)
+    return loaded[path]
+
+
+def _players(models, baselines, filtered, model_names, extras, baseline_models, load) -> list:
+    """The tournament's players in the order of its names: the models, the baselines built over the models
+    they need, the models with the decode-time filter."""
+    players = [load(str(m)) for m in models]
+    for name in baselines:
+        needs = extras.baseline_model(name)
+        model = (baseline_models or {}).get(needs)
+        if model is None:
+            raise ValueError(f"baseline {name} needs the {needs} model")
+        players.append(extras.baseline(name, {needs: load(str(model))}))
+    for label in filtered:
+        players.append(extras.filtered(players[model_names.index(label)], f"{label}+filter"))
+    return players
 
 
 def _round_robin(players, names, words, config, folder, resume, show_progress, suffix="",

@@ -410,23 +410,11 @@ def _game_files(game) -> list[Problem | None]:
             if PathStr in typing.get_args(field.annotation) or field.annotation is PathStr]
 
 
-def pipeline_problems(settings, root: str | os.PathLike = ".", running: str | None = None,
-                      params_file: str = "params.yaml") -> tuple[list[Problem], list[str]]:
-    """(problems, notes) of the stages of ``root``'s pipeline still to run (see the module docstring)."""
-    root = Path(root)
-    try:
-        params = yaml.load((root / "params.yaml").read_text(encoding="utf-8"), Loader=SAFE_LOADER) or {}
-    except (OSError, yaml.YAMLError):
-        params = {}
-    names = _stage_names(settings)
-    settled = settled_stages(root, params, names, running)
-    todo = [n for n in names if n not in settled]
-
-    def needed(*kinds: str) -> bool:
-        return any(n.split("@")[0] in kinds for n in todo)
-
+def _checks(settings) -> list[tuple[tuple[str, ...], Callable[[], Iterable[Problem | None]]]]:
+    """(the kinds of stage a check is for, the check): each runs only when a stage of its kinds is still to
+    run."""
     s = settings
-    checks: list[tuple[tuple[str, ...], Callable[[], Iterable[Problem | None]]]] = [
+    return [
         (("words",), lambda: [file_problem("words.source", s.words.source)]),
         (("base_model",), lambda: [model_problem("model.base", s.model.base)]),
         (("teacher_play", "imitation_data", "play", "reward", "evaluate"), lambda: _game_files(s.game)),
@@ -450,6 +438,24 @@ def pipeline_problems(settings, root: str | os.PathLike = ".", running: str | No
                                         (("evaluate",), "evaluate", s.evaluate))),
         (GPU_STAGES, lambda: [cuda_problem()]),
     ]
+
+
+def pipeline_problems(settings, root: str | os.PathLike = ".", running: str | None = None,
+                      params_file: str = "params.yaml") -> tuple[list[Problem], list[str]]:
+    """(problems, notes) of the stages of ``root``'s pipeline still to run (see the module docstring)."""
+    root = Path(root)
+    try:
+        params = yaml.load((root / "params.yaml").read_text(encoding="utf-8"), Loader=SAFE_LOADER) or {}
+    except (OSError, yaml.YAMLError):
+        params = {}
+    names = _stage_names(settings)
+    settled = settled_stages(root, params, names, running)
+    todo = [n for n in names if n not in settled]
+
+    def needed(*kinds: str) -> bool:
+        return any(n.split("@")[0] in kinds for n in todo)
+
+    checks = _checks(settings)
     found: list[Problem] = []
     notes: list[str] = []
     for kinds, check in checks:
@@ -459,7 +465,7 @@ def pipeline_problems(settings, root: str | os.PathLike = ".", running: str | No
             except Unchecked as exc:
                 notes.append(str(exc))
     if not any(p.key == "cuda" for p in found):
-        problems, tagged_notes = _memory(s, root)
+        problems, tagged_notes = _memory(settings, root)
         found += [p for stage, p in problems if needed(stage)]
         notes += [n for stage, n in tagged_notes if needed(stage)]
     python = python_problem()

@@ -274,17 +274,8 @@ class _Part:
     results: dict = field(default_factory=dict)
 
 
-def _speak_together(parts: Sequence[tuple[Speaker, list[_Game], PlayStats]], config: PlayConfig,
-                    openings: OpeningLines | None = None) -> None:
-    """One utterance for each game of every part ``(speaker, games, stats)``, in one call per player.
-
-    Empty replies are resampled up to ``empty_retries`` times, utterances the speaker rejects up to its
-    ``resamples`` times, in the same attempts; turns the speaker answers without the model come first.
-    The prompts of parts whose speakers ask the same player (two matches of one model, or its two roles)
-    go to it together, attempt by attempt: a reply depends on its prompt and seed only (the module
-    docstring), so each game says what it would have said alone. ``openings``: replies to games' opening
-    prompts asked before, read instead of asked again.
-    """
+def _waiting_parts(parts: Sequence[tuple[Speaker, list[_Game], PlayStats]], config: PlayConfig) -> list[_Part]:
+    """The turns the speakers answer without the model said at once; the others, part by part, to be asked."""
     sampling = config.sampling
     waiting: list[_Part] = []
     for speaker, games, stats in parts:
@@ -300,6 +291,42 @@ def _speak_together(parts: Sequence[tuple[Speaker, list[_Game], PlayStats]], con
             waiting.append(_Part(speaker, games, stats, turns, [speaker.prompt(t) for t in turns],
                                  list(range(len(games))), max(sampling.empty_retries, speaker.resamples) + 1,
                                  sampling.min_new_tokens))
+    return waiting
+
+
+def _replies(calls: dict[tuple, list[_Part]], config: PlayConfig, stops, attempt: int,
+             openings: OpeningLines | None) -> dict[int, list]:
+    """Each part's replies (by ``id(part)``) of this attempt: one call per player and minimum length, every
+    game with its own seed; opening prompts asked before are read from ``openings``."""
+    replies: dict[int, list] = {}
+    for together in calls.values():
+        ask = _Ask(together[0].speaker.player, config.sampling, together[0].min_new, stops)
+        prompts, seeds, opening = [], [], []
+        for part in together:
+            for i in part.todo:
+                game = part.games[i]
+                prompts.append(part.prompts[i])
+                seeds.append(derive_seed(config.seed, game.index, len(game.history), attempt))
+                opening.append(not game.history)
+        answered = ask(prompts, seeds) if openings is None else openings.replies(ask, prompts, seeds, opening)
+        for part in together:
+            replies[id(part)], answered = answered[:len(part.todo)], answered[len(part.todo):]
+    return replies
+
+
+def _speak_together(parts: Sequence[tuple[Speaker, list[_Game], PlayStats]], config: PlayConfig,
+                    openings: OpeningLines | None = None) -> None:
+    """One utterance for each game of every part ``(speaker, games, stats)``, in one call per player.
+
+    Empty replies are resampled up to ``empty_retries`` times, utterances the speaker rejects up to its
+    ``resamples`` times, in the same attempts; turns the speaker answers without the model come first.
+    The prompts of parts whose speakers ask the same player (two matches of one model, or its two roles)
+    go to it together, attempt by attempt: a reply depends on its prompt and seed only (the module
+    docstring), so each game says what it would have said alone. ``openings``: replies to games' opening
+    prompts asked before, read instead of asked again.
+    """
+    sampling = config.sampling
+    waiting = _waiting_parts(parts, config)
     stops = config.game.stops()
     for attempt in range(max((part.attempts for part in waiting), default=0)):
         asking = [part for part in waiting if part.todo and attempt < part.attempts]
@@ -309,19 +336,7 @@ def _speak_together(parts: Sequence[tuple[Speaker, list[_Game], PlayStats]], con
         calls: dict[tuple, list[_Part]] = {}
         for part in asking:
             calls.setdefault((id(part.speaker.player), part.min_new), []).append(part)
-        replies: dict[int, list] = {}
-        for together in calls.values():
-            ask = _Ask(together[0].speaker.player, sampling, together[0].min_new, stops)
-            prompts, seeds, opening = [], [], []
-            for part in together:
-                for i in part.todo:
-                    game = part.games[i]
-                    prompts.append(part.prompts[i])
-                    seeds.append(derive_seed(config.seed, game.index, len(game.history), attempt))
-                    opening.append(not game.history)
-            answered = ask(prompts, seeds) if openings is None else openings.replies(ask, prompts, seeds, opening)
-            for part in together:
-                replies[id(part)], answered = answered[:len(part.todo)], answered[len(part.todo):]
+        replies = _replies(calls, config, stops, attempt, openings)
         for part in asking:
             again, empty, stats = [], False, part.stats
             for i, reply in zip(part.todo, replies[id(part)]):
