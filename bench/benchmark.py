@@ -34,7 +34,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=200, help="Items per task (the panel's limit).")
     parser.add_argument("--tasks", default="arc_easy,piqa,hellaswag")
-    parser.add_argument("--batch-size", type=int, default=8, help="Requests (HF) or questions (shared) per batch.")
+    parser.add_argument(
+        "--batch-size", type=int, default=8, help="Requests (HF) or questions (shared) per batch."
+    )
     parser.add_argument("--model", default=None, help="Default: the embedded model.")
     parser.add_argument("--skip-stock", action="store_true", help="Only the panel as the pipeline runs it.")
     parser.add_argument("--json", action="store_true")
@@ -51,8 +53,13 @@ def main() -> None:
 
     tasks = [t for t in args.tasks.split(",") if t]
     model = args.model or str(cached_embedded_model())
-    figures: dict = {"items": args.items, "batch_size": args.batch_size, "threads": torch.get_num_threads(),
-                     "machine": machine(), "tasks": {}}
+    figures: dict = {
+        "items": args.items,
+        "batch_size": args.batch_size,
+        "threads": torch.get_num_threads(),
+        "machine": machine(),
+        "tasks": {},
+    }
     with tempfile.TemporaryDirectory(prefix="bench-benchmark-") as work:
         data = Path(work) / "data"
         build_benchmark_data(data, bm.datasets_for(tasks), say=lambda _: None)
@@ -69,32 +76,71 @@ def main() -> None:
                 runs = {}
                 for side, lm in (("lm-eval HFLM", stock), ("spag shared contexts", shared)):
                     raw, wall, cpu = timed(
-                        lm_eval.simple_evaluate, model=lm, tasks=[task], num_fewshot=0,
-                        samples={name: picked} if picked else None, log_samples=True, bootstrap_iters=0,
-                        task_manager=chosen.manager, verbosity="ERROR")
+                        lm_eval.simple_evaluate,
+                        model=lm,
+                        tasks=[task],
+                        num_fewshot=0,
+                        samples={name: picked} if picked else None,
+                        log_samples=True,
+                        bootstrap_iters=0,
+                        task_manager=chosen.manager,
+                        verbosity="ERROR",
+                    )
                     runs[side] = raw["samples"][name]
                     n = len(runs[side])
-                    figures["tasks"].setdefault(name, {})[side] = {"items": n, "wall_s": wall, "cpu_s": cpu,
-                                                                   "items_per_s": n / wall}
-                    print(f"{name:<10} {side:<22} {n:>5} items  {wall:7.1f} s  {n / wall:6.2f} items/s  "
-                          f"{cpu / n:.3f} CPU-s/item", file=sys.stderr, flush=True)
+                    figures["tasks"].setdefault(name, {})[side] = {
+                        "items": n,
+                        "wall_s": wall,
+                        "cpu_s": cpu,
+                        "items_per_s": n / wall,
+                    }
+                    print(
+                        f"{name:<10} {side:<22} {n:>5} items  {wall:7.1f} s  {n / wall:6.2f} items/s  "
+                        f"{cpu / n:.3f} CPU-s/item",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 a, b = runs.values()
                 if [s["acc"] for s in a] != [s["acc"] for s in b]:
                     sys.exit(f"{name}: the two models disagree on an item's result")
-                gap = max(abs(x[0] - y[0]) for sa, sb in zip(a, b) for x, y in zip(sa["filtered_resps"],
-                                                                                     sb["filtered_resps"]))
+                gap = max(
+                    abs(x[0] - y[0])
+                    for sa, sb in zip(a, b)
+                    for x, y in zip(sa["filtered_resps"], sb["filtered_resps"])
+                )
                 figures["tasks"][name]["max_loglikelihood_difference"] = gap
                 sides = figures["tasks"][name]
                 speedup = sides["lm-eval HFLM"]["wall_s"] / sides["spag shared contexts"]["wall_s"]
                 figures["tasks"][name]["speedup"] = speedup
-                print(f"{name:<10} same results per item, largest log-likelihood difference {gap:.1e}, "
-                      f"{speedup:.2f}x faster", file=sys.stderr, flush=True)
-        _, wall, cpu = timed(bm.run_benchmark, model, tasks=tasks, suite="paper", limit=args.items, data=data,
-                             batch_size=args.batch_size, say=lambda _: None, show_progress=False)
-    figures["panel"] = {"wall_s": wall, "cpu_s": cpu, "items": args.items * len(tasks),
-                        "items_per_s": args.items * len(tasks) / wall, "target_s": 180}
-    print(f"panel ({', '.join(tasks)}, {args.items} items each) per checkpoint: {wall:.0f} s wall, {cpu:.0f} CPU-s, "
-          f"{args.items * len(tasks) / wall:.2f} items/s (target: 180 s)", file=sys.stderr)
+                print(
+                    f"{name:<10} same results per item, largest log-likelihood difference {gap:.1e}, "
+                    f"{speedup:.2f}x faster",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        _, wall, cpu = timed(
+            bm.run_benchmark,
+            model,
+            tasks=tasks,
+            suite="paper",
+            limit=args.items,
+            data=data,
+            batch_size=args.batch_size,
+            say=lambda _: None,
+            show_progress=False,
+        )
+    figures["panel"] = {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "items": args.items * len(tasks),
+        "items_per_s": args.items * len(tasks) / wall,
+        "target_s": 180,
+    }
+    print(
+        f"panel ({', '.join(tasks)}, {args.items} items each) per checkpoint: {wall:.0f} s wall, {cpu:.0f} CPU-s, "
+        f"{args.items * len(tasks) / wall:.2f} items/s (target: 180 s)",
+        file=sys.stderr,
+    )
     if args.json:
         print(json.dumps(figures, indent=2))
 

@@ -46,9 +46,13 @@ def main() -> None:
         updates.append(float((new - old).abs().median()))
         sizes.append(float(old.abs().median()))
     print(f"{len(updates)} tensors, {total:,} weights ({args.before} -> {args.after})")
-    print(f"changed in float32: {changed / total:.1%}; still changed after casting both to bfloat16: "
-          f"{changed_bf16 / total:.1%}")
-    print(f"median update {statistics.median(updates):.2e} against median weight {statistics.median(sizes):.2e}")
+    print(
+        f"changed in float32: {changed / total:.1%}; still changed after casting both to bfloat16: "
+        f"{changed_bf16 / total:.1%}"
+    )
+    print(
+        f"median update {statistics.median(updates):.2e} against median weight {statistics.median(sizes):.2e}"
+    )
 
 
 if __name__ == "__main__":

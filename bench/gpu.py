@@ -77,23 +77,72 @@ GIB = 2**30
 
 # Dense bfloat16 peak FLOP/s (TFLOP/s) and memory bandwidth (TB/s) by GPU name (NVIDIA's data sheets, without
 # sparsity); the first key found in torch's name for the device wins.
-PEAK_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "H100 NVL": 835.0,
-               "A100": 312.0, "L40S": 362.0}
-PEAK_BANDWIDTH = {"H200": 4.8, "H100 SXM": 3.35, "H100 80GB HBM3": 3.35, "H100 PCIe": 2.0, "A100-SXM4-80GB": 2.0,
-                  "A100 80GB": 2.0}
+PEAK_TFLOPS = {
+    "H200": 989.0,
+    "H100 SXM": 989.0,
+    "H100 80GB HBM3": 989.0,
+    "H100 PCIe": 756.0,
+    "H100 NVL": 835.0,
+    "A100": 312.0,
+    "L40S": 362.0,
+}
+PEAK_BANDWIDTH = {
+    "H200": 4.8,
+    "H100 SXM": 3.35,
+    "H100 80GB HBM3": 3.35,
+    "H100 PCIe": 2.0,
+    "A100-SXM4-80GB": 2.0,
+    "A100 80GB": 2.0,
+}
 
-WORDS = ["coffee", "river", "winter", "garden", "engine", "violin", "bridge", "candle", "harbor", "pepper",
-         "window", "forest", "ticket", "mirror", "pillow", "rocket", "castle", "basket", "planet", "tunnel",
-         "kettle", "ladder", "jacket", "wallet", "anchor", "button", "carpet", "desert", "island", "marble",
-         "pencil", "saddle"]
+WORDS = [
+    "coffee",
+    "river",
+    "winter",
+    "garden",
+    "engine",
+    "violin",
+    "bridge",
+    "candle",
+    "harbor",
+    "pepper",
+    "window",
+    "forest",
+    "ticket",
+    "mirror",
+    "pillow",
+    "rocket",
+    "castle",
+    "basket",
+    "planet",
+    "tunnel",
+    "kettle",
+    "ladder",
+    "jacket",
+    "wallet",
+    "anchor",
+    "button",
+    "carpet",
+    "desert",
+    "island",
+    "marble",
+    "pencil",
+    "saddle",
+]
 
 # Sizes: on a GPU, and at toy size (--cpu).
-PLAY = {False: {"words": 32, "max_turns": 3, "max_new_tokens": 32, "min_new_tokens": 2, "batch_size": 32},
-        True: {"words": 2, "max_turns": 1, "max_new_tokens": 4, "min_new_tokens": 2, "batch_size": 2}}
-TRAIN = {False: {"rows": 64, "max_steps": 6, "batch_size": 4, "max_length": 512},
-         True: {"rows": 6, "max_steps": 3, "batch_size": 2, "max_length": 512}}
-ONLINE = {False: {"words_per_step": 4, "games_per_word": 2, "max_turns": 2, "max_new_tokens": 32, "batch_size": 16},
-          True: {"words_per_step": 1, "games_per_word": 2, "max_turns": 1, "max_new_tokens": 4, "batch_size": 2}}
+PLAY = {
+    False: {"words": 32, "max_turns": 3, "max_new_tokens": 32, "min_new_tokens": 2, "batch_size": 32},
+    True: {"words": 2, "max_turns": 1, "max_new_tokens": 4, "min_new_tokens": 2, "batch_size": 2},
+}
+TRAIN = {
+    False: {"rows": 64, "max_steps": 6, "batch_size": 4, "max_length": 512},
+    True: {"rows": 6, "max_steps": 3, "batch_size": 2, "max_length": 512},
+}
+ONLINE = {
+    False: {"words_per_step": 4, "games_per_word": 2, "max_turns": 2, "max_new_tokens": 32, "batch_size": 16},
+    True: {"words_per_step": 1, "games_per_word": 2, "max_turns": 1, "max_new_tokens": 4, "batch_size": 2},
+}
 LORA_RANK = 16
 ZERO3_CONFIG = ROOT / "configs" / "deepspeed_zero3_gpu.json"
 
@@ -152,8 +201,10 @@ def memory(ctx: Context, planned: int | None, covered: str | None = None) -> dic
     import torch
 
     peak = torch.cuda.max_memory_allocated()
-    figures.update(peak_allocated_gib=round(peak / GIB, 3),
-                   peak_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3))
+    figures.update(
+        peak_allocated_gib=round(peak / GIB, 3),
+        peak_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3),
+    )
     if planned is not None:
         figures["plan_error"] = round(peak / (planned - CUDA_OVERHEAD) - 1, 3)
     return figures
@@ -179,11 +230,20 @@ def part_device(ctx: Context) -> dict:
     found = {"name": "cpu"}
     if not ctx.cpu:
         properties = torch.cuda.get_device_properties(0)
-        found = {"name": torch.cuda.get_device_name(), "memory_gib": round(properties.total_memory / GIB, 1),
-                 "capability": list(torch.cuda.get_device_capability()),
-                 "multiprocessors": properties.multi_processor_count}
-    return {**found, "peak_bf16_tflops": tflops, "peak_bandwidth_tbs": bandwidth,
-            "driver_gpus": [gpu.__dict__ for gpu in nvidia_gpus()], "torch_cuda": torch_cuda().__dict__, **machine()}
+        found = {
+            "name": torch.cuda.get_device_name(),
+            "memory_gib": round(properties.total_memory / GIB, 1),
+            "capability": list(torch.cuda.get_device_capability()),
+            "multiprocessors": properties.multi_processor_count,
+        }
+    return {
+        **found,
+        "peak_bf16_tflops": tflops,
+        "peak_bandwidth_tbs": bandwidth,
+        "driver_gpus": [gpu.__dict__ for gpu in nvidia_gpus()],
+        "torch_cuda": torch_cuda().__dict__,
+        **machine(),
+    }
 
 
 def part_preflight(ctx: Context) -> dict:
@@ -194,13 +254,21 @@ def part_preflight(ctx: Context) -> dict:
 
     presets = {}
     paper = ROOT / "configs" / "paper.yaml"
-    for name, overrides in (("paper", []), ("paper-toy", ["paper-toy.yaml"]),
-                            ("paper-a100-40g", ["paper-a100-40g.yaml"])):
+    for name, overrides in (
+        ("paper", []),
+        ("paper-toy", ["paper-toy.yaml"]),
+        ("paper-a100-40g", ["paper-a100-40g.yaml"]),
+    ):
         settings = load_settings(paper, overrides=[ROOT / "configs" / o for o in overrides])
         problems, notes = pipeline_problems(settings, ROOT, "base_model")
         presets[name] = {"problems": [str(p) for p in problems], "notes": notes}
-    return {"gpus": [g.__dict__ for g in nvidia_gpus()], "visible": len(visible_gpus()),
-            "cuda_unusable": cuda_unusable(), "python": str(python_problem() or "ok"), "presets": presets}
+    return {
+        "gpus": [g.__dict__ for g in nvidia_gpus()],
+        "visible": len(visible_gpus()),
+        "cuda_unusable": cuda_unusable(),
+        "python": str(python_problem() or "ok"),
+        "presets": presets,
+    }
 
 
 def part_play(ctx: Context, shape: str) -> dict:
@@ -217,7 +285,9 @@ def part_play(ctx: Context, shape: str) -> dict:
     from spag.players.provenance import player_provenance
 
     sizes = PLAY[ctx.cpu]
-    play.bench_words = lambda count: (WORDS * (count // len(WORDS) + 1))[:count]  # no word-frequency list needed
+    play.bench_words = lambda count: (WORDS * (count // len(WORDS) + 1))[
+        :count
+    ]  # no word-frequency list needed
     loaded: dict = {}
     load_side = play.side_player
 
@@ -230,21 +300,40 @@ def part_play(ctx: Context, shape: str) -> dict:
     play.side_player = side_player
     bandwidth = ctx.peaks()[1]
     dtype = "float32" if ctx.cpu else "bfloat16"
-    result: dict = {"settings": {**sizes, "temperature": 1.2, "top_k": 50, "dtype": dtype}, "sides": {}, "errors": []}
+    result: dict = {
+        "settings": {**sizes, "temperature": 1.2, "top_k": 50, "dtype": dtype},
+        "sides": {},
+        "errors": [],
+    }
     plan_shape = model_shape_of(shape, ctx.cpu)
     with random_weights(ctx.device) as built:
         for side in ("batched", "generate", "generate_batch"):
-            args = _argparse.Namespace(side=side, model=str(ctx.model(shape)), dtype=dtype, device=ctx.device,
-                                       temperature=1.2, top_k=50, seed=0, isa="native", threads=None,
-                                       baseline_words=0, slice_start=0, slice_end=0, vllm_memory=0.0,
-                                       cb_attention="sdpa", **sizes)
+            args = _argparse.Namespace(
+                side=side,
+                model=str(ctx.model(shape)),
+                dtype=dtype,
+                device=ctx.device,
+                temperature=1.2,
+                top_k=50,
+                seed=0,
+                isa="native",
+                threads=None,
+                baseline_words=0,
+                slice_start=0,
+                slice_end=0,
+                vllm_memory=0.0,
+                cb_attention="sdpa",
+                **sizes,
+            )
             reset_memory(ctx)
             try:
                 figures = play.run_side(args)
             except Exception as exc:  # noqa: BLE001 - one side failing leaves the others to run
                 result["errors"].append(f"{side}: {type(exc).__name__}: {exc}")
-                result["sides"][side] = {"error": f"{type(exc).__name__}: {exc}",
-                                         "traceback": traceback.format_exc().splitlines()[-8:]}
+                result["sides"][side] = {
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc().splitlines()[-8:],
+                }
                 continue
             model = built[-1]
             result["shapes"] = {shape: model.described()}
@@ -254,17 +343,28 @@ def part_play(ctx: Context, shape: str) -> dict:
             planned = None
             if side == "batched" and tokens:
                 planned = play_bytes(plan_shape, dtype, 1, rows, tokens, HFOptions().prefix_cache_gb)
-                result["engine"] = {**loaded, "transformers": transformers.__version__,
-                                    "missing_fast_path_api": missing_fast_path_api()}
+                result["engine"] = {
+                    **loaded,
+                    "transformers": transformers.__version__,
+                    "missing_fast_path_api": missing_fast_path_api(),
+                }
             wall = figures["wall_s"]
             read_tbs = model.calls["forward_passes"] * model.weight_bytes / wall / 1e12
-            figures.update(episodes_per_s=figures["episodes"] / wall,
-                           generated_tokens_per_s=figures["generated_tokens"] / wall,
-                           prompt_tokens_per_s=figures["prompt_tokens"] / wall, **model.calls,
-                           weights_read_tbs=round(read_tbs, 4),
-                           bandwidth_utilisation=round(read_tbs / bandwidth, 4) if bandwidth else None,
-                           memory=memory(ctx, planned, None if side == "batched" else
-                                         "the plan covers the hf engine, not model.generate's own batching"))
+            figures.update(
+                episodes_per_s=figures["episodes"] / wall,
+                generated_tokens_per_s=figures["generated_tokens"] / wall,
+                prompt_tokens_per_s=figures["prompt_tokens"] / wall,
+                **model.calls,
+                weights_read_tbs=round(read_tbs, 4),
+                bandwidth_utilisation=round(read_tbs / bandwidth, 4) if bandwidth else None,
+                memory=memory(
+                    ctx,
+                    planned,
+                    None
+                    if side == "batched"
+                    else "the plan covers the hf engine, not model.generate's own batching",
+                ),
+            )
             result["sides"][side] = figures
             built.clear()
     return result
@@ -302,7 +402,9 @@ class StepClock:
             torch.cuda.synchronize()
         self.starts.append(time.perf_counter())
         ids, mask = inputs.get("input_ids"), inputs.get("attention_mask")
-        self.tokens.append(int(mask.sum()) if mask is not None else int(ids.numel()) if ids is not None else 0)
+        self.tokens.append(
+            int(mask.sum()) if mask is not None else int(ids.numel()) if ids is not None else 0
+        )
         self.widths.append(int(ids.shape[-1]) if ids is not None else 0)
 
     def steady_tokens_per_s(self) -> float | None:
@@ -324,26 +426,54 @@ def train(ctx: Context, shape: str, method: str, **knobs) -> tuple[dict, StepClo
     rows = ctx.work / "rows.jsonl"
     write_jsonl_atomic(rows, synthetic_rows(sizes["rows"]), replace="any")
     out = ctx.work / f"out-{method}"
-    settings = {"max_steps": sizes["max_steps"], "batch_size": sizes["batch_size"], "grad_accum": 1,
-                "max_length": sizes["max_length"], "warmup_ratio": 0.0, "logging_steps": 1, "save_steps": 10**6,
-                "live": False, "show_progress": False, "gradient_checkpointing": True, "bf16": not ctx.cpu,
-                "device": ctx.device, "seed": 0, "ref_cache_dir": str(ctx.work / "ref-cache"), **knobs}
+    settings = {
+        "max_steps": sizes["max_steps"],
+        "batch_size": sizes["batch_size"],
+        "grad_accum": 1,
+        "max_length": sizes["max_length"],
+        "warmup_ratio": 0.0,
+        "logging_steps": 1,
+        "save_steps": 10**6,
+        "live": False,
+        "show_progress": False,
+        "gradient_checkpointing": True,
+        "bf16": not ctx.cpu,
+        "device": ctx.device,
+        "seed": 0,
+        "ref_cache_dir": str(ctx.work / "ref-cache"),
+        **knobs,
+    }
     reset_memory(ctx)
     with random_weights(ctx.device) as built, StepClock(not ctx.cpu) as clock:
         run_training(method, str(ctx.model(shape)), str(rows), str(out), **settings)
     return read_summary(out), clock, built[0]
 
 
-def training_figures(ctx: Context, shape: str, summary: dict, clock: StepClock, model, flops_per_token: int,
-                     planned: int | None) -> dict:
+def training_figures(
+    ctx: Context,
+    shape: str,
+    summary: dict,
+    clock: StepClock,
+    model,
+    flops_per_token: int,
+    planned: int | None,
+) -> dict:
     tflops, _ = ctx.peaks()
     steady = clock.steady_tokens_per_s()
     mfu = flops_per_token * model.matmul_parameters * steady / (tflops * 1e12) if steady and tflops else None
-    return {"shapes": {shape: model.described()}, "steps": summary["steps"], "tokens": summary["tokens"],
-            "train_seconds": summary["train_seconds"], "tokens_per_s": summary["tokens_per_second"],
-            "steady_tokens_per_s": steady, "flops_per_token": f"{flops_per_token} x {model.matmul_parameters}",
-            "mfu": round(mfu, 4) if mfu is not None else None, "longest_batch_tokens": max(clock.widths, default=0),
-            "reference": summary["reference"], "memory": memory(ctx, planned)}
+    return {
+        "shapes": {shape: model.described()},
+        "steps": summary["steps"],
+        "tokens": summary["tokens"],
+        "train_seconds": summary["train_seconds"],
+        "tokens_per_s": summary["tokens_per_second"],
+        "steady_tokens_per_s": steady,
+        "flops_per_token": f"{flops_per_token} x {model.matmul_parameters}",
+        "mfu": round(mfu, 4) if mfu is not None else None,
+        "longest_batch_tokens": max(clock.widths, default=0),
+        "reference": summary["reference"],
+        "memory": memory(ctx, planned),
+    }
 
 
 def part_offline_po_zero3(ctx: Context) -> dict:
@@ -352,15 +482,32 @@ def part_offline_po_zero3(ctx: Context) -> dict:
     from spag.models.memory import zero3_bytes
 
     if not ctx.cpu:  # a world of one process, as torchrun --nproc_per_node 1 would set it up
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(free_port()))
+        os.environ.update(
+            RANK="0",
+            LOCAL_RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_WORLD_SIZE="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(free_port()),
+        )
     shape = "qwen2-1.5b"
-    plan_shape = model_shape_of(shape, ctx.cpu)  # first: counting on the meta device fails once ZeRO-3 is set up
+    plan_shape = model_shape_of(
+        shape, ctx.cpu
+    )  # first: counting on the meta device fails once ZeRO-3 is set up
     summary, clock, model = train(ctx, shape, "offline-po", ref_on_the_fly=True, deepspeed=str(ZERO3_CONFIG))
-    planned = zero3_bytes(plan_shape, 1, TRAIN[ctx.cpu]["batch_size"], max(clock.widths, default=0),
-                          offload_params=False, reference=True, offload_optimizer=False)
-    return {"deepspeed_config": str(ZERO3_CONFIG.relative_to(ROOT)),
-            **training_figures(ctx, shape, summary, clock, model, 8, planned)}
+    planned = zero3_bytes(
+        plan_shape,
+        1,
+        TRAIN[ctx.cpu]["batch_size"],
+        max(clock.widths, default=0),
+        offload_params=False,
+        reference=True,
+        offload_optimizer=False,
+    )
+    return {
+        "deepspeed_config": str(ZERO3_CONFIG.relative_to(ROOT)),
+        **training_figures(ctx, shape, summary, clock, model, 8, planned),
+    }
 
 
 def part_sft_kl(ctx: Context) -> dict:
@@ -380,13 +527,26 @@ def part_lora(ctx: Context) -> dict:
 
     shape = "llama-7b"
     plan_shape = model_shape_of(shape, ctx.cpu)
-    summary, clock, model = train(ctx, shape, "offline-po", lora_r=LORA_RANK, lora_alpha=2 * LORA_RANK,
-                                  merge_lora=False, ref_on_the_fly=True)
-    planned = training_bytes(plan_shape, TRAIN[ctx.cpu]["batch_size"], max(clock.widths, default=0),
-                             lora_rank=LORA_RANK)
-    return {"lora": {"rank": LORA_RANK, "target_modules": "all-linear",
-                     "parameters": lora_parameters(plan_shape, LORA_RANK)},
-            **training_figures(ctx, shape, summary, clock, model, 6, planned)}
+    summary, clock, model = train(
+        ctx,
+        shape,
+        "offline-po",
+        lora_r=LORA_RANK,
+        lora_alpha=2 * LORA_RANK,
+        merge_lora=False,
+        ref_on_the_fly=True,
+    )
+    planned = training_bytes(
+        plan_shape, TRAIN[ctx.cpu]["batch_size"], max(clock.widths, default=0), lora_rank=LORA_RANK
+    )
+    return {
+        "lora": {
+            "rank": LORA_RANK,
+            "target_modules": "all-linear",
+            "parameters": lora_parameters(plan_shape, LORA_RANK),
+        },
+        **training_figures(ctx, shape, summary, clock, model, 6, planned),
+    }
 
 
 def part_online(ctx: Context) -> dict:
@@ -397,26 +557,51 @@ def part_online(ctx: Context) -> dict:
     from spag.train.online import OnlineGames, run_online
 
     sizes, shape = ONLINE[ctx.cpu], "embedded"
-    games = OnlineGames(play=PlayConfig.of(max_turns=sizes["max_turns"], max_new_tokens=sizes["max_new_tokens"],
-                                           temperature=1.0, seed=0),
-                        online=Online(words_per_step=sizes["words_per_step"], games_per_word=sizes["games_per_word"]),
-                        reward=Reward(keep_truncated=True))
-    config = TrainConfig(batch_size=sizes["batch_size"], max_steps=1, live=False, show_progress=False,
-                         logging_steps=1, warmup_ratio=0.0, seed=0, bf16=not ctx.cpu, device=ctx.device,
-                         save_steps=10**6)
+    games = OnlineGames(
+        play=PlayConfig.of(
+            max_turns=sizes["max_turns"], max_new_tokens=sizes["max_new_tokens"], temperature=1.0, seed=0
+        ),
+        online=Online(words_per_step=sizes["words_per_step"], games_per_word=sizes["games_per_word"]),
+        reward=Reward(keep_truncated=True),
+    )
+    config = TrainConfig(
+        batch_size=sizes["batch_size"],
+        max_steps=1,
+        live=False,
+        show_progress=False,
+        logging_steps=1,
+        warmup_ratio=0.0,
+        seed=0,
+        bf16=not ctx.cpu,
+        device=ctx.device,
+        save_steps=10**6,
+    )
     reset_memory(ctx)
     out = ctx.work / "online"
     with random_weights(ctx.device) as built:
-        run_online(str(ctx.model(shape)), WORDS[: sizes["words_per_step"]], out, games=games, config=config,
-                   episodes_dir=ctx.work / "episodes")
+        run_online(
+            str(ctx.model(shape)),
+            WORDS[: sizes["words_per_step"]],
+            out,
+            games=games,
+            config=config,
+            episodes_dir=ctx.work / "episodes",
+        )
     summary = read_summary(out)
     play_seconds = summary["play_seconds"] or None
-    return {"shapes": {shape: built[0].described()}, "settings": sizes, "steps": summary["steps"],
-            "games": summary["games"], "generated_tokens": summary["generated_tokens"], "play_seconds": play_seconds,
-            "episodes_per_s": summary["games"] / play_seconds if play_seconds else None,
-            "generated_tokens_per_s": summary["generated_tokens"] / play_seconds if play_seconds else None,
-            "online_seconds": summary["online_seconds"], "utterances": summary["utterances"],
-            "memory": memory(ctx, None)}
+    return {
+        "shapes": {shape: built[0].described()},
+        "settings": sizes,
+        "steps": summary["steps"],
+        "games": summary["games"],
+        "generated_tokens": summary["generated_tokens"],
+        "play_seconds": play_seconds,
+        "episodes_per_s": summary["games"] / play_seconds if play_seconds else None,
+        "generated_tokens_per_s": summary["generated_tokens"] / play_seconds if play_seconds else None,
+        "online_seconds": summary["online_seconds"],
+        "utterances": summary["utterances"],
+        "memory": memory(ctx, None),
+    }
 
 
 @dataclass(frozen=True)
@@ -457,7 +642,10 @@ def run_in_this_process(part: str, ctx: Context) -> int:
         result = PARTS[part].run(ctx)
         code = 1 if result.get("errors") else 0
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - whatever stopped the part is its result
-        result = {"error": f"{type(exc).__name__}: {exc}"[:2000], "traceback": traceback.format_exc().splitlines()[-12:]}
+        result = {
+            "error": f"{type(exc).__name__}: {exc}"[:2000],
+            "traceback": traceback.format_exc().splitlines()[-12:],
+        }
         code = 1
     result["heavy_modules"] = heavy_modules()
     write_json_atomic(ctx.work / "result.json", result, replace="any")
@@ -484,8 +672,14 @@ def run_part(part: str, cpu: bool, scratch: Path, limit_s: float) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--part", part, "--work", str(work)]
     started = time.perf_counter()
     with open(log, "wb") as output:
-        child = subprocess.Popen(command + (["--cpu"] if cpu else []), stdout=output, stderr=subprocess.STDOUT,
-                                 env=child_environment(cpu), start_new_session=True, cwd=ROOT)
+        child = subprocess.Popen(
+            command + (["--cpu"] if cpu else []),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=child_environment(cpu),
+            start_new_session=True,
+            cwd=ROOT,
+        )
         try:
             code, timed_out = child.wait(timeout=limit_s), False
         except subprocess.TimeoutExpired:
@@ -495,14 +689,18 @@ def run_part(part: str, cpu: bool, scratch: Path, limit_s: float) -> dict:
         except ProcessLookupError:
             pass
         child.wait()
-    entry: dict = {"status": "timeout" if timed_out else "ok" if code == 0 else "failed",
-                   "seconds": round(time.perf_counter() - started, 1), "limit_s": limit_s, "exit_code": code}
+    entry: dict = {
+        "status": "timeout" if timed_out else "ok" if code == 0 else "failed",
+        "seconds": round(time.perf_counter() - started, 1),
+        "limit_s": limit_s,
+        "exit_code": code,
+    }
     result_file = work / "result.json"
     if result_file.is_file():
         entry["result"] = json.loads(result_file.read_text(encoding="utf-8"))
     if entry["status"] != "ok":
         said = entry.get("result", {}).get("error") or "; ".join(entry.get("result", {}).get("errors", []))
-        entry["error"] = (f"ran past its limit of {limit_s:g} s" if timed_out else said or f"exit code {code}")
+        entry["error"] = f"ran past its limit of {limit_s:g} s" if timed_out else said or f"exit code {code}"
         entry["output_tail"] = log.read_text(encoding="utf-8", errors="replace").splitlines()[-30:]
     return entry
 
@@ -525,7 +723,7 @@ def limits(value: str | None, cpu: bool) -> dict[str, float]:
             raise CheckError(f"--timeout {item}: {seconds!r} is not a number of seconds") from None
         if not 0 < limit < float("inf"):
             raise CheckError(f"--timeout {item}: a part needs a positive, finite number of seconds")
-        for key in ([name] if name else chosen):
+        for key in [name] if name else chosen:
             chosen[key] = limit
     return chosen
 
@@ -554,7 +752,9 @@ def check_arguments(args) -> tuple[Path, list[str], dict[str, float], float | No
 
     out = Path(args.out)
     if not owned_or_new(out):
-        raise CheckError(f"--out {out}: something is there that is not this check's JSON; choose another path")
+        raise CheckError(
+            f"--out {out}: something is there that is not this check's JSON; choose another path"
+        )
     try:
         check_output_file(out, "--out", replace="any")
     except DataError as exc:
@@ -577,13 +777,20 @@ def headline(part: str, entry: dict) -> str:
     if entry["status"] != "ok":
         return f"{entry['status'].upper()}: {entry.get('error', '')}"[:160]
     if "sides" in result:
-        return "; ".join(f"{side} {f['episodes_per_s']:.2f} ep/s, {f['generated_tokens_per_s']:.0f} tok/s, "
-                         f"bw {f['bandwidth_utilisation']}" for side, f in result["sides"].items()) + \
-            f"; engine path {result.get('engine', {}).get('path')}"
+        return (
+            "; ".join(
+                f"{side} {f['episodes_per_s']:.2f} ep/s, {f['generated_tokens_per_s']:.0f} tok/s, "
+                f"bw {f['bandwidth_utilisation']}"
+                for side, f in result["sides"].items()
+            )
+            + f"; engine path {result.get('engine', {}).get('path')}"
+        )
     if "mfu" in result:
         m = result["memory"]
-        return (f"{result['steady_tokens_per_s']} tok/s steady, MFU {result['mfu']}, peak {m.get('peak_allocated_gib')} "
-                f"GiB, plan {m.get('planned_gib')} GiB")
+        return (
+            f"{result['steady_tokens_per_s']} tok/s steady, MFU {result['mfu']}, peak {m.get('peak_allocated_gib')} "
+            f"GiB, plan {m.get('planned_gib')} GiB"
+        )
     if "games" in result:
         return f"{result['games']} games, {result['episodes_per_s']} ep/s in play, {result['steps']} step"
     if part == "device":
@@ -600,9 +807,17 @@ def run_check(args) -> int:
     except CheckError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    results = {"check": "bench/gpu.py", "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "cpu_mode": args.cpu,
-               "spag": __version__, "python": sys.version.split()[0], "parts_asked": chosen, "shapes": {},
-               "parts": {}, "finished": False}
+    results = {
+        "check": "bench/gpu.py",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "cpu_mode": args.cpu,
+        "spag": __version__,
+        "python": sys.version.split()[0],
+        "parts_asked": chosen,
+        "shapes": {},
+        "parts": {},
+        "finished": False,
+    }
     results.update(budget_s=budget, limits_s={part: limit[part] for part in chosen})
     write_json_atomic(out, results, replace="any")
     started = time.perf_counter()
@@ -610,16 +825,22 @@ def run_check(args) -> int:
         for part in chosen:
             left = None if budget is None else budget - (time.perf_counter() - started)
             if left is not None and left < 5:
-                results["parts"][part] = {"status": "skipped", "error": f"the check's budget of {budget:g} s was spent"}
+                results["parts"][part] = {
+                    "status": "skipped",
+                    "error": f"the check's budget of {budget:g} s was spent",
+                }
                 print(f"{part}: skipped (the budget of {budget:g} s is spent)", flush=True)
                 continue
             print(f"{part} ...", flush=True)
-            entry = run_part(part, args.cpu, Path(scratch), limit[part] if left is None else min(limit[part], left))
+            entry = run_part(
+                part, args.cpu, Path(scratch), limit[part] if left is None else min(limit[part], left)
+            )
             results["parts"][part] = entry
             results["shapes"].update(entry.get("result", {}).get("shapes", {}))
             if part == "device" and entry["status"] == "ok":
-                results["device"] = {k: entry["result"].get(k) for k in ("name", "peak_bf16_tflops",
-                                                                          "peak_bandwidth_tbs")}
+                results["device"] = {
+                    k: entry["result"].get(k) for k in ("name", "peak_bf16_tflops", "peak_bandwidth_tbs")
+                }
             results["seconds"] = round(time.perf_counter() - started, 1)
             write_json_atomic(out, results, replace="any")
             print(f"{part}: {entry['status']} in {entry['seconds']} s: {headline(part, entry)}", flush=True)
@@ -627,8 +848,11 @@ def run_check(args) -> int:
     results["seconds"] = round(time.perf_counter() - started, 1)
     write_json_atomic(out, results, replace="any")
     failed = [p for p, e in results["parts"].items() if e["status"] != "ok"]
-    print(f"{len(chosen) - len(failed)} of {len(chosen)} parts ran in {results['seconds']} s"
-          + (f"; failed: {', '.join(failed)}" if failed else "") + f"; figures in {out}")
+    print(
+        f"{len(chosen) - len(failed)} of {len(chosen)} parts ran in {results['seconds']} s"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+        + f"; figures in {out}"
+    )
     return 1 if failed else 0
 
 
@@ -637,8 +861,12 @@ def main() -> None:
     parser.add_argument("--out", default="gpu-check.json", help="the JSON, rewritten after every part")
     parser.add_argument("--parts", default=",".join(PARTS), help="which parts, comma-separated, in order")
     parser.add_argument("--timeout", help="seconds a part may take: one number for all, or PART=S,...")
-    parser.add_argument("--budget", type=float, help=f"seconds for the whole check: parts past it are skipped "
-                                                    f"(default {BUDGET_S} on a GPU, none with --cpu)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        help=f"seconds for the whole check: parts past it are skipped "
+        f"(default {BUDGET_S} on a GPU, none with --cpu)",
+    )
     parser.add_argument("--cpu", action="store_true", help="toy sizes on the CPU: check that every part runs")
     parser.add_argument("--part", choices=list(PARTS), help=argparse.SUPPRESS)  # in a part's own process
     parser.add_argument("--work", help=argparse.SUPPRESS)

@@ -16,8 +16,10 @@ from collections import Counter
 from spag.game.taboo.rules import judge, word_forms
 from spag.game.words import top_words
 
-FILLER = ("think about what you use in the morning when the weather turns cold and people gather "
-          "near something warm while they talk about small things and old stories").split()
+FILLER = (
+    "think about what you use in the morning when the weather turns cold and people gather "
+    "near something warm while they talk about small things and old stories"
+).split()
 
 
 def utterance(rng: random.Random, target: str, mention: bool) -> str:

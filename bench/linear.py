@@ -51,8 +51,12 @@ def main() -> None:
 
     shapes, rows_list, repeats = (TOY_SHAPES, [3, 100], 2) if args.toy else (SHAPES, args.rows, args.repeats)
     generator = torch.Generator().manual_seed(0)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32; GFLOPS (best of 3 x {repeats} calls)")
-    print(f"{'rows':>5} {'in -> out':>12} {'x @ Wᵀ':>8} {'W @ xᵀ':>8} {'packed':>8} {'packed / best MKL':>18}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32; GFLOPS (best of 3 x {repeats} calls)"
+    )
+    print(
+        f"{'rows':>5} {'in -> out':>12} {'x @ Wᵀ':>8} {'W @ xᵀ':>8} {'packed':>8} {'packed / best MKL':>18}"
+    )
     for rows in rows_list:
         for d_in, d_out in shapes:
             x = torch.randn(rows, d_in, generator=generator)
@@ -69,8 +73,11 @@ def main() -> None:
             flops = 2.0 * rows * d_in * d_out
             rates = {name: _rate(call, flops, repeats) for name, call in sides.items()}
             ratio = rates["packed"] / max(rates["x @ Wᵀ"], rates["W @ xᵀ"])
-            print(f"{rows:>5} {f'{d_in} -> {d_out}':>12} {rates['x @ Wᵀ']:>8.0f} {rates['W @ xᵀ']:>8.0f} "
-                  f"{rates['packed']:>8.0f} {ratio:>17.2f}x", flush=True)
+            print(
+                f"{rows:>5} {f'{d_in} -> {d_out}':>12} {rates['x @ Wᵀ']:>8.0f} {rates['W @ xᵀ']:>8.0f} "
+                f"{rates['packed']:>8.0f} {ratio:>17.2f}x",
+                flush=True,
+            )
     print(f"bench/linear: {len(rows_list) * len(shapes)} products measured")
 
 

@@ -50,8 +50,9 @@ def _words(settings, n: int) -> list[str]:
         words = read_words(source)
     else:
         w = settings.words
-        words = split_words(top_words(w.top, nouns_only=w.nouns_only, skip_stop_words=w.skip_stop_words),
-                            w.eval_fraction)[0]
+        words = split_words(
+            top_words(w.top, nouns_only=w.nouns_only, skip_stop_words=w.skip_stop_words), w.eval_fraction
+        )[0]
     return random.Random("bench-online").sample(words, n)
 
 
@@ -73,13 +74,27 @@ def main() -> None:
     from spag.train.online import OnlineGames, online_trainer
 
     settings = load_settings(args.params)
-    online = settings.online.model_copy(update={k: v for k, v in {
-        "words_per_step": args.words_per_step, "games_per_word": args.games_per_word}.items() if v is not None})
-    games = OnlineGames(play=PlayConfig(make_game(settings.game), settings.play, settings.seed + 1), online=online,
-                        reward=settings.reward)
+    online = settings.online.model_copy(
+        update={
+            k: v
+            for k, v in {"words_per_step": args.words_per_step, "games_per_word": args.games_per_word}.items()
+            if v is not None
+        }
+    )
+    games = OnlineGames(
+        play=PlayConfig(make_game(settings.game), settings.play, settings.seed + 1),
+        online=online,
+        reward=settings.reward,
+    )
     knobs = {k: getattr(settings.spag, k) for k in TrainKnobs.model_fields}
-    config = TrainConfig(**{**knobs, "save_steps": 10**6}, max_steps=args.steps, seed=settings.seed + 1,
-                         live=False, show_progress=False, logging_steps=1)
+    config = TrainConfig(
+        **{**knobs, "save_steps": 10**6},
+        max_steps=args.steps,
+        seed=settings.seed + 1,
+        live=False,
+        show_progress=False,
+        logging_steps=1,
+    )
 
     class Clock(TrainerCallback):
         """Wall and CPU seconds (this process's user + system: steadier than wall on a busy machine) per step."""
@@ -99,7 +114,9 @@ def main() -> None:
         model = _model(args, work)
         words = _words(settings, online.words_per_step * args.steps)
         began = time.perf_counter()
-        run = online_trainer(model, words, work / "out", games=games, config=config, episodes_dir=work / "episodes")
+        run = online_trainer(
+            model, words, work / "out", games=games, config=config, episodes_dir=work / "episodes"
+        )
         setup = time.perf_counter() - began
         clock = Clock()
         run.trainer.add_callback(clock)
@@ -114,24 +131,32 @@ def main() -> None:
     play_step = statistics.median(play[later])
     steps_per_epoch = settings.online.words // online.words_per_step
     figures = {
-        "model": model, "steps": len(clock.seconds), "words_per_step": online.words_per_step,
-        "games_per_word": online.games_per_word, "games_per_step": games_per_step,
+        "model": model,
+        "steps": len(clock.seconds),
+        "words_per_step": online.words_per_step,
+        "games_per_word": online.games_per_word,
+        "games_per_step": games_per_step,
         "samples_per_step": 2 * online.words_per_step * games.group_size,
-        "setup_seconds": round(setup, 1), "first_step_seconds": round(clock.seconds[0], 1),
-        "step_seconds": round(step, 1), "step_cpu_seconds": round(statistics.median(clock.cpu[later]), 1),
+        "setup_seconds": round(setup, 1),
+        "first_step_seconds": round(clock.seconds[0], 1),
+        "step_seconds": round(step, 1),
+        "step_cpu_seconds": round(statistics.median(clock.cpu[later]), 1),
         "play_seconds": round(play_step, 1),
         "learn_seconds": round(step - play_step, 1),
         "games_per_second": round(games_per_step / play_step, 2),
         "generated_tokens_per_second": round(totals.generated_tokens / max(totals.seconds, 1e-9), 1),
-        "epoch_words": settings.online.words, "epoch_steps": steps_per_epoch,
+        "epoch_words": settings.online.words,
+        "epoch_steps": steps_per_epoch,
         "epoch_minutes": round((setup + clock.seconds[0] + step * (steps_per_epoch - 1)) / 60, 1),
     }
-    print(f"{figures['steps']} steps of {games_per_step} games ({figures['samples_per_step']} samples): "
-          f"{step:.1f} s a step ({play_step:.1f} s playing, {step - play_step:.1f} s learning; "
-          f"{figures['step_cpu_seconds']} CPU s), first step "
-          f"{clock.seconds[0]:.1f} s, set-up {setup:.1f} s; {figures['games_per_second']} games/s, "
-          f"{figures['generated_tokens_per_second']} tokens/s; an epoch of {settings.online.words} words "
-          f"({steps_per_epoch} steps): about {figures['epoch_minutes']} min")
+    print(
+        f"{figures['steps']} steps of {games_per_step} games ({figures['samples_per_step']} samples): "
+        f"{step:.1f} s a step ({play_step:.1f} s playing, {step - play_step:.1f} s learning; "
+        f"{figures['step_cpu_seconds']} CPU s), first step "
+        f"{clock.seconds[0]:.1f} s, set-up {setup:.1f} s; {figures['games_per_second']} games/s, "
+        f"{figures['generated_tokens_per_second']} tokens/s; an epoch of {settings.online.words} words "
+        f"({steps_per_epoch} steps): about {figures['epoch_minutes']} min"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
 

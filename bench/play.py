@@ -75,10 +75,14 @@ SIDES = ("batched", "baseline", "generate", "generate_batch", "vllm")
 LIBRARY_SIDES = ("generate", "generate_batch", "vllm")  # library paths that could stand in for the engine
 LIBRARY_WITHIN = 1.25  # ... if they come this close to its episodes/s and keep what spag play relies on
 
-_SEEDS_BY_CALL = ("{}: a game's replies depend on the games that share its batch, where spag play gives each "
-                  "game its own seeded sampling")
-_RESUME_REPLAYS = ("a resumed run plays other games than an uninterrupted one would have (the games depend on "
-                   "their batch, see per_game_seeds)")
+_SEEDS_BY_CALL = (
+    "{}: a game's replies depend on the games that share its batch, where spag play gives each "
+    "game its own seeded sampling"
+)
+_RESUME_REPLAYS = (
+    "a resumed run plays other games than an uninterrupted one would have (the games depend on "
+    "their batch, see per_game_seeds)"
+)
 # What of spag play's needs each side cannot keep, and where the library decides it (read in transformers 5.19
 # and vLLM 0.32). tests/test_bench.py tries each claim on what is installed, so a release that lifts one fails.
 CANNOT_KEEP: dict[str, dict[str, str]] = {
@@ -87,31 +91,42 @@ CANNOT_KEEP: dict[str, dict[str, str]] = {
     "generate": {
         "per_game_seeds": _SEEDS_BY_CALL.format(
             "one seed per model.generate call (GenerationMixin._sample draws every row from torch's global "
-            "generator: torch.multinomial without a generator)"),
+            "generator: torch.multinomial without a generator)"
+        ),
         "resume": _RESUME_REPLAYS,
     },
     "generate_batch": {
         "per_game_seeds": _SEEDS_BY_CALL.format(
             "one seed per call (ContinuousBatchingConfig.seed seeds torch's global generator, from which the "
-            "manager's thread samples every request: ModelRunner._sample)"),
+            "manager's thread samples every request: ModelRunner._sample)"
+        ),
         "stop_strings": "a request ends only at an end-of-turn token or max_new_tokens "
-                        "(RequestState.update_and_check_completion): the reply is cut at a stop string after "
-                        "generation, the tokens past it generated all the same (tokens_past_stop)",
+        "(RequestState.update_and_check_completion): the reply is cut at a stop string after "
+        "generation, the tokens past it generated all the same (tokens_past_stop)",
         "stop_pattern": "cut after generation, as the stop strings",
         "min_new_tokens": "dropped: MinNewTokensLengthLogitsProcessor declares supports_continuous_batching = "
-                          "False and the manager drops such processors (drop_unsupported_processors); a turn "
-                          "may end at once, and spag play samples an empty reply again",
+        "False and the manager drops such processors (drop_unsupported_processors); a turn "
+        "may end at once, and spag play samples an empty reply again",
         "resume": _RESUME_REPLAYS,
     },
     "vllm": {
         "stop_pattern": "vLLM stops at literal strings only: the pattern cuts the reply after generation (the "
-                        "game's literal stops end the usual next-speaker lines while generating)",
+        "game's literal stops end the usual next-speaker lines while generating)",
     },
 }
 
 # --toy: every side end to end at toy size (its figures mean nothing).
-TOY = {"words": 3, "max_turns": 2, "max_new_tokens": 8, "min_new_tokens": 2, "batch_size": 2,
-       "baseline_words": 2, "rounds": 1, "vllm_memory": 0.02, "threads": 1}
+TOY = {
+    "words": 3,
+    "max_turns": 2,
+    "max_new_tokens": 8,
+    "min_new_tokens": 2,
+    "batch_size": 2,
+    "baseline_words": 2,
+    "rounds": 1,
+    "vllm_memory": 0.02,
+    "threads": 1,
+}
 
 
 # ------------------------------------------------------------------- model.generate sides as players
@@ -124,20 +139,22 @@ class ReplyEnds(StoppingCriteria):
 
     def __init__(self, player, ends, prompt_width: int):
         self.player, self.ends, self.width = player, ends, prompt_width
-        self.lengths: dict[int, int] = {}   # row -> tokens of its reply, once it ended
+        self.lengths: dict[int, int] = {}  # row -> tokens of its reply, once it ended
 
     def __call__(self, input_ids, scores, **kwargs):
         import torch
 
         end_ids = self.player._end_ids
-        for row, ids in enumerate(input_ids[:, self.width:].tolist()):
+        for row, ids in enumerate(input_ids[:, self.width :].tolist()):
             if row in self.lengths or not ids:
                 continue
             if ids[-1] in end_ids:
                 self.lengths[row] = len(ids) - 1
             elif self.player._stopped_by_text(ids, self.ends):
                 self.lengths[row] = len(ids)
-        return torch.tensor([row in self.lengths for row in range(input_ids.shape[0])], device=input_ids.device)
+        return torch.tensor(
+            [row in self.lengths for row in range(input_ids.shape[0])], device=input_ids.device
+        )
 
 
 def generation_config(player, *, temperature: float, top_k: int, max_new_tokens: int, min_new_tokens: int):
@@ -145,10 +162,18 @@ def generation_config(player, *, temperature: float, top_k: int, max_new_tokens:
     and its sampling (temperature 0: greedy), nothing from the model's own generation config."""
     from transformers import GenerationConfig
 
-    sampling = ({"do_sample": False} if temperature <= 0 else
-                {"do_sample": True, "temperature": temperature, "top_k": top_k or None})
-    return GenerationConfig(max_new_tokens=max_new_tokens, min_new_tokens=min(min_new_tokens, max_new_tokens),
-                            eos_token_id=player._end_ids, pad_token_id=player.tokenizer.pad_token_id, **sampling)
+    sampling = (
+        {"do_sample": False}
+        if temperature <= 0
+        else {"do_sample": True, "temperature": temperature, "top_k": top_k or None}
+    )
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=min(min_new_tokens, max_new_tokens),
+        eos_token_id=player._end_ids,
+        pad_token_id=player.tokenizer.pad_token_id,
+        **sampling,
+    )
 
 
 class GeneratePlayer:
@@ -160,8 +185,18 @@ class GeneratePlayer:
         self.player, self.name = player, player.name
         self.counters = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
 
-    def generate(self, prompts, *, temperature=1.0, top_k=0, max_new_tokens=256, min_new_tokens=1, seed=None,
-                 stop=(), stop_pattern=None):
+    def generate(
+        self,
+        prompts,
+        *,
+        temperature=1.0,
+        top_k=0,
+        max_new_tokens=256,
+        min_new_tokens=1,
+        seed=None,
+        stop=(),
+        stop_pattern=None,
+    ):
         import torch
         from transformers import StoppingCriteriaList
 
@@ -178,11 +213,20 @@ class GeneratePlayer:
             torch.manual_seed(first)  # one generator for the whole call (CANNOT_KEEP["generate"])
         ends = Stops(tuple(stop), stop_pattern)
         stopped = ReplyEnds(player, ends, width)
-        config = generation_config(player, temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
-                                   min_new_tokens=min_new_tokens)
+        config = generation_config(
+            player,
+            temperature=temperature,
+            top_k=top_k,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=min_new_tokens,
+        )
         with torch.inference_mode():
-            out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
-                                 stopping_criteria=StoppingCriteriaList([stopped]))
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                generation_config=config,
+                stopping_criteria=StoppingCriteriaList([stopped]),
+            )
         replies = []
         for row, generated in enumerate(out[:, width:].tolist()):
             length = stopped.lengths.get(row)
@@ -212,16 +256,33 @@ class GenerateBatchPlayer:
         self.counters = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
         self.raw: list[tuple[list[int], object]] = []  # each reply's tokens and stops, for tokens_past_stop
 
-    def generate(self, prompts, *, temperature=1.0, top_k=0, max_new_tokens=256, min_new_tokens=1, seed=None,
-                 stop=(), stop_pattern=None):
+    def generate(
+        self,
+        prompts,
+        *,
+        temperature=1.0,
+        top_k=0,
+        max_new_tokens=256,
+        min_new_tokens=1,
+        seed=None,
+        stop=(),
+        stop_pattern=None,
+    ):
         from spag.game.base import Stops
         from spag.players.base import per_prompt_seeds
 
         player = self.player
         encoded = [player.encode(p) for p in prompts]
-        generation = generation_config(player, temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
-                                       min_new_tokens=min_new_tokens)
-        outputs = self._generate_batch(encoded, generation, per_prompt_seeds(seed, len(prompts))[0], max_new_tokens)
+        generation = generation_config(
+            player,
+            temperature=temperature,
+            top_k=top_k,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=min_new_tokens,
+        )
+        outputs = self._generate_batch(
+            encoded, generation, per_prompt_seeds(seed, len(prompts))[0], max_new_tokens
+        )
         ends = Stops(tuple(stop), stop_pattern)
         replies = [self._reply(list(out.generated_tokens), ends) for out in outputs]
         self.counters["prompt_tokens"] += sum(map(len, encoded))
@@ -234,18 +295,29 @@ class GenerateBatchPlayer:
 
         model = self.player.model
         known = {field.name for field in dataclasses.fields(ContinuousBatchingConfig)}
-        page = ContinuousBatchingConfig().page_size if "page_size" in known else ContinuousBatchingConfig().block_size
+        page = (
+            ContinuousBatchingConfig().page_size
+            if "page_size" in known
+            else ContinuousBatchingConfig().block_size
+        )
         blocks = sum(-(-(len(e) + max_new_tokens) // page) for e in encoded) + 1
         # transformers 5.17 (the GPU image's) names a page a block and never switches to flash attention itself
         switch = {"auto_switch_to_flash": False} if "auto_switch_to_flash" in known else {}
-        batching = ContinuousBatchingConfig(seed=seed, num_blocks=blocks, max_batch_tokens=self.batch_tokens,
-                                            **switch)
+        batching = ContinuousBatchingConfig(
+            seed=seed, num_blocks=blocks, max_batch_tokens=self.batch_tokens, **switch
+        )
         before = model.config._attn_implementation
         if self.attention != before:
             model.set_attn_implementation(self.attention)
         try:
-            outputs = list(model.generate_batch(inputs=encoded, generation_config=generation,
-                                                continuous_batching_config=batching, progress_bar=False).values())
+            outputs = list(
+                model.generate_batch(
+                    inputs=encoded,
+                    generation_config=generation,
+                    continuous_batching_config=batching,
+                    progress_bar=False,
+                ).values()
+            )
         finally:
             if model.config._attn_implementation != before:
                 model.set_attn_implementation(before)
@@ -275,8 +347,9 @@ class GenerateBatchPlayer:
         clock stops: one tail check per token)."""
         past = 0
         for ids, ends in self.raw:
-            stop_at = next((n for n in range(1, len(ids) + 1) if self.player._stopped_by_text(ids[:n], ends)),
-                           len(ids))
+            stop_at = next(
+                (n for n in range(1, len(ids) + 1) if self.player._stopped_by_text(ids[:n], ends)), len(ids)
+            )
             past += len(ids) - stop_at
         return past
 
@@ -292,8 +365,14 @@ def cpu_flags() -> dict:
             name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
     except OSError:
         flags, name = set(), ""
-    return {"model": name, "cpus": os.cpu_count(), "avx2": "avx2" in flags, "avx512": "avx512f" in flags,
-            "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags}
+    return {
+        "model": name,
+        "cpus": os.cpu_count(),
+        "avx2": "avx2" in flags,
+        "avx512": "avx512f" in flags,
+        "avx512_bf16": "avx512_bf16" in flags,
+        "amx_bf16": "amx_bf16" in flags,
+    }
 
 
 # The words where wordfreq is not installed (a GPU node that carries only what play and training need).
@@ -306,21 +385,29 @@ def bench_words(count: int) -> list[str]:
     from spag.game.words import read_words, top_words
 
     try:
-        return top_words(max(count, 1) * 4)[:: 4][: count]  # spread over the frequency list
+        return top_words(max(count, 1) * 4)[::4][:count]  # spread over the frequency list
     except ModuleNotFoundError as exc:
         if exc.name != "wordfreq":
             raise
     shipped = read_words(SHIPPED_WORDS)
-    print(f"note: wordfreq is not installed: the words are {SHIPPED_WORDS.name}'s", file=sys.stderr, flush=True)
+    print(
+        f"note: wordfreq is not installed: the words are {SHIPPED_WORDS.name}'s", file=sys.stderr, flush=True
+    )
     return [shipped[i % len(shipped)] for i in range(count)]
 
 
 def play_config(args, batch_size: int | None = None):
     from spag.play.engine import PlayConfig
 
-    return PlayConfig.of(max_turns=args.max_turns, temperature=args.temperature, top_k=args.top_k,
-                         max_new_tokens=args.max_new_tokens, min_new_tokens=args.min_new_tokens, seed=args.seed,
-                         batch_size=batch_size or args.batch_size)
+    return PlayConfig.of(
+        max_turns=args.max_turns,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        max_new_tokens=args.max_new_tokens,
+        min_new_tokens=args.min_new_tokens,
+        seed=args.seed,
+        batch_size=batch_size or args.batch_size,
+    )
 
 
 def hold_to_avx2() -> None:
@@ -371,7 +458,7 @@ def run_side(args) -> dict:
     words = bench_words(args.words)
     config = play_config(args, batch_size=1 if args.side == "baseline" else None)
     if args.side == "baseline":
-        words = words[: args.baseline_words][args.slice_start: args.slice_end]
+        words = words[: args.baseline_words][args.slice_start : args.slice_end]
     setup = time.perf_counter()
     player = side_player(args)
     word_forms("setup")  # the judge's word-form tables, which every side uses
@@ -387,25 +474,58 @@ def run_side(args) -> dict:
         extra["engine"] = player_provenance(player)
     close_player(getattr(player, "player", player))
     games = [(e["target_word"], e["outcome"], [u["content"] for u in e["history"]]) for e in episodes]
-    return {"side": args.side, "episodes": len(episodes), "utterances": stats.utterances,
-            "generated_tokens": stats.generated_tokens,
-            "prompt_tokens": sum(player.counters[k] - before[k] for k in ("prompt_tokens", "reused_tokens")),
-            "empty_replies": stats.empty_replies, "truncated_replies": stats.truncated_replies,
-            "resampled_replies": stats.resampled_replies, **extra, "wall_s": wall, "cpu_s": cpu,
-            "setup_s": setup, "threads": torch.get_num_threads(),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "dtype": resolve_dtype(args.dtype, args.device),
-            "games_sha256": hashlib.sha256(json.dumps(games).encode()).hexdigest()[:16]}
+    return {
+        "side": args.side,
+        "episodes": len(episodes),
+        "utterances": stats.utterances,
+        "generated_tokens": stats.generated_tokens,
+        "prompt_tokens": sum(player.counters[k] - before[k] for k in ("prompt_tokens", "reused_tokens")),
+        "empty_replies": stats.empty_replies,
+        "truncated_replies": stats.truncated_replies,
+        "resampled_replies": stats.resampled_replies,
+        **extra,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "setup_s": setup,
+        "threads": torch.get_num_threads(),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "dtype": resolve_dtype(args.dtype, args.device),
+        "games_sha256": hashlib.sha256(json.dumps(games).encode()).hexdigest()[:16],
+    }
 
 
 # ------------------------------------------------------------------- the rounds, in child processes
 
 
 def side_command(args, side: str, start: int = 0, end: int = 0) -> list[str]:
-    command = [sys.executable, __file__, "--side", side, "--model", args.model, "--slice-start", str(start),
-               "--slice-end", str(end)]
-    for name in ("words", "max_turns", "max_new_tokens", "min_new_tokens", "batch_size", "temperature", "top_k",
-                 "seed", "dtype", "baseline_words", "vllm_memory", "isa", "device", "cb_attention"):
+    command = [
+        sys.executable,
+        __file__,
+        "--side",
+        side,
+        "--model",
+        args.model,
+        "--slice-start",
+        str(start),
+        "--slice-end",
+        str(end),
+    ]
+    for name in (
+        "words",
+        "max_turns",
+        "max_new_tokens",
+        "min_new_tokens",
+        "batch_size",
+        "temperature",
+        "top_k",
+        "seed",
+        "dtype",
+        "baseline_words",
+        "vllm_memory",
+        "isa",
+        "device",
+        "cb_attention",
+    ):
         command += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     return command + (["--threads", str(args.threads)] if args.threads else [])
 
@@ -423,27 +543,42 @@ def run_rounds(args, sides: list[str]) -> list[dict]:
             line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
             if done.returncode != 0 or line is None:
                 sys.exit(f"the {side} side failed:\n{done.stderr[-3000:]}")
-            run = json.loads(line[len("RESULT "):])
+            run = json.loads(line[len("RESULT ") :])
             runs.append(run)
-            print(f"round {r + 1} {side:14s}: {run['episodes']} episodes in {run['wall_s']:.1f}s "
-                  f"({run['cpu_s']:.1f} CPU s, setup {run['setup_s']:.1f}s untimed) = "
-                  f"{run['episodes'] / run['wall_s']:.3f} episodes/s, "
-                  f"{run['generated_tokens'] / run['wall_s']:.1f} generated tokens/s, "
-                  f"{run['prompt_tokens'] / run['wall_s']:.0f} prompt tokens/s; peak RSS {run['peak_rss_mb']:.0f} MB; "
-                  f"games {run['games_sha256']}", flush=True)
+            print(
+                f"round {r + 1} {side:14s}: {run['episodes']} episodes in {run['wall_s']:.1f}s "
+                f"({run['cpu_s']:.1f} CPU s, setup {run['setup_s']:.1f}s untimed) = "
+                f"{run['episodes'] / run['wall_s']:.3f} episodes/s, "
+                f"{run['generated_tokens'] / run['wall_s']:.1f} generated tokens/s, "
+                f"{run['prompt_tokens'] / run['wall_s']:.0f} prompt tokens/s; peak RSS {run['peak_rss_mb']:.0f} MB; "
+                f"games {run['games_sha256']}",
+                flush=True,
+            )
     return runs
 
 
-SUMMED = ("episodes", "utterances", "generated_tokens", "prompt_tokens", "empty_replies", "truncated_replies",
-          "resampled_replies", "tokens_past_stop", "wall_s", "cpu_s")
+SUMMED = (
+    "episodes",
+    "utterances",
+    "generated_tokens",
+    "prompt_tokens",
+    "empty_replies",
+    "truncated_replies",
+    "resampled_replies",
+    "tokens_past_stop",
+    "wall_s",
+    "cpu_s",
+)
 
 
 def summarise(runs: list[dict]) -> dict:
     """Per side: the figures summed over its rounds, the rates they give, and what it cannot keep."""
     sides: dict[str, dict] = {}
     for run in runs:
-        total = sides.setdefault(run["side"], {"rounds": 0, **{k: 0 for k in SUMMED if k in run},
-                                                "peak_rss_mb": 0.0, "games_sha256": []})
+        total = sides.setdefault(
+            run["side"],
+            {"rounds": 0, **{k: 0 for k in SUMMED if k in run}, "peak_rss_mb": 0.0, "games_sha256": []},
+        )
         total["rounds"] += 1
         for key in SUMMED:
             if key in run:
@@ -470,28 +605,41 @@ def ratios(totals: dict) -> tuple[dict, dict]:
     for other, target in (("baseline", 10.0), ("generate", None), ("generate_batch", None), ("vllm", 1.5)):
         if other in totals:
             value = engine / totals[other]["episodes_per_s"]
-            found[f"batched_vs_{other}"] = {"episodes_per_s": value, "target": target,
-                                            "met": None if target is None else value >= target}
+            found[f"batched_vs_{other}"] = {
+                "episodes_per_s": value,
+                "target": target,
+                "met": None if target is None else value >= target,
+            }
             if other in LIBRARY_SIDES:
-                library[other] = {"engine_over_side": value, f"within_{LIBRARY_WITHIN:g}x": value <= LIBRARY_WITHIN,
-                                  "keeps_what_spag_play_relies_on": not CANNOT_KEEP[other]}
+                library[other] = {
+                    "engine_over_side": value,
+                    f"within_{LIBRARY_WITHIN:g}x": value <= LIBRARY_WITHIN,
+                    "keeps_what_spag_play_relies_on": not CANNOT_KEEP[other],
+                }
     return found, library
 
 
 def report(totals: dict, found: dict, library: dict) -> None:
     for side, t in totals.items():
-        print(f"{side:14s} over {t['rounds']} round(s): {t['episodes_per_s']:.3f} episodes/s, "
-              f"{t['generated_tokens_per_s']:.1f} generated tokens/s, {t['prompt_tokens_per_s']:.0f} prompt tokens/s, "
-              f"{t['empty_replies']} empty, {t['truncated_replies']} truncated, {t['resampled_replies']} resampled "
-              f"replies" + (f", {t['tokens_past_stop']} tokens past a stop" if "tokens_past_stop" in t else "")
-              + f"; peak RSS {t['peak_rss_mb']:.0f} MB")
+        print(
+            f"{side:14s} over {t['rounds']} round(s): {t['episodes_per_s']:.3f} episodes/s, "
+            f"{t['generated_tokens_per_s']:.1f} generated tokens/s, {t['prompt_tokens_per_s']:.0f} prompt tokens/s, "
+            f"{t['empty_replies']} empty, {t['truncated_replies']} truncated, {t['resampled_replies']} resampled "
+            f"replies"
+            + (f", {t['tokens_past_stop']} tokens past a stop" if "tokens_past_stop" in t else "")
+            + f"; peak RSS {t['peak_rss_mb']:.0f} MB"
+        )
     for name, r in found.items():
-        target = "" if r["target"] is None else f" (target {r['target']:g}x: {'met' if r['met'] else 'not met'})"
+        target = (
+            "" if r["target"] is None else f" (target {r['target']:g}x: {'met' if r['met'] else 'not met'})"
+        )
         print(f"{name}: {r['episodes_per_s']:.2f}x episodes/s{target}")
     for side, verdict in library.items():
-        print(f"{side}: within {LIBRARY_WITHIN:g}x of the engine: "
-              f"{'yes' if verdict[f'within_{LIBRARY_WITHIN:g}x'] else 'no'}; keeps what spag play relies on: "
-              f"{'yes' if verdict['keeps_what_spag_play_relies_on'] else 'no'}")
+        print(
+            f"{side}: within {LIBRARY_WITHIN:g}x of the engine: "
+            f"{'yes' if verdict[f'within_{LIBRARY_WITHIN:g}x'] else 'no'}; keeps what spag play relies on: "
+            f"{'yes' if verdict['keeps_what_spag_play_relies_on'] else 'no'}"
+        )
     for side in totals:
         for need, why in CANNOT_KEEP[side].items():
             print(f"{side} cannot keep {need}: {why}")
@@ -520,21 +668,37 @@ def parse_args():
     parser.add_argument("--temperature", type=float, default=1.2)
     parser.add_argument("--top-k", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, or auto (what the pipeline "
-                                                           "plays in: float32 on a CPU)")
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        help="float32 (default), bfloat16, or auto (what the pipeline plays in: float32 on a CPU)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--device", default="cpu", help="the hf sides' device: cpu, or cuda (bench/gpu.py)")
-    parser.add_argument("--baseline-words", type=int, default=8, help="words the baseline plays, over all rounds")
+    parser.add_argument(
+        "--baseline-words", type=int, default=8, help="words the baseline plays, over all rounds"
+    )
     parser.add_argument("--rounds", type=int, default=2, help="every side plays once per round, in turn")
-    parser.add_argument("--sides", default=",".join(SIDES), help=f"which sides, comma-separated, of {', '.join(SIDES)}")
-    parser.add_argument("--cb-attention", choices=("sdpa", "paged|eager"), default="sdpa",
-                        help="generate_batch side: the attention implementation continuous batching runs")
+    parser.add_argument(
+        "--sides", default=",".join(SIDES), help=f"which sides, comma-separated, of {', '.join(SIDES)}"
+    )
+    parser.add_argument(
+        "--cb-attention",
+        choices=("sdpa", "paged|eager"),
+        default="sdpa",
+        help="generate_batch side: the attention implementation continuous batching runs",
+    )
     parser.add_argument("--vllm-memory", type=float, default=0.2, help="vllm side: gpu_memory_utilization")
-    parser.add_argument("--isa", choices=("native", "avx2"), default="native",
-                        help="avx2: every side held to AVX2 kernels")
-    parser.add_argument("--toy", action="store_true", help="every side end to end at toy size, to check they run")
+    parser.add_argument(
+        "--isa", choices=("native", "avx2"), default="native", help="avx2: every side held to AVX2 kernels"
+    )
+    parser.add_argument(
+        "--toy", action="store_true", help="every side end to end at toy size, to check they run"
+    )
     parser.add_argument("--json", action="store_true", help="end with one JSON object of every figure")
-    parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # a child process: one side, one round
+    parser.add_argument(
+        "--side", choices=SIDES, help=argparse.SUPPRESS
+    )  # a child process: one side, one round
     parser.add_argument("--slice-start", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--slice-end", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -572,27 +736,65 @@ def measure(args, sides: list[str]) -> None:
     args.model = str(Path(args.model) if args.model else cached_embedded_model())
     if args.isa == "avx2":
         os.environ.update(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
-    cpu, dtype, vllm = {**cpu_flags(), "held_to": args.isa}, resolve_dtype(args.dtype, args.device), vllm_version()
-    print(f"model {Path(args.model).name}, dtype {dtype}, torch {torch.__version__}, transformers "
-          f"{transformers.__version__}, vLLM {vllm}; {cpu['model']}, {cpu['cpus']} CPUs, AVX2 {cpu['avx2']}, "
-          f"AVX-512 {cpu['avx512']}, AVX512-BF16 {cpu['avx512_bf16']}, AMX {cpu['amx_bf16']}"
-          + ("; every side held to AVX2 kernels" if args.isa == "avx2" else "") + ("; toy sizes" if args.toy else ""))
-    print(f"{args.words} words, max_turns {args.max_turns}, max_new_tokens {args.max_new_tokens}, min_new_tokens "
-          f"{args.min_new_tokens}, temperature {args.temperature}, top_k {args.top_k}, batch {args.batch_size}; "
-          f"baseline {args.baseline_words} words; generate_batch attention {args.cb_attention}")
+    cpu, dtype, vllm = (
+        {**cpu_flags(), "held_to": args.isa},
+        resolve_dtype(args.dtype, args.device),
+        vllm_version(),
+    )
+    print(
+        f"model {Path(args.model).name}, dtype {dtype}, torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, vLLM {vllm}; {cpu['model']}, {cpu['cpus']} CPUs, AVX2 {cpu['avx2']}, "
+        f"AVX-512 {cpu['avx512']}, AVX512-BF16 {cpu['avx512_bf16']}, AMX {cpu['amx_bf16']}"
+        + ("; every side held to AVX2 kernels" if args.isa == "avx2" else "")
+        + ("; toy sizes" if args.toy else "")
+    )
+    print(
+        f"{args.words} words, max_turns {args.max_turns}, max_new_tokens {args.max_new_tokens}, min_new_tokens "
+        f"{args.min_new_tokens}, temperature {args.temperature}, top_k {args.top_k}, batch {args.batch_size}; "
+        f"baseline {args.baseline_words} words; generate_batch attention {args.cb_attention}"
+    )
     totals = summarise(run_rounds(args, sides))
     found, library = ratios(totals)
     report(totals, found, library)
     if args.json:
-        print(json.dumps({"date": time.strftime("%Y-%m-%d"), "spag": spag_version, "cpu": cpu, "dtype": dtype,
-                          "device": args.device, "toy": args.toy, "words": bench_words(args.words),
-                          "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                                       "vllm": vllm},
-                          "settings": {k: getattr(args, k) for k in ("words", "max_turns", "max_new_tokens",
-                                                                     "min_new_tokens", "batch_size", "temperature",
-                                                                     "top_k", "seed", "baseline_words", "rounds",
-                                                                     "threads", "cb_attention")},
-                          "sides": totals, "ratios": found, "library_paths": library}))
+        print(
+            json.dumps(
+                {
+                    "date": time.strftime("%Y-%m-%d"),
+                    "spag": spag_version,
+                    "cpu": cpu,
+                    "dtype": dtype,
+                    "device": args.device,
+                    "toy": args.toy,
+                    "words": bench_words(args.words),
+                    "versions": {
+                        "torch": torch.__version__,
+                        "transformers": transformers.__version__,
+                        "vllm": vllm,
+                    },
+                    "settings": {
+                        k: getattr(args, k)
+                        for k in (
+                            "words",
+                            "max_turns",
+                            "max_new_tokens",
+                            "min_new_tokens",
+                            "batch_size",
+                            "temperature",
+                            "top_k",
+                            "seed",
+                            "baseline_words",
+                            "rounds",
+                            "threads",
+                            "cb_attention",
+                        )
+                    },
+                    "sides": totals,
+                    "ratios": found,
+                    "library_paths": library,
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

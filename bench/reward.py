@@ -48,10 +48,14 @@ def main() -> None:
         times.append(time.perf_counter() - start)
         if done.returncode:
             sys.exit(f"spag reward failed ({done.returncode}): {done.stderr.strip()}")
-    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip().splitlines()[-1]
+    summary = (
+        done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip().splitlines()[-1]
+    )
     print(f"corpus: {args.episodes} episodes in {episodes}")
-    print(f"spag reward: best of {args.repeats} {min(times):.2f} s ({', '.join(f'{t:.2f}' for t in times)}); "
-          f"{args.episodes / min(times):,.0f} episodes/s")
+    print(
+        f"spag reward: best of {args.repeats} {min(times):.2f} s ({', '.join(f'{t:.2f}' for t in times)}); "
+        f"{args.episodes / min(times):,.0f} episodes/s"
+    )
     print(f"its summary: {summary}")
 
 

@@ -30,22 +30,58 @@ SPECIAL_IDS = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}  # <|im_
 VOCAB = 49152
 
 SHAPES: dict[str, dict] = {
-    "embedded": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
-                 "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "max_position_embeddings": 8192,
-                 "rms_norm_eps": 1e-5, "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
-                 "tie_word_embeddings": True},
-    "qwen2-1.5b": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 30,
-                   "num_attention_heads": 12, "num_key_value_heads": 2, "max_position_embeddings": 32768,
-                   "rms_norm_eps": 1e-6, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
-                   "use_sliding_window": False, "sliding_window": None, "tie_word_embeddings": True},
-    "llama-7b": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-                 "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 4096,
-                 "rms_norm_eps": 1e-5, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
-                 "tie_word_embeddings": False},
+    "embedded": {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "head_dim": 64,
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+        "tie_word_embeddings": True,
+    },
+    "qwen2-1.5b": {
+        "model_type": "qwen2",
+        "architectures": ["Qwen2ForCausalLM"],
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-6,
+        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "tie_word_embeddings": True,
+    },
+    "llama-7b": {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "tie_word_embeddings": False,
+    },
 }
 # --cpu: the same families at toy size (two layers of 64, heads of 32).
-TOY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-       "num_key_value_heads": 1, "head_dim": 32}
+TOY = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+}
 
 
 def shape_config(name: str, toy: bool) -> dict:
@@ -59,10 +95,15 @@ def model_folder(name: str, toy: bool, directory: Path) -> Path:
     """A model folder for shape ``name``: its ``config.json`` and the embedded tokenizer, no weights."""
     folder = Path(directory) / name
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(shape_config(name, toy), indent=1) + "\n", encoding="utf-8")
+    (folder / "config.json").write_text(
+        json.dumps(shape_config(name, toy), indent=1) + "\n", encoding="utf-8"
+    )
     for small in ("tokenizer_config.json", "chat_template.jinja"):
         shutil.copyfile(TOKENIZER / small, folder / small)
-    with gzip.open(TOKENIZER / "tokenizer.json.gz", "rb") as src, open(folder / "tokenizer.json", "wb") as dst:
+    with (
+        gzip.open(TOKENIZER / "tokenizer.json.gz", "rb") as src,
+        open(folder / "tokenizer.json", "wb") as dst,
+    ):
         shutil.copyfileobj(src, dst)
     return folder
 
@@ -91,8 +132,13 @@ class Built:
         return self.parameters - (0 if self.tied else self.vocab * self.hidden)
 
     def described(self) -> dict:
-        return {"parameters": self.parameters, "layers": self.layers, "hidden_size": self.hidden,
-                "vocab_size": self.vocab, "tied_embeddings": self.tied}
+        return {
+            "parameters": self.parameters,
+            "layers": self.layers,
+            "hidden_size": self.hidden,
+            "vocab_size": self.vocab,
+            "tied_embeddings": self.tied,
+        }
 
 
 @contextlib.contextmanager
@@ -115,10 +161,15 @@ def random_weights(device: str, seed: int = 0):
         torch.manual_seed(seed)
         with _whole_model(), torch.device(device):
             model = cls._from_config(config, dtype=dtype)
-        record = Built(name=Path(str(name_or_path)).name, parameters=sum(p.numel() for p in model.parameters()),
-                       layers=config.num_hidden_layers, hidden=config.hidden_size, vocab=config.vocab_size,
-                       tied=bool(getattr(config, "tie_word_embeddings", False)),
-                       dtype=str(dtype).removeprefix("torch."))
+        record = Built(
+            name=Path(str(name_or_path)).name,
+            parameters=sum(p.numel() for p in model.parameters()),
+            layers=config.num_hidden_layers,
+            hidden=config.hidden_size,
+            vocab=config.vocab_size,
+            tied=bool(getattr(config, "tie_word_embeddings", False)),
+            dtype=str(dtype).removeprefix("torch."),
+        )
         model.base_model.register_forward_pre_hook(_counter(record.calls), with_kwargs=True)
         built.append(record)
         return model

@@ -40,13 +40,21 @@ def plain_continuation_logprobs(player, prompts, opening, continuations):
         for prompt in prompts:
             cache = DynamicCache()
             ids = torch.tensor([player.encode(prompt) + opening_ids])
-            first = player.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+            first = player.model(
+                input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1
+            ).logits
             logp = torch.log_softmax(first[0, -1].float(), dim=-1)[tokens[:, 0]]
             if width > 1:
                 cache.batch_repeat_interleave(len(pieces))
-                later = torch.log_softmax(player.model(input_ids=tokens[:, :-1], past_key_values=cache,
-                                                       use_cache=True).logits.float(), dim=-1)
-                logp = logp + (later.gather(2, tokens[:, 1:].unsqueeze(-1)).squeeze(-1) * mask[:, 1:]).sum(dim=1)
+                later = torch.log_softmax(
+                    player.model(
+                        input_ids=tokens[:, :-1], past_key_values=cache, use_cache=True
+                    ).logits.float(),
+                    dim=-1,
+                )
+                logp = logp + (later.gather(2, tokens[:, 1:].unsqueeze(-1)).squeeze(-1) * mask[:, 1:]).sum(
+                    dim=1
+                )
             rows.append(logp)
     return torch.stack(rows)
 
@@ -55,8 +63,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="Default: the embedded model.")
     parser.add_argument("--words", type=int, default=64)
-    parser.add_argument("--words-file", default=None,
-                        help="Candidate words, one per line (default: spag/data/fresh_eval_words.txt).")
+    parser.add_argument(
+        "--words-file",
+        default=None,
+        help="Candidate words, one per line (default: spag/data/fresh_eval_words.txt).",
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -74,8 +85,10 @@ def main() -> None:
 
     model = args.model or str(cached_embedded_model())
     player = load_player(model, "hf", device="cpu", dtype="float32")
-    words = read_words(args.words_file or FRESH_WORDS)[:args.words]
-    config = replace(PlayConfig.of(), max_turns=2, temperature=1.0, max_new_tokens=40, seed=0)  # the default run's
+    words = read_words(args.words_file or FRESH_WORDS)[: args.words]
+    config = replace(
+        PlayConfig.of(), max_turns=2, temperature=1.0, max_new_tokens=40, seed=0
+    )  # the default run's
     clues = clue_set(player, words, config, per_word=1)
     prompts = [config.prompt(DEFENDER, "", [{"role": ATTACKER, "content": c["line"]}]) for c in clues]
     sides = {"plain": plain_continuation_logprobs, "shared": type(player).continuation_logprobs}
@@ -89,20 +102,27 @@ def main() -> None:
     difference = float((scores["plain"] - scores["shared"]).abs().max())
     same_ranks = bool(torch.equal(scores["plain"].argsort(dim=1), scores["shared"].argsort(dim=1)))
     multi = sum(len(player.tokenizer(" " + w, add_special_tokens=False)["input_ids"]) > 1 for w in words)
-    result = {"prompts": len(prompts), "candidates": len(words), "multi_token_candidates": multi,
-              "prompt_tokens": sum(len(player.encode(p)) for p in prompts) // len(prompts),
-              "plain_s_per_prompt": seconds["plain"] / args.rounds / len(prompts),
-              "shared_s_per_prompt": seconds["shared"] / args.rounds / len(prompts),
-              "speedup": seconds["plain"] / seconds["shared"], "max_logprob_difference": difference,
-              "same_ranks": same_ranks}
+    result = {
+        "prompts": len(prompts),
+        "candidates": len(words),
+        "multi_token_candidates": multi,
+        "prompt_tokens": sum(len(player.encode(p)) for p in prompts) // len(prompts),
+        "plain_s_per_prompt": seconds["plain"] / args.rounds / len(prompts),
+        "shared_s_per_prompt": seconds["shared"] / args.rounds / len(prompts),
+        "speedup": seconds["plain"] / seconds["shared"],
+        "max_logprob_difference": difference,
+        "same_ranks": same_ranks,
+    }
     if difference > 1e-3:
         raise SystemExit(f"the two ways differ by {difference:.2e} in a log-probability")
     if args.json:
         print(json.dumps(result, indent=1))
-    print(f"[bench/skill] {len(prompts)} prompts (about {result['prompt_tokens']} tokens) x {len(words)} words "
-          f"({multi} of several tokens): plain {result['plain_s_per_prompt']:.3f} s/prompt, shared "
-          f"{result['shared_s_per_prompt']:.3f} s/prompt, {result['speedup']:.2f}x; largest difference "
-          f"{difference:.1e}, same ranks: {same_ranks}")
+    print(
+        f"[bench/skill] {len(prompts)} prompts (about {result['prompt_tokens']} tokens) x {len(words)} words "
+        f"({multi} of several tokens): plain {result['plain_s_per_prompt']:.3f} s/prompt, shared "
+        f"{result['shared_s_per_prompt']:.3f} s/prompt, {result['speedup']:.2f}x; largest difference "
+        f"{difference:.1e}, same ranks: {same_ranks}"
+    )
 
 
 if __name__ == "__main__":

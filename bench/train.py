@@ -54,13 +54,25 @@ def synthetic_rows(n: int, seed: int = 0) -> list[dict]:
     for i in range(n):
         word = rng.choice(_WORDS)
         turns = rng.randrange(0, 6)
-        history = [{"role": "attacker" if t % 2 == 0 else "defender", "content": rng.choice(_LINES)}
-                   for t in range(turns)]
+        history = [
+            {"role": "attacker" if t % 2 == 0 else "defender", "content": rng.choice(_LINES)}
+            for t in range(turns)
+        ]
         role = "attacker" if turns % 2 == 0 else "defender"
         completion = " ".join(rng.choice(_LINES) for _ in range(rng.randrange(1, 3)))
-        rows.append({"prompt": training_prompt(role, word, history, 5, rng), "completion": completion,
-                     "reward": rng.choice([0.2, 0.4, -0.3]), "weight": 1.0, "role": role, "kind": "game",
-                     "target_word": word, "turn": turns, "episode": f"e{i}"})
+        rows.append(
+            {
+                "prompt": training_prompt(role, word, history, 5, rng),
+                "completion": completion,
+                "reward": rng.choice([0.2, 0.4, -0.3]),
+                "weight": 1.0,
+                "role": role,
+                "kind": "game",
+                "target_word": word,
+                "turn": turns,
+                "episode": f"e{i}",
+            }
+        )
     return rows
 
 
@@ -91,31 +103,52 @@ def child(args) -> None:
     out = Path(args.work) / f"out-{args.child}"
     live_dir = Path(args.work) / f"live-{args.child}"
     run_training(
-        "offline-po", args.model, args.data, out, learning_rate=1e-5, max_steps=args.steps,
-        batch_size=args.batch_size, grad_accum=1, max_length=args.max_length, ref_on_the_fly=on_the_fly,
-        ref_cache_dir=str(Path(args.work) / "ref-cache"), ref_batch_size=args.batch_size, live_dir=live_dir,
-        logging_steps=1, save_steps=10**9, warmup_ratio=0.0, show_progress=False, seed=0,
+        "offline-po",
+        args.model,
+        args.data,
+        out,
+        learning_rate=1e-5,
+        max_steps=args.steps,
+        batch_size=args.batch_size,
+        grad_accum=1,
+        max_length=args.max_length,
+        ref_on_the_fly=on_the_fly,
+        ref_cache_dir=str(Path(args.work) / "ref-cache"),
+        ref_batch_size=args.batch_size,
+        live_dir=live_dir,
+        logging_steps=1,
+        save_steps=10**9,
+        warmup_ratio=0.0,
+        show_progress=False,
+        seed=0,
     )
     summary = read_summary(out)
     # Per-step throughput from the logged curves (cumulative runtime and tokens at every step); the
     # median over steps 2.. is robust to the first step's warm-up and to other work on a shared machine.
     runtime, tokens = _series(live_dir, "runtime"), _series(live_dir, "num_input_tokens_seen")
-    per_step = [(t1 - t0) / (r1 - r0) for r0, r1, t0, t1 in zip(runtime, runtime[1:], tokens, tokens[1:])
-                if r1 > r0]
+    per_step = [
+        (t1 - t0) / (r1 - r0) for r0, r1, t0, t1 in zip(runtime, runtime[1:], tokens, tokens[1:]) if r1 > r0
+    ]
     usage = resource.getrusage(resource.RUSAGE_SELF)
     peak_rss_mib = usage.ru_maxrss / 1024  # KiB on Linux
     peak_cuda_mib = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
-    print("BENCH " + json.dumps({
-        "setting": args.child,
-        "tokens": summary["tokens"],
-        "train_seconds": summary["train_seconds"],
-        "median_step_tokens_per_s": statistics.median(per_step) if per_step else None,
-        "ref_seconds": summary["reference"].get("seconds", 0.0),
-        "reused": summary["reference"].get("reused"),
-        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
-        "peak_rss_mib": round(peak_rss_mib, 1),
-        "peak_cuda_mib": round(peak_cuda_mib, 1) if peak_cuda_mib is not None else None,
-    }), flush=True)
+    print(
+        "BENCH "
+        + json.dumps(
+            {
+                "setting": args.child,
+                "tokens": summary["tokens"],
+                "train_seconds": summary["train_seconds"],
+                "median_step_tokens_per_s": statistics.median(per_step) if per_step else None,
+                "ref_seconds": summary["reference"].get("seconds", 0.0),
+                "reused": summary["reference"].get("reused"),
+                "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+                "peak_rss_mib": round(peak_rss_mib, 1),
+                "peak_cuda_mib": round(peak_cuda_mib, 1) if peak_cuda_mib is not None else None,
+            }
+        ),
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -143,8 +176,10 @@ def main() -> None:
                 from spag.testing import make_tiny_checkpoint
 
                 args.model = str(make_tiny_checkpoint(Path(work) / "tiny", hidden_size=128, layers=4))
-                note = ("note: data/base/model not found (run `spag base-model` or `dvc repro base_model`); "
-                        "measured on a tiny random Llama instead")
+                note = (
+                    "note: data/base/model not found (run `spag base-model` or `dvc repro base_model`); "
+                    "measured on a tiny random Llama instead"
+                )
         from spag.runtime.outputs import write_jsonl_atomic
 
         data = Path(work) / "rows.jsonl"
@@ -153,28 +188,51 @@ def main() -> None:
         # Cold once (it fills the cache), then warm and on-the-fly alternately, so that a burst of
         # other work on the machine hits both alike.
         for setting in ("precomputed-cold",) + ("precomputed-warm", "padded", "on-the-fly") * args.repeats:
-            command = [sys.executable, __file__, "--child", setting, "--work", work, "--data", str(data),
-                       "--model", args.model, "--steps", str(args.steps), "--batch-size", str(args.batch_size),
-                       "--max-length", str(args.max_length)]
+            command = [
+                sys.executable,
+                __file__,
+                "--child",
+                setting,
+                "--work",
+                work,
+                "--data",
+                str(data),
+                "--model",
+                args.model,
+                "--steps",
+                str(args.steps),
+                "--batch-size",
+                str(args.batch_size),
+                "--max-length",
+                str(args.max_length),
+            ]
             done = subprocess.run(command, capture_output=True, text=True, check=False)
             lines = [line for line in done.stdout.splitlines() if line.startswith("BENCH ")]
             if done.returncode != 0 or not lines:
                 sys.stderr.write(done.stderr[-4000:])
                 raise SystemExit(f"{setting}: the child failed (exit {done.returncode})")
-            results.append(json.loads(lines[-1][len("BENCH "):]))
+            results.append(json.loads(lines[-1][len("BENCH ") :]))
             print(f"  {results[-1]}", file=sys.stderr, flush=True)
 
     import torch
 
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({torch.get_num_threads()} threads)"
-    print(f"model {args.model}; {args.rows} rows, {args.steps} steps of batch {args.batch_size}, "
-          f"max length {args.max_length}, offline-po; {device}")
+    device = (
+        torch.cuda.get_device_name()
+        if torch.cuda.is_available()
+        else f"CPU ({torch.get_num_threads()} threads)"
+    )
+    print(
+        f"model {args.model}; {args.rows} rows, {args.steps} steps of batch {args.batch_size}, "
+        f"max length {args.max_length}, offline-po; {device}"
+    )
     if note:
         print(note)
     on_gpu = results[0]["peak_cuda_mib"] is not None
     memory_key = "peak_cuda_mib" if on_gpu else "peak_rss_mib"
-    print(f"{'setting':<18} {'runs':>4} {'step tok/s (median)':>19} {'train tok/s':>11} {'ref pass s':>10} "
-          f"{'CPU s':>7} {'peak ' + ('CUDA' if on_gpu else 'RSS') + ' MiB':>13}")
+    print(
+        f"{'setting':<18} {'runs':>4} {'step tok/s (median)':>19} {'train tok/s':>11} {'ref pass s':>10} "
+        f"{'CPU s':>7} {'peak ' + ('CUDA' if on_gpu else 'RSS') + ' MiB':>13}"
+    )
     best: dict[str, dict] = {}
     for setting in SETTINGS:
         runs = [r for r in results if r["setting"] == setting]
@@ -183,18 +241,26 @@ def main() -> None:
         memory = max(r[memory_key] for r in runs)
         cpu = min(r["cpu_seconds"] for r in runs)
         best[setting] = {"step_tps": step_tps, "memory": memory, "cpu": cpu}
-        print(f"{setting:<18} {len(runs):>4} {step_tps:>19.1f} {train_tps:>11.1f} "
-              f"{max(r['ref_seconds'] for r in runs):>10.2f} {cpu:>7.1f} {memory:>13.1f}")
+        print(
+            f"{setting:<18} {len(runs):>4} {step_tps:>19.1f} {train_tps:>11.1f} "
+            f"{max(r['ref_seconds'] for r in runs):>10.2f} {cpu:>7.1f} {memory:>13.1f}"
+        )
     cold = next(r for r in results if r["setting"] == "precomputed-cold")
     warm, fly = best["precomputed-warm"], best["on-the-fly"]
-    print(f"reference pass (cold cache): {cold['ref_seconds']:.1f}s for {args.rows} rows; "
-          f"warm cache: {max(r['ref_seconds'] for r in results if r['setting'] == 'precomputed-warm'):.2f}s")
+    print(
+        f"reference pass (cold cache): {cold['ref_seconds']:.1f}s for {args.rows} rows; "
+        f"warm cache: {max(r['ref_seconds'] for r in results if r['setting'] == 'precomputed-warm'):.2f}s"
+    )
     padded = best["padded"]
-    print(f"rows grouped by length vs one padded batch per step: {warm['step_tps'] / padded['step_tps']:.2f}x "
-          f"the training tokens/s, {warm['cpu'] / padded['cpu']:.2f}x the CPU seconds of the whole run")
-    print(f"precomputed vs on the fly: {warm['step_tps'] / fly['step_tps']:.2f}x the training tokens/s, "
-          f"{warm['memory'] / fly['memory']:.2f}x the peak memory, {warm['cpu'] / fly['cpu']:.2f}x the CPU "
-          f"seconds of the whole run (best of {args.repeats} runs each)")
+    print(
+        f"rows grouped by length vs one padded batch per step: {warm['step_tps'] / padded['step_tps']:.2f}x "
+        f"the training tokens/s, {warm['cpu'] / padded['cpu']:.2f}x the CPU seconds of the whole run"
+    )
+    print(
+        f"precomputed vs on the fly: {warm['step_tps'] / fly['step_tps']:.2f}x the training tokens/s, "
+        f"{warm['memory'] / fly['memory']:.2f}x the peak memory, {warm['cpu'] / fly['cpu']:.2f}x the CPU "
+        f"seconds of the whole run (best of {args.repeats} runs each)"
+    )
 
 
 if __name__ == "__main__":

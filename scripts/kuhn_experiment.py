@@ -83,8 +83,15 @@ from spag.runtime.statistics import t_interval
 
 MODEL_VARIABLE = "SPAG_KUHN_MODEL"
 BASE = "base"  # the starting point without imitation, and the folder of the base model every start shares
-REQUIRED = {"preset": str, "overrides": dict, "epochs": int, "starts": dict, "arms": dict, "seeds": list,
-            "strategy": dict}
+REQUIRED = {
+    "preset": str,
+    "overrides": dict,
+    "epochs": int,
+    "starts": dict,
+    "arms": dict,
+    "seeds": list,
+    "strategy": dict,
+}
 OPTIONAL = {"model_dtype": str, "last_arms": list, "twin": dict, "criteria": dict, "success": str}
 CRITERIA = ("improvement", "call_gap_rise", "floor", "below_floor_seeds")
 CFR_MARKS = (100, 1000)  # CFR's exploitability is also reported after these many iterations
@@ -126,7 +133,9 @@ def read_design(path: Path) -> dict:
     for group in ("starts", "arms"):
         for name, overrides in design[group].items():
             if "-" in str(name) or not isinstance(overrides, dict | None):
-                raise DesignError(f"{path}: {group}.{name}: expected a name without '-' and a mapping of settings")
+                raise DesignError(
+                    f"{path}: {group}.{name}: expected a name without '-' and a mapping of settings"
+                )
     unknown = [a for a in design.get("last_arms", []) if a not in design["arms"]]
     if unknown:
         raise DesignError(f"{path}: last_arms: {unknown[0]!r} is not an arm of the design")
@@ -148,7 +157,9 @@ def run_names(design: dict) -> list[str]:
     order = [a for a in design["arms"] if a not in last] + list(last)
     names = []
     for group in ([a for a in order if a not in last], last):
-        names += [f"{start}-{arm}-{seed}" for seed in design["seeds"] for start in design["starts"] for arm in group]
+        names += [
+            f"{start}-{arm}-{seed}" for seed in design["seeds"] for start in design["starts"] for arm in group
+        ]
     return names
 
 
@@ -160,7 +171,9 @@ def params_for(design: dict, start: str, arm: str | None, seed: int) -> str:
     params = apply_overrides(params, design["overrides"], "the design's overrides")
     params = apply_overrides(params, design["starts"].get(start) or {}, f"starts.{start}")
     first = BASE if start == BASE else "imitation"
-    chain = {str(n): {"previous": first if n == 1 else f"epoch_{n - 1}"} for n in range(1, design["epochs"] + 1)}
+    chain = {
+        str(n): {"previous": first if n == 1 else f"epoch_{n - 1}"} for n in range(1, design["epochs"] + 1)
+    }
     params = apply_overrides(params, {"seed": seed, "spag.epochs": chain}, "the run")
     if arm is not None:
         params = apply_overrides(params, design["arms"][arm] or {}, f"arms.{arm}")
@@ -175,8 +188,9 @@ def hold_design(design: dict, out: Path) -> None:
     path = out / "design.json"
     if path.exists():
         if json.loads(path.read_text(encoding="utf-8")) != design:
-            raise DesignError(f"{out}: its runs were made under another design ({path}); give that design or "
-                              "another --out")
+            raise DesignError(
+                f"{out}: its runs were made under another design ({path}); give that design or another --out"
+            )
         return
     write_json_atomic(path, design)
 
@@ -199,7 +213,10 @@ def read_strategy(model: Path, params: Path, seed: int, design: dict, played: bo
     finally:
         close_player(player)
     ways = ("exact", "played") if played else ("exact",)
-    return {"rows": rows, "figures": exploitability_report(rows, {w: all_figures(profile_of(rows, w)) for w in ways})}
+    return {
+        "rows": rows,
+        "figures": exploitability_report(rows, {w: all_figures(profile_of(rows, w)) for w in ways}),
+    }
 
 
 def write_strategy(folder: Path, measured: dict) -> None:
@@ -289,8 +306,10 @@ def run_one(design: dict, out: Path, name: str, keep_models: bool) -> None:
     if not _done(root, "start"):
         figures_path = start_root / "metrics" / "start" / FIGURES
         if not figures_path.exists():  # the exact way is the same for every seed: read once per start
-            write_strategy(figures_path.parent, read_strategy(start_checkpoint(start_root, start), params, 0, design,
-                                                              played=False))
+            write_strategy(
+                figures_path.parent,
+                read_strategy(start_checkpoint(start_root, start), params, 0, design, played=False),
+            )
         exact = json.loads(figures_path.read_text())["exact"]
         played = exact["mass_min"] < design["strategy"]["mass_threshold"]
         measured = read_strategy(start_checkpoint(start_root, start), params, seed, design, played=played)
@@ -307,10 +326,14 @@ def run_one(design: dict, out: Path, name: str, keep_models: bool) -> None:
             _stage(play, root, epoch)
             _stage(reward, root, epoch)
         _stage(train, root, epoch)
-        write_strategy(layout.metrics / "epochs" / epoch, read_strategy(layout.model(f"epoch_{epoch}"), params, seed,
-                                                                         design))
+        write_strategy(
+            layout.metrics / "epochs" / epoch,
+            read_strategy(layout.model(f"epoch_{epoch}"), params, seed, design),
+        )
         _mark(root, f"epoch_{epoch}", seconds=round(time.perf_counter() - t0, 1))
-        _drop_model(layout, n - 1, keep_models)  # only once epoch n is marked: a resumed run never needs it again
+        _drop_model(
+            layout, n - 1, keep_models
+        )  # only once epoch n is marked: a resumed run never needs it again
     last = design["epochs"]
     _comparable(design, root, params, seed, last, start_root, start)
     _mark(root, "finished", seconds=round(time.perf_counter() - began, 1))
@@ -324,7 +347,9 @@ def _drop_model(layout: Layout, epoch: int, keep: bool) -> None:
         shutil.rmtree(layout.model(f"epoch_{epoch}"), ignore_errors=True)
 
 
-def _comparable(design: dict, root: Path, params: Path, seed: int, last: int, start_root: Path, start: str) -> None:
+def _comparable(
+    design: dict, root: Path, params: Path, seed: int, last: int, start_root: Path, start: str
+) -> None:
     """Where one of the start and the last epoch has only the exact way, the other played, read the played way
     of the one that lacks it, so that the two are compared on the same way (the design's rule)."""
     layout = Layout(root)
@@ -358,12 +383,17 @@ def run(design: dict, out: Path, only: list[str] | None, keep_models: bool) -> N
 def _probabilities(folder: Path, way: str) -> dict[str, float]:
     """``{"player card history": probability of the aggressive action}`` of one way's rows."""
     rows = [json.loads(line) for line in (folder / "strategy.jsonl").read_text().splitlines()]
-    return {f"{r['player']} {r['card']} {r['history'] or 'opening'}": r["probability"] for r in rows if r["way"] == way}
+    return {
+        f"{r['player']} {r['card']} {r['history'] or 'opening'}": r["probability"]
+        for r in rows
+        if r["way"] == way
+    }
 
 
 def call_gap(probabilities: dict[str, float]) -> float:
     """P(call | K, facing a bet) − P(call | J, facing a bet), each the mean of the two information sets that face
     a bet with that card (the second player after a bet, the first after check-bet)."""
+
     def call(card: str) -> float:
         return (probabilities[f"second {card} bet"] + probabilities[f"first {card} check,bet"]) / 2
 
@@ -385,39 +415,61 @@ def judge_criteria(runs: list[dict], criteria: dict, seeds: int) -> dict:
     a = change["high"] is not None and change["high"] < criteria["improvement"]
     b = all(rise >= criteria["call_gap_rise"] for rise in rises)
     c = below >= criteria["below_floor_seeds"]
-    return {"a": {**change, "passed": a}, "b": {"rises": rises, "passed": b},
-            "c": {"below_floor": below, "runs": len(runs), "passed": c},
-            "complete": len(runs) == seeds, "learns": len(runs) == seeds and a and b and c}
+    return {
+        "a": {**change, "passed": a},
+        "b": {"rises": rises, "passed": b},
+        "c": {"below_floor": below, "runs": len(runs), "passed": c},
+        "complete": len(runs) == seeds,
+        "learns": len(runs) == seeds and a and b and c,
+    }
 
 
 def _run_summary(design: dict, root: Path, seed: int) -> dict:
     """One finished run: its figures and probabilities at every checkpoint, and the registered differences."""
     last = design["epochs"]
     metrics = Layout(root).metrics
-    folders = {"start": metrics / "start", **{f"epoch_{n}": metrics / "epochs" / str(n) for n in range(1, last + 1)}}
+    folders = {
+        "start": metrics / "start",
+        **{f"epoch_{n}": metrics / "epochs" / str(n) for n in range(1, last + 1)},
+    }
     points = {key: _figures(folder) for key, folder in folders.items()}
-    both_exact = all(points[k]["exact"]["mass_min"] >= design["strategy"]["mass_threshold"]
-                     for k in ("start", f"epoch_{last}"))
+    both_exact = all(
+        points[k]["exact"]["mass_min"] >= design["strategy"]["mass_threshold"]
+        for k in ("start", f"epoch_{last}")
+    )
     way = "exact" if both_exact else "played"
-    probabilities = {key: _probabilities(folder, way) if way in points[key] else _probabilities(folder, "exact")
-                     for key, folder in folders.items()}
-    selfplay = [json.loads(p.read_text()) for n in range(1, last + 1)
-                if (p := metrics / "epochs" / str(n) / "selfplay.json").exists()]
+    probabilities = {
+        key: _probabilities(folder, way) if way in points[key] else _probabilities(folder, "exact")
+        for key, folder in folders.items()
+    }
+    selfplay = [
+        json.loads(p.read_text())
+        for n in range(1, last + 1)
+        if (p := metrics / "epochs" / str(n) / "selfplay.json").exists()
+    ]
     before, after = probabilities["start"], probabilities[f"epoch_{last}"]
-    return {"seed": seed, "way": way, "last": f"epoch_{last}", "seconds": _progress(root)["finished"]["seconds"],
-            "points": points, "probabilities": probabilities,
-            "call_gap": {key: call_gap(p) for key, p in probabilities.items()},
-            "selfplay_foul_rate": [s.get("foul_rate") for s in selfplay],
-            "difference": points[f"epoch_{last}"][way]["chips"]["exploitability"]
-            - points["start"][way]["chips"]["exploitability"],
-            "moved": statistics.fmean(abs(after[k] - before[k]) for k in before)}
+    return {
+        "seed": seed,
+        "way": way,
+        "last": f"epoch_{last}",
+        "seconds": _progress(root)["finished"]["seconds"],
+        "points": points,
+        "probabilities": probabilities,
+        "call_gap": {key: call_gap(p) for key, p in probabilities.items()},
+        "selfplay_foul_rate": [s.get("foul_rate") for s in selfplay],
+        "difference": points[f"epoch_{last}"][way]["chips"]["exploitability"]
+        - points["start"][way]["chips"]["exploitability"],
+        "moved": statistics.fmean(abs(after[k] - before[k]) for k in before),
+    }
 
 
 def _curve(runs: list[dict]) -> dict:
     curve = {}
     for key in runs[0]["points"]:
         for way in ("exact", "played"):
-            values = [r["points"][key][way]["chips"]["exploitability"] for r in runs if way in r["points"][key]]
+            values = [
+                r["points"][key][way]["chips"]["exploitability"] for r in runs if way in r["points"][key]
+            ]
             if values:
                 curve.setdefault(key, {})[way] = t_interval(values)
         curve[key]["mass_min"] = statistics.fmean(r["points"][key]["exact"]["mass_min"] for r in runs)
@@ -433,23 +485,33 @@ def _secondary(runs: list[dict], last: int) -> dict:
             "vs_equilibrium_first": statistics.fmean(f["chips"]["vs_equilibrium_first"] for f in figures),
             "vs_equilibrium_second": statistics.fmean(f["chips"]["vs_equilibrium_second"] for f in figures),
             "broken_share": statistics.fmean(r["points"][key]["played"]["broken_share"] for r in runs)
-            if all("played" in r["points"][key] for r in runs) else None}
+            if all("played" in r["points"][key] for r in runs)
+            else None,
+        }
     secondary["moved"] = t_interval([r["moved"] for r in runs])  # exploratory: not registered
     secondary["probabilities"] = {
-        which: {k: statistics.fmean(r["probabilities"][which][k] for r in runs) for k in runs[0]["probabilities"][which]}
-        for which in ("start", f"epoch_{last}")}
+        which: {
+            k: statistics.fmean(r["probabilities"][which][k] for r in runs)
+            for k in runs[0]["probabilities"][which]
+        }
+        for which in ("start", f"epoch_{last}")
+    }
     return secondary
 
 
-def twin_of_cell(design: dict, out: Path, start: str, arm: str, runs: list[dict], card_blind: bool = False) -> dict:
+def twin_of_cell(
+    design: dict, out: Path, start: str, arm: str, runs: list[dict], card_blind: bool = False
+) -> dict:
     """The tabular twin of one cell at each of the design's learning rates (``twin.learning_rate`` and the
     arm's ``twin.matched``), on the cell's settings and seeds, from the start's exact probabilities. With
     ``card_blind`` also each rate's card-blind twin (one update for J, Q and K: a diagnosis, not registered)."""
     from spag.train.twin import TwinLoop, run_twin
 
     twin, criteria = design["twin"], design.get("criteria")
-    start_rows = [json.loads(line) for line in (out / "starts" / start / "metrics" / "start" / "strategy.jsonl")
-                  .read_text().splitlines()]
+    start_rows = [
+        json.loads(line)
+        for line in (out / "starts" / start / "metrics" / "start" / "strategy.jsonl").read_text().splitlines()
+    ]
     profile = {(r["card"], r["history"]): r["probability"] for r in start_rows if r["way"] == "exact"}
     rates = {"default": twin["learning_rate"]}
     if arm in twin.get("matched", {}):
@@ -461,18 +523,34 @@ def twin_of_cell(design: dict, out: Path, start: str, arm: str, runs: list[dict]
     for name, rate, blind in variants:
         per_seed = []
         for seed in design["seeds"]:
-            loop = dataclasses.replace(TwinLoop.of(load_settings(_params_file(out, start, arm, seed, design))),
-                                       learning_rate=rate, card_blind=blind)
+            loop = dataclasses.replace(
+                TwinLoop.of(load_settings(_params_file(out, start, arm, seed, design))),
+                learning_rate=rate,
+                card_blind=blind,
+            )
             points = run_twin(profile, loop, seed)
-            per_seed.append({"seed": seed, "points": points,
-                             "call_gap": [call_gap(p["probabilities"]) for p in points]})
-        curve = [t_interval([s["points"][n]["exploitability"] for s in per_seed]) for n in range(design["epochs"] + 1)]
+            per_seed.append(
+                {"seed": seed, "points": points, "call_gap": [call_gap(p["probabilities"]) for p in points]}
+            )
+        curve = [
+            t_interval([s["points"][n]["exploitability"] for s in per_seed])
+            for n in range(design["epochs"] + 1)
+        ]
         entry = {"learning_rate": rate, "card_blind": blind, "runs": per_seed, "curve": curve}
         if criteria:
-            entry["criteria"] = judge_criteria([{"start": s["points"][0]["exploitability"],
-                                                 "last": s["points"][-1]["exploitability"],
-                                                 "gap_start": s["call_gap"][0], "gap_last": s["call_gap"][-1]}
-                                                for s in per_seed], criteria, len(design["seeds"]))
+            entry["criteria"] = judge_criteria(
+                [
+                    {
+                        "start": s["points"][0]["exploitability"],
+                        "last": s["points"][-1]["exploitability"],
+                        "gap_start": s["call_gap"][0],
+                        "gap_last": s["call_gap"][-1],
+                    }
+                    for s in per_seed
+                ],
+                criteria,
+                len(design["seeds"]),
+            )
         result[name] = entry
     return result
 
@@ -529,16 +607,31 @@ def summarise(design: dict, out: Path, card_blind: bool = False, earlier: dict |
             if runs:
                 test = t_interval([r["difference"] for r in runs])
                 test["passed"] = test["high"] is not None and test["high"] < 0
-                cell.update(curve=_curve(runs), test=test, secondary=_secondary(runs, last),
-                            ways=sorted({r["way"] for r in runs}),
-                            seconds_mean=statistics.fmean(r["seconds"] for r in runs))
+                cell.update(
+                    curve=_curve(runs),
+                    test=test,
+                    secondary=_secondary(runs, last),
+                    ways=sorted({r["way"] for r in runs}),
+                    seconds_mean=statistics.fmean(r["seconds"] for r in runs),
+                )
                 if criteria:
                     cell["criteria"] = judge_criteria(
-                        [{"start": r["points"]["start"][r["way"]]["chips"]["exploitability"],
-                          "last": r["points"][r["last"]][r["way"]]["chips"]["exploitability"],
-                          "gap_start": r["call_gap"]["start"], "gap_last": r["call_gap"][r["last"]]} for r in runs],
-                        criteria, len(design["seeds"]))
-            if "twin" in design and (out / "starts" / start / "metrics" / "start" / "strategy.jsonl").exists():
+                        [
+                            {
+                                "start": r["points"]["start"][r["way"]]["chips"]["exploitability"],
+                                "last": r["points"][r["last"]][r["way"]]["chips"]["exploitability"],
+                                "gap_start": r["call_gap"]["start"],
+                                "gap_last": r["call_gap"][r["last"]],
+                            }
+                            for r in runs
+                        ],
+                        criteria,
+                        len(design["seeds"]),
+                    )
+            if (
+                "twin" in design
+                and (out / "starts" / start / "metrics" / "start" / "strategy.jsonl").exists()
+            ):
                 cell["twin"] = twin_of_cell(design, out, start, arm, runs, card_blind)
             if runs or "twin" in cell:
                 cells[f"{start}/{arm}"] = cell
@@ -558,14 +651,22 @@ def starts(design: dict, out: Path) -> dict:
         root = prepare_start(design, out, start)
         folder = root / "metrics" / "start"
         if not (folder / FIGURES).exists():
-            write_strategy(folder, read_strategy(start_checkpoint(root, start), root / "params.yaml", 0, design,
-                                                 played=False))
+            write_strategy(
+                folder,
+                read_strategy(start_checkpoint(root, start), root / "params.yaml", 0, design, played=False),
+            )
         rows = [json.loads(line) for line in (folder / "strategy.jsonl").read_text().splitlines()]
-        result[start] = {"probabilities": _probabilities(folder, "exact"), "figures": _figures(folder)["exact"],
-                         "rows": rows, "seconds": round(time.perf_counter() - began, 1),
-                         "overrides": design["starts"][start]}
-        print(f"[kuhn_experiment] start {start}:\n{strategy_table([r for r in rows if r['way'] == 'exact'])}",
-              flush=True)
+        result[start] = {
+            "probabilities": _probabilities(folder, "exact"),
+            "figures": _figures(folder)["exact"],
+            "rows": rows,
+            "seconds": round(time.perf_counter() - began, 1),
+            "overrides": design["starts"][start],
+        }
+        print(
+            f"[kuhn_experiment] start {start}:\n{strategy_table([r for r in rows if r['way'] == 'exact'])}",
+            flush=True,
+        )
     return result
 
 
@@ -579,43 +680,69 @@ def _show(entry: dict | None) -> str:
 
 def _passes(verdict: dict) -> str:
     parts = [f"{k} {'yes' if verdict[k]['passed'] else 'no'}" for k in ("a", "b", "c")]
-    return ", ".join(parts) + f"; learns: {'yes' if verdict['learns'] else 'no'}" + (
-        "" if verdict["complete"] else " (seeds missing)")
+    return (
+        ", ".join(parts)
+        + f"; learns: {'yes' if verdict['learns'] else 'no'}"
+        + ("" if verdict["complete"] else " (seeds missing)")
+    )
 
 
 def markdown(result: dict) -> str:
     design = result["design"]
     last = f"epoch_{design['epochs']}"
     epochs = [f"epoch_{n}" for n in range(1, design["epochs"] + 1)]
-    lines = ["| start / arm | runs | way | start | " + " | ".join(e.replace("_", " ") for e in epochs)
-             + " | last − start [95% t] | criteria | s/run |",
-             "|---|---:|---|---|" + "---|" * len(epochs) + "---|---|---:|"]
+    lines = [
+        "| start / arm | runs | way | start | "
+        + " | ".join(e.replace("_", " ") for e in epochs)
+        + " | last − start [95% t] | criteria | s/run |",
+        "|---|---:|---|---|" + "---|" * len(epochs) + "---|---|---:|",
+    ]
     for name, cell in result["cells"].items():
         if cell["runs"]:
             # the curve on the exact way wherever a run compares on it (every checkpoint has it), else the played
             way = "exact" if "exact" in cell["ways"] else "played"
             played = sum(r["way"] == "played" for r in cell["runs"])
-            ways = way if played in (0, len(cell["runs"])) else f"exact ({played} run{'s' * (played > 1)} played)"
+            ways = (
+                way
+                if played in (0, len(cell["runs"]))
+                else f"exact ({played} run{'s' * (played > 1)} played)"
+            )
             curve = cell["curve"]
-            verdict = _passes(cell["criteria"]) if "criteria" in cell else ("yes" if cell["test"]["passed"] else "no")
-            lines.append(f"| {name} | {len(cell['runs'])} | {ways} | {_show(curve['start'].get(way))} | "
-                         + " | ".join(_show(curve[e].get(way)) for e in epochs)
-                         + f" | {_show(cell['test'])} | {verdict} | {cell['seconds_mean']:.0f} |")
+            verdict = (
+                _passes(cell["criteria"])
+                if "criteria" in cell
+                else ("yes" if cell["test"]["passed"] else "no")
+            )
+            lines.append(
+                f"| {name} | {len(cell['runs'])} | {ways} | {_show(curve['start'].get(way))} | "
+                + " | ".join(_show(curve[e].get(way)) for e in epochs)
+                + f" | {_show(cell['test'])} | {verdict} | {cell['seconds_mean']:.0f} |"
+            )
         for rate, twin in cell.get("twin", {}).items():
             change = twin["criteria"]["a"] if "criteria" in twin else None
-            lines.append(f"| {name}: twin, rate {twin['learning_rate']:g} ({rate}) | {len(twin['runs'])} | exact | "
-                         + " | ".join(_show(p) for p in twin["curve"]) + f" | {_show(change)} | "
-                         + (_passes(twin["criteria"]) if "criteria" in twin else "–") + " | – |")
+            lines.append(
+                f"| {name}: twin, rate {twin['learning_rate']:g} ({rate}) | {len(twin['runs'])} | exact | "
+                + " | ".join(_show(p) for p in twin["curve"])
+                + f" | {_show(change)} | "
+                + (_passes(twin["criteria"]) if "criteria" in twin else "–")
+                + " | – |"
+            )
     if "cfr" in result:
         cfr = result["cfr"]
         after = ", ".join(f"{n} iterations {v:.4f}" for n, v in cfr["after"].items())
-        lines.append(f"| CFR from uniform, an iteration an epoch | – | exact | {cfr['start']:.3f} | "
-                     + " | ".join(f"{v:.3f}" for v in cfr["curve"]) + f" | {after} | – | – |")
+        lines.append(
+            f"| CFR from uniform, an iteration an epoch | – | exact | {cfr['start']:.3f} | "
+            + " | ".join(f"{v:.3f}" for v in cfr["curve"])
+            + f" | {after} | – | – |"
+        )
     if not any(cell["runs"] for cell in result["cells"].values()):
         return "\n".join(lines)
-    lines += ["", "| start / arm | win/loss exploitability, start → last | vs equilibrium as first / second, start → "
-                  "last | rule-breaking replies (played), start → last | mean abs. change of the 12 probabilities |",
-              "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| start / arm | win/loss exploitability, start → last | vs equilibrium as first / second, start → "
+        "last | rule-breaking replies (played), start → last | mean abs. change of the 12 probabilities |",
+        "|---|---|---|---|---|",
+    ]
 
     def pair(a, b, digits=3):
         return "–" if a is None or b is None else f"{a:.{digits}f} → {b:.{digits}f}"
@@ -624,10 +751,12 @@ def markdown(result: dict) -> str:
         if not cell["runs"]:
             continue
         before, after = cell["secondary"]["start"], cell["secondary"][last]
-        lines.append(f"| {name} | {pair(before['wins_exploitability'], after['wins_exploitability'])} | "
-                     f"{pair(before['vs_equilibrium_first'], after['vs_equilibrium_first'])} / "
-                     f"{pair(before['vs_equilibrium_second'], after['vs_equilibrium_second'])} | "
-                     f"{pair(before['broken_share'], after['broken_share'], 2)} | {_show(cell['secondary']['moved'])} |")
+        lines.append(
+            f"| {name} | {pair(before['wins_exploitability'], after['wins_exploitability'])} | "
+            f"{pair(before['vs_equilibrium_first'], after['vs_equilibrium_first'])} / "
+            f"{pair(before['vs_equilibrium_second'], after['vs_equilibrium_second'])} | "
+            f"{pair(before['broken_share'], after['broken_share'], 2)} | {_show(cell['secondary']['moved'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -649,11 +778,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated runs START-ARM-SEED")
     parser.add_argument("--keep-models", action="store_true")
     parser.add_argument("-o", "--output", type=Path, help="summarise: the JSON")
-    parser.add_argument("--overwrite", action="store_true", help="summarise: replace -o if this script wrote it")
-    parser.add_argument("--card-blind", action="store_true",
-                        help="summarise: also the card-blind twin at each rate (a diagnosis, not registered)")
-    parser.add_argument("--merge", type=Path, help="summarise: an earlier summary whose runs stand in for "
-                        "those not finished in --out")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="summarise: replace -o if this script wrote it"
+    )
+    parser.add_argument(
+        "--card-blind",
+        action="store_true",
+        help="summarise: also the card-blind twin at each rate (a diagnosis, not registered)",
+    )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        help="summarise: an earlier summary whose runs stand in for those not finished in --out",
+    )
     args = parser.parse_args(argv)
     out = args.out.resolve()
     try:
@@ -667,7 +804,10 @@ def main(argv: list[str] | None = None) -> int:
             result = starts(design, out)
             if args.output:
                 write_json_atomic(args.output, result, replace="ours" if args.overwrite else "no")
-            print(f"[kuhn_experiment] {len(result)} starts in {out}" + (f" -> {args.output}" if args.output else ""))
+            print(
+                f"[kuhn_experiment] {len(result)} starts in {out}"
+                + (f" -> {args.output}" if args.output else "")
+            )
             return 0
         earlier = _read_earlier(args.merge) if args.merge else None
         result = summarise(design, out, args.card_blind, earlier)
@@ -677,8 +817,10 @@ def main(argv: list[str] | None = None) -> int:
         return fail(str(exc))
     print(markdown(result))
     finished = sum(len(c["runs"]) for c in result["cells"].values())
-    print(f"[kuhn_experiment] summary of {finished} of {len(run_names(design))} runs"
-          + (f" -> {args.output}" if args.output else ""))
+    print(
+        f"[kuhn_experiment] summary of {finished} of {len(run_names(design))} runs"
+        + (f" -> {args.output}" if args.output else "")
+    )
     return 0
 
 

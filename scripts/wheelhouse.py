@@ -112,11 +112,20 @@ class Target:
 
     def marker_environment(self, extra: str = "") -> dict[str, str]:
         full = self.python if self.python.count(".") >= 2 else self.python + ".0"
-        return {"python_version": ".".join(self.python.split(".")[:2]), "python_full_version": full,
-                "implementation_name": "cpython", "platform_python_implementation": "CPython",
-                "implementation_version": full, "sys_platform": "linux", "platform_system": "Linux",
-                "os_name": "posix", "platform_machine": self.machine, "platform_release": "",
-                "platform_version": "", "extra": extra}
+        return {
+            "python_version": ".".join(self.python.split(".")[:2]),
+            "python_full_version": full,
+            "implementation_name": "cpython",
+            "platform_python_implementation": "CPython",
+            "implementation_version": full,
+            "sys_platform": "linux",
+            "platform_system": "Linux",
+            "os_name": "posix",
+            "platform_machine": self.machine,
+            "platform_release": "",
+            "platform_version": "",
+            "extra": extra,
+        }
 
     @property
     def machine(self) -> str:
@@ -135,7 +144,8 @@ class Target:
     def tags(self) -> set[Tag]:
         version = tuple(int(part) for part in self.python.split(".")[:2])
         return set(cpython_tags(version, platforms=self.platforms())) | set(
-            compatible_tags(version, "cp" + "".join(map(str, version)), platforms=self.platforms()))
+            compatible_tags(version, "cp" + "".join(map(str, version)), platforms=self.platforms())
+        )
 
     def wants(self, requirement: Requirement, extra: str = "") -> bool:
         """Whether a Requires-Dist line applies on the node (its marker), for one of the asked extras."""
@@ -153,7 +163,9 @@ def satisfied(requirement: Requirement, held: dict[str, Version | None]) -> bool
     return requirement.specifier.contains(version, prereleases=True)
 
 
-def lacking(needed: list[Requirement], held: dict[str, Version | None]) -> tuple[list[Requirement], list[str]]:
+def lacking(
+    needed: list[Requirement], held: dict[str, Version | None]
+) -> tuple[list[Requirement], list[str]]:
     """The requirements the node does not meet, and the names it holds at versions nobody recorded."""
     missing = [requirement for requirement in needed if satisfied(requirement, held) is False]
     unknown = sorted({canonicalize_name(r.name) for r in needed if satisfied(r, held) is None})
@@ -164,21 +176,26 @@ def requires_dist(wheel: Path) -> list[Requirement]:
     """The Requires-Dist lines of a wheel's METADATA (WheelhouseError naming a wheel that has none to read)."""
     try:
         with zipfile.ZipFile(wheel) as archive:
-            metadata = next((name for name in archive.namelist()
-                             if re.fullmatch(r"[^/]+\.dist-info/METADATA", name)), None)
+            metadata = next(
+                (name for name in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", name)),
+                None,
+            )
             if metadata is None:
-                raise WheelhouseError(f"{wheel}: not a wheel (no .dist-info/METADATA): remove it and build again")
+                raise WheelhouseError(
+                    f"{wheel}: not a wheel (no .dist-info/METADATA): remove it and build again"
+                )
             message = email.parser.Parser().parsestr(archive.read(metadata).decode("utf-8"))
         return [Requirement(line) for line in message.get_all("Requires-Dist") or []]
     except (zipfile.BadZipFile, OSError, UnicodeDecodeError, ValueError) as problem:
-        raise WheelhouseError(f"{wheel}: not a readable wheel ({type(problem).__name__}): remove it and build "
-                              "again") from None
+        raise WheelhouseError(
+            f"{wheel}: not a readable wheel ({type(problem).__name__}): remove it and build again"
+        ) from None
 
 
 @dataclass
 class Plan:
-    wheels: dict[str, Path] = field(default_factory=dict)   # name -> the wheel in the wheelhouse
-    unknown: set[str] = field(default_factory=set)          # held at a version nobody recorded: taken as present
+    wheels: dict[str, Path] = field(default_factory=dict)  # name -> the wheel in the wheelhouse
+    unknown: set[str] = field(default_factory=set)  # held at a version nobody recorded: taken as present
     replaced: dict[str, str] = field(default_factory=dict)  # held at a version a package here does not accept
 
 
@@ -194,7 +211,9 @@ def plan(needed: list[Requirement], target: Target, lock: dict[str, Version], fe
         if name in result.wheels:
             version = parse_wheel_filename(result.wheels[name].name)[1]
             if not requirement.specifier.contains(version, prereleases=True):
-                raise WheelhouseError(f"{wanted_by} needs {requirement}; requirements/gpu.txt pins {name} {version}")
+                raise WheelhouseError(
+                    f"{wanted_by} needs {requirement}; requirements/gpu.txt pins {name} {version}"
+                )
         else:
             held = satisfied(requirement, target.held)
             if held is None:
@@ -202,10 +221,14 @@ def plan(needed: list[Requirement], target: Target, lock: dict[str, Version], fe
             if held is not False:
                 continue
             if name not in lock:
-                raise WheelhouseError(f"{wanted_by} needs {requirement}, which the node lacks and "
-                                      f"requirements/gpu.txt does not pin")
+                raise WheelhouseError(
+                    f"{wanted_by} needs {requirement}, which the node lacks and "
+                    f"requirements/gpu.txt does not pin"
+                )
             if not requirement.specifier.contains(lock[name], prereleases=True):
-                raise WheelhouseError(f"{wanted_by} needs {requirement}; requirements/gpu.txt pins {name} {lock[name]}")
+                raise WheelhouseError(
+                    f"{wanted_by} needs {requirement}; requirements/gpu.txt pins {name} {lock[name]}"
+                )
             if name in target.held:
                 result.replaced[name] = f"{target.held[name]} -> {lock[name]} (for {wanted_by})"
             result.wheels[name] = fetch(name, lock[name])
@@ -231,7 +254,9 @@ def find_wheel(folder: Path, name: str, version: Version, target: Target) -> Pat
 
 
 def pip(*arguments: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "pip", *arguments], check=False, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", *arguments], check=False, capture_output=True, text=True
+    )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
         raise WheelhouseError(f"pip {' '.join(arguments[:1])} {arguments[-1]} failed: {last}")
@@ -240,6 +265,7 @@ def pip(*arguments: str) -> None:
 def fetcher(folder: Path, target: Target):
     """fetch(name, version): the wheel for the node, from the folder, from PyPI, or built here from the source
     release when the package publishes no wheel (DeepSpeed), which must then build to a pure-Python wheel."""
+
     def fetch(name: str, version: Version) -> Path:
         found = find_wheel(folder, name, version, target)
         if found:
@@ -247,17 +273,34 @@ def fetcher(folder: Path, target: Target):
         print(f"[wheelhouse] {name}=={version}", file=sys.stderr)
         tags = [flag for platform in target.platforms() for flag in ("--platform", platform)]
         try:
-            pip("download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version", target.python,
-                "--implementation", "cp", *tags, "--dest", str(folder), f"{name}=={version}")
+            pip(
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                target.python,
+                "--implementation",
+                "cp",
+                *tags,
+                "--dest",
+                str(folder),
+                f"{name}=={version}",
+            )
         except WheelhouseError:
-            print(f"[wheelhouse] {name}=={version}: no wheel for the node on PyPI; building it here",
-                  file=sys.stderr)
+            print(
+                f"[wheelhouse] {name}=={version}: no wheel for the node on PyPI; building it here",
+                file=sys.stderr,
+            )
             pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(folder), f"{name}=={version}")
         found = find_wheel(folder, name, version, target)
         if not found:
-            raise WheelhouseError(f"{name}=={version}: no wheel for Python {target.python} on {target.platform}, "
-                                  f"and its build here is not pure Python")
+            raise WheelhouseError(
+                f"{name}=={version}: no wheel for Python {target.python} on {target.platform}, "
+                f"and its build here is not pure Python"
+            )
         return found
+
     return fetch
 
 
@@ -266,8 +309,11 @@ def fetcher(folder: Path, target: Target):
 
 def tree_bytes() -> int | None:
     """The size of the source tree as git sees it (tracked files and untracked ones it does not ignore)."""
-    done = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                          check=False, capture_output=True)
+    done = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=False,
+        capture_output=True,
+    )
     if done.returncode != 0:
         return None
     paths = {ROOT / name for name in done.stdout.decode().split("\0") if name}
@@ -320,7 +366,9 @@ def build(folder: Path, target: Target, whole_lock: bool) -> Plan:
         ranges = spag_ranges()
         needed = [ranges.get(name) or Requirement(name) for name in read_names(NEEDS)]
         result = plan(needed, target, lock, fetch)
-    lines = [f"{name}=={parse_wheel_filename(wheel.name)[1]}\n" for name, wheel in sorted(result.wheels.items())]
+    lines = [
+        f"{name}=={parse_wheel_filename(wheel.name)[1]}\n" for name, wheel in sorted(result.wheels.items())
+    ]
     write_manifest(folder, lines)
     return result
 
@@ -332,17 +380,30 @@ def report(folder: Path, result: Plan) -> None:
     for name, change in sorted(result.replaced.items()):
         print(f"[wheelhouse] replaces the node's {name} {change}")
     if result.unknown:
-        print(f"[wheelhouse] taken as present, the freeze gives no version: {', '.join(sorted(result.unknown))}")
-    print(f"[wheelhouse] {len(result.wheels)} wheels, {total / MIB:.1f} MiB in {folder} "
-          f"(listed in {folder / MANIFEST})")
+        print(
+            f"[wheelhouse] taken as present, the freeze gives no version: {', '.join(sorted(result.unknown))}"
+        )
+    print(
+        f"[wheelhouse] {len(result.wheels)} wheels, {total / MIB:.1f} MiB in {folder} "
+        f"(listed in {folder / MANIFEST})"
+    )
     tree = tree_bytes()
     if tree is not None:
         print(f"[wheelhouse] with the source tree ({tree / MIB:.1f} MiB): {(total + tree) / MIB:.1f} MiB")
 
 
 def install_command(folder: Path, python: str) -> list[str]:
-    return [python, "-m", "pip", "install", "--no-index", "--find-links", str(folder),
-            "-r", str(folder / MANIFEST)]
+    return [
+        python,
+        "-m",
+        "pip",
+        "install",
+        "--no-index",
+        "--find-links",
+        str(folder),
+        "-r",
+        str(folder / MANIFEST),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -353,10 +414,14 @@ def main(argv: list[str] | None = None) -> int:
     make.add_argument("--python", required=True, help="the node's Python, e.g. 3.12 or 3.12.3")
     make.add_argument("--platform", default="manylinux_2_28_x86_64", help="the node's platform tag")
     make.add_argument("--freeze", type=Path, help="the node's `python -m pip freeze`, saved to a file")
-    make.add_argument("--lock", action="store_true", help="every pin of requirements/gpu.txt, whatever the node holds")
+    make.add_argument(
+        "--lock", action="store_true", help="every pin of requirements/gpu.txt, whatever the node holds"
+    )
     put = commands.add_parser("install", help="install DIR's wheels with pip --no-index (on the node)")
     put.add_argument("folder", type=Path, metavar="DIR")
-    put.add_argument("--python", default=sys.executable, help="the Python to install into (default: this one)")
+    put.add_argument(
+        "--python", default=sys.executable, help="the Python to install into (default: this one)"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "install":
@@ -364,7 +429,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise WheelhouseError(f"{args.folder / MANIFEST} not found: build the wheelhouse first")
             return subprocess.run(install_command(args.folder, args.python), check=False).returncode
         if not args.lock and args.freeze is None:
-            raise WheelhouseError("--freeze FILE (the node's pip freeze) is needed, or --lock for the whole lock")
+            raise WheelhouseError(
+                "--freeze FILE (the node's pip freeze) is needed, or --lock for the whole lock"
+            )
         if not re.fullmatch(r"3\.\d+(\.\d+)?", args.python):
             raise WheelhouseError(f"--python {args.python!r}: give the node's Python version, e.g. 3.12")
         check_folder(args.folder)

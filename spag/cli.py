@@ -57,8 +57,11 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _options(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
-                                          help="Print spag's version and exit.")) -> None:
+def _options(
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="Print spag's version and exit."
+    ),
+) -> None:
     """SPAG: self-play of a language game (Adversarial Taboo, Kuhn poker) to improve LLM reasoning."""
 
 

@@ -52,8 +52,14 @@ WINNERS, ALL_MOVES = "winners", "all"
 IMITATED_MOVES = (WINNERS, ALL_MOVES)  # which of the teacher's moves the imitation set holds (imitate.moves)
 # Experiment trackers transformers' Trainer reports to besides dvclive (TrainingArguments.report_to), each
 # with the module it needs (spag.pipeline.preflight checks it is installed before a training stage runs).
-TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "comet_ml": "comet_ml",
-            "clearml": "clearml", "trackio": "trackio"}
+TRACKERS = {
+    "tensorboard": "tensorboard",
+    "wandb": "wandb",
+    "mlflow": "mlflow",
+    "comet_ml": "comet_ml",
+    "clearml": "clearml",
+    "trackio": "trackio",
+}
 # The learning-rate schedules (spag.train.schedules says what the DeepSpeed ones do).
 COSINE, LINEAR, WARMUP_DECAY, WARMUP_DECAY_DS013 = "cosine", "linear", "warmup_decay", "warmup_decay_ds013"
 LR_SCHEDULERS = (COSINE, LINEAR, WARMUP_DECAY, WARMUP_DECAY_DS013)
@@ -77,13 +83,16 @@ class Conflict(ValueError):
 
 
 class Model(Section):
-    base: str = knob("embedded", '"embedded" (SmolLM2-135M-Instruct from its wheel), an HF id or a local path.')
+    base: str = knob(
+        "embedded", '"embedded" (SmolLM2-135M-Instruct from its wheel), an HF id or a local path.'
+    )
     trust_remote_code: bool = knob(False, "Allow model code from the hub.")
 
 
 class Words(Section):
-    source: PathStr | None = knob(None, "A word-list file (one word per line, order kept); null: wordfreq's "
-                                           "most frequent words.")
+    source: PathStr | None = knob(
+        None, "A word-list file (one word per line, order kept); null: wordfreq's most frequent words."
+    )
     top: int = knob(50_000, "How many of the most frequent words.", ge=1)
     eval_fraction: float = knob(0.1, "Share of the words held out for evaluation.", ge=0, le=1)
     nouns_only: bool = knob(False, "Only words that are always nouns (what a small model can describe).")
@@ -98,8 +107,10 @@ def _game_name(value: Any) -> str:
 
 
 # The ``game:`` section: the settings of the game ``game.name`` names (each game declares its own class).
-GameSection = Annotated[Union[tuple(Annotated[cls.Settings, Tag(name)] for name, cls in CARDS.items())],  # noqa: UP007
-                        Discriminator(_game_name)]
+GameSection = Annotated[
+    Union[tuple(Annotated[cls.Settings, Tag(name)] for name, cls in CARDS.items())],  # noqa: UP007
+    Discriminator(_game_name),
+]
 
 
 class Generation(Section):
@@ -109,8 +120,12 @@ class Generation(Section):
     top_k: int = knob(50, "Top-k sampling (0: off).", ge=0)
     max_new_tokens: int = knob(256, "Longest utterance, in tokens.", ge=1)
     min_new_tokens: int = knob(2, "Shortest utterance before it may end.", ge=0)
-    empty_retries: int = knob(2, "Resamples of a reply that comes back empty, each with a longer shortest "
-                                 "utterance (the original: 0, an empty reply is kept).", ge=0)
+    empty_retries: int = knob(
+        2,
+        "Resamples of a reply that comes back empty, each with a longer shortest "
+        "utterance (the original: 0, an empty reply is kept).",
+        ge=0,
+    )
     batch_size: int = knob(32, "Games played together.", ge=1)
 
 
@@ -133,14 +148,20 @@ class Sampling(OpenAIOptions, VLLMOptions, HFOptions, Generation, Backend):
 class Teacher(Sampling):
     """Who plays the imitation episodes, and the strategies that let a small model win both roles."""
 
-    episodes: PathStr | None = knob(None, "Import episodes from this file (e.g. the original's GPT-4 games) "
-                                             "instead of playing.")
+    episodes: PathStr | None = knob(
+        None, "Import episodes from this file (e.g. the original's GPT-4 games) instead of playing."
+    )
     rows: PathStr | None = knob(None, "Or import a ready-made imitation file (query/target[/weight] rows).")
-    model: str = knob("base", '"base" (the base model itself), an HF id or path, or a model served at base_url.')
+    model: str = knob(
+        "base", '"base" (the base model itself), an HF id or path, or a model served at base_url.'
+    )
     words: int = knob(48, "Target words the teacher plays.", ge=1)
-    strategies: dict[str, Any] = knob({}, "The game's strategies the teacher plays with (taboo: examples, "
-                                          "foul_retries, coached_attacker, final_guess, word_filter; kuhn-poker: "
-                                          "equilibrium, uniform or always_bet); checked against the game's.")
+    strategies: dict[str, Any] = knob(
+        {},
+        "The game's strategies the teacher plays with (taboo: examples, "
+        "foul_retries, coached_attacker, final_guess, word_filter; kuhn-poker: "
+        "equilibrium, uniform or always_bet); checked against the game's.",
+    )
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -153,44 +174,69 @@ class Play(Sampling):
     """Self-play collection, every SPAG epoch."""
 
     words: int = knob(64, "Target words per epoch (the paper: all ~50k).", ge=1)
-    include_held_out: bool = knob(False, "Self-play on the held-out evaluation words too (the original played "
-                                         "every word of its list).")
-    launcher: str | None = knob(None, 'Play under this launcher, the words shared by rank, e.g. "torchrun '
-                                         '--standalone --nproc_per_node auto" (auto: one process per visible GPU, '
-                                         "each with tensor_parallel_size GPUs); null: in the stage's process.")
+    include_held_out: bool = knob(
+        False, "Self-play on the held-out evaluation words too (the original played every word of its list)."
+    )
+    launcher: str | None = knob(
+        None,
+        'Play under this launcher, the words shared by rank, e.g. "torchrun '
+        '--standalone --nproc_per_node auto" (auto: one process per visible GPU, '
+        "each with tensor_parallel_size GPUs); null: in the stage's process.",
+    )
 
 
-SFT_FORMAT = knob("chat", "General rows: chat (instruction and input as one user message in the model's chat "
-                          "template; rows without an output left out) or original (Alpaca in Stanford Alpaca's "
-                          "template, query/target rows as they are, the model's whole input; every row kept).")
+SFT_FORMAT = knob(
+    "chat",
+    "General rows: chat (instruction and input as one user message in the model's chat "
+    "template; rows without an output left out) or original (Alpaca in Stanford Alpaca's "
+    "template, query/target rows as they are, the model's whole input; every row kept).",
+)
 
 
 class Reward(Section):
     decay: float = knob(0.8, "Reward decay d: the k-th winning move gets (1/d)^k.", gt=0, le=1)
-    sft: PathStr | None = knob(None, 'General instruction data to mix in: "builtin" (shipped with spag), a file '
-                                        "(Alpaca, prompt/completion or query/target rows), or null.")
+    sft: PathStr | None = knob(
+        None,
+        'General instruction data to mix in: "builtin" (shipped with spag), a file '
+        "(Alpaca, prompt/completion or query/target rows), or null.",
+    )
     sft_limit: int | None = knob(None, "Keep a random N of the general rows (null: all).", ge=0)
     sft_format: Literal[SFT_FORMATS] = SFT_FORMAT
-    foul_line_penalty: float = knob(0.0, "p >= 0: the attacker line that says the word becomes a row with "
-                                         "reward -p (0: off).", ge=0)
-    loser_reward: float = knob(0.0, "q <= 0: the loser's lines get rewards summing to q per game (0: off).", le=0)
-    role_baseline: bool = knob(False, "Subtract each role's mean reward from its rows' rewards (SPIRAL-style).")
-    credit: Literal[CREDITS] = knob("all", "Which wins earn the winner rows: all (the paper's) or skill (only wins "
-                                           "by the winner's own play: a word the attacker led the defender to "
-                                           "say, a correct guess; not the opponent's wrong guess).")
-    keep_truncated: bool = knob(False, "Also learn from empty replies and replies cut at max_new_tokens "
-                                       "(the imitation set too); left out by default and counted.")
+    foul_line_penalty: float = knob(
+        0.0, "p >= 0: the attacker line that says the word becomes a row with reward -p (0: off).", ge=0
+    )
+    loser_reward: float = knob(
+        0.0, "q <= 0: the loser's lines get rewards summing to q per game (0: off).", le=0
+    )
+    role_baseline: bool = knob(
+        False, "Subtract each role's mean reward from its rows' rewards (SPIRAL-style)."
+    )
+    credit: Literal[CREDITS] = knob(
+        "all",
+        "Which wins earn the winner rows: all (the paper's) or skill (only wins "
+        "by the winner's own play: a word the attacker led the defender to "
+        "say, a correct guess; not the opponent's wrong guess).",
+    )
+    keep_truncated: bool = knob(
+        False,
+        "Also learn from empty replies and replies cut at max_new_tokens "
+        "(the imitation set too); left out by default and counted.",
+    )
     payoff: Literal[PAYOFFS] = knob(
-        WINS, "What a game pays: wins (the paper's: the winner's lines earn the decayed shares; online, ±win_reward) "
-              "or chips (games played for chips, kuhn-poker: each player's lines earn its chips won or lost, ±1 "
-              "or ±2, as decayed shares, the loser's negative; online, its chips on every line; a rule break "
-              "counts as a fold; online.win_reward and online.foul_game_penalty unused).")
+        WINS,
+        "What a game pays: wins (the paper's: the winner's lines earn the decayed shares; online, ±win_reward) "
+        "or chips (games played for chips, kuhn-poker: each player's lines earn its chips won or lost, ±1 "
+        "or ±2, as decayed shares, the loser's negative; online, its chips on every line; a rule break "
+        "counts as a fold; online.win_reward and online.foul_game_penalty unused).",
+    )
 
     @model_validator(mode="after")
     def _loser_paid_once(self):
         if self.payoff == CHIPS and self.loser_reward:
-            raise Conflict(("loser_reward", "payoff"), "the loser's lines already pay its chips lost with payoff "
-                                                       "chips: set 0")
+            raise Conflict(
+                ("loser_reward", "payoff"),
+                "the loser's lines already pay its chips lost with payoff chips: set 0",
+            )
         return self
 
 
@@ -200,53 +246,73 @@ METHOD_HELP = "sft (weighted NLL), sft-kl (imitation learning), offline-po (SPAG
 class TrainKnobs(Section):
     """The knobs of a training run that a params section (imitate, spag) sets."""
 
-    learning_rate: float | None = knob(None, "Peak learning rate; null: the paper's for the method (5e-6 "
-                                                "sft/sft-kl, 2e-6 offline-po).", gt=0)
+    learning_rate: float | None = knob(
+        None, "Peak learning rate; null: the paper's for the method (5e-6 sft/sft-kl, 2e-6 offline-po).", gt=0
+    )
     batch_size: int = knob(2, "Rows per device per micro-batch.", ge=1)
     grad_accum: int = knob(8, "Micro-batches per optimiser step.", ge=1)
     max_length: int = knob(2048, "Tokens per row (see truncation).", ge=2)
     truncation: Literal[TRUNCATIONS] = knob(
-        "history", "A row longer than max_length: history (it gives up its oldest history lines, or is left out; "
-                   "never cut mid-text) or left (the original's: the whole sequence cut from the left).")
-    ref_on_the_fly: bool = knob(False, "Run the reference model beside the policy, in its precision (the "
-                                       "original's; under DeepSpeed inside the engine, ratio 1 at step 0); false: "
-                                       "reference log-probs computed once, in float32, before training.")
+        "history",
+        "A row longer than max_length: history (it gives up its oldest history lines, or is left out; "
+        "never cut mid-text) or left (the original's: the whole sequence cut from the left).",
+    )
+    ref_on_the_fly: bool = knob(
+        False,
+        "Run the reference model beside the policy, in its precision (the "
+        "original's; under DeepSpeed inside the engine, ratio 1 at step 0); false: "
+        "reference log-probs computed once, in float32, before training.",
+    )
     warmup_ratio: float = knob(0.03, "Share of the steps spent warming up.", ge=0, lt=1)
     lr_scheduler: Literal[LR_SCHEDULERS] = knob(
-        COSINE, "cosine, linear, warmup_decay (DeepSpeed's WarmupDecayLR: the first two steps at rate 0) or "
-                "warmup_decay_ds013 (as the original's DeepSpeed 0.13.1 ran it: the first step at the full rate, "
-                "the second at 0).")
-    kl_coeff: float | None = knob(None, "β of the KL penalty; null: the paper's for the method (0.1 sft-kl, "
-                                           "0.2 offline-po).", ge=0)
+        COSINE,
+        "cosine, linear, warmup_decay (DeepSpeed's WarmupDecayLR: the first two steps at rate 0) or "
+        "warmup_decay_ds013 (as the original's DeepSpeed 0.13.1 ran it: the first step at the full rate, "
+        "the second at 0).",
+    )
+    kl_coeff: float | None = knob(
+        None, "β of the KL penalty; null: the paper's for the method (0.1 sft-kl, 0.2 offline-po).", ge=0
+    )
     clip_range: float = knob(0.2, "ε of the clipped importance ratio (offline-po).", gt=0, lt=1)
     sft_coeff: float = knob(0.5, "α of the SFT term on general rows (offline-po).", ge=0)
-    reduction: Literal[REDUCTIONS] = knob("rows", "offline-po: rows (Σ w·l / n per kind, the original's) or "
-                                                  "weights (Σ w·l / Σ w per kind).")
-    detach_advantage: bool = knob(True, "offline-po: treat A = r − β·(log π − log π_ref) as a constant (the "
-                                        "original kept it attached).")
+    reduction: Literal[REDUCTIONS] = knob(
+        "rows", "offline-po: rows (Σ w·l / n per kind, the original's) or weights (Σ w·l / Σ w per kind)."
+    )
+    detach_advantage: bool = knob(
+        True, "offline-po: treat A = r − β·(log π − log π_ref) as a constant (the original kept it attached)."
+    )
     gradient_checkpointing: bool = knob(False, "Recompute activations in the backward pass (less memory).")
-    group_by_length: bool = knob(False, "Batch rows of similar length together (the HF Trainer's group_by_length: "
-                                        "shuffled rows sorted by length within a few large chunks, the longest "
-                                        "batch first): less padding, or in one CPU process fewer and larger "
-                                        "products; another order of rows. false: random batches, the original's.")
-    group_by_prompt: bool = knob(False, "Batch rows whose prompts begin alike together (rows in the order of their "
-                                        "prompts' tokens, cut into batches, the batches shuffled by the seed): in "
-                                        "one CPU process the beginning a batch shares is encoded once per step; "
-                                        "another order of rows. Not with group_by_length.")
+    group_by_length: bool = knob(
+        False,
+        "Batch rows of similar length together (the HF Trainer's group_by_length: "
+        "shuffled rows sorted by length within a few large chunks, the longest "
+        "batch first): less padding, or in one CPU process fewer and larger "
+        "products; another order of rows. false: random batches, the original's.",
+    )
+    group_by_prompt: bool = knob(
+        False,
+        "Batch rows whose prompts begin alike together (rows in the order of their "
+        "prompts' tokens, cut into batches, the batches shuffled by the seed): in "
+        "one CPU process the beginning a batch shares is encoded once per step; "
+        "another order of rows. Not with group_by_length.",
+    )
     lora_r: int = knob(0, "LoRA rank; 0 trains every weight.", ge=0)
-    bf16: bool | None = knob(None, "bfloat16 autocast; null: on a GPU that has it (float32 on a "
-                                      "CPU).")
+    bf16: bool | None = knob(None, "bfloat16 autocast; null: on a GPU that has it (float32 on a CPU).")
     save_steps: int = knob(500, "Checkpoint every N optimiser steps (what --resume continues from).", ge=1)
     deepspeed: PathStr | None = knob(None, "DeepSpeed config JSON (e.g. configs/deepspeed_zero3.json).")
     report_to: list[Literal[tuple(TRACKERS)]] = knob(
-        [], f"Also report the training curves to these trackers (transformers' report_to: {', '.join(TRACKERS)}; "
-            "each must be installed, and logged in where it asks); dvclive always writes them under dvclive/.")
+        [],
+        f"Also report the training curves to these trackers (transformers' report_to: {', '.join(TRACKERS)}; "
+        "each must be installed, and logged in where it asks); dvclive always writes them under dvclive/.",
+    )
 
     @model_validator(mode="after")
     def _one_batch_order(self):
         if self.group_by_length and self.group_by_prompt:
-            raise Conflict(("group_by_length", "group_by_prompt"), "each orders the batches its own way: "
-                                                                   "set one of them false")
+            raise Conflict(
+                ("group_by_length", "group_by_prompt"),
+                "each orders the batches its own way: set one of them false",
+            )
         return self
 
 
@@ -254,9 +320,12 @@ class TrainStep(TrainKnobs):
     """A pipeline training step: the method, the run's knobs and how it is launched."""
 
     method: Literal[METHODS] = knob("sft-kl", METHOD_HELP)
-    launcher: CommandLine | None = knob(None, 'Run under this launcher, e.g. "torchrun --standalone --nproc_per_node 8" '
-                                                 "(auto for the count: one process per visible GPU, one without a GPU; "
-                                                 "null: in the stage's process).")
+    launcher: CommandLine | None = knob(
+        None,
+        'Run under this launcher, e.g. "torchrun --standalone --nproc_per_node 8" '
+        "(auto for the count: one process per visible GPU, one without a GPU; "
+        "null: in the stage's process).",
+    )
 
 
 TRAINING_EPOCHS = knob(1.0, "Passes over the training rows.", ge=0)
@@ -268,20 +337,26 @@ class Imitate(TrainStep):
     """Imitation learning on the teacher's winning moves (or on all of its moves: ``moves``)."""
 
     moves: Literal[IMITATED_MOVES] = knob(
-        WINNERS, "Which of the teacher's moves are imitated: winners (the paper's: the winner's moves of each "
-                 "decisive game) or all (every move of every game, both players', ties and losses too; a line "
-                 "that broke the rules left out): a start that plays every action the teacher plays.")
+        WINNERS,
+        "Which of the teacher's moves are imitated: winners (the paper's: the winner's moves of each "
+        "decisive game) or all (every move of every game, both players', ties and losses too; a line "
+        "that broke the rules left out): a start that plays every action the teacher plays.",
+    )
 
-    sft: PathStr | None = knob(None, 'General data mixed into the imitation set: "builtin", a file, or null '
-                                        "(the original: none).")
+    sft: PathStr | None = knob(
+        None, 'General data mixed into the imitation set: "builtin", a file, or null (the original: none).'
+    )
     sft_limit: int | None = knob(None, "Rows of it (null: all).", ge=0)
     sft_format: Literal[SFT_FORMATS] = SFT_FORMAT
     epochs: float = STEP_EPOCHS
 
 
 class Epoch(Section):
-    previous: str = knob(..., 'The checkpoint the epoch starts from: "imitation", "epoch_N" or "base" (the base '
-                              'model: self-play without imitation).')
+    previous: str = knob(
+        ...,
+        'The checkpoint the epoch starts from: "imitation", "epoch_N" or "base" (the base '
+        "model: self-play without imitation).",
+    )
 
 
 EpochKey = Annotated[str, Field(pattern=r"^[1-9][0-9]*$")]
@@ -292,11 +367,14 @@ class Spag(TrainStep):
 
     epochs: dict[EpochKey, Epoch] = knob(
         {"1": Epoch(previous="imitation"), "2": Epoch(previous="epoch_1"), "3": Epoch(previous="epoch_2")},
-        'One entry per SPAG epoch ("N": {previous: CHECKPOINT}), quoted keys.')
+        'One entry per SPAG epoch ("N": {previous: CHECKPOINT}), quoted keys.',
+    )
     control: bool = knob(False, "Train on the general SFT rows alone (no game rows): the ablation arm.")
     method: Literal[(*METHODS, ONLINE)] = knob(
-        "offline-po", "offline-po (SPAG: train@N learns from play@N's games) or online (train@N plays its own "
-                      "games with the policy it trains and updates as it goes: the online section).")
+        "offline-po",
+        "offline-po (SPAG: train@N learns from play@N's games) or online (train@N plays its own "
+        "games with the policy it trains and updates as it goes: the online section).",
+    )
     epochs_per_iteration: float = STEP_EPOCHS
 
     @model_validator(mode="after")
@@ -319,64 +397,114 @@ class Online(Section):
     play's (temperature, top_k, lengths, backend), training spag's (learning rate, kl_coeff as GRPO's beta,
     clip_range as its epsilon, batch_size per device, max_length, deepspeed, launcher)."""
 
-    words: int = knob(64, "Training words per SPAG epoch, each played in both roles (rounded down to a "
-                          "multiple of words_per_step).", ge=1)
-    words_per_step: int = knob(2, "Words per optimiser step; each gives two GRPO groups, (word, attacker) and "
-                                  "(word, defender).", ge=1)
-    games_per_word: int = knob(4, "Games played on each word at its step; a group holds its role's utterances "
-                                  "in them, so the group's mean reward is a per-role baseline.", ge=2)
-    win_reward: float = knob(1.0, "Zero-sum outcome reward: +r on every utterance of the winner, -r on the "
-                                  "loser's, 0 in a tie.", gt=0)
-    foul_game_penalty: float = knob(1.5, "p: an attacker who says the word gets -p on every utterance of the "
-                                         "game, the defender 0 (SPIRAL scores an invalid move -1.5).", ge=0)
+    words: int = knob(
+        64,
+        "Training words per SPAG epoch, each played in both roles (rounded down to a "
+        "multiple of words_per_step).",
+        ge=1,
+    )
+    words_per_step: int = knob(
+        2,
+        "Words per optimiser step; each gives two GRPO groups, (word, attacker) and (word, defender).",
+        ge=1,
+    )
+    games_per_word: int = knob(
+        4,
+        "Games played on each word at its step; a group holds its role's utterances "
+        "in them, so the group's mean reward is a per-role baseline.",
+        ge=2,
+    )
+    win_reward: float = knob(
+        1.0,
+        "Zero-sum outcome reward: +r on every utterance of the winner, -r on the loser's, 0 in a tie.",
+        gt=0,
+    )
+    foul_game_penalty: float = knob(
+        1.5,
+        "p: an attacker who says the word gets -p on every utterance of the "
+        "game, the defender 0 (SPIRAL scores an invalid move -1.5).",
+        ge=0,
+    )
     scale_rewards: Literal[SCALE_REWARDS] = knob(
-        "none", "none: advantage = reward - its group's mean (SPIRAL's role baseline, no scaling); group or "
-                "batch: also divided by the group's or the batch's standard deviation (GRPO).")
+        "none",
+        "none: advantage = reward - its group's mean (SPIRAL's role baseline, no scaling); group or "
+        "batch: also divided by the group's or the batch's standard deviation (GRPO).",
+    )
 
 
 class Benchmark(Section):
-    suite: Literal[SUITES] = knob("auto", "paper (lm-eval's stock tasks on real items, offline where a pinned "
-                                          "registry artifact holds them), local (a synthetic smoke test), or auto "
-                                          "(paper where any of its tasks can run, else local).")
+    suite: Literal[SUITES] = knob(
+        "auto",
+        "paper (lm-eval's stock tasks on real items, offline where a pinned "
+        "registry artifact holds them), local (a synthetic smoke test), or auto "
+        "(paper where any of its tasks can run, else local).",
+    )
     tasks: list[str] | None = knob(None, "lm-eval tasks or groups (null: the suite's list).")
-    limit: int | None = knob(None, "Items per task: a fixed random sample, the same for every model and run "
-                                   "(null: all).", ge=1)
-    every: int = knob(1, "Benchmark every Nth SPAG epoch (epochs N, 2N, ...); the imitation model always.", ge=1)
-    base: bool = knob(True, "Also benchmark the base model, so that imitation and every epoch are compared with "
-                            "it too (off: the base model's benchmark.json says it was not run).")
+    limit: int | None = knob(
+        None, "Items per task: a fixed random sample, the same for every model and run (null: all).", ge=1
+    )
+    every: int = knob(
+        1, "Benchmark every Nth SPAG epoch (epochs N, 2N, ...); the imitation model always.", ge=1
+    )
+    base: bool = knob(
+        True,
+        "Also benchmark the base model, so that imitation and every epoch are compared with "
+        "it too (off: the base model's benchmark.json says it was not run).",
+    )
 
 
 class Evaluate(Sampling):
     """Each SPAG epoch against the imitation model, on held-out words, both roles."""
 
-    temperature: float | None = knob(0.0, "Sampling temperature; 0 = greedy (the paper's evaluation); null: "
-                                             "play.temperature.", ge=0)
-    seed: int = knob(0, "Picks the evaluation words and sampling seeds: fixed for every run and epoch.", ge=0,
-                     le=SEED_MAX)
+    temperature: float | None = knob(
+        0.0, "Sampling temperature; 0 = greedy (the paper's evaluation); null: play.temperature.", ge=0
+    )
+    seed: int = knob(
+        0, "Picks the evaluation words and sampling seeds: fixed for every run and epoch.", ge=0, le=SEED_MAX
+    )
     word_set: Literal[WORD_SETS] = knob(
-        "dev", "dev: a sample of the held-out targets (data/words/eval.txt), the development set that settings "
-               "were chosen on; fresh: the game's fresh set, which no decision looked at (taboo: the 128 nouns "
-               "of spag/game/taboo/fresh_eval_words.txt, a frequency band the training words never come from).")
+        "dev",
+        "dev: a sample of the held-out targets (data/words/eval.txt), the development set that settings "
+        "were chosen on; fresh: the game's fresh set, which no decision looked at (taboo: the 128 nouns "
+        "of spag/game/taboo/fresh_eval_words.txt, a frequency band the training words never come from).",
+    )
     words: int = knob(64, "Evaluation words (a sample of the word set; all of it when it has fewer).", ge=1)
-    seeds: int = knob(1, "Games per word and role (sampling seeds seed, seed+1, ...; greedy plays one).", ge=1)
+    seeds: int = knob(
+        1, "Games per word and role (sampling seeds seed, seed+1, ...; greedy plays one).", ge=1
+    )
     vs_previous: bool = knob(False, "Also play each epoch against the previous one.")
-    skill: bool | None = knob(None, "The game's skill metrics (hf; taboo: the clue rank of the attacker's opening "
-                                    "lines and the guess rank of the defender), paired per word with the "
-                                    "imitation model's; null: on when the game has them.")
-    skill_every: int = knob(1, "Skill metrics every Nth SPAG epoch (epochs N, 2N, ...); the imitation model and "
-                               "the baselines always.", ge=1)
-    clue_lines: int = knob(2, "Fixed inputs of the skill metrics per word (taboo: the base model's clue lines for "
-                              "the guess rank).", ge=1)
+    skill: bool | None = knob(
+        None,
+        "The game's skill metrics (hf; taboo: the clue rank of the attacker's opening "
+        "lines and the guess rank of the defender), paired per word with the "
+        "imitation model's; null: on when the game has them.",
+    )
+    skill_every: int = knob(
+        1,
+        "Skill metrics every Nth SPAG epoch (epochs N, 2N, ...); the imitation model and "
+        "the baselines always.",
+        ge=1,
+    )
+    clue_lines: int = knob(
+        2,
+        "Fixed inputs of the skill metrics per word (taboo: the base model's clue lines for the guess rank).",
+        ge=1,
+    )
     baselines: list[str] | None = knob(
-        None, "The game's no-training baselines (taboo: imitation-resample, imitation-filter, "
-              "imitation-filter-guess, base-teacher; spag/game/taboo/baselines.py) played against the imitation "
-              "model on the evaluation words and seeds; each epoch is compared with the strongest, paired per "
-              "word; null: all of the game's.")
+        None,
+        "The game's no-training baselines (taboo: imitation-resample, imitation-filter, "
+        "imitation-filter-guess, base-teacher; spag/game/taboo/baselines.py) played against the imitation "
+        "model on the evaluation words and seeds; each epoch is compared with the strongest, paired per "
+        "word; null: all of the game's.",
+    )
     vs_baseline: bool = knob(False, "Also play each epoch head to head against the strongest baseline.")
-    strategy_samples: int = knob(100, "Kuhn poker: replies sampled at each of the 12 information sets to read a "
-                                      "checkpoint's strategy as played (strategy.jsonl, exploitability.json of "
-                                      "the base and imitation models and every epoch; `spag strategy --samples`).",
-                                 ge=1)
+    strategy_samples: int = knob(
+        100,
+        "Kuhn poker: replies sampled at each of the 12 information sets to read a "
+        "checkpoint's strategy as played (strategy.jsonl, exploitability.json of "
+        "the base and imitation models and every epoch; `spag strategy --samples`).",
+        ge=1,
+    )
 
     benchmark: Benchmark = Field(default_factory=Benchmark, description="Reasoning benchmarks (lm-eval).")
 
@@ -385,22 +513,30 @@ class Twin(Section):
     """The tabular twin of the loop (Kuhn poker, :mod:`spag.train.twin`): SPAG's loop on a policy of 12 logits,
     with the run's own hands, rewards and training settings, drawn in the report beside the model's curve."""
 
-    learning_rate: float = knob(0.1, "AdamW's learning rate on the twin's 12 logits: about how far a logit moves in "
-                                     "one optimiser step (the model's spag.learning_rate moves its weights, and "
-                                     "no rate maps one onto the other).", gt=0)
-    seeds: int = knob(5, "Twin runs, seeds seed, seed+1, ...: the report draws their mean with a 95% t interval.",
-                      ge=1)
+    learning_rate: float = knob(
+        0.1,
+        "AdamW's learning rate on the twin's 12 logits: about how far a logit moves in "
+        "one optimiser step (the model's spag.learning_rate moves its weights, and "
+        "no rate maps one onto the other).",
+        gt=0,
+    )
+    seeds: int = knob(
+        5, "Twin runs, seeds seed, seed+1, ...: the report draws their mean with a 95% t interval.", ge=1
+    )
 
 
 class Settings(Section):
     """A whole params file."""
 
-    seed: int = knob(0, "Seed of the pipeline's random choices (each step derives its own from it).", ge=0,
-                     le=SEED_MAX)
+    seed: int = knob(
+        0, "Seed of the pipeline's random choices (each step derives its own from it).", ge=0, le=SEED_MAX
+    )
     model: Model = Field(default_factory=Model)
     words: Words = Field(default_factory=Words)
-    game: GameSection = Field(default_factory=lambda: game_card(DEFAULT_GAME).Settings(),
-                              description="The game (game.name) and its settings.")
+    game: GameSection = Field(
+        default_factory=lambda: game_card(DEFAULT_GAME).Settings(),
+        description="The game (game.name) and its settings.",
+    )
     teacher: Teacher = Field(default_factory=Teacher)
     play: Play = Field(default_factory=Play)
     reward: Reward = Field(default_factory=Reward)
@@ -420,19 +556,27 @@ class Settings(Section):
             key, message = describe(exc.errors()[0], game.Strategies)
             raise Conflict((f"teacher.strategies.{key}", "game.name"), message) from None
         if self.reward.payoff == CHIPS and not game.for_chips:
-            raise Conflict(("reward.payoff", "game.name"), f"the game {game.name} is not played for chips (use wins)")
+            raise Conflict(
+                ("reward.payoff", "game.name"), f"the game {game.name} is not played for chips (use wins)"
+            )
         e = self.evaluate
         if e.skill and not game.skill:
-            raise Conflict(("evaluate.skill", "game.name"),
-                           f"the game {game.name} has no skill metrics (set false or null)")
+            raise Conflict(
+                ("evaluate.skill", "game.name"),
+                f"the game {game.name} has no skill metrics (set false or null)",
+            )
         offered = game.baselines
         unknown = [name for name in e.baselines or () if name not in offered]
         if unknown:
-            raise Conflict(("evaluate.baselines", "game.name"), f"{unknown[0]!r} is not a baseline of {game.name} "
-                                                                f"({', '.join(offered) or 'it has none'})")
+            raise Conflict(
+                ("evaluate.baselines", "game.name"),
+                f"{unknown[0]!r} is not a baseline of {game.name} ({', '.join(offered) or 'it has none'})",
+            )
         if e.vs_baseline and not (offered if e.baselines is None else e.baselines):
-            raise Conflict(("evaluate.vs_baseline", "evaluate.baselines"),
-                           "needs at least one baseline in evaluate.baselines")
+            raise Conflict(
+                ("evaluate.vs_baseline", "evaluate.baselines"),
+                "needs at least one baseline in evaluate.baselines",
+            )
         return self
 
     def strategies(self) -> Section:
@@ -449,16 +593,20 @@ class Settings(Section):
             return self
         steps = math.ceil(o.words // o.words_per_step * s.epochs_per_iteration)
         if steps == 0:
-            raise Conflict(("online.words", "online.words_per_step"),
-                           f"{o.words} word(s) at online.words_per_step {o.words_per_step} give an online epoch no "
-                           f"optimiser step: set online.words to at least {o.words_per_step}")
+            raise Conflict(
+                ("online.words", "online.words_per_step"),
+                f"{o.words} word(s) at online.words_per_step {o.words_per_step} give an online epoch no "
+                f"optimiser step: set online.words to at least {o.words_per_step}",
+            )
         ratio = s.warmup_ratio
         if ratio and math.ceil(steps * ratio) >= steps:
-            raise Conflict(("spag.warmup_ratio", "online.words", "online.words_per_step", "spag.epochs_per_iteration"),
-                           f"{ratio:g} warms up over all {steps} step(s) of an online epoch (online.words {o.words} "
-                           f"/ online.words_per_step {o.words_per_step} x spag.epochs_per_iteration "
-                           f"{s.epochs_per_iteration:g}), so its learning rate stays 0; set it to 0 or train on "
-                           "more words")
+            raise Conflict(
+                ("spag.warmup_ratio", "online.words", "online.words_per_step", "spag.epochs_per_iteration"),
+                f"{ratio:g} warms up over all {steps} step(s) of an online epoch (online.words {o.words} "
+                f"/ online.words_per_step {o.words_per_step} x spag.epochs_per_iteration "
+                f"{s.epochs_per_iteration:g}), so its learning rate stays 0; set it to 0 or train on "
+                "more words",
+            )
         return self
 
 
@@ -481,12 +629,17 @@ class TrainConfig(TrainKnobs):
     seed: int = knob(42, "Training seed (data order, LoRA initialisation).", ge=0, le=SEED_MAX)
     resume: bool = knob(False, "Continue from the latest complete checkpoint.")
     overwrite: bool = knob(False, "Replace a previous `spag train` output at the same path (nothing else).")
-    ref_cache_dir: PathStr | None = knob(None, "Where reference log-probs are cached (null: beside the data).")
+    ref_cache_dir: PathStr | None = knob(
+        None, "Where reference log-probs are cached (null: beside the data)."
+    )
     ref_batch_size: int = knob(8, "Rows per reference forward pass.", ge=1)
-    live_dir: PathStr | None = knob(None, "dvclive directory (null: OUTPUT/../dvclive/<name of OUTPUT>): new, "
-                                             "empty, or one spag train made (it holds .spag-output.json), as "
-                                             "dvclive replaces dvc.yaml, params.yaml, metrics.json and plots/ in "
-                                             "it; anything else is refused.")
+    live_dir: PathStr | None = knob(
+        None,
+        "dvclive directory (null: OUTPUT/../dvclive/<name of OUTPUT>): new, "
+        "empty, or one spag train made (it holds .spag-output.json), as "
+        "dvclive replaces dvc.yaml, params.yaml, metrics.json and plots/ in "
+        "it; anything else is refused.",
+    )
     live: bool = knob(True, "Log training curves to dvclive.")
     logging_steps: int = knob(10, "Log every N optimiser steps.", ge=1)
     save_total_limit: int = knob(2, "Intermediate checkpoints kept.", ge=1)
@@ -498,9 +651,14 @@ class TrainConfig(TrainKnobs):
 
     def resolved(self, method: str) -> TrainConfig:
         """A copy with the method's defaults filled in (learning rate, KL coefficient)."""
-        return self.model_copy(update={
-            "learning_rate": PAPER_LEARNING_RATE[method] if self.learning_rate is None else self.learning_rate,
-            "kl_coeff": PAPER_KL_COEFF[method] if self.kl_coeff is None else self.kl_coeff})
+        return self.model_copy(
+            update={
+                "learning_rate": PAPER_LEARNING_RATE[method]
+                if self.learning_rate is None
+                else self.learning_rate,
+                "kl_coeff": PAPER_KL_COEFF[method] if self.kl_coeff is None else self.kl_coeff,
+            }
+        )
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -539,14 +697,27 @@ def _fields_at(model: type[BaseModel], loc: tuple, game: str = DEFAULT_GAME) -> 
 
 # Settings that were renamed, by their old key: a params file or override that still uses one is refused in
 # one line naming the new key.
-RENAMED = {"reward.foul_penalty": "reward.foul_line_penalty", "online.foul_penalty": "online.foul_game_penalty"}
+RENAMED = {
+    "reward.foul_penalty": "reward.foul_line_penalty",
+    "online.foul_penalty": "online.foul_game_penalty",
+}
 
-_EXPECTED = {"bool_type": "expected true or false", "int_type": "expected an integer",
-             "float_type": "expected a number", "string_type": "expected a string",
-             "dict_type": "expected a mapping", "model_type": "expected a mapping",
-             "list_type": "expected a list", "int_from_float": "expected an integer"}
-_BOUNDS = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"), "less_than": ("<", "lt"),
-           "less_than_equal": ("<=", "le")}
+_EXPECTED = {
+    "bool_type": "expected true or false",
+    "int_type": "expected an integer",
+    "float_type": "expected a number",
+    "string_type": "expected a string",
+    "dict_type": "expected a mapping",
+    "model_type": "expected a mapping",
+    "list_type": "expected a list",
+    "int_from_float": "expected an integer",
+}
+_BOUNDS = {
+    "greater_than": (">", "gt"),
+    "greater_than_equal": (">=", "ge"),
+    "less_than": ("<", "lt"),
+    "less_than_equal": ("<=", "le"),
+}
 
 
 def _number_as_text(value: Any, kind: str) -> str:
@@ -595,7 +766,9 @@ def describe(error: dict, model: type[BaseModel] = Settings) -> tuple[str, str]:
     if kind in _BOUNDS:
         op, bound = _BOUNDS[kind]
         limit = error["ctx"][bound]
-        return _key(loc), f"must be {op} {limit if isinstance(limit, int) else format(limit, 'g')}, got {value}"
+        return _key(
+            loc
+        ), f"must be {op} {limit if isinstance(limit, int) else format(limit, 'g')}, got {value}"
     conflict = _conflict(error)
     if conflict is not None:
         return _key((*loc, *conflict.keys[0].split("."))), conflict.message
@@ -630,14 +803,19 @@ MAX_PROBLEMS = 20
 Origin = Callable[[str], "str | os.PathLike | None"]
 
 
-def settings_error(exc: ValidationError, source: str | os.PathLike, origin: Origin | None = None,
-                   model: type[BaseModel] = Settings) -> ParamsError:
+def settings_error(
+    exc: ValidationError,
+    source: str | os.PathLike,
+    origin: Origin | None = None,
+    model: type[BaseModel] = Settings,
+) -> ParamsError:
     """One ParamsError listing every problem of a validation (``file: key: message``, separated by ``;``, the
     file left out where it is the previous problem's).
 
     ``origin`` says which file set a key (None: the default; without it ``source`` set every one). A problem
     is told as the file's that set its key; a conflict of several keys under the key its validator names
     first, with the files of the others after the message."""
+
     def told(error: dict) -> tuple[str | os.PathLike, str, str]:
         key, message = describe(error, model)
         keys = involved_keys(error) if model is Settings else (key,)
@@ -685,7 +863,9 @@ def apply_overrides(params: dict, overrides: Any, source: str | os.PathLike) -> 
     params = copy.deepcopy(params)
     for dotted, value in overrides.items():
         *sections, name = str(dotted).split(".")
-        game = overrides.get("game.name") or _game_name((params.get("game") if isinstance(params, dict) else None) or {})
+        game = overrides.get("game.name") or _game_name(
+            (params.get("game") if isinstance(params, dict) else None) or {}
+        )
         model, where = Settings, params
         if dotted in RENAMED:
             raise ParamsError(source, dotted, f"renamed: use {RENAMED[dotted]}")
@@ -736,8 +916,12 @@ def _read_settings(path: Path, needs: str) -> Any:
     """A params or override file's content; ParamsError when it holds nothing (empty, or comments only)."""
     content = read_yaml(path)
     if content is None:
-        raise ParamsError(path, "", f"is empty: {needs} (a shell's `> {path.name}` empties a file before the "
-                                    "command reads it; write with `spag config show ... -o FILE`)")
+        raise ParamsError(
+            path,
+            "",
+            f"is empty: {needs} (a shell's `> {path.name}` empties a file before the "
+            "command reads it; write with `spag config show ... -o FILE`)",
+        )
     return content
 
 

@@ -92,7 +92,7 @@ class Section(BaseModel):
 
 # A params file is a few hundred lines; these bounds stop a hostile or broken one early, in one line.
 MAX_PARAMS_BYTES = 1 << 20  # 1 MiB
-MAX_PARAMS_DEPTH = 32       # sections, keys, lists: a real file nests 4 levels
+MAX_PARAMS_DEPTH = 32  # sections, keys, lists: a real file nests 4 levels
 
 
 class _UniqueKeys(yaml.SafeLoader):
@@ -108,11 +108,13 @@ class _UniqueKeys(yaml.SafeLoader):
                 continue
             if not isinstance(key_node, yaml.ScalarNode):
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"a key must be a plain name, not a {key_node.id}", key_node.start_mark)
+                    None, None, f"a key must be a plain name, not a {key_node.id}", key_node.start_mark
+                )
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"{key!r} is given twice",
-                                                        key_node.start_mark)
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{key!r} is given twice", key_node.start_mark
+                )
             seen.add(key)
         return super().construct_mapping(node, deep)
 
@@ -144,7 +146,9 @@ def read_yaml(path: Path) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise ParamsError(path, "", f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+        raise ParamsError(
+            path, "", f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})"
+        ) from None
 
 
 def _check_depth(text: str) -> None:
@@ -155,9 +159,8 @@ def _check_depth(text: str) -> None:
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_PARAMS_DEPTH:
-                raise yaml.MarkedYAMLError(problem=f"nested deeper than {MAX_PARAMS_DEPTH} levels",
-                                           problem_mark=event.start_mark)
+                raise yaml.MarkedYAMLError(
+                    problem=f"nested deeper than {MAX_PARAMS_DEPTH} levels", problem_mark=event.start_mark
+                )
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
-
-

@@ -28,8 +28,11 @@ def _training_text() -> list[str]:
         {"role": "attacker", "content": "What do you drink in the morning to wake up?"},
         {"role": "defender", "content": "Usually a hot cup of tea. I know the word! It is coffee"},
     ]
-    text = [build_prompt(role, "coffee", history, 5, t) for t in TRAINING_TEMPLATES for role in
-            ("attacker", "defender")]
+    text = [
+        build_prompt(role, "coffee", history, 5, t)
+        for t in TRAINING_TEMPLATES
+        for role in ("attacker", "defender")
+    ]
     text += ["the quick brown fox jumps over the lazy dog " * 4, "question answer true false yes no"]
     return text
 
@@ -56,21 +59,30 @@ def build_tiny_tokenizer(vocab_size: int = 512, chat_template: bool = True):
     return tokenizer
 
 
-def make_tiny_checkpoint(output_dir: str | os.PathLike, seed: int = 0, hidden_size: int = 64,
-                         layers: int = 2, chat_template: bool = True, heads: int = 4,
-                         family: str = "llama") -> Path:
+def make_tiny_checkpoint(
+    output_dir: str | os.PathLike,
+    seed: int = 0,
+    hidden_size: int = 64,
+    layers: int = 2,
+    chat_template: bool = True,
+    heads: int = 4,
+    family: str = "llama",
+) -> Path:
     """Save a tiny random Llama (``family: qwen2``: Qwen2) with its tokenizer as a plain HF directory and
     return its path.
 
     vLLM needs ``hidden_size / heads`` >= 32 (its CPU attention kernels' smallest head size).
     """
     tokenizer = build_tiny_tokenizer(chat_template=chat_template)
-    model = tiny_llama(tokenizer, seed=seed, hidden_size=hidden_size, layers=layers, heads=heads, family=family)
+    model = tiny_llama(
+        tokenizer, seed=seed, hidden_size=hidden_size, layers=layers, heads=heads, family=family
+    )
     return save_checkpoint(model, tokenizer, output_dir)
 
 
-def make_scripted_checkpoint(output_dir: str | os.PathLike, script: str, *, loop: bool = False,
-                             seed: int = 0, hidden_size: int = 64) -> Path:
+def make_scripted_checkpoint(
+    output_dir: str | os.PathLike, script: str, *, loop: bool = False, seed: int = 0, hidden_size: int = 64
+) -> Path:
     """A tiny Llama whose greedy reply to any game prompt is ``script``, then its end-of-turn token
     (``loop``: the script again and again, never ending). Saved as a plain HF directory.
 
@@ -86,10 +98,17 @@ def make_scripted_checkpoint(output_dir: str | os.PathLike, script: str, *, loop
 
     tokenizer = build_tiny_tokenizer()
     # The reply starts after a special token, so that no text token of the script needs two successors.
-    tokenizer.chat_template = CHAT_TEMPLATE.replace("<|start|>assistant\n{% endif %}",
-                                                    "<|start|>assistant\n<|start|>{% endif %}")
-    model = tiny_llama(tokenizer, seed=seed, hidden_size=hidden_size, layers=1, heads=hidden_size // 32,
-                       tie_word_embeddings=False)
+    tokenizer.chat_template = CHAT_TEMPLATE.replace(
+        "<|start|>assistant\n{% endif %}", "<|start|>assistant\n<|start|>{% endif %}"
+    )
+    model = tiny_llama(
+        tokenizer,
+        seed=seed,
+        hidden_size=hidden_size,
+        layers=1,
+        heads=hidden_size // 32,
+        tie_word_embeddings=False,
+    )
     last = model_input_ids(tokenizer, build_prompt("attacker", "coffee", [], 3))[-1]
     ids = tokenizer(script, add_special_tokens=False)["input_ids"]
     chain = [last, *ids] + ([ids[0]] if loop and ids else [])
@@ -106,7 +125,7 @@ def make_scripted_checkpoint(output_dir: str | os.PathLike, script: str, *, loop
     embeddings = torch.cat([torch.full((vocab, 1), shared), rest * (1 - shared**2) ** 0.5], dim=1)
     head = torch.zeros(vocab, width)
     for a, b in transitions.items():
-        head[b, 1:] += 4.0 * rest[a]     # logit ~ 4 * sqrt(width) * 0.87 for the scripted successor
+        head[b, 1:] += 4.0 * rest[a]  # logit ~ 4 * sqrt(width) * 0.87 for the scripted successor
     head[tokenizer.eos_token_id, 0] = 4.0  # logit 4 * sqrt(width) * 0.5 for the end of the turn
     with torch.no_grad():
         model.get_input_embeddings().weight.copy_(embeddings)
@@ -154,20 +173,36 @@ def episode_ending(word: str, cause: str, max_turns: int = 2) -> dict:
     history = endings[cause]
     verdict = judge(word, history, max_turns)
     assert verdict.cause == cause, (word, cause, verdict)
-    return {"target_word": word, "max_turns": max_turns, "history": history, "outcome": verdict.outcome,
-            "turns": verdict.turns}
+    return {
+        "target_word": word,
+        "max_turns": max_turns,
+        "history": history,
+        "outcome": verdict.outcome,
+        "turns": verdict.turns,
+    }
 
 
-def fake_nvidia_smi(bin_dir: str | os.PathLike, gpus: int = 1, name: str = "NVIDIA A100-SXM4-40GB",
-                    memory_mib: int = 40960, driver: str = "580.95.05", fails: bool = False) -> Path:
+def fake_nvidia_smi(
+    bin_dir: str | os.PathLike,
+    gpus: int = 1,
+    name: str = "NVIDIA A100-SXM4-40GB",
+    memory_mib: int = 40960,
+    driver: str = "580.95.05",
+    fails: bool = False,
+) -> Path:
     """An ``nvidia-smi`` in ``bin_dir`` that reports ``gpus`` GPUs as the real one answers spag's query
     (:mod:`spag.models.devices`), or fails as it does without a working driver: for simulating GPU machines."""
     bin_dir = Path(bin_dir)
     bin_dir.mkdir(parents=True, exist_ok=True)
-    lines = "".join(f"{i}, GPU-{i:08x}-0000-0000-0000-000000000000, {name}, {memory_mib}, {driver}\\n"
-                    for i in range(gpus))
-    body = ("echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.' >&2; exit 9"
-            if fails else f"printf '{lines}'")
+    lines = "".join(
+        f"{i}, GPU-{i:08x}-0000-0000-0000-000000000000, {name}, {memory_mib}, {driver}\\n"
+        for i in range(gpus)
+    )
+    body = (
+        "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.' >&2; exit 9"
+        if fails
+        else f"printf '{lines}'"
+    )
     tool = bin_dir / "nvidia-smi"
     tool.write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")
     tool.chmod(0o755)

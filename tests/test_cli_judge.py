@@ -7,16 +7,23 @@ import sys
 import pytest
 
 GAMES = [
-    {"target_word": "apple", "max_turns": 5, "extra": 1,
-     "history": [{"role": "attacker", "content": "fruit?"}, {"role": "defender", "content": "I know the word! It is apple"}]},
-    {"target_word": "cat", "max_turns": 5,
-     "history": [{"role": "attacker", "content": "my cat"}]},
+    {
+        "target_word": "apple",
+        "max_turns": 5,
+        "extra": 1,
+        "history": [
+            {"role": "attacker", "content": "fruit?"},
+            {"role": "defender", "content": "I know the word! It is apple"},
+        ],
+    },
+    {"target_word": "cat", "max_turns": 5, "history": [{"role": "attacker", "content": "my cat"}]},
 ]
 
 
 def spag(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "spag.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "spag.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd
+    )
 
 
 @pytest.mark.parametrize("fmt", ["json", "jsonl"])
@@ -37,7 +44,9 @@ def test_judge_to_stdout(tmp_path):
     src.write_text(json.dumps(GAMES))
     result = spag("judge", src)
     assert [json.loads(line)["outcome"] for line in result.stdout.splitlines()] == [
-        "defender_wins", "attacker_breaks_rules"]
+        "defender_wins",
+        "attacker_breaks_rules",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -61,8 +70,17 @@ def test_bad_input_fails_cleanly_with_no_output(tmp_path, content, message):
 
 
 def test_words_command_writes_split(tmp_path):
-    result = spag("words", "-o", tmp_path / "w.txt", "--top", 300, "--train-out", tmp_path / "t.txt",
-                  "--eval-out", tmp_path / "e.txt")
+    result = spag(
+        "words",
+        "-o",
+        tmp_path / "w.txt",
+        "--top",
+        300,
+        "--train-out",
+        tmp_path / "t.txt",
+        "--eval-out",
+        tmp_path / "e.txt",
+    )
     assert result.returncode == 0, result.stderr
     words = (tmp_path / "w.txt").read_text().split()
     train = (tmp_path / "t.txt").read_text().split()

@@ -20,8 +20,10 @@ PACKAGE = Path(spag.__file__).parent
 
 def _is_command(node: ast.AST) -> bool:
     """A function decorated ``@<app>.command(...)``: a typer command."""
-    return any(isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "command"
-               for d in getattr(node, "decorator_list", ()))
+    return any(
+        isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "command"
+        for d in getattr(node, "decorator_list", ())
+    )
 
 
 def _exempt(tree: ast.Module) -> set[ast.AST]:
@@ -30,7 +32,9 @@ def _exempt(tree: ast.Module) -> set[ast.AST]:
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == "register":
             exempt.add(node)
-            exempt.update(inner for inner in node.body if isinstance(inner, ast.FunctionDef) and _is_command(inner))
+            exempt.update(
+                inner for inner in node.body if isinstance(inner, ast.FunctionDef) and _is_command(inner)
+            )
     return exempt
 
 
@@ -39,10 +43,13 @@ def long_functions(source: str, name: str, commands: bool, limit: int = MAX_LINE
     (decorators not counted); with ``commands``, the CLI declarations are exempt."""
     tree = ast.parse(source, name)
     exempt = _exempt(tree) if commands else set()
-    return [f"{name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
-            for node in ast.walk(tree)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node not in exempt
-            and node.end_lineno - node.lineno + 1 > limit]
+    return [
+        f"{name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node not in exempt
+        and node.end_lineno - node.lineno + 1 > limit
+    ]
 
 
 def test_no_function_in_spag_runs_over_80_lines():
@@ -51,7 +58,9 @@ def test_no_function_in_spag_runs_over_80_lines():
     found = []
     for path in files:
         relative = path.relative_to(PACKAGE.parent)
-        found += long_functions(path.read_text(encoding="utf-8"), str(relative), relative.parts[1] == "commands")
+        found += long_functions(
+            path.read_text(encoding="utf-8"), str(relative), relative.parts[1] == "commands"
+        )
     assert not found, f"functions over {MAX_LINES} lines (split them into helpers):\n" + "\n".join(found)
 
 
@@ -63,7 +72,9 @@ def _function(name: str, lines: int, indent: str = "", decorator: str = "") -> s
 @pytest.mark.parametrize("commands", [False, True])
 def test_the_check_names_a_long_function_and_spares_only_cli_declarations(commands):
     source = (
-        _function("short", 2) + _function("at_the_limit", 3) + _function("too_long", 4)  # lines 1-9
+        _function("short", 2)
+        + _function("at_the_limit", 3)
+        + _function("too_long", 4)  # lines 1-9
         + "def register(app):\n"  # line 10
         + _function("command", 4, "    ", "@app.command('x')\n    ")  # lines 11-15, decorator not counted
         + _function("helper", 4, "    ")  # lines 16-19: not a command, so never exempt

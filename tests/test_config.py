@@ -76,27 +76,33 @@ def test_misspelt_key_is_named_with_a_suggestion():
     assert error_of(p) == "params.yaml: evaluate.benchmark.limt: unknown key (did you mean limit?)"
 
 
-@pytest.mark.parametrize("section, key, value, message", [
-    ("words", "top", "many", "words.top: expected an integer, got 'many'"),
-    ("words", "top", 2.5, "words.top: expected an integer, got 2.5"),
-    ("spag", "detach_advantage", "yes", "spag.detach_advantage: expected true or false, got 'yes'"),
-    ("play", "temperature", "hot", "play.temperature: expected a number, got 'hot'"),
-    ("game", "rules", "loose", "game.rules: 'loose' is not one of whole-word, original"),
-    ("play", "backend", "tpu", "play.backend: 'tpu' is not one of hf, vllm, openai"),
-])
+@pytest.mark.parametrize(
+    "section, key, value, message",
+    [
+        ("words", "top", "many", "words.top: expected an integer, got 'many'"),
+        ("words", "top", 2.5, "words.top: expected an integer, got 2.5"),
+        ("spag", "detach_advantage", "yes", "spag.detach_advantage: expected true or false, got 'yes'"),
+        ("play", "temperature", "hot", "play.temperature: expected a number, got 'hot'"),
+        ("game", "rules", "loose", "game.rules: 'loose' is not one of whole-word, original"),
+        ("play", "backend", "tpu", "play.backend: 'tpu' is not one of hf, vllm, openai"),
+    ],
+)
 def test_wrong_type_or_choice_is_named(section, key, value, message):
     p = load("params.yaml")
     p[section][key] = value
     assert error_of(p) == f"params.yaml: {message}"
 
 
-@pytest.mark.parametrize("section, key, value, message", [
-    ("spag", "clip_range", 1.5, "spag.clip_range: must be < 1, got 1.5"),
-    ("imitate", "learning_rate", 0.0, "imitate.learning_rate: must be > 0, got 0.0"),
-    ("words", "eval_fraction", 1.2, "words.eval_fraction: must be <= 1, got 1.2"),
-    ("game", "max_turns", 0, "game.max_turns: must be >= 1, got 0"),
-    ("reward", "loser_reward", 0.5, "reward.loser_reward: must be <= 0, got 0.5"),
-])
+@pytest.mark.parametrize(
+    "section, key, value, message",
+    [
+        ("spag", "clip_range", 1.5, "spag.clip_range: must be < 1, got 1.5"),
+        ("imitate", "learning_rate", 0.0, "imitate.learning_rate: must be > 0, got 0.0"),
+        ("words", "eval_fraction", 1.2, "words.eval_fraction: must be <= 1, got 1.2"),
+        ("game", "max_turns", 0, "game.max_turns: must be >= 1, got 0"),
+        ("reward", "loser_reward", 0.5, "reward.loser_reward: must be <= 0, got 0.5"),
+    ],
+)
 def test_out_of_range_value_is_named(section, key, value, message):
     p = load("params.yaml")
     p[section][key] = value
@@ -106,7 +112,9 @@ def test_out_of_range_value_is_named(section, key, value, message):
 def test_epochs_must_start_from_an_earlier_checkpoint():
     p = load("params.yaml")
     p["spag"]["epochs"]["2"] = {"previous": "epoch_2"}
-    assert error_of(p) == "params.yaml: spag.epochs.2.previous: 'epoch_2' is not one of base, epoch_1, imitation"
+    assert (
+        error_of(p) == "params.yaml: spag.epochs.2.previous: 'epoch_2' is not one of base, epoch_1, imitation"
+    )
 
 
 def test_an_epoch_may_start_from_the_base_model_without_imitation(tmp_path):
@@ -122,7 +130,11 @@ def test_an_epoch_may_start_from_the_base_model_without_imitation(tmp_path):
     # every stage that starts from the previous checkpoint reads the base model's own folder, the one the
     # base_model stage writes: dvc.yaml's data/${item.previous}/model names it (tests/test_pipeline.py runs it)
     (written,) = [path for stage in STAGES if stage.name == "base_model" for path, _ in stage.outs]
-    starts = {stage.name: [stage.resolved(d, "1", "base") for d in stage.deps] for stage in STAGES if stage.per_epoch}
+    starts = {
+        stage.name: [stage.resolved(d, "1", "base") for d in stage.deps]
+        for stage in STAGES
+        if stage.per_epoch
+    }
     for name in ("play", "train", "evaluate"):
         assert written == "data/base/model" and written in starts[name]
     play = next(stage for stage in STAGES if stage.name == "play")
@@ -133,8 +145,9 @@ def test_several_problems_are_all_listed_in_one_line():
     p = load("params.yaml")
     p["spag"]["kl_coef"] = 0.1
     p["play"]["top_k"] = -1
-    assert error_of(p) == ("params.yaml: play.top_k: must be >= 0, got -1; "
-                           "spag.kl_coef: unknown key (did you mean kl_coeff?)")  # the file named once
+    assert error_of(p) == (
+        "params.yaml: play.top_k: must be >= 0, got -1; spag.kl_coef: unknown key (did you mean kl_coeff?)"
+    )  # the file named once
 
 
 def test_a_file_that_is_no_yaml_mapping_is_one_line(tmp_path):
@@ -151,11 +164,18 @@ def test_play_config_holds_the_sections_and_of_routes_knobs_to_them():
     play = Play(temperature=0.5, top_k=7, max_new_tokens=9, batch_size=3)
     config = PlayConfig(Taboo(TabooSettings(max_turns=2, rules="original")), play, seed=11)
     assert config.sampling is play and (config.game.max_turns, config.game.settings.rules, config.seed) == (
-        2, "original", 11)
+        2,
+        "original",
+        11,
+    )
     assert not config.strategies.coached_attacker  # self-play uses no teacher strategy
     built = PlayConfig.of(max_turns=2, rules="original", temperature=0.5, foul_retries=3, seed=4)
-    assert (built.game.settings.rules, built.sampling.temperature, built.strategies.foul_retries, built.seed) == (
-        "original", 0.5, 3, 4)
+    assert (
+        built.game.settings.rules,
+        built.sampling.temperature,
+        built.strategies.foul_retries,
+        built.seed,
+    ) == ("original", 0.5, 3, 4)
     with pytest.raises(ValueError, match="launcher: not a setting of the game taboo"):
         PlayConfig.of(launcher="torchrun")  # play's, not sampling's: no section of a PlayConfig declares it
     with pytest.raises(ValueError, match="max_turns"):
@@ -175,8 +195,9 @@ def test_train_config_fills_the_papers_defaults_by_method():
 
 
 def spag(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "spag.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "spag.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd
+    )
 
 
 def test_config_check_accepts_the_shipped_files_and_names_a_typo(tmp_path):
@@ -206,8 +227,19 @@ def test_a_seed_past_what_an_episode_file_holds_is_refused_before_any_work(tmp_p
     checked = spag("config", "check", big)
     assert checked.returncode == 2 and checked.stderr.strip().startswith(f"error: {big}: seed: ")
     assert str(2**62) in checked.stderr
-    played = run_cli("play", "--attacker", "m", "--defender", "m", "--words", tmp_path / "w.txt", "-o",
-                     tmp_path / "out", "--seed", str(2**63))
+    played = run_cli(
+        "play",
+        "--attacker",
+        "m",
+        "--defender",
+        "m",
+        "--words",
+        tmp_path / "w.txt",
+        "-o",
+        tmp_path / "out",
+        "--seed",
+        str(2**63),
+    )
     assert played.code == 2 and "--seed" in played.stderr and not (tmp_path / "out").exists()
 
 
@@ -220,7 +252,9 @@ def test_config_check_names_a_launcher_that_is_not_installed(tmp_path):
     path.write_text(yaml.safe_dump(p))
     checked = spag("config", "check", path)
     assert checked.returncode == 2
-    assert checked.stderr.strip().startswith(f"error: {path}: spag.launcher: nosuchprog is not installed here")
+    assert checked.stderr.strip().startswith(
+        f"error: {path}: spag.launcher: nosuchprog is not installed here"
+    )
     p["spag"]["launcher"] = "torchrun --standalone --nproc_per_node 2"  # installed: valid on any machine
     path.write_text(yaml.safe_dump(p))
     assert spag("config", "check", path).returncode == 0
@@ -231,13 +265,16 @@ def test_a_number_yaml_reads_as_text_gets_a_hint(tmp_path):
     path.write_text("spag:\n  learning_rate: 2e-5\n")
     checked = spag("config", "check", path)
     assert checked.returncode == 2 and checked.stderr.strip() == (
-        f"error: {path}: spag.learning_rate: expected a number, got '2e-5' (YAML reads 2e-5 as text: write 2.0e-05)")
+        f"error: {path}: spag.learning_rate: expected a number, got '2e-5' (YAML reads 2e-5 as text: write 2.0e-05)"
+    )
     path.write_text("spag:\n  learning_rate: 2.0e-05\n")
     assert load_settings(path).spag.learning_rate == 2e-5
 
 
 def test_config_show_prints_the_resolved_settings(tmp_path):
-    (tmp_path / "params.yaml").write_text("game:\n  max_turns: 3\nspag:\n  epochs:\n    '1': {previous: imitation}\n")
+    (tmp_path / "params.yaml").write_text(
+        "game:\n  max_turns: 3\nspag:\n  epochs:\n    '1': {previous: imitation}\n"
+    )
     shown = spag("config", "show", cwd=tmp_path)  # ./params.yaml by default
     assert shown.returncode == 0, shown.stderr
     resolved = yaml.safe_load(shown.stdout)
@@ -264,14 +301,17 @@ def cli_option(command: str, flag: str):
     return next(p for p in _command(command).params if flag in p.opts)
 
 
-@pytest.mark.parametrize("command, flag, section, name", [
-    ("play", "--top-k", Play, "top_k"),
-    ("train", "--weight-decay", TrainConfig, "weight_decay"),
-    ("reward", "--foul-line-penalty", Reward, "foul_line_penalty"),
-    ("train", "--clip-range", TrainConfig, "clip_range"),
-    ("train", "--lr", TrainConfig, "learning_rate"),
-    ("words", "--top", Words, "top"),
-])
+@pytest.mark.parametrize(
+    "command, flag, section, name",
+    [
+        ("play", "--top-k", Play, "top_k"),
+        ("train", "--weight-decay", TrainConfig, "weight_decay"),
+        ("reward", "--foul-line-penalty", Reward, "foul_line_penalty"),
+        ("train", "--clip-range", TrainConfig, "clip_range"),
+        ("train", "--lr", TrainConfig, "learning_rate"),
+        ("words", "--top", Words, "top"),
+    ],
+)
 def test_cli_options_take_default_and_help_from_the_schema(command, flag, section, name):
     option = cli_option(command, flag)
     field = section.model_fields[name]
@@ -281,8 +321,12 @@ def test_cli_options_take_default_and_help_from_the_schema(command, flag, sectio
 
 def test_every_setting_of_a_section_is_an_option_of_the_commands_that_take_it():
     """The options are made from the schema: a field added to a section is an option at once."""
-    commands = {"train": [TrainConfig], "reward": [Reward], "play": [Sampling, TabooSettings, TabooStrategies],
-                "words": [Words]}
+    commands = {
+        "train": [TrainConfig],
+        "reward": [Reward],
+        "play": [Sampling, TabooSettings, TabooStrategies],
+        "words": [Words],
+    }
     for command, sections in commands.items():
         for section in sections:
             for name, field in section.model_fields.items():
@@ -290,20 +334,51 @@ def test_every_setting_of_a_section_is_an_option_of_the_commands_that_take_it():
                     continue
                 assert cli_option(command, "--" + name.replace("_", "-")) or True, (command, name)
                 opts = [o for p in _command(command).params for o in p.opts]
-                assert any(o == "--" + name.replace("_", "-") for o in opts) or name == "learning_rate", \
-                    (command, name, opts)
+                assert any(o == "--" + name.replace("_", "-") for o in opts) or name == "learning_rate", (
+                    command,
+                    name,
+                    opts,
+                )
 
 
 def test_a_game_setting_on_the_command_line_defaults_to_the_games_and_belongs_to_it(tmp_path):
     option = cli_option("play", "--max-turns")
     assert option.default is None and "Default: the game's." in option.help
     (tmp_path / "w.txt").write_text("apple\n")
-    result = run_cli("play", "--attacker", "x", "--defender", "x", "--words", str(tmp_path / "w.txt"), "-o",
-                     str(tmp_path / "out"), "--game", "chess")
-    assert result.code == 2 and result.error_lines() == ["error: --game: 'chess' is not one of taboo, kuhn-poker"]
-    result = run_cli("play", "--attacker", "x", "--defender", "x", "--words", str(tmp_path / "w.txt"), "-o",
-                     str(tmp_path / "out"), "--game", "kuhn-poker", "--rules", "original")
-    assert result.code == 2 and result.error_lines() == ["error: --rules: the game kuhn-poker has no such setting"]
+    result = run_cli(
+        "play",
+        "--attacker",
+        "x",
+        "--defender",
+        "x",
+        "--words",
+        str(tmp_path / "w.txt"),
+        "-o",
+        str(tmp_path / "out"),
+        "--game",
+        "chess",
+    )
+    assert result.code == 2 and result.error_lines() == [
+        "error: --game: 'chess' is not one of taboo, kuhn-poker"
+    ]
+    result = run_cli(
+        "play",
+        "--attacker",
+        "x",
+        "--defender",
+        "x",
+        "--words",
+        str(tmp_path / "w.txt"),
+        "-o",
+        str(tmp_path / "out"),
+        "--game",
+        "kuhn-poker",
+        "--rules",
+        "original",
+    )
+    assert result.code == 2 and result.error_lines() == [
+        "error: --rules: the game kuhn-poker has no such setting"
+    ]
 
 
 def test_cli_help_shows_the_schemas_default():
@@ -317,7 +392,9 @@ def test_cli_values_are_checked_by_the_schema(tmp_path):
     result = run_cli("reward", str(tmp_path / "e.json"), "-o", str(tmp_path / "r.jsonl"), "--decay", "0")
     assert result.code == 2
     assert result.error_lines() == ["error: --decay: must be > 0, got 0.0"]
-    result = run_cli("reward", str(tmp_path / "e.json"), "-o", str(tmp_path / "r.jsonl"), "--loser-reward", "0.5")
+    result = run_cli(
+        "reward", str(tmp_path / "e.json"), "-o", str(tmp_path / "r.jsonl"), "--loser-reward", "0.5"
+    )
     assert result.code == 2 and len(result.error_lines()) == 1 and "--loser-reward" in result.error_lines()[0]
 
 
@@ -357,7 +434,9 @@ def test_a_whole_params_file_sets_every_key_a_stage_tracks(name):
         for key in declared_params(stage, epoch="1"):
             node = params
             for part in key.split("."):
-                assert isinstance(node, dict) and part in node, f"{name}: {key} (tracked by {stage}) is not set"
+                assert isinstance(node, dict) and part in node, (
+                    f"{name}: {key} (tracked by {stage}) is not set"
+                )
                 node = node[part]
 
 
@@ -389,7 +468,8 @@ def test_every_backend_option_is_a_setting_an_option_of_spag_play_and_a_player_o
     tracked = set(declared_params("baselines"))
     assert {f"evaluate.{name}" for name in HFOptions.model_fields} <= tracked  # the skill metrics run on hf
     assert BACKENDS == tuple(BACKEND_OPTIONS) and Sampling.model_fields["backend"].description.endswith(
-        "hf, vllm, openai.")
+        "hf, vllm, openai."
+    )
 
 
 def test_load_player_checks_options_against_its_backends_schema():
@@ -436,10 +516,17 @@ def test_a_stage_started_on_a_params_file_with_a_typo_exits_2_naming_the_key(tmp
     (project / "params.yaml").write_text(yaml.safe_dump(p))
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     for stage in (["words.py"], ["reward.py", "1"]):  # the typo is in a section neither stage reads
-        result = subprocess.run([sys.executable, f"stages/{stage[0]}", *stage[1:]], cwd=project, env=env,
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            [sys.executable, f"stages/{stage[0]}", *stage[1:]],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert result.returncode == 2, result.stderr
-        assert result.stderr.strip() == "error: params.yaml: spag.kl_coef: unknown key (did you mean kl_coeff?)"
+        assert (
+            result.stderr.strip() == "error: params.yaml: spag.kl_coef: unknown key (did you mean kl_coeff?)"
+        )
     assert not (project / "data").exists()
 
 
@@ -453,10 +540,22 @@ def test_under_a_launcher_the_training_settings_travel_as_a_file(tmp_path):
 
     tiny = make_tiny_checkpoint(tmp_path / "tiny")
     data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"Say {w}.", "completion": w, "kind": "sft"}) + "\n"
-                            for w in ("one", "two", "three")))
-    config = TrainConfig(max_steps=1, batch_size=2, grad_accum=1, max_length=64, learning_rate=1e-3,
-                         live=False, show_progress=False, sft_coeff=0.25)
+    data.write_text(
+        "".join(
+            json.dumps({"prompt": f"Say {w}.", "completion": w, "kind": "sft"}) + "\n"
+            for w in ("one", "two", "three")
+        )
+    )
+    config = TrainConfig(
+        max_steps=1,
+        batch_size=2,
+        grad_accum=1,
+        max_length=64,
+        learning_rate=1e-3,
+        live=False,
+        show_progress=False,
+        sft_coeff=0.25,
+    )
     launch(sys.executable, "sft", tiny, data, tmp_path / "out", config)  # `python -m spag.train.launch FILE`
     summary = read_summary(tmp_path / "out")
     assert summary["steps"] == 1 and summary["config"]["sft_coeff"] == 0.25
@@ -466,7 +565,9 @@ def test_under_a_launcher_the_training_settings_travel_as_a_file(tmp_path):
 def test_the_long_laptop_preset_restores_the_whole_evaluation_on_the_default():
     default = load_settings(ROOT / "params.yaml")
     long = load_settings(ROOT / "params.yaml", [ROOT / "configs" / "laptop-long.yaml"])
-    assert set(default.evaluate.baselines) < set(long.evaluate.baselines) and len(long.evaluate.baselines) == 4
+    assert (
+        set(default.evaluate.baselines) < set(long.evaluate.baselines) and len(long.evaluate.baselines) == 4
+    )
     assert long.evaluate.vs_baseline and long.evaluate.benchmark.limit > default.evaluate.benchmark.limit
     # nothing but the evaluation changes: the trained models are the default run's
     assert long.model_dump(exclude={"evaluate"}) == default.model_dump(exclude={"evaluate"})
@@ -492,8 +593,9 @@ def test_config_show_writes_its_output_after_reading_every_input(tmp_path):
     other.write_text("mine: 1\n")
     refused = run_cli("config", "show", params, "-o", other)
     assert refused.code == 2 and other.read_text() == "mine: 1\n"
-    assert refused.error_lines() == [f"error: {other}: exists: pass --overwrite to replace a file spag wrote, "
-                                     "or choose a new path (-o)"]
+    assert refused.error_lines() == [
+        f"error: {other}: exists: pass --overwrite to replace a file spag wrote, or choose a new path (-o)"
+    ]
     assert run_cli("config", "show", params, "-o", other, "--overwrite").code == 0
     assert load_settings(other).model_dump() == kuhn.model_dump()
 
@@ -510,7 +612,9 @@ def test_an_empty_params_or_override_file_is_refused(tmp_path):
     override.write_text("")
     with pytest.raises(ParamsError, match=rf"^{override}: is empty: an override file sets at least one"):
         load_settings(ROOT / "params.yaml", [override])
-    shown = run_cli("config", "show", ROOT / "params.yaml", "--override", override, "-o", tmp_path / "out.yaml")
+    shown = run_cli(
+        "config", "show", ROOT / "params.yaml", "--override", override, "-o", tmp_path / "out.yaml"
+    )
     assert shown.code == 2 and not (tmp_path / "out.yaml").exists()
 
 
@@ -528,16 +632,19 @@ def test_a_conflict_names_each_key_and_the_file_that_set_it(tmp_path):
     override = _online(tmp_path, "online.words: 1")
     with pytest.raises(ParamsError) as caught:
         load_settings(params, [override])
-    assert str(caught.value) == (f"{override}: online.words: 1 word(s) at online.words_per_step 2 give an online "
-                                 f"epoch no optimiser step: set online.words to at least 2 (online.words_per_step "
-                                 f"from {params})")
+    assert str(caught.value) == (
+        f"{override}: online.words: 1 word(s) at online.words_per_step 2 give an online "
+        f"epoch no optimiser step: set online.words to at least 2 (online.words_per_step "
+        f"from {params})"
+    )
     with pytest.raises(ParamsError, match=r"online.words: 1 word\(s\) at online.words_per_step 2 give"):
         load_settings(params, [_online(tmp_path, "online.words: 1", "spag.warmup_ratio: 0")])
     with pytest.raises(ParamsError) as caught:
         load_settings(params, [_online(tmp_path, "online.words: 2")])
     assert str(caught.value).startswith(f"{params}: spag.warmup_ratio: 0.03 warms up over all 1 step(s)")
-    assert str(caught.value).endswith(f"so its learning rate stays 0; set it to 0 or train on more words "
-                                      f"(online.words from {override})")
+    assert str(caught.value).endswith(
+        f"so its learning rate stays 0; set it to 0 or train on more words (online.words from {override})"
+    )
 
 
 def test_every_problem_of_a_game_switched_by_an_override_is_listed(tmp_path):
@@ -568,12 +675,16 @@ def test_a_training_step_of_no_epochs_is_refused():
 def test_config_check_names_an_unknown_benchmark_task(tmp_path):
     """M2: `spag config check` called a file with an unknown benchmark task valid."""
     params = tmp_path / "params.yaml"
-    params.write_text((ROOT / "params.yaml").read_text().replace("tasks: [arc_easy, piqa, hellaswag]",
-                                                                  "tasks: [arc_easy, no_such_task]"))
+    params.write_text(
+        (ROOT / "params.yaml")
+        .read_text()
+        .replace("tasks: [arc_easy, piqa, hellaswag]", "tasks: [arc_easy, no_such_task]")
+    )
     checked = run_cli("config", "check", params)
     assert checked.code == 2
-    assert checked.error_lines() == [f"error: {params}: evaluate.benchmark.tasks: unknown lm-eval task "
-                                     "'no_such_task'"]
+    assert checked.error_lines() == [
+        f"error: {params}: evaluate.benchmark.tasks: unknown lm-eval task 'no_such_task'"
+    ]
 
 
 def test_spag_prints_its_version():
@@ -586,8 +697,9 @@ def test_spag_prints_its_version():
 def test_every_module_spag_imports_is_declared():
     """deptry (pyproject's [tool.deptry]): an import that pyproject.toml does not declare fails here and in
     `make lint`, as scipy, nltk, datasets, huggingface_hub, tokenizers, py-cpuinfo and nvidia-ml-py once did."""
-    done = subprocess.run([str(Path(sys.executable).parent / "deptry"), "spag"], cwd=ROOT, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "deptry"), "spag"], cwd=ROOT, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
@@ -601,10 +713,17 @@ def test_every_game_card_says_what_its_game_class_does():
     assert set(CARDS) == set(GAMES) == set(TARGETS)
     for name, card in CARDS.items():
         game = GAMES[name]
-        assert (card.name, card.title, card.Settings, card.Strategies) == (game.name, game.title, game.Settings,
-                                                                         game.Strategies)
-        assert (card.few_targets, card.for_chips, card.skill) == (game.few_targets, game.for_chips,
-                                                                  game.skill is not None)
+        assert (card.name, card.title, card.Settings, card.Strategies) == (
+            game.name,
+            game.title,
+            game.Settings,
+            game.Strategies,
+        )
+        assert (card.few_targets, card.for_chips, card.skill) == (
+            game.few_targets,
+            game.for_chips,
+            game.skill is not None,
+        )
         assert card.baselines == (tuple(game.skill.baselines) if game.skill is not None else ())
     kuhn = GAMES["kuhn-poker"]()
     assert TARGETS["kuhn-poker"](None) == kuhn.targets(None) == ["J-Q", "J-K", "Q-J", "Q-K", "K-J", "K-Q"]

@@ -23,8 +23,21 @@ TWO_PROCESSES = "torchrun --standalone --nproc_per_node 2"
 STEPS = 4
 # Two processes with 2 rows each make one optimiser step, as one process accumulating two micro-batches of 2
 # rows: the same rows in the same micro-batches (the losses normalise per micro-batch), the same gradient.
-SETTINGS = ["--max-steps", str(STEPS), "--grad-accum", "1", "--lr", "1e-3", "--warmup-ratio", "0",
-            "--logging-steps", "1", "--device", "cpu", "--no-bf16"]
+SETTINGS = [
+    "--max-steps",
+    str(STEPS),
+    "--grad-accum",
+    "1",
+    "--lr",
+    "1e-3",
+    "--warmup-ratio",
+    "0",
+    "--logging-steps",
+    "1",
+    "--device",
+    "cpu",
+    "--no-bf16",
+]
 # Float32 sums in another order (two processes, gathered gradients, DeepSpeed's CPU Adam): the curves and
 # the weights agree closely but not bit for bit.
 LOSS_TOLERANCE = 1e-4
@@ -60,18 +73,52 @@ def weights(model_dir: Path) -> dict:
 @pytest.mark.parametrize("method", ["sft-kl", "offline-po"])
 def test_zero3_under_two_processes_trains_like_one_process(method, tiny, rows, tmp_path):
     done = subprocess.run(
-        spag_command("train", "--method", method, "--model", tiny, "--data", rows, "-o", tmp_path / "zero3",
-                     "--batch-size", "2", *SETTINGS, "--live-dir", tmp_path / "zero3-live",
-                     "--deepspeed", ZERO3, "--launcher", TWO_PROCESSES),
-        capture_output=True, text=True, timeout=600, check=False)
+        spag_command(
+            "train",
+            "--method",
+            method,
+            "--model",
+            tiny,
+            "--data",
+            rows,
+            "-o",
+            tmp_path / "zero3",
+            "--batch-size",
+            "2",
+            *SETTINGS,
+            "--live-dir",
+            tmp_path / "zero3-live",
+            "--deepspeed",
+            ZERO3,
+            "--launcher",
+            TWO_PROCESSES,
+        ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + launcher_failure(done.stderr)
     summary = read_summary(tmp_path / "zero3")
     assert summary["provenance"]["processes"] == 2 and summary["provenance"]["deepspeed"] is True
     assert summary["steps"] == STEPS
 
-    run_training(method, tiny, rows, tmp_path / "plain", batch_size=2, grad_accum=2, learning_rate=1e-3,
-                 warmup_ratio=0.0, max_steps=STEPS, logging_steps=1, device="cpu", bf16=False,
-                 live_dir=tmp_path / "plain-live", show_progress=False)
+    run_training(
+        method,
+        tiny,
+        rows,
+        tmp_path / "plain",
+        batch_size=2,
+        grad_accum=2,
+        learning_rate=1e-3,
+        warmup_ratio=0.0,
+        max_steps=STEPS,
+        logging_steps=1,
+        device="cpu",
+        bf16=False,
+        live_dir=tmp_path / "plain-live",
+        show_progress=False,
+    )
     zero3_loss, plain_loss = curve(tmp_path / "zero3-live"), curve(tmp_path / "plain-live")
     assert len(zero3_loss) == len(plain_loss) == STEPS
     assert zero3_loss == pytest.approx(plain_loss, abs=LOSS_TOLERANCE)
@@ -86,9 +133,25 @@ def test_zero3_under_two_processes_trains_like_one_process(method, tiny, rows, t
 
 def test_a_failed_launch_exits_with_an_error(tiny, rows, tmp_path):
     done = subprocess.run(
-        spag_command("train", "--method", "sft-kl", "--model", tiny, "--data", rows, "-o", tmp_path / "out",
-                     *SETTINGS, "--launcher", f"{sys.executable} -c 'raise SystemExit(3)'"),
-        capture_output=True, text=True, timeout=300, check=False)
+        spag_command(
+            "train",
+            "--method",
+            "sft-kl",
+            "--model",
+            tiny,
+            "--data",
+            rows,
+            "-o",
+            tmp_path / "out",
+            *SETTINGS,
+            "--launcher",
+            f"{sys.executable} -c 'raise SystemExit(3)'",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 3
     assert "training under" in done.stderr and "failed (exit code 3)" in done.stderr
     assert not (tmp_path / "out" / "training_summary.json").exists()
@@ -98,8 +161,18 @@ def test_resume_never_continues_checkpoints_of_another_run(tiny, rows, tmp_path)
     from spag.runtime.errors import DataError
 
     checkpoints = tmp_path / "checkpoints"
-    first = dict(max_steps=2, save_steps=1, batch_size=4, grad_accum=1, device="cpu", bf16=False, live=False,
-                 show_progress=False, checkpoint_dir=checkpoints, keep_checkpoints=True)
+    first = dict(
+        max_steps=2,
+        save_steps=1,
+        batch_size=4,
+        grad_accum=1,
+        device="cpu",
+        bf16=False,
+        live=False,
+        show_progress=False,
+        checkpoint_dir=checkpoints,
+        keep_checkpoints=True,
+    )
     run_training("sft-kl", tiny, rows, tmp_path / "out", **first)
     assert sorted(p.name for p in checkpoints.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
 
@@ -125,11 +198,44 @@ def test_the_reference_on_the_fly_runs_inside_the_engine_in_its_precision(tiny, 
 
     out, live = tmp_path / "out", tmp_path / "live"
     done = subprocess.run(
-        spag_command("train", "--method", "offline-po", "--model", tiny, "--data", rows, "-o", out,
-                     "--batch-size", "2", "--grad-accum", "1", "--max-steps", "2", "--lr", "1e-3",
-                     "--warmup-ratio", "0", "--logging-steps", "1", "--device", "cpu", "--bf16",
-                     "--deepspeed", ZERO3, "--ref-on-the-fly", "--live-dir", live, "--save-steps", "1"),
-        capture_output=True, text=True, timeout=600, check=False)
+        spag_command(
+            "train",
+            "--method",
+            "offline-po",
+            "--model",
+            tiny,
+            "--data",
+            rows,
+            "-o",
+            out,
+            "--batch-size",
+            "2",
+            "--grad-accum",
+            "1",
+            "--max-steps",
+            "2",
+            "--lr",
+            "1e-3",
+            "--warmup-ratio",
+            "0",
+            "--logging-steps",
+            "1",
+            "--device",
+            "cpu",
+            "--bf16",
+            "--deepspeed",
+            ZERO3,
+            "--ref-on-the-fly",
+            "--live-dir",
+            live,
+            "--save-steps",
+            "1",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + launcher_failure(done.stderr)
     summary = read_summary(out)
     assert summary["reference"]["mode"] == "on-the-fly" and summary["provenance"]["bf16"] is True
@@ -152,12 +258,47 @@ def test_zero3_bf16_with_the_reference_in_the_engine_under_two_processes(tiny, r
 
     def train(out: Path, *extra):
         done = subprocess.run(
-            spag_command("train", "--method", "offline-po", "--model", tiny, "--data", rows, "-o", out,
-                         "--batch-size", "2", "--grad-accum", "1", "--max-steps", "3", "--lr", "1e-3",
-                         "--warmup-ratio", "0", "--logging-steps", "1", "--device", "cpu", "--bf16",
-                         "--deepspeed", ZERO3, "--ref-on-the-fly", "--save-steps", "1",
-                         "--live-dir", out.with_name(out.name + "-live"), "--launcher", TWO_PROCESSES, *extra),
-            capture_output=True, text=True, timeout=600, check=False)
+            spag_command(
+                "train",
+                "--method",
+                "offline-po",
+                "--model",
+                tiny,
+                "--data",
+                rows,
+                "-o",
+                out,
+                "--batch-size",
+                "2",
+                "--grad-accum",
+                "1",
+                "--max-steps",
+                "3",
+                "--lr",
+                "1e-3",
+                "--warmup-ratio",
+                "0",
+                "--logging-steps",
+                "1",
+                "--device",
+                "cpu",
+                "--bf16",
+                "--deepspeed",
+                ZERO3,
+                "--ref-on-the-fly",
+                "--save-steps",
+                "1",
+                "--live-dir",
+                out.with_name(out.name + "-live"),
+                "--launcher",
+                TWO_PROCESSES,
+                *extra,
+            ),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         assert done.returncode == 0, done.stdout[-2000:] + launcher_failure(done.stderr)
         return read_summary(out)
 
@@ -195,12 +336,16 @@ def test_zero3_bf16_with_the_reference_in_the_engine_under_two_processes(tiny, r
 
 def test_a_failed_launch_shows_what_the_failing_worker_said_before_the_launchers_summary():
     worker = 'Fatal Python error: Aborted\n\nCurrent thread 0x1 (most recent call first):\n  File "online.py", line 9 in step\n'
-    summary = ("Traceback (most recent call last):\n  File \".venv/bin/torchrun\", line 6, in <module>\n"
-               "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n" + "=" * 4000 + "\n")
+    summary = (
+        'Traceback (most recent call last):\n  File ".venv/bin/torchrun", line 6, in <module>\n'
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n" + "=" * 4000 + "\n"
+    )
     stderr = "UserWarning: a warning of no use\n" + worker + summary
     shown = launcher_failure(stderr)
     workers_part, launcher_part = shown.split("--- the launcher's end ---")
-    assert 'File "online.py", line 9 in step' in workers_part and "Fatal Python error: Aborted" in workers_part
+    assert (
+        'File "online.py", line 9 in step' in workers_part and "Fatal Python error: Aborted" in workers_part
+    )
     assert "UserWarning" not in workers_part and "ChildFailedError" not in workers_part
     assert launcher_part.rstrip().endswith("=" * 100)
     assert worker.strip() not in stderr[-3000:]  # a plain tail would have lost it

@@ -16,6 +16,7 @@ from spag.runtime.errors import DataError
 @pytest.fixture
 def env(monkeypatch):
     """Set environment variables for one test; whatever the code under test sets in them is undone too."""
+
     def setenv(**values):
         for name, value in values.items():
             monkeypatch.setenv(name, "")  # recorded first, so a value the code writes later is undone as well
@@ -23,6 +24,7 @@ def env(monkeypatch):
                 monkeypatch.delenv(name)
             else:
                 monkeypatch.setenv(name, str(value))
+
     setenv(CUDA_VISIBLE_DEVICES=None, SPAG_PINNED_GPUS=None)
     return setenv
 
@@ -38,7 +40,8 @@ def test_the_driver_reports_gpus_and_cuda_visible_devices_picks_and_orders_them(
     gpu_machine(4, name="NVIDIA H100 80GB HBM3", memory_mib=81559, driver="580.95.05")
     gpus = devices.nvidia_gpus()
     assert [(g.index, g.name, g.memory_mib, g.driver) for g in gpus] == [
-        (i, "NVIDIA H100 80GB HBM3", 81559, "580.95.05") for i in range(4)]
+        (i, "NVIDIA H100 80GB HBM3", 81559, "580.95.05") for i in range(4)
+    ]
     env(CUDA_VISIBLE_DEVICES="2,0")
     assert [g.index for g in devices.visible_gpus()] == [2, 0]
     env(CUDA_VISIBLE_DEVICES="1,7,2")  # CUDA stops at the first entry that names no GPU
@@ -92,14 +95,22 @@ def test_the_oldest_driver_of_each_cuda_build():
 # ------------------------------------------------------------------------------------------ launchers
 
 
-@pytest.mark.parametrize("launcher, gpus, per_process, resolved", [
-    ("torchrun --standalone --nproc_per_node auto", 8, 1, "torchrun --standalone --nproc_per_node 8"),
-    ("torchrun --standalone --nproc_per_node auto", 1, 1, "torchrun --standalone --nproc_per_node 1"),
-    ("torchrun --standalone --nproc_per_node auto", 0, 1, "torchrun --standalone --nproc_per_node 1"),
-    ("torchrun --standalone --nproc-per-node=auto", 8, 2, "torchrun --standalone --nproc-per-node=4"),
-    ("accelerate launch --num_processes auto", 4, 1, "accelerate launch --num_processes 4"),
-    ("torchrun --standalone --nproc_per_node 2", 1, 1, "torchrun --standalone --nproc_per_node 2"),  # as set
-])
+@pytest.mark.parametrize(
+    "launcher, gpus, per_process, resolved",
+    [
+        ("torchrun --standalone --nproc_per_node auto", 8, 1, "torchrun --standalone --nproc_per_node 8"),
+        ("torchrun --standalone --nproc_per_node auto", 1, 1, "torchrun --standalone --nproc_per_node 1"),
+        ("torchrun --standalone --nproc_per_node auto", 0, 1, "torchrun --standalone --nproc_per_node 1"),
+        ("torchrun --standalone --nproc-per-node=auto", 8, 2, "torchrun --standalone --nproc-per-node=4"),
+        ("accelerate launch --num_processes auto", 4, 1, "accelerate launch --num_processes 4"),
+        (
+            "torchrun --standalone --nproc_per_node 2",
+            1,
+            1,
+            "torchrun --standalone --nproc_per_node 2",
+        ),  # as set
+    ],
+)
 def test_auto_means_one_process_per_visible_gpu(launcher, gpus, per_process, resolved):
     assert devices.resolve_launcher(launcher, gpus=gpus, per_process=per_process) == resolved
 
@@ -112,7 +123,9 @@ def test_auto_follows_the_visible_gpus(gpu_machine, env):
 
 def test_process_counts_per_machine():
     assert devices.launcher_processes("torchrun --nnodes 2 --nproc_per_node 8").per_machine() == 8
-    assert devices.launcher_processes("accelerate launch --num_machines 2 --num_processes 16").per_machine() == 8
+    assert (
+        devices.launcher_processes("accelerate launch --num_machines 2 --num_processes 16").per_machine() == 8
+    )
     assert devices.launcher_processes("torchrun --nproc_per_node=auto").auto
     assert devices.launcher_processes("python -m mylauncher").per_machine() is None
 
@@ -129,7 +142,9 @@ def test_each_rank_of_the_hf_backend_gets_its_own_gpu(gpu_machine, env, world):
         options = {"device": None}
         place_rank("hf", options)
         placed.append(options["device"])
-    assert placed == ([None] if world == 1 else [f"cuda:{r}" for r in range(world)])  # one process: "the best"
+    assert placed == (
+        [None] if world == 1 else [f"cuda:{r}" for r in range(world)]
+    )  # one process: "the best"
 
 
 def test_an_hf_rank_without_a_gpu_of_its_own_is_refused():
@@ -137,14 +152,18 @@ def test_an_hf_rank_without_a_gpu_of_its_own_is_refused():
         devices.hf_rank_device(2, 2)
 
 
-@pytest.mark.parametrize("visible, tensor_parallel, expected", [
-    (None, 1, ["0", "1", "2", "3"]),
-    (None, 2, ["0,1", "2,3"]),
-    ("4,5,6,7", 1, ["4", "5", "6", "7"]),  # the user's own choice of GPUs, in its order
-    ("6,7,4,5", 2, ["6,7", "4,5"]),
-])
-def test_each_rank_of_the_vllm_backend_is_pinned_to_its_gpus_before_vllm_starts(gpu_machine, env, visible,
-                                                                              tensor_parallel, expected):
+@pytest.mark.parametrize(
+    "visible, tensor_parallel, expected",
+    [
+        (None, 1, ["0", "1", "2", "3"]),
+        (None, 2, ["0,1", "2,3"]),
+        ("4,5,6,7", 1, ["4", "5", "6", "7"]),  # the user's own choice of GPUs, in its order
+        ("6,7,4,5", 2, ["6,7", "4,5"]),
+    ],
+)
+def test_each_rank_of_the_vllm_backend_is_pinned_to_its_gpus_before_vllm_starts(
+    gpu_machine, env, visible, tensor_parallel, expected
+):
     gpu_machine(8)
     pinned = []
     for rank in range(len(expected)):
@@ -163,8 +182,10 @@ def test_a_vllm_rank_beyond_the_visible_gpus_is_refused_in_one_line(gpu_machine,
     launched(env, 1, 2)
     with pytest.raises(DataError) as caught:
         place_rank("vllm", {"tensor_parallel_size": 2})
-    assert str(caught.value) == ("--tensor-parallel-size: local rank 1 needs GPUs 2..3 of the 2 visible: start at "
-                                 "most 1 processes per machine with tensor_parallel_size 2")
+    assert str(caught.value) == (
+        "--tensor-parallel-size: local rank 1 needs GPUs 2..3 of the 2 visible: start at "
+        "most 1 processes per machine with tensor_parallel_size 2"
+    )
 
 
 def test_one_process_and_no_gpu_leave_the_engine_alone(gpu_machine, env):
@@ -184,8 +205,12 @@ def test_the_pin_is_what_a_new_process_sees(gpu_machine, env):
     gpu_machine(4)
     launched(env, 3, 4)
     place_rank("vllm", {"tensor_parallel_size": 1})
-    seen = subprocess.run([sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    seen = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert seen == "3"
 
 
@@ -210,8 +235,10 @@ def test_self_play_under_a_launcher_shares_the_words_by_rank(tmp_path, capfd):
     alone = run_games(model, model, words, config, output=tmp_path / "alone", show_progress=False, **options)
     launcher = "torchrun --standalone --nproc_per_node 2"
     stats = play_under_launcher(launcher, model, words, config, "hf", options, tmp_path / "ranks")
-    assert sorted(p.name for p in (tmp_path / "ranks").glob("*.parquet")) == ["shard-r0-00000.parquet",
-                                                                             "shard-r1-00000.parquet"]
+    assert sorted(p.name for p in (tmp_path / "ranks").glob("*.parquet")) == [
+        "shard-r0-00000.parquet",
+        "shard-r1-00000.parquet",
+    ]
     ranks = sorted(read_episodes(tmp_path / "ranks"), key=lambda e: e["word_index"])
     assert [e["history"] for e in ranks] == [e["history"] for e in alone]
     assert stats.games == 5 and sum(stats.outcomes.values()) == 5 and stats.provenance["players"]

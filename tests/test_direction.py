@@ -22,24 +22,42 @@ A, D = ATTACKER, DEFENDER
 
 
 def episode(word, *lines):
-    return {"target_word": word, "max_turns": 3,
-            "history": [{"role": A if i % 2 == 0 else D, "content": text} for i, text in enumerate(lines)]}
+    return {
+        "target_word": word,
+        "max_turns": 3,
+        "history": [{"role": A if i % 2 == 0 else D, "content": text} for i, text in enumerate(lines)],
+    }
 
 
 # Three outcomes, each one the judge decides (checked below): the attacker wins when the defender says the
 # word, the defender wins with a right guess, the attacker fouls by saying the word itself.
 EPISODES = [
-    episode("coffee", "What dark drink do people have first thing in the morning?",
-            "Usually coffee, with some milk."),
-    episode("tea", "Think of a hot drink made by steeping leaves in water.",
-            "I know the word! It is tea"),
+    episode(
+        "coffee",
+        "What dark drink do people have first thing in the morning?",
+        "Usually coffee, with some milk.",
+    ),
+    episode("tea", "Think of a hot drink made by steeping leaves in water.", "I know the word! It is tea"),
     episode("fox", "The quick brown fox jumps over the lazy dog."),
-    episode("dog", "A loyal pet that barks at the postman.", "A cat, maybe? Cats are pets too.",
-            "It fetches sticks and wags its tail.", "Hmm, a lazy question answer true false."),
+    episode(
+        "dog",
+        "A loyal pet that barks at the postman.",
+        "A cat, maybe? Cats are pets too.",
+        "It fetches sticks and wags its tail.",
+        "Hmm, a lazy question answer true false.",
+    ),
 ]
 
-TRAIN = {"batch_size": 8, "grad_accum": 1, "logging_steps": 1, "warmup_ratio": 0.0, "show_progress": False,
-         "seed": 0, "live": False, "max_length": 1024}
+TRAIN = {
+    "batch_size": 8,
+    "grad_accum": 1,
+    "logging_steps": 1,
+    "warmup_ratio": 0.0,
+    "show_progress": False,
+    "seed": 0,
+    "live": False,
+    "max_length": 1024,
+}
 
 
 @pytest.fixture(scope="module")
@@ -69,22 +87,31 @@ def shifts(tiny, trained, rows):
 
 
 def test_the_judge_decides_the_hand_written_games():
-    assert [judge_episode(e).outcome for e in EPISODES] == [ATTACKER_WINS, DEFENDER_WINS, ATTACKER_BREAKS_RULES,
-                                                            "tie"]
+    assert [judge_episode(e).outcome for e in EPISODES] == [
+        ATTACKER_WINS,
+        DEFENDER_WINS,
+        ATTACKER_BREAKS_RULES,
+        "tie",
+    ]
 
 
 @pytest.fixture(scope="module")
 def rows():
     rows, stats = reward_rows(EPISODES, options=Reward(foul_line_penalty=1.0))
     # The winner's lines of the two decisive games and the foul line; nothing from the tie, nothing of the losers.
-    assert [(r["target_word"], r["role"], r["turn"]) for r in rows] == [("coffee", A, 0), ("tea", D, 1),
-                                                                       ("fox", A, 0)]
+    assert [(r["target_word"], r["role"], r["turn"]) for r in rows] == [
+        ("coffee", A, 0),
+        ("tea", D, 1),
+        ("fox", A, 0),
+    ]
     assert stats.negative_rows == 1
     return rows
 
 
 @pytest.mark.slow
-def test_offline_po_moves_each_row_in_its_reward_direction_and_flipping_the_sign_reverses_it(tiny, rows, tmp_path):
+def test_offline_po_moves_each_row_in_its_reward_direction_and_flipping_the_sign_reverses_it(
+    tiny, rows, tmp_path
+):
     signs = [1 if r["reward"] > 0 else -1 for r in rows]
     assert sorted(signs) == [-1, 1, 1]  # two winners' lines, one penalised foul line
 
@@ -92,7 +119,9 @@ def test_offline_po_moves_each_row_in_its_reward_direction_and_flipping_the_sign
     assert all(s * d > 0.02 for s, d in zip(signs, forward)), list(zip(signs, forward))
 
     flipped_rows = [dict(r, reward=-r["reward"]) for r in rows]
-    flipped = shifts(tiny, train(tiny, flipped_rows, tmp_path, "flipped", learning_rate=2e-3, max_steps=8), rows)
+    flipped = shifts(
+        tiny, train(tiny, flipped_rows, tmp_path, "flipped", learning_rate=2e-3, max_steps=8), rows
+    )
     assert all(s * d < -0.02 for s, d in zip(signs, flipped)), list(zip(signs, flipped))
 
 
@@ -117,8 +146,16 @@ def test_the_losers_lines_are_not_what_rises(tiny, rows, tmp_path):
 
 @pytest.mark.slow
 def test_role_baseline_turns_the_weaker_rows_of_a_role_negative(tiny, tmp_path):
-    games = [EPISODES[0], episode("milk", "A white drink that comes from cows, good with cereal.",
-                                  "Maybe juice?", "It is white and cows give it.", "Then milk!")]
+    games = [
+        EPISODES[0],
+        episode(
+            "milk",
+            "A white drink that comes from cows, good with cereal.",
+            "Maybe juice?",
+            "It is white and cows give it.",
+            "Then milk!",
+        ),
+    ]
     rows, stats = reward_rows(games, options=Reward(role_baseline=True))
     attacker = [r for r in rows if r["role"] == A]
     # Before the baseline: 1 for the coffee line, 0.444 and 0.556 for the two milk lines (decay 0.8).
@@ -133,8 +170,10 @@ def test_role_baseline_turns_the_weaker_rows_of_a_role_negative(tiny, tmp_path):
 def test_imitation_raises_the_imitated_lines(tiny, tmp_path):
     rows, _ = imitation_rows(EPISODES)
     # The winners' own lines: the coffee attacker's clue and the tea defender's right guess.
-    assert [(r["role"], r["completion"]) for r in rows] == [(A, EPISODES[0]["history"][0]["content"]),
-                                                            (D, EPISODES[1]["history"][1]["content"])]
+    assert [(r["role"], r["completion"]) for r in rows] == [
+        (A, EPISODES[0]["history"][0]["content"]),
+        (D, EPISODES[1]["history"][1]["content"]),
+    ]
     trained = train(tiny, rows, tmp_path, "imitate", method="sft-kl", learning_rate=2e-3, max_steps=8)
     assert all(d > 0.05 for d in shifts(tiny, trained, rows))
 
@@ -149,10 +188,21 @@ def test_the_loss_reaches_the_completion_tokens_and_nothing_else(tiny, rows):
     from spag.train.reference import model_forward_logprobs
 
     model, tok = load_model(tiny, device="cpu")
-    sft_row = {"prompt": "Name a yellow fruit.", "completion": "A banana.", "reward": 0.0, "weight": 1.0,
-               "role": None, "kind": "sft", "target_word": None, "turn": None, "episode": None}
+    sft_row = {
+        "prompt": "Name a yellow fruit.",
+        "completion": "A banana.",
+        "reward": 0.0,
+        "weight": 1.0,
+        "role": None,
+        "kind": "sft",
+        "target_word": None,
+        "turn": None,
+        "episode": None,
+    }
     batch_rows = [*rows, sft_row]
-    encoded = encode_rows([validate_row(r, i) for i, r in enumerate(batch_rows)], tok, 1024, show_progress=False)
+    encoded = encode_rows(
+        [validate_row(r, i) for i, r in enumerate(batch_rows)], tok, 1024, show_progress=False
+    )
     batch = collate([RowDataset(encoded)[i] for i in range(len(batch_rows))], tok.pad_token_id)
     seen = {}
     handle = model.lm_head.register_forward_hook(lambda module, args, out: seen.update(logits=out))
@@ -182,7 +232,9 @@ def test_rows_run_without_padding_give_the_padded_batchs_numbers(tiny, rows):
     model, tok = load_model(tiny, device="cpu", dtype="float32")
     long_row = {**rows[0], "prompt": rows[0]["prompt"] + " Think of every drink you know. " * 12}
     batch_rows = [*rows, long_row]
-    encoded = encode_rows([validate_row(r, i) for i, r in enumerate(batch_rows)], tok, 1024, show_progress=False)
+    encoded = encode_rows(
+        [validate_row(r, i) for i, r in enumerate(batch_rows)], tok, 1024, show_progress=False
+    )
     batch = collate([RowDataset(encoded)[i] for i in range(len(batch_rows))], tok.pad_token_id)
     lengths = batch["attention_mask"].sum(dim=1)
     assert lengths.max() > 1.5 * lengths.min()  # the padded batch holds real padding
@@ -222,7 +274,8 @@ def test_the_beginning_a_batchs_rows_share_runs_once_with_the_padded_batchs_numb
     assert shared >= len(tok(rules)["input_ids"]) >= MIN_SHARED_PREFIX
     positions = []
     handle = model.get_input_embeddings().register_forward_hook(
-        lambda module, args, out: positions.append(args[0].numel()))
+        lambda module, args, out: positions.append(args[0].numel())
+    )
     model.train()
     results = []
     for unpadded in (False, True):
@@ -244,10 +297,16 @@ def test_the_beginning_a_batchs_rows_share_runs_once_with_the_padded_batchs_numb
     assert once_positions < sum(lengths) < padded_positions
     # Recomputed activations keep no keys and values: the rows then run whole, with the same numbers.
     model.gradient_checkpointing_enable()
-    torch.testing.assert_close(model_forward_logprobs(model, batch, unpadded=True, shared_prefix=True).detach(), padded,
-                               rtol=1e-5, atol=1e-5)
-    different = collate([RowDataset(encoded)[0], {**RowDataset(encoded)[1], "input_ids": [7] + encoded.input_ids[1]}],
-                        tok.pad_token_id)
+    torch.testing.assert_close(
+        model_forward_logprobs(model, batch, unpadded=True, shared_prefix=True).detach(),
+        padded,
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    different = collate(
+        [RowDataset(encoded)[0], {**RowDataset(encoded)[1], "input_ids": [7] + encoded.input_ids[1]}],
+        tok.pad_token_id,
+    )
     assert batch_shared_prefix(different, different["attention_mask"].sum(dim=1).tolist()) == 0
 
 
@@ -276,10 +335,15 @@ def test_reference_rows_that_begin_alike_reuse_the_row_befores_beginning(tiny, r
 
     model, tok = load_model(tiny, device="cpu", dtype="float32")
     model.eval()
-    later = {**rows[0], "prompt": rows[0]["prompt"] + " One more line of the game.",
-             "completion": "Something you drink hot, often with milk."}
+    later = {
+        **rows[0],
+        "prompt": rows[0]["prompt"] + " One more line of the game.",
+        "completion": "Something you drink hot, often with milk.",
+    }
     batch_rows = [rows[0], later, *rows[1:]]
-    encoded = encode_rows([validate_row(r, i) for i, r in enumerate(batch_rows)], tok, 1024, show_progress=False)
+    encoded = encode_rows(
+        [validate_row(r, i) for i, r in enumerate(batch_rows)], tok, 1024, show_progress=False
+    )
     items = [RowDataset(encoded)[i] for i in range(len(batch_rows))]
     first, second = items[0]["input_ids"], items[1]["input_ids"]
     assert next(k for k in range(len(first)) if first[k] != second[k]) >= MIN_SHARED_PREFIX  # a real reuse
@@ -290,4 +354,6 @@ def test_reference_rows_that_begin_alike_reuse_the_row_befores_beginning(tiny, r
             torch.testing.assert_close(reused, padded[order], rtol=1e-5, atol=1e-5)
     # the pass the cache is built from: every row gets its own number back
     logp = compute_reference_logprobs(model, encoded, tok.pad_token_id, batch_size=2, show_progress=False)
-    torch.testing.assert_close(torch.tensor([logp[i] for i in range(len(items))]), padded, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        torch.tensor([logp[i] for i in range(len(items))]), padded, rtol=1e-5, atol=1e-5
+    )

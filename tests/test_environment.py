@@ -19,18 +19,32 @@ from spag.players import Reply
 TABOO = Taboo()
 
 
-@pytest.mark.parametrize("outcome, attacker, defender", [
-    (ATTACKER_WINS, 1.0, -1.0), (DEFENDER_WINS, -1.0, 1.0), (TIE, 0.0, 0.0), (ATTACKER_BREAKS_RULES, -1.5, 0.0)])
+@pytest.mark.parametrize(
+    "outcome, attacker, defender",
+    [
+        (ATTACKER_WINS, 1.0, -1.0),
+        (DEFENDER_WINS, -1.0, 1.0),
+        (TIE, 0.0, 0.0),
+        (ATTACKER_BREAKS_RULES, -1.5, 0.0),
+    ],
+)
 def test_role_rewards_are_zero_sum_and_a_foul_is_worse_than_a_loss(outcome, attacker, defender):
     online = Online()  # the schema's defaults: a win 1, a foul 1.5
-    assert role_rewards(TABOO, outcome, online.win_reward, online.foul_game_penalty) == \
-        {ATTACKER: attacker, DEFENDER: defender}
+    assert role_rewards(TABOO, outcome, online.win_reward, online.foul_game_penalty) == {
+        ATTACKER: attacker,
+        DEFENDER: defender,
+    }
 
 
 def test_role_rewards_follow_their_settings():
-    assert role_rewards(TABOO, ATTACKER_WINS, win_reward=2.0, foul_game_penalty=3.0) == {ATTACKER: 2.0, DEFENDER: -2.0}
-    assert role_rewards(TABOO, ATTACKER_BREAKS_RULES, win_reward=2.0, foul_game_penalty=3.0) == \
-        {ATTACKER: -3.0, DEFENDER: 0.0}
+    assert role_rewards(TABOO, ATTACKER_WINS, win_reward=2.0, foul_game_penalty=3.0) == {
+        ATTACKER: 2.0,
+        DEFENDER: -2.0,
+    }
+    assert role_rewards(TABOO, ATTACKER_BREAKS_RULES, win_reward=2.0, foul_game_penalty=3.0) == {
+        ATTACKER: -3.0,
+        DEFENDER: 0.0,
+    }
 
 
 class Lines:
@@ -46,12 +60,15 @@ class Lines:
         return [Reply(self.lines.pop(0), 3) for _ in prompts]
 
 
-@pytest.mark.parametrize("lines, outcome", [
-    (["Think of a hot drink that wakes you up.", "I know the word! It is coffee"], DEFENDER_WINS),
-    (["What dark drink do people have in the morning?", "Usually coffee, with milk."], ATTACKER_WINS),
-    (["I could drink coffee all day."], ATTACKER_BREAKS_RULES),
-    (["A drink.", "Tea?", "A dark one.", "Cocoa?"], TIE),
-])
+@pytest.mark.parametrize(
+    "lines, outcome",
+    [
+        (["Think of a hot drink that wakes you up.", "I know the word! It is coffee"], DEFENDER_WINS),
+        (["What dark drink do people have in the morning?", "Usually coffee, with milk."], ATTACKER_WINS),
+        (["I could drink coffee all day."], ATTACKER_BREAKS_RULES),
+        (["A drink.", "Tea?", "A dark one.", "Cocoa?"], TIE),
+    ],
+)
 def test_a_game_through_the_environment_is_the_engines_game(lines, outcome):
     config = PlayConfig.of(max_turns=2)
     engine_player = Lines(*lines)
@@ -73,7 +90,10 @@ def test_a_game_through_the_environment_is_the_engines_game(lines, outcome):
     episode = env.episode()
     assert [u["content"] for u in episode["history"]] == [u["content"] for u in played["history"]]
     assert (episode["outcome"], episode["turns"], episode["game_settings"]) == (
-        played["outcome"], played["turns"], played["game_settings"])
+        played["outcome"],
+        played["turns"],
+        played["game_settings"],
+    )
     with pytest.raises(RuntimeError, match="the game is over"):
         env.step("one more")
 

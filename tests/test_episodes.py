@@ -100,15 +100,29 @@ def test_a_played_episode_has_exactly_the_fields_of_its_one_definition(tmp_path)
             return [Reply("Hello there.", 2) for _ in prompts]
 
     names = [name for name, _, _ in EPISODE_FIELDS]
-    (episode,) = play_games(Chatty(), Chatty(), ["apple"], PlayConfig.of(max_turns=1, end="guess-phrase"),
-                            output=tmp_path / "episodes", show_progress=False)
+    (episode,) = play_games(
+        Chatty(),
+        Chatty(),
+        ["apple"],
+        PlayConfig.of(max_turns=1, end="guess-phrase"),
+        output=tmp_path / "episodes",
+        show_progress=False,
+    )
     assert set(episode) == set(names) and episode_schema().names == names
     assert json.loads(episode["game_settings"])["end"] == "guess-phrase" and episode["max_turns"] == 1
     assert episode["game"] == "taboo" and json.loads(episode["strategies"])["foul_retries"] == 0
     assert {"game", "game_settings", "strategies", "empty_retries", "attacker_fingerprint"} <= set(
-        SETTINGS_CHECKED_ON_RESUME)
+        SETTINGS_CHECKED_ON_RESUME
+    )
     assert not {"outcome", "history", "generated_tokens"} & set(SETTINGS_CHECKED_ON_RESUME)
     # a resume under another game end would pass off these games as its own: refused, naming the setting
     with pytest.raises(DataError, match="was played with game_settings=.*guess-phrase"):
-        play_games(Chatty(), Chatty(), ["apple"], PlayConfig.of(max_turns=1), output=tmp_path / "episodes",
-                   resume=True, show_progress=False)
+        play_games(
+            Chatty(),
+            Chatty(),
+            ["apple"],
+            PlayConfig.of(max_turns=1),
+            output=tmp_path / "episodes",
+            resume=True,
+            show_progress=False,
+        )

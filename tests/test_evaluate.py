@@ -24,14 +24,17 @@ TABOO = Taboo()
 # ------------------------------------------------------------------------------------------- Wilson
 
 
-@pytest.mark.parametrize("successes,n,low,high", [
-    # hand-computed from (p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n), z = 1.959964
-    (5, 10, 0.236593, 0.763407),
-    (0, 10, 0.0, 0.277533),
-    (10, 10, 0.722467, 1.0),
-    (1, 4, 0.045587, 0.699358),
-    (0, 1, 0.0, 0.793451),  # z²/(1 + z²),
-])
+@pytest.mark.parametrize(
+    "successes,n,low,high",
+    [
+        # hand-computed from (p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n), z = 1.959964
+        (5, 10, 0.236593, 0.763407),
+        (0, 10, 0.0, 0.277533),
+        (10, 10, 0.722467, 1.0),
+        (1, 4, 0.045587, 0.699358),
+        (0, 1, 0.0, 0.793451),  # z²/(1 + z²),
+    ],
+)
 def test_wilson_interval_hand_computed(successes, n, low, high):
     got = wilson_interval(successes, n)
     assert got == pytest.approx((low, high), abs=1e-6)
@@ -62,23 +65,36 @@ def test_rate_fields_names_and_values():
 
 def episode(target, *utterances, max_turns=2):
     roles = [ATTACKER, DEFENDER] * max_turns
-    return {"target_word": target, "max_turns": max_turns,
-            "history": [{"role": r, "content": c} for r, c in zip(roles, utterances)]}
+    return {
+        "target_word": target,
+        "max_turns": max_turns,
+        "history": [{"role": r, "content": c} for r, c in zip(roles, utterances)],
+    }
 
 
 # Judged by the real judge: one of each outcome.
-GAMES = judged([
-    episode("apple", "A fruit that keeps the doctor away.", "I know the word! It is apple"),  # defender wins
-    episode("apple", "Say a red fruit.", "I know the word! It is cherry"),                     # attacker wins
-    episode("apple", "Think of apples.", "Hmm."),                                              # rule break
-    episode("apple", "Hello.", "Hi.", "Nice day.", "Yes it is."),                              # tie
-    episode("apple", "What fell on Newton?", "An apple, I think."),                            # attacker wins
-], TABOO)
+GAMES = judged(
+    [
+        episode(
+            "apple", "A fruit that keeps the doctor away.", "I know the word! It is apple"
+        ),  # defender wins
+        episode("apple", "Say a red fruit.", "I know the word! It is cherry"),  # attacker wins
+        episode("apple", "Think of apples.", "Hmm."),  # rule break
+        episode("apple", "Hello.", "Hi.", "Nice day.", "Yes it is."),  # tie
+        episode("apple", "What fell on Newton?", "An apple, I think."),  # attacker wins
+    ],
+    TABOO,
+)
 
 
 def test_games_are_judged_as_expected():
-    assert [g["outcome"] for g in GAMES] == [DEFENDER_WINS, ATTACKER_WINS, ATTACKER_BREAKS_RULES, TIE,
-                                             ATTACKER_WINS]
+    assert [g["outcome"] for g in GAMES] == [
+        DEFENDER_WINS,
+        ATTACKER_WINS,
+        ATTACKER_BREAKS_RULES,
+        TIE,
+        ATTACKER_WINS,
+    ]
 
 
 def test_tally_as_attacker_counts_the_models_own_fouls_apart():
@@ -117,7 +133,10 @@ def test_tally_rejects_unjudged_episodes_and_unknown_outcomes():
 
 def test_score_per_role():
     assert score(TABOO, ATTACKER_WINS, ATTACKER) == 1.0 and score(TABOO, ATTACKER_WINS, DEFENDER) == 0.0
-    assert score(TABOO, ATTACKER_BREAKS_RULES, ATTACKER) == 0.0 and score(TABOO, ATTACKER_BREAKS_RULES, DEFENDER) == 1.0
+    assert (
+        score(TABOO, ATTACKER_BREAKS_RULES, ATTACKER) == 0.0
+        and score(TABOO, ATTACKER_BREAKS_RULES, DEFENDER) == 1.0
+    )
     assert score(TABOO, TIE, ATTACKER) == score(TABOO, TIE, DEFENDER) == 0.5
 
 
@@ -131,8 +150,9 @@ def test_check_held_out_refuses_training_words():
 
 
 def spag(*args):
-    return subprocess.run([sys.executable, "-m", "spag.cli", *map(str, args)], capture_output=True, text=True,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "spag.cli", *map(str, args)], capture_output=True, text=True, check=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -147,8 +167,19 @@ def test_evaluate_refuses_overlapping_words(tmp_path, tiny):
     words, train = tmp_path / "eval.txt", tmp_path / "train.txt"
     words.write_text("river\napple\n")
     train.write_text("apple\npear\n")
-    result = spag("evaluate", "--model", tiny[0], "--opponent", tiny[1], "--words", words,
-                  "--train-words", train, "-o", tmp_path / "m.json")
+    result = spag(
+        "evaluate",
+        "--model",
+        tiny[0],
+        "--opponent",
+        tiny[1],
+        "--words",
+        words,
+        "--train-words",
+        train,
+        "-o",
+        tmp_path / "m.json",
+    )
     assert result.returncode == 2
     assert "1 of 2 evaluation words are also training words" in result.stderr
     assert not (tmp_path / "m.json").exists()
@@ -160,9 +191,27 @@ def test_evaluate_plays_both_roles_on_the_tiny_model(tmp_path, tiny):
     words.write_text("river\nmountain\ncoffee\n")
     train.write_text("apple\npear\n")
     out, episodes = tmp_path / "games.json", tmp_path / "episodes.parquet"
-    result = spag("evaluate", "--model", tiny[0], "--opponent", tiny[1], "--words", words,
-                  "--train-words", train, "--max-turns", 1, "--max-new-tokens", 8, "--batch-size", 4,
-                  "-o", out, "--episodes-out", episodes)
+    result = spag(
+        "evaluate",
+        "--model",
+        tiny[0],
+        "--opponent",
+        tiny[1],
+        "--words",
+        words,
+        "--train-words",
+        train,
+        "--max-turns",
+        1,
+        "--max-new-tokens",
+        8,
+        "--batch-size",
+        4,
+        "-o",
+        out,
+        "--episodes-out",
+        episodes,
+    )
     assert result.returncode == 0, result.stderr
     metrics = json.loads(out.read_text())
     assert metrics["games"] == 6
@@ -187,8 +236,12 @@ def test_evaluate_plays_both_roles_on_the_tiny_model(tmp_path, tiny):
 # ------------------------------------------------------------------------- bootstrap over target words
 
 
-_CAUSE = {ATTACKER_WINS: "wrong_guess", DEFENDER_WINS: "correct_guess", TIE: "out_of_turns",
-          ATTACKER_BREAKS_RULES: "attacker_said_word"}
+_CAUSE = {
+    ATTACKER_WINS: "wrong_guess",
+    DEFENDER_WINS: "correct_guess",
+    TIE: "out_of_turns",
+    ATTACKER_BREAKS_RULES: "attacker_said_word",
+}
 
 
 def games_of(word, outcomes):
@@ -200,8 +253,12 @@ def games_of(word, outcomes):
 def test_word_bootstrap_values_by_hand():
     from spag.evaluate.games import word_bootstrap
 
-    as_attacker = games_of("apple", [ATTACKER_WINS, ATTACKER_BREAKS_RULES]) + games_of("river", [TIE, DEFENDER_WINS])
-    as_defender = games_of("apple", [ATTACKER_BREAKS_RULES, TIE]) + games_of("river", [DEFENDER_WINS, ATTACKER_WINS])
+    as_attacker = games_of("apple", [ATTACKER_WINS, ATTACKER_BREAKS_RULES]) + games_of(
+        "river", [TIE, DEFENDER_WINS]
+    )
+    as_defender = games_of("apple", [ATTACKER_BREAKS_RULES, TIE]) + games_of(
+        "river", [DEFENDER_WINS, ATTACKER_WINS]
+    )
     boot = word_bootstrap(TABOO, as_attacker, as_defender, n_resamples=2000)
     # attacker points: 1, 0, 1/2, 0; defender points: 1 (opponent foul), 1/2, 1, 0 -> 4 / 8
     assert boot["score"]["value"] == pytest.approx(0.5) and boot["score"]["games"] == 8
@@ -217,8 +274,12 @@ def test_word_bootstrap_values_by_hand():
 def test_per_word_by_role_agrees_with_the_bootstrap_and_the_scores():
     from spag.evaluate.games import per_word_by_role, per_word_scores, word_bootstrap
 
-    as_attacker = games_of("apple", [ATTACKER_WINS, ATTACKER_BREAKS_RULES]) + games_of("river", [TIE, DEFENDER_WINS])
-    as_defender = games_of("apple", [ATTACKER_BREAKS_RULES, TIE]) + games_of("river", [DEFENDER_WINS, ATTACKER_WINS])
+    as_attacker = games_of("apple", [ATTACKER_WINS, ATTACKER_BREAKS_RULES]) + games_of(
+        "river", [TIE, DEFENDER_WINS]
+    )
+    as_defender = games_of("apple", [ATTACKER_BREAKS_RULES, TIE]) + games_of(
+        "river", [DEFENDER_WINS, ATTACKER_WINS]
+    )
     by_role = per_word_by_role(TABOO, as_attacker, as_defender)
     assert by_role["attacker/score"] == {"apple": (1.0, 2), "river": (0.5, 2)}
     assert by_role["defender/score"] == {"apple": (1.5, 2), "river": (1.0, 2)}
@@ -237,7 +298,9 @@ def test_word_bootstrap_resamples_words_not_games():
     """Ten words, each always won or always lost over 20 games: the evidence is ten words, not 200 games."""
     from spag.evaluate.games import word_bootstrap
 
-    as_attacker = [g for i in range(10) for g in games_of(f"word{chr(97 + i)}", [ATTACKER_WINS if i % 2 else TIE] * 20)]
+    as_attacker = [
+        g for i in range(10) for g in games_of(f"word{chr(97 + i)}", [ATTACKER_WINS if i % 2 else TIE] * 20)
+    ]
     boot = word_bootstrap(TABOO, as_attacker, [], n_resamples=4000)["attacker_win_rate"]
     wilson_low, wilson_high = wilson_interval(100, 200)
     assert boot["value"] == pytest.approx(0.5) and boot["games"] == 200 and boot["words"] == 10
@@ -251,7 +314,9 @@ def test_word_bootstrap_resamples_words_not_games():
 def test_word_bootstrap_is_seeded_and_one_word_is_uninformative():
     from spag.evaluate.games import word_bootstrap
 
-    games = [g for i in range(6) for g in games_of(f"word{chr(97 + i)}", [ATTACKER_WINS] * i + [TIE] * (5 - i))]
+    games = [
+        g for i in range(6) for g in games_of(f"word{chr(97 + i)}", [ATTACKER_WINS] * i + [TIE] * (5 - i))
+    ]
     assert word_bootstrap(TABOO, games, [], seed=3) == word_bootstrap(TABOO, games, [], seed=3)
     single = word_bootstrap(TABOO, games_of("river", [ATTACKER_WINS, TIE]), [])["attacker_win_rate"]
     assert (single["low"], single["high"]) == (0.0, 1.0)

@@ -42,9 +42,15 @@ def model():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=HEADS * HEAD_DIM, intermediate_size=64,
-                         num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-                         max_position_embeddings=128)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HEADS * HEAD_DIM,
+        intermediate_size=64,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=128,
+    )
     tiny = LlamaForCausalLM(config).to(torch.float32).eval()
     tiny.set_attn_implementation("sdpa")
     return tiny
@@ -89,8 +95,9 @@ def test_dynamic_cache_seeded_through_update_continues_a_prompt(model):
     for index, layer in enumerate(kept.layers):
         seeded.update(layer.keys[:, :, :4], layer.values[:, :, :4], index)  # reuse 4 of the 6 kept tokens
     assert seeded.get_seq_length() == 4
-    rest = _forward(model, ids[:, 4:], position_ids=torch.arange(4, 9)[None], past_key_values=seeded,
-                    logits_to_keep=1).logits[0, -1]
+    rest = _forward(
+        model, ids[:, 4:], position_ids=torch.arange(4, 9)[None], past_key_values=seeded, logits_to_keep=1
+    ).logits[0, -1]
     torch.testing.assert_close(rest, whole, rtol=1e-4, atol=1e-5)
     assert seeded.get_seq_length() == 9
 
@@ -111,9 +118,13 @@ def test_a_cache_seeded_with_a_prompts_repeated_keys_continues_each_row_as_a_who
         cache.update(layer.keys.repeat(3, 1, 1, 1), layer.values.repeat(3, 1, 1, 1), index)
     copied = copy.deepcopy(cache)
     with torch.inference_mode():
-        out = model(input_ids=continuations, attention_mask=torch.cat([slots.repeat(3, 1), torch.ones((3, 2),
-                    dtype=torch.long)], dim=1), position_ids=torch.tensor([[5, 6]]).repeat(3, 1),
-                    past_key_values=cache, use_cache=True).logits
+        out = model(
+            input_ids=continuations,
+            attention_mask=torch.cat([slots.repeat(3, 1), torch.ones((3, 2), dtype=torch.long)], dim=1),
+            position_ids=torch.tensor([[5, 6]]).repeat(3, 1),
+            past_key_values=cache,
+            use_cache=True,
+        ).logits
         for row in range(3):
             whole = model(input_ids=torch.cat([prompt[0], continuations[row]])[None]).logits[0, -2:]
             torch.testing.assert_close(out[row], whole, rtol=1e-4, atol=1e-5)
@@ -165,24 +176,45 @@ def test_a_cache_of_buffer_layers_decodes_as_a_dynamic_cache(model):
     mask = torch.ones(2, 6 + 3, dtype=torch.long)
     reference = DynamicCache()
     expected = [_forward(model, prompt, past_key_values=reference).logits[:, -1]]
-    expected += [_forward(model, steps[:, i:i + 1], attention_mask=mask[:, :7 + i], past_key_values=reference,
-                          position_ids=torch.full((2, 1), 6 + i)).logits[:, -1] for i in range(3)]
+    expected += [
+        _forward(
+            model,
+            steps[:, i : i + 1],
+            attention_mask=mask[:, : 7 + i],
+            past_key_values=reference,
+            position_ids=torch.full((2, 1), 6 + i),
+        ).logits[:, -1]
+        for i in range(3)
+    ]
 
     recorded = _Recorded()
-    buffers = [(torch.zeros(2, KV_HEADS, capacity, HEAD_DIM), torch.zeros(2, KV_HEADS, capacity, HEAD_DIM))
-               for _ in range(LAYERS)]
+    buffers = [
+        (torch.zeros(2, KV_HEADS, capacity, HEAD_DIM), torch.zeros(2, KV_HEADS, capacity, HEAD_DIM))
+        for _ in range(LAYERS)
+    ]
     layers = [recorded.layer_class(k, v, 0) for k, v in buffers]
     cache = Cache(layers=layers)
-    got = [_forward(model, prompt, past_key_values=cache, position_ids=torch.arange(6).expand(2, -1)).logits[:, -1]]
+    got = [
+        _forward(model, prompt, past_key_values=cache, position_ids=torch.arange(6).expand(2, -1)).logits[
+            :, -1
+        ]
+    ]
     for i in range(3):
-        out = _forward(model, steps[:, i:i + 1], attention_mask=mask[:, :7 + i], past_key_values=cache,
-                       position_ids=torch.full((2, 1), 6 + i))
+        out = _forward(
+            model,
+            steps[:, i : i + 1],
+            attention_mask=mask[:, : 7 + i],
+            past_key_values=cache,
+            position_ids=torch.full((2, 1), 6 + i),
+        )
         got.append(out.logits[:, -1])
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
     # One update per layer per pass, in layer order, with (batch, kv heads, new tokens, head dim).
     assert [c[0] for c in recorded.calls] == layers * 4
-    assert [c[1] for c in recorded.calls] == [(2, KV_HEADS, 6, HEAD_DIM)] * LAYERS + [(2, KV_HEADS, 1, HEAD_DIM)] * 6
+    assert [c[1] for c in recorded.calls] == [(2, KV_HEADS, 6, HEAD_DIM)] * LAYERS + [
+        (2, KV_HEADS, 1, HEAD_DIM)
+    ] * 6
     assert cache.get_seq_length() == 9
     torch.testing.assert_close(buffers[0][0][:, :, :9], reference.layers[0].keys)
 
@@ -230,7 +262,7 @@ def test_a_registered_attention_is_the_one_the_model_calls(model, spied_attentio
     assert len(spied_attention) == LAYERS
     for call in spied_attention:
         assert call.query == (2, HEADS, 5, HEAD_DIM) and call.key == (2, KV_HEADS, 5, HEAD_DIM)
-        assert call.kwargs["scaling"] == pytest.approx(HEAD_DIM ** -0.5) and call.kwargs["dropout"] == 0.0
+        assert call.kwargs["scaling"] == pytest.approx(HEAD_DIM**-0.5) and call.kwargs["dropout"] == 0.0
     model.set_attn_implementation("sdpa")
     assert model.config._attn_implementation == "sdpa"
     torch.testing.assert_close(got, _forward(model, ids).logits, rtol=1e-5, atol=1e-5)
@@ -251,7 +283,13 @@ def test_the_registered_sdpa_mask_gives_a_boolean_mask_only_where_there_is_paddi
     torch.testing.assert_close(prompt_mask[:, 0], causal & padded.bool()[:, None, :])
 
     step = torch.cat([padded, torch.ones(2, 1, dtype=torch.long)], dim=1)
-    _forward(model, _ids(2, 1, seed=3), attention_mask=step, past_key_values=cache, position_ids=torch.tensor([[3], [5]]))
+    _forward(
+        model,
+        _ids(2, 1, seed=3),
+        attention_mask=step,
+        past_key_values=cache,
+        position_ids=torch.tensor([[3], [5]]),
+    )
     step_mask = spied_attention[-1].mask
     assert step_mask.dtype == torch.bool and step_mask.shape == (2, 1, 1, 6)
     torch.testing.assert_close(step_mask[:, 0, 0], step.bool())
@@ -268,14 +306,32 @@ def test_sdpa_mask_combines_causality_and_padding_after_a_cache():
     from transformers.masking_utils import causal_mask_function, sdpa_mask
 
     padding = torch.tensor([[False, True, True, True, True, True], [True] * 6])
-    mask = sdpa_mask(batch_size=2, q_length=3, kv_length=6, q_offset=3, kv_offset=0,
-                     mask_function=causal_mask_function, attention_mask=padding, allow_is_causal_skip=True)
+    mask = sdpa_mask(
+        batch_size=2,
+        q_length=3,
+        kv_length=6,
+        q_offset=3,
+        kv_offset=0,
+        mask_function=causal_mask_function,
+        attention_mask=padding,
+        allow_is_causal_skip=True,
+    )
     causal = torch.arange(6)[None, :] <= torch.arange(3, 6)[:, None]
     assert mask.shape == (2, 1, 3, 6) and mask.dtype == torch.bool
     torch.testing.assert_close(mask[:, 0], causal[None] & padding[:, None, :])
-    assert sdpa_mask(batch_size=2, q_length=1, kv_length=6, q_offset=5, kv_offset=0,
-                     mask_function=causal_mask_function, attention_mask=torch.ones(2, 6, dtype=torch.bool),
-                     allow_is_causal_skip=True) is None
+    assert (
+        sdpa_mask(
+            batch_size=2,
+            q_length=1,
+            kv_length=6,
+            q_offset=5,
+            kv_offset=0,
+            mask_function=causal_mask_function,
+            attention_mask=torch.ones(2, 6, dtype=torch.bool),
+            allow_is_causal_skip=True,
+        )
+        is None
+    )
 
 
 def _reference_attention(query, key, value, mask):
@@ -304,7 +360,7 @@ def test_sdpa_attention_forward_takes_grouped_heads_and_returns_queries_first():
 
     query, key, value, mask = _attention_inputs()
     module = SimpleNamespace(num_key_value_groups=HEADS // KV_HEADS, is_causal=True, training=False)
-    out, _ = sdpa_attention_forward(module, query, key, value, mask, dropout=0.0, scaling=HEAD_DIM ** -0.5)
+    out, _ = sdpa_attention_forward(module, query, key, value, mask, dropout=0.0, scaling=HEAD_DIM**-0.5)
     assert out.shape == (2, 2, HEADS, HEAD_DIM)
     torch.testing.assert_close(out, _reference_attention(query, key, value, mask), rtol=1e-5, atol=1e-5)
 
@@ -313,8 +369,9 @@ def test_torch_sdpa_with_enable_gqa_equals_repeated_heads():
     """decode_attention's prompt path: torch's SDPA told about grouped heads, keys/values not repeated."""
     query, key, value, mask = _attention_inputs(queries=3)
     out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, enable_gqa=True)
-    torch.testing.assert_close(out.transpose(1, 2), _reference_attention(query, key, value, mask),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        out.transpose(1, 2), _reference_attention(query, key, value, mask), rtol=1e-5, atol=1e-5
+    )
 
 
 # ------------------------------------------------------------------------------------ which models
@@ -328,18 +385,22 @@ def test_supports_fast_path_reads_the_attention_layout_of_real_configs():
     from spag.players.hf.compat import supports_fast_path
 
     assert supports_fast_path(LlamaConfig())
-    assert supports_fast_path(Qwen2Config())                           # a sliding window it does not use
+    assert supports_fast_path(Qwen2Config())  # a sliding window it does not use
     assert supports_fast_path(MistralConfig(sliding_window=None))
     assert not supports_fast_path(MistralConfig(sliding_window=4096))
-    assert not supports_fast_path(Qwen2Config(use_sliding_window=True, sliding_window=64, max_window_layers=0))
-    assert not supports_fast_path(Gemma2Config())                      # alternating sliding layers
+    assert not supports_fast_path(
+        Qwen2Config(use_sliding_window=True, sliding_window=64, max_window_layers=0)
+    )
+    assert not supports_fast_path(Gemma2Config())  # alternating sliding layers
     assert not supports_fast_path(T5Config())
 
 
 # ------------------------------------------------------------------------------------ torch and oneDNN
 
 
-needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+needs_onednn = pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN"
+)
 
 
 @needs_onednn
@@ -368,8 +429,12 @@ def test_onednn_reorder_copies_the_weight():
     packed = torch.ops.mkldnn._reorder_linear_weight(weight, 64)
     before = weight.clone()
     weight.mul_(2.0)
-    torch.testing.assert_close(torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""), x @ before.t(),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""),
+        x @ before.t(),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_a_weight_version_moves_with_an_in_place_update_but_not_through_data():

@@ -39,24 +39,29 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 
 
 def hand(deal: str, *actions: str) -> list[dict]:
-    return [{"role": (FIRST, SECOND)[i % 2], "content": f"I will [{a}]." if a else "hmm"}
-            for i, a in enumerate(actions)]
+    return [
+        {"role": (FIRST, SECOND)[i % 2], "content": f"I will [{a}]." if a else "hmm"}
+        for i, a in enumerate(actions)
+    ]
 
 
 # --------------------------------------------------------------------------------------------- judge
 
 
-@pytest.mark.parametrize("deal, actions, outcome, cause, turns", [
-    ("K-Q", ("check", "check"), FIRST_WINS, "first_showdown", 2),
-    ("J-Q", ("check", "check"), SECOND_WINS, "second_showdown", 2),
-    ("Q-K", ("bet", "call"), SECOND_WINS, "second_showdown", 2),
-    ("J-K", ("bet", "fold"), FIRST_WINS, "second_folded", 2),
-    ("K-J", ("check", "bet", "fold"), SECOND_WINS, "first_folded", 3),
-    ("K-J", ("check", "bet", "call"), FIRST_WINS, "first_showdown", 3),
-    ("Q-J", ("call",), FIRST_BREAKS_RULES, "first_illegal", 1),      # nothing to call
-    ("Q-J", ("bet", "check"), SECOND_BREAKS_RULES, "second_illegal", 2),  # a bet must be called or folded
-    ("Q-J", ("check", None), SECOND_BREAKS_RULES, "second_illegal", 2),   # no bracketed action
-])
+@pytest.mark.parametrize(
+    "deal, actions, outcome, cause, turns",
+    [
+        ("K-Q", ("check", "check"), FIRST_WINS, "first_showdown", 2),
+        ("J-Q", ("check", "check"), SECOND_WINS, "second_showdown", 2),
+        ("Q-K", ("bet", "call"), SECOND_WINS, "second_showdown", 2),
+        ("J-K", ("bet", "fold"), FIRST_WINS, "second_folded", 2),
+        ("K-J", ("check", "bet", "fold"), SECOND_WINS, "first_folded", 3),
+        ("K-J", ("check", "bet", "call"), FIRST_WINS, "first_showdown", 3),
+        ("Q-J", ("call",), FIRST_BREAKS_RULES, "first_illegal", 1),  # nothing to call
+        ("Q-J", ("bet", "check"), SECOND_BREAKS_RULES, "second_illegal", 2),  # a bet must be called or folded
+        ("Q-J", ("check", None), SECOND_BREAKS_RULES, "second_illegal", 2),  # no bracketed action
+    ],
+)
 def test_every_line_of_play_is_judged(deal, actions, outcome, cause, turns):
     verdict = KUHN.judge(deal, hand(deal, *actions))
     assert (verdict.outcome, verdict.cause, verdict.turns) == (outcome, cause, turns)
@@ -119,10 +124,16 @@ def test_a_teacher_with_the_equilibrium_wins_every_hand_by_a_legal_line():
     deals = list(DEALS) * 20
     episodes = play_games(Silent(), Silent(), deals, config, show_progress=False)
     assert {e["outcome"] for e in episodes} <= {FIRST_WINS, SECOND_WINS}
-    assert json.loads(episodes[0]["strategies"]) == {"equilibrium": True, "uniform": False, "always_bet": False}
+    assert json.loads(episodes[0]["strategies"]) == {
+        "equilibrium": True,
+        "uniform": False,
+        "always_bet": False,
+    }
     # the game's value is -1/18 for the first player: its average winnings are below zero
-    chips = [(1 if e["outcome"] == FIRST_WINS else -1) * (2 if "[call]" in str(e["history"]) else 1)
-             for e in episodes]
+    chips = [
+        (1 if e["outcome"] == FIRST_WINS else -1) * (2 if "[call]" in str(e["history"]) else 1)
+        for e in episodes
+    ]
     assert sum(chips) / len(chips) == pytest.approx(-1 / 18, abs=0.15)
 
 
@@ -134,8 +145,10 @@ def test_a_teachers_hands_are_the_same_in_any_batch_and_after_a_resume(tmp_path)
 
     def hands(batch_size, **options):
         config = PlayConfig.of("kuhn-poker", uniform=True, seed=5, batch_size=batch_size)
-        return [[u["content"] for u in e["history"]]
-                for e in play_games(Silent(), Silent(), deals, config, show_progress=False, **options)]
+        return [
+            [u["content"] for u in e["history"]]
+            for e in play_games(Silent(), Silent(), deals, config, show_progress=False, **options)
+        ]
 
     whole = hands(24)
     assert len({tuple(h) for h in whole}) > 3  # the uniform teacher plays varied hands
@@ -148,8 +161,12 @@ def test_a_teachers_hands_are_the_same_in_any_batch_and_after_a_resume(tmp_path)
 
 
 # Each information set: (the actions before it, the role that acts, the aggressive action, the other one).
-INFORMATION_SETS = [((), FIRST, "bet", "check"), (("check", "bet"), FIRST, "call", "fold"),
-                    (("check",), SECOND, "bet", "check"), (("bet",), SECOND, "call", "fold")]
+INFORMATION_SETS = [
+    ((), FIRST, "bet", "check"),
+    (("check", "bet"), FIRST, "call", "fold"),
+    (("check",), SECOND, "bet", "check"),
+    (("bet",), SECOND, "call", "fold"),
+]
 
 
 @pytest.mark.parametrize("name, bold", [("uniform", 0.5), ("always_bet", 1.0)])
@@ -161,7 +178,11 @@ def test_the_weak_teachers_play_their_tables_at_every_information_set(name, bold
     for actions, role, aggressive, passive in INFORMATION_SETS:
         for card in "JQK":
             assert table[",".join(actions)][card] == bold  # the table, exactly
-            deal = f"{card}-{'Q' if card != 'Q' else 'K'}" if role == FIRST else f"{'Q' if card != 'Q' else 'K'}-{card}"
+            deal = (
+                f"{card}-{'Q' if card != 'Q' else 'K'}"
+                if role == FIRST
+                else f"{'Q' if card != 'Q' else 'K'}-{card}"
+            )
             played = Counter(speaker.action(Turn(role, deal, hand(deal, *actions), "")) for _ in range(400))
             assert set(played) <= {aggressive, passive}  # always a legal action
             assert played[aggressive] / 400 == pytest.approx(bold, abs=0.08)
@@ -170,7 +191,9 @@ def test_the_weak_teachers_play_their_tables_at_every_information_set(name, bold
 def test_one_teacher_at_a_time_chosen_like_the_equilibrium(tmp_path):
     from pydantic import ValidationError
 
-    with pytest.raises(ValidationError, match="always_bet: one fixed strategy at a time, and uniform is on too"):
+    with pytest.raises(
+        ValidationError, match="always_bet: one fixed strategy at a time, and uniform is on too"
+    ):
         KuhnStrategies(uniform=True, always_bet=True)
     override = tmp_path / "uniform.yaml"
     override.write_text("teacher.strategies: {uniform: true}\n")
@@ -185,17 +208,24 @@ def test_one_teacher_at_a_time_chosen_like_the_equilibrium(tmp_path):
 
 
 # Every way a hand ends, with the first player's chips for each deal's higher card (first high, first low).
-@pytest.mark.parametrize("actions, high, low", [
-    (("check", "check"), 1, -1),
-    (("bet", "call"), 2, -2),
-    (("check", "bet", "call"), 2, -2),
-    (("bet", "fold"), 1, 1),             # the second folds: the first takes its ante
-    (("check", "bet", "fold"), -1, -1),  # the first folds
-    (("call",), -1, -1),                 # the first breaks the rules at once: a fold, its ante lost
-    (("bet", "check"), 1, 1),            # the second breaks the rules facing a bet: it loses its ante
-    (("check", None), 1, 1),             # the second says no action
-    (("check", "bet", "check"), -1, -1), # the first breaks the rules facing a bet: its bet was never made
-])
+@pytest.mark.parametrize(
+    "actions, high, low",
+    [
+        (("check", "check"), 1, -1),
+        (("bet", "call"), 2, -2),
+        (("check", "bet", "call"), 2, -2),
+        (("bet", "fold"), 1, 1),  # the second folds: the first takes its ante
+        (("check", "bet", "fold"), -1, -1),  # the first folds
+        (("call",), -1, -1),  # the first breaks the rules at once: a fold, its ante lost
+        (("bet", "check"), 1, 1),  # the second breaks the rules facing a bet: it loses its ante
+        (("check", None), 1, 1),  # the second says no action
+        (
+            ("check", "bet", "check"),
+            -1,
+            -1,
+        ),  # the first breaks the rules facing a bet: its bet was never made
+    ],
+)
 def test_every_hand_pays_its_chips_in_both_seats(actions, high, low):
     for deal in DEALS:
         first, second = deal.split("-")
@@ -212,16 +242,23 @@ def test_an_unfinished_hand_pays_nothing_and_taboo_plays_for_no_chips():
 
 
 def test_chips_pay_both_players_signed_rows():
-    games = [{"target_word": "Q-K", "max_turns": 2, "history": hand("Q-K", "bet", "call")},       # second +2
-             {"target_word": "K-J", "max_turns": 2, "history": hand("K-J", "check", "bet", "fold")},  # second +1
-             {"target_word": "K-Q", "max_turns": 2, "history": hand("K-Q", "check", None)}]          # first +1
+    games = [
+        {"target_word": "Q-K", "max_turns": 2, "history": hand("Q-K", "bet", "call")},  # second +2
+        {"target_word": "K-J", "max_turns": 2, "history": hand("K-J", "check", "bet", "fold")},  # second +1
+        {"target_word": "K-Q", "max_turns": 2, "history": hand("K-Q", "check", None)},
+    ]  # first +1
     rows, stats = reward_rows(games, options=Reward(payoff="chips", decay=0.5), game=KUHN)
     paid = [(r["episode"], r["role"], r["completion"], r["reward"]) for r in rows]
-    assert paid == [("0", FIRST, "I will [bet].", -2.0), ("0", SECOND, "I will [call].", 2.0),
-                    # the first's two lines share its chip lost: (1/d)^k, the later one weighing more
-                    ("1", FIRST, "I will [check].", pytest.approx(-1 / 3)), ("1", SECOND, "I will [bet].", 1.0),
-                    ("1", FIRST, "I will [fold].", pytest.approx(-2 / 3)),
-                    ("2", FIRST, "I will [check].", 1.0), ("2", SECOND, "hmm", -1.0)]
+    assert paid == [
+        ("0", FIRST, "I will [bet].", -2.0),
+        ("0", SECOND, "I will [call].", 2.0),
+        # the first's two lines share its chip lost: (1/d)^k, the later one weighing more
+        ("1", FIRST, "I will [check].", pytest.approx(-1 / 3)),
+        ("1", SECOND, "I will [bet].", 1.0),
+        ("1", FIRST, "I will [fold].", pytest.approx(-2 / 3)),
+        ("2", FIRST, "I will [check].", 1.0),
+        ("2", SECOND, "hmm", -1.0),
+    ]
     assert stats.negative_rows == 4 and stats.role_games == {FIRST: 3, SECOND: 3}
     assert [r["weight"] for r in rows] == [1.0] * 7
     # the default pays a win as a win: the winners' lines only
@@ -238,12 +275,25 @@ def test_chips_are_refused_for_a_game_without_them_in_one_line(tmp_path):
         Reward(payoff="chips", loser_reward=-1.0)
     override = tmp_path / "chips.yaml"
     override.write_text("reward.payoff: chips\n")
-    with pytest.raises(Exception, match="reward.payoff: the game taboo is not played for chips \\(use wins\\)"):
+    with pytest.raises(
+        Exception, match="reward.payoff: the game taboo is not played for chips \\(use wins\\)"
+    ):
         load_settings(ROOT / "params.yaml", [override])
-    assert load_settings(ROOT / "params.yaml", [ROOT / "configs" / "kuhn-poker.yaml", override]).reward.payoff == "chips"
+    assert (
+        load_settings(ROOT / "params.yaml", [ROOT / "configs" / "kuhn-poker.yaml", override]).reward.payoff
+        == "chips"
+    )
     episodes = tmp_path / "episodes.jsonl"
-    episodes.write_text(json.dumps({"target_word": "coffee", "max_turns": 1, "history": [
-        {"role": "attacker", "content": "hi"}, {"role": "defender", "content": "hello"}]}) + "\n")
+    episodes.write_text(
+        json.dumps(
+            {
+                "target_word": "coffee",
+                "max_turns": 1,
+                "history": [{"role": "attacker", "content": "hi"}, {"role": "defender", "content": "hello"}],
+            }
+        )
+        + "\n"
+    )
     result = run_cli("reward", str(episodes), "-o", str(tmp_path / "rows.jsonl"), "--payoff", "chips")
     assert result.code == 2 and not (tmp_path / "rows.jsonl").exists()
     assert result.stderr.strip() == "error: --payoff: the game taboo is not played for chips (use wins)"
@@ -253,21 +303,32 @@ def test_all_of_a_teachers_moves_are_imitated_in_every_game_but_a_rule_break(tmp
     from spag.config import Imitate
     from spag.rewards.build import build_imitation_set, imitation_rows
 
-    games = [{"target_word": "J-K", "max_turns": 2, "history": hand("J-K", "bet", "fold")},          # first wins
-             {"target_word": "K-J", "max_turns": 2, "history": hand("K-J", "check", "bet", "fold")},  # second wins
-             {"target_word": "K-Q", "max_turns": 2, "history": hand("K-Q", "check", None)}]          # a rule break
+    games = [
+        {"target_word": "J-K", "max_turns": 2, "history": hand("J-K", "bet", "fold")},  # first wins
+        {"target_word": "K-J", "max_turns": 2, "history": hand("K-J", "check", "bet", "fold")},  # second wins
+        {"target_word": "K-Q", "max_turns": 2, "history": hand("K-Q", "check", None)},
+    ]  # a rule break
     winners, _ = imitation_rows(games, game=KUHN)
     assert [(r["episode"], r["role"], r["completion"]) for r in winners] == [
-        ("0", FIRST, "I will [bet]."), ("1", SECOND, "I will [bet].")]  # a fold never wins: never imitated
+        ("0", FIRST, "I will [bet]."),
+        ("1", SECOND, "I will [bet]."),
+    ]  # a fold never wins: never imitated
     every, stats = imitation_rows(games, game=KUHN, moves="all")
     assert [(r["episode"], r["role"], r["completion"]) for r in every] == [
-        ("0", FIRST, "I will [bet]."), ("0", SECOND, "I will [fold]."),
-        ("1", FIRST, "I will [check]."), ("1", SECOND, "I will [bet]."), ("1", FIRST, "I will [fold]."),
-        ("2", FIRST, "I will [check].")]  # the second's "hmm" broke the rules: left out
+        ("0", FIRST, "I will [bet]."),
+        ("0", SECOND, "I will [fold]."),
+        ("1", FIRST, "I will [check]."),
+        ("1", SECOND, "I will [bet]."),
+        ("1", FIRST, "I will [fold]."),
+        ("2", FIRST, "I will [check]."),
+    ]  # the second's "hmm" broke the rules: left out
     assert all(r["reward"] == 1.0 for r in every)
     # role weights as for the winners' rows: (A + D) / 2A for the 3 games of the first, (A + D) / 2D the second
     assert stats.role_games == {FIRST: 3, SECOND: 2} and stats.used == 3
-    assert {r["role"]: r["weight"] for r in every} == {FIRST: pytest.approx(5 / 6), SECOND: pytest.approx(5 / 4)}
+    assert {r["role"]: r["weight"] for r in every} == {
+        FIRST: pytest.approx(5 / 6),
+        SECOND: pytest.approx(5 / 4),
+    }
     # the prompt of each row is the state its move was made in
     assert "Your card: K." in every[2]["prompt"] and "Actions so far: none yet." in every[2]["prompt"]
     assert "Player 0: [check]; Player 1: [bet]" in every[4]["prompt"]
@@ -286,9 +347,11 @@ def test_ready_made_rows_of_kuhn_poker_keep_their_roles(tmp_path):
 
     prompt = KUHN.prompt(SECOND, "J-K", hand("J-K", "bet"), KUHN.Strategies())
     source = tmp_path / "ready.jsonl"
-    records = [{"prompt": prompt, "completion": "[call]"},                      # the seat read from the prompt
-               {"prompt": "Say something.", "completion": "[bet]", "role": FIRST},  # the role given
-               {"prompt": "Say something.", "completion": "[bet]"}]                # neither: no role
+    records = [
+        {"prompt": prompt, "completion": "[call]"},  # the seat read from the prompt
+        {"prompt": "Say something.", "completion": "[bet]", "role": FIRST},  # the role given
+        {"prompt": "Say something.", "completion": "[bet]"},
+    ]  # neither: no role
     source.write_text("".join(json.dumps(r) + "\n" for r in records))
     assert import_ready_made_rows(source, tmp_path / "teacher", KUHN) == 3
     stats = build_imitation_set(tmp_path / "teacher", tmp_path / "rows.jsonl", game=KUHN)
@@ -296,39 +359,60 @@ def test_ready_made_rows_of_kuhn_poker_keep_their_roles(tmp_path):
     assert [r["role"] for r in rows] == [SECOND, FIRST, None] and stats.instruction_rows == 3
     # a role the game does not have is refused, naming the record
     source.write_text(json.dumps({"prompt": prompt, "completion": "[call]", "role": "attacker"}) + "\n")
-    with pytest.raises(DataError, match=r"ready.jsonl: record 0: 'role' 'attacker' is not a role of Kuhn poker"):
+    with pytest.raises(
+        DataError, match=r"ready.jsonl: record 0: 'role' 'attacker' is not a role of Kuhn poker"
+    ):
         import_ready_made_rows(source, tmp_path / "other", KUHN)
     assert not (tmp_path / "other").exists()
 
 
 def test_rewards_go_to_the_winners_actions_and_a_penalty_to_the_rule_breaker():
-    games = [{"target_word": "J-K", "max_turns": 2, "history": hand("J-K", "bet", "fold")},
-             {"target_word": "K-Q", "max_turns": 2, "history": hand("K-Q", "check", None)}]
+    games = [
+        {"target_word": "J-K", "max_turns": 2, "history": hand("J-K", "bet", "fold")},
+        {"target_word": "K-Q", "max_turns": 2, "history": hand("K-Q", "check", None)},
+    ]
     rows, stats = reward_rows(games, options=Reward(foul_line_penalty=1.0), game=KUHN)
     assert [(r["role"], r["completion"], r["reward"]) for r in rows] == [
-        (FIRST, "I will [bet].", 1.0), (SECOND, "hmm", -1.0)]
-    assert stats.role_games == {FIRST: 1, SECOND: 1} and stats.outcomes == {FIRST_WINS: 1, SECOND_BREAKS_RULES: 1}
+        (FIRST, "I will [bet].", 1.0),
+        (SECOND, "hmm", -1.0),
+    ]
+    assert stats.role_games == {FIRST: 1, SECOND: 1} and stats.outcomes == {
+        FIRST_WINS: 1,
+        SECOND_BREAKS_RULES: 1,
+    }
 
 
 def test_evaluation_counts_each_roles_games_by_how_they_ended():
-    as_first = [{"target_word": "K-J", "max_turns": 2, "history": hand("K-J", "bet", "fold"),
-                 "outcome": FIRST_WINS},
-                {"target_word": "J-K", "max_turns": 2, "history": hand("J-K", None), "outcome": FIRST_BREAKS_RULES}]
-    as_second = [{"target_word": "K-J", "max_turns": 2, "history": hand("K-J", "check", "check"),
-                  "outcome": FIRST_WINS}]
+    as_first = [
+        {"target_word": "K-J", "max_turns": 2, "history": hand("K-J", "bet", "fold"), "outcome": FIRST_WINS},
+        {"target_word": "J-K", "max_turns": 2, "history": hand("J-K", None), "outcome": FIRST_BREAKS_RULES},
+    ]
+    as_second = [
+        {
+            "target_word": "K-J",
+            "max_turns": 2,
+            "history": hand("K-J", "check", "check"),
+            "outcome": FIRST_WINS,
+        }
+    ]
     metrics = tally_games(KUHN, as_first, as_second)
     assert metrics[FIRST]["wins"] == 1 and metrics[FIRST]["fouls"] == 1 and metrics[SECOND]["losses"] == 1
     boot = word_bootstrap(KUHN, as_first, as_second, n_resamples=50)
     assert {"first_win_rate", "first_foul_rate", "first_opponent_foul_rate", "second_win_rate"} <= set(boot)
     parts = boot["decomposition"]
-    assert parts[FIRST]["win_opponent_folded"]["value"] == 0.5 and parts[FIRST]["foul_illegal_action"]["value"] == 0.5
+    assert (
+        parts[FIRST]["win_opponent_folded"]["value"] == 0.5
+        and parts[FIRST]["foul_illegal_action"]["value"] == 0.5
+    )
     assert parts[SECOND]["loss_showdown"]["value"] == 1.0
     assert set(per_word_by_role(KUHN, as_first, as_second)) >= {"first/score", "second/loss_showdown"}
 
 
 def test_the_preset_makes_a_valid_params_file():
     settings = load_settings(ROOT / "params.yaml", [ROOT / "configs" / "kuhn-poker.yaml"])
-    assert settings.game == KuhnSettings(max_turns=2) and settings.strategies() == KuhnStrategies(equilibrium=True)
+    assert settings.game == KuhnSettings(max_turns=2) and settings.strategies() == KuhnStrategies(
+        equilibrium=True
+    )
     assert settings.evaluate.skill is None and settings.evaluate.baselines is None
 
 
@@ -342,12 +426,19 @@ def test_every_game_keeps_the_interface(name):
     assert set(game.outcomes) == set(game.outcome_sides) == set(game.causes)
     for role in game.roles:  # every way a game can end is something for each role
         assert set(game.parts[role]) == {c for causes in game.causes.values() for c in causes}
-    assert game.skill_causes <= {c for o, causes in game.causes.items() for c in causes if game.outcome_sides[o][0]}
+    assert game.skill_causes <= {
+        c for o, causes in game.causes.items() for c in causes if game.outcome_sides[o][0]
+    }
     for outcome, (winner, offender) in game.outcome_sides.items():
         assert winner in (None, *game.roles) and offender in (None, *game.roles) and not (winner and offender)
         for role in game.roles:
-            assert game.score(outcome, role) == (1.0 if role == winner or (offender and role != offender)
-                                                 else 0.5 if not (winner or offender) else 0.0)
+            assert game.score(outcome, role) == (
+                1.0
+                if role == winner or (offender and role != offender)
+                else 0.5
+                if not (winner or offender)
+                else 0.0
+            )
     targets = game.targets(load_settings(None).words) if game.few_targets else None
     assert targets is None or len(targets) == len(set(targets)) > 1
     assert game.Settings(name=name).name == name and game.Strategies() is not None
@@ -365,12 +456,18 @@ def test_kuhn_episodes_without_the_game_are_refused_in_one_line(tmp_path, comman
     from spag.testing import run_cli
 
     source = tmp_path / "hands.jsonl"
-    source.write_text(json.dumps({"target_word": "K-Q", "max_turns": 2, "history": hand("K-Q", "bet", "fold"),
-                                  **KUHN.record()}) + "\n")
+    source.write_text(
+        json.dumps(
+            {"target_word": "K-Q", "max_turns": 2, "history": hand("K-Q", "bet", "fold"), **KUHN.record()}
+        )
+        + "\n"
+    )
     result = run_cli(command, source, "-o", tmp_path / "rows.jsonl")
     assert result.code == 2 and "Traceback" not in result.stderr and not (tmp_path / "rows.jsonl").exists()
-    assert result.error_lines()[-1].endswith("was played in kuhn-poker, not taboo: give --game kuhn-poker (or a "
-                                             "params file of that game)); nothing written")
+    assert result.error_lines()[-1].endswith(
+        "was played in kuhn-poker, not taboo: give --game kuhn-poker (or a "
+        "params file of that game)); nothing written"
+    )
     assert run_cli(command, source, "-o", tmp_path / "rows.jsonl", "--game", "kuhn-poker").code == 0
 
 
@@ -385,16 +482,43 @@ def test_a_deal_listed_twice_is_dealt_twice_and_taboo_options_are_refused(tmp_pa
     assert read_words(deals, repeats=True) == ["K-Q", "K-Q", "J-K"] and read_words(deals) == ["K-Q", "J-K"]
     model = make_tiny_checkpoint(tmp_path / "tiny")
     out = tmp_path / "hands"
-    played = run_cli("play", "--game", "kuhn-poker", "--attacker", model, "--defender", model, "--words", deals,
-                     "-o", out, "--equilibrium", "--no-progress")
+    played = run_cli(
+        "play",
+        "--game",
+        "kuhn-poker",
+        "--attacker",
+        model,
+        "--defender",
+        model,
+        "--words",
+        deals,
+        "-o",
+        out,
+        "--equilibrium",
+        "--no-progress",
+    )
     assert played.code == 0, played.stderr
     from spag.game.episodes import read_episodes
 
     assert sorted(e["target_word"] for e in read_episodes(out, KUHN)) == ["J-K", "K-Q", "K-Q"]
-    refused = run_cli("play", "--game", "kuhn-poker", "--attacker", model, "--defender", model, "--words", deals,
-                      "-o", tmp_path / "other", "--guess-words", deals)
+    refused = run_cli(
+        "play",
+        "--game",
+        "kuhn-poker",
+        "--attacker",
+        model,
+        "--defender",
+        model,
+        "--words",
+        deals,
+        "-o",
+        tmp_path / "other",
+        "--guess-words",
+        deals,
+    )
     assert refused.code == 2 and refused.error_lines() == [
-        "error: --guess-words: the game kuhn-poker has no strategy that chooses among words"]
+        "error: --guess-words: the game kuhn-poker has no strategy that chooses among words"
+    ]
     assert not (tmp_path / "other").exists()
 
 
@@ -402,10 +526,21 @@ def test_an_episodes_recorded_settings_are_named_without_pydantics_link(tmp_path
     from spag.testing import run_cli
 
     source = tmp_path / "e.jsonl"
-    source.write_text(json.dumps({"target_word": "coffee", "max_turns": 1, "game": "taboo",
-                                  "game_settings": json.dumps({"rules": "nope"}),
-                                  "history": [{"role": "attacker", "content": "hi"}]}) + "\n")
+    source.write_text(
+        json.dumps(
+            {
+                "target_word": "coffee",
+                "max_turns": 1,
+                "game": "taboo",
+                "game_settings": json.dumps({"rules": "nope"}),
+                "history": [{"role": "attacker", "content": "hi"}],
+            }
+        )
+        + "\n"
+    )
     judged = run_cli("judge", source)
     assert judged.code == 2 and "pydantic" not in judged.stderr
-    assert judged.error_lines() == [f"error: {source}: record 0: 'game_settings': rules: Input should be "
-                                    "'whole-word' or 'original', got 'nope'"]
+    assert judged.error_lines() == [
+        f"error: {source}: record 0: 'game_settings': rules: Input should be "
+        "'whole-word' or 'original', got 'nope'"
+    ]

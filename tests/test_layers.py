@@ -10,10 +10,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import networkx as nx
-import tomllib
 
 from spag.pipeline.imports import MODULES, PACKAGE, ROOT, import_graph
 
@@ -23,15 +23,24 @@ from spag.pipeline.imports import MODULES, PACKAGE, ROOT, import_graph
 HEAVY = {
     "torch": "seconds to import: `spag --help`, `spag config check` and the stages' checks stay fast",
     "transformers": "seconds to import, with torch",
-    "accelerate": "imported with torch", "peft": "imported with torch (LoRA only)", "tokenizers": "with torch",
-    "huggingface_hub": "only where a model is fetched or loaded", "datasets": "only the benchmark (with lm-eval)",
-    "lm_eval": "only the benchmark commands and stages", "vllm": "an optional backend (vLLM, GPU or CPU build)",
-    "deepspeed": "optional: ZeRO-3 training only", "cpuinfo": "optional: py-cpuinfo comes with DeepSpeed",
+    "accelerate": "imported with torch",
+    "peft": "imported with torch (LoRA only)",
+    "tokenizers": "with torch",
+    "huggingface_hub": "only where a model is fetched or loaded",
+    "datasets": "only the benchmark (with lm-eval)",
+    "lm_eval": "only the benchmark commands and stages",
+    "vllm": "an optional backend (vLLM, GPU or CPU build)",
+    "deepspeed": "optional: ZeRO-3 training only",
+    "cpuinfo": "optional: py-cpuinfo comes with DeepSpeed",
     "trl": "optional: online self-play only",
-    "openai": "optional: the openai backend only", "pynvml": "optional: GPUs without nvidia-smi",
-    "dvclive": "only a training run that logs", "scipy": "half a second (scipy.stats): statistics only",
-    "matplotlib": "only the plots", "textblob": "a second to import: game.rules original only",
-    "nltk": "with textblob", "lemminflect": "only the whole-word judge's inflections, built once",
+    "openai": "optional: the openai backend only",
+    "pynvml": "optional: GPUs without nvidia-smi",
+    "dvclive": "only a training run that logs",
+    "scipy": "half a second (scipy.stats): statistics only",
+    "matplotlib": "only the plots",
+    "textblob": "a second to import: game.rules original only",
+    "nltk": "with textblob",
+    "lemminflect": "only the whole-word judge's inflections, built once",
     "wordfreq": "only word lists: not needed to play, judge or train on a GPU node",
     "polars": "the data-frame layer: not needed to play or train on a GPU node",
     "duckdb": "only `spag analyze` and the stages that query episodes",
@@ -49,7 +58,12 @@ def layers() -> list[list[str]]:
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
     """import-linter's verdict on the package under ``root``, by the contracts of ``root/pyproject.toml``."""
     env = {**os.environ, "PYTHONPATH": str(root)}
-    command = [str(Path(sys.executable).with_name("lint-imports")), "--no-cache", "--config", "pyproject.toml"]
+    command = [
+        str(Path(sys.executable).with_name("lint-imports")),
+        "--no-cache",
+        "--config",
+        "pyproject.toml",
+    ]
     return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
 
 
@@ -118,7 +132,9 @@ def test_the_package_has_no_import_cycle():
 
 
 def test_a_cycle_is_found_through_a_lazy_import_or_a_package():
-    assert import_cycles({"spag.a": {"spag.b"}, "spag.b": {"spag.a"}, "spag.c": set()}) == [["spag.a", "spag.b"]]
+    assert import_cycles({"spag.a": {"spag.b"}, "spag.b": {"spag.a"}, "spag.c": set()}) == [
+        ["spag.a", "spag.b"]
+    ]
     # spag.x.y imports spag.z, which imports spag.x.w: importing spag.x.w runs spag/x/__init__.py first
     graph = {"spag.x": {"spag.x.y"}, "spag.x.y": {"spag.z"}, "spag.z": {"spag.x.w"}, "spag.x.w": set()}
     assert import_cycles(graph) == [["spag.x", "spag.x.y", "spag.z"]]
@@ -134,7 +150,9 @@ def _imported(node: ast.Import | ast.ImportFrom) -> list[str]:
         return [alias.name for alias in node.names]
     if node.level:
         return ["spag"]  # a relative import: spag's own
-    return [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module for a in node.names]
+    return [
+        f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module for a in node.names
+    ]
 
 
 def _split(tree: ast.Module) -> tuple[list[ast.AST], list[ast.AST]]:
@@ -162,9 +180,22 @@ def heavy_at_import(module: str) -> str | None:
         parts = module.split(".")
         named = [target for node in top for target in _imported(node)]
         named += [".".join(parts[:i]) for i in range(2, len(parts))]
-        _HEAVY_AT_IMPORT[module] = next((found for target in named if (found := (
-            target.split(".")[0] if target.split(".")[0] in HEAVY else
-            heavy_at_import(target) if target.startswith("spag") else None))), None)
+        _HEAVY_AT_IMPORT[module] = next(
+            (
+                found
+                for target in named
+                if (
+                    found := (
+                        target.split(".")[0]
+                        if target.split(".")[0] in HEAVY
+                        else heavy_at_import(target)
+                        if target.startswith("spag")
+                        else None
+                    )
+                )
+            ),
+            None,
+        )
     return _HEAVY_AT_IMPORT[module]
 
 
@@ -182,7 +213,9 @@ def lazy_imports(source: str, name: str) -> list[str]:
         targets = _imported(node)
         if set(targets) <= CHOSEN_AT_RUN_TIME:
             continue
-        if not any(t.split(".")[0] in HEAVY or (t.startswith("spag") and heavy_at_import(t)) for t in targets):
+        if not any(
+            t.split(".")[0] in HEAVY or (t.startswith("spag") and heavy_at_import(t)) for t in targets
+        ):
             found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
     return found
 
@@ -191,16 +224,22 @@ def test_imports_inside_functions_load_only_heavy_or_optional_libraries():
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         found += lazy_imports(path.read_text(encoding="utf-8"), path.relative_to(ROOT).as_posix())
-    assert not found, "imports inside functions of light modules (move them to the module's top):\n" + \
-        "\n".join(found)
+    assert not found, (
+        "imports inside functions of light modules (move them to the module's top):\n" + "\n".join(found)
+    )
 
 
 def test_the_lazy_import_check_names_what_it_finds():
-    source = ("import json\n"
-              "def f():\n    from spag.runtime.errors import DataError\n    import os\n    import torch\n"
-              "    from spag.evaluate.shared_prefix import SharedPrefixLM\n"
-              "class C:\n    def g(self):\n        from spag.config import Game\n")
-    assert lazy_imports(source, "m.py") == ["m.py:3 from spag.runtime.errors import DataError", "m.py:4 import os",
-                                            "m.py:9 from spag.config import Game"]
+    source = (
+        "import json\n"
+        "def f():\n    from spag.runtime.errors import DataError\n    import os\n    import torch\n"
+        "    from spag.evaluate.shared_prefix import SharedPrefixLM\n"
+        "class C:\n    def g(self):\n        from spag.config import Game\n"
+    )
+    assert lazy_imports(source, "m.py") == [
+        "m.py:3 from spag.runtime.errors import DataError",
+        "m.py:4 import os",
+        "m.py:9 from spag.config import Game",
+    ]
     assert heavy_at_import("spag.evaluate.shared_prefix") == "lm_eval"  # lm-eval's HF model at its top
     assert heavy_at_import("spag.config") is None

@@ -60,20 +60,66 @@ run_online(sys.argv[1], ["river"], sys.argv[2] + "/model", games=games, episodes
 
 
 def _train(method: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "spag.cli", "train", "--method", method, "--model", "{model}", "--data", "{rows}",
-            "--max-steps", "1", "--batch-size", "2", "--grad-accum", "1", "--max-length", "1024", "--warmup-ratio",
-            "0", "--logging-steps", "1", "--no-live", "--device", "cpu", "--no-bf16", "-o", "{work}/out", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "spag.cli",
+        "train",
+        "--method",
+        method,
+        "--model",
+        "{model}",
+        "--data",
+        "{rows}",
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--grad-accum",
+        "1",
+        "--max-length",
+        "1024",
+        "--warmup-ratio",
+        "0",
+        "--logging-steps",
+        "1",
+        "--no-live",
+        "--device",
+        "cpu",
+        "--no-bf16",
+        "-o",
+        "{work}/out",
+        *extra,
+    ]
 
 
 # The parts of the check, each as it runs there (at toy size).
 PARTS = {
     "preflight": [sys.executable, "-c", PREFLIGHT],
-    "play": [sys.executable, str(ROOT / "bench" / "play.py"), "--toy", "--sides", "batched", "--model", "{model}",
-             "--device", "cpu", "--dtype", "float32", "--json"],
+    "play": [
+        sys.executable,
+        str(ROOT / "bench" / "play.py"),
+        "--toy",
+        "--sides",
+        "batched",
+        "--model",
+        "{model}",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--json",
+    ],
     "offline-po": _train("offline-po", "--ref-on-the-fly"),
     "sft-kl": _train("sft-kl"),
-    "zero3": _train("offline-po", "--ref-on-the-fly", "--deepspeed", str(ROOT / "configs" / "deepspeed_zero3.json"),
-                    "--launcher", "torchrun --standalone --nproc_per_node 1"),
+    "zero3": _train(
+        "offline-po",
+        "--ref-on-the-fly",
+        "--deepspeed",
+        str(ROOT / "configs" / "deepspeed_zero3.json"),
+        "--launcher",
+        "torchrun --standalone --nproc_per_node 1",
+    ),
     "online": [sys.executable, "-c", ONLINE, "{model}", "{work}"],
 }
 
@@ -94,12 +140,27 @@ def run_part(part: str, work: Path, model: Path | None = None, plant: str = "") 
         bench_train = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(bench_train)
         write_jsonl_atomic(work / "rows.jsonl", bench_train.synthetic_rows(4))
-    for placeholder, value in (("{model}", model), ("{root}", ROOT), ("{rows}", work / "rows.jsonl"), ("{work}", work)):
+    for placeholder, value in (
+        ("{model}", model),
+        ("{root}", ROOT),
+        ("{rows}", work / "rows.jsonl"),
+        ("{work}", work),
+    ):
         command = [c.replace(placeholder, str(value)) for c in command]
-    env = {**os.environ, "PYTHONPATH": f"{SHIM}{os.pathsep}{ROOT}", "SPAG_LIGHT_REPORT": str(reports),
-           "SPAG_LIGHT_ABSENT": ",".join(ABSENT), "SPAG_LIGHT_UNINSTALLED": "spag", "SPAG_LIGHT_PLANT": plant,
-           "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "PIP_NO_INDEX": "1", "SPAG_CACHE": str(work / "cache")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{SHIM}{os.pathsep}{ROOT}",
+        "SPAG_LIGHT_REPORT": str(reports),
+        "SPAG_LIGHT_ABSENT": ",".join(ABSENT),
+        "SPAG_LIGHT_UNINSTALLED": "spag",
+        "SPAG_LIGHT_PLANT": plant,
+        "CUDA_VISIBLE_DEVICES": "",
+        "DS_ACCELERATOR": "cpu",
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PIP_NO_INDEX": "1",
+        "SPAG_CACHE": str(work / "cache"),
+    }
     done = subprocess.run(command, capture_output=True, text=True, cwd=work, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     loaded = {}
@@ -115,9 +176,17 @@ SLOW = pytest.mark.slow
 PROCESSES = {"play": 2, "zero3": 3}
 
 
-@pytest.mark.parametrize("part", ["preflight", pytest.param("play", marks=SLOW), pytest.param("offline-po", marks=SLOW),
-                                  pytest.param("sft-kl", marks=SLOW), pytest.param("zero3", marks=SLOW),
-                                  pytest.param("online", marks=SLOW)])
+@pytest.mark.parametrize(
+    "part",
+    [
+        "preflight",
+        pytest.param("play", marks=SLOW),
+        pytest.param("offline-po", marks=SLOW),
+        pytest.param("sft-kl", marks=SLOW),
+        pytest.param("zero3", marks=SLOW),
+        pytest.param("online", marks=SLOW),
+    ],
+)
 def test_each_part_of_the_gpu_check_loads_none_of_the_heavy_packages(part, tmp_path, request):
     out, loaded = run_part(part, tmp_path, None if part == "preflight" else request.getfixturevalue("tiny"))
     assert len(loaded) >= PROCESSES.get(part, 1), loaded  # the children too
@@ -125,8 +194,14 @@ def test_each_part_of_the_gpu_check_loads_none_of_the_heavy_packages(part, tmp_p
     if part == "preflight":  # from the tree, without lm-eval: the suite is not checked, and says so once
         told = json.loads(out.splitlines()[-1])
         assert Path(told["spag"]).is_relative_to(ROOT)
-        assert told["notes"] == ["evaluate.benchmark.suite (paper) not checked: lm-eval is not installed here, "
-                                 "and the benchmark stages need it (pip install lm-eval)"] * 2
+        assert (
+            told["notes"]
+            == [
+                "evaluate.benchmark.suite (paper) not checked: lm-eval is not installed here, "
+                "and the benchmark stages need it (pip install lm-eval)"
+            ]
+            * 2
+        )
     if part == "play":  # the shipped words, the engine's own decoding loop
         figures = json.loads(out.splitlines()[-1])
         assert figures["words"] == ["sushi", "panties", "protagonist"]

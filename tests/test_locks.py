@@ -27,8 +27,9 @@ def read_lock(name: str) -> dict[str, Version]:
             continue
         requirement = Requirement(text)
         specifiers = list(requirement.specifier)
-        assert len(specifiers) == 1 and specifiers[0].operator == "==" and not requirement.marker, \
+        assert len(specifiers) == 1 and specifiers[0].operator == "==" and not requirement.marker, (
             f"{name}:{number}: {text!r} is not an exact pin"
+        )
         package = canonicalize_name(requirement.name)
         assert package not in pins, f"{name}:{number}: {package} pinned twice"
         pins[package] = Version(specifiers[0].version)
@@ -37,8 +38,11 @@ def read_lock(name: str) -> dict[str, Version]:
 
 def read_excludes(name: str) -> set[str]:
     """The package names an excludes file of requirements/ leaves out of a lock (`uv pip compile --excludes`)."""
-    return {canonicalize_name(line.strip()) for line in (REQUIREMENTS / name).read_text().splitlines()
-            if line.strip() and not line.startswith("#")}
+    return {
+        canonicalize_name(line.strip())
+        for line in (REQUIREMENTS / name).read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
 
 
 def pyproject_requirements(extras: list[str]) -> list[Requirement]:
@@ -55,8 +59,9 @@ def test_lock_pins_every_requirement_within_pyproject_ranges(lock):
     for requirement in pyproject_requirements(LOCKS[lock]):
         package = canonicalize_name(requirement.name)
         assert package in pins, f"{lock}: {requirement} is not pinned"
-        assert requirement.specifier.contains(pins[package], prereleases=True), \
+        assert requirement.specifier.contains(pins[package], prereleases=True), (
             f"{lock}: {package}=={pins[package]} is outside pyproject's {requirement}"
+        )
 
 
 @pytest.mark.parametrize("lock", sorted(LOCKS))
@@ -131,15 +136,22 @@ def _sandbox(tmp_path, pythons: dict[str, str], pyenv_versions: dict[str, str] |
     if pyenv_versions is not None:
         root = tmp_path / "pyenv"
         for version in pyenv_versions:
-            fake(root / "versions" / version / "bin" / f"python{version.rsplit('.', 1)[0]}", pyenv_versions[version])
-        (bin_dir / "pyenv").write_text(f"#!/bin/sh\n[ \"$1\" = root ] && echo {root}\n")
+            fake(
+                root / "versions" / version / "bin" / f"python{version.rsplit('.', 1)[0]}",
+                pyenv_versions[version],
+            )
+        (bin_dir / "pyenv").write_text(f'#!/bin/sh\n[ "$1" = root ] && echo {root}\n')
         (bin_dir / "pyenv").chmod(0o755)
     return {"PATH": str(bin_dir), "HOME": str(tmp_path), "VENV": str(tmp_path / "venv")}
 
 
 def _setup(env) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh"), "--which-python"], env=env,
-                          capture_output=True, text=True)
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup.sh"), "--which-python"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_setup_refuses_a_python_the_lock_does_not_support_in_one_line(tmp_path):
@@ -147,7 +159,8 @@ def test_setup_refuses_a_python_the_lock_does_not_support_in_one_line(tmp_path):
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == [
         "[setup] error: the lock needs Python 3.11 (requirements/lock.sh); found python3 3.12 and no python3.11 on "
-        "PATH or in pyenv: install Python 3.11 (e.g. pyenv install 3.11) or set PYTHON=/path/to/python3.11"]
+        "PATH or in pyenv: install Python 3.11 (e.g. pyenv install 3.11) or set PYTHON=/path/to/python3.11"
+    ]
     assert not (tmp_path / "venv").exists()
 
 
@@ -157,7 +170,10 @@ def test_setup_finds_the_lock_python_on_path_or_in_pyenv(tmp_path):
     assert done.stdout.splitlines() == [f"[setup] Python 3.11: {tmp_path / 'path' / 'bin' / 'python3.11'}"]
     done = _setup(_sandbox(tmp_path / "pyenv", {"python3": "3.10"}, {"3.11.9": "3.11", "3.12.4": "3.12"}))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"[setup] Python 3.11: {tmp_path / 'pyenv' / 'pyenv/versions/3.11.9/bin/python3.11'}"
+    assert (
+        done.stdout.strip()
+        == f"[setup] Python 3.11: {tmp_path / 'pyenv' / 'pyenv/versions/3.11.9/bin/python3.11'}"
+    )
 
 
 def test_setup_refuses_an_environment_made_with_another_python(tmp_path):
@@ -167,8 +183,10 @@ def test_setup_refuses_an_environment_made_with_another_python(tmp_path):
     (tmp_path / "venv" / "bin" / "python").chmod(0o755)
     done = _setup(env)
     assert done.returncode == 2
-    assert done.stderr.splitlines() == [f"[setup] error: {tmp_path / 'venv'} holds Python 3.12; the lock needs "
-                                        f"Python 3.11 (requirements/lock.sh): remove {tmp_path / 'venv'} and run again"]
+    assert done.stderr.splitlines() == [
+        f"[setup] error: {tmp_path / 'venv'} holds Python 3.12; the lock needs "
+        f"Python 3.11 (requirements/lock.sh): remove {tmp_path / 'venv'} and run again"
+    ]
 
 
 def test_one_package_of_the_gpu_lock_writes_cuda_bindings():

@@ -125,7 +125,9 @@ def po_rows():
 def expected_po_terms(rows):
     """Per game row: (loss, d loss / d logp) worked out branch by branch, advantage held constant."""
     out = []
-    for lr, reward in zip([math.log(1.5), math.log(0.5), math.log(1.1), math.log(1.5)], [1.0, -1.0, 0.5, -1.0]):
+    for lr, reward in zip(
+        [math.log(1.5), math.log(0.5), math.log(1.1), math.log(1.5)], [1.0, -1.0, 0.5, -1.0]
+    ):
         r = math.exp(lr)
         a = reward - BETA * lr
         clipped = min(max(r, 1 - EPS), 1 + EPS)
@@ -153,7 +155,8 @@ def test_offline_po_weights_reduction_by_hand():
     assert stats["clip_fraction"].item() == pytest.approx(3 / 4)  # |r − 1| > ε for rows 0, 1, 3
     assert stats["ratio_mean"].item() == pytest.approx((1.5 + 0.5 + 1.1 + 1.5) / 4, rel=1e-5)
     assert stats["kl"].item() == pytest.approx(
-        (math.log(1.5) + math.log(0.5) + math.log(1.1) + math.log(1.5)) / 4, rel=1e-5)
+        (math.log(1.5) + math.log(0.5) + math.log(1.1) + math.log(1.5)) / 4, rel=1e-5
+    )
 
     loss.backward()
     grad = rows["logp"].grad.tolist()
@@ -164,8 +167,9 @@ def test_offline_po_weights_reduction_by_hand():
 
 def test_offline_po_without_detaching_the_advantage_adds_the_kl_gradient():
     rows = po_rows()
-    loss, _ = offline_po_loss(**rows, kl_coeff=BETA, clip_range=EPS, sft_coeff=ALPHA, detach_advantage=False,
-                              reduction="weights")
+    loss, _ = offline_po_loss(
+        **rows, kl_coeff=BETA, clip_range=EPS, sft_coeff=ALPHA, detach_advantage=False, reduction="weights"
+    )
     loss.backward()
     # unclipped row 2 (r = 1.1): d/dl [−r·A] = −r·A + β·r
     r, a = 1.1, 0.5 - BETA * math.log(1.1)
@@ -187,9 +191,15 @@ def test_offline_po_all_game_batch_has_no_sft_term():
 def test_offline_po_all_sft_batch_is_weighted_nll():
     logp = torch.tensor([-0.4, -1.6], requires_grad=True)
     loss, stats = offline_po_loss(
-        logp=logp, ref_logp=torch.tensor([-0.7, -1.2]), rewards=torch.zeros(2),
-        weights=torch.tensor([1.0, 3.0]), is_game=torch.tensor([False, False]),
-        kl_coeff=BETA, clip_range=EPS, sft_coeff=ALPHA, reduction="weights",
+        logp=logp,
+        ref_logp=torch.tensor([-0.7, -1.2]),
+        rewards=torch.zeros(2),
+        weights=torch.tensor([1.0, 3.0]),
+        is_game=torch.tensor([False, False]),
+        kl_coeff=BETA,
+        clip_range=EPS,
+        sft_coeff=ALPHA,
+        reduction="weights",
     )
     assert loss.item() == pytest.approx(ALPHA * (1.0 * 0.4 + 3.0 * 1.6) / 4.0)
     assert set(stats) == {"loss_sft"}
@@ -199,13 +209,18 @@ def test_offline_po_all_sft_batch_is_weighted_nll():
 
 def test_compute_loss_dispatch():
     logp = torch.tensor([-1.0, -2.0])
-    batch = {"weight": torch.tensor([1.0, 1.0]), "reward": torch.tensor([1.0, 0.0]),
-             "is_game": torch.tensor([True, False])}
+    batch = {
+        "weight": torch.tensor([1.0, 1.0]),
+        "reward": torch.tensor([1.0, 0.0]),
+        "is_game": torch.tensor([True, False]),
+    }
     ref = torch.tensor([-1.0, -2.0])
     assert compute_loss(SFT, logp, batch, None, 0.1, EPS, ALPHA)[0].item() == pytest.approx(1.5)
     assert compute_loss(SFT_KL, logp, batch, ref, 0.1, EPS, ALPHA)[0].item() == pytest.approx(1.5)
     # ratio 1, A = reward: game term −1, sft term α·2
-    assert compute_loss(OFFLINE_PO, logp, batch, ref, BETA, EPS, ALPHA)[0].item() == pytest.approx(-1 + ALPHA * 2)
+    assert compute_loss(OFFLINE_PO, logp, batch, ref, BETA, EPS, ALPHA)[0].item() == pytest.approx(
+        -1 + ALPHA * 2
+    )
     with pytest.raises(ValueError, match="reference"):
         compute_loss(SFT_KL, logp, batch, None, 0.1, EPS, ALPHA)
     with pytest.raises(ValueError, match="unknown method"):
@@ -237,7 +252,9 @@ def test_offline_po_rows_reduction_keeps_the_scale_of_the_weights():
     doubled["weights"] = doubled["weights"] * 2
     for reduction, factor in (("rows", 2.0), ("weights", 1.0)):
         base, _ = offline_po_loss(**rows, kl_coeff=BETA, clip_range=EPS, sft_coeff=ALPHA, reduction=reduction)
-        twice, _ = offline_po_loss(**doubled, kl_coeff=BETA, clip_range=EPS, sft_coeff=ALPHA, reduction=reduction)
+        twice, _ = offline_po_loss(
+            **doubled, kl_coeff=BETA, clip_range=EPS, sft_coeff=ALPHA, reduction=reduction
+        )
         assert twice.item() == pytest.approx(factor * base.item(), rel=1e-6)
 
 
@@ -258,9 +275,14 @@ def test_offline_po_rows_reduction_with_the_advantage_attached_by_hand():
 def test_offline_po_rows_reduction_on_an_all_sft_batch():
     logp = torch.tensor([-0.4, -1.6], requires_grad=True)
     loss, _ = offline_po_loss(
-        logp=logp, ref_logp=torch.tensor([-0.7, -1.2]), rewards=torch.zeros(2),
-        weights=torch.tensor([1.0, 3.0]), is_game=torch.tensor([False, False]),
-        kl_coeff=BETA, clip_range=EPS, sft_coeff=ALPHA,
+        logp=logp,
+        ref_logp=torch.tensor([-0.7, -1.2]),
+        rewards=torch.zeros(2),
+        weights=torch.tensor([1.0, 3.0]),
+        is_game=torch.tensor([False, False]),
+        kl_coeff=BETA,
+        clip_range=EPS,
+        sft_coeff=ALPHA,
     )
     assert loss.item() == pytest.approx(ALPHA * (1.0 * 0.4 + 3.0 * 1.6) / 2)
     loss.backward()
@@ -295,14 +317,17 @@ def test_offline_po_rows_attached_equals_the_original_loss_and_gradient(seed):
     rewards = torch.rand(n, generator=gen, dtype=torch.float64) * 2 - 1
     weights = torch.rand(n, generator=gen, dtype=torch.float64) * 4
     # seeds 0 and 1: an all-game and an all-sft batch; otherwise a random mix
-    is_game = (torch.ones(n) if seed == 0 else torch.zeros(n) if seed == 1 else torch.rand(n, generator=gen) < 0.6)
+    is_game = (
+        torch.ones(n) if seed == 0 else torch.zeros(n) if seed == 1 else torch.rand(n, generator=gen) < 0.6
+    )
     is_game = is_game.to(torch.bool)
     rewards = torch.where(is_game, rewards, torch.zeros_like(rewards))
     beta, eps, alpha = 0.2, 0.2, 0.5
 
     ours_logp = logp.clone().requires_grad_(True)
-    ours, _ = offline_po_loss(ours_logp, ref, rewards, weights, is_game, beta, eps, alpha,
-                              reduction="rows", detach_advantage=False)
+    ours, _ = offline_po_loss(
+        ours_logp, ref, rewards, weights, is_game, beta, eps, alpha, reduction="rows", detach_advantage=False
+    )
     ours.backward()
     theirs_logp = logp.clone().requires_grad_(True)
     theirs = original_offline_po(theirs_logp, ref, rewards, weights, ~is_game, beta, eps, alpha)
@@ -316,8 +341,15 @@ def six_to_one_game_rows():
     """Rows of 6 attacker-won and 1 defender-won games, with the rewards and role weights of spag.rewards.build."""
     from spag.rewards.build import role_weights, utterance_rewards
 
-    games = [("attacker", 1), ("attacker", 2), ("attacker", 3), ("attacker", 1), ("attacker", 2),
-             ("attacker", 3), ("defender", 2)]
+    games = [
+        ("attacker", 1),
+        ("attacker", 2),
+        ("attacker", 3),
+        ("attacker", 1),
+        ("attacker", 2),
+        ("attacker", 3),
+        ("defender", 2),
+    ]
     w_attacker, w_defender = role_weights(6, 1)
     rows = []
     for role, moves in games:
@@ -336,10 +368,15 @@ def expected_gradient_mass(rows, batch_size, reduction):
     for batch in batches:
         logp = torch.full((batch_size,), -1.0, dtype=torch.float64, requires_grad=True)
         loss, _ = offline_po_loss(
-            logp, torch.full((batch_size,), -1.0, dtype=torch.float64),
+            logp,
+            torch.full((batch_size,), -1.0, dtype=torch.float64),
             torch.tensor([rows[i][1] for i in batch], dtype=torch.float64),
             torch.tensor([rows[i][2] for i in batch], dtype=torch.float64),
-            torch.ones(batch_size, dtype=torch.bool), BETA, EPS, ALPHA, reduction=reduction,
+            torch.ones(batch_size, dtype=torch.bool),
+            BETA,
+            EPS,
+            ALPHA,
+            reduction=reduction,
         )
         loss.backward()
         for position, i in enumerate(batch):

@@ -16,11 +16,27 @@ from spag.models.memory import (
 
 # Query width (4 heads of 32) wider than the hidden size, grouped key/values, biases (Qwen2), untied embeddings.
 TINY = {
-    "llama": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 300,
-              "tie_word_embeddings": False},
-    "qwen2": {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
-              "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 300, "tie_word_embeddings": True},
+    "llama": {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "vocab_size": 300,
+        "tie_word_embeddings": False,
+    },
+    "qwen2": {
+        "model_type": "qwen2",
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "vocab_size": 300,
+        "tie_word_embeddings": True,
+    },
 }
 
 
@@ -38,7 +54,9 @@ def test_lora_parameters_are_what_peft_trains(family):
     assert lora_parameters(model_shape(config), 4) == trained
 
 
-SHAPE = ModelShape(parameters=1000, layers=2, hidden=8, intermediate=16, kv_heads=2, head_dim=4, vocab=32, heads=2)
+SHAPE = ModelShape(
+    parameters=1000, layers=2, hidden=8, intermediate=16, kv_heads=2, head_dim=4, vocab=32, heads=2
+)
 # 2 rows of 10 tokens: hidden states 2 layers x 20 x 8 x 4 bytes, one layer recomputed 20 x (80 + 48) x 2 bytes,
 # float32 logits and their log-softmax 3 x 20 x 32 x 4 bytes
 ACTIVATIONS = 2 * 20 * 8 * 4 + 20 * (10 * 8 + 3 * 16) * 2 + 3 * 20 * 32 * 4
@@ -64,10 +82,26 @@ def test_zero3_without_offload_keeps_the_optimiser_share_on_each_gpu():
 
 # Qwen2.5-0.5B- and 1.5B-Instruct's config.json as the hub has them (the shape is all the plan reads).
 QWEN25 = {
-    "0.5B": {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
-             "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True},
-    "1.5B": {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
-             "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True},
+    "0.5B": {
+        "model_type": "qwen2",
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
+    "1.5B": {
+        "model_type": "qwen2",
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
 }
 
 
@@ -81,12 +115,19 @@ def test_the_one_gpu_table_of_docs_gpu_md_is_the_plan():
     assert [s.parameters for s in shapes] == [494_032_768, 1_543_714_304]  # the published counts
     gpus = [24564 * 2**20, 49140 * 2**20, 81559 * 2**20]  # nvidia-smi's totals: RTX 4090, L40S, H100
     rows = [
-        ("training step, LoRA r16, 4 × 2048 tokens (preset)", lambda s: gib(training_bytes(s, 4, 2048, lora_rank=16))),
+        (
+            "training step, LoRA r16, 4 × 2048 tokens (preset)",
+            lambda s: gib(training_bytes(s, 4, 2048, lora_rank=16)),
+        ),
         ("the same, 2 × 2048 tokens", lambda s: gib(training_bytes(s, 2, 2048, lora_rank=16))),
-        ("training step without LoRA (`lora_r: 0`), 4 × 2048 tokens, float32 reference on the fly",
-         lambda s: gib(training_bytes(s, 4, 2048, reference_model=True))),
-        ("vLLM at 0.85: key/value cache on 24 / 48 / 80 GB, in games of 2304 tokens",
-         lambda s: " / ".join(str(vllm_kv_tokens(s, "bfloat16", g, 0.85) // 2304) for g in gpus)),
+        (
+            "training step without LoRA (`lora_r: 0`), 4 × 2048 tokens, float32 reference on the fly",
+            lambda s: gib(training_bytes(s, 4, 2048, reference_model=True)),
+        ),
+        (
+            "vLLM at 0.85: key/value cache on 24 / 48 / 80 GB, in games of 2304 tokens",
+            lambda s: " / ".join(str(vllm_kv_tokens(s, "bfloat16", g, 0.85) // 2304) for g in gpus),
+        ),
     ]
     doc = (Path(__file__).resolve().parent.parent / "docs" / "gpu.md").read_text()
     for label, cell in rows:

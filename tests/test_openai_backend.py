@@ -70,17 +70,32 @@ class Endpoint:
                 else:
                     text = step[1]
                     finish = step[2] if len(step) > 2 else "stop"
-                usage = {"prompt_tokens": 5, "completion_tokens": len(text.split()),
-                         "total_tokens": 5 + len(text.split())}
+                usage = {
+                    "prompt_tokens": 5,
+                    "completion_tokens": len(text.split()),
+                    "total_tokens": 5 + len(text.split()),
+                }
                 if self.path.endswith("/chat/completions"):
-                    choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                              "finish_reason": finish}
+                    choice = {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": finish,
+                    }
                     obj = "chat.completion"
                 else:
                     choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
                     obj = "text_completion"
-                self._send(200, {"id": "x", "object": obj, "created": 0, "model": body["model"],
-                                 "choices": [choice], "usage": usage})
+                self._send(
+                    200,
+                    {
+                        "id": "x",
+                        "object": obj,
+                        "created": 0,
+                        "model": body["model"],
+                        "choices": [choice],
+                        "usage": usage,
+                    },
+                )
 
             def _send(self, status, payload):
                 data = json.dumps(payload).encode()
@@ -95,8 +110,9 @@ class Endpoint:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.thread.start()
 
     @property
@@ -130,9 +146,16 @@ def _player(endpoint, **options):
 def test_chat_request_and_reply(endpoint_factory):
     endpoint = endpoint_factory([("ok", "Defender: Think of a warm drink.\nAttacker: tea?")])
     player = _player(endpoint)
-    (reply,) = player.generate(["USER TEXT"], temperature=1.2, top_k=50, max_new_tokens=32,
-                               min_new_tokens=2, seed=7, stop=["\ndefender:", "\nattacker:"],
-                               stop_pattern=STOPS.pattern)
+    (reply,) = player.generate(
+        ["USER TEXT"],
+        temperature=1.2,
+        top_k=50,
+        max_new_tokens=32,
+        min_new_tokens=2,
+        seed=7,
+        stop=["\ndefender:", "\nattacker:"],
+        stop_pattern=STOPS.pattern,
+    )
     assert reply.text == "Defender: Think of a warm drink."  # cut at the invented next line (the pattern)
     assert reply.n_tokens == 8 and not reply.truncated
     request = endpoint.requests[0]
@@ -223,16 +246,22 @@ def test_games_through_an_endpoint_serving_a_real_model(endpoint_factory, tmp_pa
 
     def answer(body):
         with lock:
-            (reply,) = model.generate([body["messages"][0]["content"]], temperature=body["temperature"],
-                                      top_k=body.get("top_k", 0), max_new_tokens=body["max_tokens"],
-                                      min_new_tokens=body.get("min_tokens", 1), seed=body.get("seed"))
+            (reply,) = model.generate(
+                [body["messages"][0]["content"]],
+                temperature=body["temperature"],
+                top_k=body.get("top_k", 0),
+                max_new_tokens=body["max_tokens"],
+                min_new_tokens=body.get("min_tokens", 1),
+                seed=body.get("seed"),
+            )
         return ("ok", reply.text or "...")
 
     endpoint = endpoint_factory(default=answer)
     player = _player(endpoint)
     config = PlayConfig.of(max_turns=1, max_new_tokens=6, batch_size=2)
-    episodes = play_games(player, player, ["apple", "river"], config, output=tmp_path / "out",
-                          show_progress=False)
+    episodes = play_games(
+        player, player, ["apple", "river"], config, output=tmp_path / "out", show_progress=False
+    )
     assert [e["target_word"] for e in episodes] == ["apple", "river"]
     assert all(len(e["history"]) == 2 or e["outcome"] != "tie" for e in episodes)
     assert len(endpoint.requests) == sum(len(e["history"]) for e in episodes)
@@ -249,9 +278,28 @@ def test_a_password_in_base_url_is_in_no_message_and_no_file(endpoint_factory, t
     words = tmp_path / "words.txt"
     words.write_text("apple\n")
     url = endpoint.url.replace("http://", "http://alice:pw-in-url-42@")
-    result = run_cli("play", "--backend", "openai", "--attacker", "m", "--defender", "m", "--words", words,
-                     "-o", tmp_path / "episodes", "--export-json", tmp_path / "episodes.json", "--base-url", url,
-                     "--api-key-env", "SPAG_TEST_KEY", "--max-turns", "1", "--no-progress")
+    result = run_cli(
+        "play",
+        "--backend",
+        "openai",
+        "--attacker",
+        "m",
+        "--defender",
+        "m",
+        "--words",
+        words,
+        "-o",
+        tmp_path / "episodes",
+        "--export-json",
+        tmp_path / "episodes.json",
+        "--base-url",
+        url,
+        "--api-key-env",
+        "SPAG_TEST_KEY",
+        "--max-turns",
+        "1",
+        "--no-progress",
+    )
     assert result.code == (0 if reply[0] == "ok" else 1), result.stderr
     shown = result.stdout + result.stderr
     assert "pw-in-url-42" not in shown

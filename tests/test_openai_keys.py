@@ -46,11 +46,17 @@ def test_openai_key_goes_to_openai_itself(keys):
     assert api_key_for("http://127.0.0.1:8000/v1", None) is None
 
 
-@pytest.mark.parametrize("url, warned", [
-    ("http://10.1.2.3:8000/v1", True), ("http://gpu-node-7:8000/v1", True),
-    ("http://127.0.0.1:8000/v1", False), ("http://localhost:8000/v1", False), ("http://[::1]:8000/v1", False),
-    ("https://10.1.2.3/v1", False),
-])
+@pytest.mark.parametrize(
+    "url, warned",
+    [
+        ("http://10.1.2.3:8000/v1", True),
+        ("http://gpu-node-7:8000/v1", True),
+        ("http://127.0.0.1:8000/v1", False),
+        ("http://localhost:8000/v1", False),
+        ("http://[::1]:8000/v1", False),
+        ("https://10.1.2.3/v1", False),
+    ],
+)
 def test_plain_http_to_another_host_is_warned_about(keys, capsys, url, warned):
     OpenAIPlayer("m", OpenAIOptions(base_url=url))
     assert ("plain http" in capsys.readouterr().err) == warned

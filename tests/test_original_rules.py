@@ -12,7 +12,9 @@ import pytest
 from spag.game.taboo.original import original_forms, plural
 from spag.game.taboo.rules import ORIGINAL, WHOLE_WORD, judge
 
-SEED_WORDS = Path(__file__).resolve().parents[2] / "shared" / "seed-data" / "all_target_words.txt"  # ../shared
+SEED_WORDS = (
+    Path(__file__).resolve().parents[2] / "shared" / "seed-data" / "all_target_words.txt"
+)  # ../shared
 
 
 def reference_judge(target_word, history, max_turns):
@@ -52,29 +54,39 @@ def game(*lines):
 
 CASES = [
     # (target, utterances, original outcome, whole-word outcome)
-    ("cat", ["Let us talk about categories.", "fine"], "attacker_breaks_rules", "tie"),   # substring
+    ("cat", ["Let us talk about categories.", "fine"], "attacker_breaks_rules", "tie"),  # substring
     ("see", ["What grows from seeds?", "hmm"], "attacker_breaks_rules", "tie"),
-    ("cat", ["pets?", "I like the CATALOGUE"], "attacker_wins", "tie"),                   # lower-cased
-    ("run", ["sport?", "I went running"], "attacker_wins", "attacker_wins"),              # w + "ing"
-    ("walk", ["legs?", "I walked home"], "attacker_wins", "attacker_wins"),               # w + "ed"
-    ("child", ["kids?", "Many children here"], "attacker_wins", "attacker_wins"),          # plural
+    ("cat", ["pets?", "I like the CATALOGUE"], "attacker_wins", "tie"),  # lower-cased
+    ("run", ["sport?", "I went running"], "attacker_wins", "attacker_wins"),  # w + "ing"
+    ("walk", ["legs?", "I walked home"], "attacker_wins", "attacker_wins"),  # w + "ed"
+    ("child", ["kids?", "Many children here"], "attacker_wins", "attacker_wins"),  # plural
     ("mouse", ["rodent?", "The mice ran"], "attacker_wins", "attacker_wins"),
-    ("mouse", ["rodent?", "my mousepad"], "attacker_wins", "tie"),                        # substring of w
-    ("apple", ["fruit?", 'It is not "apple"'], "attacker_wins", "attacker_wins"),         # quotes
+    ("mouse", ["rodent?", "my mousepad"], "attacker_wins", "tie"),  # substring of w
+    ("apple", ["fruit?", 'It is not "apple"'], "attacker_wins", "attacker_wins"),  # quotes
     ("apple", ["fruit?", "I know the word! It is apple"], "defender_wins", "defender_wins"),
     ("apple", ["fruit?", "I know the word! It is an apple"], "defender_wins", "defender_wins"),
     ("apple", ["fruit?", "I know the word! It is the red apple"], "attacker_wins", "attacker_wins"),  # > 8
     ("apple", ["fruit?", "I know the word! It's apples"], "defender_wins", "defender_wins"),
     ("apple", ["fruit?", "I know the word! It is: 'apple'"], "defender_wins", "defender_wins"),  # quote: 9
-    ("apple", ["fruit?", "I know the word! It is the 'apple'"], "defender_wins", "attacker_wins"),  # quoted: 8+1
-    ("apple", ["fruit?", "I know the word! It is the  apple"], "attacker_wins", "defender_wins"),  # 9: too far
+    (
+        "apple",
+        ["fruit?", "I know the word! It is the 'apple'"],
+        "defender_wins",
+        "attacker_wins",
+    ),  # quoted: 8+1
+    (
+        "apple",
+        ["fruit?", "I know the word! It is the  apple"],
+        "attacker_wins",
+        "defender_wins",
+    ),  # 9: too far
     ("apple", ["fruit?", "I know the word! It is pineapple"], "defender_wins", "attacker_wins"),
     ("apple", ["fruit?", "I know the word! It\napple"], "attacker_wins", "attacker_wins"),  # no newline
-    ("apple", ["fruit?", "I know the word: apple"], "attacker_wins", "defender_wins"),    # no "! it"
+    ("apple", ["fruit?", "I know the word: apple"], "attacker_wins", "defender_wins"),  # no "! it"
     ("apple", ["fruit?", "I know the word!It is apple"], "attacker_wins", "defender_wins"),  # no window
     ("apple", ["I know the word! It is pear", "no"], "attacker_breaks_rules", "attacker_breaks_rules"),
     ("apple", ["fruit?", "pear", "again", "plum"], "tie", "tie"),
-    ("tree", ["wood?", "maybe", "yes", "street"], "attacker_wins", "tie"),                # 4th utterance
+    ("tree", ["wood?", "maybe", "yes", "street"], "attacker_wins", "tie"),  # 4th utterance
 ]
 
 
@@ -94,20 +106,48 @@ def test_only_two_max_turns_utterances_are_judged():
     assert judge("cat", history, 1, rules=ORIGINAL).turns == 2
 
 
-@pytest.mark.parametrize("word, expected", [
-    ("cat", "cats"), ("child", "children"), ("mouse", "mice"), ("city", "cities"), ("box", "boxes"),
-    ("sheep", "sheep"), ("knife", "knives"), ("person", "people"), ("analysis", "analyses"),
-    ("criterion", "criteria"), ("would", "woulds"), ("the", "thes"),
-    ("cannot", "cans"), ("gonna", "gons"),  # TextBlob's tokenizer cuts these before pluralising
-])
+@pytest.mark.parametrize(
+    "word, expected",
+    [
+        ("cat", "cats"),
+        ("child", "children"),
+        ("mouse", "mice"),
+        ("city", "cities"),
+        ("box", "boxes"),
+        ("sheep", "sheep"),
+        ("knife", "knives"),
+        ("person", "people"),
+        ("analysis", "analyses"),
+        ("criterion", "criteria"),
+        ("would", "woulds"),
+        ("the", "thes"),
+        ("cannot", "cans"),
+        ("gonna", "gons"),  # TextBlob's tokenizer cuts these before pluralising
+    ],
+)
 def test_plural_is_textblobs(word, expected):
     assert plural(word) == expected
 
 
 def test_forms_are_the_four_and_their_quoted_versions():
-    assert original_forms("Dog") == ("dog", "doging", "doged", "dogs", '"dog"', '"doging"', '"doged"', '"dogs"',
-                                     "'dog'", "'doging'", "'doged'", "'dogs'", "`dog`", "`doging`", "`doged`",
-                                     "`dogs`")
+    assert original_forms("Dog") == (
+        "dog",
+        "doging",
+        "doged",
+        "dogs",
+        '"dog"',
+        '"doging"',
+        '"doged"',
+        '"dogs"',
+        "'dog'",
+        "'doging'",
+        "'doged'",
+        "'dogs'",
+        "`dog`",
+        "`doging`",
+        "`doged`",
+        "`dogs`",
+    )
 
 
 @pytest.mark.skipif(not SEED_WORDS.exists(), reason="the original's word list is not on this machine")
@@ -117,9 +157,39 @@ def test_every_word_of_the_original_list_has_a_plural():
     assert all(p and p.isalpha() for p in plurals)
 
 
-PIECES = ["i know the word! it", "I KNOW THE WORD! IT", " is ", "'s ", " ", ": ", "\n", '"', "'", "`", "a ",
-          "the ", "well, ", "rain", "rains", "raining", "rained", "rainy", "brain", "train", "trains", "cat",
-          "cats", "category", "caught", "scatter", "hello", "!", ".", "sun", "i know"]
+PIECES = [
+    "i know the word! it",
+    "I KNOW THE WORD! IT",
+    " is ",
+    "'s ",
+    " ",
+    ": ",
+    "\n",
+    '"',
+    "'",
+    "`",
+    "a ",
+    "the ",
+    "well, ",
+    "rain",
+    "rains",
+    "raining",
+    "rained",
+    "rainy",
+    "brain",
+    "train",
+    "trains",
+    "cat",
+    "cats",
+    "category",
+    "caught",
+    "scatter",
+    "hello",
+    "!",
+    ".",
+    "sun",
+    "i know",
+]
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -127,8 +197,9 @@ def test_random_games_agree_with_the_restatement(seed):
     rng = random.Random(seed)
     for _ in range(50):
         target = rng.choice(["rain", "cat", "train", "sun"])
-        history = game(*("".join(rng.choice(PIECES) for _ in range(rng.randint(1, 8)))
-                         for _ in range(rng.randint(0, 6))))
+        history = game(
+            *("".join(rng.choice(PIECES) for _ in range(rng.randint(1, 8))) for _ in range(rng.randint(0, 6)))
+        )
         max_turns = rng.randint(1, 3)
         verdict = judge(target, history, max_turns, rules=ORIGINAL)
         assert (verdict.outcome, verdict.turns) == reference_judge(target, history, max_turns), history
@@ -136,19 +207,27 @@ def test_random_games_agree_with_the_restatement(seed):
 
 @pytest.mark.slow
 def test_cli_judge_with_the_original_rules(tmp_path):
-    games = [{"target_word": "cat", "max_turns": 5, "history": game("a category", "ok")},
-             {"target_word": "apple", "max_turns": 5, "history": game("fruit?", "I know the word! It is pineapple")}]
+    games = [
+        {"target_word": "cat", "max_turns": 5, "history": game("a category", "ok")},
+        {
+            "target_word": "apple",
+            "max_turns": 5,
+            "history": game("fruit?", "I know the word! It is pineapple"),
+        },
+    ]
     src = tmp_path / "games.json"
     src.write_text(json.dumps(games))
 
     def outcomes(*options):
-        result = subprocess.run([sys.executable, "-m", "spag.cli", "judge", src, *options],
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            [sys.executable, "-m", "spag.cli", "judge", src, *options], capture_output=True, text=True
+        )
         assert result.returncode == 0, result.stderr
         return [json.loads(line)["outcome"] for line in result.stdout.splitlines()]
 
     assert outcomes("--rules", "original") == ["attacker_breaks_rules", "defender_wins"]
     assert outcomes() == ["tie", "attacker_wins"]
-    bad = subprocess.run([sys.executable, "-m", "spag.cli", "judge", src, "--rules", "loose"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "spag.cli", "judge", src, "--rules", "loose"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "--rules" in bad.stderr

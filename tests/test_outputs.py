@@ -11,10 +11,30 @@ import pytest
 from spag.runtime.outputs import MARKER, OutputRefused, claim_output_dir, output_kind, prepare_output_dir
 from spag.testing import make_tiny_checkpoint, run_cli
 
-ROW = {"prompt": "Name a yellow fruit.", "completion": "A banana.", "reward": None, "weight": 1.0,
-       "role": None, "kind": "sft", "target_word": None, "turn": None, "episode": None}
-FAST = ["--max-steps", "1", "--batch-size", "1", "--grad-accum", "1", "--no-live", "--device", "cpu",
-        "--save-steps", "1"]
+ROW = {
+    "prompt": "Name a yellow fruit.",
+    "completion": "A banana.",
+    "reward": None,
+    "weight": 1.0,
+    "role": None,
+    "kind": "sft",
+    "target_word": None,
+    "turn": None,
+    "episode": None,
+}
+FAST = [
+    "--max-steps",
+    "1",
+    "--batch-size",
+    "1",
+    "--grad-accum",
+    "1",
+    "--no-live",
+    "--device",
+    "cpu",
+    "--save-steps",
+    "1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +104,9 @@ def test_train_output_dir_with_user_files_is_refused_not_deleted(tiny, rows, tmp
     result = run_cli("train", "--method", "sft", "--model", tiny, "--data", rows, "-o", target, *FAST)
     assert_refused(result, target)
     assert sorted(p.name for p in target.iterdir()) == ["thesis.tex"]
-    result = run_cli("train", "--method", "sft", "--model", tiny, "--data", rows, "-o", target, "--overwrite",
-                     *FAST)
+    result = run_cli(
+        "train", "--method", "sft", "--model", tiny, "--data", rows, "-o", target, "--overwrite", *FAST
+    )
     assert_refused(result, target)
     assert (target / "thesis.tex").read_text() == "three years of work"
 
@@ -93,8 +114,20 @@ def test_train_output_dir_with_user_files_is_refused_not_deleted(tiny, rows, tmp
 def test_train_checkpoint_dir_with_user_files_is_refused_not_deleted(tiny, rows, tmp_path):
     checkpoints = users_folder(tmp_path / "scratch")
     out = tmp_path / "out"
-    result = run_cli("train", "--method", "sft", "--model", tiny, "--data", rows, "-o", out,
-                     "--checkpoint-dir", checkpoints, *FAST)
+    result = run_cli(
+        "train",
+        "--method",
+        "sft",
+        "--model",
+        tiny,
+        "--data",
+        rows,
+        "-o",
+        out,
+        "--checkpoint-dir",
+        checkpoints,
+        *FAST,
+    )
     assert_refused(result, checkpoints)
     assert sorted(p.name for p in checkpoints.iterdir()) == ["thesis.tex"]
     assert not out.exists()
@@ -107,16 +140,18 @@ def test_train_overwrite_replaces_its_own_previous_output(tiny, rows, tmp_path):
     again = run_cli("train", "--method", "sft", "--model", tiny, "--data", rows, "-o", out, *FAST)
     assert_refused(again, out)
     assert "--overwrite" in again.stderr
-    replaced = run_cli("train", "--method", "sft", "--model", tiny, "--data", rows, "-o", out, "--overwrite",
-                       *FAST)
+    replaced = run_cli(
+        "train", "--method", "sft", "--model", tiny, "--data", rows, "-o", out, "--overwrite", *FAST
+    )
     assert replaced.code == 0, replaced.stderr
     assert (out / "training_summary.json").is_file()
 
 
 def test_train_refuses_another_commands_output(tiny, rows, tmp_path):
     # The tiny checkpoint is a `spag checkpoint` output, not a `spag train` one: --overwrite cannot take it.
-    result = run_cli("train", "--method", "sft", "--model", tiny, "--data", rows, "-o", tiny, "--overwrite",
-                     *FAST)
+    result = run_cli(
+        "train", "--method", "sft", "--model", tiny, "--data", rows, "-o", tiny, "--overwrite", *FAST
+    )
     assert_refused(result, tiny)
     assert (tiny / "config.json").is_file()
 
@@ -134,8 +169,23 @@ def test_play_output_dir_with_user_files_is_refused(tiny, tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("apple\nriver\n")
     target = users_folder(tmp_path / "mine")
-    args = ["play", "--attacker", tiny, "--defender", tiny, "--words", words, "--max-turns", "1",
-            "--max-new-tokens", "3", "--device", "cpu", "--no-progress", "-o"]
+    args = [
+        "play",
+        "--attacker",
+        tiny,
+        "--defender",
+        tiny,
+        "--words",
+        words,
+        "--max-turns",
+        "1",
+        "--max-new-tokens",
+        "3",
+        "--device",
+        "cpu",
+        "--no-progress",
+        "-o",
+    ]
     assert_refused(run_cli(*args, target, "--overwrite"), target)
     assert sorted(p.name for p in target.iterdir()) == ["thesis.tex"]
 
@@ -152,9 +202,24 @@ def test_evaluate_episodes_folder_with_user_files_is_refused(tiny, tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("apple\n")
     target = users_folder(tmp_path / "mine")
-    result = run_cli("evaluate", "--model", tiny, "--opponent", tiny, "--words", words, "-o",
-                     tmp_path / "m.json", "--episodes-out", target, "--overwrite", "--max-turns", "1",
-                     "--max-new-tokens", "3")
+    result = run_cli(
+        "evaluate",
+        "--model",
+        tiny,
+        "--opponent",
+        tiny,
+        "--words",
+        words,
+        "-o",
+        tmp_path / "m.json",
+        "--episodes-out",
+        target,
+        "--overwrite",
+        "--max-turns",
+        "1",
+        "--max-new-tokens",
+        "3",
+    )
     assert_refused(result, target)
     assert sorted(p.name for p in target.iterdir()) == ["thesis.tex"]
     assert not (tmp_path / "m.json").exists()

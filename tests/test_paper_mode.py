@@ -22,7 +22,9 @@ from spag.rewards.build import build_imitation_set, reward_rows
 from spag.runtime.errors import ParamsError
 
 ROOT = Path(__file__).resolve().parent.parent
-SEED_WORDS = Path(__file__).resolve().parents[2] / "shared" / "seed-data" / "all_target_words.txt"  # ../shared
+SEED_WORDS = (
+    Path(__file__).resolve().parents[2] / "shared" / "seed-data" / "all_target_words.txt"
+)  # ../shared
 
 
 def load(name):
@@ -52,7 +54,11 @@ def test_default_params_keep_this_projects_behaviour():
     assert p["imitate"]["lr_scheduler"] == p["spag"]["lr_scheduler"] == "cosine"
     assert p["spag"]["reduction"] == "rows" and p["spag"]["detach_advantage"] is True
     assert (p["game"]["play_prompts"], p["game"]["row_prompts"], p["game"]["replies"], p["game"]["end"]) == (
-        "templates", "templates", "clean", "decided")
+        "templates",
+        "templates",
+        "clean",
+        "decided",
+    )
     assert p["spag"]["truncation"] == "history" and p["spag"]["ref_on_the_fly"] is False
 
 
@@ -69,7 +75,9 @@ def test_paper_yaml_turns_every_switch_to_the_original():
     # the original's play_llm_game.py: float16 weights, no shortest reply; its training ran with
     # --gradient_checkpointing True
     assert p["play"]["dtype"] == p["evaluate"]["dtype"] == "float16"
-    assert p["teacher"]["min_new_tokens"] == p["play"]["min_new_tokens"] == p["evaluate"]["min_new_tokens"] == 0
+    assert (
+        p["teacher"]["min_new_tokens"] == p["play"]["min_new_tokens"] == p["evaluate"]["min_new_tokens"] == 0
+    )
     assert p["imitate"]["gradient_checkpointing"] is True and p["spag"]["gradient_checkpointing"] is True
     assert p["teacher"]["empty_retries"] == p["play"]["empty_retries"] == p["evaluate"]["empty_retries"] == 0
     # the original's prompts, replies, game end, general rows, truncation and reference (the details:
@@ -80,7 +88,11 @@ def test_paper_yaml_turns_every_switch_to_the_original():
     assert p["play"]["max_prompt_tokens"] == p["evaluate"]["max_prompt_tokens"] == 2048
     assert p["play"]["include_held_out"] is True
     for step in ("imitate", "spag"):
-        assert (p[step]["truncation"], p[step]["ref_on_the_fly"], p[step]["max_length"]) == ("left", True, 2048)
+        assert (p[step]["truncation"], p[step]["ref_on_the_fly"], p[step]["max_length"]) == (
+            "left",
+            True,
+            2048,
+        )
 
 
 def keys(tree, prefix=""):
@@ -110,13 +122,26 @@ def test_params_files_write_out_every_setting_but_the_backends_options():
     assert set(load("params.yaml")["teacher"]["strategies"]) < set(TabooStrategies.model_fields)
 
 
-@pytest.mark.parametrize("section, key, value, message", [
-    ("game", "rules", "loose", "params.yaml: game.rules: 'loose' is not one of whole-word, original"),
-    ("spag", "lr_scheduler", "cosine_restarts", "params.yaml: spag.lr_scheduler: 'cosine_restarts' is not one"),
-    ("spag", "detach_advantage", "no", "params.yaml: spag.detach_advantage: expected true or false"),
-    ("imitate", "sft_limit", -1, "params.yaml: imitate.sft_limit: must be >= 0, got -1"),
-    ("teacher", "rows", "rows.json", "params.yaml: teacher.episodes: give teacher.episodes or teacher.rows"),
-])
+@pytest.mark.parametrize(
+    "section, key, value, message",
+    [
+        ("game", "rules", "loose", "params.yaml: game.rules: 'loose' is not one of whole-word, original"),
+        (
+            "spag",
+            "lr_scheduler",
+            "cosine_restarts",
+            "params.yaml: spag.lr_scheduler: 'cosine_restarts' is not one",
+        ),
+        ("spag", "detach_advantage", "no", "params.yaml: spag.detach_advantage: expected true or false"),
+        ("imitate", "sft_limit", -1, "params.yaml: imitate.sft_limit: must be >= 0, got -1"),
+        (
+            "teacher",
+            "rows",
+            "rows.json",
+            "params.yaml: teacher.episodes: give teacher.episodes or teacher.rows",
+        ),
+    ],
+)
 def test_bad_switches_name_the_key(section, key, value, message):
     p = load("params.yaml")
     p[section][key] = value
@@ -142,17 +167,24 @@ class OneLinePlayer:
     name = "one-line"
 
     def generate(self, prompts, **_):
-        return [Reply("Think of a category of pets." if "You are the attacker" in p else "Dogs, maybe?", 3)
-                for p in prompts]
+        return [
+            Reply("Think of a category of pets." if "You are the attacker" in p else "Dogs, maybe?", 3)
+            for p in prompts
+        ]
 
 
 def test_play_judges_by_the_rules_of_the_config():
     player = OneLinePlayer()
     whole = play_games(player, player, ["cat"], PlayConfig.of(max_turns=2), show_progress=False)[0]
-    original = play_games(player, player, ["cat"], PlayConfig.of(max_turns=2, rules="original"),
-                          show_progress=False)[0]
+    original = play_games(
+        player, player, ["cat"], PlayConfig.of(max_turns=2, rules="original"), show_progress=False
+    )[0]
     assert (whole["outcome"], whole["turns"], rules_of(whole)) == (TIE, 4, "whole-word")
-    assert (original["outcome"], original["turns"], rules_of(original)) == (ATTACKER_BREAKS_RULES, 1, "original")
+    assert (original["outcome"], original["turns"], rules_of(original)) == (
+        ATTACKER_BREAKS_RULES,
+        1,
+        "original",
+    )
 
 
 def test_play_config_rejects_unknown_rules():
@@ -162,23 +194,35 @@ def test_play_config_rejects_unknown_rules():
 
 EPISODES = [
     # whole-word: the defender's "scatter" does not say "cat" (a tie); original: it does (attacker wins)
-    {"target_word": "cat", "max_turns": 2, "history": [
-        {"role": "attacker", "content": "What do seeds do in the wind?"},
-        {"role": "defender", "content": "They scatter."}]},
+    {
+        "target_word": "cat",
+        "max_turns": 2,
+        "history": [
+            {"role": "attacker", "content": "What do seeds do in the wind?"},
+            {"role": "defender", "content": "They scatter."},
+        ],
+    },
     # both: a right guess
-    {"target_word": "apple", "max_turns": 2, "history": [
-        {"role": "attacker", "content": "A red fruit."},
-        {"role": "defender", "content": "I know the word! It is apple"}]},
+    {
+        "target_word": "apple",
+        "max_turns": 2,
+        "history": [
+            {"role": "attacker", "content": "A red fruit."},
+            {"role": "defender", "content": "I know the word! It is apple"},
+        ],
+    },
 ]
 
 
 def test_rewards_follow_the_rules():
     rows, stats = reward_rows(EPISODES)
-    assert dict(stats.outcomes) == {"tie": 1, "defender_wins": 1} and {r["role"] for r in rows} == {"defender"}
+    assert dict(stats.outcomes) == {"tie": 1, "defender_wins": 1} and {r["role"] for r in rows} == {
+        "defender"
+    }
     rows, stats = reward_rows(EPISODES, game=Taboo(TabooSettings(rules="original")))
     assert dict(stats.outcomes) == {"attacker_wins": 1, "defender_wins": 1}
     assert [(r["role"], r["target_word"]) for r in rows] == [("attacker", "cat"), ("defender", "apple")]
-    assert stats.role_weights == {'attacker': 1.0, 'defender': 1.0}
+    assert stats.role_weights == {"attacker": 1.0, "defender": 1.0}
 
 
 def test_analyze_rules_diff_and_rejudging(tmp_path):
@@ -190,11 +234,13 @@ def test_analyze_rules_diff_and_rejudging(tmp_path):
     write_episodes(judged(EPISODES, Taboo()), folder / "e.parquet")  # outcomes stored by the whole-word judge
     diff = run_query("rules_diff", str(folder))
     assert [(d["target_word"], d["whole_word_outcome"], d["original_outcome"]) for d in diff] == [
-        ("cat", "tie", "attacker_wins")]
+        ("cat", "tie", "attacker_wins")
+    ]
     assert json.loads(diff[0]["history"])[1]["content"] == "They scatter."
     stored = run_query("SELECT target_word, outcome FROM episodes ORDER BY target_word", str(folder))
-    again = run_query("SELECT target_word, outcome FROM episodes ORDER BY target_word", str(folder),
-                      rules="original")
+    again = run_query(
+        "SELECT target_word, outcome FROM episodes ORDER BY target_word", str(folder), rules="original"
+    )
     assert [r["outcome"] for r in stored] == ["defender_wins", "tie"]
     assert [r["outcome"] for r in again] == ["defender_wins", "attacker_wins"]
 
@@ -207,7 +253,9 @@ def test_imitation_set_mixes_general_data_only_when_asked(tmp_path):
     src.write_text(json.dumps(EPISODES))
     stats = build_imitation_set(src, tmp_path / "none.jsonl", Imitate(sft=None))
     assert stats.sft_rows == 0
-    assert {json.loads(line)["kind"] for line in (tmp_path / "none.jsonl").read_text().splitlines()} == {"game"}
+    assert {json.loads(line)["kind"] for line in (tmp_path / "none.jsonl").read_text().splitlines()} == {
+        "game"
+    }
     stats = build_imitation_set(src, tmp_path / "mixed.jsonl", Imitate(sft="builtin", sft_limit=3))
     assert stats.sft_rows == 3
 
@@ -226,8 +274,9 @@ def stage(tmp_path, name, overrides):
         p[section][key] = value
     (project / "params.yaml").write_text(yaml.safe_dump(p))
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    result = subprocess.run([sys.executable, f"stages/{name}.py"], cwd=project, env=env, capture_output=True,
-                            text=True)
+    result = subprocess.run(
+        [sys.executable, f"stages/{name}.py"], cwd=project, env=env, capture_output=True, text=True
+    )
     return result, project
 
 
@@ -235,8 +284,16 @@ def stage(tmp_path, name, overrides):
 def test_words_stage_reads_the_original_list_in_order(tmp_path):
     from spag.game.words import split_words
 
-    result, project = stage(tmp_path, "words", {"words.source": str(SEED_WORDS), "words.top": 200,
-                                                "words.nouns_only": False, "words.skip_stop_words": False})
+    result, project = stage(
+        tmp_path,
+        "words",
+        {
+            "words.source": str(SEED_WORDS),
+            "words.top": 200,
+            "words.nouns_only": False,
+            "words.skip_stop_words": False,
+        },
+    )
     assert result.returncode == 0, result.stderr
     words = (project / "data/words/all.txt").read_text().split()
     assert words == SEED_WORDS.read_text().split()[:200]
@@ -245,11 +302,27 @@ def test_words_stage_reads_the_original_list_in_order(tmp_path):
     assert (project / "data/words/train.txt").read_text().split() == train
     assert (project / "data/words/eval.txt").read_text().split() == held
     # the split is the same on a second run
-    again, _ = stage(tmp_path, "words", {"words.source": str(SEED_WORDS), "words.top": 200,
-                                         "words.nouns_only": False, "words.skip_stop_words": False})
+    again, _ = stage(
+        tmp_path,
+        "words",
+        {
+            "words.source": str(SEED_WORDS),
+            "words.top": 200,
+            "words.nouns_only": False,
+            "words.skip_stop_words": False,
+        },
+    )
     assert again.returncode == 0 and (project / "data/words/eval.txt").read_text().split() == held
-    skipping, _ = stage(tmp_path, "words", {"words.source": str(SEED_WORDS), "words.top": 200,
-                                            "words.nouns_only": False, "words.skip_stop_words": True})
+    skipping, _ = stage(
+        tmp_path,
+        "words",
+        {
+            "words.source": str(SEED_WORDS),
+            "words.top": 200,
+            "words.nouns_only": False,
+            "words.skip_stop_words": True,
+        },
+    )
     assert skipping.returncode == 0
     assert "would" not in (project / "data/words/all.txt").read_text().split()
 
@@ -257,26 +330,44 @@ def test_words_stage_reads_the_original_list_in_order(tmp_path):
 def test_words_stage_with_a_missing_list_stops_with_one_line(tmp_path):
     result, _ = stage(tmp_path, "words", {"words.source": str(tmp_path / "nowhere.txt")})
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [f"error: params.yaml: words.source: no such file: "
-                                                  f"{tmp_path / 'nowhere.txt'}"]
+    assert result.stderr.strip().splitlines() == [
+        f"error: params.yaml: words.source: no such file: {tmp_path / 'nowhere.txt'}"
+    ]
 
 
 def test_bad_switch_stops_a_stage_with_one_line(tmp_path):
     result, _ = stage(tmp_path, "words", {"game.rules": "loose"})
     assert result.returncode == 2
-    assert result.stderr.strip() == ("error: params.yaml: game.rules: 'loose' is not one of whole-word, "
-                                     "original")
+    assert result.stderr.strip() == (
+        "error: params.yaml: game.rules: 'loose' is not one of whole-word, original"
+    )
 
 
 GPT4_SHAPE = [  # the original results file: target_word, max_turns, history
-    {"target_word": "cat", "max_turns": 5, "history": [
-        {"role": "attacker", "content": "Seeds in the wind?"}, {"role": "defender", "content": "They scatter."}]},
-    {"target_word": "apple", "max_turns": 5, "history": [
-        {"role": "attacker", "content": "A red fruit."},
-        {"role": "defender", "content": "I know the word! It is apple"}]},
-    {"target_word": "river", "max_turns": 5, "history": [
-        {"role": "attacker", "content": "Water flowing to the sea?"},
-        {"role": "defender", "content": "I know the word! It is lake"}]},
+    {
+        "target_word": "cat",
+        "max_turns": 5,
+        "history": [
+            {"role": "attacker", "content": "Seeds in the wind?"},
+            {"role": "defender", "content": "They scatter."},
+        ],
+    },
+    {
+        "target_word": "apple",
+        "max_turns": 5,
+        "history": [
+            {"role": "attacker", "content": "A red fruit."},
+            {"role": "defender", "content": "I know the word! It is apple"},
+        ],
+    },
+    {
+        "target_word": "river",
+        "max_turns": 5,
+        "history": [
+            {"role": "attacker", "content": "Water flowing to the sea?"},
+            {"role": "defender", "content": "I know the word! It is lake"},
+        ],
+    },
 ]
 
 
@@ -296,17 +387,23 @@ def test_teacher_episodes_are_imported_judged_and_held_out_words_left_out(tmp_pa
     assert "3 episodes" not in result.stderr and "1 on held-out targets left out" in result.stderr
     imported = read_records(project / "data/teacher/episodes")
     assert [(e["target_word"], e["outcome"], rules_of(e)) for e in imported] == [
-        ("cat", "attacker_wins", "original"), ("apple", "defender_wins", "original")]
+        ("cat", "attacker_wins", "original"),
+        ("apple", "defender_wins", "original"),
+    ]
 
     result, _ = stage(tmp_path, "imitation_data", {"game.rules": "original", "imitate.sft": None})
     assert result.returncode == 0, result.stderr
     rows = read_records(project / "data/imitation/rows.parquet")
     assert [(r["role"], r["completion"], r["kind"]) for r in rows] == [
-        ("attacker", "Seeds in the wind?", "game"), ("defender", "I know the word! It is apple", "game")]
+        ("attacker", "Seeds in the wind?", "game"),
+        ("defender", "I know the word! It is apple", "game"),
+    ]
 
 
-ORIGINAL_QUERY = ("Play the game ...\n### Game History:\n  - attacker: A red fruit.\n\n### Instruction: You are "
-                  "the defender. Provide your response to infer the target word.\n\n### Response:")
+ORIGINAL_QUERY = (
+    "Play the game ...\n### Game History:\n  - attacker: A red fruit.\n\n### Instruction: You are "
+    "the defender. Provide your response to infer the target word.\n\n### Response:"
+)
 
 
 @pytest.mark.slow
@@ -317,11 +414,17 @@ def test_teacher_rows_are_used_as_they_are_with_their_weight(tmp_path):
     from spag.train.data import encode_rows
 
     src = tmp_path / "train_imitation_gpt4.json"
-    src.write_text(json.dumps([
-        {"query": ORIGINAL_QUERY, "target": "I know the word! It is apple", "weight": 3.5},
-        {"query": "### Instruction: You are the attacker. The target word is `apple`.\n\n### Response:",
-         "target": "A red fruit."},
-    ]))
+    src.write_text(
+        json.dumps(
+            [
+                {"query": ORIGINAL_QUERY, "target": "I know the word! It is apple", "weight": 3.5},
+                {
+                    "query": "### Instruction: You are the attacker. The target word is `apple`.\n\n### Response:",
+                    "target": "A red fruit.",
+                },
+            ]
+        )
+    )
     result, project = stage(tmp_path, "teacher_play", {"teacher.rows": str(src)})
     assert result.returncode == 0, result.stderr
     result, _ = stage(tmp_path, "imitation_data", {"imitate.sft": None})
@@ -329,8 +432,13 @@ def test_teacher_rows_are_used_as_they_are_with_their_weight(tmp_path):
     rows = read_records(project / "data/imitation/rows.parquet")
     assert [(r["prompt"], r["weight"], r["role"], r["raw_prompt"]) for r in rows] == [
         (ORIGINAL_QUERY, 3.5, "defender", True),
-        ("### Instruction: You are the attacker. The target word is `apple`.\n\n### Response:", 1.0, "attacker",
-         True)]
+        (
+            "### Instruction: You are the attacker. The target word is `apple`.\n\n### Response:",
+            1.0,
+            "attacker",
+            True,
+        ),
+    ]
     # training sees the query as the whole model input, as the original's collator built it: BOS + the
     # query's tokens + the target's + EOS, no chat template around it
     tok = build_tiny_tokenizer(chat_template=True)
@@ -347,7 +455,10 @@ def test_teacher_rows_with_a_bad_weight_stop_with_one_line(tmp_path):
     src.write_text(json.dumps([{"query": "q", "target": "t", "weight": "heavy"}]))
     result, _ = stage(tmp_path, "teacher_play", {"teacher.rows": str(src)})
     assert result.returncode == 2
-    assert result.stderr.strip() == f"error: teacher.rows: {src}: record 0: 'weight' must be a number, got 'heavy'"
+    assert (
+        result.stderr.strip()
+        == f"error: teacher.rows: {src}: record 0: 'weight' must be a number, got 'heavy'"
+    )
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -365,8 +476,13 @@ def test_reward_and_imitation_commands_take_the_rules(tmp_path):
         whole = spag(command, src, "-o", tmp_path / f"{command}-whole.jsonl")
         original = spag(command, src, "-o", tmp_path / f"{command}-original.jsonl", "--rules", "original")
         assert whole.returncode == original.returncode == 0, whole.stderr + original.stderr
-        roles = [[json.loads(line)["role"] for line in (tmp_path / f"{command}-{name}.jsonl").read_text().splitlines()]
-                 for name in ("whole", "original")]
+        roles = [
+            [
+                json.loads(line)["role"]
+                for line in (tmp_path / f"{command}-{name}.jsonl").read_text().splitlines()
+            ]
+            for name in ("whole", "original")
+        ]
         assert roles == [["defender"], ["attacker", "defender"]], command
         bad = spag(command, src, "-o", tmp_path / "bad.jsonl", "--rules", "loose")
         assert bad.returncode == 2 and "--rules: 'loose' is not one of whole-word, original" in bad.stderr
@@ -389,6 +505,9 @@ def test_words_command_reads_a_list_file(tmp_path):
     assert kept.returncode == 0, kept.stderr
     assert out.read_text().split() == ["one", "like", "would", "river"]  # order kept, lower-cased, no repeat
     skipped = spag("words", "-o", out, "--source", listing, "--overwrite")  # its own earlier list
-    assert skipped.returncode == 0 and out.read_text().split() == ["river", "apple"]  # "one", "like", "would": function words
+    assert skipped.returncode == 0 and out.read_text().split() == [
+        "river",
+        "apple",
+    ]  # "one", "like", "would": function words
     missing = spag("words", "-o", out, "--source", tmp_path / "nowhere.txt", "--overwrite")
     assert missing.returncode == 2 and "nowhere.txt: no such file" in missing.stderr

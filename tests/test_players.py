@@ -92,17 +92,20 @@ class _Script:
 # ------------------------------------------------------------------------------------------ cleaning
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("Attacker: Think of fruit.\nDefender: Apple?", "Think of fruit."),
-    ("  defender:   I like mornings.", "I like mornings."),
-    ("You: Attacker: nested labels", "nested labels"),
-    ("**Defender:** bold label", "bold label"),
-    ("A hint.\n\nattacker: my next line", "A hint."),
-    ("line one\nline two", "line one\nline two"),
-    ("Hello<|im_end|>\n<|im_start|>user\nmore", "Hello"),
-    ("Defender:", ""),
-    ("   ", ""),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("Attacker: Think of fruit.\nDefender: Apple?", "Think of fruit."),
+        ("  defender:   I like mornings.", "I like mornings."),
+        ("You: Attacker: nested labels", "nested labels"),
+        ("**Defender:** bold label", "bold label"),
+        ("A hint.\n\nattacker: my next line", "A hint."),
+        ("line one\nline two", "line one\nline two"),
+        ("Hello<|im_end|>\n<|im_start|>user\nmore", "Hello"),
+        ("Defender:", ""),
+        ("   ", ""),
+    ],
+)
 def test_clean_reply(raw, expected):
     assert clean_reply(raw) == expected
 
@@ -188,9 +191,13 @@ def test_a_prompt_asked_many_times_is_kept_once(player):
     prompt = _prompts()[1]
     kw = dict(temperature=1.2, top_k=50, max_new_tokens=6, min_new_tokens=1)
     many = player.generate([prompt] * 12, seed=list(range(12)), **kw)
-    assert len(player._store.entries) <= 2  # the prompt, and the prefix the batch shares (all but its last token)
+    assert (
+        len(player._store.entries) <= 2
+    )  # the prompt, and the prefix the batch shares (all but its last token)
     player.forget()
-    assert [player.generate([prompt], seed=[s], **kw)[0].text for s in (0, 5, 11)] == [many[s].text for s in (0, 5, 11)]
+    assert [player.generate([prompt], seed=[s], **kw)[0].text for s in (0, 5, 11)] == [
+        many[s].text for s in (0, 5, 11)
+    ]
 
 
 def test_min_new_tokens_holds_back_an_eager_end(player):
@@ -222,8 +229,14 @@ def test_reply_stops_where_the_other_player_starts(player):
     script = _Script(player.model, tokens)
     try:
         # the game's stop pattern cuts at another speaker's line, whatever the literal stops
-        (reply,) = player.generate(_prompts()[:1], temperature=0, max_new_tokens=40, min_new_tokens=0,
-                                   stop=("<never>",), stop_pattern=STOPS.pattern)
+        (reply,) = player.generate(
+            _prompts()[:1],
+            temperature=0,
+            max_new_tokens=40,
+            min_new_tokens=0,
+            stop=("<never>",),
+            stop_pattern=STOPS.pattern,
+        )
         (raw,) = player.generate(_prompts()[:1], temperature=0, max_new_tokens=len(tokens), min_new_tokens=0)
     finally:
         script.remove()
@@ -300,18 +313,28 @@ def test_a_transformers_without_the_fast_path_api_falls_back_to_generate(player,
 
     prompts = _prompts()[:2]
     fast = player.generate(prompts, temperature=0, max_new_tokens=6, min_new_tokens=0)
-    assert {k: player_provenance(player)[k] for k in ("engine", "path", "transformers", "fallback_reason")} == {
-        "engine": "batched", "path": "fast", "transformers": transformers.__version__, "fallback_reason": None}
+    assert {
+        k: player_provenance(player)[k] for k in ("engine", "path", "transformers", "fallback_reason")
+    } == {
+        "engine": "batched",
+        "path": "fast",
+        "transformers": transformers.__version__,
+        "fallback_reason": None,
+    }
     monkeypatch.delattr(transformers.cache_utils, "DynamicLayer")
     monkeypatch.setattr(compat, "_TOLD", set())
     capsys.readouterr()
     fallback, again = HFPlayer(player.model, player.tokenizer), HFPlayer(player.model, player.tokenizer)
     reason = f"transformers {transformers.__version__} lacks transformers.cache_utils.DynamicLayer"
     assert capsys.readouterr().err.splitlines() == [
-        f"note: hf backend: {reason}: it plays through model.generate, one prompt at a time (correct, slower)"]
+        f"note: hf backend: {reason}: it plays through model.generate, one prompt at a time (correct, slower)"
+    ]
     assert not fallback.fast and not again.fast
     assert {k: player_provenance(fallback)[k] for k in ("engine", "path", "fallback_reason")} == {
-        "engine": "model.generate", "path": "fallback", "fallback_reason": reason}
+        "engine": "model.generate",
+        "path": "fallback",
+        "fallback_reason": reason,
+    }
     replies = fallback.generate(prompts, temperature=0, max_new_tokens=6, min_new_tokens=0)
     assert [r.text for r in replies] == [r.text for r in fast]
 
@@ -345,9 +368,15 @@ def test_packed_weights_give_nn_linear_results_and_follow_their_weight(monkeypat
         layer = torch.nn.Linear(48, 96, bias=bias)
         packed = packs.get(layer)
         assert packed is not None and packs.available
-        assert packs.get(layer) is packed                       # kept, not packed again
-        for shape in [(1, 48), (5, 1, 48), (hf.PACKED_ROWS, 48), (hf.PACKED_ROWS + 1, 48),
-                      (hf.WEIGHT_FIRST_ROWS + 1, 48), (3, 200, 48)]:
+        assert packs.get(layer) is packed  # kept, not packed again
+        for shape in [
+            (1, 48),
+            (5, 1, 48),
+            (hf.PACKED_ROWS, 48),
+            (hf.PACKED_ROWS + 1, 48),
+            (hf.WEIGHT_FIRST_ROWS + 1, 48),
+            (3, 200, 48),
+        ]:
             x = torch.randn(shape)
             out = hf.weight_first_linear(layer, x, packed=packed)
             assert out.shape == shape[:-1] + (96,)
@@ -358,11 +387,13 @@ def test_packed_weights_give_nn_linear_results_and_follow_their_weight(monkeypat
         repacked = packs.get(layer)
         assert repacked is not packed
         x = torch.randn(3, 48)
-        torch.testing.assert_close(hf.weight_first_linear(layer, x, packed=repacked), layer(x),
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            hf.weight_first_linear(layer, x, packed=repacked), layer(x), rtol=1e-5, atol=1e-5
+        )
         layer.weight = torch.nn.Parameter(torch.randn(96, 48))
-        torch.testing.assert_close(hf.weight_first_linear(layer, x, packed=packs.get(layer)), layer(x),
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            hf.weight_first_linear(layer, x, packed=packs.get(layer)), layer(x), rtol=1e-5, atol=1e-5
+        )
     # Other dtypes and a failed first check pack nothing.
     assert packs.get(torch.nn.Linear(48, 96).to(torch.float64)) is None
     unchecked = hf.PackedWeights()
@@ -370,13 +401,16 @@ def test_packed_weights_give_nn_linear_results_and_follow_their_weight(monkeypat
     assert unchecked.get(torch.nn.Linear(48, 96)) is None and unchecked.available is False
 
 
-@pytest.mark.parametrize("rows, small_weight, packed_used", [
-    (3, False, True),                 # a decoding step through a large layer: the packed product
-    (3, True, False),                 # ... through a small one: W @ xᵀ
-    (64, True, False),                # up to PACKED_ROWS rows
-    (65, True, True),                 # more rows (a prompt's): the packed product, whatever the weight's size
-    (300, True, True),
-])
+@pytest.mark.parametrize(
+    "rows, small_weight, packed_used",
+    [
+        (3, False, True),  # a decoding step through a large layer: the packed product
+        (3, True, False),  # ... through a small one: W @ xᵀ
+        (64, True, False),  # up to PACKED_ROWS rows
+        (65, True, True),  # more rows (a prompt's): the packed product, whatever the weight's size
+        (300, True, True),
+    ],
+)
 def test_which_product_a_linear_layer_takes(monkeypatch, rows, small_weight, packed_used):
     from spag.players.hf import linear as hf
 
@@ -387,7 +421,9 @@ def test_which_product_a_linear_layer_takes(monkeypatch, rows, small_weight, pac
     product = hf.packed_product
     monkeypatch.setattr(hf, "packed_product", lambda *args: calls.append(args) or product(*args))
     x = torch.randn(rows, 48)
-    torch.testing.assert_close(hf.weight_first_linear(layer, x, packed=packed), layer(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        hf.weight_first_linear(layer, x, packed=packed), layer(x), rtol=1e-5, atol=1e-5
+    )
     assert bool(calls) == packed_used
 
 
@@ -536,8 +572,11 @@ def test_a_batch_is_played_in_parts_that_fit_the_free_memory(player, monkeypatch
     monkeypatch.setattr(player, "_told_batch", False)
     sizes = []
     fast = player._generate_fast
-    monkeypatch.setattr(player, "_generate_fast", lambda encoded, seeds, **k: sizes.append(len(encoded)) or
-                        fast(encoded, seeds, **k))
+    monkeypatch.setattr(
+        player,
+        "_generate_fast",
+        lambda encoded, seeds, **k: sizes.append(len(encoded)) or fast(encoded, seeds, **k),
+    )
     with pytest.warns(UserWarning, match="8 games of up to .* tokens do not fit .* playing 3 at a time"):
         parts = player.generate(prompts, seed=seeds, **kw)
     assert sizes == [3, 3, 2]
@@ -550,8 +589,9 @@ def test_a_gpu_without_room_for_one_game_is_refused_with_the_numbers(player, mon
     monkeypatch.setattr(player, "_free_device_memory", lambda: 2 * 2**30)
     with pytest.raises(PlayerError) as caught:
         player.generate(_prompts(), temperature=0, max_new_tokens=8)
-    assert "needs 3.00 GiB of key/value buffers and 1.00 GiB of working memory, cpu has 2.00 GiB free" \
-        in str(caught.value)
+    assert "needs 3.00 GiB of key/value buffers and 1.00 GiB of working memory, cpu has 2.00 GiB free" in str(
+        caught.value
+    )
 
 
 def test_on_a_cpu_no_plan_is_made(player):

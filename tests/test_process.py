@@ -30,8 +30,14 @@ print(gc.get_threshold()[0], *runs)
 
 
 def _import_collections(mode: str) -> list[int]:
-    done = subprocess.run([sys.executable, "-c", IMPORT_COLLECTIONS, mode], capture_output=True, text=True,
-                          check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_COLLECTIONS, mode],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     return [int(x) for x in done.stdout.split()[-4:]]
 
 
@@ -40,7 +46,7 @@ def test_the_imports_set_off_few_collections():
     assert threshold == 50_000
     default = _import_collections("plain")
     assert default[0] == 700
-    assert young * 20 < default[1] and oldest <= 1 < default[3]   # the full walks over everything imported
+    assert young * 20 < default[1] and oldest <= 1 < default[3]  # the full walks over everything imported
 
 
 # The reason the exit is left alone: objects kept by a reference cycle are never finalised once frozen, and
@@ -107,18 +113,30 @@ end_process(main)
 
 
 def _ended(tmp_path: Path, how: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
-    done = subprocess.run([sys.executable, "-c", ENDED, how, str(tmp_path)], capture_output=True, text=True,
-                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    written = {p.name: (gzip.decompress(p.read_bytes()).decode() if p.suffix == ".gz" else p.read_text())
-               for p in tmp_path.iterdir() if p.stat().st_size}
+    done = subprocess.run(
+        [sys.executable, "-c", ENDED, how, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    written = {
+        p.name: (gzip.decompress(p.read_bytes()).decode() if p.suffix == ".gz" else p.read_text())
+        for p in tmp_path.iterdir()
+        if p.stat().st_size
+    }
     return done, written
 
 
-@pytest.mark.parametrize(("how", "status", "stderr"), [("returns", 0, ""), ("3", 3, ""), ("a message", 1, "a message\n")])
+@pytest.mark.parametrize(
+    ("how", "status", "stderr"), [("returns", 0, ""), ("3", 3, ""), ("a message", 1, "a message\n")]
+)
 def test_an_ended_process_keeps_what_the_exit_would_write_and_its_status(tmp_path, how, status, stderr):
     done, written = _ended(tmp_path, how)
     assert (done.returncode, done.stdout, done.stderr) == (status, "said|in C", stderr)
-    assert written == {name: "kept" for name in ("global.txt", "global.gz", "cycle.txt", "atexit.txt", "thread.txt")}
+    assert written == {
+        name: "kept" for name in ("global.txt", "global.gz", "cycle.txt", "atexit.txt", "thread.txt")
+    }
     assert not (tmp_path / "torn_down").exists()
 
 
@@ -130,8 +148,18 @@ def test_the_teardown_alone_is_skipped(tmp_path):
     torn.mkdir()
     done, written = _ended(plain, "plain")
     assert done.returncode == 4 and done.stdout == "" and set(written) <= {"thread.txt"}
-    subprocess.run([sys.executable, "-c", ENDED.replace("end_process(main)", "main(); gc.enable()"), "returns", str(torn)],
-                   check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            ENDED.replace("end_process(main)", "main(); gc.enable()"),
+            "returns",
+            str(torn),
+        ],
+        check=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert (torn / "torn_down").read_text() == "yes" and (torn / "global.txt").read_text() == "kept"
 
 
@@ -151,18 +179,34 @@ print(seen)
 
 
 def test_a_stage_script_imports_torch_and_transformers_under_the_policy():
-    done = subprocess.run([sys.executable, "-c", IMPORTS_UNDER_POLICY, "stages/train.py"], capture_output=True,
-                          text=True, check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTS_UNDER_POLICY, "stages/train.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert done.stdout.strip().splitlines()[-1] == "{'torch': 50000, 'transformers': 50000}"
 
 
 @pytest.mark.parametrize("script", sorted((ROOT / "stages").glob("*.py")), ids=lambda p: p.name)
 def test_every_stage_script_applies_the_policy_before_its_other_imports(script):
     body = ast.parse(script.read_text()).body
-    spag_imports = [i for i, node in enumerate(body) if isinstance(node, ast.ImportFrom)
-                    and (node.module or "").startswith("spag.") and node.module != "spag.runtime.process"]
-    calls = [i for i, node in enumerate(body) if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-             and getattr(node.value.func, "id", None) == "short_lived_process"]
+    spag_imports = [
+        i
+        for i, node in enumerate(body)
+        if isinstance(node, ast.ImportFrom)
+        and (node.module or "").startswith("spag.")
+        and node.module != "spag.runtime.process"
+    ]
+    calls = [
+        i
+        for i, node in enumerate(body)
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and getattr(node.value.func, "id", None) == "short_lived_process"
+    ]
     assert calls and spag_imports and calls[0] < min(spag_imports)
 
 
@@ -191,9 +235,24 @@ def group_exits(tmp_path: Path, mode: str, runs: int) -> list[int]:
     script = tmp_path / "group_exit.py"
     script.write_text(GROUP_EXIT, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return [subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                            str(script), mode], capture_output=True, cwd=tmp_path, env=env).returncode
-            for _ in range(runs)]
+    return [
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node",
+                "2",
+                str(script),
+                mode,
+            ],
+            capture_output=True,
+            cwd=tmp_path,
+            env=env,
+        ).returncode
+        for _ in range(runs)
+    ]
 
 
 @pytest.mark.slow

@@ -89,8 +89,10 @@ def test_attacker_speaks_first_and_roles_alternate():
 # sha256 of the prompts below as the templates were built in Python before they became templates.yaml:
 # the shipped file must keep every default prompt byte for byte.
 DEFAULT_PROMPTS_SHA256 = "bdd2605c0b9d82d5d1f23ccda364360f899ab7ae3ed4ddfbb8d266c59b4b70c9"
-LINES = [{"role": "attacker" if i % 2 == 0 else "defender", "content": f"line {i} with {{braces}} and \"quotes\""}
-         for i in range(6)]
+LINES = [
+    {"role": "attacker" if i % 2 == 0 else "defender", "content": f'line {i} with {{braces}} and "quotes"'}
+    for i in range(6)
+]
 
 
 def test_shipped_templates_give_the_same_prompts_as_before_byte_for_byte():
@@ -99,7 +101,9 @@ def test_shipped_templates_give_the_same_prompts_as_before_byte_for_byte():
     for template in [*play, *TRAINING_TEMPLATES]:
         for max_turns in (1, 3, 5):
             for n in range(6):
-                digest.update(build_prompt(next_role(LINES[:n]), "orchard", LINES[:n], max_turns, template).encode())
+                digest.update(
+                    build_prompt(next_role(LINES[:n]), "orchard", LINES[:n], max_turns, template).encode()
+                )
     for seed in range(30):
         rng = random.Random(seed)
         digest.update(training_prompt("attacker", "apple", LINES[:2], 5, rng).encode())
@@ -140,26 +144,41 @@ def test_a_templates_file_gives_play_and_training_prompts(tmp_path):
     template = play_template(path)
     assert build_prompt("attacker", "apple", [], 5, template) == (
         "Play Adversarial Taboo for 5 turns.\nThe game is just initialized.\n\n### Instruction: You are the "
-        "attacker. The target word is `apple`.\n\n### Response:")
+        "attacker. The target word is `apple`.\n\n### Response:"
+    )
     assert build_prompt("defender", "apple", LINES[:1], 5, template) == (
         "Play Adversarial Taboo for 5 turns.\n\n### Game History:\n  - attacker: line 0 with {braces} and "
-        "\"quotes\"\n\n### Instruction: Your are the defender.\n\n### Response:")
+        '"quotes"\n\n### Instruction: Your are the defender.\n\n### Response:'
+    )
     assert len(training_templates(path)) == 4
-    drawn = {training_prompt("defender", "apple", LINES[:1], 5, random.Random(s), templates=path) for s in range(40)}
+    drawn = {
+        training_prompt("defender", "apple", LINES[:1], 5, random.Random(s), templates=path)
+        for s in range(40)
+    }
     assert len(drawn) == 4
     assert any("\nQ: line 0" in p and p.startswith("Taboo, 5 rounds.") for p in drawn)
 
 
-@pytest.mark.parametrize("change, message", [
-    (("parts: [rules, history, instruction]", "parts: [rules, story]"), "parts: unknown part 'story'"),
-    (('defender: "\\n\\n### Instruction: Your are the defender.', 'defender: "{target_word}'),
-     "instruction.defender: unknown placeholder {target_word}"),
-    (('attacker: "\\n\\n### Instruction: You are the attacker. The target word is `{target_word}`.',
-      'attacker: "{target_word.__class__.__mro__}'), "placeholder {target_word.__class__.__mro__} reaches into"),
-    (("play_layout: dash", "play_layout: table"), "history: layout 'table' is not among history.layouts"),
-    (('  speakers: {self: "A", other: "Q"}\n', ""), "history.speakers: missing"),
-    (("turn: {", "turns: {"), "turns: unknown key"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (("parts: [rules, history, instruction]", "parts: [rules, story]"), "parts: unknown part 'story'"),
+        (
+            ('defender: "\\n\\n### Instruction: Your are the defender.', 'defender: "{target_word}'),
+            "instruction.defender: unknown placeholder {target_word}",
+        ),
+        (
+            (
+                'attacker: "\\n\\n### Instruction: You are the attacker. The target word is `{target_word}`.',
+                'attacker: "{target_word.__class__.__mro__}',
+            ),
+            "placeholder {target_word.__class__.__mro__} reaches into",
+        ),
+        (("play_layout: dash", "play_layout: table"), "history: layout 'table' is not among history.layouts"),
+        (('  speakers: {self: "A", other: "Q"}\n', ""), "history.speakers: missing"),
+        (("turn: {", "turns: {"), "turns: unknown key"),
+    ],
+)
 def test_a_bad_templates_file_is_named_with_its_key(tmp_path, change, message):
     path = tmp_path / "bad.yaml"
     assert change[0] in ORIGINAL_LIKE
@@ -167,7 +186,9 @@ def test_a_bad_templates_file_is_named_with_its_key(tmp_path, change, message):
     with pytest.raises(DataError) as caught:
         load_templates(path)
     assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)
-    assert "\n" not in str(caught.value) and str(caught.value).count(str(path)) == 1  # said once, not re-wrapped
+    assert (
+        "\n" not in str(caught.value) and str(caught.value).count(str(path)) == 1
+    )  # said once, not re-wrapped
 
 
 def test_a_missing_templates_file_is_named(tmp_path):
@@ -185,11 +206,11 @@ def test_history_bounds_delimit_each_line_in_every_template_and_dropping_keeps_t
             assert text == build_prompt(role, "orchardist", HISTORY, 5, template)
             assert len(bounds) == len(HISTORY) + 1
             for i, utterance in enumerate(HISTORY):
-                assert text[bounds[i]:bounds[i + 1]].rstrip("\n").endswith(utterance["content"])
+                assert text[bounds[i] : bounds[i + 1]].rstrip("\n").endswith(utterance["content"])
             for k in range(len(HISTORY) + 1):
                 shorter = drop_history_lines(text, bounds, k)
                 assert all(u["content"] not in shorter for u in HISTORY[:k])
                 assert all(u["content"] in shorter for u in HISTORY[k:])
-                assert shorter.startswith(text[:bounds[0]])  # rules, instruction (target word), header
-                assert shorter.endswith(text[bounds[-1]:])  # the turn line
+                assert shorter.startswith(text[: bounds[0]])  # rules, instruction (target word), header
+                assert shorter.endswith(text[bounds[-1] :])  # the turn line
             assert build_prompt_with_bounds(role, "orchardist", [], 5, template)[1] == []

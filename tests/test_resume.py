@@ -88,9 +88,24 @@ def test_benchmark_resumed_after_a_retrain_at_the_same_path_scores_the_new_model
     def finished_tasks():  # the folder's own record (MARKER, also .json) appears a moment before a task's part
         return [p for p in parts.glob("*.json") if p.name != MARKER]
 
-    run = subprocess.Popen([sys.executable, "-m", "spag.cli", "benchmark", "--model", str(model), "--suite",
-                            "local", "--limit", "8", "-o", str(out)], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "spag.cli",
+            "benchmark",
+            "--model",
+            str(model),
+            "--suite",
+            "local",
+            "--limit",
+            "8",
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 240
     while not finished_tasks() and run.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -101,10 +116,18 @@ def test_benchmark_resumed_after_a_retrain_at_the_same_path_scores_the_new_model
 
     replace_model(b, model)  # "retrain" to model B at the same path
     notes = []
-    resumed = bm.run_benchmark(str(model), suite="local", limit=8, output=out, batch_size=8,
-                               show_progress=False, say=notes.append)
-    fresh = bm.run_benchmark(str(b), suite="local", limit=8, output=tmp_path / "fresh" / "bench.json",
-                             batch_size=8, show_progress=False, say=lambda _: None)
+    resumed = bm.run_benchmark(
+        str(model), suite="local", limit=8, output=out, batch_size=8, show_progress=False, say=notes.append
+    )
+    fresh = bm.run_benchmark(
+        str(b),
+        suite="local",
+        limit=8,
+        output=tmp_path / "fresh" / "bench.json",
+        batch_size=8,
+        show_progress=False,
+        say=lambda _: None,
+    )
     assert resumed["tasks"] == fresh["tasks"]
     assert bm.samples_path(out).read_text() == bm.samples_path(tmp_path / "fresh" / "bench.json").read_text()
     assert any("computed for something else" in n and "model" in n for n in notes), notes
@@ -117,14 +140,23 @@ def test_benchmark_resume_keeps_a_part_of_the_same_model_and_settings(models, tm
     out = tmp_path / "bench.json"
     task = "spag_physical"
     stamp = bm._fingerprint(str(a), "local", task, 4, 0, False)
-    kept = {"metric": "acc", "score": 0.25, "stderr": 0.1, "n": 4, "num_fewshot": 0,
-            "samples": [{"benchmark": task, "task": task, "doc_id": i, "correct": float(i == 0)} for i in range(4)]}
+    kept = {
+        "metric": "acc",
+        "score": 0.25,
+        "stderr": 0.1,
+        "n": 4,
+        "num_fewshot": 0,
+        "samples": [
+            {"benchmark": task, "task": task, "doc_id": i, "correct": float(i == 0)} for i in range(4)
+        ],
+    }
     bm._write_part(out.with_name(out.name + ".parts"), task, stamp, kept)
     copy = tmp_path / "copy"
     shutil.copytree(a, copy)  # the same weights elsewhere: same content, the part still counts
     notes = []
-    metrics = bm.run_benchmark(str(copy), tasks=[task], suite="local", limit=4, output=out,
-                               show_progress=False, say=notes.append)
+    metrics = bm.run_benchmark(
+        str(copy), tasks=[task], suite="local", limit=4, output=out, show_progress=False, say=notes.append
+    )
     assert metrics["tasks"][task]["score"] == 0.25
     assert any("kept from an interrupted run" in n for n in notes)
 
@@ -139,9 +171,25 @@ def test_reference_cache_is_recomputed_for_a_model_retrained_at_the_same_path(mo
     ref = tmp_path / "ref"
     shutil.copytree(a, ref)
     data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"Question {i}?", "completion": f"Answer {i}.", "reward": None,
-                                        "weight": 1.0, "role": None, "kind": "sft", "target_word": None,
-                                        "turn": None, "episode": None}) + "\n" for i in range(3)))
+    data.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "prompt": f"Question {i}?",
+                    "completion": f"Answer {i}.",
+                    "reward": None,
+                    "weight": 1.0,
+                    "role": None,
+                    "kind": "sft",
+                    "target_word": None,
+                    "turn": None,
+                    "episode": None,
+                }
+            )
+            + "\n"
+            for i in range(3)
+        )
+    )
     tokenizer = load_tokenizer(ref)
     encoded = encode_rows(read_rows(data), tokenizer, 128, show_progress=False)
     first, _, reused = reference_logprobs(data, encoded, ref, tokenizer.pad_token_id, show_progress=False)
@@ -150,7 +198,8 @@ def test_reference_cache_is_recomputed_for_a_model_retrained_at_the_same_path(mo
     assert reused and again == first
     replace_model(b, ref)
     second, _, reused = reference_logprobs(data, encoded, ref, tokenizer.pad_token_id, show_progress=False)
-    expected, _, _ = reference_logprobs(tmp_path / "elsewhere" / "rows.jsonl", encoded, b,
-                                        tokenizer.pad_token_id, show_progress=False)
+    expected, _, _ = reference_logprobs(
+        tmp_path / "elsewhere" / "rows.jsonl", encoded, b, tokenizer.pad_token_id, show_progress=False
+    )
     assert not reused and second == expected != first
     assert "are for other rows, another reference model" in capsys.readouterr().out

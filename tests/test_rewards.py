@@ -87,14 +87,18 @@ def rows_of(rows, role):
 # ---------------------------------------------------------------------------------------------- maths
 
 
-@given(moves=st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["attacker", "defender"])), min_size=1,
-                      max_size=30),
-       decay=st.floats(0.05, 1.0))
+@given(
+    moves=st.lists(
+        st.tuples(st.integers(0, 3), st.sampled_from(["attacker", "defender"])), min_size=1, max_size=30
+    ),
+    decay=st.floats(0.05, 1.0),
+)
 def test_the_polars_shares_are_utterance_rewards_in_every_game_and_role(moves, decay):
     """decayed_shares over a frame of several games and roles gives each (game, role) the shares
     utterance_rewards gives its n moves, in turn order."""
-    frame = pl.DataFrame({"game": [g for g, _ in moves], "role": [r for _, r in moves],
-                          "turn": list(range(len(moves)))})
+    frame = pl.DataFrame(
+        {"game": [g for g, _ in moves], "role": [r for _, r in moves], "turn": list(range(len(moves)))}
+    )
     shares = frame.with_columns(share=decayed_shares(decay))
     for (game, role), group in shares.group_by("game", "role"):
         expected = utterance_rewards(group.height, decay)
@@ -167,19 +171,19 @@ def test_only_one_side_winning():
     rows, stats = reward_rows([ATTACKER_WIN_3, ATTACKER_WIN_1], options=Reward(decay=0.8))
     assert {r["role"] for r in rows} == {"attacker"}
     assert all_equal([r["weight"] for r in rows], 0.5)  # (2 + 0) / (2 * 2)
-    assert stats.role_weights['attacker'] == pytest.approx(0.5) and stats.role_weights['defender'] == 0.0
+    assert stats.role_weights["attacker"] == pytest.approx(0.5) and stats.role_weights["defender"] == 0.0
 
     rows, stats = reward_rows([DEFENDER_WIN_2])
     assert {r["role"] for r in rows} == {"defender"}
     assert all_equal([r["weight"] for r in rows], 0.5)
-    assert stats.role_weights['attacker'] == 0.0
+    assert stats.role_weights["attacker"] == 0.0
 
 
 def test_fouls_and_ties_yield_nothing():
     rows, stats = reward_rows([TIE, FOUL, TIE])
     assert rows == []
     assert stats.used == 0 and stats.no_rows == 3
-    assert stats.role_weights['attacker'] == 0.0 and stats.role_weights['defender'] == 0.0
+    assert stats.role_weights["attacker"] == 0.0 and stats.role_weights["defender"] == 0.0
 
 
 def test_prompt_holds_the_history_before_only_and_completion_is_stripped():
@@ -514,16 +518,21 @@ def test_a_game_whose_every_row_was_cut_is_counted_apart_from_ties_and_fouls():
     rows, stats = imitation_rows([episode, TIE])
     assert rows == [] and stats.used == 0 and stats.dropped_truncated == 2
     assert stats.no_rows == 1 and stats.cut_games == 1  # the tie; the cut game
-    assert stats.line().startswith("2 records: 0 games used, 1 gave no rows (tie/foul), 0 skipped as bad; 1 games "
-                                   "left out whole: each rewarded utterance empty or truncated;")
-    assert stats.role_games['defender'] == 0  # the role weights do not count a game that gave nothing
+    assert stats.line().startswith(
+        "2 records: 0 games used, 1 gave no rows (tie/foul), 0 skipped as bad; 1 games "
+        "left out whole: each rewarded utterance empty or truncated;"
+    )
+    assert stats.role_games["defender"] == 0  # the role weights do not count a game that gave nothing
     rows, stats = imitation_rows([episode], keep_truncated=True)
     assert len(rows) == 2 and stats.used == 1
 
 
 def test_a_truncated_foul_line_gives_no_penalty_row_unless_kept():
-    foul = {"target_word": "piano", "max_turns": 5,
-            "history": [a("I love the piano and its keys, and also the long evenings when"), d("Nice.")]}
+    foul = {
+        "target_word": "piano",
+        "max_turns": 5,
+        "history": [a("I love the piano and its keys, and also the long evenings when"), d("Nice.")],
+    }
     foul = _cut(foul, turns=[0])
     rows, stats = reward_rows([foul], options=Reward(foul_line_penalty=1.0))
     assert rows == [] and stats.dropped_truncated == 1
@@ -537,7 +546,7 @@ def test_game_rows_carry_the_bounds_of_their_history_lines():
         bounds = row["history_bounds"]
         assert len(bounds) == (row["turn"] + 1 if row["turn"] else 0)
         for t in range(row["turn"]):
-            line = row["prompt"][bounds[t]:bounds[t + 1]]
+            line = row["prompt"][bounds[t] : bounds[t + 1]]
             assert ATTACKER_WIN_3["history"][t]["content"].strip()[:20] in line
 
 
@@ -584,11 +593,12 @@ def test_skill_credit_rewards_only_wins_by_the_winners_own_play():
     # the wrong guess on "river" earned its attacker a row; under skill credit it earns nothing
     assert {r["target_word"] for r in everything} == {"piano", "bread", "river"}
     assert {r["target_word"] for r in skill} == {"piano", "bread"}
+
     def moves(rows):
         return [(r["target_word"], r["role"], r["completion"], r["reward"]) for r in rows]
 
     assert moves(r for r in everything if r["target_word"] != "river") == moves(skill)
-    assert (stats.role_games['attacker'], stats.role_games['defender']) == (1, 1)
+    assert (stats.role_games["attacker"], stats.role_games["defender"]) == (1, 1)
     # the foul penalty is not a win's credit: it stays
     penalised, _ = reward_rows(games, options=Reward(credit="skill", foul_line_penalty=1.0))
     assert [r["reward"] for r in penalised if r["target_word"] == "apple"] == [-1.0]
@@ -598,7 +608,9 @@ def test_rows_follow_the_words_not_the_order_the_games_ended(tmp_path):
     """A play stage writes its games as they end (which its batch size and a resume change): the rows, their
     drawn prompts and their order come out the same whichever order the file holds the games in. A file
     whose games carry no word index keeps its own order."""
-    games = [dict(g, word_index=i, seed=0) for i, g in enumerate([ATTACKER_WIN_3, DEFENDER_WIN_2, ATTACKER_WIN_1])]
+    games = [
+        dict(g, word_index=i, seed=0) for i, g in enumerate([ATTACKER_WIN_3, DEFENDER_WIN_2, ATTACKER_WIN_1])
+    ]
     games[0].pop("id")
     played = write_jsonl(tmp_path / "played.jsonl", games)
     ended = write_jsonl(tmp_path / "ended.jsonl", [games[2], games[0], games[1]])
@@ -612,13 +624,16 @@ def test_rows_follow_the_words_not_the_order_the_games_ended(tmp_path):
     for command in ("reward", "imitation-data"):
         first, second = rows(command, played), rows(command, ended)
         assert [r["target_word"] for r in first if r["kind"] == "game"][:2] == ["piano", "piano"]
-        assert [{k: v for k, v in r.items() if k != "episode"} for r in second] == \
-               [{k: v for k, v in r.items() if k != "episode"} for r in first]
+        assert [{k: v for k, v in r.items() if k != "episode"} for r in second] == [
+            {k: v for k, v in r.items() if k != "episode"} for r in first
+        ]
+
     def without_episode(rows):
         return [{k: v for k, v in r.items() if k != "episode"} for r in rows]
 
-    assert without_episode(reward_rows([games[2], games[0], games[1]], seed=3)[0]) == \
-           without_episode(reward_rows(games, seed=3)[0])
+    assert without_episode(reward_rows([games[2], games[0], games[1]], seed=3)[0]) == without_episode(
+        reward_rows(games, seed=3)[0]
+    )
     unnumbered = [{k: v for k, v in g.items() if k not in ("word_index", "seed")} for g in games]
     as_ended = write_jsonl(tmp_path / "as_ended.jsonl", [unnumbered[2], unnumbered[0], unnumbered[1]])
     assert next(r["target_word"] for r in rows("reward", as_ended) if r["kind"] == "game") == "river"

@@ -176,7 +176,7 @@ def test_tie_when_nothing_is_decided():
 def test_history_that_ends_early_is_a_tie():
     v = judge("apple", [a("hello")], 5)
     assert (v.outcome, v.turns) == (TIE, 1)
-    assert judge("apple", [], 5) .turns == 0
+    assert judge("apple", [], 5).turns == 0
 
 
 def test_utterances_past_the_turn_limit_are_ignored():

@@ -13,9 +13,11 @@ from spag.train.trainer import TrainConfig, run_training
 def test_warmup_decay_by_hand():
     # W = 4 warm-up steps of T = 10: log(s + 1) / log 4, then (10 − s) / 6 down to 0
     assert [warmup_decay_factor(s, 4, 10) for s in range(4)] == pytest.approx(
-        [0.0, math.log(2) / math.log(4), math.log(3) / math.log(4), 1.0])
+        [0.0, math.log(2) / math.log(4), math.log(3) / math.log(4), 1.0]
+    )
     assert [warmup_decay_factor(s, 4, 10) for s in range(4, 12)] == pytest.approx(
-        [1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0, 0.0])
+        [1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0, 0.0]
+    )
 
 
 def test_warmup_decay_without_warmup_is_a_straight_line():
@@ -29,7 +31,9 @@ def test_the_first_steps_are_where_the_deepspeed_versions_differ():
     W, T = 4, 10
     later = [0.0, 0.0, math.log(2) / math.log(4), math.log(3) / math.log(4), 1.0, 1.0, 5 / 6]
     assert [step_factor("warmup_decay", done, W, T) for done in range(7)] == pytest.approx(later)
-    assert [step_factor("warmup_decay_ds013", done, W, T) for done in range(7)] == pytest.approx([1.0, *later[1:]])
+    assert [step_factor("warmup_decay_ds013", done, W, T) for done in range(7)] == pytest.approx(
+        [1.0, *later[1:]]
+    )
 
 
 def test_unknown_scheduler_is_rejected():
@@ -47,9 +51,22 @@ def test_a_training_run_follows_the_deepspeed_schedule(tmp_path, schedule):
     rows = [{"prompt": f"Say {w}.", "completion": w, "kind": "sft"} for w in ("one", "two", "three", "four")]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     lr, steps = 1e-3, 10
-    run_training("sft", tiny, data, tmp_path / "out", learning_rate=lr, max_steps=steps, batch_size=2,
-                 grad_accum=1, warmup_ratio=0.3, lr_scheduler=schedule, logging_steps=1,
-                 live_dir=tmp_path / "live", show_progress=False, seed=0)
+    run_training(
+        "sft",
+        tiny,
+        data,
+        tmp_path / "out",
+        learning_rate=lr,
+        max_steps=steps,
+        batch_size=2,
+        grad_accum=1,
+        warmup_ratio=0.3,
+        lr_scheduler=schedule,
+        logging_steps=1,
+        live_dir=tmp_path / "live",
+        show_progress=False,
+        seed=0,
+    )
     lines = (tmp_path / "live" / "plots" / "metrics" / "train" / "learning_rate.tsv").read_text().splitlines()
     logged = {int(step): float(value) for step, value in (line.split("\t") for line in lines[1:])}
     # optimiser step k runs at the schedule's factor after k − 1 steps; W = ceil(0.3 · 10) = 3

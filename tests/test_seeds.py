@@ -22,24 +22,43 @@ def make_run(root, scores, baselines, clue=None, imitation_clue=None, words=WORD
     (metrics / "baselines").mkdir()
     (metrics / "imitation").mkdir()
     per_word = {w: [2 * s, 2] for w, s in zip(words, scores)}
-    (metrics / "epochs" / epoch / "games.json").write_text(json.dumps({"vs_imitation": {"per_word": per_word}}))
+    (metrics / "epochs" / epoch / "games.json").write_text(
+        json.dumps({"vs_imitation": {"per_word": per_word}})
+    )
     for name, values in baselines.items():
         (metrics / "baselines" / f"{name}.json").write_text(
-            json.dumps({"games": {"per_word": {w: [2 * s, 2] for w, s in zip(words, values)}}}))
+            json.dumps({"games": {"per_word": {w: [2 * s, 2] for w, s in zip(words, values)}}})
+        )
     if clue is not None:
+
         def skill(values):
-            return {"per_word": {m: {w: [v, 1] for w, v in zip(words, values)}
-                                 for m in ("clue_rank", "guess_rank", "opening_foul_rate")}}
+            return {
+                "per_word": {
+                    m: {w: [v, 1] for w, v in zip(words, values)}
+                    for m in ("clue_rank", "guess_rank", "opening_foul_rate")
+                }
+            }
+
         (metrics / "epochs" / epoch / "skill.json").write_text(json.dumps(skill(clue)))
         (metrics / "imitation" / "skill.json").write_text(json.dumps(skill(imitation_clue)))
     return root
 
 
 def test_pooled_effects_are_means_over_runs_and_words(tmp_path):
-    a = make_run(tmp_path / "a", [1.0, 0.5, 0.5, 1.0], {"filter": [0.5] * 4, "teacher": [1.0, 0.5, 0.5, 0.5]},
-                 clue=[1, 2, 3, 4], imitation_clue=[2, 2, 2, 2])
-    b = make_run(tmp_path / "b", [0.5, 0.5, 0.5, 0.5], {"filter": [0.5] * 4, "teacher": [1.0, 1.0, 0.5, 0.5]},
-                 clue=[3, 3, 3, 3], imitation_clue=[2, 2, 2, 2])
+    a = make_run(
+        tmp_path / "a",
+        [1.0, 0.5, 0.5, 1.0],
+        {"filter": [0.5] * 4, "teacher": [1.0, 0.5, 0.5, 0.5]},
+        clue=[1, 2, 3, 4],
+        imitation_clue=[2, 2, 2, 2],
+    )
+    b = make_run(
+        tmp_path / "b",
+        [0.5, 0.5, 0.5, 0.5],
+        {"filter": [0.5] * 4, "teacher": [1.0, 1.0, 0.5, 0.5]},
+        clue=[3, 3, 3, 3],
+        imitation_clue=[2, 2, 2, 2],
+    )
     effects = pool_runs([a, b])["effects"]
     score = effects["score_vs_imitation"]
     assert score["value"] == pytest.approx(0.625) and score["per_run"] == pytest.approx([0.75, 0.5])
@@ -55,7 +74,10 @@ def test_two_arms_are_paired_seed_by_seed(tmp_path):
     b = [make_run(tmp_path / f"b{i}", [0.5, 0.5, 0.5, 0.5], {}) for i in range(2)]
     result = pool_runs(a, b)
     difference = result["against"]["a_minus_b"]["score_vs_imitation"]
-    assert difference["value"] == pytest.approx(0.25) and 0 <= difference["low"] < 0.25 < difference["high"] <= 0.5
+    assert (
+        difference["value"] == pytest.approx(0.25)
+        and 0 <= difference["low"] < 0.25 < difference["high"] <= 0.5
+    )
     with pytest.raises(DataError, match="runs to pair"):
         pool_runs(a, b[:1])
 
@@ -66,8 +88,9 @@ def test_runs_on_other_words_are_refused_with_one_line(tmp_path):
     missing = tmp_path / "unfinished"
     missing.mkdir()
     for runs, message in (([a, b], "other words"), ([a, missing], "no evaluated epoch")):
-        done = subprocess.run([sys.executable, "-m", "spag.cli", "seeds", *map(str, runs)], capture_output=True,
-                              text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "spag.cli", "seeds", *map(str, runs)], capture_output=True, text=True
+        )
         assert done.returncode == 2, done.stderr
         assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
@@ -75,8 +98,11 @@ def test_runs_on_other_words_are_refused_with_one_line(tmp_path):
 def test_the_command_writes_its_result_and_a_summary(tmp_path):
     runs = [make_run(tmp_path / f"r{i}", [1.0, 0.5, 0.5, 0.5], {"filter": [0.5] * 4}) for i in range(2)]
     out = tmp_path / "seeds.json"
-    done = subprocess.run([sys.executable, "-m", "spag.cli", "seeds", *map(str, runs), "-o", str(out)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "spag.cli", "seeds", *map(str, runs), "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert result["effects"]["score_vs_imitation"]["value"] == pytest.approx(0.625)
@@ -111,7 +137,10 @@ def test_a_run_given_twice_is_refused_not_counted_as_another_seed(tmp_path):
 
 BROKEN_GAMES = {  # what games.json holds -> what the error names
     "entry_of_one_number": ({"vs_imitation": {"per_word": {"apple": [1]}}}, "per_word['apple'] = [1]"),
-    "entry_with_text": ({"vs_imitation": {"per_word": {"apple": ["x", 2]}}}, "per_word['apple'] = [\"x\", 2]"),
+    "entry_with_text": (
+        {"vs_imitation": {"per_word": {"apple": ["x", 2]}}},
+        "per_word['apple'] = [\"x\", 2]",
+    ),
     "per_word_a_list": ({"vs_imitation": {"per_word": [["apple", 1, 2]]}}, "per_word is list"),
     "top_level_a_list": ([{"per_word": {}}], "expected a JSON object, got list"),
     "nan_count": ({"vs_imitation": {"per_word": {"apple": [1, float("nan")]}}}, "not a finite number"),

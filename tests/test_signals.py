@@ -35,8 +35,10 @@ class SignallingPlayer:
         if self.calls == self.at:
             os.kill(os.getpid(), self.signum)
         # A game on "apple" ends at once; the others run to the last turn.
-        return [Reply("I know the word! It is apple" if "apple" in p.split("target word")[-1][:40] else "hmm", 2)
-                for p in prompts]
+        return [
+            Reply("I know the word! It is apple" if "apple" in p.split("target word")[-1][:40] else "hmm", 2)
+            for p in prompts
+        ]
 
 
 @pytest.fixture
@@ -49,19 +51,32 @@ def python_sigint():
 
 
 def config():
-    return PlayConfig.of(max_turns=3, batch_size=len(WORDS) + 1)  # no shard before the end: only a flush writes
+    return PlayConfig.of(
+        max_turns=3, batch_size=len(WORDS) + 1
+    )  # no shard before the end: only a flush writes
 
 
 @pytest.mark.parametrize("signum, raised", [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)])
-def test_a_signal_flushes_the_finished_games_and_resume_completes_the_run(tmp_path, signum, raised, python_sigint):
+def test_a_signal_flushes_the_finished_games_and_resume_completes_the_run(
+    tmp_path, signum, raised, python_sigint
+):
     out = tmp_path / "episodes"
     with graceful_termination(), pytest.raises(raised):
-        play_games(SignallingPlayer(at=3, signum=signum), SignallingPlayer(), WORDS, config(), output=out,
-                   show_progress=False)
+        play_games(
+            SignallingPlayer(at=3, signum=signum),
+            SignallingPlayer(),
+            WORDS,
+            config(),
+            output=out,
+            show_progress=False,
+        )
     flushed = read_episodes(out)
-    assert [e["target_word"] for e in flushed] == ["apple"]  # finished before the signal, written by the flush
-    resumed = play_games(SignallingPlayer(), SignallingPlayer(), WORDS, config(), output=out, resume=True,
-                         show_progress=False)
+    assert [e["target_word"] for e in flushed] == [
+        "apple"
+    ]  # finished before the signal, written by the flush
+    resumed = play_games(
+        SignallingPlayer(), SignallingPlayer(), WORDS, config(), output=out, resume=True, show_progress=False
+    )
     uninterrupted = play_games(SignallingPlayer(), SignallingPlayer(), WORDS, config(), show_progress=False)
     assert resumed == uninterrupted
 
@@ -75,8 +90,12 @@ def tiny(tmp_path_factory):
 
 
 def spag_process(*args):
-    return subprocess.Popen([sys.executable, "-m", "spag.cli", *map(str, args)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "spag.cli", *map(str, args)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for(condition, process, seconds=240):
@@ -90,8 +109,23 @@ def wait_for(condition, process, seconds=240):
 def test_spag_play_terminated_resumes_to_the_uninterrupted_episodes(tiny, tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("".join(f"{w}{i}\n" for i in range(3) for w in WORDS))  # a repeat would be played once
-    common = ["--attacker", tiny, "--defender", tiny, "--words", words, "--max-turns", "2",
-              "--max-new-tokens", "4", "--batch-size", "2", "--device", "cpu", "--no-progress"]
+    common = [
+        "--attacker",
+        tiny,
+        "--defender",
+        tiny,
+        "--words",
+        words,
+        "--max-turns",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--batch-size",
+        "2",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
     out = tmp_path / "killed"
     process = spag_process("play", *common, "-o", out)
     wait_for(lambda: any(out.glob("*.parquet")), process)
@@ -111,8 +145,20 @@ def test_spag_play_terminated_resumes_to_the_uninterrupted_episodes(tiny, tmp_pa
 def test_spag_evaluate_terminated_keeps_its_games_and_resumes(tiny, tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("".join(f"{w}{i}\n" for i in range(2) for w in WORDS))  # a repeat would be played once
-    common = ["--model", tiny, "--opponent", tiny, "--words", words, "--max-turns", "2", "--max-new-tokens", "4",
-              "--batch-size", "2"]
+    common = [
+        "--model",
+        tiny,
+        "--opponent",
+        tiny,
+        "--words",
+        words,
+        "--max-turns",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--batch-size",
+        "2",
+    ]
     out = tmp_path / "killed"
     process = spag_process("evaluate", *common, "-o", tmp_path / "m.json", "--episodes-out", out)
     wait_for(lambda: (out / "as_attacker.parquet").exists(), process)
@@ -121,8 +167,13 @@ def test_spag_evaluate_terminated_keeps_its_games_and_resumes(tiny, tmp_path):
     assert process.returncode == 143, stderr
     assert not (tmp_path / "m.json").exists()  # no metrics from half a run
 
-    assert run_cli("evaluate", *common, "-o", tmp_path / "m.json", "--episodes-out", out, "--resume").code == 0
-    assert run_cli("evaluate", *common, "-o", tmp_path / "w.json", "--episodes-out", tmp_path / "whole").code == 0
+    assert (
+        run_cli("evaluate", *common, "-o", tmp_path / "m.json", "--episodes-out", out, "--resume").code == 0
+    )
+    assert (
+        run_cli("evaluate", *common, "-o", tmp_path / "w.json", "--episodes-out", tmp_path / "whole").code
+        == 0
+    )
     for role in ("as_attacker", "as_defender"):
         assert read_episodes(out / f"{role}.parquet") == read_episodes(tmp_path / "whole" / f"{role}.parquet")
     resumed, whole = (json.loads((tmp_path / n).read_text()) for n in ("m.json", "w.json"))
@@ -132,12 +183,48 @@ def test_spag_evaluate_terminated_keeps_its_games_and_resumes(tiny, tmp_path):
 @pytest.mark.slow
 def test_spag_train_killed_resumes_from_its_checkpoint_to_the_same_step_count(tiny, tmp_path):
     rows = tmp_path / "rows.jsonl"
-    rows.write_text("".join(json.dumps({"prompt": f"Question {i}?", "completion": f"Answer {i}.", "reward": None,
-                                        "weight": 1.0, "role": None, "kind": "sft", "target_word": None,
-                                        "turn": None, "episode": None}) + "\n" for i in range(8)))
+    rows.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "prompt": f"Question {i}?",
+                    "completion": f"Answer {i}.",
+                    "reward": None,
+                    "weight": 1.0,
+                    "role": None,
+                    "kind": "sft",
+                    "target_word": None,
+                    "turn": None,
+                    "episode": None,
+                }
+            )
+            + "\n"
+            for i in range(8)
+        )
+    )
     out = tmp_path / "model"
-    args = ["train", "--method", "sft", "--model", tiny, "--data", rows, "-o", out, "--max-steps", "40",
-            "--batch-size", "2", "--grad-accum", "1", "--save-steps", "4", "--no-live", "--device", "cpu"]
+    args = [
+        "train",
+        "--method",
+        "sft",
+        "--model",
+        tiny,
+        "--data",
+        rows,
+        "-o",
+        out,
+        "--max-steps",
+        "40",
+        "--batch-size",
+        "2",
+        "--grad-accum",
+        "1",
+        "--save-steps",
+        "4",
+        "--no-live",
+        "--device",
+        "cpu",
+    ]
     process = spag_process(*args)
     wait_for(lambda: (out / "checkpoints" / "checkpoint-4" / "trainer_state.json").exists(), process)
     process.send_signal(signal.SIGKILL)
@@ -169,8 +256,13 @@ def test_a_pipeline_stage_stopped_by_sigterm_says_so_in_one_line(tmp_path):
     """issue 47 M2: a stage script died silently on SIGTERM (or with a traceback inside a resumable output),
     where the `spag` command says one line and exits 143."""
     (tmp_path / "params.yaml").write_bytes((ROOT / "params.yaml").read_bytes())
-    done = subprocess.run([sys.executable, "-c", STAGE, str(tmp_path)], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [sys.executable, "-c", STAGE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert (tmp_path / "started").exists(), done.stderr
     assert done.returncode == 143, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "error: terminated (SIGTERM); finished work was kept"

@@ -56,8 +56,9 @@ def test_two_way_mean_covers_both_run_and_word_variation():
 
 @pytest.fixture(scope="module")
 def player(tmp_path_factory):
-    return load_player(str(make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "m")), "hf", device="cpu",
-                       dtype="float32")
+    return load_player(
+        str(make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "m")), "hf", device="cpu", dtype="float32"
+    )
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["the engine's prefill", "one prompt at a time"])
@@ -67,19 +68,25 @@ def test_continuation_logprobs_equal_a_plain_forward_pass_per_word(player, fast,
     monkeypatch.setattr(player, "fast", fast)  # without the fast path: transformers lacks a piece of it
 
     # Two prompts with a common beginning (run once) and words of one token and of several (two passes).
-    prompts = [build_prompt(DEFENDER, "", [{"role": ATTACKER, "content": line}], 2)
-               for line in ("You drink it in the morning.", "It is hot and brown.")]
+    prompts = [
+        build_prompt(DEFENDER, "", [{"role": ATTACKER, "content": line}], 2)
+        for line in ("You drink it in the morning.", "It is hot and brown.")
+    ]
     words = ["coffee", "tea", "morning", "a", "teapot", "xylophone"]
     lengths = {len(player.tokenizer(" " + w, add_special_tokens=False)["input_ids"]) for w in words}
     assert 1 in lengths and max(lengths) > 1
     got = player.continuation_logprobs(prompts, PREDICTION_PHRASE, words)
     assert got.shape == (2, len(words))
     for row, prompt in enumerate(prompts):
-        prefix = player.encode(prompt) + player.tokenizer(PREDICTION_PHRASE, add_special_tokens=False)["input_ids"]
+        prefix = (
+            player.encode(prompt) + player.tokenizer(PREDICTION_PHRASE, add_special_tokens=False)["input_ids"]
+        )
         for k, word in enumerate(words):
             ids = player.tokenizer(" " + word, add_special_tokens=False)["input_ids"]
             with torch.no_grad():
-                logp = torch.log_softmax(player.model(input_ids=torch.tensor([prefix + ids])).logits[0].float(), -1)
+                logp = torch.log_softmax(
+                    player.model(input_ids=torch.tensor([prefix + ids])).logits[0].float(), -1
+                )
             expected = sum(float(logp[len(prefix) - 1 + i, t]) for i, t in enumerate(ids))
             assert float(got[row, k]) == pytest.approx(expected, abs=1e-4), (row, word)
 
@@ -128,7 +135,9 @@ def test_skill_of_a_model_against_itself_is_no_change(player):
     config = PlayConfig.of(max_turns=2, temperature=1.0, max_new_tokens=8, seed=3)
     words = ["coffee", "river", "garden"]
     clues = clue_set(player, words, config, per_word=2)
-    assert len(clues) == 6 and all("coffee" not in c["line"].lower() for c in clues if c["target_word"] == "coffee")
+    assert len(clues) == 6 and all(
+        "coffee" not in c["line"].lower() for c in clues if c["target_word"] == "coffee"
+    )
     skill = measure_skill(player, player, words, config, clues, lines_per_word=2)
     assert skill["candidates"] == 3 and skill["clue_rank"]["chance"] == 2.0
     assert skill["clue_rank"]["lines"] == 6 and skill["guess_rank"]["lines"] == 6
@@ -157,7 +166,9 @@ def test_the_skill_reads_the_opening_lines_of_the_games_it_played(player, tmp_pa
     words = ["coffee", "river", "garden"]
     evaluate_models(player, player, words, config, episodes_out=tmp_path / "games", seeds=2)
     played = opening_lines_played(tmp_path / "games", config.game, words, seeds=2)
-    assert played == [line for s in range(2) for line in replace(config, seed=5 + s).opening_lines(player, words)]
+    assert played == [
+        line for s in range(2) for line in replace(config, seed=5 + s).opening_lines(player, words)
+    ]
     clues = clue_set(player, words, config, per_word=1)
     fresh = measure_skill(player, player, words, config, clues, lines_per_word=2)
     read = measure_skill(player, player, words, config, clues, lines_per_word=2, openings=played)
@@ -183,7 +194,9 @@ def test_a_baseline_wrapping_a_model_takes_that_models_guess_rank(player):
     config = PlayConfig.of(max_turns=2, temperature=1.0, max_new_tokens=8, seed=2)
     words = ["coffee", "river", "garden"]
     clues = clue_set(player, words, config, per_word=1)
-    plain = json.loads(json.dumps(measure_skill(player, player, words, config, clues)))  # as the stage reads it
+    plain = json.loads(
+        json.dumps(measure_skill(player, player, words, config, clues))
+    )  # as the stage reads it
     wrapped = WithStrategies(player, FILTER, name="filtered")
     fresh = measure_skill(wrapped, player, words, config, clues)
     taken = measure_skill(wrapped, player, words, config, clues, model_skill=plain)
@@ -191,9 +204,15 @@ def test_a_baseline_wrapping_a_model_takes_that_models_guess_rank(player):
     assert taken["clue_rank"] == fresh["clue_rank"]  # its own opening lines, strategies included
     altered = json.loads(json.dumps(plain))
     altered["per_word"]["guess_rank"]["coffee"][0] += 1.0
-    assert measure_skill(wrapped, player, words, config, clues, model_skill=altered)["per_word"]["guess_rank"][
-        "coffee"][0] == plain["per_word"]["guess_rank"]["coffee"][0] + 1.0  # taken as it is
-    other = measure_skill(wrapped, player, words[:2], config, clues, model_skill=plain)  # other words: measured
+    assert (
+        measure_skill(wrapped, player, words, config, clues, model_skill=altered)["per_word"]["guess_rank"][
+            "coffee"
+        ][0]
+        == plain["per_word"]["guess_rank"]["coffee"][0] + 1.0
+    )  # taken as it is
+    other = measure_skill(
+        wrapped, player, words[:2], config, clues, model_skill=plain
+    )  # other words: measured
     assert other["guess_rank"] == measure_skill(wrapped, player, words[:2], config, clues)["guess_rank"]
 
 
@@ -212,8 +231,7 @@ def test_word_filter_and_resampling_apply_to_the_baseline_side_only(sayer):
     from spag.game.taboo.strategies import WithStrategies
 
     config = PlayConfig.of(max_turns=1, temperature=0.0, max_new_tokens=8)
-    filtered = WithStrategies(sayer, TabooStrategies(foul_retries=2, word_filter=True),
-                              name="sayer-filter")
+    filtered = WithStrategies(sayer, TabooStrategies(foul_retries=2, word_filter=True), name="sayer-filter")
     [as_attacker] = play_games(filtered, sayer, ["coffee"], config, show_progress=False)
     [as_defender] = play_games(sayer, filtered, ["coffee"], config, show_progress=False)
     assert as_attacker["history"][0]["content"] == "Drink ___."
@@ -231,8 +249,10 @@ def test_the_baselines_are_the_games_and_the_settings_check_their_names():
     assert Taboo.skill.baselines == tuple(BASELINES)
     with pytest.raises(ParamsError, match="evaluate.baselines: 'oracle' is not a baseline of taboo"):
         validate({"evaluate": {"baselines": ["oracle"]}})
-    results = {name: {"bootstrap": {"score": {"value": v}}} for name, v in
-               (("imitation-filter", 0.6), ("base-teacher", 0.6), ("imitation-resample", 0.5))}
+    results = {
+        name: {"bootstrap": {"score": {"value": v}}}
+        for name, v in (("imitation-filter", 0.6), ("base-teacher", 0.6), ("imitation-resample", 0.5))
+    }
     assert strongest(results) == "base-teacher"  # equal scores: alphabetical order decides
     assert strongest({}) is None
 
@@ -256,11 +276,23 @@ def test_a_tournament_of_checkpoints_and_baselines(tmp_path, sayer):
 
     model = str(make_scripted_checkpoint(tmp_path / "sayer", "Drink coffee."))
     config = PlayConfig.of(max_turns=1, temperature=0.0, max_new_tokens=8)
-    metrics = run_tournament([model], ["coffee", "lemon"], config, names=["imitation"],
-                             baselines=["imitation-filter"], baseline_models={"imitation": model}, filtered=["imitation"],
-                             episodes_out=tmp_path / "games", show_progress=False, resamples=50, device="cpu",
-                             dtype="float32")
-    assert metrics["models"] == ["imitation", "imitation-filter", "imitation+filter"] and metrics["words"] == 2
+    metrics = run_tournament(
+        [model],
+        ["coffee", "lemon"],
+        config,
+        names=["imitation"],
+        baselines=["imitation-filter"],
+        baseline_models={"imitation": model},
+        filtered=["imitation"],
+        episodes_out=tmp_path / "games",
+        show_progress=False,
+        resamples=50,
+        device="cpu",
+        dtype="float32",
+    )
+    assert (
+        metrics["models"] == ["imitation", "imitation-filter", "imitation+filter"] and metrics["words"] == 2
+    )
     assert metrics["score"]["imitation-filter"]["imitation+filter"] == 0.5  # the same player under two names
     # Both always say "Drink coffee." On coffee, the filtered attacker says "Drink ___." and the plain
     # defender then says the word (1 point to the baseline), the plain attacker fouls (1 point); on lemon
@@ -280,19 +312,74 @@ def test_tournament_command_takes_labels_and_baselines(tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("coffee\nlemon\nCoffee\n")  # a word listed again is played once
     out = tmp_path / "t.json"
-    unknown = run_cli("tournament", "--models", f"imitation={model}", "--baselines", "imitation-best",
-                      "--imitation", model, "--words", str(words), "-o", str(out))
+    unknown = run_cli(
+        "tournament",
+        "--models",
+        f"imitation={model}",
+        "--baselines",
+        "imitation-best",
+        "--imitation",
+        model,
+        "--words",
+        str(words),
+        "-o",
+        str(out),
+    )
     assert unknown.code == 2 and "unknown baseline 'imitation-best'" in unknown.stderr
-    missing = run_cli("tournament", "--models", f"imitation={model}", "--baselines", "base-teacher",
-                      "--words", str(words), "-o", str(out))
+    missing = run_cli(
+        "tournament",
+        "--models",
+        f"imitation={model}",
+        "--baselines",
+        "base-teacher",
+        "--words",
+        str(words),
+        "-o",
+        str(out),
+    )
     assert missing.code == 2 and "needs --base" in missing.stderr
-    done = run_cli("tournament", "--models", f"imitation={model}", "--baselines", "imitation-filter",
-                   "--imitation", model, "--words", str(words), "-o", str(out), "--temperature", "0",
-                   "--max-turns", "1", "--max-new-tokens", "8", "--resamples", "20")
+    done = run_cli(
+        "tournament",
+        "--models",
+        f"imitation={model}",
+        "--baselines",
+        "imitation-filter",
+        "--imitation",
+        model,
+        "--words",
+        str(words),
+        "-o",
+        str(out),
+        "--temperature",
+        "0",
+        "--max-turns",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "--resamples",
+        "20",
+    )
     assert done.code == 0, done.stderr
     metrics = json.loads(out.read_text())
     assert metrics["models"] == ["imitation", "imitation-filter"] and metrics["games"] == 4
     assert "4 games on 2 words" in done.stderr and "line 3 ('Coffee', as line 1)" in done.stderr
-    twice = run_cli("tournament", "--models", f"imitation={model}", "--baselines", "imitation-filter",
-                    "--baselines", "imitation-filter", "--imitation", model, "--words", str(words), "-o", str(out))
-    assert twice.code == 2 and "--baselines" in twice.stderr and "imitation-filter is listed twice" in twice.stderr
+    twice = run_cli(
+        "tournament",
+        "--models",
+        f"imitation={model}",
+        "--baselines",
+        "imitation-filter",
+        "--baselines",
+        "imitation-filter",
+        "--imitation",
+        model,
+        "--words",
+        str(words),
+        "-o",
+        str(out),
+    )
+    assert (
+        twice.code == 2
+        and "--baselines" in twice.stderr
+        and "imitation-filter is listed twice" in twice.stderr
+    )

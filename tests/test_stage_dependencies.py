@@ -17,7 +17,16 @@ from spag.pipeline.table import STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARK_STAGES = {"benchmark_data", "evaluate_base", "evaluate_imitation", "evaluate"}
-TRAINING_STAGES = {"base_model", "words", "teacher_play", "imitation_data", "imitate", "play", "reward", "train"}
+TRAINING_STAGES = {
+    "base_model",
+    "words",
+    "teacher_play",
+    "imitation_data",
+    "imitate",
+    "play",
+    "reward",
+    "train",
+}
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +44,11 @@ def deps() -> dict[str, list[str]]:
 def rerun(edited: str, graph: nx.DiGraph, deps: dict[str, list[str]]) -> set[str]:
     """The stages DVC re-runs after ``edited`` changes: those that list it (or a folder holding it), and every
     stage downstream of them (an edge points from a stage to a stage it depends on)."""
-    direct = {name for name, paths in deps.items()
-              if any(edited == p or edited.startswith(p.rstrip("/") + "/") for p in paths)}
+    direct = {
+        name
+        for name, paths in deps.items()
+        if any(edited == p or edited.startswith(p.rstrip("/") + "/") for p in paths)
+    }
     return direct.union(*(nx.ancestors(graph, name) for name in direct))
 
 
@@ -46,15 +58,34 @@ def kinds(names: set[str]) -> set[str]:
 
 # (edited file, stages that must re-run, kinds of stage that must not)
 EDITS = [
-    ("spag/evaluate/benchmark.py", {"benchmark_data", "evaluate_base", "evaluate_imitation", "report"},
-     TRAINING_STAGES),
-    ("spag/game/taboo/templates.yaml", {"teacher_play", "play@1", "reward@1"}, {"base_model", "words", "benchmark_data"}),
-    ("spag/rewards/build.py", {"imitation_data", "reward@1"}, {"base_model", "words", "benchmark_data", "teacher_play"}),
+    (
+        "spag/evaluate/benchmark.py",
+        {"benchmark_data", "evaluate_base", "evaluate_imitation", "report"},
+        TRAINING_STAGES,
+    ),
+    (
+        "spag/game/taboo/templates.yaml",
+        {"teacher_play", "play@1", "reward@1"},
+        {"base_model", "words", "benchmark_data"},
+    ),
+    (
+        "spag/rewards/build.py",
+        {"imitation_data", "reward@1"},
+        {"base_model", "words", "benchmark_data", "teacher_play"},
+    ),
     ("spag/game/words.py", {"words"}, {"base_model"}),
 ]
 # Edits that re-run no stage of the default run: the harness, the memory plan, a backend it does not use.
-INERT = ["spag/models/memory.py", "spag/players/openai.py", "spag/pipeline/preflight.py", "spag/pipeline/run.py",
-         "spag/pipeline/dvcyaml.py", "spag/players/allocator.py", "spag/cli.py", "spag/commands/train.py"]
+INERT = [
+    "spag/models/memory.py",
+    "spag/players/openai.py",
+    "spag/pipeline/preflight.py",
+    "spag/pipeline/run.py",
+    "spag/pipeline/dvcyaml.py",
+    "spag/players/allocator.py",
+    "spag/cli.py",
+    "spag/commands/train.py",
+]
 
 
 @pytest.mark.parametrize("edited, must, must_not", EDITS, ids=[e[0] for e in EDITS])
@@ -64,7 +95,9 @@ def test_an_edit_reruns_the_stages_it_touches_and_no_others(edited, must, must_n
     assert must <= again, f"{edited}: {sorted(must - again)} would not re-run"
     assert not kinds(again) & must_not, f"{edited} re-runs {sorted(kinds(again) & must_not)}"
     if edited == "spag/evaluate/benchmark.py":  # only the benchmark stages and those after them
-        after = set().union(*(nx.ancestors(graph, name) for name in graph if kinds({name}) <= BENCHMARK_STAGES))
+        after = set().union(
+            *(nx.ancestors(graph, name) for name in graph if kinds({name}) <= BENCHMARK_STAGES)
+        )
         assert again <= {n for n in graph if kinds({n}) <= BENCHMARK_STAGES} | after
 
 
@@ -76,10 +109,13 @@ def test_an_edit_of_the_harness_or_an_unused_backend_reruns_nothing(edited, grap
 
 def test_a_stage_that_plays_depends_on_the_backend_its_params_choose():
     settings = project_settings()
-    teacher = settings.model_copy(update={"teacher": settings.teacher.model_copy(update={"backend": "openai"})})
+    teacher = settings.model_copy(
+        update={"teacher": settings.teacher.model_copy(update={"backend": "openai"})}
+    )
     written = yaml.safe_load(render(teacher))["stages"]
-    with_openai = {name for name, entry in written.items()
-                   if "spag/players/openai.py" in entry.get("do", entry)["deps"]}
+    with_openai = {
+        name for name, entry in written.items() if "spag/players/openai.py" in entry.get("do", entry)["deps"]
+    }
     assert with_openai == {"teacher_play"}
     # dvc.yaml written for hf: a stage started on vllm is told to rewrite it, naming the backend's file
     play = settings.model_copy(update={"play": settings.play.model_copy(update={"backend": "vllm"})})

@@ -110,9 +110,15 @@ def test_the_figures_in_chips_are_open_spiels_for_its_kuhn_poker():
     # An independent oracle: OpenSpiel's own game, policy value and best responses (chips: ante 1, bet 1).
     game = pyspiel.load_game("kuhn_poker")
     rng = random.Random(11)
-    profiles = [constant(0.0), constant(0.5), constant(1.0), equilibrium(0.0), equilibrium(1 / 3),
-                *({(i.card, i.history): rng.random() for i in INFOSETS} for _ in range(40)),
-                *(_random_pure(rng) for _ in range(20))]
+    profiles = [
+        constant(0.0),
+        constant(0.5),
+        constant(1.0),
+        equilibrium(0.0),
+        equilibrium(1 / 3),
+        *({(i.card, i.history): rng.random() for i in INFOSETS} for _ in range(40)),
+        *(_random_pure(rng) for _ in range(20)),
+    ]
     for profile in profiles:
         table = _open_spiel_policy(game, profile)
         worth = expected_game_score.policy_value(game.new_initial_state(), [table, table])
@@ -150,7 +156,9 @@ def test_the_equilibrium_teacher_plays_the_profile_the_figures_call_the_teacher(
     game = KuhnPoker()
     for infoset in INFOSETS:
         deal, history = state(infoset)
-        turn = Turn(infoset.player, deal, history, game.prompt(infoset.player, deal, history, game.Strategies()))
+        turn = Turn(
+            infoset.player, deal, history, game.prompt(infoset.player, deal, history, game.Strategies())
+        )
         share = sum(teacher.action(turn) == infoset.action for _ in range(3000)) / 3000
         assert share == pytest.approx(TEACHER[(infoset.card, infoset.history)], abs=0.04), infoset
 
@@ -203,7 +211,9 @@ def test_spag_strategy_writes_the_rows_and_figures_of_a_checkpoint(tiny, tmp_pat
     assert [r["way"] for r in rows] == ["exact"] * 12 + ["played"] * 12
     for way in ("exact", "played"):
         mine = [r for r in rows if r["way"] == way]
-        assert {(r["player"], r["card"], r["history"], r["action"]) for r in mine} == {tuple(i) for i in INFOSETS}
+        assert {(r["player"], r["card"], r["history"], r["action"]) for r in mine} == {
+            tuple(i) for i in INFOSETS
+        }
     for row in rows:
         assert 0.0 <= row["probability"] <= 1.0
         if row["way"] == "exact":
@@ -216,28 +226,38 @@ def test_spag_strategy_writes_the_rows_and_figures_of_a_checkpoint(tiny, tmp_pat
     assert set(report) == {"exact", "played"}
     for way in report.values():
         for unit in UNITS:
-            assert set(way[unit]) >= {"exploitability", "value_first", "vs_equilibrium_first",
-                                      "vs_equilibrium_second"}
+            assert set(way[unit]) >= {
+                "exploitability",
+                "value_first",
+                "vs_equilibrium_first",
+                "vs_equilibrium_second",
+            }
             assert way[unit]["exploitability"] >= -1e-12
     # the 12 information sets as a table, a line each
     table = [line for line in result.stdout.splitlines() if line.startswith(("first ", "second "))]
     assert len(table) == 12 and table[0].split()[:5] == ["first", "J", "no", "action", "yet"]
     # a written strategy (its file, or the folder) is printed as the same table, with its exploitability
     shown = run_cli("strategy", out / "strategy.jsonl")
-    assert shown.code == 0 and [line for line in shown.stdout.splitlines() if line.startswith(("first ", "second "))] \
-        == table
+    assert (
+        shown.code == 0
+        and [line for line in shown.stdout.splitlines() if line.startswith(("first ", "second "))] == table
+    )
     assert "chips exploitability exact" in shown.stderr.strip().splitlines()[-1]
     assert run_cli("strategy", out).stdout == shown.stdout
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"way": "exact", "card": "A", "history": "", "probability": 0.5}) + "\n")
     refused = run_cli("strategy", bad)
-    assert refused.code == 2 and refused.error_lines() == [f"error: {bad}: record 0: not a strategy row (way, card, "
-                                                           "history and probability, as spag strategy writes them)"]
+    assert refused.code == 2 and refused.error_lines() == [
+        f"error: {bad}: record 0: not a strategy row (way, card, "
+        "history and probability, as spag strategy writes them)"
+    ]
     assert run_cli("strategy", tiny).code == 2  # a model needs -o
     # a second run into the same folder needs --overwrite, and then replaces it
     again = run_cli("strategy", tiny, "-o", out, "--samples", 1, "--max-new-tokens", 2)
     assert again.code == 2 and "--overwrite" in again.stderr
-    assert run_cli("strategy", tiny, "-o", out, "--samples", 1, "--max-new-tokens", 2, "--overwrite").code == 0
+    assert (
+        run_cli("strategy", tiny, "-o", out, "--samples", 1, "--max-new-tokens", 2, "--overwrite").code == 0
+    )
     assert json.loads((out / "strategy.jsonl").read_text().splitlines()[-1])["replies"] == 1
     # M6 (fourth attack): with one file changed by hand, --overwrite wrote the rows and then refused the
     # figures, leaving new rows beside old figures; both are checked before any sampling now
@@ -261,7 +281,12 @@ def test_the_played_way_reads_each_reply_with_the_games_parser(tmp_path):
         if row["action"] == "bet":
             assert (row["probability"], row["broken_share"]) == (1.0, 0.0), row
         else:
-            assert (row["probability"], row["low"], row["high"], row["broken_share"]) == (0.5, 0.0, 1.0, 1.0), row
+            assert (row["probability"], row["low"], row["high"], row["broken_share"]) == (
+                0.5,
+                0.0,
+                1.0,
+                1.0,
+            ), row
 
 
 def test_spag_strategy_refuses_another_game_in_one_line(tiny, tmp_path):
@@ -283,8 +308,16 @@ def test_the_report_of_the_exact_way_alone():
     from spag.game.kuhn.exploitability import INFOSETS, all_figures, equilibrium
 
     profile = equilibrium()
-    rows = [{"way": "exact", "card": i.card, "history": i.history, "probability": profile[(i.card, i.history)],
-             "mass": 0.95 + n / 1000} for n, i in enumerate(INFOSETS)]
+    rows = [
+        {
+            "way": "exact",
+            "card": i.card,
+            "history": i.history,
+            "probability": profile[(i.card, i.history)],
+            "mass": 0.95 + n / 1000,
+        }
+        for n, i in enumerate(INFOSETS)
+    ]
     report = exploitability_report(rows, {"exact": all_figures(profile)})
     assert set(report) == {"exact"} and report["exact"]["mass_min"] == 0.95
     assert report["exact"]["chips"]["exploitability"] == pytest.approx(0, abs=1e-12)

@@ -19,18 +19,27 @@ from spag.testing import make_tiny_checkpoint
 
 @pytest.fixture(scope="module")
 def player(tmp_path_factory):
-    return load_player(str(make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt")), "hf", device="cpu")
+    return load_player(
+        str(make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt")), "hf", device="cpu"
+    )
 
 
 # ----------------------------------------------------------------------------------------- blank_out
 
 
-@pytest.mark.parametrize("text, word, expected", [
-    ("A planet orbits the Sun; planets are big.", "planet", f"A {BLANK} orbits the Sun; {BLANK} are big."),
-    ("RUNNING and ran, but not a runner", "run", f"{BLANK} and {BLANK}, but not a runner"),
-    ("Aterritory is not the word territory", "territory", f"Aterritory is not the word {BLANK}"),
-    ("nothing to hide here", "lemon", "nothing to hide here"),
-])
+@pytest.mark.parametrize(
+    "text, word, expected",
+    [
+        (
+            "A planet orbits the Sun; planets are big.",
+            "planet",
+            f"A {BLANK} orbits the Sun; {BLANK} are big.",
+        ),
+        ("RUNNING and ran, but not a runner", "run", f"{BLANK} and {BLANK}, but not a runner"),
+        ("Aterritory is not the word territory", "territory", f"Aterritory is not the word {BLANK}"),
+        ("nothing to hide here", "lemon", "nothing to hide here"),
+    ],
+)
 def test_blank_out_removes_every_whole_word_form(text, word, expected):
     out = blank_out(text, word)
     assert out == expected
@@ -55,8 +64,18 @@ class FoulOnce:
     def __init__(self):
         self.tries: dict[str, int] = {}
 
-    def generate(self, prompts, *, temperature=1.0, top_k=0, max_new_tokens=256, min_new_tokens=1,
-                 seed=None, stop=(), stop_pattern=None):
+    def generate(
+        self,
+        prompts,
+        *,
+        temperature=1.0,
+        top_k=0,
+        max_new_tokens=256,
+        min_new_tokens=1,
+        seed=None,
+        stop=(),
+        stop_pattern=None,
+    ):
         out = []
         for prompt in prompts:
             if "You are the attacker" in prompt:
@@ -70,8 +89,14 @@ class FoulOnce:
 
 def test_foul_retries_resample_an_attacker_line_that_says_the_word():
     stats = PlayStats()
-    [episode] = play_games(FoulOnce(), FoulOnce(), ["lemon"], PlayConfig.of(max_turns=2, foul_retries=1),
-                           show_progress=False, stats=stats)
+    [episode] = play_games(
+        FoulOnce(),
+        FoulOnce(),
+        ["lemon"],
+        PlayConfig.of(max_turns=2, foul_retries=1),
+        show_progress=False,
+        stats=stats,
+    )
     assert [u["content"] for u in episode["history"] if u["role"] == "attacker"] == ["Yellow and sour."] * 2
     assert stats.resampled_fouls == 2 and json.loads(episode["strategies"])["foul_retries"] == 1
     [plain] = play_games(FoulOnce(), FoulOnce(), ["lemon"], PlayConfig.of(max_turns=2), show_progress=False)
@@ -110,11 +135,22 @@ def test_strategies_wrap_only_the_role_they_change():
 
 def test_final_guess_needs_a_model_backend():
     with pytest.raises(ValueError, match="hf backend"):
-        play_games(FoulOnce(), FoulOnce(), ["lemon"], PlayConfig.of(max_turns=2, final_guess=True),
-                   guess_words=["lemon", "lime"], show_progress=False)
+        play_games(
+            FoulOnce(),
+            FoulOnce(),
+            ["lemon"],
+            PlayConfig.of(max_turns=2, final_guess=True),
+            guess_words=["lemon", "lime"],
+            show_progress=False,
+        )
     with pytest.raises(ValueError, match="final_guess needs the game's vocabulary"):
-        play_games(FoulOnce(), FoulOnce(), ["lemon"], PlayConfig.of(max_turns=2, final_guess=True),
-                   show_progress=False)
+        play_games(
+            FoulOnce(),
+            FoulOnce(),
+            ["lemon"],
+            PlayConfig.of(max_turns=2, final_guess=True),
+            show_progress=False,
+        )
 
 
 # ------------------------------------------------------------------------------- the dictionary guess
@@ -123,13 +159,18 @@ def test_final_guess_needs_a_model_backend():
 def test_next_token_logprobs_match_a_plain_forward_pass(player):
     """Prompts of different lengths sharing their beginning, in one call and again (the kept prompts
     reused): each row is the plain forward pass of its own prompt."""
-    prompts = [build_prompt(DEFENDER, "", [{"role": "attacker", "content": line}], 3)
-               for line in ("It is yellow.", "A long curved fruit that monkeys like to eat.", "Sour.")]
+    prompts = [
+        build_prompt(DEFENDER, "", [{"role": "attacker", "content": line}], 3)
+        for line in ("It is yellow.", "A long curved fruit that monkeys like to eat.", "Sour.")
+    ]
     for _ in range(2):
         got = player.next_token_logprobs(prompts, PREDICTION_PHRASE)
         assert got.shape[0] == len(prompts)
         for row, prompt in zip(got, prompts):
-            ids = player.encode(prompt) + player.tokenizer(PREDICTION_PHRASE, add_special_tokens=False)["input_ids"]
+            ids = (
+                player.encode(prompt)
+                + player.tokenizer(PREDICTION_PHRASE, add_special_tokens=False)["input_ids"]
+            )
             with torch.no_grad():
                 logits = player.model(input_ids=torch.tensor([ids])).logits[0, -1]
             assert row.shape == (logits.shape[-1],)
@@ -144,10 +185,16 @@ def test_dictionary_guess_is_the_vocabulary_word_with_the_highest_pmi(player):
     for word in vocabulary:
         kept = next(w for w in vocabulary if first[w] == first[word])
         assert (word in guesser.words) == (kept == word)
-    histories = [[{"role": "attacker", "content": "It is yellow and sour."}, {"role": "defender", "content": "Hmm."},
-                  {"role": "attacker", "content": "You squeeze it over fish."}, {"role": "defender", "content": "Ok."},
-                  {"role": "attacker", "content": "Lemonade is made of it."}],
-                 [{"role": "attacker", "content": "Hot and dark, in a cup."}]]
+    histories = [
+        [
+            {"role": "attacker", "content": "It is yellow and sour."},
+            {"role": "defender", "content": "Hmm."},
+            {"role": "attacker", "content": "You squeeze it over fish."},
+            {"role": "defender", "content": "Ok."},
+            {"role": "attacker", "content": "Lemonade is made of it."},
+        ],
+        [{"role": "attacker", "content": "Hot and dark, in a cup."}],
+    ]
     guesses = guesser.guess(histories)
     silent = player.next_token_logprobs([build_prompt(DEFENDER, "", [], 3)], PREDICTION_PHRASE)[0]
     for history, guess in zip(histories, guesses):
@@ -161,8 +208,12 @@ def test_teacher_games_end_with_the_defender_guessing(player):
     words = ["lemon", "coffee", "river"]
     vocabulary = words + ["apple", "garden", "window"]
     stats = PlayStats()
-    config = PlayConfig.of(max_turns=2, max_new_tokens=6, coached_attacker=True, final_guess=True, foul_retries=1)
-    episodes = play_games(player, player, words, config, guess_words=vocabulary, show_progress=False, stats=stats)
+    config = PlayConfig.of(
+        max_turns=2, max_new_tokens=6, coached_attacker=True, final_guess=True, foul_retries=1
+    )
+    episodes = play_games(
+        player, player, words, config, guess_words=vocabulary, show_progress=False, stats=stats
+    )
     # Coached attackers never say the word, so every game reaches the defender's last utterance: a guess.
     assert [len(e["history"]) for e in episodes] == [4] * len(words)
     for episode in episodes:
@@ -194,15 +245,32 @@ def test_play_command_with_teacher_strategies(player, tmp_path):
     words.write_text("lemon\ncoffee\n")
     vocabulary = tmp_path / "vocabulary.txt"
     vocabulary.write_text("lemon\ncoffee\nriver\ngarden\n")
-    base = ["play", "--attacker", model, "--defender", model, "--words", str(words), "--max-turns", "1",
-            "--max-new-tokens", "5", "--no-progress", "--final-guess", "--guess-words", str(vocabulary)]
-    result = CliRunner().invoke(app, base + ["-o", str(tmp_path / "eps"), "--coached-attacker",
-                                             "--foul-retries", "1"])
+    base = [
+        "play",
+        "--attacker",
+        model,
+        "--defender",
+        model,
+        "--words",
+        str(words),
+        "--max-turns",
+        "1",
+        "--max-new-tokens",
+        "5",
+        "--no-progress",
+        "--final-guess",
+        "--guess-words",
+        str(vocabulary),
+    ]
+    result = CliRunner().invoke(
+        app, base + ["-o", str(tmp_path / "eps"), "--coached-attacker", "--foul-retries", "1"]
+    )
     assert result.exit_code == 0, result.output
     episodes = read_episodes(tmp_path / "eps")
     assert [len(e["history"]) for e in episodes] == [2, 2]  # one round: the attacker's clue, then a guess
     assert all(e["history"][1]["content"].startswith(PREDICTION_PHRASE) for e in episodes)
     assert "2 said by a strategy without the model" in result.output
-    refused = CliRunner().invoke(app, base + ["-o", str(tmp_path / "other"), "--backend", "openai",
-                                              "--base-url", "http://127.0.0.1:9"])
+    refused = CliRunner().invoke(
+        app, base + ["-o", str(tmp_path / "other"), "--backend", "openai", "--base-url", "http://127.0.0.1:9"]
+    )
     assert refused.exit_code == 2 and "hf backend" in refused.output

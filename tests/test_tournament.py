@@ -48,8 +48,10 @@ def test_ties_count_as_half_a_win():
 def test_fit_is_the_likelihood_maximum():
     # At the maximum, each model's expected points equal its actual points (prior draws included).
     rng = np.random.default_rng(1)
-    games = [Match(int(i), int(j), float(rng.choice([0.0, 0.5, 1.0], p=[0.3, 0.1, 0.6])))
-             for i, j in (rng.choice(4, 2, replace=False) for _ in range(300))]
+    games = [
+        Match(int(i), int(j), float(rng.choice([0.0, 0.5, 1.0], p=[0.3, 0.1, 0.6])))
+        for i, j in (rng.choice(4, 2, replace=False) for _ in range(300))
+    ]
     points, played = tables(games, 4)
     ratings = fit_bradley_terry(points, played, prior_draws=1.0)
     met = (played > 0) & ~np.eye(4, dtype=bool)
@@ -73,12 +75,24 @@ def test_a_model_that_always_wins_is_rated_highest_and_finite():
 
 def test_equal_records_give_equal_ratings():
     # Everyone beats everyone else once in each role: all equal.
-    cycle = [Match(0, 1, 1.0), Match(1, 0, 1.0), Match(1, 2, 1.0), Match(2, 1, 1.0), Match(2, 0, 1.0),
-             Match(0, 2, 1.0)]
+    cycle = [
+        Match(0, 1, 1.0),
+        Match(1, 0, 1.0),
+        Match(1, 2, 1.0),
+        Match(2, 1, 1.0),
+        Match(2, 0, 1.0),
+        Match(0, 2, 1.0),
+    ]
     assert elo_ratings(cycle * 4, 3, resamples=0)["rating"] == pytest.approx([1000.0] * 3, abs=1e-6)
     # 0 and 1 have the same record against 2 and split their own games: equal to each other, above 2.
-    games = [Match(0, 2, 1.0), Match(0, 2, 0.5), Match(1, 2, 1.0), Match(1, 2, 0.5), Match(0, 1, 1.0),
-             Match(1, 0, 1.0)]
+    games = [
+        Match(0, 2, 1.0),
+        Match(0, 2, 0.5),
+        Match(1, 2, 1.0),
+        Match(1, 2, 0.5),
+        Match(0, 1, 1.0),
+        Match(1, 0, 1.0),
+    ]
     rating = elo_ratings(games * 3, 3, resamples=0)["rating"]
     assert rating[0] == pytest.approx(rating[1], abs=1e-6) and rating[0] > rating[2]
 
@@ -117,9 +131,14 @@ def ep(attacker, defender, outcome, word="apple"):
 
 
 EPISODES = [
-    ep("a", "b", ATTACKER_WINS), ep("a", "b", DEFENDER_WINS), ep("a", "b", TIE),
+    ep("a", "b", ATTACKER_WINS),
+    ep("a", "b", DEFENDER_WINS),
+    ep("a", "b", TIE),
     ep("a", "b", ATTACKER_BREAKS_RULES),
-    ep("b", "a", ATTACKER_WINS), ep("b", "a", DEFENDER_WINS), ep("b", "a", DEFENDER_WINS), ep("b", "a", TIE),
+    ep("b", "a", ATTACKER_WINS),
+    ep("b", "a", DEFENDER_WINS),
+    ep("b", "a", DEFENDER_WINS),
+    ep("b", "a", TIE),
 ]
 
 
@@ -175,10 +194,34 @@ def test_tournament_command_on_tiny_models(tmp_path):
     words.write_text("river\ncoffee\n")
     out, heat, episodes = tmp_path / "t.json", tmp_path / "t.png", tmp_path / "episodes"
     result = subprocess.run(
-        [sys.executable, "-m", "spag.cli", "tournament", "--models", *map(str, models), "--words", str(words),
-         "-o", str(out), "--heatmap", str(heat), "--episodes-out", str(episodes), "--max-turns", "1",
-         "--max-new-tokens", "8", "--batch-size", "4", "--resamples", "100"],
-        capture_output=True, text=True, check=False)
+        [
+            sys.executable,
+            "-m",
+            "spag.cli",
+            "tournament",
+            "--models",
+            *map(str, models),
+            "--words",
+            str(words),
+            "-o",
+            str(out),
+            "--heatmap",
+            str(heat),
+            "--episodes-out",
+            str(episodes),
+            "--max-turns",
+            "1",
+            "--max-new-tokens",
+            "8",
+            "--batch-size",
+            "4",
+            "--resamples",
+            "100",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     metrics = json.loads(out.read_text())
     assert metrics["models"] == ["m0", "m1", "m2"]
@@ -202,22 +245,28 @@ def test_players_drop_their_kept_prompts_after_each_match(tmp_path):
     from spag.players import close_player, load_player
     from spag.testing import make_tiny_checkpoint
 
-    players = [load_player(str(make_tiny_checkpoint(tmp_path / f"m{i}", seed=i)), device="cpu", dtype="float32")
-               for i in range(2)]
+    players = [
+        load_player(str(make_tiny_checkpoint(tmp_path / f"m{i}", seed=i)), device="cpu", dtype="float32")
+        for i in range(2)
+    ]
     try:
-        players[0].generate(["a prompt long enough to be kept for the next call"] * 2, max_new_tokens=2, seed=0)
+        players[0].generate(
+            ["a prompt long enough to be kept for the next call"] * 2, max_new_tokens=2, seed=0
+        )
         assert players[0]._store.entries  # kept between calls, as in self-play
         config = PlayConfig.of(max_turns=1, temperature=0.0, max_new_tokens=4)
-        episodes = _round_robin(players, ["m0", "m1"], ["river", "coffee"], config, None, False, False,
-                                held=players)
+        episodes = _round_robin(
+            players, ["m0", "m1"], ["river", "coffee"], config, None, False, False, held=players
+        )
         assert len(episodes) == 4
         assert not any(p._store.entries for p in players)
     finally:
         close_player(*players)
 
 
-@pytest.mark.parametrize("option, hint", [(["--filtered", "M"], "--filtered"), (["--baselines", "base-teacher"],
-                                                                                  "--baselines")])
+@pytest.mark.parametrize(
+    "option, hint", [(["--filtered", "M"], "--filtered"), (["--baselines", "base-teacher"], "--baselines")]
+)
 def test_a_kuhn_poker_tournament_with_a_filter_or_a_baseline_is_refused_in_one_line(tmp_path, option, hint):
     """M4 (fourth attack): `--game kuhn-poker ... --filtered M` ended in a ValueError traceback, and a
     baseline was refused with "expected one of none"."""
@@ -226,7 +275,21 @@ def test_a_kuhn_poker_tournament_with_a_filter_or_a_baseline_is_refused_in_one_l
     model = make_tiny_checkpoint(tmp_path / "m")
     words = tmp_path / "deals.txt"
     words.write_text("K-Q\n")
-    result = run_cli("tournament", "--game", "kuhn-poker", "--models", f"M={model}", f"N={model}", "--words", words,
-                     "-o", tmp_path / "t.json", *option)
+    result = run_cli(
+        "tournament",
+        "--game",
+        "kuhn-poker",
+        "--models",
+        f"M={model}",
+        f"N={model}",
+        "--words",
+        words,
+        "-o",
+        tmp_path / "t.json",
+        *option,
+    )
     assert result.code == 2 and "Traceback" not in result.stderr and not (tmp_path / "t.json").exists()
-    assert hint in result.stderr and "the game kuhn-poker has no baselines and no decode-time filter" in result.stderr
+    assert (
+        hint in result.stderr
+        and "the game kuhn-poker has no baselines and no decode-time filter" in result.stderr
+    )

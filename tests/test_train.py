@@ -29,14 +29,34 @@ def game_rows(seed=0):
     for turn, utterance in enumerate(GAME_UTTERANCES):
         role = "attacker" if turn % 2 == 0 else "defender"
         prompt, bounds = training_prompt_with_bounds(role, "coffee", history, 5, rng)
-        rows.append({
-            "prompt": prompt, "completion": utterance, "history_bounds": bounds,
-            "reward": 0.4 if role == "defender" else -0.3, "weight": 1.0, "role": role, "kind": "game",
-            "target_word": "coffee", "turn": turn, "episode": "e0",
-        })
+        rows.append(
+            {
+                "prompt": prompt,
+                "completion": utterance,
+                "history_bounds": bounds,
+                "reward": 0.4 if role == "defender" else -0.3,
+                "weight": 1.0,
+                "role": role,
+                "kind": "game",
+                "target_word": "coffee",
+                "turn": turn,
+                "episode": "e0",
+            }
+        )
         history = history + [{"role": role, "content": utterance}]
-    rows.append({"prompt": "Name a yellow fruit.", "completion": "A banana.", "reward": None, "weight": 1.0,
-                 "role": None, "kind": "sft", "target_word": None, "turn": None, "episode": None})
+    rows.append(
+        {
+            "prompt": "Name a yellow fruit.",
+            "completion": "A banana.",
+            "reward": None,
+            "weight": 1.0,
+            "role": None,
+            "kind": "sft",
+            "target_word": None,
+            "turn": None,
+            "episode": None,
+        }
+    )
     return rows
 
 
@@ -57,7 +77,14 @@ def tokenizer(tiny):
     return load_tokenizer(tiny)
 
 
-FAST = {"batch_size": 5, "grad_accum": 1, "logging_steps": 1, "warmup_ratio": 0.0, "show_progress": False, "seed": 0}
+FAST = {
+    "batch_size": 5,
+    "grad_accum": 1,
+    "logging_steps": 1,
+    "warmup_ratio": 0.0,
+    "show_progress": False,
+    "seed": 0,
+}
 
 
 # ------------------------------------------------------------------------------------- tokenisation
@@ -66,7 +93,9 @@ FAST = {"batch_size": 5, "grad_accum": 1, "logging_steps": 1, "warmup_ratio": 0.
 def test_encode_rows_matches_the_play_time_input_and_ends_with_eos(tokenizer):
     rows = [validate_row(r, i) for i, r in enumerate(game_rows())]
     encoded = encode_rows(rows, tokenizer, max_length=4096, show_progress=False)
-    prompt_ids = tokenizer(to_model_input(tokenizer, rows[1]["prompt"]), add_special_tokens=False)["input_ids"]
+    prompt_ids = tokenizer(to_model_input(tokenizer, rows[1]["prompt"]), add_special_tokens=False)[
+        "input_ids"
+    ]
     completion_ids = tokenizer(rows[1]["completion"], add_special_tokens=False)["input_ids"]
     assert encoded.input_ids[1] == prompt_ids + completion_ids + [tokenizer.eos_token_id]
     assert encoded.completion_lengths[1] == len(completion_ids) + 1
@@ -83,11 +112,15 @@ def test_a_long_prompt_gives_up_its_oldest_history_lines_never_the_rules_or_the_
     full = len(_ids(tokenizer, last["prompt"])) + len(tokenizer(last["completion"])["input_ids"]) + 1
     first_line = len(tokenizer(GAME_UTTERANCES[0])["input_ids"])
     encoded = encode_rows([last], tokenizer, max_length=full - first_line // 2, show_progress=False)
-    assert encoded.prompts_shortened == 1 and encoded.history_lines_dropped == 1 and encoded.rows_too_long == 0
+    assert (
+        encoded.prompts_shortened == 1 and encoded.history_lines_dropped == 1 and encoded.rows_too_long == 0
+    )
     text = tokenizer.decode(encoded.input_ids[0])
     assert GAME_UTTERANCES[0] not in text  # the oldest line went
     assert GAME_UTTERANCES[1] in text and GAME_UTTERANCES[2] in text  # the later ones stayed
-    assert "Adversarial Taboo" in text or "Rules of the game" in text  # the rules stayed (every training text)
+    assert (
+        "Adversarial Taboo" in text or "Rules of the game" in text
+    )  # the rules stayed (every training text)
     assert text.endswith(GAME_UTTERANCES[3] + tokenizer.eos_token)  # the completion whole, with its eos
     # The attacker's row keeps its target word however short the budget (while the rest still fits).
     attacker = rows[2]
@@ -102,8 +135,9 @@ def test_a_row_too_long_without_its_history_is_left_out_not_cut(tokenizer):
     rows = [validate_row(r, i) for i, r in enumerate(game_rows())]
     encoded = encode_rows(rows, tokenizer, max_length=40, show_progress=False)
     assert encoded.rows_too_long == 4 and len(encoded) == 1  # the four game rows; the short SFT row fits
-    assert encoded.input_ids[0][-encoded.completion_lengths[0]:] == (
-        tokenizer("A banana.", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
+    assert encoded.input_ids[0][-encoded.completion_lengths[0] :] == (
+        tokenizer("A banana.", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    )
     nothing = encode_rows(rows, tokenizer, max_length=4, show_progress=False)
     assert len(nothing) == 0 and nothing.rows_too_long == len(rows)
     with pytest.raises(ValueError, match="at least 2"):
@@ -164,8 +198,16 @@ def test_sft_training_lowers_the_loss_and_saves_a_plain_hf_directory(tiny, token
 
     rows = game_rows()
     data = write_rows(tmp_path / "rows.jsonl", rows)
-    out = run_training("sft", tiny, data, tmp_path / "sft", learning_rate=3e-3, max_steps=12,
-                       live_dir=tmp_path / "live", **FAST)
+    out = run_training(
+        "sft",
+        tiny,
+        data,
+        tmp_path / "sft",
+        learning_rate=3e-3,
+        max_steps=12,
+        live_dir=tmp_path / "live",
+        **FAST,
+    )
     before, after = mean_nll(tiny, rows), mean_nll(out, rows)
     assert after < before - 0.5, (before, after)
 
@@ -176,7 +218,9 @@ def test_sft_training_lowers_the_loss_and_saves_a_plain_hf_directory(tiny, token
 
     model = AutoModelForCausalLM.from_pretrained(out)
     saved_tok = AutoTokenizer.from_pretrained(out)
-    assert saved_tok.pad_token_id == tokenizer.pad_token_id and saved_tok.eos_token_id == tokenizer.eos_token_id
+    assert (
+        saved_tok.pad_token_id == tokenizer.pad_token_id and saved_tok.eos_token_id == tokenizer.eos_token_id
+    )
     assert model.config.pad_token_id == tokenizer.pad_token_id
     assert model.config.eos_token_id == tokenizer.eos_token_id
     assert model.generation_config.eos_token_id == tokenizer.eos_token_id
@@ -191,8 +235,11 @@ def test_offline_po_reference_cache_is_reused_and_keyed_by_the_data(tiny, tmp_pa
     rows = game_rows()
     data = write_rows(tmp_path / "rows.jsonl", rows)
     live = tmp_path / "live"
-    first = read_summary(run_training("offline-po", tiny, data, tmp_path / "po1", learning_rate=1e-3,
-                                      max_steps=2, live_dir=live, **FAST))
+    first = read_summary(
+        run_training(
+            "offline-po", tiny, data, tmp_path / "po1", learning_rate=1e-3, max_steps=2, live_dir=live, **FAST
+        )
+    )
     cache = first["reference"]["cache"]
     assert first["reference"]["mode"] == "precomputed" and first["reference"]["reused"] is False
     assert cache.startswith(str(data) + ".ref-")
@@ -206,23 +253,26 @@ def test_offline_po_reference_cache_is_reused_and_keyed_by_the_data(tiny, tmp_pa
     for name in ("loss_po", "loss_sft", "clip_fraction"):
         assert (metrics / f"{name}.tsv").exists()
 
-    second = read_summary(run_training("offline-po", tiny, data, tmp_path / "po2", max_steps=1, **FAST,
-                                       live=False))
+    second = read_summary(
+        run_training("offline-po", tiny, data, tmp_path / "po2", max_steps=1, **FAST, live=False)
+    )
     assert second["reference"]["cache"] == cache and second["reference"]["reused"] is True
 
     # Rewards and weights do not change what the reference says; the cache still applies.
     reweighted = [dict(r, weight=2.0) for r in rows]
     write_rows(data, reweighted)
-    third = read_summary(run_training("offline-po", tiny, data, tmp_path / "po3", max_steps=1, **FAST,
-                                      live=False))
+    third = read_summary(
+        run_training("offline-po", tiny, data, tmp_path / "po3", max_steps=1, **FAST, live=False)
+    )
     assert third["reference"]["reused"] is True
 
     # A different completion is different data: a new cache, computed afresh.
     changed = [dict(r) for r in reweighted]
     changed[0]["completion"] = "Something hot and dark that people drink with breakfast."
     write_rows(data, changed)
-    fourth = read_summary(run_training("offline-po", tiny, data, tmp_path / "po4", max_steps=1, **FAST,
-                                       live=False))
+    fourth = read_summary(
+        run_training("offline-po", tiny, data, tmp_path / "po4", max_steps=1, **FAST, live=False)
+    )
     assert fourth["reference"]["reused"] is False and fourth["reference"]["cache"] != cache
     from pathlib import Path
 
@@ -242,12 +292,20 @@ def test_resume_continues_from_the_latest_checkpoint(tiny, tmp_path):
     assert summary["steps"] == 4
     assert summary["resumed_from"].endswith("checkpoint-2")
     assert not (out / "checkpoints").exists()
-    steps = [line.split("\t")[0] for line in
-             (tmp_path / "live" / "plots" / "metrics" / "train" / "loss.tsv").read_text().splitlines()[1:]]
+    steps = [
+        line.split("\t")[0]
+        for line in (tmp_path / "live" / "plots" / "metrics" / "train" / "loss.tsv")
+        .read_text()
+        .splitlines()[1:]
+    ]
     assert steps == ["1", "2", "3", "4"]
     # the mean loss covers all four steps, not only the two after the resume
-    losses = [float(line.split("\t")[1]) for line in
-              (tmp_path / "live" / "plots" / "metrics" / "train" / "loss.tsv").read_text().splitlines()[1:]]
+    losses = [
+        float(line.split("\t")[1])
+        for line in (tmp_path / "live" / "plots" / "metrics" / "train" / "loss.tsv")
+        .read_text()
+        .splitlines()[1:]
+    ]
     assert summary["mean_loss"] == pytest.approx(sum(losses) / 4, rel=1e-3)
 
 
@@ -257,8 +315,18 @@ def test_lora_on_the_fly_reference_is_merged_on_save(tiny, tmp_path):
     from transformers import AutoModelForCausalLM
 
     data = write_rows(tmp_path / "rows.jsonl", game_rows())
-    out = run_training("sft-kl", tiny, data, tmp_path / "lora", learning_rate=5e-3, max_steps=3, lora_r=4,
-                       ref_on_the_fly=True, live=False, **FAST)
+    out = run_training(
+        "sft-kl",
+        tiny,
+        data,
+        tmp_path / "lora",
+        learning_rate=5e-3,
+        max_steps=3,
+        lora_r=4,
+        ref_on_the_fly=True,
+        live=False,
+        **FAST,
+    )
     assert read_summary(out)["reference"] == {"mode": "on-the-fly"}
     assert not (out / "adapter_config.json").exists()
     merged = AutoModelForCausalLM.from_pretrained(out)
@@ -275,11 +343,33 @@ def test_cli_trains_with_a_separate_reference(tiny, tmp_path):
 
     data = write_rows(tmp_path / "rows.jsonl", game_rows())
     ref = make_tiny_checkpoint(tmp_path / "ref", seed=1)
-    result = CliRunner().invoke(app, [
-        "train", "--method", "offline-po", "--model", str(tiny), "--ref", str(ref), "--data", str(data),
-        "-o", str(tmp_path / "out"), "--max-steps", "1", "--batch-size", "5", "--grad-accum", "1",
-        "--ref-on-the-fly", "--live-dir", str(tmp_path / "live"), "--logging-steps", "1",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--method",
+            "offline-po",
+            "--model",
+            str(tiny),
+            "--ref",
+            str(ref),
+            "--data",
+            str(data),
+            "-o",
+            str(tmp_path / "out"),
+            "--max-steps",
+            "1",
+            "--batch-size",
+            "5",
+            "--grad-accum",
+            "1",
+            "--ref-on-the-fly",
+            "--live-dir",
+            str(tmp_path / "live"),
+            "--logging-steps",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "{'loss'" not in result.output  # logged numbers go to the bar's postfix, not a printed dict
     summary = read_summary(tmp_path / "out")
@@ -289,23 +379,31 @@ def test_cli_trains_with_a_separate_reference(tiny, tmp_path):
     kl = (tmp_path / "live" / "plots" / "metrics" / "train" / "kl.tsv").read_text().splitlines()[1]
     assert abs(float(kl.split("\t")[1])) > 1e-3
 
-    bad = CliRunner().invoke(app, ["train", "--method", "ppo", "--model", str(tiny), "--data", str(data),
-                                   "-o", str(tmp_path / "x")])
+    bad = CliRunner().invoke(
+        app,
+        ["train", "--method", "ppo", "--model", str(tiny), "--data", str(data), "-o", str(tmp_path / "x")],
+    )
     assert bad.exit_code != 0 and "expected one of" in bad.output
 
 
 def test_deepspeed_zero3_config_offloads_and_leaves_sizes_to_the_trainer():
     from pathlib import Path
 
-    config = json.loads((Path(__file__).resolve().parent.parent / "configs" / "deepspeed_zero3.json").read_text())
+    config = json.loads(
+        (Path(__file__).resolve().parent.parent / "configs" / "deepspeed_zero3.json").read_text()
+    )
     zero = config["zero_optimization"]
     assert zero["stage"] == 3
     assert zero["offload_optimizer"]["device"] == "cpu" and zero["offload_param"]["device"] == "cpu"
     # the final save gathers the partitioned weights into one plain checkpoint
     assert zero["stage3_gather_16bit_weights_on_model_save"] is True
     # sizes, precision and optimiser settings come from the Trainer's arguments (spag train's flags)
-    for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                "gradient_clipping"):
+    for key in (
+        "train_batch_size",
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+        "gradient_clipping",
+    ):
         assert config[key] == "auto"
     assert config["bf16"]["enabled"] == "auto"
     assert all(v == "auto" for v in config["optimizer"]["params"].values())
@@ -323,11 +421,39 @@ def test_two_processes_share_the_reference_pass_and_train_together(tiny, tmp_pat
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
     data = write_rows(tmp_path / "rows.jsonl", game_rows())
     done = subprocess.run(
-        [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "spag.cli", "train", "--method",
-         "offline-po", "--model", str(tiny), "--data", str(data), "-o", str(tmp_path / "out"),
-         "--max-steps", "2", "--batch-size", "2", "--grad-accum", "1", "--ref-batch-size", "2",
-         "--device", "cpu", "--no-live", "--no-bf16"],  # float32 on any CPU: the comparison below is exact
-        capture_output=True, text=True, timeout=300, check=False,
+        [
+            torchrun,
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "spag.cli",
+            "train",
+            "--method",
+            "offline-po",
+            "--model",
+            str(tiny),
+            "--data",
+            str(data),
+            "-o",
+            str(tmp_path / "out"),
+            "--max-steps",
+            "2",
+            "--batch-size",
+            "2",
+            "--grad-accum",
+            "1",
+            "--ref-batch-size",
+            "2",
+            "--device",
+            "cpu",
+            "--no-live",
+            "--no-bf16",
+        ],  # float32 on any CPU: the comparison below is exact
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = read_summary(tmp_path / "out")
@@ -355,12 +481,28 @@ def test_a_live_dir_holding_someone_elses_files_is_refused_and_kept(tiny, tmp_pa
     project.mkdir()
     (project / "dvc.yaml").write_text("stages: {}\n")
     (project / "params.yaml").write_text("seed: 1\n")
-    args = ["train", "--method", "sft", "--model", tiny, "--data", data, "--max-steps", "1", "--batch-size", "5",
-            "--grad-accum", "1", "--no-bf16"]
+    args = [
+        "train",
+        "--method",
+        "sft",
+        "--model",
+        tiny,
+        "--data",
+        data,
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "5",
+        "--grad-accum",
+        "1",
+        "--no-bf16",
+    ]
     refused = run_cli(*args, "-o", tmp_path / "out", "--live-dir", project)
     assert refused.code == 2
     assert refused.error_lines()[-1].startswith("error: ") and str(project) in refused.error_lines()[-1]
-    assert (project / "dvc.yaml").read_text() == "stages: {}\n" and (project / "params.yaml").read_text() == "seed: 1\n"
+    assert (project / "dvc.yaml").read_text() == "stages: {}\n" and (
+        project / "params.yaml"
+    ).read_text() == "seed: 1\n"
     assert not (tmp_path / "out").exists()
     # A folder spag's own dvclive wrote is replaced by the next run's curves.
     live = tmp_path / "live"
@@ -391,14 +533,27 @@ def test_every_file_training_writes_has_the_usual_mode(tiny, tmp_path):
     try:
         (tmp_path / "data").mkdir()
         data = write_rows(tmp_path / "data" / "rows.jsonl", game_rows())
-        run_training("offline-po", tiny, data, tmp_path / "out", learning_rate=1e-3, max_steps=1, save_steps=1,
-                     keep_checkpoints=True, live_dir=tmp_path / "live", **FAST)
+        run_training(
+            "offline-po",
+            tiny,
+            data,
+            tmp_path / "out",
+            learning_rate=1e-3,
+            max_steps=1,
+            save_steps=1,
+            keep_checkpoints=True,
+            live_dir=tmp_path / "live",
+            **FAST,
+        )
     finally:
         os.umask(umask)
     written = [p for p in tmp_path.rglob("*") if p.is_file() and p != data]
     assert any(p.name == "model.safetensors" and "checkpoint-1" in p.parts for p in written)
-    assert {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in written
-            if p.stat().st_mode & 0o777 != 0o644} == {}
+    assert {
+        str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777)
+        for p in written
+        if p.stat().st_mode & 0o777 != 0o644
+    } == {}
 
 
 # ------------------------------------------------------------------------------------------ TF32
@@ -409,8 +564,18 @@ def _precision_holders():
     import torch
 
     b = torch.backends
-    return [b, b.cuda.matmul, b.cudnn, b.mkldnn, *(getattr(parent, op) for parent in (b.cudnn, b.mkldnn)
-                                                  for op in ("conv", "rnn", "matmul") if hasattr(parent, op))]
+    return [
+        b,
+        b.cuda.matmul,
+        b.cudnn,
+        b.mkldnn,
+        *(
+            getattr(parent, op)
+            for parent in (b.cudnn, b.mkldnn)
+            for op in ("conv", "rnn", "matmul")
+            if hasattr(parent, op)
+        ),
+    ]
 
 
 @pytest.fixture
@@ -483,7 +648,7 @@ def test_rows_of_similar_length_are_batched_together_unless_asked_for_random_bat
             return 64
 
     def padded_tokens(order):  # what a batch of 4 computes: each row padded to the batch's longest
-        return sum(4 * max(Rows.lengths[i] for i in order[b:b + 4]) for b in range(0, 64, 4))
+        return sum(4 * max(Rows.lengths[i] for i in order[b : b + 4]) for b in range(0, 64, 4))
 
     computed = {}
     for grouped in (True, False):
@@ -514,7 +679,9 @@ def test_rows_whose_prompts_begin_alike_are_batched_together_in_a_seeded_order(t
 
     rng = random.Random(0)
     layouts = [[1] * 30, [2] * 30, [3] * 5]  # three sets of rules, two long and one short
-    prompts = [layouts[i % 3] + [rng.randrange(10, 99) for _ in range(rng.randrange(1, 20))] for i in range(64)]
+    prompts = [
+        layouts[i % 3] + [rng.randrange(10, 99) for _ in range(rng.randrange(1, 20))] for i in range(64)
+    ]
 
     class Rows:  # what RowDataset reads: prompts of three layouts, interleaved, and a two-token completion
         input_ids = tuple(p + [5, 6] for p in prompts)
@@ -528,15 +695,22 @@ def test_rows_whose_prompts_begin_alike_are_batched_together_in_a_seeded_order(t
     def shared_tokens(order):  # the tokens each batch's rows share, counted once per row after the first
         total = 0
         for b in range(0, 64, 4):
-            rows = [prompts[i] for i in order[b:b + 4]]
-            common = next((k for k in range(min(map(len, rows))) if len({r[k] for r in rows}) > 1),
-                          min(map(len, rows)))
+            rows = [prompts[i] for i in order[b : b + 4]]
+            common = next(
+                (k for k in range(min(map(len, rows))) if len({r[k] for r in rows}) > 1), min(map(len, rows))
+            )
             total += common * (len(rows) - 1)
         return total
 
     def sampled(seed, group_by_prompt):
-        config = TrainConfig(live=False, batch_size=4, grad_accum=1, seed=seed, group_by_length=not group_by_prompt,
-                             group_by_prompt=group_by_prompt)
+        config = TrainConfig(
+            live=False,
+            batch_size=4,
+            grad_accum=1,
+            seed=seed,
+            group_by_length=not group_by_prompt,
+            group_by_prompt=group_by_prompt,
+        )
         trainer = SpagTrainer.__new__(SpagTrainer)  # only what the sampler reads
         trainer.args = _training_arguments(config, tmp_path, "cpu")
         trainer.train_dataset, trainer.processing_class = RowDataset(Rows()), None
@@ -545,9 +719,9 @@ def test_rows_whose_prompts_begin_alike_are_batched_together_in_a_seeded_order(t
 
     order = sampled(0, True)
     assert sorted(order) == list(range(64))
-    batches = [tuple(order[b:b + 4]) for b in range(0, 64, 4)]
+    batches = [tuple(order[b : b + 4]) for b in range(0, 64, 4)]
     sorted_rows = sorted(range(64), key=prompts.__getitem__)
-    assert sorted(batches) == sorted(tuple(sorted_rows[b:b + 4]) for b in range(0, 64, 4))
+    assert sorted(batches) == sorted(tuple(sorted_rows[b : b + 4]) for b in range(0, 64, 4))
     assert shared_tokens(order) > 2 * shared_tokens(sampled(0, False))
     assert sampled(0, True) == order and sampled(1, True) != order
     assert sorted(sampled(1, True)) == list(range(64))
@@ -598,8 +772,11 @@ def test_deepspeed_runs_build_their_ops_with_the_environments_ninja(monkeypatch)
     ours = Path(sys.executable).parent / "ninja"
     if not ours.is_file():
         pytest.skip("this environment has no ninja of its own")
-    monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
-                                               if Path(p) != ours.parent) or os.defpath)
+    monkeypatch.setenv(
+        "PATH",
+        os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != ours.parent)
+        or os.defpath,
+    )
     assert shutil.which("ninja") != str(ours)
     environment_ninja_first()
     assert shutil.which("ninja") == str(ours)
@@ -624,8 +801,17 @@ def test_a_finished_run_writes_no_checkpoint_at_its_last_step(tiny, tmp_path, mo
     run_training("sft-kl", tiny, data, tmp_path / "plain", max_steps=3, save_steps=2, live=False, **FAST)
     assert saved == [2]  # the intermediate one only
     saved.clear()
-    run_training("sft-kl", tiny, data, tmp_path / "kept", max_steps=3, save_steps=2, keep_checkpoints=True,
-                 live=False, **FAST)
+    run_training(
+        "sft-kl",
+        tiny,
+        data,
+        tmp_path / "kept",
+        max_steps=3,
+        save_steps=2,
+        keep_checkpoints=True,
+        live=False,
+        **FAST,
+    )
     assert saved == [2, 3]
     assert (tmp_path / "kept" / "checkpoints" / "checkpoint-3").is_dir()
     assert read_summary(tmp_path / "plain")["steps"] == 3
@@ -648,7 +834,9 @@ def test_the_trainer_reports_to_the_trackers_a_run_names(tmp_path):
 
     problems = tracker_problems("spag.report_to", ["tensorboard"])
     if importlib.util.find_spec("tensorboard") is None:
-        assert [str(p) for p in problems] == ["params.yaml: spag.report_to: tensorboard is not installed here: pip "
-                                              "install tensorboard (or leave it out of spag.report_to)"]
+        assert [str(p) for p in problems] == [
+            "params.yaml: spag.report_to: tensorboard is not installed here: pip "
+            "install tensorboard (or leave it out of spag.report_to)"
+        ]
     else:
         assert problems == []

@@ -26,8 +26,9 @@ UNIFORM = constant(0.5)
 def loop(**changes) -> TwinLoop:
     reward = changes.pop("reward", {})
     spag = changes.pop("spag", {})
-    return dataclasses.replace(LOOP, reward=LOOP.reward.model_copy(update=reward),
-                               spag=LOOP.spag.model_copy(update=spag), **changes)
+    return dataclasses.replace(
+        LOOP, reward=LOOP.reward.model_copy(update=reward), spag=LOOP.spag.model_copy(update=spag), **changes
+    )
 
 
 # ------------------------------------------------------------------------------------------------ CFR
@@ -43,7 +44,8 @@ def test_cfr_keeps_open_spiels_average_policy_iteration_by_iteration():
         average, ours = theirs.average_policy(), mine.average()
         for i in INFOSETS:
             assert ours[(i.card, i.history)] == pytest.approx(
-                average.policy_for_key(f"{CARDS.index(i.card)}{letters[i.history]}")[1], abs=1e-12)
+                average.policy_for_key(f"{CARDS.index(i.card)}{letters[i.history]}")[1], abs=1e-12
+            )
 
 
 def test_cfr_approaches_an_equilibrium():
@@ -67,7 +69,9 @@ def test_the_twin_takes_the_pipelines_settings():
 def test_logits_and_profiles_round_trip():
     profile = equilibrium(0.2)
     back = profile_of(logits_of(profile))
-    assert all(back[key] == pytest.approx(min(max(p, 1e-6), 1 - 1e-6), abs=1e-12) for key, p in profile.items())
+    assert all(
+        back[key] == pytest.approx(min(max(p, 1e-6), 1 - 1e-6), abs=1e-12) for key, p in profile.items()
+    )
     assert profile_of(logits_of(profile), temperature=0)[("K", "")] == 1.0
 
 
@@ -76,8 +80,10 @@ def test_one_step_on_a_rewarded_row_moves_its_logit_by_the_learning_rate():
     calls with K at reward +1 raises that logit by 0.1 and leaves the 11 others alone."""
     twin = loop(learning_rate=0.1, spag={"warmup_ratio": 0.0})
     logits = logits_of(UNIFORM).requires_grad_(True)
-    episode = {"target_word": "Q-K", "history": [{"role": "first", "content": "[bet]"},
-                                                 {"role": "second", "content": "[call]"}]}
+    episode = {
+        "target_word": "Q-K",
+        "history": [{"role": "first", "content": "[bet]"}, {"role": "second", "content": "[call]"}],
+    }
     row = {"episode": "0", "turn": 1, "reward": 1.0, "weight": 1.0}
     assert offline_update(logits, [row], [episode], twin, torch.Generator().manual_seed(0)) == 1
     moved = logits.detach() - logits_of(UNIFORM)
@@ -98,7 +104,9 @@ def test_from_uniform_the_winners_rule_never_learns_to_fold():
             for card, history in FACING_A_BET:
                 player = "second" if history == "bet" else "first"
                 assert calls[f"{player} {card} {history}"] >= 0.5 - 1e-9  # P(fold) = 1 - P(call) never rises
-            assert calls["second J bet"] == pytest.approx(0.5) and calls["first J check,bet"] == pytest.approx(0.5)
+            assert calls["second J bet"] == pytest.approx(0.5) and calls[
+                "first J check,bet"
+            ] == pytest.approx(0.5)
 
 
 def test_with_chips_for_both_players_the_twin_falls_below_the_never_fold_floor():
@@ -124,8 +132,12 @@ def test_a_card_blind_twin_stays_on_the_floor_that_the_twin_passes():
         for point in points:
             assert point["exploitability"] >= 1 / 3 - 1e-9
             p = point["probabilities"]
-            for player, history in (("first", "opening"), ("second", "bet"), ("second", "check"),
-                                    ("first", "check,bet")):
+            for player, history in (
+                ("first", "opening"),
+                ("second", "bet"),
+                ("second", "check"),
+                ("first", "check,bet"),
+            ):
                 assert p[f"{player} J {history}"] == pytest.approx(p[f"{player} K {history}"], abs=1e-12)
         assert points[-1]["probabilities"] != points[0]["probabilities"]  # it moves, card-blind
 

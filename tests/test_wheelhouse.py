@@ -22,16 +22,25 @@ def make_wheel(folder: Path, name: str, version: str, requires: list[str], tag: 
     path = folder / f"{name}-{version}-{tag}.whl"
     metadata = "".join(f"Requires-Dist: {line}\n" for line in requires)
     with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr(f"{name}-{version}.dist-info/METADATA",
-                         f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{metadata}")
+        archive.writestr(
+            f"{name}-{version}.dist-info/METADATA",
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{metadata}",
+        )
     return path
 
 
 def test_a_freeze_and_what_it_lacks():
-    held = wheelhouse.read_freeze("torch==2.11.0+cu130\nnumpy==1.21.0\nmsgpack\n# a comment\n"
-                                  "spag @ file:///work/spag\n-e git+https://example.org/x.git#egg=Foo_Bar\n")
-    assert held == {"torch": Version("2.11.0+cu130"), "numpy": Version("1.21.0"), "msgpack": None,
-                    "spag": None, "foo-bar": None}
+    held = wheelhouse.read_freeze(
+        "torch==2.11.0+cu130\nnumpy==1.21.0\nmsgpack\n# a comment\n"
+        "spag @ file:///work/spag\n-e git+https://example.org/x.git#egg=Foo_Bar\n"
+    )
+    assert held == {
+        "torch": Version("2.11.0+cu130"),
+        "numpy": Version("1.21.0"),
+        "msgpack": None,
+        "spag": None,
+        "foo-bar": None,
+    }
     needed = [Requirement(text) for text in ("torch>=2.1", "numpy>=1.24", "msgpack>=1", "pydantic>=2.5")]
     missing, unknown = wheelhouse.lacking(needed, held)
     assert [str(requirement) for requirement in missing] == ["numpy>=1.24", "pydantic>=2.5"]
@@ -44,13 +53,26 @@ def test_a_bad_freeze_line_is_named():
 
 
 def test_the_plan_follows_each_fetched_wheel_dependencies(tmp_path):
-    make_wheel(tmp_path, "alpha", "1.0", ["beta>=2", "gamma", 'delta ; python_version < "3.12"',
-                                          'epsilon ; extra == "docs"', "zeta[fast]"])
+    make_wheel(
+        tmp_path,
+        "alpha",
+        "1.0",
+        ["beta>=2", "gamma", 'delta ; python_version < "3.12"', 'epsilon ; extra == "docs"', "zeta[fast]"],
+    )
     make_wheel(tmp_path, "beta", "2.1", [])
     make_wheel(tmp_path, "zeta", "1.0", ['eta ; extra == "fast"'])
     make_wheel(tmp_path, "eta", "0.5", [])
-    lock = {name: Version(version) for name, version in
-            [("alpha", "1.0"), ("beta", "2.1"), ("delta", "1"), ("epsilon", "1"), ("zeta", "1.0"), ("eta", "0.5")]}
+    lock = {
+        name: Version(version)
+        for name, version in [
+            ("alpha", "1.0"),
+            ("beta", "2.1"),
+            ("delta", "1"),
+            ("epsilon", "1"),
+            ("zeta", "1.0"),
+            ("eta", "0.5"),
+        ]
+    }
     fetched = []
 
     def fetch(name, version):
@@ -68,7 +90,9 @@ def test_the_plan_follows_each_fetched_wheel_dependencies(tmp_path):
 
 
 def test_wheels_are_matched_to_the_node(tmp_path):
-    old_glibc = make_wheel(tmp_path, "numpy", "2.3.5", [], "cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64")
+    old_glibc = make_wheel(
+        tmp_path, "numpy", "2.3.5", [], "cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64"
+    )
     make_wheel(tmp_path, "pydantic_core", "2.50.4", [], "cp311-cp311-manylinux_2_17_x86_64")
     target = wheelhouse.Target("3.12.3", "manylinux_2_28_x86_64")
     assert wheelhouse.find_wheel(tmp_path, "numpy", Version("2.3.5"), target) == old_glibc
@@ -81,14 +105,21 @@ def test_the_image_lacks_what_the_check_carries():
     ranges = wheelhouse.spag_ranges()
     names = wheelhouse.read_names(wheelhouse.NEEDS)
     for name in names:
-        assert name in lock, f"requirements/gpu-check.txt names {name}, which requirements/gpu.txt does not pin"
+        assert name in lock, (
+            f"requirements/gpu-check.txt names {name}, which requirements/gpu.txt does not pin"
+        )
         assert name not in ranges or lock[name] in ranges[name].specifier
     assert not {"polars", "duckdb", "dvc", "lm-eval", "wordfreq", "vllm"} & set(names)
     image = wheelhouse.read_freeze((ROOT / "scripts" / "gpu-image-freeze.txt").read_text())
     assert image["transformers"] == Version("5.17.0") and image["torch"] == Version("2.11.0")
     missing, _ = wheelhouse.lacking([ranges.get(name) or Requirement(name) for name in names], image)
     assert {wheelhouse.canonicalize_name(r.name) for r in missing} == {
-        "pydantic", "lemminflect", "deepspeed", "trl", "datasets"}
+        "pydantic",
+        "lemminflect",
+        "deepspeed",
+        "trl",
+        "datasets",
+    }
 
 
 def test_build_asks_for_a_freeze(tmp_path, capsys):
@@ -107,7 +138,9 @@ def test_a_requirements_file_the_script_did_not_write_is_kept(tmp_path, capsys):
     freeze.write_text("torch==2.11.0\n")
     assert wheelhouse.main(["build", str(tmp_path / "w"), "--python", "3.12", "--freeze", str(freeze)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"[wheelhouse] error: {theirs} was not written by this script and is kept: give another DIR"]
+    assert err == [
+        f"[wheelhouse] error: {theirs} was not written by this script and is kept: give another DIR"
+    ]
     assert theirs.read_text() == "numpy==2.0\n"
     # its own manifest it replaces, whole or not at all
     ours = tmp_path / "ours"

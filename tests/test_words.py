@@ -45,8 +45,10 @@ def test_a_word_listed_again_in_any_case_is_read_once_with_a_note(tmp_path, caps
     path.write_text("apple\nriver\n# a comment\napple\nApple\nstone\n")
     assert read_words(path) == ["apple", "river", "stone"]
     note = capsys.readouterr().err.strip()
-    assert note == (f"note: {path}: 2 repeated word(s) dropped, each word is played once: line 4 ('apple', as "
-                    "line 1), line 5 ('Apple', as line 1)")
+    assert note == (
+        f"note: {path}: 2 repeated word(s) dropped, each word is played once: line 4 ('apple', as "
+        "line 1), line 5 ('Apple', as line 1)"
+    )
     path.write_text("apple\nriver\n")
     read_words(path)
     assert capsys.readouterr().err == ""  # nothing to say of a list without repeats
@@ -67,5 +69,7 @@ def test_a_dotted_capital_i_is_written_as_one_letter_and_read_back(tmp_path):
     (tmp_path / "bad.txt").write_text("i\u0307stanbul\n", encoding="utf-8")
     with pytest.raises(DataError) as refused:
         read_words(tmp_path / "bad.txt")
-    assert str(refused.value) == (f"{tmp_path / 'bad.txt'}: line 1: 'i̇stanbul' is not a word the judge can match: "
-                                  "it holds U+0307 (a combining mark) (letters, digits, - and ' only)")
+    assert str(refused.value) == (
+        f"{tmp_path / 'bad.txt'}: line 1: 'i̇stanbul' is not a word the judge can match: "
+        "it holds U+0307 (a combining mark) (letters, digits, - and ' only)"
+    )

@@ -96,7 +96,10 @@ def _read_named(path: Path, game: str | None = None) -> NamedQuery:
 
 def named_queries() -> dict[str, NamedQuery]:
     """Every named query: those of every game, and of the games' own folders (each for its game alone)."""
-    folders = [(QUERY_DIR, None), *((game.queries, name) for name, game in GAMES.items() if game.queries is not None)]
+    folders = [
+        (QUERY_DIR, None),
+        *((game.queries, name) for name, game in GAMES.items() if game.queries is not None),
+    ]
     found = {p.stem: (p, game) for folder, game in folders for p in folder.glob("*.sql")}
     return {name: _read_named(*found[name]) for name in sorted(found)}
 
@@ -131,11 +134,15 @@ def _check_game(con, label: str, game: str | None) -> None:
         return
     others = [name for (name,) in con.execute("SELECT game FROM spag_games").fetchall() if name != game]
     if others:
-        raise AnalyzeError(f"query {label} is for {GAMES[game].title} episodes ({game}); these are "
-                           f"{', '.join(others)}'s (spag analyze --list says which game each query is for)")
+        raise AnalyzeError(
+            f"query {label} is for {GAMES[game].title} episodes ({game}); these are "
+            f"{', '.join(others)}'s (spag analyze --list says which game each query is for)"
+        )
 
 
-DEFAULT_TIME_LIMIT = 300.0  # seconds a query may run: seconds on a million episodes, so minutes means a mistake
+DEFAULT_TIME_LIMIT = (
+    300.0  # seconds a query may run: seconds on a million episodes, so minutes means a mistake
+)
 
 
 def parameters(sql: str) -> set[str]:
@@ -146,8 +153,12 @@ def parameters(sql: str) -> set[str]:
     tokens = duckdb.tokenize(sql)
     names = set()
     for (position, kind), after in itertools.pairwise(tokens):
-        if kind == duckdb.token_type.operator and sql[position] == "$" and after[0] == position + 1 \
-                and after[1] in (duckdb.token_type.identifier, duckdb.token_type.keyword):  # $limit, $name
+        if (
+            kind == duckdb.token_type.operator
+            and sql[position] == "$"
+            and after[0] == position + 1
+            and after[1] in (duckdb.token_type.identifier, duckdb.token_type.keyword)
+        ):  # $limit, $name
             name = _NAME_START.match(sql, position + 1)
             if name:
                 names.add(name.group())
@@ -155,8 +166,11 @@ def parameters(sql: str) -> set[str]:
 
 
 def execute(
-    name_or_sql: str, glob: str = DEFAULT_GLOB, params: Mapping[str, Any] | None = None,
-    rules: str | None = None, time_limit: float = DEFAULT_TIME_LIMIT,
+    name_or_sql: str,
+    glob: str = DEFAULT_GLOB,
+    params: Mapping[str, Any] | None = None,
+    rules: str | None = None,
+    time_limit: float = DEFAULT_TIME_LIMIT,
 ) -> QueryResult:
     """Run a named query, a ``.sql`` file or SQL text over the episodes ``glob`` names.
 
@@ -189,10 +203,13 @@ def execute(
                 _check_game(con, label, game)
                 kinds = {statement.type for statement in con.extract_statements(sql)}
                 if kinds - {duckdb.StatementType.SELECT}:
-                    raise AnalyzeError(f"query {label}: only SELECT statements run here (no COPY, ATTACH, INSTALL, "
-                                       "SET, CREATE ...): spag analyze reads episodes and writes nothing")
-                columns, rows = _run(con, sql, {k: v for k, v in values.items() if k in wanted} or None, label,
-                                     time_limit)
+                    raise AnalyzeError(
+                        f"query {label}: only SELECT statements run here (no COPY, ATTACH, INSTALL, "
+                        "SET, CREATE ...): spag analyze reads episodes and writes nothing"
+                    )
+                columns, rows = _run(
+                    con, sql, {k: v for k, v in values.items() if k in wanted} or None, label, time_limit
+                )
             except duckdb.Error as exc:
                 raise AnalyzeError(f"query {label} failed: {first_line(exc)}") from None
     except duckdb.Error as exc:
@@ -231,7 +248,9 @@ def _run(con, sql: str, values: dict | None, label: str, time_limit: float) -> t
         raise
     if not finished:
         _stop(con, done)
-        raise AnalyzeError(f"query {label} stopped after {time_limit:g} s, its time limit (--time-limit SECONDS)")
+        raise AnalyzeError(
+            f"query {label} stopped after {time_limit:g} s, its time limit (--time-limit SECONDS)"
+        )
     if "error" in outcome:
         raise outcome["error"]
     if outcome["columns"] is None:
@@ -248,7 +267,9 @@ def _stop(con, done: threading.Event) -> None:
 
 
 def run_query(
-    name_or_sql: str, glob: str = DEFAULT_GLOB, params: Mapping[str, Any] | None = None,
+    name_or_sql: str,
+    glob: str = DEFAULT_GLOB,
+    params: Mapping[str, Any] | None = None,
     rules: str | None = None,
 ) -> list[dict]:
     """The rows of a named query (``win_rate``, ...), a ``.sql`` file or SQL text, as dicts."""

@@ -118,8 +118,9 @@ def _judge_udf(game: str, settings_json: str, target_word: str, history_json: st
     """The verdict of ``game``'s judge, its settings those of ``settings_json`` over its defaults."""
     try:
         cls = game_class(game or DEFAULT_GAME)
-        settings = cls.Settings.model_validate({**json.loads(settings_json or "{}"), "max_turns": int(max_turns),
-                                                "name": cls.name})
+        settings = cls.Settings.model_validate(
+            {**json.loads(settings_json or "{}"), "max_turns": int(max_turns), "name": cls.name}
+        )
         history = json.loads(history_json)
         if isinstance(history, str):  # a history column that already held JSON text, encoded once more
             history = json.loads(history)
@@ -131,8 +132,12 @@ def _judge_udf(game: str, settings_json: str, target_word: str, history_json: st
 
 def _sides_sql(column: str, side: int) -> str:
     """A CASE over the outcome naming its winner (``side`` 0) or offender (1), from every game's table."""
-    cases = [f"WHEN {_sql_string(outcome)} THEN {_sql_string(sides[side])}"
-             for game in GAMES.values() for outcome, sides in game.outcome_sides.items() if sides[side]]
+    cases = [
+        f"WHEN {_sql_string(outcome)} THEN {_sql_string(sides[side])}"
+        for game in GAMES.values()
+        for outcome, sides in game.outcome_sides.items()
+        if sides[side]
+    ]
     return f"CASE {column} {' '.join(cases)} END" if cases else "NULL::VARCHAR"
 
 
@@ -150,12 +155,18 @@ def _file_columns(files: list[str]) -> list[set[str]]:
             return True
         if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not pa.types.is_struct(t.value_type):
             return False
-        fields = {t.value_type.field(i).name: t.value_type.field(i).type for i in range(t.value_type.num_fields)}
+        fields = {
+            t.value_type.field(i).name: t.value_type.field(i).type for i in range(t.value_type.num_fields)
+        }
         return all(name in fields and text(fields[name]) for name in ("role", "content"))
 
-    expected = {"target_word": (text, "text"), "outcome": (text, "text"), "history": (utterances, "a list of "
-                "{role, content} or JSON text"), "turns": (pa.types.is_integer, "an integer"),
-                "max_turns": (pa.types.is_integer, "an integer")}
+    expected = {
+        "target_word": (text, "text"),
+        "outcome": (text, "text"),
+        "history": (utterances, "a list of {role, content} or JSON text"),
+        "turns": (pa.types.is_integer, "an integer"),
+        "max_turns": (pa.types.is_integer, "an integer"),
+    }
     columns = []
     for file in files:
         try:
@@ -164,16 +175,25 @@ def _file_columns(files: list[str]) -> list[set[str]]:
             raise AnalyzeError(f"{file}: not a readable Parquet file ({exc.__class__.__name__}: {exc})")
         for name, (fits, what) in expected.items():
             if name in schema.names and not fits(schema.field(name).type):
-                raise AnalyzeError(f"{file}: not an episode file (column {name} is {schema.field(name).type}, "
-                                   f"expected {what})")
+                raise AnalyzeError(
+                    f"{file}: not an episode file (column {name} is {schema.field(name).type}, "
+                    f"expected {what})"
+                )
         columns.append(set(schema.names))
     return columns
 
 
 # Columns an older episode file may lack: NULL of their type where a file has none.
-OPTIONAL_COLUMNS = (("outcome", "VARCHAR"), ("turns", "BIGINT"), ("attacker_model", "VARCHAR"),
-                    ("defender_model", "VARCHAR"), ("generated_tokens", "BIGINT"), ("truncated_replies", "BIGINT"),
-                    ("game", "VARCHAR"), ("game_settings", "VARCHAR"))
+OPTIONAL_COLUMNS = (
+    ("outcome", "VARCHAR"),
+    ("turns", "BIGINT"),
+    ("attacker_model", "VARCHAR"),
+    ("defender_model", "VARCHAR"),
+    ("generated_tokens", "BIGINT"),
+    ("truncated_replies", "BIGINT"),
+    ("game", "VARCHAR"),
+    ("game_settings", "VARCHAR"),
+)
 
 
 def _with_optional_columns(raw: str, types: dict) -> str:
@@ -199,8 +219,9 @@ def register_episodes(con, glob: str = DEFAULT_GLOB, rules: str | None = None) -
         [duckdb.sqltype(t) for t in ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "INTEGER")],
         duckdb.sqltype("STRUCT(outcome VARCHAR, turns INTEGER)"),
     )
-    needs_judge = [f for f, cols in zip(files, per_file)
-                   if rules is not None or not {"outcome", "turns"} <= cols]
+    needs_judge = [
+        f for f, cols in zip(files, per_file) if rules is not None or not {"outcome", "turns"} <= cols
+    ]
     for file, cols in zip(files, per_file):
         missing = {"target_word", "history"} - cols if file in needs_judge else {"target_word"} - cols
         if missing:
@@ -213,13 +234,21 @@ def register_episodes(con, glob: str = DEFAULT_GLOB, rules: str | None = None) -
     )
 
     base = _with_optional_columns(raw, types)
-    games = sorted(name for (name,) in con.execute(
-        f"SELECT DISTINCT coalesce(game, {_sql_string(DEFAULT_GAME)}) FROM ({base})").fetchall())
+    games = sorted(
+        name
+        for (name,) in con.execute(
+            f"SELECT DISTINCT coalesce(game, {_sql_string(DEFAULT_GAME)}) FROM ({base})"
+        ).fetchall()
+    )
     con.execute("CREATE OR REPLACE TEMP TABLE spag_games AS SELECT unnest(?::VARCHAR[]) AS game", [games])
-    judged_again = [name for name in games if name not in GAMES or "rules" not in GAMES[name].Settings.model_fields]
+    judged_again = [
+        name for name in games if name not in GAMES or "rules" not in GAMES[name].Settings.model_fields
+    ]
     if rules is not None and judged_again:
-        raise AnalyzeError(f"--rules: judges Adversarial Taboo episodes again by its rule sets; these episodes are "
-                           f"also {', '.join(judged_again)}'s, which has no rule sets")
+        raise AnalyzeError(
+            f"--rules: judges Adversarial Taboo episodes again by its rule sets; these episodes are "
+            f"also {', '.join(judged_again)}'s, which has no rule sets"
+        )
 
     if needs_judge:
         history = "history" if types.get("history") == "VARCHAR" else "to_json(history)::VARCHAR"
@@ -243,8 +272,10 @@ def register_episodes(con, glob: str = DEFAULT_GLOB, rules: str | None = None) -
     con.execute("CREATE OR REPLACE TEMP TABLE spag_files (source_file VARCHAR, epoch INTEGER, run VARCHAR)")
     con.executemany("INSERT INTO spag_files VALUES (?, ?, ?)", [(f, *file_labels(f)) for f in files])
     con.execute("CREATE OR REPLACE TEMP TABLE roles (game VARCHAR, seat INTEGER, role VARCHAR)")
-    con.executemany("INSERT INTO roles VALUES (?, ?, ?)",
-                    [(name, seat, role) for name, game in GAMES.items() for seat, role in enumerate(game.roles)])
+    con.executemany(
+        "INSERT INTO roles VALUES (?, ?, ?)",
+        [(name, seat, role) for name, game in GAMES.items() for seat, role in enumerate(game.roles)],
+    )
     con.execute(f"""
         CREATE OR REPLACE TEMP VIEW episodes AS
         SELECT e.*, f.epoch, f.run, r.seat AS winner_seat
@@ -312,8 +343,12 @@ def register_words(con) -> int:
 
 # Once the views are set up, a query may read the episode files and no other file, and may not install or
 # load extensions or change a setting (spag.analyze also runs only SELECT statements: no COPY, no ATTACH).
-_LOCK_DOWN = ("SET enable_external_access = false", "SET autoinstall_known_extensions = false",
-              "SET autoload_known_extensions = false", "SET lock_configuration = true")
+_LOCK_DOWN = (
+    "SET enable_external_access = false",
+    "SET autoinstall_known_extensions = false",
+    "SET autoload_known_extensions = false",
+    "SET lock_configuration = true",
+)
 
 
 @contextlib.contextmanager

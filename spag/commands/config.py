@@ -30,8 +30,9 @@ def _check_launchers(settings: Settings, file: Path) -> None:
     """Each launcher a command line whose program is installed here (the GPU count is the machine's: the
     preflight checks it where the run starts)."""
     for section in LAUNCHERS:
-        problems = launcher_problems(f"{section}.launcher", getattr(settings, section).launcher, gpus=0,
-                                     source=str(file))
+        problems = launcher_problems(
+            f"{section}.launcher", getattr(settings, section).launcher, gpus=0, source=str(file)
+        )
         if problems:
             raise ParamsError(file, f"{section}.launcher", problems[0].message)
 
@@ -57,24 +58,40 @@ def register(app: typer.Typer) -> None:
         except ValueError as exc:
             error(str(exc))
             raise typer.Exit(2)
-        sections = [name for name, field in Settings.model_fields.items() if name in settings.model_fields_set]
-        summary("config check", f"{file}: valid ({len(sections)} of {len(Settings.model_fields)} sections set, "
-                                f"{len(settings.spag.epochs)} SPAG epochs)")
+        sections = [
+            name for name, field in Settings.model_fields.items() if name in settings.model_fields_set
+        ]
+        summary(
+            "config check",
+            f"{file}: valid ({len(sections)} of {len(Settings.model_fields)} sections set, "
+            f"{len(settings.spag.epochs)} SPAG epochs)",
+        )
 
     @config_app.command("show")
     def show_command(
         file: Path | None = typer.Argument(
-            None, help="A params file (default: ./params.yaml when there is one, else the schema's defaults)."),
+            None, help="A params file (default: ./params.yaml when there is one, else the schema's defaults)."
+        ),
         comments: bool = typer.Option(True, "--comments/--no-comments", help="Each key's help as a comment."),
         override: list[Path] | None = typer.Option(
-            None, "--override", help="A file of `section.key: value` lines, each replacing that setting of "
-                                     "FILE whole (e.g. configs/paper-toy.yaml); repeat to apply several."),
+            None,
+            "--override",
+            help="A file of `section.key: value` lines, each replacing that setting of "
+            "FILE whole (e.g. configs/paper-toy.yaml); repeat to apply several.",
+        ),
         output: Path | None = typer.Option(
-            None, "-o", "--output", help="Write the settings to this file instead of printing them: after every "
-                                         "input is read, atomically. It may be one of the inputs (replaced in "
-                                         "place); another existing file needs --overwrite."),
-        overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing -o file that is not one of "
-                                                                  "the inputs (what it held is not kept)."),
+            None,
+            "-o",
+            "--output",
+            help="Write the settings to this file instead of printing them: after every "
+            "input is read, atomically. It may be one of the inputs (replaced in "
+            "place); another existing file needs --overwrite.",
+        ),
+        overwrite: bool = typer.Option(
+            False,
+            "--overwrite",
+            help="Replace an existing -o file that is not one of the inputs (what it held is not kept).",
+        ),
     ) -> None:
         """Print the resolved settings (the file's values, the defaults for the keys it leaves out) as YAML.
 

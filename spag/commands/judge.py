@@ -23,7 +23,9 @@ def check_same_game(episodes: list[dict], game, source: Path) -> None:
     for index, episode in enumerate(episodes):
         played = episode.get("game")
         if played and played != game.name:
-            raise DataError(source, index, f"was played in {played}, not {game.name}: judge it with --game {played}")
+            raise DataError(
+                source, index, f"was played in {played}, not {game.name}: judge it with --game {played}"
+            )
 
 
 def register(app: typer.Typer) -> None:
@@ -52,4 +54,6 @@ def register(app: typer.Typer) -> None:
         else:
             write_jsonl_atomic(output, results, replace=replace_mode(overwrite))
         counts = Counter(r["outcome"] for r in results)
-        summary("judge", f"{len(results)} episodes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        summary(
+            "judge", f"{len(results)} episodes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        )

@@ -62,8 +62,14 @@ def cli_type(annotation: Any) -> Any:
     return annotation if annotation in (bool, int, float, str) else None
 
 
-def knobs(section: type[BaseModel], *, only: Iterable[str] | None = None, exclude: Iterable[str] = (),
-          flags: Mapping[str, tuple[str, ...]] | None = None, unset: bool = False) -> dict[str, tuple]:
+def knobs(
+    section: type[BaseModel],
+    *,
+    only: Iterable[str] | None = None,
+    exclude: Iterable[str] = (),
+    flags: Mapping[str, tuple[str, ...]] | None = None,
+    unset: bool = False,
+) -> dict[str, tuple]:
     """``{name: (type, typer option)}`` for the fields of ``section`` a command line can give (those of
     ``only``, none of ``exclude``). ``unset``: the options default to None, the command then taking the
     value from elsewhere (the game's defaults: its settings and strategies differ from game to game)."""
@@ -86,6 +92,7 @@ def with_knobs(*groups: dict[str, tuple]) -> Callable:
     """Decorate a command whose settings are the options of ``groups`` (:func:`knobs`): its signature, as
     typer reads it, is its own parameters followed by one keyword option per knob not already there; the
     command takes them with ``**knobs``."""
+
     def decorate(command: Callable) -> Callable:
         signature = inspect.signature(command, eval_str=True)
         own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
@@ -94,12 +101,14 @@ def with_knobs(*groups: dict[str, tuple]) -> Callable:
         for group in groups:
             for name, (kind, made) in group.items():
                 if name not in taken and name not in added:
-                    added[name] = inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=made,
-                                                    annotation=kind)
+                    added[name] = inspect.Parameter(
+                        name, inspect.Parameter.KEYWORD_ONLY, default=made, annotation=kind
+                    )
         parameters = own + list(added.values())
         command.__signature__ = signature.replace(parameters=parameters)
         command.__annotations__ = {p.name: p.annotation for p in parameters}
         return command
+
     return decorate
 
 
@@ -162,7 +171,9 @@ def checked(section: type[BaseModel], **values: Any):
         raise typer.Exit(2) from None
 
 
-def from_params(ctx: typer.Context, params, sections: Iterable[str], values: dict[str, Any]) -> dict[str, Any]:
+def from_params(
+    ctx: typer.Context, params, sections: Iterable[str], values: dict[str, Any]
+) -> dict[str, Any]:
     """``values`` (a command's options by name) with those not given on the command line taken from the
     params file ``params`` (None: ``values`` as they are): the fields of each of its ``sections`` ("reward",
     "imitate", ...; "game": the game's name as ``game`` and its settings). An option given on the command
@@ -197,7 +208,9 @@ def game_knobs() -> dict[str, tuple]:
     """``--game`` and the settings of every game, each defaulting to the chosen game's (:func:`game_from`)."""
     out = {"game": (str, typer.Option(DEFAULT_GAME, "--game", help=f"The game: {GAME_CHOICES}."))}
     for game in GAMES.values():
-        out.update({k: v for k, v in knobs(game.Settings, exclude=("name",), unset=True).items() if k not in out})
+        out.update(
+            {k: v for k, v in knobs(game.Settings, exclude=("name",), unset=True).items() if k not in out}
+        )
     return out
 
 
@@ -212,8 +225,11 @@ def strategy_knobs() -> dict[str, tuple]:
 def _own(values: Mapping[str, Any], section: type[BaseModel], everyone: Iterable[str], game: str) -> dict:
     """The given values of ``section``'s fields; a one-line error (exit 2) for a value given to a field of
     ``everyone`` (every game's) that ``section`` (the chosen game's) does not have."""
-    foreign = [name for name in everyone if name != "game" and values.get(name) is not None
-               and name not in section.model_fields]
+    foreign = [
+        name
+        for name in everyone
+        if name != "game" and values.get(name) is not None and name not in section.model_fields
+    ]
     if foreign:
         error(f"{flag(foreign[0])}: the game {game} has no such setting")
         raise typer.Exit(2)
@@ -228,7 +244,9 @@ def game_from(values: Mapping[str, Any], **fixed: Any):
         error(f"--game: {name!r} is not one of {', '.join(GAMES)}")
         raise typer.Exit(2)
     cls = GAMES[name]
-    settings = checked(cls.Settings, **{**_own(values, cls.Settings, game_knobs(), name), **fixed, "name": name})
+    settings = checked(
+        cls.Settings, **{**_own(values, cls.Settings, game_knobs(), name), **fixed, "name": name}
+    )
     try:
         return cls(settings)
     except ValueError as exc:  # a setting the game refuses: a templates file that is not there

@@ -57,25 +57,42 @@ def register(app: typer.Typer) -> None:
     @app.command("play")
     @with_knobs(_SAMPLING, game_knobs(), strategy_knobs())
     def play_command(
-        attacker: str = typer.Option(..., "--attacker", help="The opening role's model (Adversarial Taboo: the "
-                                                             "attacker): HF id, local checkpoint, or 'human'."),
-        defender: str = typer.Option(..., "--defender", help="The other role's model: HF id, local checkpoint, "
-                                                             "or 'human'."),
-        words_file: Path = typer.Option(..., "--words", help="Targets, one per line (Adversarial Taboo: words)."),
-        output: Path = typer.Option(..., "-o", "--output",
-                                    help="Episodes: a directory of Parquet shards, or one .parquet file."),
+        attacker: str = typer.Option(
+            ...,
+            "--attacker",
+            help="The opening role's model (Adversarial Taboo: the "
+            "attacker): HF id, local checkpoint, or 'human'.",
+        ),
+        defender: str = typer.Option(
+            ..., "--defender", help="The other role's model: HF id, local checkpoint, or 'human'."
+        ),
+        words_file: Path = typer.Option(
+            ..., "--words", help="Targets, one per line (Adversarial Taboo: words)."
+        ),
+        output: Path = typer.Option(
+            ..., "-o", "--output", help="Episodes: a directory of Parquet shards, or one .parquet file."
+        ),
         limit: int | None = typer.Option(None, "--limit", min=1, help="Only the first N words."),
         seed: int = option(Settings, "seed"),
         resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in OUTPUT."),
-        overwrite: bool = typer.Option(False, "--overwrite",
-                                       help="Replace a previous `spag play` output in OUTPUT, and an --export-json "
-                                            "file spag wrote (nothing else)."),
-        guess_words: Path | None = typer.Option(None, "--guess-words",
-                                                help="The vocabulary a strategy chooses from (Adversarial Taboo's "
-                                                     "--final-guess; default: --words)."),
-        export_json: Path | None = typer.Option(None, "--export-json",
-                                                help="Also write the episodes in the original JSON list format."),
-        trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub."),
+        overwrite: bool = typer.Option(
+            False,
+            "--overwrite",
+            help="Replace a previous `spag play` output in OUTPUT, and an --export-json "
+            "file spag wrote (nothing else).",
+        ),
+        guess_words: Path | None = typer.Option(
+            None,
+            "--guess-words",
+            help="The vocabulary a strategy chooses from (Adversarial Taboo's "
+            "--final-guess; default: --words).",
+        ),
+        export_json: Path | None = typer.Option(
+            None, "--export-json", help="Also write the episodes in the original JSON list format."
+        ),
+        trust_remote_code: bool = typer.Option(
+            False, "--trust-remote-code", help="Allow model code from the hub."
+        ),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
         **settings,
     ) -> None:
@@ -96,8 +113,10 @@ def register(app: typer.Typer) -> None:
         if sampling.backend != "openai":
             refuse([p for p in (cuda_problem(),) if p])
         templates = settings.get("templates")
-        check_distinct_paths({"--words": words_file, "--guess-words": guess_words, "--templates": templates},
-                             {"-o": output, "--export-json": export_json})
+        check_distinct_paths(
+            {"--words": words_file, "--guess-words": guess_words, "--templates": templates},
+            {"-o": output, "--export-json": export_json},
+        )
         rank, world = rank_and_world()
         if export_json is not None and world > 1:  # each rank writes its own share
             export_json = export_json.with_name(f"{export_json.stem}.r{rank}{export_json.suffix}")
@@ -114,10 +133,21 @@ def register(app: typer.Typer) -> None:
         config = PlayConfig(game, sampling, seed, strategies)
         stats = PlayStats()
         try:
-            episodes = run_games(attacker, defender, words, config, backend=sampling.backend, output=output,
-                                 resume=resume, overwrite=overwrite, show_progress=progress, stats=stats,
-                                 guess_words=chosen_guess_words, trust_remote_code=trust_remote_code,
-                                 **sampling.player_options())
+            episodes = run_games(
+                attacker,
+                defender,
+                words,
+                config,
+                backend=sampling.backend,
+                output=output,
+                resume=resume,
+                overwrite=overwrite,
+                show_progress=progress,
+                stats=stats,
+                guess_words=chosen_guess_words,
+                trust_remote_code=trust_remote_code,
+                **sampling.player_options(),
+            )
         except PlayerError as exc:
             error(str(exc))
             raise typer.Exit(1)

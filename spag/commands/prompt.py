@@ -34,8 +34,12 @@ def prompt_records(records: list[dict], source, settings, tokenizer) -> list[dic
         rounds = type(game)(game.settings.model_copy(update={"max_turns": state["max_turns"]}))
         config = PlayConfig(rounds, settings.play)
         if config.is_over(state["target_word"], state["history"]):  # no "round 2 of 1" prompt
-            raise DataError(source, index, f"the game is over ({len(state['history'])} utterances, "
-                                           f"{state['max_turns']} rounds): there is no next prompt")
+            raise DataError(
+                source,
+                index,
+                f"the game is over ({len(state['history'])} utterances, "
+                f"{state['max_turns']} rounds): there is no next prompt",
+            )
         role = rounds.next_role(state["history"])
         text = config.prompt(role, state["target_word"], state["history"])
         out.append({"id": state.get("id", index), "role": role, "prompt": to_model_input(tokenizer, text)})
@@ -50,8 +54,12 @@ def _tokenizer(settings, model: str | None):
     if name == "embedded":
         base = Layout(Path.cwd()).base_model
         if not base.is_dir():
-            raise DataError(base, None, "the embedded base model is not materialised here: run `dvc repro "
-                                        "base_model` or name a model with --model")
+            raise DataError(
+                base,
+                None,
+                "the embedded base model is not materialised here: run `dvc repro "
+                "base_model` or name a model with --model",
+            )
         name = str(base)
     return load_tokenizer(name, trust_remote_code=settings.model.trust_remote_code)
 
@@ -59,13 +67,22 @@ def _tokenizer(settings, model: str | None):
 def register(app: typer.Typer) -> None:
     @app.command("prompt")
     def prompt_command(
-        states: Path = typer.Argument(..., help="Game states, JSON lines (or a JSON list): {id, target_word, "
-                                                "max_turns, history}; the history may be empty."),
-        params: Path = typer.Option(Path("params.yaml"), "--params", help="Params file (game settings, model)."),
+        states: Path = typer.Argument(
+            ...,
+            help="Game states, JSON lines (or a JSON list): {id, target_word, "
+            "max_turns, history}; the history may be empty.",
+        ),
+        params: Path = typer.Option(
+            Path("params.yaml"), "--params", help="Params file (game settings, model)."
+        ),
         output: Path = typer.Option(..., "-o", "--output", help="JSON lines out: {id, role, prompt}."),
-        model: str | None = typer.Option(None, "--model", help="Model or tokenizer directory whose chat "
-                                                                 "template renders the prompt (default: "
-                                                                 "model.base of the params file)."),
+        model: str | None = typer.Option(
+            None,
+            "--model",
+            help="Model or tokenizer directory whose chat "
+            "template renders the prompt (default: "
+            "model.base of the params file).",
+        ),
         overwrite: bool = overwrite_option(),
     ) -> None:
         """Write the prompt the play model gets next in each game state (role and exact text)."""
@@ -79,6 +96,9 @@ def register(app: typer.Typer) -> None:
         records = read_records(states)
         if not records:
             raise DataError(states, None, "holds no game states")
-        written = write_jsonl_atomic(output, prompt_records(records, states, settings, _tokenizer(settings, model)),
-                                     replace=replace_mode(overwrite))
+        written = write_jsonl_atomic(
+            output,
+            prompt_records(records, states, settings, _tokenizer(settings, model)),
+            replace=replace_mode(overwrite),
+        )
         summary("prompt", f"{written} prompts of {settings.game.name} -> {output}")

@@ -23,8 +23,10 @@ from spag.runtime.errors import DataError
 from spag.runtime.outputs import check_distinct_paths, replace_mode
 from spag.schema import SEED_MAX
 
-PARAMS_HELP = ("Take the game, reward and general-data settings from this params file (options given on the "
-               "command line win).")
+PARAMS_HELP = (
+    "Take the game, reward and general-data settings from this params file (options given on the "
+    "command line win)."
+)
 EPISODES_HELP = "Episodes: a JSON list, JSON lines, or Parquet (a file or a directory of shards)."
 OUTPUT_HELP = "Rows out: .parquet or .jsonl (written atomically)."
 _SFT = ("sft", "sft_limit", "sft_format")
@@ -43,9 +45,12 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         episodes: Path = typer.Argument(..., help=EPISODES_HELP),
         output: Path = typer.Option(..., "-o", "--output", help=OUTPUT_HELP),
-        seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX,
-                                 help="Seed for the training-template draw and the SFT sample."),
-        strict: bool = typer.Option(False, "--strict", help="Reject the input (exit 2) if any record is bad."),
+        seed: int = typer.Option(
+            0, "--seed", min=0, max=SEED_MAX, help="Seed for the training-template draw and the SFT sample."
+        ),
+        strict: bool = typer.Option(
+            False, "--strict", help="Reject the input (exit 2) if any record is bad."
+        ),
         params: Path | None = typer.Option(None, "--params", help=PARAMS_HELP),
         overwrite: bool = overwrite_option(),
         **settings,
@@ -63,8 +68,9 @@ def register(app: typer.Typer) -> None:
             game = game_from(settings)
             if reward.payoff == CHIPS and not game.for_chips:
                 _fail(f"--payoff: the game {game.name} is not played for chips (use wins)")
-            stats = build_reward_set(episodes, output, reward, game, seed=seed, strict=strict,
-                                     replace=replace_mode(overwrite))
+            stats = build_reward_set(
+                episodes, output, reward, game, seed=seed, strict=strict, replace=replace_mode(overwrite)
+            )
         except DataError as exc:
             _fail(str(exc))
         summary("reward", f"{stats.line()} -> {output}")
@@ -77,8 +83,12 @@ def register(app: typer.Typer) -> None:
             ..., help=EPISODES_HELP + " Also the original project's GPT-4 episodes and its query/target file."
         ),
         output: Path = typer.Option(..., "-o", "--output", help=OUTPUT_HELP),
-        seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="Seed for the training-template draw."),
-        strict: bool = typer.Option(False, "--strict", help="Reject the input (exit 2) if any record is bad."),
+        seed: int = typer.Option(
+            0, "--seed", min=0, max=SEED_MAX, help="Seed for the training-template draw."
+        ),
+        strict: bool = typer.Option(
+            False, "--strict", help="Reject the input (exit 2) if any record is bad."
+        ),
         params: Path | None = typer.Option(None, "--params", help=PARAMS_HELP),
         overwrite: bool = overwrite_option(),
         **settings,
@@ -88,15 +98,25 @@ def register(app: typer.Typer) -> None:
         from spag.rewards.build import build_imitation_set
 
         settings = from_params(ctx, params, ("imitate", "reward", "game"), settings)
-        imitate = checked(Imitate, **{k: v for k, v in given(settings, Imitate).items() if k in _IMITATION_SET})
+        imitate = checked(
+            Imitate, **{k: v for k, v in given(settings, Imitate).items() if k in _IMITATION_SET}
+        )
         if imitate.sft_limit is not None and imitate.sft is None:
             _fail("--sft-limit needs --sft")
         try:
             check_distinct_paths({"EPISODES": episodes, "--params": params}, {"-o": output})
             claim_outputs({"-o": output}, overwrite=overwrite)
             game = game_from(settings)
-            stats = build_imitation_set(episodes, output, imitate, game, seed=seed, strict=strict,
-                                        keep_truncated=settings["keep_truncated"], replace=replace_mode(overwrite))
+            stats = build_imitation_set(
+                episodes,
+                output,
+                imitate,
+                game,
+                seed=seed,
+                strict=strict,
+                keep_truncated=settings["keep_truncated"],
+                replace=replace_mode(overwrite),
+            )
         except DataError as exc:
             _fail(str(exc))
         summary("imitation-data", f"{stats.line(with_sft=imitate.sft is not None)} -> {output}")

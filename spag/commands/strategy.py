@@ -41,8 +41,10 @@ from spag.runtime.errors import DataError
 from spag.runtime.outputs import check_distinct_paths, claim_output_dir, mark_output_dir, replace_mode
 
 KIND = "strategy"
-PARAMS_HELP = ("Take the game and evaluation settings (evaluate: sampling, seed) from this params file (options "
-               "given on the command line win).")
+PARAMS_HELP = (
+    "Take the game and evaluation settings (evaluate: sampling, seed) from this params file (options "
+    "given on the command line win)."
+)
 
 
 def _fail(message: str) -> None:
@@ -55,28 +57,42 @@ def _settings(ctx: typer.Context, params: Path | None, values: dict):
     a one-line error (exit 2) for a game other than Kuhn poker."""
     values = from_params(ctx, params, ("evaluate", "game"), values)
     if values["game"] != "kuhn-poker":
-        where = f"{params}: game.name" if params is not None and ctx.get_parameter_source("game").name != \
-            "COMMANDLINE" else "--game"
+        where = (
+            f"{params}: game.name"
+            if params is not None and ctx.get_parameter_source("game").name != "COMMANDLINE"
+            else "--game"
+        )
         _fail(f"{where}: {values['game']!r}: spag strategy reads a Kuhn poker strategy (kuhn-poker) only")
     if values["temperature"] is None and params is not None:  # evaluate.temperature null: play's
         values["temperature"] = load_settings(params).play.temperature
     section = checked(Evaluate, **given(values, Evaluate))
-    return PlayConfig(game_from(values), section, section.seed), section.player_options("hf"), section.strategy_samples
+    return (
+        PlayConfig(game_from(values), section, section.seed),
+        section.player_options("hf"),
+        section.strategy_samples,
+    )
 
 
 def register(app: typer.Typer) -> None:
     @app.command("strategy")
-    @with_knobs(knobs(Evaluate, only=(*Sampling.model_fields, "seed"), exclude=("temperature", "backend")),
-                game_knobs())
+    @with_knobs(
+        knobs(Evaluate, only=(*Sampling.model_fields, "seed"), exclude=("temperature", "backend")),
+        game_knobs(),
+    )
     def strategy_command(
         ctx: typer.Context,
-        model: str = typer.Argument(..., help=f"The model (HF dir or name), played on the hf backend; or a {ROWS} "
-                                               "(or the folder spag strategy wrote it to): its table is printed."),
-        output: Path | None = typer.Option(None, "-o", "--output", help=f"Folder for {ROWS} and {FIGURES} "
-                                                                        "(needed with a model)."),
+        model: str = typer.Argument(
+            ...,
+            help=f"The model (HF dir or name), played on the hf backend; or a {ROWS} "
+            "(or the folder spag strategy wrote it to): its table is printed.",
+        ),
+        output: Path | None = typer.Option(
+            None, "-o", "--output", help=f"Folder for {ROWS} and {FIGURES} (needed with a model)."
+        ),
         strategy_samples: int = option(Evaluate, "strategy_samples", "--samples"),
-        game: str = typer.Option("kuhn-poker", "--game", help="The game: kuhn-poker (no other has a strategy "
-                                                              "here)."),
+        game: str = typer.Option(
+            "kuhn-poker", "--game", help="The game: kuhn-poker (no other has a strategy here)."
+        ),
         temperature: float = option(Evaluate, "temperature"),
         params: Path | None = typer.Option(None, "--params", help=PARAMS_HELP),
         overwrite: bool = overwrite_option(),
@@ -89,9 +105,14 @@ def register(app: typer.Typer) -> None:
             _show(model)
             return
         if output is None:
-            _fail("-o: give the folder for the strategy's files (or give a strategy.jsonl as MODEL to print it)")
-        config, options, samples = _settings(ctx, params, {**settings, "game": game, "temperature": temperature,
-                                                           "strategy_samples": strategy_samples})
+            _fail(
+                "-o: give the folder for the strategy's files (or give a strategy.jsonl as MODEL to print it)"
+            )
+        config, options, samples = _settings(
+            ctx,
+            params,
+            {**settings, "game": game, "temperature": temperature, "strategy_samples": strategy_samples},
+        )
         check_distinct_paths({"MODEL": model, "--params": params}, {"-o": output})
         check_model(model, "MODEL", trust_remote_code=None)
         hold_output(output)  # one writer at a time
@@ -112,8 +133,9 @@ def register(app: typer.Typer) -> None:
 def _is_strategy(model: str) -> bool:
     """Whether MODEL names a strategy spag strategy wrote (a strategy.jsonl, or a folder with one and no model)."""
     path = Path(model)
-    return (path.is_file() and path.suffix == ".jsonl") or (path.is_dir() and (path / ROWS).is_file()
-                                                             and not (path / "config.json").exists())
+    return (path.is_file() and path.suffix == ".jsonl") or (
+        path.is_dir() and (path / ROWS).is_file() and not (path / "config.json").exists()
+    )
 
 
 def _show(model: str) -> None:
@@ -125,4 +147,6 @@ def _show(model: str) -> None:
     ways = sorted({r["way"] for r in rows}, key=WAYS.index)
     figures = {way: all_figures(profile_of(rows, way))["chips"]["exploitability"] for way in ways}
     print(strategy_table(rows))
-    summary("strategy", f"{model}: chips exploitability " + ", ".join(f"{w} {v:.3f}" for w, v in figures.items()))
+    summary(
+        "strategy", f"{model}: chips exploitability " + ", ".join(f"{w} {v:.3f}" for w, v in figures.items())
+    )

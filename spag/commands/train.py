@@ -19,11 +19,15 @@ from spag.train.bookkeeping import CHECKPOINTS
 from spag.train.launch import launch
 
 # Every knob of a training run, with these flags where the option has another spelling or a second form.
-_FLAGS = {"learning_rate": ("--lr", "--learning-rate"),
-          "grad_accum": ("--grad-accum", "--gradient-accumulation-steps"),
-          "detach_advantage": ("--detach-advantage/--attached-advantage",), "bf16": ("--bf16/--no-bf16",),
-          "tf32": ("--tf32/--no-tf32",), "merge_lora": ("--merge-lora/--no-merge-lora",),
-          "live": ("--live/--no-live",)}
+_FLAGS = {
+    "learning_rate": ("--lr", "--learning-rate"),
+    "grad_accum": ("--grad-accum", "--gradient-accumulation-steps"),
+    "detach_advantage": ("--detach-advantage/--attached-advantage",),
+    "bf16": ("--bf16/--no-bf16",),
+    "tf32": ("--tf32/--no-tf32",),
+    "merge_lora": ("--merge-lora/--no-merge-lora",),
+    "live": ("--live/--no-live",),
+}
 
 
 def register(app: typer.Typer) -> None:
@@ -42,27 +46,51 @@ def register(app: typer.Typer) -> None:
 
         if method not in METHODS:
             raise typer.BadParameter(f"expected one of {', '.join(METHODS)}", param_hint="--method")
-        launcher, deepspeed, checkpoint_dir = settings["launcher"], settings["deepspeed"], settings["checkpoint_dir"]
+        launcher, deepspeed, checkpoint_dir = (
+            settings["launcher"],
+            settings["deepspeed"],
+            settings["checkpoint_dir"],
+        )
         local = {"--model": model, "--ref": ref}  # a hub name is no path on this machine
         checkpoints = "--checkpoint-dir" if checkpoint_dir else f"the checkpoints (-o/{CHECKPOINTS})"
-        check_distinct_paths({"--data": data, "--deepspeed": deepspeed,
-                              **{name: path for name, path in local.items() if path and Path(path).exists()}},
-                             {"-o": output, checkpoints: checkpoint_dir or output / CHECKPOINTS,
-                              "--live-dir": settings["live_dir"]})
+        check_distinct_paths(
+            {
+                "--data": data,
+                "--deepspeed": deepspeed,
+                **{name: path for name, path in local.items() if path and Path(path).exists()},
+            },
+            {
+                "-o": output,
+                checkpoints: checkpoint_dir or output / CHECKPOINTS,
+                "--live-dir": settings["live_dir"],
+            },
+        )
         check_launch(launcher, deepspeed)  # before any work: a bad launcher or DeepSpeed file is one line
         check_model(model, "--model", settings["trust_remote_code"])
         if ref is not None:
             check_model(ref, "--ref", settings["trust_remote_code"], tokenizer=False)
         config = checked(C, **{name: value for name, value in settings.items() if name in C.model_fields})
 
-        refuse([p for p in (cuda_problem(), *launcher_problems("--launcher", launcher, source=""),
-                            *deepspeed_problems("--deepspeed", deepspeed and str(deepspeed), source="")) if p])
+        refuse(
+            [
+                p
+                for p in (
+                    cuda_problem(),
+                    *launcher_problems("--launcher", launcher, source=""),
+                    *deepspeed_problems("--deepspeed", deepspeed and str(deepspeed), source=""),
+                )
+                if p
+            ]
+        )
         if launcher:
             try:
                 launch(launcher, method, model, data, output, config, ref=ref)
             except subprocess.CalledProcessError as exc:
-                print(f"error: training under {launcher!r} failed (exit code {exc.returncode}); the "
-                      "processes' output is above", file=sys.stderr)
+                print(
+                    f"error: training under {launcher!r} failed (exit code {exc.returncode}); the "
+                    "processes' output is above",
+                    file=sys.stderr,
+                )
                 raise SystemExit(exc.returncode or 1) from None
             return
         run_training(method, model, data, output, ref=ref, config=config)

@@ -13,7 +13,10 @@ from spag.runtime.console import error, summary
 from spag.runtime.errors import DataError
 from spag.runtime.outputs import check_distinct_paths, replace_mode
 
-_FLAGS = {"nouns_only": ("--nouns-only/--all-words",), "skip_stop_words": ("--skip-stop-words/--keep-stop-words",)}
+_FLAGS = {
+    "nouns_only": ("--nouns-only/--all-words",),
+    "skip_stop_words": ("--skip-stop-words/--keep-stop-words",),
+}
 
 
 def register(app: typer.Typer) -> None:
@@ -39,7 +42,9 @@ def register(app: typer.Typer) -> None:
         replace = replace_mode(overwrite)
         if source is not None:
             try:
-                words = words_from_file(source, w.top, nouns_only=w.nouns_only, skip_stop_words=w.skip_stop_words)
+                words = words_from_file(
+                    source, w.top, nouns_only=w.nouns_only, skip_stop_words=w.skip_stop_words
+                )
             except DataError as exc:
                 error(str(exc))
                 raise typer.Exit(2)

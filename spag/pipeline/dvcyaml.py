@@ -45,17 +45,26 @@ from spag.pipeline.table import STAGES, Stage
 
 # Lazy imports a stage cannot get to, though it uses the module that makes them: (module, import) -> why.
 NOT_RUN = {
-    ("spag.players.provenance", "spag.players.vllm"): "player_provenance of a vllm player: only stages that load "
-                                              "players call it, and they reach the backend through spag.players",
+    (
+        "spag.players.provenance",
+        "spag.players.vllm",
+    ): "player_provenance of a vllm player: only stages that load "
+    "players call it, and they reach the backend through spag.players",
 }
 # Lazy imports that only some stages get to, whatever the params: (module, import) -> those stages.
 ONLY_IN = {
-    ("spag.train.launch", "spag.train.online"): ("train",),  # spag.method: online; imitate.method has no online
+    ("spag.train.launch", "spag.train.online"): (
+        "train",
+    ),  # spag.method: online; imitate.method has no online
 }
 # The player backends spag.players.load_player imports where one is chosen: a stage follows the import of
 # each backend its params choose (:func:`stage_backends`), and of no other.
-BACKEND_MODULES = {"spag.players.hf": "hf", "spag.players.vllm": "vllm", "spag.players.openai": "openai",
-                   "spag.players.human": "human"}
+BACKEND_MODULES = {
+    "spag.players.hf": "hf",
+    "spag.players.vllm": "vllm",
+    "spag.players.openai": "openai",
+    "spag.players.human": "human",
+}
 # The player sections whose ``backend`` a stage plays on when it declares the section (or its backend).
 PLAYER_SECTIONS = ("teacher", "play", "evaluate")
 
@@ -74,20 +83,55 @@ NOT_READ = ("spag/rewards/data/general_sft_source.yaml",)
 
 # The plots of the report's outputs, as `dvc plots show` draws them.
 PLOTS = [
-    {"Score against the imitation model (95% interval)": {
-        "template": "interval", "x": "epoch", "y": {"metrics/plots/vs_imitation.csv": "value"}}},
-    {"Self-play outcome rates (95% interval)": {
-        "template": "interval", "x": "epoch", "y": {"metrics/plots/selfplay_rates.csv": "value"}}},
-    {"Self-play lengths": {
-        "template": "interval", "x": "epoch", "y": {"metrics/plots/selfplay_lengths.csv": "value"}}},
-    {"Self-play variety: shares of replies, action entropy in bits": {
-        "template": "interval", "x": "epoch", "y": {"metrics/plots/selfplay_collapse.csv": "value"}}},
-    {"Benchmark score per task (epoch 0 = imitation)": {
-        "template": "interval", "x": "epoch", "y": {"metrics/plots/benchmark.csv": "value"}}},
-    {"Reasoning: pooled accuracy B - A, paired, 95% interval (epoch 0 = imitation vs base)": {
-        "template": "interval", "x": "epoch", "y": {"metrics/plots/reasoning.csv": "value"}}},
-    {"Kuhn poker: exploitability in chips a hand, exact and as played (epoch -1 = base, 0 = imitation)": {
-        "template": "interval", "x": "epoch", "y": {"metrics/plots/exploitability.csv": "value"}}},
+    {
+        "Score against the imitation model (95% interval)": {
+            "template": "interval",
+            "x": "epoch",
+            "y": {"metrics/plots/vs_imitation.csv": "value"},
+        }
+    },
+    {
+        "Self-play outcome rates (95% interval)": {
+            "template": "interval",
+            "x": "epoch",
+            "y": {"metrics/plots/selfplay_rates.csv": "value"},
+        }
+    },
+    {
+        "Self-play lengths": {
+            "template": "interval",
+            "x": "epoch",
+            "y": {"metrics/plots/selfplay_lengths.csv": "value"},
+        }
+    },
+    {
+        "Self-play variety: shares of replies, action entropy in bits": {
+            "template": "interval",
+            "x": "epoch",
+            "y": {"metrics/plots/selfplay_collapse.csv": "value"},
+        }
+    },
+    {
+        "Benchmark score per task (epoch 0 = imitation)": {
+            "template": "interval",
+            "x": "epoch",
+            "y": {"metrics/plots/benchmark.csv": "value"},
+        }
+    },
+    {
+        "Reasoning: pooled accuracy B - A, paired, 95% interval (epoch 0 = imitation vs base)": {
+            "template": "interval",
+            "x": "epoch",
+            "y": {"metrics/plots/reasoning.csv": "value"},
+        }
+    },
+    {
+        "Kuhn poker: exploitability in chips a hand, exact and as played (epoch -1 = base, 0 = imitation)": {
+            "template": "interval",
+            "x": "epoch",
+            "y": {"metrics/plots/exploitability.csv": "value"},
+        }
+    },
     "metrics/learning_curves.png",
     {"dvclive/imitate/plots/metrics": {"x": "step"}},
     {"dvclive/epoch_1/plots/metrics": {"x": "step"}},
@@ -110,8 +154,11 @@ def stage_backends(stage: Stage, settings) -> set[str]:
     """The player backends ``stage`` can play on with ``settings``: hf (the skill metrics, the baselines and
     the strategy are read on it), and the backend of each player section it declares."""
     declared = set(stage.params)
-    return {"hf"} | {getattr(settings, section).backend for section in PLAYER_SECTIONS
-                     if section in declared or f"{section}.backend" in declared}
+    return {"hf"} | {
+        getattr(settings, section).backend
+        for section in PLAYER_SECTIONS
+        if section in declared or f"{section}.backend" in declared
+    }
 
 
 def _followed(stage: Stage, module: str, imported: str, backends: set[str]) -> bool:
@@ -172,9 +219,11 @@ def _epoch(text: str) -> str:
 
 def _entry(stage: Stage, settings) -> dict:
     command = f"python stages/{stage.name}.py" + (" ${key}" if stage.per_epoch else "")
-    entry: dict = {"cmd": command,
-                   "deps": [f"stages/{stage.name}.py", *map(_epoch, stage.deps), *stage_files(stage, settings)],
-                   "params": [_epoch(key) for key in stage.params]}
+    entry: dict = {
+        "cmd": command,
+        "deps": [f"stages/{stage.name}.py", *map(_epoch, stage.deps), *stage_files(stage, settings)],
+        "params": [_epoch(key) for key in stage.params],
+    }
     outs = [_epoch(path) if cached else {_epoch(path): {"cache": False}} for path, cached in stage.outs]
     if outs:
         entry["outs"] = outs
@@ -189,6 +238,7 @@ def render(settings=None) -> str:
     """The text of ``dvc.yaml`` for ``settings`` (None: ``params.yaml``'s): the backends they choose decide
     which backends' code the stages that play depend on."""
     settings = settings if settings is not None else project_settings()
+
     def dump(data) -> str:
         return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=110)
 
@@ -196,7 +246,9 @@ def render(settings=None) -> str:
     for stage in STAGES:
         every = "every SPAG epoch: " if stage.per_epoch else ""
         body = dump({stage.name: _entry(stage, settings)})
-        parts.append(f"  # {every}{stage.doc}\n" + "".join(f"  {line}\n" for line in body.splitlines()) + "\n")
+        parts.append(
+            f"  # {every}{stage.doc}\n" + "".join(f"  {line}\n" for line in body.splitlines()) + "\n"
+        )
     parts.append(dump({"plots": PLOTS}))
     return "".join(parts)
 
@@ -207,7 +259,10 @@ def main(argv: list[str]) -> int:
     if argv == ["--check"]:
         current = target.read_text(encoding="utf-8") if target.exists() else ""
         if current != text:
-            print(f"{target} is not what spag/pipeline/table.py declares: run `python -m spag.pipeline.dvcyaml`", file=sys.stderr)
+            print(
+                f"{target} is not what spag/pipeline/table.py declares: run `python -m spag.pipeline.dvcyaml`",
+                file=sys.stderr,
+            )
             return 1
         return 0
     if argv:

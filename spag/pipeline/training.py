@@ -13,7 +13,9 @@ from spag.train.launch import launch
 from spag.train.trainer import run_training
 
 
-def train_config(step: TrainStep, epochs: float, output: Path, layout: Layout, name: str, seed: int) -> TrainConfig:
+def train_config(
+    step: TrainStep, epochs: float, output: Path, layout: Layout, name: str, seed: int
+) -> TrainConfig:
     """The knobs of one pipeline training run."""
     # Each knob read by name, so that the stage's view of the settings checks it is declared.
     knobs = {key: getattr(step, key) for key in TrainKnobs.model_fields}
@@ -24,13 +26,29 @@ def train_config(step: TrainStep, epochs: float, output: Path, layout: Layout, n
     # rows: why DVC re-runs it) are dropped.
     section = "imitate" if name == "imitate" else "spag"
     check_launch(step.launcher, step.deepspeed, f"{section}.launcher", f"{section}.deepspeed")
-    return TrainConfig(**knobs, epochs=epochs, seed=seed, live_dir=layout.live(name), logging_steps=1,
-                       ref_cache_dir=layout.data / "cache" / "reference", overwrite=True, resume=True,
-                       checkpoint_dir=partial_path(output))
+    return TrainConfig(
+        **knobs,
+        epochs=epochs,
+        seed=seed,
+        live_dir=layout.live(name),
+        logging_steps=1,
+        ref_cache_dir=layout.data / "cache" / "reference",
+        overwrite=True,
+        resume=True,
+        checkpoint_dir=partial_path(output),
+    )
 
 
-def train_model(step: TrainStep, epochs: float, model: Path, data: Path, output: Path, layout: Layout, name: str,
-           seed: int) -> None:
+def train_model(
+    step: TrainStep,
+    epochs: float,
+    model: Path,
+    data: Path,
+    output: Path,
+    layout: Layout,
+    name: str,
+    seed: int,
+) -> None:
     """One training run in this process, or under ``step.launcher`` with its settings in a file."""
     config = train_config(step, epochs, output, layout, name, seed)
     if not step.launcher:

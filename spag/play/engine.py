@@ -72,7 +72,9 @@ class PlayConfig:
         if self.strategies is None:
             self.strategies = self.game.Strategies()
         elif not isinstance(self.strategies, self.game.Strategies):
-            raise ValueError(f"strategies: {type(self.strategies).__name__} are not the strategies of {self.game.name}")
+            raise ValueError(
+                f"strategies: {type(self.strategies).__name__} are not the strategies of {self.game.name}"
+            )
 
     @classmethod
     def of(cls, game: str | Game = DEFAULT_GAME, seed: int = 0, **knobs) -> PlayConfig:
@@ -85,7 +87,9 @@ class PlayConfig:
         for key, value in knobs.items():
             owner = next((i for i, section in enumerate(sections) if key in section.model_fields), None)
             if owner is None or key == "name":
-                raise ValueError(f"{key}: not a setting of the game {game.name}, of sampling or of its strategies")
+                raise ValueError(
+                    f"{key}: not a setting of the game {game.name}, of sampling or of its strategies"
+                )
             values[owner][key] = value
         made = []
         for section, given in zip(sections, ({**game.settings.model_dump(), **values[0]}, *values[1:])):
@@ -98,15 +102,22 @@ class PlayConfig:
 
     def to_json(self) -> dict:
         """The settings as JSON (a job file for a launched process): :meth:`from_json` reads them back."""
-        return {"game": self.game.settings.model_dump(mode="json"), "seed": self.seed,
-                "sampling": {name: getattr(self.sampling, name) for name in Sampling.model_fields},
-                "strategies": self.strategies.model_dump(mode="json")}
+        return {
+            "game": self.game.settings.model_dump(mode="json"),
+            "seed": self.seed,
+            "sampling": {name: getattr(self.sampling, name) for name in Sampling.model_fields},
+            "strategies": self.strategies.model_dump(mode="json"),
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> PlayConfig:
         game = game_class(data["game"]["name"])
-        return cls(game(game.Settings.model_validate(data["game"])), Sampling.model_validate(data["sampling"]),
-                   data["seed"], game.Strategies.model_validate(data["strategies"]))
+        return cls(
+            game(game.Settings.model_validate(data["game"])),
+            Sampling.model_validate(data["sampling"]),
+            data["seed"],
+            game.Strategies.model_validate(data["strategies"]),
+        )
 
     def prompt(self, role: str, word: str, history: Sequence[dict]) -> str:
         """What ``role`` is asked after ``history``: the game's prompt."""
@@ -115,8 +126,14 @@ class PlayConfig:
     def is_over(self, word: str, history: Sequence[dict]) -> bool:
         return self.game.is_over(word, history)
 
-    def opening_lines(self, attacker: Player, words: list[str], *, show_progress: bool = False,
-                      said: OpeningLines | None = None) -> list[str]:
+    def opening_lines(
+        self,
+        attacker: Player,
+        words: list[str],
+        *,
+        show_progress: bool = False,
+        said: OpeningLines | None = None,
+    ) -> list[str]:
         """The opening utterance on each word: what :func:`play_games` would have ``attacker`` (the role
         that opens) say first, with the same seeds and the strategies it plays with, without playing the
         rest of the game. ``said``: replies asked before, read instead of asked again, and where the new
@@ -126,8 +143,9 @@ class PlayConfig:
         self._speak_once(opening, games, "opening lines", "line", show_progress, said)
         return [g.history[0]["content"] for g in games]
 
-    def next_utterances(self, player: Player, states: Sequence[tuple[str, Sequence[dict]]], *,
-                        show_progress: bool = False) -> list[dict]:
+    def next_utterances(
+        self, player: Player, states: Sequence[tuple[str, Sequence[dict]]], *, show_progress: bool = False
+    ) -> list[dict]:
         """What ``player`` says next in each game state ``(target, history)``, as :func:`play_games` would
         have it say there (the speaker and strategies it plays with, empty replies resampled), with the
         seeds of a game numbered by its state's position: the utterance records (``content``,
@@ -137,13 +155,20 @@ class PlayConfig:
         self._speak_once(speaker, games, "replies", "reply", show_progress)
         return [g.history[-1] for g in games]
 
-    def _speak_once(self, speaker, games: list[_Game], desc: str, unit: str, show_progress: bool,
-                    said: OpeningLines | None = None) -> None:
+    def _speak_once(
+        self,
+        speaker,
+        games: list[_Game],
+        desc: str,
+        unit: str,
+        show_progress: bool,
+        said: OpeningLines | None = None,
+    ) -> None:
         """One utterance added to each game by ``speaker``, a batch of ``batch_size`` games at a time."""
         stats, size = PlayStats(), self.sampling.batch_size
         with progress(total=len(games), desc=desc, unit=unit, disable=not show_progress) as bar:
             for start in range(0, len(games), size):
-                batch = games[start:start + size]
+                batch = games[start : start + size]
                 _speak(speaker, batch, self, stats, said)
                 bar.update(len(batch))
 
@@ -160,18 +185,22 @@ class PlayStats:
     empty_replies: int = 0
     truncated_replies: int = 0
     resampled_replies: int = 0
-    resampled_fouls: int = 0      # of those, replies a strategy rejected (a rule-breaking line)
-    given_replies: int = 0        # turns a strategy answered without the model (Taboo's dictionary guess)
+    resampled_fouls: int = 0  # of those, replies a strategy rejected (a rule-breaking line)
+    given_replies: int = 0  # turns a strategy answered without the model (Taboo's dictionary guess)
     seconds: float = 0.0
-    provenance: dict = field(default_factory=dict)  # how the players ran, on what (spag.players.provenance.record)
+    provenance: dict = field(
+        default_factory=dict
+    )  # how the players ran, on what (spag.players.provenance.record)
 
     def line(self) -> str:
         rate = self.games / self.seconds if self.seconds else 0.0
         tokens = self.generated_tokens / self.seconds if self.seconds else 0.0
         outcomes = ", ".join(f"{o} {n}" for o, n in self.outcomes.items())
-        text = (f"{self.games} games ({outcomes}) in {self.seconds:.1f}s: {rate:.2f} games/s, "
-                f"{self.generated_tokens} tokens generated ({tokens:.1f} tokens/s); "
-                f"{self.empty_replies} empty replies, {self.truncated_replies} truncated at max_new_tokens")
+        text = (
+            f"{self.games} games ({outcomes}) in {self.seconds:.1f}s: {rate:.2f} games/s, "
+            f"{self.generated_tokens} tokens generated ({tokens:.1f} tokens/s); "
+            f"{self.empty_replies} empty replies, {self.truncated_replies} truncated at max_new_tokens"
+        )
         if self.resampled_replies:
             text += f", {self.resampled_replies} resampled"
             if self.resampled_fouls:
@@ -208,8 +237,9 @@ class _Game:
     truncated_replies: int = 0
 
 
-def _existing_for(words: Sequence[str], existing: list[dict], source, config: PlayConfig,
-                  models: dict[str, str]) -> dict[int, dict]:
+def _existing_for(
+    words: Sequence[str], existing: list[dict], source, config: PlayConfig, models: dict[str, str]
+) -> dict[int, dict]:
     """Already played episodes by word index, checked against the word list, the settings and the models'
     content; raises StaleEpisodes on the first that does not match."""
     expected = {**episode_settings(config), **models}
@@ -220,27 +250,36 @@ def _existing_for(words: Sequence[str], existing: list[dict], source, config: Pl
             raise StaleEpisodes(source, i, "has no 'word_index', so it cannot be matched to the word list")
         index = int(index)
         if index >= len(words) or words[index] != episode["target_word"]:
-            raise StaleEpisodes(source, i, f"word {episode['target_word']!r} at index {index} does not match "
-                                           "the word list (was the list changed?)")
+            raise StaleEpisodes(
+                source,
+                i,
+                f"word {episode['target_word']!r} at index {index} does not match "
+                "the word list (was the list changed?)",
+            )
         for key in SETTINGS_CHECKED_ON_RESUME:
             if episode.get(key) != expected[key]:
-                raise StaleEpisodes(source, i, f"was played with {key}={episode.get(key)!r}, this run has "
-                                               f"{expected[key]!r}")
+                raise StaleEpisodes(
+                    source, i, f"was played with {key}={episode.get(key)!r}, this run has {expected[key]!r}"
+                )
         done.setdefault(index, episode)
     return done
 
 
-def drop_stale_episodes(output, words: Sequence[str], config: PlayConfig, attacker_model: str,
-                        defender_model: str) -> None:
+def drop_stale_episodes(
+    output, words: Sequence[str], config: PlayConfig, attacker_model: str, defender_model: str
+) -> None:
     """Remove the episodes in the folder ``output`` when they cannot be resumed (other words, settings or
     models), saying so: what a single process does with ``stale="restart"``, done once before several ranks
     start (a rank never removes another's shards)."""
     store = EpisodeStore(output)
     if not store.has_own_shards():
         return
-    models = {"attacker_model": attacker_model, "defender_model": defender_model,
-              "attacker_fingerprint": model_fingerprint(attacker_model),
-              "defender_fingerprint": model_fingerprint(defender_model)}
+    models = {
+        "attacker_model": attacker_model,
+        "defender_model": defender_model,
+        "attacker_fingerprint": model_fingerprint(attacker_model),
+        "defender_fingerprint": model_fingerprint(defender_model),
+    }
     try:
         _existing_for(words, store.read(), output, config, models)
     except StaleEpisodes as exc:
@@ -253,8 +292,13 @@ def _fingerprint_of(player: Player) -> str:
     return getattr(player, "fingerprint", None) or model_fingerprint(player.name)
 
 
-def _speak(speaker: Speaker, games: list[_Game], config: PlayConfig, stats: PlayStats,
-           openings: OpeningLines | None = None) -> None:
+def _speak(
+    speaker: Speaker,
+    games: list[_Game],
+    config: PlayConfig,
+    stats: PlayStats,
+    openings: OpeningLines | None = None,
+) -> None:
     """One utterance for each game from ``speaker`` (:func:`_speak_together` with one part)."""
     _speak_together([(speaker, games, stats)], config, openings)
 
@@ -269,12 +313,14 @@ class _Part:
     turns: list
     prompts: list
     todo: list
-    attempts: int                     # the most it is asked: 1 + retries (empty replies, rejections)
+    attempts: int  # the most it is asked: 1 + retries (empty replies, rejections)
     min_new: int
     results: dict = field(default_factory=dict)
 
 
-def _waiting_parts(parts: Sequence[tuple[Speaker, list[_Game], PlayStats]], config: PlayConfig) -> list[_Part]:
+def _waiting_parts(
+    parts: Sequence[tuple[Speaker, list[_Game], PlayStats]], config: PlayConfig
+) -> list[_Part]:
     """The turns the speakers answer without the model said at once; the others, part by part, to be asked."""
     sampling = config.sampling
     waiting: list[_Part] = []
@@ -288,14 +334,24 @@ def _waiting_parts(parts: Sequence[tuple[Speaker, list[_Game], PlayStats]], conf
         asked = [i for i, text in enumerate(given) if text is None]
         if asked:
             games, turns = [games[i] for i in asked], [turns[i] for i in asked]
-            waiting.append(_Part(speaker, games, stats, turns, [speaker.prompt(t) for t in turns],
-                                 list(range(len(games))), max(sampling.empty_retries, speaker.resamples) + 1,
-                                 sampling.min_new_tokens))
+            waiting.append(
+                _Part(
+                    speaker,
+                    games,
+                    stats,
+                    turns,
+                    [speaker.prompt(t) for t in turns],
+                    list(range(len(games))),
+                    max(sampling.empty_retries, speaker.resamples) + 1,
+                    sampling.min_new_tokens,
+                )
+            )
     return waiting
 
 
-def _replies(calls: dict[tuple, list[_Part]], config: PlayConfig, stops, attempt: int,
-             openings: OpeningLines | None) -> dict[int, list]:
+def _replies(
+    calls: dict[tuple, list[_Part]], config: PlayConfig, stops, attempt: int, openings: OpeningLines | None
+) -> dict[int, list]:
     """Each part's replies (by ``id(part)``) of this attempt: one call per player and minimum length, every
     game with its own seed; opening prompts asked before are read from ``openings``."""
     replies: dict[int, list] = {}
@@ -310,12 +366,15 @@ def _replies(calls: dict[tuple, list[_Part]], config: PlayConfig, stops, attempt
                 opening.append(not game.history)
         answered = ask(prompts, seeds) if openings is None else openings.replies(ask, prompts, seeds, opening)
         for part in together:
-            replies[id(part)], answered = answered[:len(part.todo)], answered[len(part.todo):]
+            replies[id(part)], answered = answered[: len(part.todo)], answered[len(part.todo) :]
     return replies
 
 
-def _speak_together(parts: Sequence[tuple[Speaker, list[_Game], PlayStats]], config: PlayConfig,
-                    openings: OpeningLines | None = None) -> None:
+def _speak_together(
+    parts: Sequence[tuple[Speaker, list[_Game], PlayStats]],
+    config: PlayConfig,
+    openings: OpeningLines | None = None,
+) -> None:
     """One utterance for each game of every part ``(speaker, games, stats)``, in one call per player.
 
     Empty replies are resampled up to ``empty_retries`` times, utterances the speaker rejects up to its
@@ -353,7 +412,9 @@ def _speak_together(parts: Sequence[tuple[Speaker, list[_Game], PlayStats]], con
             stats.resampled_replies += len(again)
             part.todo = again
             if empty:
-                part.min_new = min(sampling.max_new_tokens, 2 * part.min_new + 2)  # a little more before it may stop
+                part.min_new = min(
+                    sampling.max_new_tokens, 2 * part.min_new + 2
+                )  # a little more before it may stop
     for part in waiting:
         for i, game in enumerate(part.games):
             text, reply = part.results[i]
@@ -371,9 +432,16 @@ class _Ask:
 
     def __call__(self, prompts: list[str], seeds: list[int]) -> list:
         s = self.sampling
-        return self.player.generate(prompts, temperature=s.temperature, top_k=s.top_k, max_new_tokens=s.max_new_tokens,
-                                    min_new_tokens=self.min_new_tokens, seed=seeds, stop=self.stops.strings,
-                                    stop_pattern=self.stops.pattern)
+        return self.player.generate(
+            prompts,
+            temperature=s.temperature,
+            top_k=s.top_k,
+            max_new_tokens=s.max_new_tokens,
+            min_new_tokens=self.min_new_tokens,
+            seed=seeds,
+            stop=self.stops.strings,
+            stop_pattern=self.stops.pattern,
+        )
 
 
 class OpeningLines:
@@ -403,17 +471,27 @@ class OpeningLines:
     def _identity(self, player: Player) -> str:
         held = self._identities.get(id(player))
         if held is None or held[0] is not player:
-            identity = json.dumps({"model": _fingerprint_of(player), **player_provenance(player)}, sort_keys=True)
+            identity = json.dumps(
+                {"model": _fingerprint_of(player), **player_provenance(player)}, sort_keys=True
+            )
             held = self._identities[id(player)] = (player, identity)
         return held[1]
 
     def _keys(self, ask: _Ask, prompts: list[str], seeds: list[int], opening: list[bool]) -> list:
         s = ask.sampling
-        settings = (s.temperature, s.top_k, s.max_new_tokens, ask.min_new_tokens, tuple(ask.stops.strings),
-                    ask.stops.pattern)
+        settings = (
+            s.temperature,
+            s.top_k,
+            s.max_new_tokens,
+            ask.min_new_tokens,
+            tuple(ask.stops.strings),
+            ask.stops.pattern,
+        )
         who = self._identity(ask.player)
-        return [(who, settings_fingerprint(prompt), seed, settings) if first else None
-                for prompt, seed, first in zip(prompts, seeds, opening)]
+        return [
+            (who, settings_fingerprint(prompt), seed, settings) if first else None
+            for prompt, seed, first in zip(prompts, seeds, opening)
+        ]
 
     def holds(self, ask: _Ask, prompts: list[str], seeds: list[int]) -> bool:
         """Whether ``ask``'s replies to these opening prompts are all kept (nothing to ask the model)."""
@@ -433,9 +511,18 @@ class OpeningLines:
     def write(self, path: str | os.PathLike, *, replace: Replace = "no") -> None:
         """Every kept reply, with the machine it was generated on, to the JSON file ``path`` (atomically; a
         file already there only as ``replace`` allows: :func:`spag.runtime.outputs.atomic_path`)."""
-        records = [{"player": who, "prompt_hash": prompt, "seed": seed, "settings": list(settings),
-                    "text": reply.text, "n_tokens": int(reply.n_tokens), "finish_reason": reply.finish_reason}
-                   for (who, prompt, seed, settings), reply in self._said.items()]
+        records = [
+            {
+                "player": who,
+                "prompt_hash": prompt,
+                "seed": seed,
+                "settings": list(settings),
+                "text": reply.text,
+                "n_tokens": int(reply.n_tokens),
+                "finish_reason": reply.finish_reason,
+            }
+            for (who, prompt, seed, settings), reply in self._said.items()
+        ]
         write_json_atomic(path, {"machine": machine(), "replies": records}, replace=replace)
 
     @classmethod
@@ -457,8 +544,12 @@ class OpeningLines:
         if not isinstance(data, dict) or not isinstance(data.get("replies"), list):
             raise DataError(path, None, "not an opening-lines file: no 'replies' list")
         if data.get("machine") != json.loads(json.dumps(machine())):
-            print(f"note: {path} was written on another machine or library versions; its opening lines are "
-                  "generated again", file=sys.stderr, flush=True)
+            print(
+                f"note: {path} was written on another machine or library versions; its opening lines are "
+                "generated again",
+                file=sys.stderr,
+                flush=True,
+            )
             return {}
         said = {}
         for i, r in enumerate(data["replies"]):
@@ -474,8 +565,13 @@ class OpeningLines:
 
 def _turn(game: _Game, config: PlayConfig) -> Turn:
     role = config.game.next_role(game.history)
-    return Turn(role, game.word, game.history, config.prompt(role, game.word, game.history),
-                derive_seed(config.seed, game.index, len(game.history), 0))
+    return Turn(
+        role,
+        game.word,
+        game.history,
+        config.prompt(role, game.word, game.history),
+        derive_seed(config.seed, game.index, len(game.history), 0),
+    )
 
 
 def _say(game: _Game, role: str, text: str, n_tokens: int, truncated: bool, stats: PlayStats) -> None:
@@ -485,26 +581,44 @@ def _say(game: _Game, role: str, text: str, n_tokens: int, truncated: bool, stat
     if truncated:
         game.truncated_replies += 1
         stats.truncated_replies += 1
-    game.history.append({"role": role, "content": text, "n_tokens": int(n_tokens),
-                         "truncated": bool(truncated)})
+    game.history.append(
+        {"role": role, "content": text, "n_tokens": int(n_tokens), "truncated": bool(truncated)}
+    )
     stats.utterances += 1
 
 
 def _episode(game: _Game, config: PlayConfig, models: dict[str, str]) -> dict:
     verdict = config.game.judge(game.word, game.history)
     return {
-        "target_word": game.word, "word_index": game.index, "history": game.history, "outcome": verdict.outcome,
-        "turns": verdict.turns, **models, **episode_settings(config),
-        "generated_tokens": game.generated_tokens, "empty_replies": game.empty_replies,
+        "target_word": game.word,
+        "word_index": game.index,
+        "history": game.history,
+        "outcome": verdict.outcome,
+        "turns": verdict.turns,
+        **models,
+        **episode_settings(config),
+        "generated_tokens": game.generated_tokens,
+        "empty_replies": game.empty_replies,
         "truncated_replies": game.truncated_replies,
     }
 
 
-def play_games(attacker: Player, defender: Player, words: list[str], config: PlayConfig, *,
-               output: str | Path | None = None, resume: bool = False, show_progress: bool = True,
-               stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
-               overwrite: bool = False, stale: str = "refuse", shard_by_rank: bool = True,
-               openings: OpeningLines | None = None) -> list[dict]:
+def play_games(
+    attacker: Player,
+    defender: Player,
+    words: list[str],
+    config: PlayConfig,
+    *,
+    output: str | Path | None = None,
+    resume: bool = False,
+    show_progress: bool = True,
+    stats: PlayStats | None = None,
+    guess_words: Sequence[str] | None = None,
+    overwrite: bool = False,
+    stale: str = "refuse",
+    shard_by_rank: bool = True,
+    openings: OpeningLines | None = None,
+) -> list[dict]:
     """Play one game per target word (this rank's share of ``words``, or all of them without
     ``shard_by_rank``: a process that chose its own words); return the judged episodes.
 
@@ -520,9 +634,18 @@ def play_games(attacker: Player, defender: Player, words: list[str], config: Pla
     (:func:`spag.runtime.outputs.writing`). ``openings``: the opening lines of an evaluation's other matches
     (:class:`OpeningLines`), shared with them.
     """
-    [episodes] = play_matches([Match(attacker, defender, output, stats)], words, config, resume=resume,
-                              show_progress=show_progress, guess_words=guess_words, overwrite=overwrite, stale=stale,
-                              shard_by_rank=shard_by_rank, openings=openings)
+    [episodes] = play_matches(
+        [Match(attacker, defender, output, stats)],
+        words,
+        config,
+        resume=resume,
+        show_progress=show_progress,
+        guess_words=guess_words,
+        overwrite=overwrite,
+        stale=stale,
+        shard_by_rank=shard_by_rank,
+        openings=openings,
+    )
     return episodes
 
 
@@ -537,10 +660,19 @@ class Match:
     stats: PlayStats | None = None
 
 
-def play_matches(matches: Sequence[Match], words: list[str], config: PlayConfig, *, resume: bool = False,
-                 show_progress: bool = True, guess_words: Sequence[str] | None = None, overwrite: bool = False,
-                 stale: str = "refuse", shard_by_rank: bool = True,
-                 openings: OpeningLines | None = None) -> list[list[dict]]:
+def play_matches(
+    matches: Sequence[Match],
+    words: list[str],
+    config: PlayConfig,
+    *,
+    resume: bool = False,
+    show_progress: bool = True,
+    guess_words: Sequence[str] | None = None,
+    overwrite: bool = False,
+    stale: str = "refuse",
+    shard_by_rank: bool = True,
+    openings: OpeningLines | None = None,
+) -> list[list[dict]]:
     """Several matches on the same ``words`` played together: each match's episodes, as :func:`play_games`
     would return them (the options mean what they mean there; each match has its own output).
 
@@ -557,10 +689,23 @@ def play_matches(matches: Sequence[Match], words: list[str], config: PlayConfig,
             store = None if match.output is None else EpisodeStore(match.output, rank, world)
             if store is not None:
                 held.enter_context(writing(match.output, store.lock_part()))
-            tables.append(_Table.start(match, store, words, config, rank, world, resume=resume,
-                                       overwrite=overwrite, stale=stale, guess_words=guess_words))
-        return _play_tables(tables, words, config, f"play r{rank}" if world > 1 else "play", show_progress,
-                            openings)
+            tables.append(
+                _Table.start(
+                    match,
+                    store,
+                    words,
+                    config,
+                    rank,
+                    world,
+                    resume=resume,
+                    overwrite=overwrite,
+                    stale=stale,
+                    guess_words=guess_words,
+                )
+            )
+        return _play_tables(
+            tables, words, config, f"play r{rank}" if world > 1 else "play", show_progress, openings
+        )
 
 
 @dataclass
@@ -572,15 +717,27 @@ class _Table:
     models: dict
     store: EpisodeStore | None
     stats: PlayStats
-    kept: list                  # episodes resumed from the output
-    pending: deque              # word indices still to play, in order
+    kept: list  # episodes resumed from the output
+    pending: deque  # word indices still to play, in order
     live: list = field(default_factory=list)
     new: list = field(default_factory=list)
     unwritten: list = field(default_factory=list)
 
     @classmethod
-    def start(cls, match: Match, store: EpisodeStore | None, words: list[str], config: PlayConfig, rank: int,
-              world: int, *, resume: bool, overwrite: bool, stale: str, guess_words: Sequence[str] | None) -> _Table:
+    def start(
+        cls,
+        match: Match,
+        store: EpisodeStore | None,
+        words: list[str],
+        config: PlayConfig,
+        rank: int,
+        world: int,
+        *,
+        resume: bool,
+        overwrite: bool,
+        stale: str,
+        guess_words: Sequence[str] | None,
+    ) -> _Table:
         """The match with its output (None: no output) claimed and locked; this process plays the words of
         index ``rank`` modulo ``world``."""
         attacker, defender = match.attacker, match.defender
@@ -588,13 +745,20 @@ class _Table:
         stats.outcomes.update(dict.fromkeys(config.game.outcomes, 0))  # the summary line names every outcome
         stats.provenance = record(attacker=attacker, defender=defender)
         attacking, defending = speakers(attacker, defender, config, guess_words)
-        models = {"attacker_model": attacker.name, "defender_model": defender.name,
-                  "attacker_fingerprint": _fingerprint_of(attacker),
-                  "defender_fingerprint": _fingerprint_of(defender)}
+        models = {
+            "attacker_model": attacker.name,
+            "defender_model": defender.name,
+            "attacker_fingerprint": _fingerprint_of(attacker),
+            "defender_fingerprint": _fingerprint_of(defender),
+        }
         mine = [i for i in range(len(words)) if i % world == rank]
-        done = ({} if store is None else
-                _claim_and_resume(store, words, config, models, world, resume=resume, overwrite=overwrite,
-                                  stale=stale))
+        done = (
+            {}
+            if store is None
+            else _claim_and_resume(
+                store, words, config, models, world, resume=resume, overwrite=overwrite, stale=stale
+            )
+        )
         kept = [done[i] for i in mine if i in done]
         stats.resumed = len(kept)
         return cls(attacking, defending, models, store, stats, kept, deque(i for i in mine if i not in done))
@@ -613,8 +777,11 @@ class _Table:
         opener = config.game.roles[0]
         attacking = [g for g in self.live if config.game.next_role(g.history) == opener]
         defending = [g for g in self.live if config.game.next_role(g.history) != opener]
-        return [(speaker, games, self.stats) for speaker, games in ((self.attacking, attacking),
-                                                                    (self.defending, defending)) if games]
+        return [
+            (speaker, games, self.stats)
+            for speaker, games in ((self.attacking, attacking), (self.defending, defending))
+            if games
+        ]
 
     def collect(self, config: PlayConfig) -> int:
         """Judge the games that are over, keep their episodes (written every ``batch_size``); how many."""
@@ -642,8 +809,9 @@ class _Table:
             self.unwritten = []
 
 
-def _next_turns(turns: list[tuple[Speaker, list[_Game], PlayStats]], config: PlayConfig,
-                openings: OpeningLines | None) -> list[tuple[Speaker, list[_Game], PlayStats]]:
+def _next_turns(
+    turns: list[tuple[Speaker, list[_Game], PlayStats]], config: PlayConfig, openings: OpeningLines | None
+) -> list[tuple[Speaker, list[_Game], PlayStats]]:
     """Which of the waiting ``turns`` (speaker, games, statistics) are answered in this step.
 
     Opening lines kept in ``openings`` go first, alone: they cost nothing, and the games they open then
@@ -653,11 +821,16 @@ def _next_turns(turns: list[tuple[Speaker, list[_Game], PlayStats]], config: Pla
     """
     if openings is not None:
         sampling, stops = config.sampling, config.game.stops()
-        kept = [turn for turn in turns
-                if all(not g.history for g in turn[1])
-                and openings.holds(_Ask(turn[0].player, sampling, sampling.min_new_tokens, stops),
-                                   [turn[0].prompt(_turn(g, config)) for g in turn[1]],
-                                   [derive_seed(config.seed, g.index, 0, 0) for g in turn[1]])]
+        kept = [
+            turn
+            for turn in turns
+            if all(not g.history for g in turn[1])
+            and openings.holds(
+                _Ask(turn[0].player, sampling, sampling.min_new_tokens, stops),
+                [turn[0].prompt(_turn(g, config)) for g in turn[1]],
+                [derive_seed(config.seed, g.index, 0, 0) for g in turn[1]],
+            )
+        ]
         if kept:
             return kept
     waiting: dict[int, list] = {}
@@ -666,11 +839,19 @@ def _next_turns(turns: list[tuple[Speaker, list[_Game], PlayStats]], config: Pla
     return max(waiting.values(), key=lambda those: sum(len(games) for _, games, _ in those))
 
 
-def _play_tables(tables: list[_Table], words: list[str], config: PlayConfig, desc: str, show_progress: bool,
-                 openings: OpeningLines | None) -> list[list[dict]]:
+def _play_tables(
+    tables: list[_Table],
+    words: list[str],
+    config: PlayConfig,
+    desc: str,
+    show_progress: bool,
+    openings: OpeningLines | None,
+) -> list[list[dict]]:
     """Play every table's games to the end, all tables a step at a time; each table's episodes, in word order."""
     start = time.perf_counter()
-    bar = progress(total=sum(len(t.pending) for t in tables), desc=desc, unit="game", disable=not show_progress)
+    bar = progress(
+        total=sum(len(t.pending) for t in tables), desc=desc, unit="game", disable=not show_progress
+    )
     try:
         while True:
             for table in tables:
@@ -678,13 +859,19 @@ def _play_tables(tables: list[_Table], words: list[str], config: PlayConfig, des
             playing = [t for t in tables if t.live]
             if not playing:
                 break
-            _speak_together(_next_turns([turn for t in playing for turn in t.turns(config)], config, openings),
-                            config, openings)
+            _speak_together(
+                _next_turns([turn for t in playing for turn in t.turns(config)], config, openings),
+                config,
+                openings,
+            )
             for table in playing:
                 bar.update(table.collect(config))
             elapsed = time.perf_counter() - start
-            bar.set_postfix(tok_s=f"{sum(t.stats.generated_tokens for t in tables) / max(elapsed, 1e-9):.0f}",
-                            empty=sum(t.stats.empty_replies for t in tables), refresh=False)
+            bar.set_postfix(
+                tok_s=f"{sum(t.stats.generated_tokens for t in tables) / max(elapsed, 1e-9):.0f}",
+                empty=sum(t.stats.empty_replies for t in tables),
+                refresh=False,
+            )
     finally:
         # Whatever stopped the run, the finished games are kept.
         for table in tables:
@@ -694,23 +881,34 @@ def _play_tables(tables: list[_Table], words: list[str], config: PlayConfig, des
     return [sorted(t.kept + t.new, key=lambda e: e["word_index"]) for t in tables]
 
 
-def _claim_and_resume(store: EpisodeStore, words: list[str], config: PlayConfig, models: dict[str, str],
-                      world: int, *, resume: bool, overwrite: bool, stale: str) -> dict[int, dict]:
+def _claim_and_resume(
+    store: EpisodeStore,
+    words: list[str],
+    config: PlayConfig,
+    models: dict[str, str],
+    world: int,
+    *,
+    resume: bool,
+    overwrite: bool,
+    stale: str,
+) -> dict[int, dict]:
     """Claim the output and return the episodes it already holds that this run may keep, by word index
     (none unless ``resume``); episodes from other words, settings or models are refused or, with
     ``stale="restart"`` on one process, dropped so every game is played again."""
     output = store.path
     store.claim(overwrite=overwrite and not resume, resume=resume)
     if not resume and store.has_own_shards():
-        raise DataError(output, None, "already holds episodes: pass resume (--resume) to continue, "
-                                      "or choose a new output")
+        raise DataError(
+            output, None, "already holds episodes: pass resume (--resume) to continue, or choose a new output"
+        )
     existing = store.read() if resume else []
     try:
         done = _existing_for(words, existing, output, config, models)
     except StaleEpisodes as exc:
         if world > 1 or stale == "refuse":  # other ranks may be reading these shards: the user must choose
-            raise DataError(output, None, f"{exc}: resume with the same settings, or --overwrite to play "
-                                          "every game again") from None
+            raise DataError(
+                output, None, f"{exc}: resume with the same settings, or --overwrite to play every game again"
+            ) from None
         print(f"note: {exc}; playing every game again", file=sys.stderr, flush=True)
         store.claim(overwrite=True, resume=False)
         existing, done = [], {}
@@ -719,8 +917,9 @@ def _claim_and_resume(store: EpisodeStore, words: list[str], config: PlayConfig,
     return done
 
 
-def speakers(attacker: Player, defender: Player, config: PlayConfig, vocabulary: Sequence[str] | None = None
-             ) -> tuple[Speaker, Speaker]:
+def speakers(
+    attacker: Player, defender: Player, config: PlayConfig, vocabulary: Sequence[str] | None = None
+) -> tuple[Speaker, Speaker]:
     """(the opening role's speaker, the other's), with the strategies of ``config`` (a player that brings
     its own keeps them); one speaker for both roles when both are the same player, so that their turns go
     in one batch."""
@@ -728,8 +927,10 @@ def speakers(attacker: Player, defender: Player, config: PlayConfig, vocabulary:
     if attacker is defender:
         both = game.speaker(attacker, game.roles, config.strategies, **options)
         return both, both
-    return (game.speaker(attacker, game.roles[:1], config.strategies, **options),
-            game.speaker(defender, game.roles[1:], config.strategies, **options))
+    return (
+        game.speaker(attacker, game.roles[:1], config.strategies, **options),
+        game.speaker(defender, game.roles[1:], config.strategies, **options),
+    )
 
 
 def place_rank(backend: str, player_options: dict) -> None:
@@ -748,10 +949,22 @@ def place_rank(backend: str, player_options: dict) -> None:
             player_options["device"] = hf_rank_device(rank, torch.cuda.device_count())
 
 
-def run_games(attacker_model: str, defender_model: str, words: list[str], config: PlayConfig, *,
-              backend: str = "hf", output=None, resume: bool = False, show_progress: bool = True,
-              stats: PlayStats | None = None, guess_words: Sequence[str] | None = None,
-              overwrite: bool = False, stale: str = "refuse", **player_options) -> list[dict]:
+def run_games(
+    attacker_model: str,
+    defender_model: str,
+    words: list[str],
+    config: PlayConfig,
+    *,
+    backend: str = "hf",
+    output=None,
+    resume: bool = False,
+    show_progress: bool = True,
+    stats: PlayStats | None = None,
+    guess_words: Sequence[str] | None = None,
+    overwrite: bool = False,
+    stale: str = "refuse",
+    **player_options,
+) -> list[dict]:
     """Load the players (once when both sides are the same model) and play."""
     rank, world = rank_and_world()
     if output is not None:  # before minutes of model loading
@@ -759,14 +972,27 @@ def run_games(attacker_model: str, defender_model: str, words: list[str], config
     place_rank(backend, player_options)
     attacker = load_player(attacker_model, backend, **player_options)
     try:
-        defender = attacker if defender_model == attacker_model else load_player(defender_model, backend,
-                                                                                  **player_options)
+        defender = (
+            attacker
+            if defender_model == attacker_model
+            else load_player(defender_model, backend, **player_options)
+        )
     except BaseException:
         close_player(attacker)
         raise
     try:
-        return play_games(attacker, defender, words, config, output=output, resume=resume,
-                          show_progress=show_progress, stats=stats, guess_words=guess_words, overwrite=overwrite,
-                          stale=stale)
+        return play_games(
+            attacker,
+            defender,
+            words,
+            config,
+            output=output,
+            resume=resume,
+            show_progress=show_progress,
+            stats=stats,
+            guess_words=guess_words,
+            overwrite=overwrite,
+            stale=stale,
+        )
     finally:
         close_player(attacker, defender)

@@ -96,8 +96,12 @@ class GameEnvironment:
             return Step(self._observation(), done=False)
         self.done = True
         episode = self.episode()
-        return Step(None, done=True, outcome=episode["outcome"],
-                    rewards=episode_rewards(self.config.game, episode, self.online, self.payoff))
+        return Step(
+            None,
+            done=True,
+            outcome=episode["outcome"],
+            rewards=episode_rewards(self.config.game, episode, self.online, self.payoff),
+        )
 
     def verdict(self):
         return self.config.game.judge(self.word, self.history)
@@ -105,8 +109,14 @@ class GameEnvironment:
     def episode(self) -> dict:
         """The game as an episode record (the fields the judge and the analysis read)."""
         verdict = self.verdict()
-        return {"target_word": self.word, "max_turns": self.config.game.max_turns, "history": list(self.history),
-                "outcome": verdict.outcome, "turns": verdict.turns, **self.config.game.record()}
+        return {
+            "target_word": self.word,
+            "max_turns": self.config.game.max_turns,
+            "history": list(self.history),
+            "outcome": verdict.outcome,
+            "turns": verdict.turns,
+            **self.config.game.record(),
+        }
 
     def _observation(self) -> Observation:
         role = self.config.game.next_role(self.history)

@@ -30,23 +30,50 @@ def _stats_file(job_file: Path, rank: int) -> Path:
     return job_file.parent / f"{job_file.stem}.stats-r{rank}.json"
 
 
-def play_under_launcher(launcher: str, model: str, words: list[str], config: PlayConfig, backend: str,
-                        player_options: dict, output: Path) -> PlayStats:
+def play_under_launcher(
+    launcher: str,
+    model: str,
+    words: list[str],
+    config: PlayConfig,
+    backend: str,
+    player_options: dict,
+    output: Path,
+) -> PlayStats:
     """Play ``model`` against itself on ``words`` under ``launcher`` into the episode folder ``output``; the
     ranks' counts added up. Raises CalledProcessError when a rank fails."""
     output = Path(output)
     drop_stale_episodes(output, words, config, model, model)
     job_file = output.parent / f".{output.name}.play-job.json"
-    write_json_atomic(job_file, {"model": model, "words": list(words), "config": config.to_json(),
-                                 "backend": backend, "player_options": player_options, "output": str(output)})
+    write_json_atomic(
+        job_file,
+        {
+            "model": model,
+            "words": list(words),
+            "config": config.to_json(),
+            "backend": backend,
+            "player_options": player_options,
+            "output": str(output),
+        },
+    )
     for old in job_file.parent.glob(f"{job_file.stem}.stats-r*.json"):
         old.unlink()
     try:
         per_process = int(player_options.get("tensor_parallel_size") or 1) if backend == "vllm" else 1
-        subprocess.run([*launcher_command(resolve_launcher(launcher, per_process=per_process)), "-m",
-                        "spag.play.job", str(job_file)], check=True)
-        return _added_up([json.loads(f.read_text(encoding="utf-8"))
-                          for f in sorted(job_file.parent.glob(f"{job_file.stem}.stats-r*.json"))])
+        subprocess.run(
+            [
+                *launcher_command(resolve_launcher(launcher, per_process=per_process)),
+                "-m",
+                "spag.play.job",
+                str(job_file),
+            ],
+            check=True,
+        )
+        return _added_up(
+            [
+                json.loads(f.read_text(encoding="utf-8"))
+                for f in sorted(job_file.parent.glob(f"{job_file.stem}.stats-r*.json"))
+            ]
+        )
     finally:
         job_file.unlink(missing_ok=True)
         for done in job_file.parent.glob(f"{job_file.stem}.stats-r*.json"):
@@ -75,11 +102,23 @@ def main(argv: list[str]) -> None:
     job_file = Path(job_file)
     job = json.loads(job_file.read_text(encoding="utf-8"))
     stats = PlayStats()
-    run_games(job["model"], job["model"], job["words"], PlayConfig.from_json(job["config"]), backend=job["backend"],
-              output=job["output"], resume=True, stale="refuse", stats=stats,
-              show_progress=os.environ.get("LOCAL_RANK", "0") == "0", **job["player_options"])
+    run_games(
+        job["model"],
+        job["model"],
+        job["words"],
+        PlayConfig.from_json(job["config"]),
+        backend=job["backend"],
+        output=job["output"],
+        resume=True,
+        stale="refuse",
+        stats=stats,
+        show_progress=os.environ.get("LOCAL_RANK", "0") == "0",
+        **job["player_options"],
+    )
     rank, _ = rank_and_world()
-    write_json_atomic(_stats_file(job_file, rank), {**dataclasses.asdict(stats), "outcomes": dict(stats.outcomes)})
+    write_json_atomic(
+        _stats_file(job_file, rank), {**dataclasses.asdict(stats), "outcomes": dict(stats.outcomes)}
+    )
 
 
 if __name__ == "__main__":  # vLLM's engine processes start by spawn, which imports this module again

@@ -23,8 +23,17 @@ from spag.schema import Section
 BACKENDS = (*BACKEND_OPTIONS, "human")
 
 __all__ = [
-    "BACKENDS", "FINISH_LENGTH", "FINISH_STOP", "Player", "PlayerError", "Reply", "backend_options",
-    "close_player", "derive_seed", "forget_prompts", "load_player",
+    "BACKENDS",
+    "FINISH_LENGTH",
+    "FINISH_STOP",
+    "Player",
+    "PlayerError",
+    "Reply",
+    "backend_options",
+    "close_player",
+    "derive_seed",
+    "forget_prompts",
+    "load_player",
 ]
 
 
@@ -35,8 +44,10 @@ def backend_options(backend: str, options: dict) -> Section:
     given = {k: v for k, v in options.items() if v is not None}
     unknown = sorted(set(given) - set(section.model_fields))
     if unknown:
-        raise ValueError(f"the {backend} backend takes no option {', '.join(unknown)} "
-                         f"(it takes {', '.join(section.model_fields)})")
+        raise ValueError(
+            f"the {backend} backend takes no option {', '.join(unknown)} "
+            f"(it takes {', '.join(section.model_fields)})"
+        )
     try:
         return section(**given)
     except ValidationError as exc:
@@ -44,8 +55,9 @@ def backend_options(backend: str, options: dict) -> Section:
         raise ValueError(f"{'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
 
 
-def load_player(model: str, backend: str = "hf", *, name: str | None = None, trust_remote_code: bool = False,
-                **options) -> Player:
+def load_player(
+    model: str, backend: str = "hf", *, name: str | None = None, trust_remote_code: bool = False, **options
+) -> Player:
     """A player for ``model`` on ``backend``, with that backend's ``options`` (its fields in
     :mod:`spag.players.options`); an option the backend does not take is a ValueError. ``name`` labels the
     player (default: the model); ``trust_remote_code`` lets hf and vllm run model code from the hub.

@@ -39,6 +39,7 @@ def keep_freed_memory() -> bool:
             except OSError:
                 libc = None
             if libc is not None and hasattr(libc, "mallopt"):
-                _applied = bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) \
-                    and bool(libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+                _applied = bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+                    libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+                )
     return _applied

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-FINISH_STOP = "stop"      # the model ended its turn (end-of-turn token or a stop string)
+FINISH_STOP = "stop"  # the model ended its turn (end-of-turn token or a stop string)
 FINISH_LENGTH = "length"  # cut at max_new_tokens: the model did not end its turn by itself
 
 

@@ -13,16 +13,30 @@ from spag.runtime.errors import PlayerError
 class HumanPlayer:
     """Reads one line per prompt from ``input`` (stdin); an empty line is asked again."""
 
-    def __init__(self, name: str = "human", input: TextIO | None = None, output: TextIO | None = None,
-                 max_empty: int = 3):
+    def __init__(
+        self,
+        name: str = "human",
+        input: TextIO | None = None,
+        output: TextIO | None = None,
+        max_empty: int = 3,
+    ):
         self.name = name
         self._input = input or sys.stdin
         self._output = output or sys.stderr
         self._max_empty = max_empty
 
-    def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,
-                 min_new_tokens: int = 1, seed=None, stop: Sequence[str] = (),
-                 stop_pattern: str | None = None) -> list[Reply]:
+    def generate(
+        self,
+        prompts,
+        *,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        max_new_tokens: int = 256,
+        min_new_tokens: int = 1,
+        seed=None,
+        stop: Sequence[str] = (),
+        stop_pattern: str | None = None,
+    ) -> list[Reply]:
         return [self._ask(prompt) for prompt in prompts]
 
     def _ask(self, prompt: str) -> Reply:

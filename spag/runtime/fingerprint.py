@@ -22,8 +22,13 @@ from spag.runtime.errors import DataError
 from spag.runtime.outputs import write_text_atomic
 
 # Files that describe a run rather than the model: they change with every run of identical weights.
-_NOT_THE_MODEL = {".spag-output.json", "training_summary.json", "README.md", "trainer_state.json",
-                  "training_args.bin"}
+_NOT_THE_MODEL = {
+    ".spag-output.json",
+    "training_summary.json",
+    "README.md",
+    "trainer_state.json",
+    "training_args.bin",
+}
 _FILE_DIGESTS: dict[tuple, str] = {}
 KEPT_FROM = 1 << 20  # bytes: smaller files are hashed again, faster than their digest is looked up
 _DIGEST = re.compile(r"[0-9a-f]{128}")
@@ -90,10 +95,14 @@ def model_fingerprint(name_or_path: str | os.PathLike) -> str:
 
 def settings_fingerprint(settings: dict) -> str:
     """A short hash of JSON-able settings (sorted keys)."""
-    return hashlib.blake2b(json.dumps(settings, sort_keys=True, default=str).encode(), digest_size=16).hexdigest()
+    return hashlib.blake2b(
+        json.dumps(settings, sort_keys=True, default=str).encode(), digest_size=16
+    ).hexdigest()
 
 
 def differences(saved: dict, wanted: dict) -> str:
     """``key: saved -> wanted`` for every key that differs, for a "recomputing because" message."""
     keys = sorted(set(saved) | set(wanted))
-    return ", ".join(f"{k}: {saved.get(k)!r} -> {wanted.get(k)!r}" for k in keys if saved.get(k) != wanted.get(k))
+    return ", ".join(
+        f"{k}: {saved.get(k)!r} -> {wanted.get(k)!r}" for k in keys if saved.get(k) != wanted.get(k)
+    )

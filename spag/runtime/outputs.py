@@ -166,8 +166,12 @@ def written_by_spag(path: str | os.PathLike) -> bool:
 
 # ---------------------------------------------------------------------------------- the output rule
 
-_ODD_FILES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-              (stat.S_ISSOCK, "a socket"))
+_ODD_FILES = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def odd_file(mode: int) -> str | None:
@@ -189,8 +193,10 @@ def followed(path: str | os.PathLike, option: str = "the output") -> Path:
         return path
     real = Path(os.path.realpath(path))
     if not real.exists():
-        raise OutputRefused(path, f"is a symlink to {real}, which does not exist: refusing to create a file "
-                                  f"through it ({option})")
+        raise OutputRefused(
+            path,
+            f"is a symlink to {real}, which does not exist: refusing to create a file through it ({option})",
+        )
     return real
 
 
@@ -218,16 +224,23 @@ def check_output_file(path: str | os.PathLike, option: str = "the output", repla
     elif stat.S_ISDIR(st.st_mode):
         raise OutputRefused(given, f"is a directory; {option} names the file to write")
     elif odd_file(st.st_mode):
-        raise OutputRefused(given, f"is {odd_file(st.st_mode)}, not a regular file: spag writes a file by renaming "
-                                   f"a finished one into place and never replaces one of these ({option})")
+        raise OutputRefused(
+            given,
+            f"is {odd_file(st.st_mode)}, not a regular file: spag writes a file by renaming "
+            f"a finished one into place and never replaces one of these ({option})",
+        )
     elif read_only(target, st):
         raise OutputRefused(given, f"is read-only: refusing to replace it ({option})")
     elif replace == "no":
-        raise OutputExists(given, f"exists: pass --overwrite to replace a file spag wrote, or choose a new path "
-                                   f"({option})")
+        raise OutputExists(
+            given, f"exists: pass --overwrite to replace a file spag wrote, or choose a new path ({option})"
+        )
     elif replace == "ours" and not written_by_spag(target):
-        raise OutputRefused(given, f"was not written by spag (or was changed since): refusing to replace it; move "
-                                   f"it away or choose another path ({option})")
+        raise OutputRefused(
+            given,
+            f"was not written by spag (or was changed since): refusing to replace it; move "
+            f"it away or choose another path ({option})",
+        )
     return target
 
 
@@ -238,7 +251,9 @@ def _check_new_file(target: Path, option: str) -> None:
             if not parent.is_dir():
                 raise OutputRefused(target, f"cannot be written: {parent} is a file, not a folder ({option})")
             if not os.access(parent, os.W_OK | os.X_OK):
-                raise OutputRefused(target, f"cannot be written: the folder {parent} is not writable ({option})")
+                raise OutputRefused(
+                    target, f"cannot be written: the folder {parent} is not writable ({option})"
+                )
             return
 
 
@@ -275,8 +290,9 @@ def atomic_path(path: str | os.PathLike, *, replace: Replace = "no") -> Iterator
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:
-        raise DataError(target, None, f"cannot be written: {exc.strerror or exc} (in the folder {target.parent})") \
-            from None
+        raise DataError(
+            target, None, f"cannot be written: {exc.strerror or exc} (in the folder {target.parent})"
+        ) from None
     os.close(fd)
     tmp_path = Path(tmp)
     os.chmod(tmp_path, usual_mode())  # mkstemp makes 0600; a finished file gets the usual mode
@@ -306,7 +322,9 @@ def _publish_file(tmp: Path, target: Path, replace: Replace) -> None:
     try:
         os.link(tmp, target)
     except FileExistsError:
-        raise OutputExists(target, "appeared while spag was writing it (another writer?): left as it is") from None
+        raise OutputExists(
+            target, "appeared while spag was writing it (another writer?): left as it is"
+        ) from None
     except OSError:  # a file system without hard links: the check above has to do
         os.replace(tmp, target)
         return
@@ -322,7 +340,9 @@ def write_json_atomic(path: str | os.PathLike, obj: Any, *, replace: Replace = "
     write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n", replace=replace)
 
 
-def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[Mapping], *, replace: Replace = "no") -> int:
+def write_jsonl_atomic(
+    path: str | os.PathLike, records: Iterable[Mapping], *, replace: Replace = "no"
+) -> int:
     count = 0
     with atomic_path(path, replace=replace) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for record in records:
@@ -331,8 +351,9 @@ def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[Mapping], *, r
     return count
 
 
-def write_table_atomic(path: str | os.PathLike, records: list[Mapping], schema=None, *,
-                       replace: Replace = "no") -> None:
+def write_table_atomic(
+    path: str | os.PathLike, records: list[Mapping], schema=None, *, replace: Replace = "no"
+) -> None:
     """Write records as Parquet (``.parquet``) or JSON lines (anything else), atomically."""
     path = Path(path)
     if path.suffix == ".parquet":
@@ -351,6 +372,7 @@ def check_distinct_paths(inputs: Mapping[str, object], outputs: Mapping[str, obj
     overwritten, or one output's content lost), or lies inside an input folder (a folder of shards would
     lose a shard, or read the output as one next time). Keys name the options (``-o``, ``--eval-out``,
     ...); None values are skipped."""
+
     def same(a: Path, b: Path) -> bool:
         if a.exists() and b.exists():
             return os.path.samefile(a, b)
@@ -365,11 +387,17 @@ def check_distinct_paths(inputs: Mapping[str, object], outputs: Mapping[str, obj
         for index, (other, known) in enumerate(seen):
             if same(path, known):
                 what = "the input" if index < first_output else "another output"
-                raise DataError(path, None, f"{name} is the same file as {other} ({what}); choose another path")
-            if index < first_output and known.is_dir() and any(same(parent, known) for parent in
-                                                               path.absolute().parents):
-                raise DataError(path, None, f"{name} is inside the folder {other} (the input); choose a "
-                                            "path outside it")
+                raise DataError(
+                    path, None, f"{name} is the same file as {other} ({what}); choose another path"
+                )
+            if (
+                index < first_output
+                and known.is_dir()
+                and any(same(parent, known) for parent in path.absolute().parents)
+            ):
+                raise DataError(
+                    path, None, f"{name} is inside the folder {other} (the input); choose a path outside it"
+                )
         seen.append((name, path))
 
 
@@ -403,8 +431,10 @@ def mark_output_dir(path: str | os.PathLike, kind: str) -> None:
 
 
 # The folders one command writes beside its main output, as messages name their writer.
-_WRITERS = {"train-live": "`spag train` (its dvclive folder)",
-            "train-checkpoints": "`spag train` (its checkpoints)"}
+_WRITERS = {
+    "train-live": "`spag train` (its dvclive folder)",
+    "train-checkpoints": "`spag train` (its checkpoints)",
+}
 
 
 def writer(kind: str) -> str:
@@ -417,8 +447,9 @@ def _others(folder: Path) -> list[Path]:
     return [p for p in folder.iterdir() if not p.name.startswith(MARKER) and not p.name.endswith(LOCK_SUFFIX)]
 
 
-def claim_output_dir(path: str | os.PathLike, kind: str, *, overwrite: bool = False,
-                     resume: bool = False) -> Path:
+def claim_output_dir(
+    path: str | os.PathLike, kind: str, *, overwrite: bool = False, resume: bool = False
+) -> Path:
     """Check that ``spag <kind>`` may write the directory ``path``; raise OutputRefused if not. Returns the
     directory to write (a symlink to a folder is followed).
 
@@ -433,22 +464,35 @@ def claim_output_dir(path: str | os.PathLike, kind: str, *, overwrite: bool = Fa
         return target
     if not target.is_dir():
         odd = odd_file(target.stat().st_mode)
-        raise OutputRefused(given, f"is {odd}, not a directory: spag never replaces it" if odd else
-                            f"exists and is not a directory; {writer(kind)} needs a directory here")
+        raise OutputRefused(
+            given,
+            f"is {odd}, not a directory: spag never replaces it"
+            if odd
+            else f"exists and is not a directory; {writer(kind)} needs a directory here",
+        )
     if not os.access(target, os.W_OK | os.X_OK) or not target.stat().st_mode & 0o222:
         raise OutputRefused(given, "is a read-only folder: refusing to write into it")
     if not _others(target):
         return target
     found = output_kind(target)
     if found is None:
-        raise OutputRefused(given, f"is not empty and was not written by {writer(kind)}: refusing to "
-                                   "replace it (choose a new or empty directory)")
+        raise OutputRefused(
+            given,
+            f"is not empty and was not written by {writer(kind)}: refusing to "
+            "replace it (choose a new or empty directory)",
+        )
     if found != kind:
-        raise OutputRefused(given, f"holds the output of {writer(found)}, not {writer(kind)}: refusing to "
-                                   "replace it (choose a new or empty directory)")
+        raise OutputRefused(
+            given,
+            f"holds the output of {writer(found)}, not {writer(kind)}: refusing to "
+            "replace it (choose a new or empty directory)",
+        )
     if not (overwrite or resume):
-        raise OutputRefused(given, f"holds a previous {writer(kind)} output: pass --overwrite to replace it"
-                            + (" or --resume to continue it" if kind in RESUMABLE else ""))
+        raise OutputRefused(
+            given,
+            f"holds a previous {writer(kind)} output: pass --overwrite to replace it"
+            + (" or --resume to continue it" if kind in RESUMABLE else ""),
+        )
     return target
 
 
@@ -463,9 +507,12 @@ def clear_output_dir(path: str | os.PathLike, keep: Iterable[str] = ()) -> None:
     folder = Path(path)
     manifest = read_manifest(folder)
     if manifest.get("earlier"):
-        raise OutputRefused(folder, "was written by an earlier spag, which kept no record of its files: "
-                                    "--overwrite cannot tell yours from spag's here; delete the folder or "
-                                    "choose another")
+        raise OutputRefused(
+            folder,
+            "was written by an earlier spag, which kept no record of its files: "
+            "--overwrite cannot tell yours from spag's here; delete the folder or "
+            "choose another",
+        )
     files = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
     removed = []
     for name in files:
@@ -504,8 +551,9 @@ def remove_output_dir(path: str | os.PathLike) -> None:
         shutil.rmtree(folder)
 
 
-def prepare_output_dir(path: str | os.PathLike, kind: str, *, overwrite: bool = False,
-                       resume: bool = False) -> Path:
+def prepare_output_dir(
+    path: str | os.PathLike, kind: str, *, overwrite: bool = False, resume: bool = False
+) -> Path:
     """Claim ``path`` for ``spag <kind>`` (see :func:`claim_output_dir`), remove what a previous output of
     the same kind left there if it is overwritten (not resumed), create and mark it. Returns the path."""
     target = claim_output_dir(path, kind, overwrite=overwrite, resume=resume)
@@ -515,7 +563,9 @@ def prepare_output_dir(path: str | os.PathLike, kind: str, *, overwrite: bool = 
     return target
 
 
-def publish_dir(staging: str | os.PathLike, output: str | os.PathLike, kind: str, last: str | None = None) -> Path:
+def publish_dir(
+    staging: str | os.PathLike, output: str | os.PathLike, kind: str, last: str | None = None
+) -> Path:
     """Move the finished folder ``staging`` into place as ``output`` (claimed by the caller) and mark it as
     ``spag <kind>``'s, every entry recorded.
 
@@ -539,10 +589,15 @@ def publish_dir(staging: str | os.PathLike, output: str | os.PathLike, kind: str
 
 
 def _move_in(staging: Path, output: Path, kind: str, entries: list[Path], last: str | None) -> Path:
-    clash = next((e.name for e in entries if (output / e.name).exists() or (output / e.name).is_symlink()), None)
+    clash = next(
+        (e.name for e in entries if (output / e.name).exists() or (output / e.name).is_symlink()), None
+    )
     if clash is not None:
-        raise OutputRefused(output / clash, f"is not spag's, and the new output has an entry of that name: move it "
-                                            f"away (the finished output is in {staging})")
+        raise OutputRefused(
+            output / clash,
+            f"is not spag's, and the new output has an entry of that name: move it "
+            f"away (the finished output is in {staging})",
+        )
     for entry in sorted(entries, key=lambda e: e.name == last):
         os.replace(entry, output / entry.name)
     mark_output_dir(output, kind)
@@ -571,10 +626,18 @@ def lock_path(output: str | os.PathLike, part: str | None = None) -> Path:
 
 
 def _holder() -> dict:
-    command = " ".join(["spag", *sys.argv[1:]]) if Path(sys.argv[0]).name in ("spag", "cli.py") else \
-        " ".join(sys.argv)
-    return {"pid": os.getpid(), "user": getpass.getuser(), "host": socket.gethostname(),
-            "since": time.strftime("%Y-%m-%d %H:%M:%S"), "command": command[:120]}
+    command = (
+        " ".join(["spag", *sys.argv[1:]])
+        if Path(sys.argv[0]).name in ("spag", "cli.py")
+        else " ".join(sys.argv)
+    )
+    return {
+        "pid": os.getpid(),
+        "user": getpass.getuser(),
+        "host": socket.gethostname(),
+        "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "command": command[:120],
+    }
 
 
 def _acquire(output: Path, part: str | None = None) -> Path | None:
@@ -602,8 +665,11 @@ def _acquire(output: Path, part: str | None = None) -> Path | None:
             holder = _read_holder(fd)
             os.close(fd)
             _remove_made(made)
-            raise OutputRefused(output, f"is being written by another spag process ({holder}): wait for it to "
-                                        "end, or choose another output") from None
+            raise OutputRefused(
+                output,
+                f"is being written by another spag process ({holder}): wait for it to "
+                "end, or choose another output",
+            ) from None
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
@@ -620,8 +686,9 @@ def _acquire(output: Path, part: str | None = None) -> Path | None:
 def _read_holder(fd: int) -> str:
     try:
         info = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
-        return (f"pid {info['pid']} of {info['user']} on {info['host']}, since {info['since']}: "
-                f"{info['command']}")
+        return (
+            f"pid {info['pid']} of {info['user']} on {info['host']}, since {info['since']}: {info['command']}"
+        )
     except (ValueError, KeyError, TypeError, OSError):
         return "a process that did not say who it is"
 
@@ -659,7 +726,9 @@ def writing(output: str | os.PathLike, part: str | None = None) -> Iterator[None
         _release(path)
 
 
-def claim_files(outputs: Mapping[str, str | os.PathLike | None], *, overwrite: bool = False) -> dict[str, Path]:
+def claim_files(
+    outputs: Mapping[str, str | os.PathLike | None], *, overwrite: bool = False
+) -> dict[str, Path]:
     """Claim a command's file outputs (option -> path; None skipped) before any work: each must pass the
     output rule (:func:`spag.runtime.outputs.check_output_file`, with ``--overwrite`` as given) and is locked for this
     command until :func:`release_held` (the CLI calls it when the command ends). Returns the paths to

@@ -37,7 +37,7 @@ import threading
 from collections.abc import Callable
 from typing import NoReturn
 
-FIRST_COLLECTION_AFTER = 50_000   # new container objects before the youngest generation is collected
+FIRST_COLLECTION_AFTER = 50_000  # new container objects before the youngest generation is collected
 
 
 def short_lived_process() -> None:

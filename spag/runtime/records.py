@@ -94,5 +94,8 @@ def _check_text(records: list, path: Path, escaped: str) -> None:
 
     for index, record in enumerate(records):
         if lone(record):
-            raise DataError(path, index, "holds a lone surrogate (a \\uD800-\\uDFFF escape on its own): "
-                                         "not valid Unicode text")
+            raise DataError(
+                path,
+                index,
+                "holds a lone surrogate (a \\uD800-\\uDFFF escape on its own): not valid Unicode text",
+            )

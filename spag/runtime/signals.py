@@ -15,7 +15,7 @@ import signal
 from collections.abc import Iterator
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
-EXIT_TERMINATED = 143   # 128 + SIGTERM
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 class Terminated(BaseException):

@@ -31,8 +31,14 @@ def _entry(value: float, low: float, high: float, games: int, words: int) -> dic
     return {"value": value, "low": low, "high": high, "games": games, "words": words}
 
 
-def clustered_mean(sums: Sequence[float], counts: Sequence[float], *, seed: int = 0,
-                   confidence: float = CONFIDENCE, n_resamples: int = RESAMPLES) -> dict:
+def clustered_mean(
+    sums: Sequence[float],
+    counts: Sequence[float],
+    *,
+    seed: int = 0,
+    confidence: float = CONFIDENCE,
+    n_resamples: int = RESAMPLES,
+) -> dict:
     """Sum over sum of per-word ``sums`` and ``counts``, with a bootstrap interval over words.
 
     ``{value, low, high, games, words}``; with fewer than two words the interval is the whole range of a
@@ -49,14 +55,28 @@ def clustered_mean(sums: Sequence[float], counts: Sequence[float], *, seed: int 
     def ratio(s, n, axis=-1):
         return s.sum(axis=axis) / n.sum(axis=axis)
 
-    result = bootstrap((sums, counts), ratio, paired=True, vectorized=True, confidence_level=confidence,
-                       n_resamples=n_resamples, method="percentile", random_state=np.random.default_rng(seed))
+    result = bootstrap(
+        (sums, counts),
+        ratio,
+        paired=True,
+        vectorized=True,
+        confidence_level=confidence,
+        n_resamples=n_resamples,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+    )
     low, high = result.confidence_interval
     return _entry(value, low, high, games, len(sums))
 
 
-def paired_difference(a: Mapping[str, tuple[float, float]], b: Mapping[str, tuple[float, float]], *,
-                      seed: int = 0, confidence: float = CONFIDENCE, n_resamples: int = RESAMPLES) -> dict:
+def paired_difference(
+    a: Mapping[str, tuple[float, float]],
+    b: Mapping[str, tuple[float, float]],
+    *,
+    seed: int = 0,
+    confidence: float = CONFIDENCE,
+    n_resamples: int = RESAMPLES,
+) -> dict:
     """``mean(a) - mean(b)`` on the words both have, with a bootstrap interval over those words.
 
     ``a`` and ``b`` map a word to ``(sum, count)`` of one quantity for two arms measured on the same
@@ -79,14 +99,28 @@ def paired_difference(a: Mapping[str, tuple[float, float]], b: Mapping[str, tupl
     def difference(s1, n1, s2, n2, axis=-1):
         return s1.sum(axis=axis) / n1.sum(axis=axis) - s2.sum(axis=axis) / n2.sum(axis=axis)
 
-    result = bootstrap((sa, na, sb, nb), difference, paired=True, vectorized=True, confidence_level=confidence,
-                       n_resamples=n_resamples, method="percentile", random_state=np.random.default_rng(seed))
+    result = bootstrap(
+        (sa, na, sb, nb),
+        difference,
+        paired=True,
+        vectorized=True,
+        confidence_level=confidence,
+        n_resamples=n_resamples,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+    )
     low, high = result.confidence_interval
     return _entry(value, low, high, int(na.sum()), len(sa))
 
 
-def two_way_mean(table: np.ndarray, counts: np.ndarray | None = None, *, seed: int = 0,
-                 confidence: float = CONFIDENCE, n_resamples: int = RESAMPLES) -> dict:
+def two_way_mean(
+    table: np.ndarray,
+    counts: np.ndarray | None = None,
+    *,
+    seed: int = 0,
+    confidence: float = CONFIDENCE,
+    n_resamples: int = RESAMPLES,
+) -> dict:
     """The mean effect over runs (rows) and words (columns), with a bootstrap over both at once.
 
     ``table[r, w]``: the effect's per-word sum in run ``r`` (for instance a paired score difference

@@ -23,13 +23,28 @@ SUMMARY_FILE = "training_summary.json"
 CHECKPOINTS = "checkpoints"
 IDENTITY_FILE = "run.json"  # in the checkpoint folder: the run its checkpoints belong to
 # Settings that do not change what a run computes: a checkpoint continues a run whatever they are.
-NOT_THE_RUN = {"resume", "overwrite", "live", "live_dir", "show_progress", "checkpoint_dir", "keep_checkpoints",
-                "ref_cache_dir", "ref_batch_size", "logging_steps", "save_steps", "save_total_limit",
-                "dataloader_num_workers", "device"}
+NOT_THE_RUN = {
+    "resume",
+    "overwrite",
+    "live",
+    "live_dir",
+    "show_progress",
+    "checkpoint_dir",
+    "keep_checkpoints",
+    "ref_cache_dir",
+    "ref_batch_size",
+    "logging_steps",
+    "save_steps",
+    "save_total_limit",
+    "dataloader_num_workers",
+    "device",
+}
 LENGTH_KNOBS = {"epochs", "max_steps"}  # `spag train --resume` may continue a run for longer (or shorter)
 TRAIN_KIND = "train"
 CHECKPOINTS_KIND = "train-checkpoints"
-LIVE_KIND = "train-live"  # the dvclive folder: dvclive replaces dvc.yaml, params.yaml, metrics.json, plots/ there
+LIVE_KIND = (
+    "train-live"  # the dvclive folder: dvclive replaces dvc.yaml, params.yaml, metrics.json, plots/ there
+)
 
 
 def live_dir_of(config: TrainConfig, output_dir: Path) -> Path:
@@ -57,6 +72,7 @@ def last_complete_checkpoint(folder: Path, say=print) -> str | None:
     truncated one; resuming from it would fail or, worse, load a partial optimizer state, so it is passed
     over with a note and the previous complete one is used.
     """
+
     def step(path: Path) -> int:
         suffix = path.name.removeprefix("checkpoint-")
         return int(suffix) if suffix.isdigit() else -1
@@ -89,7 +105,11 @@ def _broken_file(path: Path) -> str | None:
                 header = json.loads(f.read(length))
             end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
             size = path.stat().st_size
-            return None if size >= 8 + length + end else f"{name}: {size} bytes, its header needs {8 + length + end}"
+            return (
+                None
+                if size >= 8 + length + end
+                else f"{name}: {size} bytes, its header needs {8 + length + end}"
+            )
     except (OSError, ValueError, KeyError, TypeError, struct.error, zipfile.BadZipFile) as exc:
         return f"{name}: cut short or damaged ({exc})"
     return None
@@ -125,13 +145,19 @@ def run_identity(method: str, model, ref, data, config: TrainConfig, processes: 
         data = Path(data)
         files = sorted(data.glob("*.parquet")) if data.is_dir() else [data]  # the shards read_records reads
     settings = config.model_dump(exclude=NOT_THE_RUN)
-    return {"method": method, "model": model_fingerprint(model), "ref": model_fingerprint(ref),
-            "data": [file_digest(f) for f in files] if data is not None else None, "processes": int(processes),
-            **settings}
+    return {
+        "method": method,
+        "model": model_fingerprint(model),
+        "ref": model_fingerprint(ref),
+        "data": [file_digest(f) for f in files] if data is not None else None,
+        "processes": int(processes),
+        **settings,
+    }
 
 
-def resume_point(checkpoint_dir: Path, identity: dict, resume: bool, other_checkpoints: str,
-                  say=print) -> str | None:
+def resume_point(
+    checkpoint_dir: Path, identity: dict, resume: bool, other_checkpoints: str, say=print
+) -> str | None:
     """The checkpoint to continue from: the newest complete one, if ``resume`` and it is of this run.
 
     Checkpoints of another run (other model, rows or settings) are never continued: with
@@ -152,16 +178,26 @@ def resume_point(checkpoint_dir: Path, identity: dict, resume: bool, other_check
     if saved == identity:
         return latest
     changed = differences(saved, identity) if saved else f"{IDENTITY_FILE} missing"
-    lengthened = {key for key in set(saved) | set(identity) if saved.get(key) != identity.get(key)} <= LENGTH_KNOBS
+    lengthened = {
+        key for key in set(saved) | set(identity) if saved.get(key) != identity.get(key)
+    } <= LENGTH_KNOBS
     if saved and lengthened and other_checkpoints == "refuse":  # `spag train --resume` to train for longer
-        say(f"note: continuing {latest} with another length ({changed}); the schedule follows the new length",
-            flush=True)
+        say(
+            f"note: continuing {latest} with another length ({changed}); the schedule follows the new length",
+            flush=True,
+        )
         return latest
     if other_checkpoints == "refuse":
-        raise DataError(checkpoint_dir, None, f"its checkpoints are of another run ({changed}); run without "
-                                              "--resume to start over")
-    say(f"note: the checkpoints in {checkpoint_dir} are of another run ({changed}); starting from the "
-        "beginning", flush=True)
+        raise DataError(
+            checkpoint_dir,
+            None,
+            f"its checkpoints are of another run ({changed}); run without --resume to start over",
+        )
+    say(
+        f"note: the checkpoints in {checkpoint_dir} are of another run ({changed}); starting from the "
+        "beginning",
+        flush=True,
+    )
     return None
 
 

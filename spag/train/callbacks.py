@@ -71,9 +71,14 @@ def _make_live_callback(live):
             if not logs or "loss" not in logs:
                 return
             self.live.step = step
-            curves = {f"train/{key.removeprefix('train_')}": float(value) for key, value in logs.items()
-                      if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)
-                      and math.isfinite(value)}
+            curves = {
+                f"train/{key.removeprefix('train_')}": float(value)
+                for key, value in logs.items()
+                if key != "step"
+                and isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+            }
             super().on_log(args, state, control, logs=curves)
 
     return LiveCallback(live=live)
@@ -96,10 +101,17 @@ def run_callbacks(run) -> tuple[list, object]:
     if config.live and run.main:
         live_dir = live_dir_of(config, run.output_dir)
         mark_output_dir(live_dir, LIVE_KIND)
-        params = {"method": run.method, "model": str(run.model), "ref": str(run.ref), "data": str(run.data),
-                  **{k: v for k, v in config.model_dump().items() if isinstance(v, (int, float, str, bool))}}
+        params = {
+            "method": run.method,
+            "model": str(run.model),
+            "ref": str(run.ref),
+            "data": str(run.data),
+            **{k: v for k, v in config.model_dump().items() if isinstance(v, (int, float, str, bool))},
+        }
         live = _open_live(live_dir, resume=run.resume_from is not None, params=params)
-    callbacks = [_usual_modes_callback()] + ([] if config.keep_checkpoints else [_no_final_checkpoint_callback()])
+    callbacks = [_usual_modes_callback()] + (
+        [] if config.keep_checkpoints else [_no_final_checkpoint_callback()]
+    )
     return callbacks + ([_make_live_callback(live)] if live is not None else []), live
 
 
@@ -112,12 +124,20 @@ class _PostfixProgress(ProgressCallback):
     """The Trainer's progress bar, its logged numbers shown as the bar's postfix (loss, KL, learning rate)
     instead of a printed dict per logging step; the curves are in dvclive and training_summary.json."""
 
-    SHOWN: ClassVar[dict[str, str]] = {"loss": "loss", "reward": "reward", "kl": "kl", "ratio_mean": "ratio",
-                                       "learning_rate": "lr"}
+    SHOWN: ClassVar[dict[str, str]] = {
+        "loss": "loss",
+        "reward": "reward",
+        "kl": "kl",
+        "ratio_mean": "ratio",
+        "learning_rate": "lr",
+    }
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and self.training_bar is not None and logs:
-            shown = {name: f"{logs[key]:.4g}" for key, name in self.SHOWN.items()
-                     if isinstance(logs.get(key), (int, float))}
+            shown = {
+                name: f"{logs[key]:.4g}"
+                for key, name in self.SHOWN.items()
+                if isinstance(logs.get(key), (int, float))
+            }
             if shown:
                 self.training_bar.set_postfix(shown, refresh=False)

@@ -54,8 +54,10 @@ def empty_completions(rows: Sequence[Mapping], source: str | os.PathLike) -> str
     empty = [i for i, row in enumerate(rows) if not str(row["completion"]).strip()]
     if not empty:
         return None
-    return (f"warning: {source}: {len(empty)} of {len(rows)} rows have an empty completion (the first: record "
-            f"{empty[0]}); each is learned as ending the turn at once")
+    return (
+        f"warning: {source}: {len(empty)} of {len(rows)} rows have an empty completion (the first: record "
+        f"{empty[0]}); each is learned as ending the turn at once"
+    )
 
 
 # ------------------------------------------------------------------------------------------ encoding
@@ -94,7 +96,9 @@ class EncodedRows:
         return digest.hexdigest()
 
 
-def _shortened_prompt(row: Mapping, tokenizer, add_special: bool, budget: int) -> tuple[list[int], int] | None:
+def _shortened_prompt(
+    row: Mapping, tokenizer, add_special: bool, budget: int
+) -> tuple[list[int], int] | None:
     """The row's prompt ids without its fewest oldest history lines that fit ``budget`` tokens, and how
     many lines went; None when even the whole history's absence is not enough, or the row has none."""
     bounds = row.get("history_bounds")
@@ -125,8 +129,14 @@ def _prompt_ids(rows: Sequence[Mapping], tokenizer, add_special: bool) -> list[l
     return ids
 
 
-def encode_rows(rows: Sequence[Mapping], tokenizer, max_length: int, batch_size: int = 512,
-                show_progress: bool = True, truncation: str = "history") -> EncodedRows:
+def encode_rows(
+    rows: Sequence[Mapping],
+    tokenizer,
+    max_length: int,
+    batch_size: int = 512,
+    show_progress: bool = True,
+    truncation: str = "history",
+) -> EncodedRows:
     """Tokenise rows the way training and the reference pass both see them (``truncation``: see the
     module docstring)."""
     if tokenizer.eos_token_id is None:
@@ -138,16 +148,18 @@ def encode_rows(rows: Sequence[Mapping], tokenizer, max_length: int, batch_size:
     out = EncodedRows([], [], [], [], [], max_length)
     bar = progress(total=len(rows), desc="tokenising", unit="row", disable=not show_progress)
     for start in range(0, len(rows), batch_size):
-        chunk = rows[start:start + batch_size]
+        chunk = rows[start : start + batch_size]
         prompt_ids = _prompt_ids(chunk, tokenizer, add_special)
-        completion_ids = tokenizer([row["completion"] for row in chunk], add_special_tokens=False)["input_ids"]
+        completion_ids = tokenizer([row["completion"] for row in chunk], add_special_tokens=False)[
+            "input_ids"
+        ]
         for row, p_ids, c_ids in zip(chunk, prompt_ids, completion_ids):
             c_ids = list(c_ids) + [eos]
             p_ids = list(p_ids)
             if len(p_ids) + len(c_ids) > max_length and truncation == "left":
                 out.rows_cut_left += 1
                 cut = len(p_ids) + len(c_ids) - max_length
-                p_ids, c_ids = p_ids[cut:], c_ids[max(0, cut - len(p_ids)):]
+                p_ids, c_ids = p_ids[cut:], c_ids[max(0, cut - len(p_ids)) :]
             elif len(p_ids) + len(c_ids) > max_length:
                 shortened = _shortened_prompt(row, tokenizer, add_special, max_length - len(c_ids))
                 if shortened is None:
@@ -208,9 +220,9 @@ def collate(items: Sequence[Mapping], pad_token_id: int) -> dict:
     completion_mask = torch.zeros((batch, width), dtype=torch.long)
     for row, item in enumerate(items):
         ids = item["input_ids"]
-        input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-        attention_mask[row, width - len(ids):] = 1
-        completion_mask[row, width - item["completion_length"]:] = 1
+        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[row, width - len(ids) :] = 1
+        completion_mask[row, width - item["completion_length"] :] = 1
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     out = {
         "input_ids": input_ids,
@@ -251,9 +263,11 @@ class PromptGroupedSampler:
     def __init__(self, encoded: EncodedRows, batch_size: int, seed: int):
         import torch
 
-        prompts = [ids[:len(ids) - n] for ids, n in zip(encoded.input_ids, encoded.completion_lengths, strict=True)]
+        prompts = [
+            ids[: len(ids) - n] for ids, n in zip(encoded.input_ids, encoded.completion_lengths, strict=True)
+        ]
         order = sorted(range(len(prompts)), key=prompts.__getitem__)
-        self.batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        self.batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         self.generator = torch.Generator()
         self.generator.manual_seed(seed)
 

@@ -62,8 +62,12 @@ def quiet_deprecated_collectives() -> None:
     """DeepSpeed 0.19 gathers and scatters ZeRO-3's shards with ``all_gather_into_tensor`` and
     ``reduce_scatter_tensor``, which torch 2.13 deprecates; the warning came again at every call, two lines
     each, 884 in a toy online run, and buried whatever a failing process printed."""
-    warnings.filterwarnings("ignore", r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is "
-                            "deprecated", FutureWarning)
+    warnings.filterwarnings(
+        "ignore",
+        r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is "
+        "deprecated",
+        FutureWarning,
+    )
 
 
 def deepspeed_processes_on_cpu() -> None:

@@ -21,25 +21,67 @@ from spag.runtime.process import leave_process_group_at_exit
 from spag.train.bookkeeping import SUMMARY_FILE
 
 
-def launch(launcher: str, method: str, model, data, output, config: TrainConfig, *, ref=None,
-           other_checkpoints: str = "refuse") -> None:
+def launch(
+    launcher: str,
+    method: str,
+    model,
+    data,
+    output,
+    config: TrainConfig,
+    *,
+    ref=None,
+    other_checkpoints: str = "refuse",
+) -> None:
     """Run one training job under ``launcher`` (the arguments of
     :func:`spag.train.trainer.run_training`); raise CalledProcessError when it fails, DataError when it
     ends without writing a model (a launcher that is no Python launcher: ``echo``, ``true``)."""
-    _run_job(launcher, config, output, {"method": method, "model": os.fspath(model), "data": os.fspath(data),
-                                        "output": os.fspath(output), "ref": None if ref is None else os.fspath(ref),
-                                        "other_checkpoints": other_checkpoints, "config": config.model_dump()})
+    _run_job(
+        launcher,
+        config,
+        output,
+        {
+            "method": method,
+            "model": os.fspath(model),
+            "data": os.fspath(data),
+            "output": os.fspath(output),
+            "ref": None if ref is None else os.fspath(ref),
+            "other_checkpoints": other_checkpoints,
+            "config": config.model_dump(),
+        },
+    )
 
 
-def launch_online(launcher: str, model, words, output, *, games, config: TrainConfig, episodes_dir, data=None,
-                  other_checkpoints: str = "refuse", published=None) -> None:
+def launch_online(
+    launcher: str,
+    model,
+    words,
+    output,
+    *,
+    games,
+    config: TrainConfig,
+    episodes_dir,
+    data=None,
+    other_checkpoints: str = "refuse",
+    published=None,
+) -> None:
     """One online self-play run (the arguments of :func:`spag.train.online.run_online`) under ``launcher``."""
-    _run_job(launcher, config, output, {"method": ONLINE, "model": os.fspath(model), "words": list(words),
-                                        "output": os.fspath(output), "games": games.as_json(),
-                                        "config": config.model_dump(), "episodes": os.fspath(episodes_dir),
-                                        "data": None if data is None else os.fspath(data),
-                                        "other_checkpoints": other_checkpoints,
-                                        "published": None if published is None else os.fspath(published)})
+    _run_job(
+        launcher,
+        config,
+        output,
+        {
+            "method": ONLINE,
+            "model": os.fspath(model),
+            "words": list(words),
+            "output": os.fspath(output),
+            "games": games.as_json(),
+            "config": config.model_dump(),
+            "episodes": os.fspath(episodes_dir),
+            "data": None if data is None else os.fspath(data),
+            "other_checkpoints": other_checkpoints,
+            "published": None if published is None else os.fspath(published),
+        },
+    )
 
 
 def _run_job(launcher: str, config: TrainConfig, output, job: dict) -> None:
@@ -53,13 +95,18 @@ def _run_job(launcher: str, config: TrainConfig, output, job: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(job, indent=1), encoding="utf-8")
     try:
-        subprocess.run([*launcher_command(resolve_launcher(launcher)), "-m", "spag.train.launch", str(path)],
-                       check=True)
+        subprocess.run(
+            [*launcher_command(resolve_launcher(launcher)), "-m", "spag.train.launch", str(path)], check=True
+        )
     finally:
         path.unlink(missing_ok=True)
     if _stamp(summary) in (None, before):
-        raise DataError(output, None, f"the launcher {launcher!r} exited without error but wrote no model here "
-                                      "(it must run Python: torchrun, accelerate launch, deepspeed ...)")
+        raise DataError(
+            output,
+            None,
+            f"the launcher {launcher!r} exited without error but wrote no model here "
+            "(it must run Python: torchrun, accelerate launch, deepspeed ...)",
+        )
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -78,14 +125,29 @@ def main(argv: list[str]) -> None:
     if job["method"] == ONLINE:
         from spag.train.online import OnlineGames, run_online
 
-        run_online(job["model"], job["words"], job["output"], games=OnlineGames.from_json(job["games"]),
-                   config=config, episodes_dir=job["episodes"], data=job["data"],
-                   other_checkpoints=job["other_checkpoints"], published=job["published"])
+        run_online(
+            job["model"],
+            job["words"],
+            job["output"],
+            games=OnlineGames.from_json(job["games"]),
+            config=config,
+            episodes_dir=job["episodes"],
+            data=job["data"],
+            other_checkpoints=job["other_checkpoints"],
+            published=job["published"],
+        )
         return
     from spag.train.trainer import run_training
 
-    run_training(job["method"], job["model"], job["data"], job["output"], ref=job["ref"], config=config,
-                 other_checkpoints=job["other_checkpoints"])
+    run_training(
+        job["method"],
+        job["model"],
+        job["data"],
+        job["output"],
+        ref=job["ref"],
+        config=config,
+        other_checkpoints=job["other_checkpoints"],
+    )
 
 
 if __name__ == "__main__":

@@ -52,7 +52,9 @@ SFT, SFT_KL, OFFLINE_PO = METHODS  # named once, as settings (spag.config)
 ROWS, WEIGHTS = REDUCTIONS
 
 
-def completion_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+def completion_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor
+) -> torch.Tensor:
     """Mean log-likelihood of the completion tokens of each row: ``[batch]``.
 
     ``logits`` may cover only the last K positions of ``input_ids`` (``[batch, K, vocab]``, as a model
@@ -187,7 +189,15 @@ def compute_loss(
         return sft_kl_loss(logp, ref_logp, weights, kl_coeff)
     if method == OFFLINE_PO:
         return offline_po_loss(
-            logp, ref_logp, batch["reward"].to(logp.dtype), weights, batch["is_game"], kl_coeff, clip_range,
-            sft_coeff, detach_advantage=detach_advantage, reduction=reduction,
+            logp,
+            ref_logp,
+            batch["reward"].to(logp.dtype),
+            weights,
+            batch["is_game"],
+            kl_coeff,
+            clip_range,
+            sft_coeff,
+            detach_advantage=detach_advantage,
+            reduction=reduction,
         )
     raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")

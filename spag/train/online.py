@@ -113,13 +113,19 @@ class OnlineGames:
 
     def __post_init__(self):
         if self.backend not in ("hf", "vllm"):
-            raise ValueError(f"play.backend: online self-play plays with the policy it trains, on hf or vllm, "
-                             f"not {self.backend!r}")
+            raise ValueError(
+                f"play.backend: online self-play plays with the policy it trains, on hf or vllm, "
+                f"not {self.backend!r}"
+            )
         if self.reward.payoff == CHIPS and not self.play.game.for_chips:
-            raise ValueError(f"reward.payoff: the game {self.play.game.name} is not played for chips (use wins)")
+            raise ValueError(
+                f"reward.payoff: the game {self.play.game.name} is not played for chips (use wins)"
+            )
         if not self.play.sampling.temperature > 0:
-            raise ValueError("play.temperature: online self-play needs sampled games (temperature > 0); greedy "
-                             "games on one word are all alike and teach nothing")
+            raise ValueError(
+                "play.temperature: online self-play needs sampled games (temperature > 0); greedy "
+                "games on one word are all alike and teach nothing"
+            )
 
     @property
     def slots(self) -> int:
@@ -132,7 +138,11 @@ class OnlineGames:
         return self.online.games_per_word * self.slots
 
     def as_json(self) -> dict:
-        return {"play": self.play.to_json(), "online": self.online.model_dump(), "reward": self.reward.model_dump()}
+        return {
+            "play": self.play.to_json(),
+            "online": self.online.model_dump(),
+            "reward": self.reward.model_dump(),
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> OnlineGames:
@@ -168,8 +178,17 @@ class GameRollout:
     the trainer's model, or, with ``backend: vllm``, the project's vLLM player on TRL's colocated engine.
     """
 
-    def __init__(self, games: OnlineGames, tokenizer, max_length: int, *, name: str, fingerprint: str,
-                 episodes: EpisodeStore | None = None, player=None):
+    def __init__(
+        self,
+        games: OnlineGames,
+        tokenizer,
+        max_length: int,
+        *,
+        name: str,
+        fingerprint: str,
+        episodes: EpisodeStore | None = None,
+        player=None,
+    ):
         self.games, self.tokenizer, self.max_length = games, tokenizer, max_length
         self.name, self.fingerprint = name, fingerprint
         self.episodes, self.player = episodes, player
@@ -185,24 +204,35 @@ class GameRollout:
         for role, word, size in groups:
             games_of[word] = max(games_of.get(word, 0), math.ceil(size / self.games.slots))
         words = [word for word, n in games_of.items() for _ in range(n)]
-        config = dataclasses.replace(self.games.play, seed=derive_seed(self.games.play.seed, ONLINE, step,
-                                                                       trainer.accelerator.process_index))
+        config = dataclasses.replace(
+            self.games.play,
+            seed=derive_seed(self.games.play.seed, ONLINE, step, trainer.accelerator.process_index),
+        )
         stats = PlayStats()
         with self._live_player(trainer, step) as player:
             # This process's share of the groups, all of its games (no further share by rank).
-            episodes = play_games(player, player, words, config, show_progress=False, stats=stats,
-                                  shard_by_rank=False)
+            episodes = play_games(
+                player, player, words, config, show_progress=False, stats=stats, shard_by_rank=False
+            )
         if self.episodes is not None:
             self.episodes.append(episodes, number=step)
         self._count(stats)
         played: dict[str, list[dict]] = {}
         for episode in episodes:  # in word order, so a word's games keep their order
             played.setdefault(episode["target_word"], []).append(episode)
-        samples = [sample for role, word, size in groups
-                   for sample in self._group_samples(role, word, size, played[word], config)]
-        return {"prompt_ids": [s.prompt_ids for s in samples], "completion_ids": [s.completion_ids for s in samples],
-                "logprobs": None, "env_mask": [s.env_mask for s in samples],
-                REWARD_FIELD: [s.reward for s in samples], "game_stats": _game_stats(config.game, episodes, stats)}
+        samples = [
+            sample
+            for role, word, size in groups
+            for sample in self._group_samples(role, word, size, played[word], config)
+        ]
+        return {
+            "prompt_ids": [s.prompt_ids for s in samples],
+            "completion_ids": [s.completion_ids for s in samples],
+            "logprobs": None,
+            "env_mask": [s.env_mask for s in samples],
+            REWARD_FIELD: [s.reward for s in samples],
+            "game_stats": _game_stats(config.game, episodes, stats),
+        }
 
     def _group_samples(self, role: str, word: str, size: int, episodes: list[dict], config: PlayConfig):
         slots = self.games.slots
@@ -224,8 +254,10 @@ class GameRollout:
             return self._empty()
         prompt = config.prompt(role, word, history[:i])
         prompt_ids = model_input_ids(self.tokenizer, prompt, self.games.max_prompt_tokens)
-        completion_ids = [*self.tokenizer(utterance["content"], add_special_tokens=False)["input_ids"],
-                          self.tokenizer.eos_token_id]
+        completion_ids = [
+            *self.tokenizer(utterance["content"], add_special_tokens=False)["input_ids"],
+            self.tokenizer.eos_token_id,
+        ]
         if len(prompt_ids) + len(completion_ids) > self.max_length:
             self.utterances["too_long"] += 1
             return self._empty()
@@ -244,18 +276,24 @@ class GameRollout:
             yield self.player
         elif self.games.backend == "vllm":
             # TRL has pushed this step's weights into its colocated engine before calling the rollout.
-            player = VLLMPlayer(trainer.vllm_generation.llm, self.tokenizer, name=name,
-                                max_prompt_tokens=self.games.max_prompt_tokens)
+            player = VLLMPlayer(
+                trainer.vllm_generation.llm,
+                self.tokenizer,
+                name=name,
+                max_prompt_tokens=self.games.max_prompt_tokens,
+            )
             player.fingerprint = fingerprint
             yield player
         else:
             from trl.models import unwrap_model_for_generation
 
             # Under ZeRO-3 the parameters are gathered for the games, as TRL does for its own generation.
-            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
-                                             gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
-                                             gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs
-                                             ) as model:
+            with unwrap_model_for_generation(
+                trainer.model_wrapped,
+                trainer.accelerator,
+                gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+            ) as model:
                 was_training = model.training
                 model.eval()
                 try:
@@ -295,10 +333,13 @@ def _game_stats(game, episodes: list[dict], stats: PlayStats) -> dict:
     n = max(len(episodes), 1)
     sides = Counter(game.sides(e["outcome"]) for e in episodes)
     wins = Counter({winner: count for (winner, _), count in sides.items() if winner})
-    return {**{f"{role}_win_rate": wins[role] / n for role in game.roles},
-            "tie_rate": sides[(None, None)] / n,
-            "foul_rate": sum(count for (_, offender), count in sides.items() if offender) / n,
-            "mean_turns": sum(e["turns"] for e in episodes) / n, "play_seconds": stats.seconds}
+    return {
+        **{f"{role}_win_rate": wins[role] / n for role in game.roles},
+        "tie_rate": sides[(None, None)] / n,
+        "foul_rate": sum(count for (_, offender), count in sides.items() if offender) / n,
+        "mean_turns": sum(e["turns"] for e in episodes) / n,
+        "play_seconds": stats.seconds,
+    }
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -333,24 +374,33 @@ def online_arguments(games: OnlineGames, config: TrainConfig, world: int) -> dic
     batch = 2 * games.online.words_per_step * games.group_size  # samples per step, every process together
     per_step = config.batch_size * world
     if batch % per_step:
-        raise DataError("spag.batch_size", None,
-                        f"{config.batch_size} x {world} process(es) must divide the {batch} samples of a step "
-                        f"(2 roles x {games.online.words_per_step} words x {games.online.games_per_word} games x "
-                        f"{games.slots} turns)")
-    return {"class": GRPOConfig,
-            # one optimiser step per batch of games: its micro-batches are the accumulation steps
-            "gradient_accumulation_steps": batch // per_step,
-            "num_generations": games.group_size,
-            "shuffle_dataset": False,  # the dataset's own seeded order keeps a word's two groups together
-            "beta": config.kl_coeff, "epsilon": config.clip_range, "loss_type": "dapo",
-            "scale_rewards": games.online.scale_rewards,
-            "temperature": games.play.sampling.temperature, "top_k": games.play.sampling.top_k,
-            "max_completion_length": games.play.sampling.max_new_tokens + 1,
-            "use_vllm": games.backend == "vllm", "vllm_mode": "colocate",
-            "vllm_gpu_memory_utilization": games.gpu_memory_utilization,
-            "vllm_importance_sampling_correction": False,
-            "include_num_input_tokens_seen": "no",  # GRPOTrainer counts the tokens itself
-            "log_completions": False}
+        raise DataError(
+            "spag.batch_size",
+            None,
+            f"{config.batch_size} x {world} process(es) must divide the {batch} samples of a step "
+            f"(2 roles x {games.online.words_per_step} words x {games.online.games_per_word} games x "
+            f"{games.slots} turns)",
+        )
+    return {
+        "class": GRPOConfig,
+        # one optimiser step per batch of games: its micro-batches are the accumulation steps
+        "gradient_accumulation_steps": batch // per_step,
+        "num_generations": games.group_size,
+        "shuffle_dataset": False,  # the dataset's own seeded order keeps a word's two groups together
+        "beta": config.kl_coeff,
+        "epsilon": config.clip_range,
+        "loss_type": "dapo",
+        "scale_rewards": games.online.scale_rewards,
+        "temperature": games.play.sampling.temperature,
+        "top_k": games.play.sampling.top_k,
+        "max_completion_length": games.play.sampling.max_new_tokens + 1,
+        "use_vllm": games.backend == "vllm",
+        "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": games.gpu_memory_utilization,
+        "vllm_importance_sampling_correction": False,
+        "include_num_input_tokens_seen": "no",  # GRPOTrainer counts the tokens itself
+        "log_completions": False,
+    }
 
 
 @dataclass
@@ -364,8 +414,18 @@ class OnlineRun:
     words: list
 
 
-def online_trainer(model, words: Sequence[str], output_dir, *, games: OnlineGames, config: TrainConfig,
-                   episodes_dir, data=None, other_checkpoints: str = "refuse", player=None) -> OnlineRun:
+def online_trainer(
+    model,
+    words: Sequence[str],
+    output_dir,
+    *,
+    games: OnlineGames,
+    config: TrainConfig,
+    episodes_dir,
+    data=None,
+    other_checkpoints: str = "refuse",
+    player=None,
+) -> OnlineRun:
     """Set up the online run of :func:`run_online` (same arguments) without training yet."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental: TRL is pinned
     from datasets import Dataset
@@ -377,6 +437,7 @@ def online_trainer(model, words: Sequence[str], output_dir, *, games: OnlineGame
         """TRL's GRPOTrainer with the learning-rate schedules of every spag training run."""
 
         schedule = config.lr_scheduler
+
     per_step = games.online.words_per_step
     words = list(words)[: len(words) // per_step * per_step]
     if not words:
@@ -385,43 +446,96 @@ def online_trainer(model, words: Sequence[str], output_dir, *, games: OnlineGame
     if games.backend == "vllm":
         _vllm_on_cpu_memory(games)
     identity = {"online": {**games.as_json(), "words": words}}
-    run = start_run(ONLINE, model, data, output_dir, None, config, other_checkpoints,
-                    arguments=online_arguments(games, config, world), identity=identity)
+    run = start_run(
+        ONLINE,
+        model,
+        data,
+        output_dir,
+        None,
+        config,
+        other_checkpoints,
+        arguments=online_arguments(games, config, world),
+        identity=identity,
+    )
     tokenizer = load_tokenizer(model, trust_remote_code=config.trust_remote_code)
     store = EpisodeStore(episodes_dir, rank, world)
     store.check(overwrite=True, resume=True)
     _keep_episodes_before(store, _checkpoint_step(run.resume_from))
-    rollout = GameRollout(games, tokenizer, config.max_length, name=f"{model}+online",
-                          fingerprint=model_fingerprint(model), episodes=store, player=player)
+    rollout = GameRollout(
+        games,
+        tokenizer,
+        config.max_length,
+        name=f"{model}+online",
+        fingerprint=model_fingerprint(model),
+        episodes=store,
+        player=player,
+    )
     # Both groups of a word side by side, so that one step's games serve both (shuffle_dataset is off).
-    dataset = Dataset.from_list([{"prompt": group_prompt(word, role)} for word in words
-                                 for role in games.play.game.roles])
+    dataset = Dataset.from_list(
+        [{"prompt": group_prompt(word, role)} for word in words for role in games.play.game.roles]
+    )
     callbacks, live = run_callbacks(run)
     _quiet_empty_slots()
-    trainer = OnlineTrainer(model=load_policy(model, config, tokenizer), reward_funcs=outcome, args=run.args,
-                            train_dataset=dataset, processing_class=tokenizer, rollout_func=rollout,
-                            callbacks=callbacks)
+    trainer = OnlineTrainer(
+        model=load_policy(model, config, tokenizer),
+        reward_funcs=outcome,
+        args=run.args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_func=rollout,
+        callbacks=callbacks,
+    )
     show_postfix_progress(trainer)
     return OnlineRun(trainer, rollout, run, live, words)
 
 
-def run_online(model, words: Sequence[str], output_dir, *, games: OnlineGames, config: TrainConfig,
-               episodes_dir, data=None, other_checkpoints: str = "refuse", player=None, published=None) -> Path:
+def run_online(
+    model,
+    words: Sequence[str],
+    output_dir,
+    *,
+    games: OnlineGames,
+    config: TrainConfig,
+    episodes_dir,
+    data=None,
+    other_checkpoints: str = "refuse",
+    player=None,
+    published=None,
+) -> Path:
     """Train ``model`` by online self-play on ``words`` and save it to ``output_dir``; the games go to
     ``episodes_dir`` (episode shards), and the summary names ``published`` (default: ``episodes_dir``), where
     a caller that plays into a work folder moves them after. ``data`` names the file the words came from
     (checked on resume with the words themselves); ``config`` holds the training knobs (:class:`TrainConfig`),
     ``player`` replaces the live policy as the player of every game (tests). Returns ``output_dir``."""
     with claimed_outputs(output_dir, config):
-        return _run_online(model, words, output_dir, games=games, config=config, episodes_dir=episodes_dir,
-                           data=data, other_checkpoints=other_checkpoints, player=player,
-                           published=episodes_dir if published is None else published)
+        return _run_online(
+            model,
+            words,
+            output_dir,
+            games=games,
+            config=config,
+            episodes_dir=episodes_dir,
+            data=data,
+            other_checkpoints=other_checkpoints,
+            player=player,
+            published=episodes_dir if published is None else published,
+        )
 
 
-def _run_online(model, words, output_dir, *, games, config, episodes_dir, data, other_checkpoints, player,
-                published) -> Path:
-    online = online_trainer(model, words, output_dir, games=games, config=config, episodes_dir=episodes_dir,
-                            data=data, other_checkpoints=other_checkpoints, player=player)
+def _run_online(
+    model, words, output_dir, *, games, config, episodes_dir, data, other_checkpoints, player, published
+) -> Path:
+    online = online_trainer(
+        model,
+        words,
+        output_dir,
+        games=games,
+        config=config,
+        episodes_dir=episodes_dir,
+        data=data,
+        other_checkpoints=other_checkpoints,
+        player=player,
+    )
     trainer, run = online.trainer, online.run
     started = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=run.resume_from)
@@ -431,15 +545,26 @@ def _run_online(model, words, output_dir, *, games, config, episodes_dir, data, 
     utterances = _every_process(trainer, online.rollout.utterances)
     if run.main and utterances and not utterances["trained"]:
         print(f"warning: {_nothing_trained(utterances)}", file=sys.stderr, flush=True)
-    details = {"words": len(online.words), "games": len(episodes),
-               "outcomes": {o: outcomes.get(o, 0) for o in games.play.game.outcomes},
-               "play_seconds": round(online.rollout.totals.seconds, 3),
-               "online_seconds": round(time.perf_counter() - started, 3),
-               "generated_tokens": online.rollout.totals.generated_tokens, "episodes": str(published),
-               "online": games.as_json(),
-               "utterances": {key: utterances[key] for key in ("trained", "empty", "truncated", "too_long")}}
-    finish_run(run, trainer, online.rollout.tokenizer, result, online.live, details,
-               f"{len(episodes)} games on {len(online.words)} words")
+    details = {
+        "words": len(online.words),
+        "games": len(episodes),
+        "outcomes": {o: outcomes.get(o, 0) for o in games.play.game.outcomes},
+        "play_seconds": round(online.rollout.totals.seconds, 3),
+        "online_seconds": round(time.perf_counter() - started, 3),
+        "generated_tokens": online.rollout.totals.generated_tokens,
+        "episodes": str(published),
+        "online": games.as_json(),
+        "utterances": {key: utterances[key] for key in ("trained", "empty", "truncated", "too_long")},
+    }
+    finish_run(
+        run,
+        trainer,
+        online.rollout.tokenizer,
+        result,
+        online.live,
+        details,
+        f"{len(episodes)} games on {len(online.words)} words",
+    )
     run.wait_for_everyone()
     return run.output_dir
 
@@ -453,12 +578,20 @@ def _every_process(trainer, counts: Counter) -> Counter:
 
 def _nothing_trained(utterances: Counter) -> str:
     """Why a run whose every utterance was left out of training learned nothing from its games (one line)."""
-    why = ", ".join(f"{utterances[key]} {said}" for key, said in (
-        ("empty", "empty"), ("truncated", "cut at play.max_new_tokens"), ("too_long", "longer than spag.max_length"))
-        if utterances[key])
-    return (f"online training: all {sum(utterances.values())} utterances of this run's games were left out of "
-            f"training ({why}): its steps trained on no token, so the model learned nothing from its games"
-            + (" (reward.keep_truncated keeps the cut ones)" if utterances["truncated"] else ""))
+    why = ", ".join(
+        f"{utterances[key]} {said}"
+        for key, said in (
+            ("empty", "empty"),
+            ("truncated", "cut at play.max_new_tokens"),
+            ("too_long", "longer than spag.max_length"),
+        )
+        if utterances[key]
+    )
+    return (
+        f"online training: all {sum(utterances.values())} utterances of this run's games were left out of "
+        f"training ({why}): its steps trained on no token, so the model learned nothing from its games"
+        + (" (reward.keep_truncated keeps the cut ones)" if utterances["truncated"] else "")
+    )
 
 
 def _quiet_empty_slots() -> None:

@@ -44,7 +44,12 @@ CACHE_VERSION = 3  # 2: the reference model keyed by a hash of all its files; 3:
 
 def cache_key(tokens_fingerprint: str, ref_fingerprint: str, precision: str) -> str:
     payload = json.dumps(
-        {"version": CACHE_VERSION, "tokens": tokens_fingerprint, "ref": ref_fingerprint, "precision": precision},
+        {
+            "version": CACHE_VERSION,
+            "tokens": tokens_fingerprint,
+            "ref": ref_fingerprint,
+            "precision": precision,
+        },
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()
@@ -78,8 +83,9 @@ def write_cache(path: Path, key: str, logprobs: list[float], info: dict) -> None
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({"row": pa.array(range(len(logprobs)), pa.int64()),
-                      "ref_logprob": pa.array(logprobs, pa.float64())})
+    table = pa.table(
+        {"row": pa.array(range(len(logprobs)), pa.int64()), "ref_logprob": pa.array(logprobs, pa.float64())}
+    )
     metadata = {b"spag_ref_key": key.encode(), b"spag_ref_info": json.dumps(info).encode()}
     table = table.replace_schema_metadata(metadata)
     with atomic_path(path, replace="any") as tmp:  # spag's own cache
@@ -93,8 +99,14 @@ def _accepts(model, argument: str) -> bool:
         return False
 
 
-def model_forward_logprobs(model, batch: dict, supports_logits_to_keep: bool | None = None, *,
-                           unpadded: bool = False, shared_prefix: bool = False):
+def model_forward_logprobs(
+    model,
+    batch: dict,
+    supports_logits_to_keep: bool | None = None,
+    *,
+    unpadded: bool = False,
+    shared_prefix: bool = False,
+):
     """log π of each row of a collated batch (the one forward used by training and the reference pass).
 
     ``unpadded``: the batch's padding is not computed: the rows run in groups of similar length
@@ -111,8 +123,12 @@ def model_forward_logprobs(model, batch: dict, supports_logits_to_keep: bool | N
         supports_logits_to_keep = _accepts(model, "logits_to_keep")
     lengths = batch["attention_mask"].sum(dim=1).tolist()
     # Recomputed activations (gradient checkpointing) turn the keys-and-values cache off: no shared beginning.
-    reuse = (unpadded and shared_prefix and supports_logits_to_keep
-             and not getattr(model, "is_gradient_checkpointing", False))
+    reuse = (
+        unpadded
+        and shared_prefix
+        and supports_logits_to_keep
+        and not getattr(model, "is_gradient_checkpointing", False)
+    )
     shared = batch_shared_prefix(batch, lengths) if reuse else 0
     if shared:
         return _shared_prefix_logprobs(model, batch, lengths, shared)
@@ -124,10 +140,13 @@ def model_forward_logprobs(model, batch: dict, supports_logits_to_keep: bool | N
     for rows in groups:
         index = torch.tensor(rows, device=batch["input_ids"].device)
         columns = slice(width - max(lengths[r] for r in rows), width)  # left padding: real tokens at the end
-        group = {key: batch[key][index, columns]
-                 for key in ("input_ids", "attention_mask", "position_ids", "completion_mask")}
-        group["logits_to_keep"] = min(group["input_ids"].shape[1],
-                                      int(group["completion_mask"].sum(dim=1).max()) + 1)
+        group = {
+            key: batch[key][index, columns]
+            for key in ("input_ids", "attention_mask", "position_ids", "completion_mask")
+        }
+        group["logits_to_keep"] = min(
+            group["input_ids"].shape[1], int(group["completion_mask"].sum(dim=1).max()) + 1
+        )
         parts.append(_group_logprobs(model, group, supports_logits_to_keep))
         order += rows
     logp = torch.cat(parts)
@@ -140,8 +159,10 @@ def batch_shared_prefix(batch: dict, lengths: list[int]) -> int:
     of one row or a shared beginning shorter than :data:`MIN_SHARED_PREFIX`."""
     width = batch["input_ids"].shape[1]
     completions = batch["completion_mask"].sum(dim=1).tolist()
-    prompts = [batch["input_ids"][row, width - n:width - c].tolist()
-               for row, (n, c) in enumerate(zip(lengths, completions, strict=True))]
+    prompts = [
+        batch["input_ids"][row, width - n : width - c].tolist()
+        for row, (n, c) in enumerate(zip(lengths, completions, strict=True))
+    ]
     shared = shared_prefix_length(prompts)
     return shared if shared >= MIN_SHARED_PREFIX else 0
 
@@ -154,8 +175,12 @@ def _shared_prefix_logprobs(model, batch: dict, lengths: list[int], shared: int)
     ids = batch["input_ids"]
     device, width = ids.device, ids.shape[1]
     start = width - lengths[0]
-    prefix = model(input_ids=ids[:1, start:start + shared], position_ids=torch.arange(shared, device=device)[None],
-                   use_cache=True, logits_to_keep=1).past_key_values
+    prefix = model(
+        input_ids=ids[:1, start : start + shared],
+        position_ids=torch.arange(shared, device=device)[None],
+        use_cache=True,
+        logits_to_keep=1,
+    ).past_key_values
     kept = [(layer.keys, layer.values) for layer in prefix.layers]
     rests = [n - shared for n in lengths]
     parts, order = [], []
@@ -165,18 +190,30 @@ def _shared_prefix_logprobs(model, batch: dict, lengths: list[int], shared: int)
         # A row shorter than the group's widest leaves columns of its own shared tokens (or its padding)
         # on its left: already in the cache, so masked out here.
         own = torch.tensor([[c >= columns - rests[r] for c in range(columns)] for r in rows], device=device)
-        mask = torch.cat([torch.ones(len(rows), shared, dtype=batch["attention_mask"].dtype, device=device),
-                          own.to(batch["attention_mask"].dtype)], dim=1)
-        positions = torch.stack([torch.arange(shared + rests[r] - columns, shared + rests[r], device=device)
-                                 for r in rows]).clamp(min=0)
+        mask = torch.cat(
+            [
+                torch.ones(len(rows), shared, dtype=batch["attention_mask"].dtype, device=device),
+                own.to(batch["attention_mask"].dtype),
+            ],
+            dim=1,
+        )
+        positions = torch.stack(
+            [torch.arange(shared + rests[r] - columns, shared + rests[r], device=device) for r in rows]
+        ).clamp(min=0)
         cache = DynamicCache()
         for layer, (keys, values) in enumerate(kept):
             cache.update(keys.expand(len(rows), -1, -1, -1), values.expand(len(rows), -1, -1, -1), layer)
-        completion = batch["completion_mask"][index, width - columns:]
+        completion = batch["completion_mask"][index, width - columns :]
         keep = min(columns, int(completion.sum(dim=1).max()) + 1)
-        logits = model(input_ids=ids[index, width - columns:], attention_mask=mask, position_ids=positions,
-                       past_key_values=cache, use_cache=True, logits_to_keep=keep).logits
-        parts.append(completion_logprobs(logits, ids[index, width - columns:], completion))
+        logits = model(
+            input_ids=ids[index, width - columns :],
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=keep,
+        ).logits
+        parts.append(completion_logprobs(logits, ids[index, width - columns :], completion))
         order += rows
     logp = torch.cat(parts)
     return logp[torch.argsort(torch.tensor(order, device=logp.device))]
@@ -194,8 +231,16 @@ def _group_logprobs(model, batch: dict, supports_logits_to_keep: bool):
     return completion_logprobs(outputs.logits, batch["input_ids"], batch["completion_mask"])
 
 
-def compute_reference_logprobs(model, encoded, pad_token_id: int, batch_size: int = 8, device=None,
-                               autocast_dtype=None, indices=None, show_progress: bool = True) -> dict[int, float]:
+def compute_reference_logprobs(
+    model,
+    encoded,
+    pad_token_id: int,
+    batch_size: int = 8,
+    device=None,
+    autocast_dtype=None,
+    indices=None,
+    show_progress: bool = True,
+) -> dict[int, float]:
     """log π_ref of the rows ``indices`` (all by default), without gradient.
 
     On a GPU the rows go in padded batches, longest first (the largest batch comes first, so an
@@ -218,17 +263,22 @@ def compute_reference_logprobs(model, encoded, pad_token_id: int, batch_size: in
     supports = _accepts(model, "logits_to_keep")
     results: dict[int, float] = {}
     bar = progress(total=len(order), desc="reference log-probs", unit="row", disable=not show_progress)
-    autocast = (torch.autocast(device_type=device.type, dtype=autocast_dtype) if autocast_dtype is not None
-                else contextlib.nullcontext())
+    autocast = (
+        torch.autocast(device_type=device.type, dtype=autocast_dtype)
+        if autocast_dtype is not None
+        else contextlib.nullcontext()
+    )
     linears = packed_linears(model) if autocast_dtype is None else contextlib.nullcontext()
     with torch.no_grad(), autocast, linears:
         if on_cpu and supports:
-            for i, logp in zip(order, reused_prefix_logprobs(model, [dataset[i] for i in order]), strict=True):
+            for i, logp in zip(
+                order, reused_prefix_logprobs(model, [dataset[i] for i in order]), strict=True
+            ):
                 results[i] = float(logp)
                 bar.update(1)
         else:
             for start in range(0, len(order), batch_size):
-                chunk = order[start:start + batch_size]
+                chunk = order[start : start + batch_size]
                 batch = collate([dataset[i] for i in chunk], pad_token_id)
                 batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
                 logp = model_forward_logprobs(model, batch, supports, unpadded=on_cpu)
@@ -262,8 +312,13 @@ def reused_prefix_logprobs(model, items: list):
         for index, (keys, values) in enumerate(kept_kv if shared else []):
             cache.update(keys[:, :, :shared], values[:, :, :shared], index)
         tokens = torch.tensor([ids[shared:]], dtype=torch.long, device=device)
-        logits = model(input_ids=tokens, position_ids=torch.arange(shared, len(ids), device=device)[None],
-                       past_key_values=cache, use_cache=True, logits_to_keep=completion + 1).logits
+        logits = model(
+            input_ids=tokens,
+            position_ids=torch.arange(shared, len(ids), device=device)[None],
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=completion + 1,
+        ).logits
         mask = torch.zeros_like(tokens)
         mask[0, -completion:] = 1
         yield completion_logprobs(logits, tokens, mask)[0].float()
@@ -289,8 +344,9 @@ def load_reference_model(name_or_path, device, trust_remote_code: bool = False):
     from transformers import AutoModelForCausalLM
 
     with _without_zero3_init():
-        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=torch.float32,
-                                                     trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(name_or_path), dtype=torch.float32, trust_remote_code=trust_remote_code
+        )
     model.to(device)
     model.eval()
     model.requires_grad_(False)
@@ -324,17 +380,26 @@ def reference_logprobs(
         return cached, path, True
     stale = [p for p in path.parent.glob(f"{Path(data).name}.ref-*.parquet") if p != path]
     if stale and (state is None or getattr(state, "process_index", 0) == 0):
-        print(f"note: reference log-probs cached in {stale[0].parent} are for other rows, another reference "
-              f"model or precision; computing them for {ref}")
+        print(
+            f"note: reference log-probs cached in {stale[0].parent} are for other rows, another reference "
+            f"model or precision; computing them for {ref}"
+        )
 
     num_processes = getattr(state, "num_processes", 1) if state is not None else 1
     rank = getattr(state, "process_index", 0) if state is not None else 0
     device = state.device if state is not None else torch.device("cpu")
     model = load_reference_model(ref, device, trust_remote_code=trust_remote_code)
     mine = range(rank, len(encoded), num_processes)
-    results = compute_reference_logprobs(model, encoded, pad_token_id, batch_size=batch_size, device=device,
-                                         autocast_dtype=autocast_dtype, indices=mine,
-                                         show_progress=show_progress and rank == 0)
+    results = compute_reference_logprobs(
+        model,
+        encoded,
+        pad_token_id,
+        batch_size=batch_size,
+        device=device,
+        autocast_dtype=autocast_dtype,
+        indices=mine,
+        show_progress=show_progress and rank == 0,
+    )
     del model
     if num_processes > 1:
         import torch.distributed as dist

@@ -109,8 +109,9 @@ def _attach_reference(policy, ref_path, config: TrainConfig) -> None:
     resumed run loads it from ``ref_path`` again, so its keys are allowed to be missing from a checkpoint."""
     from transformers import AutoModelForCausalLM
 
-    ref = AutoModelForCausalLM.from_pretrained(str(ref_path), dtype=torch.float32,
-                                               trust_remote_code=config.trust_remote_code)
+    ref = AutoModelForCausalLM.from_pretrained(
+        str(ref_path), dtype=torch.float32, trust_remote_code=config.trust_remote_code
+    )
     ref.requires_grad_(False)
     ref.eval()
     policy.add_module(REFERENCE_SUBMODULE, ref)
@@ -119,8 +120,9 @@ def _attach_reference(policy, ref_path, config: TrainConfig) -> None:
 
 def _reference_not_in_checkpoints(module, incompatible_keys) -> None:
     """A checkpoint without the reference's weights loads strictly: the reference is loaded from its path."""
-    incompatible_keys.missing_keys[:] = [key for key in incompatible_keys.missing_keys
-                                         if not key.startswith(REFERENCE_SUBMODULE + ".")]
+    incompatible_keys.missing_keys[:] = [
+        key for key in incompatible_keys.missing_keys if not key.startswith(REFERENCE_SUBMODULE + ".")
+    ]
 
 
 def _detach_reference(model) -> None:
@@ -149,7 +151,10 @@ class DeepSpeedSchedules:
         if self.lr_scheduler is None:
             self.lr_scheduler = warmup_decay_schedule(
                 self.optimizer if optimizer is None else optimizer,
-                self.args.get_warmup_steps(num_training_steps), num_training_steps, self.schedule)
+                self.args.get_warmup_steps(num_training_steps),
+                num_training_steps,
+                self.schedule,
+            )
             self._created_lr_scheduler = True
         return self.lr_scheduler
 
@@ -160,10 +165,21 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
     # compute_loss returns a per-micro-batch mean: the Trainer divides it for gradient accumulation.
     loss_is_scaled_for_ga = False
 
-    def __init__(self, *args, method: str, kl_coeff: float, clip_range: float, sft_coeff: float,
-                 detach_advantage: bool = True, reduction: str = "rows", ref_model=None,
-                 ref_is_base_without_adapter: bool = False, lr_scheduler: str = "cosine",
-                 group_by_prompt: bool = False, **kwargs):
+    def __init__(
+        self,
+        *args,
+        method: str,
+        kl_coeff: float,
+        clip_range: float,
+        sft_coeff: float,
+        detach_advantage: bool = True,
+        reduction: str = "rows",
+        ref_model=None,
+        ref_is_base_without_adapter: bool = False,
+        lr_scheduler: str = "cosine",
+        group_by_prompt: bool = False,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.group_by_prompt = group_by_prompt
         self.schedule = lr_scheduler
@@ -178,8 +194,9 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
         self._keeps_logits = _accepts(_base_model(self.model), "logits_to_keep")
         # One process on a CPU: each step's rows run in groups without the batch's padding (see
         # model_forward_logprobs); on a GPU a padded batch is one efficient call.
-        self._unpadded = (not self.is_deepspeed_enabled and self.args.world_size == 1
-                          and self.args.device.type == "cpu")
+        self._unpadded = (
+            not self.is_deepspeed_enabled and self.args.world_size == 1 and self.args.device.type == "cpu"
+        )
         self._shared_prefix = self._unpadded and group_by_prompt  # see model_forward_logprobs
         self._stat_sums: dict[str, float] = {}
         self._stat_counts: dict[str, int] = {}
@@ -193,7 +210,9 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
         return PromptGroupedSampler(dataset.encoded, self.args.train_batch_size, self.args.seed)
 
     def _holds_reference(self) -> bool:
-        return self.is_deepspeed_enabled and hasattr(self.accelerator.unwrap_model(self.model), REFERENCE_SUBMODULE)
+        return self.is_deepspeed_enabled and hasattr(
+            self.accelerator.unwrap_model(self.model), REFERENCE_SUBMODULE
+        )
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """An intermediate checkpoint's weights are the policy's alone, the in-engine reference left out
@@ -215,8 +234,9 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
         if not self._holds_reference():
             return super()._save_optimizer_and_scheduler(output_dir)
         engine = self.model_wrapped
-        engine.save_checkpoint = functools.partial(type(engine).save_checkpoint, engine,
-                                                   exclude_frozen_parameters=True)
+        engine.save_checkpoint = functools.partial(
+            type(engine).save_checkpoint, engine, exclude_frozen_parameters=True
+        )
         try:
             return super()._save_optimizer_and_scheduler(output_dir)
         finally:
@@ -228,30 +248,54 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
                 # The reference inside the policy (DeepSpeed): the engine gathers and casts it as the policy.
                 ref = self.accelerator.unwrap_model(model).get_submodule(REFERENCE_SUBMODULE)
                 ref.eval()
-                return model_forward_logprobs(ref, inputs, self._keeps_logits, unpadded=self._unpadded,
-                                              shared_prefix=self._shared_prefix).detach()
+                return model_forward_logprobs(
+                    ref,
+                    inputs,
+                    self._keeps_logits,
+                    unpadded=self._unpadded,
+                    shared_prefix=self._shared_prefix,
+                ).detach()
             if self.ref_is_base_without_adapter:
                 # LoRA on the reference itself: the base weights with adapters switched off.
                 peft_model = self.accelerator.unwrap_model(model)
                 was_training = peft_model.training
                 peft_model.eval()
                 with peft_model.disable_adapter():
-                    logp = model_forward_logprobs(peft_model, inputs, self._keeps_logits,
-                                                  unpadded=self._unpadded, shared_prefix=self._shared_prefix)
+                    logp = model_forward_logprobs(
+                        peft_model,
+                        inputs,
+                        self._keeps_logits,
+                        unpadded=self._unpadded,
+                        shared_prefix=self._shared_prefix,
+                    )
                 peft_model.train(was_training)
                 return logp.detach()
-            return model_forward_logprobs(self.ref_model, inputs, self._keeps_logits,
-                                          unpadded=self._unpadded, shared_prefix=self._shared_prefix).detach()
+            return model_forward_logprobs(
+                self.ref_model,
+                inputs,
+                self._keeps_logits,
+                unpadded=self._unpadded,
+                shared_prefix=self._shared_prefix,
+            ).detach()
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        logp = model_forward_logprobs(model, inputs, self._keeps_logits, unpadded=self._unpadded,
-                                      shared_prefix=self._shared_prefix)
+        logp = model_forward_logprobs(
+            model, inputs, self._keeps_logits, unpadded=self._unpadded, shared_prefix=self._shared_prefix
+        )
         ref_logp = inputs.get("ref_logp")
         if ref_logp is None and self.method != SFT:
             ref_logp = self._reference_logprobs(model, inputs)
-        loss, stats = method_loss(self.method, logp, inputs, ref_logp, self.kl_coeff, self.clip_range,
-                                  self.sft_coeff, detach_advantage=self.detach_advantage,
-                                  reduction=self.reduction)
+        loss, stats = method_loss(
+            self.method,
+            logp,
+            inputs,
+            ref_logp,
+            self.kl_coeff,
+            self.clip_range,
+            self.sft_coeff,
+            detach_advantage=self.detach_advantage,
+            reduction=self.reduction,
+        )
         self._record(stats)
         return (loss, {"logp": logp.detach()}) if return_outputs else loss
 
@@ -276,8 +320,9 @@ def _precision(config: TrainConfig, device: str) -> tuple[bool, bool]:
     (:func:`spag.models.loading.bf16_by_default`)."""
     on_cuda = device.startswith("cuda")
     bf16 = config.bf16 if config.bf16 is not None else bf16_by_default(device)
-    tf32 = config.tf32 if config.tf32 is not None else (
-        on_cuda and torch.cuda.get_device_capability()[0] >= 8)
+    tf32 = (
+        config.tf32 if config.tf32 is not None else (on_cuda and torch.cuda.get_device_capability()[0] >= 8)
+    )
     return bool(bf16), bool(tf32)
 
 
@@ -310,8 +355,9 @@ def load_policy(model_path, config: TrainConfig, tokenizer):
     from transformers import AutoModelForCausalLM, set_seed
 
     # float32 master weights; bf16 runs under autocast (or DeepSpeed's bf16 mode).
-    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32,
-                                                 trust_remote_code=config.trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(model_path), dtype=torch.float32, trust_remote_code=config.trust_remote_code
+    )
     setup_special_tokens(tokenizer, model)
     if config.lora_r > 0:
         from peft import LoraConfig, get_peft_model
@@ -319,7 +365,9 @@ def load_policy(model_path, config: TrainConfig, tokenizer):
         set_seed(config.seed)
         targets = config.lora_target_modules
         lora = LoraConfig(
-            r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout,
             target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",")],
             task_type="CAUSAL_LM",
         )
@@ -398,8 +446,16 @@ class _Run:
             state.wait_for_everyone()
 
 
-def run_training(method: str, model, data, output_dir, ref=None, config: TrainConfig | None = None,
-                 other_checkpoints: str = "refuse", **knobs) -> Path:
+def run_training(
+    method: str,
+    model,
+    data,
+    output_dir,
+    ref=None,
+    config: TrainConfig | None = None,
+    other_checkpoints: str = "refuse",
+    **knobs,
+) -> Path:
     """Train ``model`` on the rows in ``data`` with ``method`` and save the result to ``output_dir``.
 
     ``method`` is ``sft``, ``sft-kl`` (imitation learning) or ``offline-po`` (SPAG); ``ref`` is the
@@ -414,7 +470,9 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
         raise TypeError(f"unknown training option(s): {', '.join(sorted(unknown))}")
     config = TrainConfig(**{**(config or TrainConfig()).model_dump(), **knobs}).resolved(method)
     check_launch(None, config.deepspeed, deepspeed_key="deepspeed")  # before the data: a bad file is one line
-    rows, tokenizer = _read_data(method, model, data, config)  # bad rows stop the run before anything is written
+    rows, tokenizer = _read_data(
+        method, model, data, config
+    )  # bad rows stop the run before anything is written
     with claimed_outputs(output_dir, config):
         run = start_run(method, model, data, output_dir, ref, config, other_checkpoints)
         encoded = _encode(run, rows, tokenizer)
@@ -426,8 +484,18 @@ def run_training(method: str, model, data, output_dir, ref=None, config: TrainCo
     return run.output_dir
 
 
-def start_run(method: str, model, data, output_dir, ref, config: TrainConfig, other_checkpoints: str, *,
-           arguments: dict | None = None, identity: dict | None = None) -> _Run:
+def start_run(
+    method: str,
+    model,
+    data,
+    output_dir,
+    ref,
+    config: TrainConfig,
+    other_checkpoints: str,
+    *,
+    arguments: dict | None = None,
+    identity: dict | None = None,
+) -> _Run:
     """Check the run, claim its directories and set up the processes (the Trainer's arguments).
 
     ``arguments`` replaces or adds Trainer arguments (``arguments["class"]``: another TrainingArguments
@@ -443,10 +511,25 @@ def start_run(method: str, model, data, output_dir, ref, config: TrainConfig, ot
     # The Trainer's arguments come first: they set up the processes (and DeepSpeed's ZeRO-3 loading).
     args = _training_arguments(config, checkpoint_dir, pick_device(config.device), **(arguments or {}))
     identity = {**run_identity(method, model, ref, data, config, args.world_size), **(identity or {})}
-    resume_from = resume_point(checkpoint_dir, identity, config.resume, other_checkpoints,
-                                say=print if args.process_index == 0 else lambda *a, **k: None)
-    run = _Run(method, model, ref, Path(data) if data is not None else None, output_dir, checkpoint_dir, config,
-               args, resume_from, started)
+    resume_from = resume_point(
+        checkpoint_dir,
+        identity,
+        config.resume,
+        other_checkpoints,
+        say=print if args.process_index == 0 else lambda *a, **k: None,
+    )
+    run = _Run(
+        method,
+        model,
+        ref,
+        Path(data) if data is not None else None,
+        output_dir,
+        checkpoint_dir,
+        config,
+        args,
+        resume_from,
+        started,
+    )
     if run.main:
         # Marked at once, so a killed run's leftovers (checkpoints) are known as ours to --resume them. The
         # output folder itself only when the checkpoints are inside it: a failed run leaves no empty model.
@@ -457,7 +540,9 @@ def start_run(method: str, model, data, output_dir, ref, config: TrainConfig, ot
         if checkpoints_in(checkpoint_dir):
             clear_output_dir(checkpoint_dir)
             if not config.resume:
-                print(f"note: removed old checkpoints in {checkpoint_dir} (pass --resume to continue from them)")
+                print(
+                    f"note: removed old checkpoints in {checkpoint_dir} (pass --resume to continue from them)"
+                )
         write_json_atomic(checkpoint_dir / IDENTITY_FILE, identity, replace="any")
     if run.main and resume_from is not None:
         print(f"note: resuming from {resume_from}", flush=True)
@@ -465,7 +550,9 @@ def start_run(method: str, model, data, output_dir, ref, config: TrainConfig, ot
     return run
 
 
-def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str, **overrides) -> TrainingArguments:
+def _training_arguments(
+    config: TrainConfig, checkpoint_dir: Path, device: str, **overrides
+) -> TrainingArguments:
     """The Trainer's arguments of a run; ``overrides`` replace or add some (``class``: the arguments' class)."""
     use_cpu = device == "cpu"
     configured = bool(config.deepspeed and use_cpu)
@@ -475,42 +562,51 @@ def _training_arguments(config: TrainConfig, checkpoint_dir: Path, device: str, 
     if device.startswith("cuda"):
         set_tf32(tf32)  # here only: the Trainer's own tf32 switch stays unset (see set_tf32)
     elif config.tf32:
-        raise DataError("--tf32", None, "TF32 is a mode of NVIDIA GPUs (Ampere or newer); this run is on the CPU")
+        raise DataError(
+            "--tf32", None, "TF32 is a mode of NVIDIA GPUs (Ampere or newer); this run is on the CPU"
+        )
     arguments = overrides.pop("class", TrainingArguments)
-    return arguments(**{**dict(
-        output_dir=str(checkpoint_dir),
-        per_device_train_batch_size=config.batch_size,
-        gradient_accumulation_steps=config.grad_accum,
-        num_train_epochs=config.epochs,
-        max_steps=config.max_steps,
-        learning_rate=config.learning_rate,
-        # DeepSpeed's schedules are built by SpagTrainer.create_scheduler; "linear" only fills the argument.
-        lr_scheduler_type="linear" if config.lr_scheduler in DEEPSPEED_SCHEDULES else config.lr_scheduler,
-        **_warmup_arguments(config.warmup_ratio),
-        weight_decay=config.weight_decay,
-        max_grad_norm=config.max_grad_norm,
-        **_checkpointing_arguments(config.gradient_checkpointing),
-        train_sampling_strategy="group_by_length" if config.group_by_length else "random",
-        bf16=bf16,
-        tf32=None,
-        use_cpu=use_cpu,
-        seed=config.seed,
-        deepspeed=config.deepspeed,
-        logging_steps=config.logging_steps,
-        logging_first_step=True,
-        save_strategy="steps",
-        save_steps=config.save_steps,
-        save_total_limit=config.save_total_limit,
-        report_to=list(config.report_to) or "none",  # dvclive by its own callback (run_callbacks)
-        remove_unused_columns=False,
-        label_names=[],
-        include_num_input_tokens_seen="non_padding",
-        dataloader_num_workers=config.dataloader_num_workers,
-        dataloader_pin_memory=not use_cpu,
-        disable_tqdm=not config.show_progress,
-        ddp_find_unused_parameters=False,
-        accelerator_config={"use_configured_state": configured},
-    ), **overrides})
+    return arguments(
+        **{
+            **dict(
+                output_dir=str(checkpoint_dir),
+                per_device_train_batch_size=config.batch_size,
+                gradient_accumulation_steps=config.grad_accum,
+                num_train_epochs=config.epochs,
+                max_steps=config.max_steps,
+                learning_rate=config.learning_rate,
+                # DeepSpeed's schedules are built by SpagTrainer.create_scheduler; "linear" only fills the argument.
+                lr_scheduler_type="linear"
+                if config.lr_scheduler in DEEPSPEED_SCHEDULES
+                else config.lr_scheduler,
+                **_warmup_arguments(config.warmup_ratio),
+                weight_decay=config.weight_decay,
+                max_grad_norm=config.max_grad_norm,
+                **_checkpointing_arguments(config.gradient_checkpointing),
+                train_sampling_strategy="group_by_length" if config.group_by_length else "random",
+                bf16=bf16,
+                tf32=None,
+                use_cpu=use_cpu,
+                seed=config.seed,
+                deepspeed=config.deepspeed,
+                logging_steps=config.logging_steps,
+                logging_first_step=True,
+                save_strategy="steps",
+                save_steps=config.save_steps,
+                save_total_limit=config.save_total_limit,
+                report_to=list(config.report_to) or "none",  # dvclive by its own callback (run_callbacks)
+                remove_unused_columns=False,
+                label_names=[],
+                include_num_input_tokens_seen="non_padding",
+                dataloader_num_workers=config.dataloader_num_workers,
+                dataloader_pin_memory=not use_cpu,
+                disable_tqdm=not config.show_progress,
+                ddp_find_unused_parameters=False,
+                accelerator_config={"use_configured_state": configured},
+            ),
+            **overrides,
+        }
+    )
 
 
 def _read_data(method: str, model, data, config: TrainConfig):
@@ -527,16 +623,23 @@ def _encode(run: _Run, rows, tokenizer):
     """Rows -> token ids; a row too long for max_length is shortened by ``truncation``
     (:mod:`spag.train.data`)."""
     config = run.config
-    encoded = encode_rows(rows, tokenizer, config.max_length, show_progress=config.show_progress and run.main,
-                          truncation=config.truncation)
+    encoded = encode_rows(
+        rows,
+        tokenizer,
+        config.max_length,
+        show_progress=config.show_progress and run.main,
+        truncation=config.truncation,
+    )
     if not len(encoded):
         raise DataError(run.data, None, f"no row fits max_length {config.max_length} tokens")
     if run.main and encoded.rows_cut_left:
         print(f"note: max length {config.max_length}: {encoded.rows_cut_left} row(s) cut from the left")
     if run.main and (encoded.rows_too_long or encoded.prompts_shortened):
-        print(f"note: max length {config.max_length}: {encoded.prompts_shortened} prompt(s) gave up "
-              f"{encoded.history_lines_dropped} oldest history line(s); {encoded.rows_too_long} row(s) too long "
-              "even so were left out")
+        print(
+            f"note: max length {config.max_length}: {encoded.prompts_shortened} prompt(s) gave up "
+            f"{encoded.history_lines_dropped} oldest history line(s); {encoded.rows_too_long} row(s) too long "
+            "even so were left out"
+        )
     return encoded
 
 
@@ -552,16 +655,26 @@ def _reference_step(run: _Run, encoded, tokenizer) -> dict:
         return {"mode": "on-the-fly"}
     started = time.time()
     logprobs, cache_file, reused = reference_logprobs(
-        run.data, encoded, run.ref, tokenizer.pad_token_id, batch_size=config.ref_batch_size,
-        cache_dir=config.ref_cache_dir, autocast_dtype=torch.bfloat16 if run.args.bf16 else None,
-        trust_remote_code=config.trust_remote_code, state=run.args.distributed_state,
+        run.data,
+        encoded,
+        run.ref,
+        tokenizer.pad_token_id,
+        batch_size=config.ref_batch_size,
+        cache_dir=config.ref_cache_dir,
+        autocast_dtype=torch.bfloat16 if run.args.bf16 else None,
+        trust_remote_code=config.trust_remote_code,
+        state=run.args.distributed_state,
         show_progress=config.show_progress,
     )
     encoded.ref_logprobs = logprobs
     if run.main:
         print(f"reference log-probs {'reused from' if reused else 'cached in'} {cache_file}")
-    return {"mode": "precomputed", "cache": str(cache_file), "reused": reused,
-            "seconds": round(time.time() - started, 3)}
+    return {
+        "mode": "precomputed",
+        "cache": str(cache_file),
+        "reused": reused,
+        "seconds": round(time.time() - started, 3),
+    }
 
 
 def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
@@ -575,7 +688,9 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
         elif run.args.deepspeed:
             _attach_reference(policy, run.ref, config)
         else:
-            ref_model = load_reference_model(run.ref, run.args.device, trust_remote_code=config.trust_remote_code)
+            ref_model = load_reference_model(
+                run.ref, run.args.device, trust_remote_code=config.trust_remote_code
+            )
     callbacks, live = run_callbacks(run)
     trainer = SpagTrainer(
         model=policy,
@@ -602,15 +717,24 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
 def _provenance(run: _Run) -> dict:
     """How the run computed (device, bfloat16 autocast as resolved, processes) and on what machine."""
     args = run.args
-    return {"device": str(args.device), "bf16": bool(args.bf16), "processes": int(args.world_size),
-            "deepspeed": bool(args.deepspeed), **machine()}
+    return {
+        "device": str(args.device),
+        "bf16": bool(args.bf16),
+        "processes": int(args.world_size),
+        "deepspeed": bool(args.deepspeed),
+        **machine(),
+    }
 
 
 def _save_step(run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_info: dict, live) -> None:
     """Save the model, write its summary, swap it into place and close dvclive."""
-    details = {"rows": len(encoded), "prompts_shortened": encoded.prompts_shortened,
-               "history_lines_dropped": encoded.history_lines_dropped, "rows_too_long": encoded.rows_too_long,
-               "reference": ref_info}
+    details = {
+        "rows": len(encoded),
+        "prompts_shortened": encoded.prompts_shortened,
+        "history_lines_dropped": encoded.history_lines_dropped,
+        "rows_too_long": encoded.rows_too_long,
+        "reference": ref_info,
+    }
     finish_run(run, trainer, tokenizer, result, live, details, f"{len(encoded)} rows")
 
 
@@ -656,7 +780,8 @@ def finish_run(run: _Run, trainer, tokenizer, result, live, details: dict, train
                 live.log_metric(f"summary/{key}", record[key], plot=False)
         live.end()
     loss_text = f"{record['final_loss']:.4f}" if record["final_loss"] is not None else "n/a"
-    summary("train", f"{run.method}: {record['steps']} steps on {trained_on}, final loss "
-            f"{loss_text}, {tokens} tokens in {train_seconds:.1f}s -> {run.output_dir}")
-
-
+    summary(
+        "train",
+        f"{run.method}: {record['steps']} steps on {trained_on}, final loss "
+        f"{loss_text}, {tokens} tokens in {train_seconds:.1f}s -> {run.output_dir}",
+    )

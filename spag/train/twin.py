@@ -64,14 +64,14 @@ _EDGE = 1e-6  # a probability of 0 or 1 becomes this far from it, so that its lo
 class TwinLoop:
     """What the twin runs: the pipeline's settings of one run, and the twin's learning rate."""
 
-    hands: int                # play.words: hands of self-play per epoch
-    epochs: int               # SPAG epochs
-    temperature: float        # play.temperature: self-play's sampling
-    max_turns: int            # game.max_turns
+    hands: int  # play.words: hands of self-play per epoch
+    epochs: int  # SPAG epochs
+    temperature: float  # play.temperature: self-play's sampling
+    max_turns: int  # game.max_turns
     reward: Reward
     spag: Spag
     online: Online
-    learning_rate: float      # twin.learning_rate
+    learning_rate: float  # twin.learning_rate
     card_blind: bool = False  # every update the same at J, Q and K (a diagnosis: :func:`card_blind_gradient`)
 
     @classmethod
@@ -79,9 +79,16 @@ class TwinLoop:
         """The twin of a run's settings (a Kuhn poker params file)."""
         if settings.game.name != KuhnPoker.name:
             raise ValueError(f"game.name: the twin plays Kuhn poker, not {settings.game.name}")
-        return cls(hands=settings.play.words, epochs=len(settings.spag.epochs), temperature=settings.play.temperature,
-                   max_turns=settings.game.max_turns, reward=settings.reward, spag=settings.spag,
-                   online=settings.online, learning_rate=settings.twin.learning_rate)
+        return cls(
+            hands=settings.play.words,
+            epochs=len(settings.spag.epochs),
+            temperature=settings.play.temperature,
+            max_turns=settings.game.max_turns,
+            reward=settings.reward,
+            spag=settings.spag,
+            online=settings.online,
+            learning_rate=settings.twin.learning_rate,
+        )
 
     @property
     def kl_coeff(self) -> float:
@@ -139,9 +146,15 @@ def play_hand(deal: str, policy: Mapping[Key, float], rng: random.Random, max_tu
 
 def episode(index: int, deal: str, actions: Sequence[str], max_turns: int, seed: int) -> dict:
     """A played hand as an episode record (:mod:`spag.game.episodes`): the canonical reply of each action."""
-    return {"id": str(index), "target_word": deal, "max_turns": max_turns, "word_index": index, "seed": seed,
-            "game": KuhnPoker.name,
-            "history": [{"role": ROLES[i % 2], "content": reply(a)} for i, a in enumerate(actions)]}
+    return {
+        "id": str(index),
+        "target_word": deal,
+        "max_turns": max_turns,
+        "word_index": index,
+        "seed": seed,
+        "game": KuhnPoker.name,
+        "history": [{"role": ROLES[i % 2], "content": reply(a)} for i, a in enumerate(actions)],
+    }
 
 
 def _situation(ep: Mapping, turn: int) -> tuple[Key, bool]:
@@ -161,8 +174,9 @@ def _optimiser(logits: torch.Tensor, loop: TwinLoop, total: int):
     if loop.spag.lr_scheduler in (COSINE, LINEAR):
         from transformers.optimization import get_scheduler  # the Trainer's own schedules
 
-        return optimiser, get_scheduler(loop.spag.lr_scheduler, optimiser, num_warmup_steps=warmup,
-                                        num_training_steps=total)
+        return optimiser, get_scheduler(
+            loop.spag.lr_scheduler, optimiser, num_warmup_steps=warmup, num_training_steps=total
+        )
     return optimiser, warmup_decay_schedule(optimiser, warmup, total, loop.spag.lr_scheduler)
 
 
@@ -173,8 +187,13 @@ def _step(optimiser, schedule, logits: torch.Tensor) -> None:
     optimiser.zero_grad()
 
 
-def offline_update(logits: torch.Tensor, rows: Sequence[Mapping], episodes: Sequence[Mapping], loop: TwinLoop,
-                   generator: torch.Generator) -> int:
+def offline_update(
+    logits: torch.Tensor,
+    rows: Sequence[Mapping],
+    episodes: Sequence[Mapping],
+    loop: TwinLoop,
+    generator: torch.Generator,
+) -> int:
     """One epoch's ``offline-po`` training on ``rows`` (of ``episodes``) against the policy that played them;
     returns the optimiser steps taken."""
     if not rows:
@@ -194,11 +213,19 @@ def offline_update(logits: torch.Tensor, rows: Sequence[Mapping], episodes: Sequ
     while done < total:
         batches = torch.randperm(len(rows), generator=generator).split(s.batch_size)
         for start in range(0, len(batches), s.grad_accum):
-            for batch in batches[start:start + s.grad_accum]:
-                loss, _ = offline_po_loss(_logprobs(logits, index[batch], aggressive[batch]), reference[batch],
-                                          rewards[batch], weights[batch], torch.ones(len(batch), dtype=torch.bool),
-                                          loop.kl_coeff, s.clip_range, s.sft_coeff,
-                                          detach_advantage=s.detach_advantage, reduction=s.reduction)
+            for batch in batches[start : start + s.grad_accum]:
+                loss, _ = offline_po_loss(
+                    _logprobs(logits, index[batch], aggressive[batch]),
+                    reference[batch],
+                    rewards[batch],
+                    weights[batch],
+                    torch.ones(len(batch), dtype=torch.bool),
+                    loop.kl_coeff,
+                    s.clip_range,
+                    s.sft_coeff,
+                    detach_advantage=s.detach_advantage,
+                    reduction=s.reduction,
+                )
                 (loss / s.grad_accum).backward()
             _step(optimiser, schedule, logits)
             done += 1
@@ -239,7 +266,9 @@ def online_update(logits: torch.Tensor, loop: TwinLoop, seed: int, epoch: int, r
         policy = profile_of(logits.detach(), loop.temperature)
         for d, deal in enumerate(chunk):
             for _ in range(o.games_per_word):
-                ep = episode(len(played), deal, play_hand(deal, policy, rng, loop.max_turns), loop.max_turns, seed)
+                ep = episode(
+                    len(played), deal, play_hand(deal, policy, rng, loop.max_turns), loop.max_turns, seed
+                )
                 ep["outcome"] = game.judge(deal, ep["history"]).outcome
                 played.append(ep)
                 paid = episode_rewards(game, ep, o, loop.reward.payoff)
@@ -266,9 +295,13 @@ def online_update(logits: torch.Tensor, loop: TwinLoop, seed: int, epoch: int, r
 def _point(epoch: int, logits: torch.Tensor, **extra) -> dict:
     profile = profile_of(logits.detach())
     figures = all_figures(profile)
-    return {"epoch": epoch, "exploitability": figures["chips"]["exploitability"],
-            "wins_exploitability": figures["wins"]["exploitability"],
-            "probabilities": {label(i): profile[(i.card, i.history)] for i in INFOSETS}, **extra}
+    return {
+        "epoch": epoch,
+        "exploitability": figures["chips"]["exploitability"],
+        "wins_exploitability": figures["wins"]["exploitability"],
+        "probabilities": {label(i): profile[(i.card, i.history)] for i in INFOSETS},
+        **extra,
+    }
 
 
 def run_twin(start: Mapping[Key, float], loop: TwinLoop, seed: int) -> list[dict]:
@@ -289,8 +322,10 @@ def run_twin(start: Mapping[Key, float], loop: TwinLoop, seed: int) -> list[dict
         else:
             policy = profile_of(logits.detach(), loop.temperature)
             deals = sample_targets(list(DEALS), loop.hands, f"{seed}-{epoch}", repeat=True)
-            hands = [episode(i, deal, play_hand(deal, policy, rng, loop.max_turns), loop.max_turns, seed)
-                     for i, deal in enumerate(deals)]
+            hands = [
+                episode(i, deal, play_hand(deal, policy, rng, loop.max_turns), loop.max_turns, seed)
+                for i, deal in enumerate(deals)
+            ]
             rows = [] if loop.spag.control else reward_rows(hands, seed, options=loop.reward, game=game)[0]
             steps = offline_update(logits, rows, hands, loop, generator)
         folds = sum(action_of(u["content"]) == FOLD for h in hands for u in h["history"])
@@ -302,6 +337,8 @@ def twin_curves(start: Mapping[Key, float], loop: TwinLoop, seeds: Sequence[int]
     """The twin over ``seeds``: every run's points (``runs``, by seed), and per epoch the mean exploitability
     over the seeds with its 95% t interval (``curve``: ``{epoch, mean, low, high, n}``)."""
     runs = {seed: run_twin(start, loop, seed) for seed in seeds}
-    curve = [{"epoch": epoch, **t_interval([points[epoch]["exploitability"] for points in runs.values()])}
-             for epoch in range(loop.epochs + 1)]
+    curve = [
+        {"epoch": epoch, **t_interval([points[epoch]["exploitability"] for points in runs.values()])}
+        for epoch in range(loop.epochs + 1)
+    ]
     return {"runs": runs, "curve": curve}

@@ -83,7 +83,9 @@ def _uninstall() -> None:
 
 
 def _report() -> None:
-    loaded = sorted({name.partition(".")[0] for name, module in list(sys.modules.items()) if module is not None})
+    loaded = sorted(
+        {name.partition(".")[0] for name, module in list(sys.modules.items()) if module is not None}
+    )
     path = Path(_REPORT, f"{os.getpid()}.json")
     path.write_text(json.dumps({"argv": sys.argv, "modules": loaded}), encoding="utf-8")
 

@@ -64,8 +64,11 @@ def arith_compare_item(rng: random.Random) -> Item:
     word = "smaller" if smaller else "larger"
     answer = left if (x < y) == smaller else right
     choices = [left, right]
-    return {"question": f"Which is {word}: {left} or {right}?", "choices": choices,
-            "label": choices.index(answer)}
+    return {
+        "question": f"Which is {word}: {left} or {right}?",
+        "choices": choices,
+        "label": choices.index(answer),
+    }
 
 
 # ------------------------------------------------------------------------------------------ odd one out
@@ -94,14 +97,19 @@ def odd_one_out_item(rng: random.Random) -> Item:
     choices = members + [odd]
     rng.shuffle(choices)
     listed = ", ".join(choices)
-    return {"question": f"Which word does not belong with the others: {listed}?", "choices": choices,
-            "label": choices.index(odd)}
+    return {
+        "question": f"Which word does not belong with the others: {listed}?",
+        "choices": choices,
+        "label": choices.index(odd),
+    }
 
 
 # ------------------------------------------------------------------------------------------- syllogisms
 
-_NONSENSE = ("blicket wug dax fep zorp toma kiki bouba lorp mib snarf glim trell vosk quib nerp "
-             "florn gax pim rull sapp teb vinx yorb zell").split()
+_NONSENSE = (
+    "blicket wug dax fep zorp toma kiki bouba lorp mib snarf glim trell vosk quib nerp "
+    "florn gax pim rull sapp teb vinx yorb zell"
+).split()
 _NAMES = "Ada Ben Cleo Dev Ema Finn Gus Hana Ivo Jun Kai Lena Milo Nora Omar Pia Rex Suki Theo Uma".split()
 _YES, _NO, _UNKNOWN = "yes", "no", "cannot tell"
 SYLLOGISM_CHOICES = [_YES, _NO, _UNKNOWN]
@@ -137,8 +145,11 @@ def syllogism_item(rng: random.Random) -> Item:
     }
     answer = rng.choice(SYLLOGISM_CHOICES)
     premises, question = rng.choice(forms[answer])
-    return {"question": f"{premises} {question}", "choices": list(SYLLOGISM_CHOICES),
-            "label": SYLLOGISM_CHOICES.index(answer)}
+    return {
+        "question": f"{premises} {question}",
+        "choices": list(SYLLOGISM_CHOICES),
+        "label": SYLLOGISM_CHOICES.index(answer),
+    }
 
 
 # -------------------------------------------------------------------------------- physical commonsense
@@ -226,8 +237,9 @@ GENERATORS: dict[str, Callable[[random.Random], Item]] = {
 }
 
 
-def generate_task(name: str, seed: int = DEFAULT_SEED, test_size: int = TEST_SIZE,
-                  train_size: int = TRAIN_SIZE) -> dict[str, list[Item]]:
+def generate_task(
+    name: str, seed: int = DEFAULT_SEED, test_size: int = TEST_SIZE, train_size: int = TRAIN_SIZE
+) -> dict[str, list[Item]]:
     """Distinct items (no question twice), split into test and train (few-shot) parts."""
     offset = sorted(GENERATORS).index(name)
     rng = random.Random(seed * 100 + offset)
@@ -281,8 +293,9 @@ dataset_kwargs:
 """
 
 
-def write_suite(data_dir: Path = DATA_DIR, seed: int = DEFAULT_SEED,
-                tasks_dir: Path = TASKS_DIR) -> list[Path]:
+def write_suite(
+    data_dir: Path = DATA_DIR, seed: int = DEFAULT_SEED, tasks_dir: Path = TASKS_DIR
+) -> list[Path]:
     """Write every task's YAML (into ``tasks_dir``) and its data (into ``data_dir``)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     written = [tasks_dir / DEFAULT_YAML_NAME]
@@ -294,8 +307,9 @@ def write_suite(data_dir: Path = DATA_DIR, seed: int = DEFAULT_SEED,
     for name in sorted(GENERATORS):
         for split, items in generate_task(name, seed).items():
             path = data_dir / f"{name}.{split}.jsonl"
-            path.write_text("".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items),
-                            encoding="utf-8")
+            path.write_text(
+                "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items), encoding="utf-8"
+            )
             written.append(path)
     return written
 

@@ -51,19 +51,34 @@ FIRST_WINS, SECOND_WINS = "first_wins", "second_wins"
 FIRST_BREAKS_RULES, SECOND_BREAKS_RULES = "first_breaks_rules", "second_breaks_rules"
 UNFINISHED = "unfinished"  # the rounds ran out before the hand ended (max_turns 1 after check-bet)
 OUTCOMES = (FIRST_WINS, SECOND_WINS, UNFINISHED, FIRST_BREAKS_RULES, SECOND_BREAKS_RULES)
-SIDES = {FIRST_WINS: (FIRST, None), SECOND_WINS: (SECOND, None), UNFINISHED: (None, None),
-         FIRST_BREAKS_RULES: (None, FIRST), SECOND_BREAKS_RULES: (None, SECOND)}
+SIDES = {
+    FIRST_WINS: (FIRST, None),
+    SECOND_WINS: (SECOND, None),
+    UNFINISHED: (None, None),
+    FIRST_BREAKS_RULES: (None, FIRST),
+    SECOND_BREAKS_RULES: (None, SECOND),
+}
 # How a hand ended: a showdown won by a role, a fold by a role, a role's illegal action, or no end.
-CAUSES = {FIRST_WINS: ("first_showdown", "second_folded"), SECOND_WINS: ("second_showdown", "first_folded"),
-          UNFINISHED: ("out_of_turns",), FIRST_BREAKS_RULES: ("first_illegal",),
-          SECOND_BREAKS_RULES: ("second_illegal",)}
+CAUSES = {
+    FIRST_WINS: ("first_showdown", "second_folded"),
+    SECOND_WINS: ("second_showdown", "first_folded"),
+    UNFINISHED: ("out_of_turns",),
+    FIRST_BREAKS_RULES: ("first_illegal",),
+    SECOND_BREAKS_RULES: ("second_illegal",),
+}
 
 
 def _parts(me: str, other: str) -> dict[str, str]:
     """What each way a hand ends is for the role ``me``: the outcome decomposition."""
-    return {f"{me}_showdown": "win_showdown", f"{other}_folded": "win_opponent_folded",
-            f"{other}_illegal": "win_opponent_foul", f"{other}_showdown": "loss_showdown",
-            f"{me}_folded": "loss_folded", f"{me}_illegal": "foul_illegal_action", "out_of_turns": "tie"}
+    return {
+        f"{me}_showdown": "win_showdown",
+        f"{other}_folded": "win_opponent_folded",
+        f"{other}_illegal": "win_opponent_foul",
+        f"{other}_showdown": "loss_showdown",
+        f"{me}_folded": "loss_folded",
+        f"{me}_illegal": "foul_illegal_action",
+        "out_of_turns": "tie",
+    }
 
 
 PARTS = {FIRST: _parts(FIRST, SECOND), SECOND: _parts(SECOND, FIRST)}
@@ -75,10 +90,10 @@ PARTS = {FIRST: _parts(FIRST, SECOND), SECOND: _parts(SECOND, FIRST)}
 Strategy = Mapping[str, Mapping[str, float]]
 INFORMATION_SETS = ("", "check,bet", "check", "bet")
 EQUILIBRIUM: Strategy = {
-    "": {"J": 1 / 3, "Q": 0.0, "K": 1.0},          # the first player bluffs J a third of the time, bets K
+    "": {"J": 1 / 3, "Q": 0.0, "K": 1.0},  # the first player bluffs J a third of the time, bets K
     "check,bet": {"J": 0.0, "Q": 2 / 3, "K": 1.0},  # and calls with Q two thirds of the time
-    "check": {"J": 1 / 3, "Q": 0.0, "K": 1.0},      # the second player bluffs J a third of the time after a check
-    "bet": {"J": 0.0, "Q": 1 / 3, "K": 1.0},        # and calls with Q a third of the time
+    "check": {"J": 1 / 3, "Q": 0.0, "K": 1.0},  # the second player bluffs J a third of the time after a check
+    "bet": {"J": 0.0, "Q": 1 / 3, "K": 1.0},  # and calls with Q a third of the time
 }
 UNIFORM: Strategy = {history: dict.fromkeys(CARDS, 0.5) for history in INFORMATION_SETS}
 ALWAYS_BET: Strategy = {history: dict.fromkeys(CARDS, 1.0) for history in INFORMATION_SETS}
@@ -127,8 +142,11 @@ def _ended(actions: Sequence[str], deal: str) -> tuple[str, str] | None:
         return (SECOND_WINS, "first_folded") if folder == FIRST else (FIRST_WINS, "second_folded")
     if actions[-1] == CALL or list(actions) == [CHECK, CHECK]:
         first, second = cards(deal)
-        return (FIRST_WINS, "first_showdown") if CARDS.index(first) > CARDS.index(second) else (
-            SECOND_WINS, "second_showdown")
+        return (
+            (FIRST_WINS, "first_showdown")
+            if CARDS.index(first) > CARDS.index(second)
+            else (SECOND_WINS, "second_showdown")
+        )
     return None
 
 
@@ -136,8 +154,12 @@ def _ended(actions: Sequence[str], deal: str) -> tuple[str, str] | None:
 
 # Where a player acts, by its role and the actions before it (comma-separated): the situation of its
 # information set.
-SITUATIONS = {(FIRST, ""): "opening", (FIRST, "check,bet"): "check_bet", (SECOND, "check"): "check",
-              (SECOND, "bet"): "bet"}
+SITUATIONS = {
+    (FIRST, ""): "opening",
+    (FIRST, "check,bet"): "check_bet",
+    (SECOND, "check"): "check",
+    (SECOND, "bet"): "bet",
+}
 RULE_BREAK = "rule_break"  # a third outcome besides the two legal actions
 
 
@@ -180,8 +202,10 @@ def collapse_metrics(episodes: Sequence[Mapping]) -> dict[str, dict]:
             actions.append(action)
             if _ended(actions, deal):
                 break
-    return {"entropy_bits": {name: entropy_bits(c) for name, c in played.items()},
-            "counts": {name: sum(c.values()) for name, c in played.items()}}
+    return {
+        "entropy_bits": {name: entropy_bits(c) for name, c in played.items()},
+        "counts": {name: sum(c.values()) for name, c in played.items()},
+    }
 
 
 class KuhnPoker(Game):
@@ -215,8 +239,11 @@ class KuhnPoker(Game):
         for i, utterance in enumerate(history[: 2 * self.max_turns]):
             role = utterance["role"]
             if role != ROLES[i % 2]:
-                raise ValueError(f"unknown role {role!r} in utterance {i}" if role not in ROLES else
-                                 f"utterance {i} is the {role}'s, but the {ROLES[i % 2]} acts there")
+                raise ValueError(
+                    f"unknown role {role!r} in utterance {i}"
+                    if role not in ROLES
+                    else f"utterance {i} is the {role}'s, but the {ROLES[i % 2]} acts there"
+                )
             action = action_of(utterance["content"])
             if action not in legal(actions):
                 outcome = FIRST_BREAKS_RULES if role == FIRST else SECOND_BREAKS_RULES
@@ -231,19 +258,31 @@ class KuhnPoker(Game):
     def prompt(self, role: str, target: str, history: History, strategies: KuhnStrategies) -> str:
         mine = cards(target)[ROLES.index(role)]
         actions = [action_of(u["content"]) for u in history]
-        done = "; ".join(f"Player {ROLES.index(u['role'])}: [{a}]" for u, a in zip(history, actions)) or "none yet"
+        done = (
+            "; ".join(f"Player {ROLES.index(u['role'])}: [{a}]" for u, a in zip(history, actions))
+            or "none yet"
+        )
         first, second = legal(actions)
-        return (f"You are playing Kuhn poker. The deck has three cards: J, Q and K (K is highest). Each player "
-                f"puts 1 chip in the pot and is dealt one card, which the other player does not see. Player 0 acts "
-                f"first. Without a bet to answer you may [check] or [bet] (add 1 chip); facing a bet you may "
-                f"[call] (add 1 chip) or [fold] (the bettor takes the pot). After check-check or a call, the "
-                f"higher card wins the pot.\n"
-                f"You are Player {ROLES.index(role)}. Your card: {mine}.\n"
-                f"Actions so far: {done}.\n"
-                f"Your move: reply with [{first}] or [{second}].")
+        return (
+            f"You are playing Kuhn poker. The deck has three cards: J, Q and K (K is highest). Each player "
+            f"puts 1 chip in the pot and is dealt one card, which the other player does not see. Player 0 acts "
+            f"first. Without a bet to answer you may [check] or [bet] (add 1 chip); facing a bet you may "
+            f"[call] (add 1 chip) or [fold] (the bettor takes the pot). After check-check or a call, the "
+            f"higher card wins the pot.\n"
+            f"You are Player {ROLES.index(role)}. Your card: {mine}.\n"
+            f"Actions so far: {done}.\n"
+            f"Your move: reply with [{first}] or [{second}]."
+        )
 
-    def speaker(self, player, roles: Sequence[str], strategies: KuhnStrategies, *, seed: int = 0,
-                vocabulary: Sequence[str] | None = None) -> Speaker:
+    def speaker(
+        self,
+        player,
+        roles: Sequence[str],
+        strategies: KuhnStrategies,
+        *,
+        seed: int = 0,
+        vocabulary: Sequence[str] | None = None,
+    ) -> Speaker:
         plain = Speaker(player)
         table = teacher_table(strategies)
         return TableStrategy(plain, table, seed) if table is not None else plain

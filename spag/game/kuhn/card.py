@@ -20,20 +20,32 @@ class KuhnSettings(GameSettings):
     """Kuhn poker's settings (the ``game:`` section)."""
 
     name: Literal["kuhn-poker"] = knob("kuhn-poker", "The game (the registry lists every one).")
-    max_turns: int = knob(2, "Rounds, an action of each player each: a hand takes at most 3 actions, so 2 "
-                             "finishes every hand.", ge=1)
+    max_turns: int = knob(
+        2,
+        "Rounds, an action of each player each: a hand takes at most 3 actions, so 2 finishes every hand.",
+        ge=1,
+    )
 
 
 class KuhnStrategies(Section):
     """Kuhn poker's strategies (``teacher.strategies``): at most one fixed strategy that plays instead of the
     model (:data:`spag.game.kuhn.TEACHERS`)."""
 
-    equilibrium: bool = knob(False, "Play a Nash equilibrium of the game (the first player bluffs with J a third "
-                                    "of the time) instead of the model: a teacher whose games are sound.")
-    uniform: bool = knob(False, "Play each legal action with probability 1/2 instead of the model: a weak "
-                                "teacher (exploitable by 11/24 chip a hand).")
-    always_bet: bool = knob(False, "Always bet and call instead of the model: a weak teacher that never folds "
-                                   "(exploitable by 1/3 chip a hand).")
+    equilibrium: bool = knob(
+        False,
+        "Play a Nash equilibrium of the game (the first player bluffs with J a third "
+        "of the time) instead of the model: a teacher whose games are sound.",
+    )
+    uniform: bool = knob(
+        False,
+        "Play each legal action with probability 1/2 instead of the model: a weak "
+        "teacher (exploitable by 11/24 chip a hand).",
+    )
+    always_bet: bool = knob(
+        False,
+        "Always bet and call instead of the model: a weak teacher that never folds "
+        "(exploitable by 1/3 chip a hand).",
+    )
 
     @model_validator(mode="after")
     def _one_teacher(self):
@@ -48,5 +60,11 @@ def targets(words) -> list[str]:
     return list(DEALS)
 
 
-KUHN = GameCard(name="kuhn-poker", title="Kuhn poker", Settings=KuhnSettings, Strategies=KuhnStrategies,
-                few_targets=True, for_chips=True)
+KUHN = GameCard(
+    name="kuhn-poker",
+    title="Kuhn poker",
+    Settings=KuhnSettings,
+    Strategies=KuhnStrategies,
+    few_targets=True,
+    for_chips=True,
+)

@@ -46,8 +46,14 @@ class CFR:
                 if INFOSET_SEAT[key] == seat:
                     self.current[key] = _matched(self.regret[key])
 
-    def _walk(self, seat: str, cards: tuple[str, str], actions: tuple[str, ...], reach: dict[str, float],
-              chance: float) -> float:
+    def _walk(
+        self,
+        seat: str,
+        cards: tuple[str, str],
+        actions: tuple[str, ...],
+        reach: dict[str, float],
+        chance: float,
+    ) -> float:
         """The first player's expected payoff below ``actions`` under the current policy, adding ``seat``'s
         regrets and policy sums on the way (``reach``: each player's probability of its own actions so far)."""
         if _over(actions):
@@ -62,7 +68,9 @@ class CFR:
             values.append(self._walk(seat, cards, (*actions, action), after, chance))
         value = p * values[0] + (1 - p) * values[1]
         if player == seat:
-            sign = 1.0 if player == FIRST else -1.0  # payoffs are the first player's: the second's is the negative
+            sign = (
+                1.0 if player == FIRST else -1.0
+            )  # payoffs are the first player's: the second's is the negative
             other = reach[ROLES[1 - ROLES.index(player)]] * chance
             for n, q in enumerate((p, 1 - p)):
                 self.regret[key][n] += other * sign * (values[n] - value)

@@ -58,12 +58,22 @@ FRESH_WORDS = Path(__file__).with_name("fresh_eval_words.txt")
 # up to 1; wins by the model's own skill (an induced word, a correct guess) stand apart from wins handed over
 # by the opponent's mistake (a wrong guess, a foul).
 PARTS = {
-    ATTACKER: {DEFENDER_SAID_WORD: "win_induced_word", WRONG_GUESS: "win_opponent_wrong_guess",
-               CORRECT_GUESS: "loss_opponent_correct_guess", ATTACKER_SAID_WORD: "foul_said_word",
-               ATTACKER_GUESSED: "foul_guessed", OUT_OF_TURNS: "tie"},
-    DEFENDER: {CORRECT_GUESS: "win_correct_guess", ATTACKER_SAID_WORD: "win_opponent_foul",
-               ATTACKER_GUESSED: "win_opponent_foul", DEFENDER_SAID_WORD: "loss_said_word",
-               WRONG_GUESS: "loss_wrong_guess", OUT_OF_TURNS: "tie"},
+    ATTACKER: {
+        DEFENDER_SAID_WORD: "win_induced_word",
+        WRONG_GUESS: "win_opponent_wrong_guess",
+        CORRECT_GUESS: "loss_opponent_correct_guess",
+        ATTACKER_SAID_WORD: "foul_said_word",
+        ATTACKER_GUESSED: "foul_guessed",
+        OUT_OF_TURNS: "tie",
+    },
+    DEFENDER: {
+        CORRECT_GUESS: "win_correct_guess",
+        ATTACKER_SAID_WORD: "win_opponent_foul",
+        ATTACKER_GUESSED: "win_opponent_foul",
+        DEFENDER_SAID_WORD: "loss_said_word",
+        WRONG_GUESS: "loss_wrong_guess",
+        OUT_OF_TURNS: "tie",
+    },
 }
 
 
@@ -116,8 +126,15 @@ class Taboo(Game):
             return last is not None and last["role"] != ATTACKER and GUESS_PHRASE in last["content"].lower()
         return super().is_over(target, history)
 
-    def speaker(self, player, roles: Sequence[str], strategies: TabooStrategies, *, seed: int = 0,
-                vocabulary: Sequence[str] | None = None):
+    def speaker(
+        self,
+        player,
+        roles: Sequence[str],
+        strategies: TabooStrategies,
+        *,
+        seed: int = 0,
+        vocabulary: Sequence[str] | None = None,
+    ):
         return strategy.speaker(self, player, roles, strategies, vocabulary)
 
     # -- self-play health
@@ -131,4 +148,6 @@ class Taboo(Game):
     def row_prompt(self, role: str, target: str, history: History, rng: random.Random):
         if self.settings.row_prompts == "original":  # the model's whole input: no history lines to give up
             return row_query(history, target, self.max_turns, rng), None
-        return training_prompt_with_bounds(role, target, history, self.max_turns, rng, self.settings.templates)
+        return training_prompt_with_bounds(
+            role, target, history, self.max_turns, rng, self.settings.templates
+        )

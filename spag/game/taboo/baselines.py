@@ -26,7 +26,10 @@ BASE = "base"
 BASELINES: dict[str, tuple[str, TabooStrategies]] = {
     "imitation-resample": (IMITATION, TabooStrategies(foul_retries=4)),
     "imitation-filter": (IMITATION, TabooStrategies(foul_retries=4, word_filter=True)),
-    "imitation-filter-guess": (IMITATION, TabooStrategies(foul_retries=4, word_filter=True, final_guess=True)),
+    "imitation-filter-guess": (
+        IMITATION,
+        TabooStrategies(foul_retries=4, word_filter=True, final_guess=True),
+    ),
     "base-teacher": (BASE, TabooStrategies(coached_attacker=True, foul_retries=2, final_guess=True)),
 }
 

@@ -36,13 +36,20 @@ def collapse_metrics(episodes: Sequence[Mapping], roles: Sequence[str]) -> dict[
     counts: dict[str, int] = {}
     for role in roles:
         replies = [u for e in episodes for u in e["history"] if u["role"] == role]
-        openings = [next(u for u in e["history"] if u["role"] == role) for e in episodes
-                    if any(u["role"] == role for u in e["history"])]
+        openings = [
+            next(u for u in e["history"] if u["role"] == role)
+            for e in episodes
+            if any(u["role"] == role for u in e["history"])
+        ]
         flagged = [u for u in replies if u.get("truncated") is not None]
         shares[f"{role}_distinct_replies"] = _share(len({_same(u["content"]) for u in replies}), len(replies))
-        shares[f"{role}_distinct_openings"] = _share(len({_same(u["content"]) for u in openings}), len(openings))
+        shares[f"{role}_distinct_openings"] = _share(
+            len({_same(u["content"]) for u in openings}), len(openings)
+        )
         shares[f"{role}_empty"] = _share(sum(not u["content"].strip() for u in replies), len(replies))
         shares[f"{role}_truncated"] = _share(sum(bool(u["truncated"]) for u in flagged), len(flagged))
-        lengths[f"{role}_words_per_reply"] = _share(sum(len(u["content"].split()) for u in replies), len(replies))
+        lengths[f"{role}_words_per_reply"] = _share(
+            sum(len(u["content"].split()) for u in replies), len(replies)
+        )
         counts[f"{role}_replies"], counts[f"{role}_games"] = len(replies), len(openings)
     return {"shares": shares, "lengths": lengths, "counts": counts}

@@ -40,8 +40,12 @@ LAYOUTS = ("chat", "chat_inverse", "alpaca")
 SYSTEM_LABELS = ("Rules", "Game Rule", "System")
 LABELLED_RULES = 0.2  # alpaca layout: the rules text opens with its system label
 SHORT_INSTRUCTION = 0.2  # alpaca layout: the instruction ends in ": " instead of a speaker line
-ROW_CHOICES = {"line_prefix": LINE_PREFIXES, "speaker_labels": SPEAKER_LABELS, "layout": LAYOUTS,
-               "system_label": SYSTEM_LABELS}
+ROW_CHOICES = {
+    "line_prefix": LINE_PREFIXES,
+    "speaker_labels": SPEAKER_LABELS,
+    "layout": LAYOUTS,
+    "system_label": SYSTEM_LABELS,
+}
 
 
 @lru_cache(maxsize=1)
@@ -56,14 +60,17 @@ def play_query(history: Sequence[Mapping[str, str]], target_word: str, max_turns
     role = next_role(history)
     query = t["rules"][0].format(max_turns=max_turns)
     if history:
-        query += HISTORY_HEADER + "".join(PLAY_LINE.format(role=u["role"], content=u["content"]) for u in history)
+        query += HISTORY_HEADER + "".join(
+            PLAY_LINE.format(role=u["role"], content=u["content"]) for u in history
+        )
     else:
         query += NOT_STARTED
     return RawPrompt(query + t["play_instruction"][role].format(target_word=target_word))
 
 
-def row_query(history: Sequence[Mapping[str, str]], target_word: str, max_turns: int,
-              rng: random.Random) -> RawPrompt:
+def row_query(
+    history: Sequence[Mapping[str, str]], target_word: str, max_turns: int, rng: random.Random
+) -> RawPrompt:
     """A training row's query for the next speaker after ``history``, its format drawn by ``rng`` from the
     formats of the original's ``randomly_convert_game_history_to_query``."""
     t = texts()

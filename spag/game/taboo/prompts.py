@@ -36,6 +36,8 @@ def addressed_role(prompt: str) -> str | None:
     """The role a prompt addresses ("You are the attacker ..."), or None where it names none or both."""
     found = {m.group(1).lower() for m in _ROLE_IN_PROMPT.finditer(prompt)}
     return found.pop() if len(found) == 1 else None
+
+
 _LAYOUT_FIELDS = {"role": "attacker", "Role": "Attacker", "speaker": "You", "number": 1, "content": "hi"}
 
 
@@ -90,7 +92,9 @@ class _TemplatesReader:
             self.fail(path, "missing")
         value = mapping[key]
         if not isinstance(value, kind):
-            self.fail(path, f"expected {'text' if kind is str else kind.__name__}, got {type(value).__name__}")
+            self.fail(
+                path, f"expected {'text' if kind is str else kind.__name__}, got {type(value).__name__}"
+            )
         return value
 
     def per_role(self, data, key: str) -> dict[str, str]:
@@ -105,8 +109,11 @@ class _TemplatesReader:
                 if name is None or (name in fields and "{" not in (spec or "")):
                     continue
                 if any(ch in name for ch in ".[") or name in fields:
-                    fail(path, f"placeholder {{{name}}} reaches into a value; write plain names "
-                               f"({', '.join(fields) or 'none'})")
+                    fail(
+                        path,
+                        f"placeholder {{{name}}} reaches into a value; write plain names "
+                        f"({', '.join(fields) or 'none'})",
+                    )
                 fail(path, f"unknown placeholder {{{name}}}; allowed: {', '.join(fields) or 'none'}")
             text.format(**fields)
         except DataError:
@@ -121,7 +128,16 @@ def _parse_templates(data, source: str) -> PromptTexts:
     read = _TemplatesReader(source)
     if not isinstance(data, dict):
         read.fail("(top)", "expected a mapping of the template sections")
-    unknown = set(data) - {"separator", "parts", "rules", "instruction", "examples", "history", "turn", "last_round"}
+    unknown = set(data) - {
+        "separator",
+        "parts",
+        "rules",
+        "instruction",
+        "examples",
+        "history",
+        "turn",
+        "last_round",
+    }
     if unknown:
         read.fail(min(unknown), "unknown key")
     parts = tuple(read.get(data, "parts", "parts", list))
@@ -211,19 +227,29 @@ def play_template(templates: str | os.PathLike | None = None, examples: bool = F
 def training_templates(templates: str | os.PathLike | None = None) -> tuple[Template, ...]:
     """Every rules text with every training layout, in file order (rules first)."""
     texts = load_templates(templates)
-    return tuple(Template(rules=rules, layout=layout, texts=texts)
-                 for rules in texts.training_rules for layout in texts.training_layouts)
+    return tuple(
+        Template(rules=rules, layout=layout, texts=texts)
+        for rules in texts.training_rules
+        for layout in texts.training_layouts
+    )
 
 
 PLAY_TEMPLATE = play_template()
 TRAINING_TEMPLATES = training_templates()
 
 
-def _history_lines(texts: PromptTexts, layout: str, history: Sequence[Mapping[str, str]], role: str) -> list[str]:
+def _history_lines(
+    texts: PromptTexts, layout: str, history: Sequence[Mapping[str, str]], role: str
+) -> list[str]:
     line = texts.layouts[layout]
     return [
-        line.format(role=u["role"], Role=u["role"].capitalize(), number=i + 1, content=u["content"],
-                    speaker=texts.speakers["self" if u["role"] == role else "other"])
+        line.format(
+            role=u["role"],
+            Role=u["role"].capitalize(),
+            number=i + 1,
+            content=u["content"],
+            speaker=texts.speakers["self" if u["role"] == role else "other"],
+        )
         for i, u in enumerate(history)
     ]
 
@@ -252,10 +278,15 @@ def build_prompt_with_bounds(
     lines = _history_lines(texts, template.layout, history, role)
     parts = {
         "rules": template.rules.format(max_turns=max_turns),
-        "instruction": (texts.instruction[role].format(target_word=target_word) if role == ATTACKER
-                        else texts.instruction[role].format()),
+        "instruction": (
+            texts.instruction[role].format(target_word=target_word)
+            if role == ATTACKER
+            else texts.instruction[role].format()
+        ),
         "examples": texts.examples[role] if template.examples else "",
-        "history": texts.history_header + texts.history_separator.join(lines) if history else texts.history_empty,
+        "history": texts.history_header + texts.history_separator.join(lines)
+        if history
+        else texts.history_empty,
         "turn": turn,
     }
     shown = [name for name in texts.parts if parts[name]]
@@ -292,7 +323,9 @@ def training_prompt_with_bounds(
 ) -> tuple[str, list[int]]:
     """A prompt for a training row, with a template drawn by ``rng`` from :func:`training_templates`, and
     its history bounds (see :func:`build_prompt_with_bounds`)."""
-    return build_prompt_with_bounds(role, target_word, history, max_turns, rng.choice(training_templates(templates)))
+    return build_prompt_with_bounds(
+        role, target_word, history, max_turns, rng.choice(training_templates(templates))
+    )
 
 
 def training_prompt(*args, **kwargs) -> str:

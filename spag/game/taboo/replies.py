@@ -26,8 +26,11 @@ _ROLE_PREFIX_RE = re.compile(
 # The same speakers as literal stop strings, for engines that stop only on literal text (vLLM): a reply
 # that starts another speaker's line ends there instead of running on to max_new_tokens. The regex above
 # still cuts what these miss ("\n**Defender:**"), as the hf backend's does after its own stop check.
-NEXT_SPEAKER_STOPS = tuple(dict.fromkeys(
-    f"\n{form}:" for name in _SPEAKERS.split("|") for form in (name, name.capitalize(), name.upper())))
+NEXT_SPEAKER_STOPS = tuple(
+    dict.fromkeys(
+        f"\n{form}:" for name in _SPEAKERS.split("|") for form in (name, name.capitalize(), name.upper())
+    )
+)
 # What a clean-replies game gives every player: the four role stops first (a backend that takes few literal
 # stops, as OpenAI's four, takes those), then the other speakers', and the regex for the rest.
 STOPS = Stops(tuple(dict.fromkeys([*STOP_STRINGS, *NEXT_SPEAKER_STOPS])), _NEXT_SPEAKER_RE.pattern)

@@ -185,8 +185,9 @@ def check_rules(rules: str) -> str:
     return rules
 
 
-def judge(target_word: str, history: Sequence[Mapping[str, str]], max_turns: int,
-          rules: str = WHOLE_WORD) -> Verdict:
+def judge(
+    target_word: str, history: Sequence[Mapping[str, str]], max_turns: int, rules: str = WHOLE_WORD
+) -> Verdict:
     """Walk the history in order and decide the game by ``rules`` (``whole-word`` or ``original``).
 
     At most ``2 * max_turns`` utterances are considered; later ones are ignored. Raises ValueError for

@@ -117,9 +117,18 @@ def _mean_entry(per_word: Mapping[str, tuple[float, int]], chance: float, seed: 
     return {**entry, "lines": entry.pop("games"), "chance": chance}
 
 
-def measure_skill(player, judge_player, words: Sequence[str], config, clues: Sequence[Mapping], *,
-                  lines_per_word: int = 1, seed: int = 0, openings: Sequence[str] | None = None,
-                  model_skill: Mapping | None = None) -> dict:
+def measure_skill(
+    player,
+    judge_player,
+    words: Sequence[str],
+    config,
+    clues: Sequence[Mapping],
+    *,
+    lines_per_word: int = 1,
+    seed: int = 0,
+    openings: Sequence[str] | None = None,
+    model_skill: Mapping | None = None,
+) -> dict:
     """The clue rank of ``player``'s attacker and the guess rank of its defender on ``words``.
 
     ``config``: the evaluation's ``PlayConfig`` (sampling, seeds, prompts); ``clues``: the records of
@@ -141,33 +150,46 @@ def measure_skill(player, judge_player, words: Sequence[str], config, clues: Seq
         said = []
         for s in range(lines_per_word):
             said += replace(config, seed=config.seed + s).opening_lines(player, candidates)
-    fouls = [float(config.game.judge(w, [{"role": ATTACKER, "content": line}]).outcome == ATTACKER_BREAKS_RULES)
-             for w, line in zip(spoken, said)]
+    fouls = [
+        float(config.game.judge(w, [{"role": ATTACKER, "content": line}]).outcome == ATTACKER_BREAKS_RULES)
+        for w, line in zip(spoken, said)
+    ]
     clue = _per_word(spoken, clue_ranks(judge_player, list(zip(spoken, said)), candidates))
     known = [c for c in clues if c["target_word"] in set(candidates)]
     guess = _same_guesses(model_skill, candidates, known)
     if guess is None:
-        guess = _per_word([c["target_word"] for c in known],
-                          guess_ranks(model_of(player), [(c["target_word"], c["line"]) for c in known], candidates,
-                                      config))
+        guess = _per_word(
+            [c["target_word"] for c in known],
+            guess_ranks(model_of(player), [(c["target_word"], c["line"]) for c in known], candidates, config),
+        )
     foul = _per_word(spoken, fouls)
-    foul_entry = clustered_mean([foul[w][0] for w in sorted(foul)], [foul[w][1] for w in sorted(foul)], seed=seed)
-    return {"clue_rank": _mean_entry(clue, chance, seed), "guess_rank": _mean_entry(guess, chance, seed),
-            "opening_foul_rate": foul_entry, "candidates": len(candidates),
-            "opening_lines": [{"target_word": w, "line": line} for w, line in zip(spoken, said)],
-            "per_word": {"clue_rank": clue, "guess_rank": guess, "opening_foul_rate": foul}}
+    foul_entry = clustered_mean(
+        [foul[w][0] for w in sorted(foul)], [foul[w][1] for w in sorted(foul)], seed=seed
+    )
+    return {
+        "clue_rank": _mean_entry(clue, chance, seed),
+        "guess_rank": _mean_entry(guess, chance, seed),
+        "opening_foul_rate": foul_entry,
+        "candidates": len(candidates),
+        "opening_lines": [{"target_word": w, "line": line} for w, line in zip(spoken, said)],
+        "per_word": {"clue_rank": clue, "guess_rank": guess, "opening_foul_rate": foul},
+    }
 
 
-def _same_guesses(model_skill: Mapping | None, candidates: Sequence[str], clues: Sequence[Mapping]
-                  ) -> dict[str, tuple[float, int]] | None:
+def _same_guesses(
+    model_skill: Mapping | None, candidates: Sequence[str], clues: Sequence[Mapping]
+) -> dict[str, tuple[float, int]] | None:
     """The guess rank's per-word sums of ``model_skill`` (a :func:`measure_skill` result, or its JSON) when
     it was measured on these candidates with these clues; else None."""
     if not model_skill:
         return None
     per_word = model_skill.get("per_word", {}).get("guess_rank")
     counts = Counter(c["target_word"] for c in clues)
-    if model_skill.get("candidates") != len(candidates) or not per_word or \
-            {w: int(n) for w, (_, n) in per_word.items()} != counts:
+    if (
+        model_skill.get("candidates") != len(candidates)
+        or not per_word
+        or {w: int(n) for w, (_, n) in per_word.items()} != counts
+    ):
         return None
     return {w: (float(total), int(n)) for w, (total, n) in per_word.items()}
 
@@ -195,10 +217,31 @@ class TabooSkill(SkillMetrics):
     def material(self, game, base, targets, config, per_target, *, said=None):
         return clue_set(base, targets, config, per_target, said=said)
 
-    def measure(self, game, player, judge_player, targets, config, material, *, per_target, seed, openings=None,
-                model_skill=None):
-        return measure_skill(player, judge_player, targets, config, material, lines_per_word=per_target, seed=seed,
-                             openings=openings, model_skill=model_skill)
+    def measure(
+        self,
+        game,
+        player,
+        judge_player,
+        targets,
+        config,
+        material,
+        *,
+        per_target,
+        seed,
+        openings=None,
+        model_skill=None,
+    ):
+        return measure_skill(
+            player,
+            judge_player,
+            targets,
+            config,
+            material,
+            lines_per_word=per_target,
+            seed=seed,
+            openings=openings,
+            model_skill=model_skill,
+        )
 
     def compare(self, mine, reference, seed=0):
         return compare_skill(mine, reference, seed)
@@ -211,4 +254,3 @@ class TabooSkill(SkillMetrics):
 
     def filtered(self, player, name):
         return WithStrategies(player, FILTER, name=name)
-

@@ -41,8 +41,10 @@ from spag.players.base import Player, Speaker, Turn
 BLANK = "___"
 
 _FIRST_CLUE = 'Describe the word "{word}" in one short sentence without writing the word itself.'
-_NEXT_CLUE = ('Describe the word "{word}" in one short sentence without writing the word itself. '
-              "Say something different from: {said}")
+_NEXT_CLUE = (
+    'Describe the word "{word}" in one short sentence without writing the word itself. '
+    "Say something different from: {said}"
+)
 
 
 def coaching_prompt(word: str, said: Sequence[str]) -> str:
@@ -173,8 +175,13 @@ class FinalGuess(Strategy):
 
     def given(self, turns: Sequence[Turn]) -> list[str | None]:
         said = self.inner.given(turns)
-        last = [i for i, turn in enumerate(turns)
-                if said[i] is None and turn.role == DEFENDER and len(turn.history) == 2 * self.guesser.max_turns - 1]
+        last = [
+            i
+            for i, turn in enumerate(turns)
+            if said[i] is None
+            and turn.role == DEFENDER
+            and len(turn.history) == 2 * self.guesser.max_turns - 1
+        ]
         for i, word in zip(last, self.guesser.guess([turns[i].history for i in last])):
             said[i] = self.guesser.utterance(word)
         return said
@@ -203,8 +210,13 @@ class WithStrategies:
         return getattr(self.player, attribute)
 
 
-def speaker(game, player: Player, roles: Sequence[str], strategies: TabooStrategies,
-            vocabulary: Sequence[str] | None = None) -> Speaker:
+def speaker(
+    game,
+    player: Player,
+    roles: Sequence[str],
+    strategies: TabooStrategies,
+    vocabulary: Sequence[str] | None = None,
+) -> Speaker:
     """``player`` as a speaker of ``roles`` in ``game`` (a :class:`~spag.game.taboo.Taboo`), with the
     ``strategies`` for those roles, or a :class:`WithStrategies` player's own. ``vocabulary``: the words the
     dictionary guess chooses from."""

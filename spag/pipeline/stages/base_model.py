@@ -30,8 +30,11 @@ def base_model(settings: Settings, layout: Layout) -> None:
         claim_output_dir(target, "base-model", overwrite=True)
         tmp = target.parent / ".base_model.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(source, tmp, ignore=shutil.ignore_patterns("checkpoint-*", "optimizer.pt",
-                                                                     "*.bin.index.json.tmp", MARKER))
+        shutil.copytree(
+            source,
+            tmp,
+            ignore=shutil.ignore_patterns("checkpoint-*", "optimizer.pt", "*.bin.index.json.tmp", MARKER),
+        )
         publish_dir(tmp, target, "base-model")
     else:
         from transformers import AutoModelForCausalLM

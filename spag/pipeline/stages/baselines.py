@@ -35,9 +35,13 @@ def baselines(settings: Settings, layout: Layout) -> None:
     (layout.metrics / "baselines").mkdir(parents=True, exist_ok=True)
     if names:
         options = e.player_options("hf")
-        imitation_skill = json.loads((layout.metrics / "imitation" / "skill.json").read_text()) if skill_on else None
-        players = {"imitation": load_player(str(layout.model("imitation")), "hf", **options),
-                   "base": load_player(str(layout.base_model), "hf", **options)}
+        imitation_skill = (
+            json.loads((layout.metrics / "imitation" / "skill.json").read_text()) if skill_on else None
+        )
+        players = {
+            "imitation": load_player(str(layout.model("imitation")), "hf", **options),
+            "base": load_player(str(layout.base_model), "hf", **options),
+        }
         try:
             # The imitation model's opening lines, the same against every baseline, said in evaluate_imitation;
             # the base model's coached ones (base-teacher's), said in skill_clues.
@@ -46,15 +50,34 @@ def baselines(settings: Settings, layout: Layout) -> None:
                 work.mkdir(parents=True, exist_ok=True)
                 for name in names:
                     player = config.game.skill.baseline(name, players)
-                    games = evaluate_models(player, players["imitation"], words, config, episodes_out=work / name,
-                                            resume=True, stale="restart", seeds=e.seeds,
-                                            guess_words=guess_vocabulary(layout, words), openings=openings)
+                    games = evaluate_models(
+                        player,
+                        players["imitation"],
+                        words,
+                        config,
+                        episodes_out=work / name,
+                        resume=True,
+                        stale="restart",
+                        seeds=e.seeds,
+                        guess_words=guess_vocabulary(layout, words),
+                        openings=openings,
+                    )
                     entry = {"games": games}
                     if skill_on:
                         # A baseline that plays with the imitation model has its guess rank (metrics/imitation).
-                        same = imitation_skill if config.game.skill.baseline_model(name) == "imitation" else None
-                        entry["skill"] = measure_skill(settings, layout, player, players["base"], words, config,
-                                                       played=work / name, model_skill=same)
+                        same = (
+                            imitation_skill if config.game.skill.baseline_model(name) == "imitation" else None
+                        )
+                        entry["skill"] = measure_skill(
+                            settings,
+                            layout,
+                            player,
+                            players["base"],
+                            words,
+                            config,
+                            played=work / name,
+                            model_skill=same,
+                        )
                     results[name] = entry
                     write_json_atomic(layout.metrics / "baselines" / f"{name}.json", entry, replace=OWN)
         finally:
@@ -62,6 +85,12 @@ def baselines(settings: Settings, layout: Layout) -> None:
     else:
         mark_output_dir(layout.data / "baselines" / "episodes", "evaluate")  # the declared output, empty
     best = strongest({name: r["games"] for name, r in results.items()})
-    scores = ", ".join(f"{name} {r['games']['bootstrap']['score']['value']:.3f}" for name, r in results.items())
-    summary("baselines", f"score vs imitation: {scores}; strongest: {best}" if results else
-            f"no baselines ({config.game.name} has none, or evaluate.baselines is empty)")
+    scores = ", ".join(
+        f"{name} {r['games']['bootstrap']['score']['value']:.3f}" for name, r in results.items()
+    )
+    summary(
+        "baselines",
+        f"score vs imitation: {scores}; strongest: {best}"
+        if results
+        else f"no baselines ({config.game.name} has none, or evaluate.baselines is empty)",
+    )

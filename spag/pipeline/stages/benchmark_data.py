@@ -26,5 +26,8 @@ def benchmark_data(settings: Settings, layout: Layout) -> None:
     except BenchmarkError as exc:
         raise ParamsError("params.yaml", "evaluate.benchmark.tasks", str(exc)) from None
     manifest = build_benchmark_data(layout.benchmark_data, wanted, overwrite=True)
-    summary("benchmark_data", f"{len(manifest['datasets'])} datasets ({', '.join(manifest['datasets']) or 'none'}) "
-                              f"-> {layout.benchmark_data}")
+    summary(
+        "benchmark_data",
+        f"{len(manifest['datasets'])} datasets ({', '.join(manifest['datasets']) or 'none'}) "
+        f"-> {layout.benchmark_data}",
+    )

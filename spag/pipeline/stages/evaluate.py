@@ -43,7 +43,11 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
     with ExitStack() as players:  # each player loaded once for every match, all closed at the end
         player, base = _epoch_players(settings, layout, model, skill_on, players)
         games = _games_against_opponents(settings, layout, epoch, player, base, chosen, config, players)
-        skill = _skill_of_epoch(settings, layout, epoch, model, player, base, chosen, config) if skill_on else None
+        skill = (
+            _skill_of_epoch(settings, layout, epoch, model, player, base, chosen, config)
+            if skill_on
+            else None
+        )
     write_json_atomic(folder / "games.json", games, replace=OWN)
     _write_skill(settings, layout, folder, skill, config.game)
     strategy = write_checkpoint_strategy(settings, model, folder)
@@ -68,8 +72,9 @@ def _epoch_players(settings: Declared, layout: Layout, model: Path, skill_on: bo
     return player, base
 
 
-def _games_against_opponents(settings: Declared, layout: Layout, epoch: str, player, base, chosen, config,
-                             players: ExitStack) -> dict:
+def _games_against_opponents(
+    settings: Declared, layout: Layout, epoch: str, player, base, chosen, config, players: ExitStack
+) -> dict:
     """The epoch's games against each opponent (the imitation model; the previous epoch; the strongest
     baseline), each with its bootstrap intervals. Episodes go to a work folder beside the declared output,
     which DVC does not delete: a killed stage continues from its finished games on the next `dvc repro` (see
@@ -90,14 +95,28 @@ def _games_against_opponents(settings: Declared, layout: Layout, epoch: str, pla
     openings = OpeningLines.read(imitation_openings(layout))
     options = e.player_options()
     with resumable_output(layout.epoch(epoch) / "eval_episodes", "evaluate") as work:
-        return {name: evaluate_models(player, opponent, chosen, config, episodes_out=work / name, resume=True,
-                                      stale="restart", seeds=e.seeds, backend=e.backend,
-                                      guess_words=guess_vocabulary(layout, chosen), openings=openings, **options)
-                for name, opponent in opponents.items()}
+        return {
+            name: evaluate_models(
+                player,
+                opponent,
+                chosen,
+                config,
+                episodes_out=work / name,
+                resume=True,
+                stale="restart",
+                seeds=e.seeds,
+                backend=e.backend,
+                guess_words=guess_vocabulary(layout, chosen),
+                openings=openings,
+                **options,
+            )
+            for name, opponent in opponents.items()
+        }
 
 
-def _skill_of_epoch(settings: Declared, layout: Layout, epoch: str, model: Path, player, base, chosen,
-                    config) -> dict:
+def _skill_of_epoch(
+    settings: Declared, layout: Layout, epoch: str, model: Path, player, base, chosen, config
+) -> dict:
     """The epoch's skill metrics, on the hf backend (log-probabilities), from the opening lines of its games
     against the imitation model where those were played on hf."""
     e = settings.evaluate
@@ -120,11 +139,18 @@ def _write_skill(settings: Declared, layout: Layout, folder: Path, skill: dict |
     write_json_atomic(folder / "skill.json", skill or skipped, replace=OWN)
 
 
-def _summary_text(settings: Declared, games: dict, skill: dict | None, strategy: str | None, scores: dict) -> str:
-    rates = "; ".join(f"{name}: score {_interval_text(g['bootstrap']['score'])} over {g['games']} games, "
-                      + ", ".join(f"{key.replace('_', ' ')} {value['value']:.2f}"
-                                  for key, value in g["bootstrap"].items() if key.endswith("_foul_rate"))
-                      for name, g in games.items())
+def _summary_text(
+    settings: Declared, games: dict, skill: dict | None, strategy: str | None, scores: dict
+) -> str:
+    rates = "; ".join(
+        f"{name}: score {_interval_text(g['bootstrap']['score'])} over {g['games']} games, "
+        + ", ".join(
+            f"{key.replace('_', ' ')} {value['value']:.2f}"
+            for key, value in g["bootstrap"].items()
+            if key.endswith("_foul_rate")
+        )
+        for name, g in games.items()
+    )
     if skill is not None:
         rates += "; " + skill_line(skill)
     elif measures_skill(settings):
@@ -135,8 +161,10 @@ def _summary_text(settings: Declared, games: dict, skill: dict | None, strategy:
 
 
 def _strongest_baseline(layout: Layout, names) -> str | None:
-    results = {name: json.loads((layout.metrics / "baselines" / f"{name}.json").read_text())["games"]
-               for name in names}
+    results = {
+        name: json.loads((layout.metrics / "baselines" / f"{name}.json").read_text())["games"]
+        for name in names
+    }
     return strongest(results)
 
 

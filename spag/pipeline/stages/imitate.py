@@ -13,5 +13,13 @@ from spag.pipeline.training import train_model
 def imitate(settings: Settings, layout: Layout) -> None:
     """Imitation learning (SFT with a KL penalty to the base model) on the teacher's wins."""
     step = settings.imitate
-    train_model(step, step.epochs, layout.base_model, layout.data / "imitation" / "rows.parquet",
-           layout.model("imitation"), layout, "imitate", settings.seed)
+    train_model(
+        step,
+        step.epochs,
+        layout.base_model,
+        layout.data / "imitation" / "rows.parquet",
+        layout.model("imitation"),
+        layout,
+        "imitate",
+        settings.seed,
+    )

@@ -17,10 +17,18 @@ from spag.runtime.outputs import write_json_atomic
 def imitation_data(settings: Settings, layout: Layout) -> None:
     """The winners' moves in the teacher's decisive games, both roles (or all of its moves: ``imitate.moves``),
     plus general SFT data when ``imitate.sft`` asks for it (the original's imitation set had none)."""
-    stats = build_imitation_set(layout.data / "teacher" / "episodes", layout.data / "imitation" / "rows.parquet",
-                                settings.imitate, stage_game(settings), seed=settings.seed,
-                                keep_truncated=settings.reward.keep_truncated, replace=OWN)
+    stats = build_imitation_set(
+        layout.data / "teacher" / "episodes",
+        layout.data / "imitation" / "rows.parquet",
+        settings.imitate,
+        stage_game(settings),
+        seed=settings.seed,
+        keep_truncated=settings.reward.keep_truncated,
+        replace=OWN,
+    )
     write_json_atomic(layout.metrics / "imitation" / "data.json", stats.as_dict(), replace=OWN)
     if not all(stats.role_games.values()):
-        print("warning: the imitation set lacks wins of one role; give the teacher more words or a stronger model")
+        print(
+            "warning: the imitation set lacks wins of one role; give the teacher more words or a stronger model"
+        )
     summary("imitation_data", stats.line())

@@ -34,15 +34,32 @@ def play(settings: Settings, layout: Layout, epoch: str) -> None:
     config = PlayConfig(stage_game(settings), p, seed + int(epoch))
     with resumable_output(episodes, PLAY_KIND) as work:
         if p.launcher:  # one rank per GPU (or per tensor-parallel group), the words shared by rank
-            stats = play_under_launcher(p.launcher, model, chosen, config, p.backend, p.player_options(), work)
+            stats = play_under_launcher(
+                p.launcher, model, chosen, config, p.backend, p.player_options(), work
+            )
         else:
-            run_games(model, model, chosen, config, backend=p.backend, output=work, resume=True, stale="restart",
-                      stats=stats, **p.player_options())
+            run_games(
+                model,
+                model,
+                chosen,
+                config,
+                backend=p.backend,
+                output=work,
+                resume=True,
+                stale="restart",
+                stats=stats,
+                **p.player_options(),
+            )
     selfplay = selfplay_figures(stage_game(settings), episodes)
-    write_json_atomic(layout.metrics / "epochs" / epoch / "selfplay.json", {**selfplay, "provenance": stats.provenance},
-                      replace=OWN)
-    summary(f"play@{epoch}", f"{stats.line()}; decisive {selfplay['decisive_rate']:.2f}, "
-                             f"foul {selfplay['foul_rate']:.2f}")
+    write_json_atomic(
+        layout.metrics / "epochs" / epoch / "selfplay.json",
+        {**selfplay, "provenance": stats.provenance},
+        replace=OWN,
+    )
+    summary(
+        f"play@{epoch}",
+        f"{stats.line()}; decisive {selfplay['decisive_rate']:.2f}, foul {selfplay['foul_rate']:.2f}",
+    )
 
 
 def selfplay_figures(game: Game, episodes: Path) -> dict:
@@ -50,7 +67,12 @@ def selfplay_figures(game: Game, episodes: Path) -> dict:
     lengths (DuckDB), and under ``collapse`` the game's figures of how varied the play was."""
     (selfplay,) = run_query("selfplay", str(episodes / "*.parquet"))
     for line in run_query("win_rate", str(episodes / "*.parquet")):
-        selfplay.update({f"{line['role']}_win_rate": line["win_rate"], f"{line['role']}_win_rate_low": line["ci_low"],
-                         f"{line['role']}_win_rate_high": line["ci_high"]})
+        selfplay.update(
+            {
+                f"{line['role']}_win_rate": line["win_rate"],
+                f"{line['role']}_win_rate_low": line["ci_low"],
+                f"{line['role']}_win_rate_high": line["ci_high"],
+            }
+        )
     collapse = game.collapse_metrics(read_episodes(episodes, game))
     return {**selfplay, **({"collapse": collapse} if collapse else {})}

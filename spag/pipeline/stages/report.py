@@ -37,30 +37,58 @@ def report(settings: Settings, layout: Layout) -> None:
         sp = entry.get("selfplay", {})
         fouls = sum(point["value"] for point in entry.get("foul_rate", {}).values())
         if s:
-            print(f"{epoch:>5}  {s['value']:>18.3f}  [{s['low']:.3f}, {s['high']:.3f}]  {s['games']:>7}  {fouls:>9.2f}"
-                  f"  {sp.get('decisive_rate', float('nan')):>18.2f}  {sp.get('foul_rate', float('nan')):.2f}")
+            print(
+                f"{epoch:>5}  {s['value']:>18.3f}  [{s['low']:.3f}, {s['high']:.3f}]  {s['games']:>7}  {fouls:>9.2f}"
+                f"  {sp.get('decisive_rate', float('nan')):>18.2f}  {sp.get('foul_rate', float('nan')):.2f}"
+            )
     # Wins by the model's own play in each role (Adversarial Taboo: an induced word, a correct guess).
-    own = [(role, part) for role in game.roles for cause, part in game.parts[role].items()
-           if cause in game.skill_causes and part.startswith("win")]
-    print("epoch  " + "  ".join(f"{role} {part}" for role, part in own) + "  skill deltas [95%]  vs strongest baseline [95%]")
+    own = [
+        (role, part)
+        for role in game.roles
+        for cause, part in game.parts[role].items()
+        if cause in game.skill_causes and part.startswith("win")
+    ]
+    print(
+        "epoch  "
+        + "  ".join(f"{role} {part}" for role, part in own)
+        + "  skill deltas [95%]  vs strongest baseline [95%]"
+    )
     for epoch, entry in result["epochs"].items():
         parts = entry.get("decomposition")
         if not parts:
             continue
         skill = entry.get("skill", {})
-        deltas = ", ".join(f"{m} {_delta_text(v.get('vs_imitation'))}" for m, v in skill.items()
-                           if isinstance(v, dict) and "vs_imitation" in v)
+        deltas = ", ".join(
+            f"{m} {_delta_text(v.get('vs_imitation'))}"
+            for m, v in skill.items()
+            if isinstance(v, dict) and "vs_imitation" in v
+        )
         base = entry.get("vs_baselines", {}).get("vs_strongest")
-        versus = (f"{base['value']:+.3f} [{base['low']:+.3f}, {base['high']:+.3f}] "
-                  f"{entry['vs_baselines']['strongest']}") if base else ""
-        print(f"{epoch:>5}  " + "  ".join(f"{parts[role][part]['value']:>{len(role) + len(part) + 1}.3f}"
-                                          for role, part in own) + f"  {deltas}  {versus}")
+        versus = (
+            (
+                f"{base['value']:+.3f} [{base['low']:+.3f}, {base['high']:+.3f}] "
+                f"{entry['vs_baselines']['strongest']}"
+            )
+            if base
+            else ""
+        )
+        print(
+            f"{epoch:>5}  "
+            + "  ".join(f"{parts[role][part]['value']:>{len(role) + len(part) + 1}.3f}" for role, part in own)
+            + f"  {deltas}  {versus}"
+        )
     _print_reasoning(result.get("reasoning", {}))
     _print_exploitability(result.get("exploitability", []))
     final = result.get("final", {}).get("score_vs_imitation")
-    summary("report", f"{len(epochs)} epochs; final score vs imitation "
-            + (f"{final['value']:.3f} [{final['low']:.3f}, {final['high']:.3f}] over {final['games']} games"
-               if final else "not measured"))
+    summary(
+        "report",
+        f"{len(epochs)} epochs; final score vs imitation "
+        + (
+            f"{final['value']:.3f} [{final['low']:.3f}, {final['high']:.3f}] over {final['games']} games"
+            if final
+            else "not measured"
+        ),
+    )
 
 
 def exploitability_references(settings: Settings, metrics: Path) -> dict | None:
@@ -77,16 +105,30 @@ def exploitability_references(settings: Settings, metrics: Path) -> dict | None:
         return None
     from spag.train.twin import TwinLoop, twin_curves  # torch: only for Kuhn poker
 
-    start = {(r["card"], r["history"]): r["probability"] for line in rows.read_text(encoding="utf-8").splitlines()
-             if (r := json.loads(line))["way"] == "exact"}
+    start = {
+        (r["card"], r["history"]): r["probability"]
+        for line in rows.read_text(encoding="utf-8").splitlines()
+        if (r := json.loads(line))["way"] == "exact"
+    }
     offset = -1 if first == "base" else 0
     twin = twin_curves(start, TwinLoop.of(settings), [settings.seed + k for k in range(settings.twin.seeds)])
     cfr = [{"step": offset, "value": exploitability(constant(0.5))}]  # its start, the uniform profile
-    cfr += [{"step": offset + p["iteration"], "value": p["exploitability"]} for p in cfr_curve(len(settings.spag.epochs))]
-    return {TWIN: [{"step": offset + p["epoch"], "value": p["mean"],
-                    "low": p["low"] if p["low"] is not None else p["mean"],
-                    "high": p["high"] if p["high"] is not None else p["mean"]} for p in twin["curve"]],
-            CFR: cfr}
+    cfr += [
+        {"step": offset + p["iteration"], "value": p["exploitability"]}
+        for p in cfr_curve(len(settings.spag.epochs))
+    ]
+    return {
+        TWIN: [
+            {
+                "step": offset + p["epoch"],
+                "value": p["mean"],
+                "low": p["low"] if p["low"] is not None else p["mean"],
+                "high": p["high"] if p["high"] is not None else p["mean"],
+            }
+            for p in twin["curve"]
+        ],
+        CFR: cfr,
+    }
 
 
 def _delta_text(d: dict | None) -> str:
@@ -97,8 +139,11 @@ def _print_reasoning(reasoning: dict) -> None:
     """Per epoch, the pooled benchmark accuracy against each baseline: B - A in points with its interval,
     McNemar's p and the minimum detectable effect (spag.evaluate.reasoning)."""
     rows = [("imitation", "vs_base", headline(reasoning.get("imitation")).get("vs_base"))]
-    rows += [(epoch, key, line) for epoch, entry in reasoning.get("epochs", {}).items()
-             for key, line in headline(entry).items()]
+    rows += [
+        (epoch, key, line)
+        for epoch, entry in reasoning.get("epochs", {}).items()
+        for key, line in headline(entry).items()
+    ]
     rows = [row for row in rows if row[2]]
     if not rows:
         return
@@ -106,8 +151,10 @@ def _print_reasoning(reasoning: dict) -> None:
     for who, key, line in rows:
         p = f"{line['p_mcnemar']:.3g}" if line["p_mcnemar"] is not None else "-"
         mde = f"{100 * line['mde']:.1f}" if line["mde"] is not None else "-"
-        print(f"{who:>9} {key.replace('_', ' '):<26}  {100 * line['delta']:+10.2f}  [{100 * line['low']:+6.2f}, "
-              f"{100 * line['high']:+6.2f}]  {p:>12}  {mde:>5}  {line['items']:>5}")
+        print(
+            f"{who:>9} {key.replace('_', ' '):<26}  {100 * line['delta']:+10.2f}  [{100 * line['low']:+6.2f}, "
+            f"{100 * line['high']:+6.2f}]  {p:>12}  {mde:>5}  {line['items']:>5}"
+        )
 
 
 def _print_exploitability(curve: list[dict]) -> None:
@@ -117,6 +164,8 @@ def _print_exploitability(curve: list[dict]) -> None:
         return
     print("checkpoint  exploitability (chips): exact  mass mean  mass min  played  broken  replies")
     for point in curve:
-        print(f"{point['checkpoint']:>10}  {point['exact']:>29.3f}  {point['exact_mass_mean']:>9.2g}  "
-              f"{point['exact_mass_min']:>8.2g}  {point['played']:>6.3f}  {point['played_broken_share']:>6.0%}  "
-              f"{point['played_replies']:>7}")
+        print(
+            f"{point['checkpoint']:>10}  {point['exact']:>29.3f}  {point['exact_mass_mean']:>9.2g}  "
+            f"{point['exact_mass_min']:>8.2g}  {point['played']:>6.3f}  {point['played_broken_share']:>6.0%}  "
+            f"{point['played_replies']:>7}"
+        )

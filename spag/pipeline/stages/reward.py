@@ -18,8 +18,14 @@ def reward(settings: Settings, layout: Layout, epoch: str) -> None:
 
     With ``spag.control: true`` the game rows are dropped: the control arm trains on the SFT data alone.
     """
-    stats = build_reward_set(layout.epoch(epoch) / "episodes", layout.epoch(epoch) / "rows.parquet", settings.reward,
-                             stage_game(settings), seed=settings.seed + int(epoch), control=settings.spag.control,
-                             replace=OWN)
+    stats = build_reward_set(
+        layout.epoch(epoch) / "episodes",
+        layout.epoch(epoch) / "rows.parquet",
+        settings.reward,
+        stage_game(settings),
+        seed=settings.seed + int(epoch),
+        control=settings.spag.control,
+        replace=OWN,
+    )
     write_json_atomic(layout.metrics / "epochs" / epoch / "reward.json", stats.as_dict(), replace=OWN)
     summary(f"reward@{epoch}", stats.line())

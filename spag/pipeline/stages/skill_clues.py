@@ -31,8 +31,12 @@ def skill_clues(settings: Settings, layout: Layout) -> None:
             material = config.game.skill.material(config.game, base, words, config, e.clue_lines, said=said)
         finally:
             close_player(base)
-    write_text_atomic(layout.data / "skill" / "clues.jsonl", "".join(json.dumps(c) + "\n" for c in material),
-                      replace=OWN)
+    write_text_atomic(
+        layout.data / "skill" / "clues.jsonl", "".join(json.dumps(c) + "\n" for c in material), replace=OWN
+    )
     said.write(base_openings(layout), replace=OWN)
-    summary("skill_clues", f"{len(material)} fixed inputs of the skill metrics on {len(words)} targets "
-                           f"({e.word_set} set) by the base model")
+    summary(
+        "skill_clues",
+        f"{len(material)} fixed inputs of the skill metrics on {len(words)} targets "
+        f"({e.word_set} set) by the base model",
+    )

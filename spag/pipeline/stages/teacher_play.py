@@ -39,11 +39,16 @@ def teacher_play(settings: Settings, layout: Layout) -> None:
     if t.episodes:
         try:
             held = [] if game.few_targets else read_words(layout.words / "eval.txt")
-            episodes, held_out = import_episodes(setting_file(settings, "teacher.episodes"), out, game, exclude_words=held)
+            episodes, held_out = import_episodes(
+                setting_file(settings, "teacher.episodes"), out, game, exclude_words=held
+            )
         except DataError as exc:
             raise DataError("teacher.episodes", None, str(exc)) from None
-        summary("teacher_play", f"{len(episodes)} episodes imported from {t.episodes} ({held_out} on held-out "
-                                f"targets left out), judged by {game.name}'s judge; {_wins(game, episodes)}")
+        summary(
+            "teacher_play",
+            f"{len(episodes)} episodes imported from {t.episodes} ({held_out} on held-out "
+            f"targets left out), judged by {game.name}'s judge; {_wins(game, episodes)}",
+        )
         return
 
     seed = settings.seed
@@ -53,9 +58,19 @@ def teacher_play(settings: Settings, layout: Layout) -> None:
     stats = PlayStats()
     # Resumable under `dvc repro`: the shards live beside the declared output until the stage finishes.
     with resumable_output(out, PLAY_KIND) as work:
-        episodes = run_games(model, model, chosen, config, backend=t.backend, output=work, resume=True,
-                             stale="restart", guess_words=read_words(layout.words / "all.txt"), stats=stats,
-                             **t.player_options())
+        episodes = run_games(
+            model,
+            model,
+            chosen,
+            config,
+            backend=t.backend,
+            output=work,
+            resume=True,
+            stale="restart",
+            guess_words=read_words(layout.words / "all.txt"),
+            stats=stats,
+            **t.player_options(),
+        )
     summary("teacher_play", f"{stats.line()}; {_wins(game, episodes)}")
 
 

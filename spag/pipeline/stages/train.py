@@ -28,8 +28,16 @@ def train(settings: Settings, layout: Layout, epoch: str) -> None:
     if step.method == ONLINE:
         _train_online(settings, layout, epoch)
         return
-    train_model(step, step.epochs_per_iteration, previous_model(settings, layout, epoch), layout.epoch(epoch) / "rows.parquet",
-           layout.model(f"epoch_{epoch}"), layout, f"epoch_{epoch}", settings.seed + int(epoch))
+    train_model(
+        step,
+        step.epochs_per_iteration,
+        previous_model(settings, layout, epoch),
+        layout.epoch(epoch) / "rows.parquet",
+        layout.model(f"epoch_{epoch}"),
+        layout,
+        f"epoch_{epoch}",
+        settings.seed + int(epoch),
+    )
 
     mark_output_dir(_online_episodes(layout, epoch), PLAY_KIND)
 
@@ -43,12 +51,16 @@ def _train_online(settings: Declared, layout: Layout, epoch: str) -> None:
     training words, with the policy it trains, from the previous checkpoint."""
     p, step, name = settings.play, settings.spag, f"epoch_{epoch}"
     source = layout.words / ("all.txt" if p.include_held_out else "train.txt")
-    words = sample_words(source, settings.online.words, f"{settings.seed}-{epoch}-online", stage_game(settings))
+    words = sample_words(
+        source, settings.online.words, f"{settings.seed}-{epoch}-online", stage_game(settings)
+    )
     seed = settings.seed + int(epoch)
     try:
-        games = OnlineGames(play=PlayConfig(stage_game(settings), p, seed), online=settings.online,
-                            reward=Reward(keep_truncated=settings.reward.keep_truncated,
-                                          payoff=settings.reward.payoff))
+        games = OnlineGames(
+            play=PlayConfig(stage_game(settings), p, seed),
+            online=settings.online,
+            reward=Reward(keep_truncated=settings.reward.keep_truncated, payoff=settings.reward.payoff),
+        )
     except ValueError as exc:
         key, _, message = str(exc).partition(": ")
         raise ParamsError("params.yaml", key, message) from None
@@ -58,8 +70,14 @@ def _train_online(settings: Declared, layout: Layout, epoch: str) -> None:
     # checkpoints do: a killed stage resumes from its latest checkpoint and the games played before it.
     episodes = _online_episodes(layout, epoch)
     with resumable_output(episodes, PLAY_KIND) as work:
-        job = dict(games=games, config=config, episodes_dir=work, data=source, other_checkpoints="restart",
-                   published=episodes)
+        job = dict(
+            games=games,
+            config=config,
+            episodes_dir=work,
+            data=source,
+            other_checkpoints="restart",
+            published=episodes,
+        )
         model = previous_model(settings, layout, epoch)
         if not step.launcher:
             run_online(model, words, output, **job)

@@ -28,5 +28,8 @@ def words(settings: Settings, layout: Layout) -> None:
     write_words(chosen, layout.words / "all.txt", replace=OWN)
     write_words(train, layout.words / "train.txt", replace=OWN)
     write_words(held, layout.words / "eval.txt", replace=OWN)
-    summary("words", f"{len(chosen)} {game.name} targets{' from ' + w.source if w.source else ''}: "
-                     f"{len(train)} training, {len(held)} for evaluation")
+    summary(
+        "words",
+        f"{len(chosen)} {game.name} targets{' from ' + w.source if w.source else ''}: "
+        f"{len(train)} training, {len(held)} for evaluation",
+    )

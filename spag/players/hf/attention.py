@@ -33,21 +33,30 @@ def decode_attention(module, query, key, value, attention_mask, dropout=0.0, sca
 
     out_dtype = query.dtype
     query = query.to(key.dtype)  # the cache may be kept in float32 (see HFPlayer._kv_dtype)
-    if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None \
-            or (attention_mask is not None and attention_mask.dtype != torch.bool) \
-            or (attention_mask is None and (query.shape[2] != 1 or query.shape[0] == 1)):
-        out, weights = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                              scaling=scaling, **kwargs)
+    if (
+        kwargs.get("softcap") is not None
+        or kwargs.get("s_aux") is not None
+        or (attention_mask is not None and attention_mask.dtype != torch.bool)
+        or (attention_mask is None and (query.shape[2] != 1 or query.shape[0] == 1))
+    ):
+        out, weights = sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
         return out.to(out_dtype), weights
     if query.shape[2] != 1:
         # A prompt: SDPA's kernel, but told about grouped heads so keys/values are not repeated first.
         out = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=attention_mask, scale=scaling,
-            enable_gqa=query.shape[1] != key.shape[1])
+            query,
+            key,
+            value,
+            attn_mask=attention_mask,
+            scale=scaling,
+            enable_gqa=query.shape[1] != key.shape[1],
+        )
         return out.transpose(1, 2).contiguous().to(out_dtype), None
     batch, heads, _, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
-    scale = scaling if scaling is not None else dim ** -0.5
+    scale = scaling if scaling is not None else dim**-0.5
     group = heads // kv_heads
     grouped = query.reshape(batch, kv_heads, group, dim)
     shared = min(SHARED_SLOTS.get(), length) if batch > 1 else 0
@@ -58,7 +67,7 @@ def decode_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     def back(x):
         return x.reshape(kv_heads, batch, group, x.shape[-1]).transpose(0, 1)
 
-    scores = torch.matmul(grouped, key[:, :, shared:].transpose(-1, -2))       # (batch, kv, group, length)
+    scores = torch.matmul(grouped, key[:, :, shared:].transpose(-1, -2))  # (batch, kv, group, length)
     if shared:
         prefix = back(torch.matmul(across_batch(grouped), key[0, :, :shared].transpose(-1, -2)))
         scores = torch.cat([prefix, scores], dim=-1)
@@ -67,7 +76,7 @@ def decode_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         mask = attention_mask[..., -length:].reshape(batch, 1, 1, length)
         scores = scores.masked_fill(~mask, float("-inf"))
     probs = scores.softmax(dim=-1).to(value.dtype)
-    out = torch.matmul(probs[..., shared:], value[:, :, shared:])              # (batch, kv, group, dim)
+    out = torch.matmul(probs[..., shared:], value[:, :, shared:])  # (batch, kv, group, dim)
     if shared:
         out = out + back(torch.matmul(across_batch(probs[..., :shared]), value[0, :, :shared]))
     return out.reshape(batch, 1, heads, dim).to(out_dtype), None

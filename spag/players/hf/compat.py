@@ -73,5 +73,9 @@ def tell_fallback(reason: str) -> None:
     """Say once per process, in one line, that the hf backend falls back to ``model.generate``, and why."""
     if reason not in _TOLD:
         _TOLD.add(reason)
-        print(f"note: hf backend: {reason}: it plays through model.generate, one prompt at a time (correct, "
-              "slower)", file=sys.stderr, flush=True)
+        print(
+            f"note: hf backend: {reason}: it plays through model.generate, one prompt at a time (correct, "
+            "slower)",
+            file=sys.stderr,
+            flush=True,
+        )

@@ -11,9 +11,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from functools import partial
 
-PACKED_ROWS = 64          # over more rows every layer takes oneDNN's product over its packed weight ...
-PACKED_MIN_WEIGHTS = 800_000  # ... over fewer, only weights of at least this many elements (see PackedWeights)
-WEIGHT_FIRST_ROWS = 256   # without a packed weight, layers over at most this many rows compute W @ xᵀ
+PACKED_ROWS = 64  # over more rows every layer takes oneDNN's product over its packed weight ...
+PACKED_MIN_WEIGHTS = (
+    800_000  # ... over fewer, only weights of at least this many elements (see PackedWeights)
+)
+WEIGHT_FIRST_ROWS = 256  # without a packed weight, layers over at most this many rows compute W @ xᵀ
 
 
 def weight_first_linear(module, x, packed=None):
@@ -30,8 +32,11 @@ def weight_first_linear(module, x, packed=None):
     if rows > WEIGHT_FIRST_ROWS:
         return torch.nn.functional.linear(x, module.weight, module.bias)
     columns = x.reshape(-1, x.shape[-1]).t()
-    out = torch.mm(module.weight, columns) if module.bias is None else \
-        torch.addmm(module.bias[:, None], module.weight, columns)
+    out = (
+        torch.mm(module.weight, columns)
+        if module.bias is None
+        else torch.addmm(module.bias[:, None], module.weight, columns)
+    )
     return out.t().reshape(*x.shape[:-1], module.weight.shape[0])
 
 
@@ -56,8 +61,8 @@ class PackedWeights:
     """
 
     def __init__(self):
-        self._copies: dict[int, tuple[tuple, object]] = {}   # id(module) -> (weight key, packed)
-        self.available: bool | None = None                    # None: not checked yet
+        self._copies: dict[int, tuple[tuple, object]] = {}  # id(module) -> (weight key, packed)
+        self.available: bool | None = None  # None: not checked yet
 
     @staticmethod
     def _key(weight) -> tuple:
@@ -92,7 +97,7 @@ class PackedWeights:
         kept = self._copies.get(id(module))
         if kept is not None and kept[0] == key:
             return kept[1]
-        if self.available is None:        # the first weight: packed once, and checked
+        if self.available is None:  # the first weight: packed once, and checked
             packed = self._first_pack(weight.detach())
             self.available = packed is not None
             if packed is None:

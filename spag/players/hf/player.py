@@ -25,7 +25,7 @@ from spag.players.hf.sampling import Sampler
 from spag.players.options import HFOptions
 from spag.runtime.errors import PlayerError
 
-_TAIL_TOKENS = 12          # tokens decoded each step to look for a stop string
+_TAIL_TOKENS = 12  # tokens decoded each step to look for a stop string
 
 
 @dataclass(frozen=True)
@@ -40,15 +40,15 @@ class _Ends:
 class _Plan:
     """How one batch of prompts is encoded (:meth:`HFPlayer._plan`), by prompt unless said otherwise."""
 
-    arrays: list          # token ids
-    shared: int           # slots [0, shared) of every row hold the prefix the whole batch shares
+    arrays: list  # token ids
+    shared: int  # slots [0, shared) of every row hold the prefix the whole batch shares
     shared_entry: object  # the store's entry holding that prefix
-    sources: list         # (kept entry, tokens reused from it)
-    past: list            # tokens reused
-    todo: list            # tokens to encode
-    order: list           # decode position -> prompt (by tokens to encode)
-    spans: list           # prefill groups: (start, end, past width, new width), in decode positions
-    width: int            # every prompt ends at this slot
+    sources: list  # (kept entry, tokens reused from it)
+    past: list  # tokens reused
+    todo: list  # tokens to encode
+    order: list  # decode position -> prompt (by tokens to encode)
+    spans: list  # prefill groups: (start, end, past width, new width), in decode positions
+    width: int  # every prompt ends at this slot
 
 
 @dataclass
@@ -77,17 +77,17 @@ def _group_prefixes(arrays: list, longer_than: int) -> list:
     where a group's is at least ``longer_than`` tokens: adjacent rows in sorted order, split where their
     common beginning is shorter."""
     order = sorted(range(len(arrays)), key=lambda i: arrays[i].tolist())
-    prefixes, run = [], None      # run: (first row, common length so far)
+    prefixes, run = [], None  # run: (first row, common length so far)
     for a, b in itertools.pairwise(order):
         common = common_length(arrays[a], arrays[b], min(len(arrays[a]), len(arrays[b])) - 1)
         if common >= longer_than:
             run = (a if run is None else run[0], common if run is None else min(run[1], common))
             continue
         if run is not None:
-            prefixes.append(arrays[run[0]][:run[1]])
+            prefixes.append(arrays[run[0]][: run[1]])
         run = None
     if run is not None:
-        prefixes.append(arrays[run[0]][:run[1]])
+        prefixes.append(arrays[run[0]][: run[1]])
     return prefixes
 
 
@@ -115,17 +115,24 @@ class HFPlayer:
         self._end_ids = self._turn_end_ids()
         self._kv_layout = None
         self._packs = PackedWeights()
-        self._decode_attention = False    # whether this call borrowed decode_attention (see generate)
-        self._told_batch = False          # a batch cut to the free memory is said once
+        self._decode_attention = False  # whether this call borrowed decode_attention (see generate)
+        self._told_batch = False  # a batch cut to the free memory is said once
         # Counters for benchmarks: prompt tokens encoded, prompt tokens reused, tokens generated.
         self.counters = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
 
     @classmethod
-    def from_pretrained(cls, model: str | os.PathLike, options: HFOptions | None = None, *, name: str | None = None,
-                        trust_remote_code: bool = False) -> HFPlayer:
+    def from_pretrained(
+        cls,
+        model: str | os.PathLike,
+        options: HFOptions | None = None,
+        *,
+        name: str | None = None,
+        trust_remote_code: bool = False,
+    ) -> HFPlayer:
         options = options or HFOptions()
-        loaded, tokenizer = load_model(model, device=options.device, dtype=options.dtype,
-                                       trust_remote_code=trust_remote_code)
+        loaded, tokenizer = load_model(
+            model, device=options.device, dtype=options.dtype, trust_remote_code=trust_remote_code
+        )
         return cls(loaded, tokenizer, name=name or str(model), options=options)
 
     # -------------------------------------------------------------------------------------- helpers
@@ -158,8 +165,9 @@ class HFPlayer:
             cache = DynamicCache()
             token = torch.tensor([[self._end_ids[0]]], device=self.device)
             self.model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            self._kv_layout = [(layer.keys.shape[1], layer.keys.shape[3], layer.keys.dtype)
-                               for layer in cache.layers]
+            self._kv_layout = [
+                (layer.keys.shape[1], layer.keys.shape[3], layer.keys.dtype) for layer in cache.layers
+            ]
         return self._kv_layout
 
     # ---------------------------------------------------------------------------------- memory planning
@@ -201,21 +209,35 @@ class HFPlayer:
         fit = (free - working) // row
         if fit < 1:
             gib = 2**30
-            raise PlayerError(f"hf backend: one game of {tokens} tokens needs {row / gib:.2f} GiB of key/value "
-                              f"buffers and {working / gib:.2f} GiB of working memory, {self.device} has "
-                              f"{free / gib:.2f} GiB free beside the model: lower max_prompt_tokens or "
-                              "max_new_tokens, play in bfloat16/float16, or give the model a GPU of its own")
+            raise PlayerError(
+                f"hf backend: one game of {tokens} tokens needs {row / gib:.2f} GiB of key/value "
+                f"buffers and {working / gib:.2f} GiB of working memory, {self.device} has "
+                f"{free / gib:.2f} GiB free beside the model: lower max_prompt_tokens or "
+                "max_new_tokens, play in bfloat16/float16, or give the model a GPU of its own"
+            )
         if fit < wanted and not self._told_batch:
-            warnings.warn(f"hf backend: {wanted} games of up to {tokens} tokens do not fit in the "
-                          f"{free / 2**30:.1f} GiB free on {self.device}; playing {fit} at a time", stacklevel=3)
+            warnings.warn(
+                f"hf backend: {wanted} games of up to {tokens} tokens do not fit in the "
+                f"{free / 2**30:.1f} GiB free on {self.device}; playing {fit} at a time",
+                stacklevel=3,
+            )
             self._told_batch = True
         return min(wanted, fit)
 
     # ------------------------------------------------------------------------------------- generate
 
-    def generate(self, prompts, *, temperature: float = 1.0, top_k: int = 0, max_new_tokens: int = 256,
-                 min_new_tokens: int = 1, seed=None, stop: Sequence[str] = (),
-                 stop_pattern: str | None = None) -> list[Reply]:
+    def generate(
+        self,
+        prompts,
+        *,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        max_new_tokens: int = 256,
+        min_new_tokens: int = 1,
+        seed=None,
+        stop: Sequence[str] = (),
+        stop_pattern: str | None = None,
+    ) -> list[Reply]:
         import torch
 
         if not prompts:
@@ -226,8 +248,13 @@ class HFPlayer:
         encoded = [self.encode(p) for p in prompts]
         size = self.max_batch or len(prompts)
         replies: list[Reply | None] = [None] * len(prompts)
-        settings = dict(temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
-                        min_new_tokens=min(min_new_tokens, max_new_tokens), stop=_Ends(tuple(stop), stop_pattern))
+        settings = dict(
+            temperature=temperature,
+            top_k=top_k,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=min(min_new_tokens, max_new_tokens),
+            stop=_Ends(tuple(stop), stop_pattern),
+        )
         swap = self._use_decode_attention()
         on_cpu = self.fast and self.device.type == "cpu"
         linears = weight_first(self.model, self._packs) if on_cpu else nullcontext()
@@ -238,7 +265,9 @@ class HFPlayer:
                     end = min(start + size, len(prompts))
                     if self.fast:  # as many rows as the device has memory for (a row's result is its own)
                         longest = max(len(encoded[i]) for i in range(start, end))
-                        end = start + min(end - start, self._rows_that_fit(longest + max_new_tokens, end - start))
+                        end = start + min(
+                            end - start, self._rows_that_fit(longest + max_new_tokens, end - start)
+                        )
                     chunk = list(range(start, end))
                     run = self._generate_fast if self.fast else self._generate_fallback
                     outs = run([encoded[i] for i in chunk], [seeds[i] for i in chunk], **settings)
@@ -266,7 +295,11 @@ class HFPlayer:
         opening_ids = self.tokenizer(opening, add_special_tokens=False)["input_ids"] if opening else []
         encoded = [self.encode(prompt) + opening_ids for prompt in prompts]
         rows: list = [None] * len(encoded)
-        linears = weight_first(self.model, self._packs) if self.fast and self.device.type == "cpu" else nullcontext()
+        linears = (
+            weight_first(self.model, self._packs)
+            if self.fast and self.device.type == "cpu"
+            else nullcontext()
+        )
         with torch.inference_mode(), linears:
             start = 0
             while start < len(encoded):
@@ -288,8 +321,9 @@ class HFPlayer:
                 self._store.clear()
         return torch.stack(rows) if rows else torch.empty(0)
 
-    def continuation_logprobs(self, prompts: Sequence[str], opening: str, continuations: Sequence[str], *,
-                              lead: str = " "):
+    def continuation_logprobs(
+        self, prompts: Sequence[str], opening: str, continuations: Sequence[str], *, lead: str = " "
+    ):
         """log p(continuation | prompt's model input + ``opening``) for every prompt and continuation.
 
         A (len(prompts), len(continuations)) float32 tensor: each continuation's tokens (encoded after
@@ -309,10 +343,14 @@ class HFPlayer:
         width = max((len(pieces[i]) for i in longer), default=1)
         pad = self._end_ids[0]
         # Right padding: a continuation's tokens never attend to the padding after them.
-        tokens = torch.tensor([pieces[i] + [pad] * (width - len(pieces[i])) for i in longer], dtype=torch.long,
-                              device=self.device).reshape(len(longer), width)
-        mask = torch.tensor([[1.0] * len(pieces[i]) + [0.0] * (width - len(pieces[i])) for i in longer]
-                            ).reshape(len(longer), width)
+        tokens = torch.tensor(
+            [pieces[i] + [pad] * (width - len(pieces[i])) for i in longer],
+            dtype=torch.long,
+            device=self.device,
+        ).reshape(len(longer), width)
+        mask = torch.tensor(
+            [[1.0] * len(pieces[i]) + [0.0] * (width - len(pieces[i])) for i in longer]
+        ).reshape(len(longer), width)
         continuation = _Continuations(torch.tensor([p[0] for p in pieces]), longer, tokens, mask)
         encoded = [self.encode(prompt) + opening_ids for prompt in prompts]
         if not self.fast:
@@ -328,8 +366,11 @@ class HFPlayer:
                 plan = self._plan(encoded[start:end])
                 layers, attention, logits = self._prefill(plan, max_new_tokens=width, keep=False)
                 for b, i in enumerate(plan.order):
-                    prompt = _PromptState([(layer.keys[b:b + 1], layer.values[b:b + 1]) for layer in layers],
-                                          attention[b:b + 1, :plan.width], len(plan.arrays[i]))
+                    prompt = _PromptState(
+                        [(layer.keys[b : b + 1], layer.values[b : b + 1]) for layer in layers],
+                        attention[b : b + 1, : plan.width],
+                        len(plan.arrays[i]),
+                    )
                     rows[start + i] = self._score_continuations(logits[b], prompt, continuation)
                 start = end
             if not self._keep_between_calls:
@@ -349,12 +390,23 @@ class HFPlayer:
             for index, (keys, values) in enumerate(prompt.kv):
                 cache.update(keys.repeat(len(longer), 1, 1, 1), values.repeat(len(longer), 1, 1, 1), index)
             steps = continuation.tokens.shape[1] - 1
-            attention = torch.cat([prompt.attention.repeat(len(longer), 1),
-                                   torch.ones((len(longer), steps), dtype=prompt.attention.dtype,
-                                              device=prompt.attention.device)], dim=1)
+            attention = torch.cat(
+                [
+                    prompt.attention.repeat(len(longer), 1),
+                    torch.ones(
+                        (len(longer), steps), dtype=prompt.attention.dtype, device=prompt.attention.device
+                    ),
+                ],
+                dim=1,
+            )
             positions = (prompt.length + torch.arange(steps, device=self.device)).repeat(len(longer), 1)
-            logits = self.model(input_ids=continuation.tokens[:, :-1], attention_mask=attention,
-                                position_ids=positions, past_key_values=cache, use_cache=True).logits
+            logits = self.model(
+                input_ids=continuation.tokens[:, :-1],
+                attention_mask=attention,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            ).logits
             later = torch.log_softmax(logits.float(), dim=-1).cpu()
             picked = later.gather(2, continuation.tokens[:, 1:].cpu().unsqueeze(-1)).squeeze(-1)
             logp[longer] += (picked * continuation.mask[:, 1:]).sum(dim=1)
@@ -371,16 +423,25 @@ class HFPlayer:
         with torch.inference_mode():
             prefix_cache = DynamicCache()
             if shared:  # the prompts' common beginning (the game's instructions), run once
-                self.model(input_ids=torch.tensor([encoded[0][:shared]], device=self.device),
-                           past_key_values=prefix_cache, use_cache=True, logits_to_keep=1)
+                self.model(
+                    input_ids=torch.tensor([encoded[0][:shared]], device=self.device),
+                    past_key_values=prefix_cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
             for prompt_ids in encoded:
                 cache = copy.deepcopy(prefix_cache)
                 ids = torch.tensor([prompt_ids[shared:]], device=self.device)
-                first = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+                first = self.model(
+                    input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1
+                ).logits
                 kv = [(layer.keys, layer.values) for layer in cache.layers]
                 attention = torch.ones((1, len(prompt_ids)), dtype=torch.long, device=self.device)
-                rows.append(self._score_continuations(first[0, -1], _PromptState(kv, attention, len(prompt_ids)),
-                                                      continuation))
+                rows.append(
+                    self._score_continuations(
+                        first[0, -1], _PromptState(kv, attention, len(prompt_ids)), continuation
+                    )
+                )
         return torch.stack(rows) if rows else torch.empty(0, len(continuation.first_tokens))
 
     def _use_decode_attention(self) -> str | None:
@@ -443,8 +504,9 @@ class HFPlayer:
             length = 0
         rest = torch.as_tensor(prefix[length:], dtype=torch.long, device=self.device)[None]
         positions = torch.arange(length, len(prefix), device=self.device)[None]
-        self.model(input_ids=rest, position_ids=positions, past_key_values=cache, use_cache=True,
-                   logits_to_keep=1)
+        self.model(
+            input_ids=rest, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1
+        )
         self.counters["prompt_tokens"] += len(prefix) - length
         self.counters["reused_tokens"] += length
         return self._store.add(prefix.copy(), [(layer.keys, layer.values) for layer in cache.layers])
@@ -455,8 +517,16 @@ class HFPlayer:
         plan = self._plan(encoded)
         layers, attention, logits = self._prefill(plan, max_new_tokens)
         sampler = Sampler([seeds[i] for i in plan.order], temperature, top_k, self.device, self._end_ids)
-        generated, finish = self._decode(plan, layers, attention, logits, sampler, max_new_tokens=max_new_tokens,
-                                         min_new_tokens=min_new_tokens, stop=stop)
+        generated, finish = self._decode(
+            plan,
+            layers,
+            attention,
+            logits,
+            sampler,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=min_new_tokens,
+            stop=stop,
+        )
         replies: list[Reply | None] = [None] * len(encoded)
         for b, i in enumerate(plan.order):
             replies[i] = self._finish(generated[b], finish[b] or FINISH_LENGTH, stop)
@@ -487,13 +557,13 @@ class HFPlayer:
         past = [length for _, length in sources]
         todo = [len(a) - p for a, p in zip(arrays, past)]
         if shared_entry is None or min(past) < shared:
-            shared = 0    # every row holds the shared prefix in slots [0, shared), copied from shared_entry
+            shared = 0  # every row holds the shared prefix in slots [0, shared), copied from shared_entry
         self.counters["prompt_tokens"] += sum(todo)
         self.counters["reused_tokens"] += sum(past)
         # 3. Rows in decode order (by length still to encode), grouped so padding stays small.
         order = sorted(range(n), key=lambda i: todo[i])
         spans = []
-        for g in self._prefill_groups([todo[i] for i in order]):   # ranges of decode positions
+        for g in self._prefill_groups([todo[i] for i in order]):  # ranges of decode positions
             rows = [order[b] for b in g]
             spans.append((g[0], g[-1] + 1, max(past[i] for i in rows), max(todo[i] for i in rows)))
         width = max(c + s for _, _, c, s in spans)
@@ -508,9 +578,13 @@ class HFPlayer:
 
         device, n, width, shared = self.device, len(plan.arrays), plan.width, plan.shared
         capacity = width + max_new_tokens
-        buffers = [(torch.zeros((n, heads, capacity, dim), dtype=self._kv_dtype(dtype), device=device),
-                    torch.zeros((n, heads, capacity, dim), dtype=self._kv_dtype(dtype), device=device))
-                   for heads, dim, dtype in self._layout()]
+        buffers = [
+            (
+                torch.zeros((n, heads, capacity, dim), dtype=self._kv_dtype(dtype), device=device),
+                torch.zeros((n, heads, capacity, dim), dtype=self._kv_dtype(dtype), device=device),
+            )
+            for heads, dim, dtype in self._layout()
+        ]
         attention = torch.zeros((n, capacity), dtype=torch.long, device=device)
         first_logits = [None] * n
         BufferLayer = buffer_layer_class()
@@ -534,18 +608,29 @@ class HFPlayer:
                 positions[b - start, s_width - s :] = torch.arange(c, c + s, device=device)
                 attention[b, width - s : width] = 1
             # The group writes straight into its rows of the decode buffers (views, no copies).
-            cache = Cache(layers=[BufferLayer(kb[start:end], vb[start:end], width - s_width)
-                                  for kb, vb in buffers])
-            out = self.model(input_ids=ids, attention_mask=attention[start:end, :width], position_ids=positions,
-                             past_key_values=cache, use_cache=True, logits_to_keep=1)
+            cache = Cache(
+                layers=[BufferLayer(kb[start:end], vb[start:end], width - s_width) for kb, vb in buffers]
+            )
+            out = self.model(
+                input_ids=ids,
+                attention_mask=attention[start:end, :width],
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
             for b in range(start, end):
                 first_logits[b] = out.logits[b - start, -1]
             del cache, out
         if keep and self._keep_between_calls:
-            self._keep_prompts(plan.arrays, plan.order, plan.spans, plan.past, plan.todo, buffers, width, shared)
+            self._keep_prompts(
+                plan.arrays, plan.order, plan.spans, plan.past, plan.todo, buffers, width, shared
+            )
         return [BufferLayer(kb, vb, width) for kb, vb in buffers], attention, torch.stack(first_logits)
 
-    def _decode(self, plan: _Plan, layers, attention, logits, sampler, *, max_new_tokens, min_new_tokens, stop):
+    def _decode(
+        self, plan: _Plan, layers, attention, logits, sampler, *, max_new_tokens, min_new_tokens, stop
+    ):
         """4. Decode all rows together; finished rows leave the batch as they accumulate. Returns the
         generated ids and the finish reason of each row, by decode position."""
         import torch
@@ -554,9 +639,9 @@ class HFPlayer:
         n, device = len(plan.arrays), self.device
         cache = Cache(layers=layers)
         next_position = torch.tensor([len(plan.arrays[i]) for i in plan.order], device=device)
-        generated: list[list[int]] = [[] for _ in range(n)]       # by decode position
+        generated: list[list[int]] = [[] for _ in range(n)]  # by decode position
         finish: list[str | None] = [None] * n
-        active = list(range(n))                                     # batch row -> decode position
+        active = list(range(n))  # batch row -> decode position
         length = plan.width
         with shared_slots(plan.shared):
             for step in range(max_new_tokens):
@@ -585,8 +670,13 @@ class HFPlayer:
                     attention, next_position, tokens = attention[index], next_position[index], tokens[index]
                     active = [active[b] for b in keep]
                 attention[:, length] = 1
-                out = self.model(input_ids=tokens[:, None], attention_mask=attention[:, : length + 1],
-                                 position_ids=next_position[:, None], past_key_values=cache, use_cache=True)
+                out = self.model(
+                    input_ids=tokens[:, None],
+                    attention_mask=attention[:, : length + 1],
+                    position_ids=next_position[:, None],
+                    past_key_values=cache,
+                    use_cache=True,
+                )
                 logits = out.logits[:, -1]
                 length += 1
                 next_position = next_position + 1
@@ -603,10 +693,18 @@ class HFPlayer:
                 if self._store.match(arrays[i])[1] == len(arrays[i]):
                     continue
                 c, s = past[i], todo[i]
-                slots = [slice(0, shared), slice(width - s_width - (c - shared), width - s_width),
-                         slice(width - s, width)]
-                kv = [(torch.cat([kb[b : b + 1, :, x] for x in slots], dim=2),
-                       torch.cat([vb[b : b + 1, :, x] for x in slots], dim=2)) for kb, vb in buffers]
+                slots = [
+                    slice(0, shared),
+                    slice(width - s_width - (c - shared), width - s_width),
+                    slice(width - s, width),
+                ]
+                kv = [
+                    (
+                        torch.cat([kb[b : b + 1, :, x] for x in slots], dim=2),
+                        torch.cat([vb[b : b + 1, :, x] for x in slots], dim=2),
+                    )
+                    for kb, vb in buffers
+                ]
                 self._store.add(arrays[i], kv)
 
     def _prefill_groups(self, lengths: list[int]) -> list[list[int]]:
@@ -637,16 +735,20 @@ class HFPlayer:
             if seed is not None:
                 torch.manual_seed(seed)
             input_ids = torch.tensor([ids], device=self.device)
-            kwargs = dict(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
-                          eos_token_id=self._end_ids, pad_token_id=self.tokenizer.pad_token_id,
-                          attention_mask=torch.ones_like(input_ids))
+            kwargs = dict(
+                max_new_tokens=max_new_tokens,
+                min_new_tokens=min_new_tokens,
+                eos_token_id=self._end_ids,
+                pad_token_id=self.tokenizer.pad_token_id,
+                attention_mask=torch.ones_like(input_ids),
+            )
             if stop.strings:
                 kwargs.update(stop_strings=list(stop.strings), tokenizer=self.tokenizer)
             if temperature > 0:
                 kwargs.update(do_sample=True, temperature=temperature, top_k=top_k or None)
             else:
                 kwargs.update(do_sample=False)
-            out = self.model.generate(input_ids, **kwargs)[0, len(ids):].tolist()
+            out = self.model.generate(input_ids, **kwargs)[0, len(ids) :].tolist()
             ended = bool(out) and out[-1] in self._end_ids
             if ended:
                 out = out[:-1]

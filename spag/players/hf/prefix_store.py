@@ -23,8 +23,8 @@ def common_length(a, b, limit: int) -> int:
 
 @dataclass(eq=False)
 class Entry:
-    tokens: object            # numpy int64 array: the prompt's token ids
-    kv: list                  # per layer (keys, values), each (1, heads, len, head_dim)
+    tokens: object  # numpy int64 array: the prompt's token ids
+    kv: list  # per layer (keys, values), each (1, heads, len, head_dim)
     nbytes: int
     used: int = 0
 

@@ -35,9 +35,9 @@ class Sampler:
         else:
             values, indices = logits, None
         probs = values.softmax(dim=-1)
-        picks = torch.stack([
-            torch.multinomial(probs[b], 1, generator=self._generators[r])[0] for b, r in enumerate(rows)
-        ])
+        picks = torch.stack(
+            [torch.multinomial(probs[b], 1, generator=self._generators[r])[0] for b, r in enumerate(rows)]
+        )
         if indices is not None:
             picks = indices.gather(1, picks[:, None])[:, 0]
         return picks

@@ -315,8 +315,11 @@ def _source() -> dict:
 def hand_written() -> list[dict]:
     """The hand-written rows of ``general_sft_source.yaml``, section by section."""
     source = _source()
-    return [_row(r["instruction"], r["output"], r.get("input", "")) for section in HAND_WRITTEN
-            for r in source[section]]
+    return [
+        _row(r["instruction"], r["output"], r.get("input", ""))
+        for section in HAND_WRITTEN
+        for r in source[section]
+    ]
 
 
 def generate(seed: int = SEED) -> list[dict]:
