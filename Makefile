@@ -15,10 +15,13 @@ repro: setup
 test: setup-test
 	.venv/bin/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 
-# Every module spag imports is declared in pyproject.toml (deptry); ruff's checks.
+# Every module spag imports is declared in pyproject.toml (deptry); ruff's checks and its format; the layers
+# (import-linter, pyproject.toml's contract).
 lint: setup-test
 	.venv/bin/deptry spag
-	.venv/bin/ruff check spag tests scripts bench
+	.venv/bin/ruff check spag tests scripts bench stages
+	.venv/bin/ruff format --check spag tests scripts bench stages
+	.venv/bin/lint-imports
 
 bench: setup-test
 	.venv/bin/python bench/judge.py
