@@ -1,5 +1,5 @@
 """Bad input to every subcommand: exit code 2, one line naming the file or option, no traceback, and no
-output left behind. One table covers every `spag` subcommand; the failures listed in issue 11 also have
+output left behind. One table covers every `spag` subcommand; the failures found in review also have
 tests named after them.
 """
 
@@ -168,7 +168,7 @@ def test_the_table_covers_every_subcommand():
     assert len(COMMAND_MODULES) == 11 and commands == covered
 
 
-# ------------------------------------------------------------- the failures listed in issue 11
+# ----------------------------------------------------- a command's own output folder and bad input
 
 
 def test_play_with_a_missing_words_file_is_one_line_not_a_traceback(files, tmp_path):
@@ -716,7 +716,7 @@ def test_a_bad_base_url_is_one_line_that_never_shows_its_password(files, tmp_pat
     assert "play.base_url: expected an http" in line and "pw" not in line.replace("alice:***@", "")
 
 
-# ------------------------------------------------------ one output rule for every command (issue 34)
+# -------------------------------------------------------------------- one output rule for every command
 
 ROWS_FILE = "{tmp}/rows.jsonl"
 # Every output a command writes, as (arguments with {target}, the target's suffix, what is written there):
@@ -949,7 +949,7 @@ FAST_TRAIN = ["--max-steps", "1", "--batch-size", "1", "--grad-accum", "1", "--s
     ],
 )
 def test_overwrite_of_a_folder_removes_only_what_spag_wrote(files, tmp_path, command, kind):
-    """H3: `--overwrite` replaced the whole folder, deleting a user's NOTES.md and subfolders."""
+    """`--overwrite` replaced the whole folder, deleting a user's NOTES.md and subfolders."""
     (tmp_path / "rows.jsonl").write_text(
         json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n"
     )
@@ -1009,7 +1009,7 @@ def held(tmp_path):
     ],
 )
 def test_a_second_writer_of_an_output_is_refused_naming_the_first(files, tmp_path, held, command):
-    """M4: two `spag play -o DIR` started at once both ran and kept every game twice."""
+    """Two `spag play -o DIR` started at once both ran and kept every game twice."""
     (tmp_path / "rows.jsonl").write_text(
         json.dumps({"prompt": "Say hi.", "completion": "hi", "kind": "sft"}) + "\n"
     )
@@ -1133,7 +1133,7 @@ def episode_files(tmp_path):
     ],
 )
 def test_analyze_cannot_read_the_working_folders_tmp(episode_files, tmp_path, monkeypatch, sql):
-    """H4: DuckDB always lets a query read its temporary folder, by default `.tmp` of the working folder."""
+    """DuckDB always lets a query read its temporary folder, by default `.tmp` of the working folder."""
     import tempfile
 
     monkeypatch.chdir(tmp_path)
@@ -1153,7 +1153,7 @@ HEAVY = "SELECT count(*) FROM range(1000000000) a, range(1000000000) b"
 
 
 def test_analyze_stops_a_query_at_its_time_limit(episode_files):
-    """M1: a cross join of two huge ranges ran for 15 minutes and more."""
+    """A cross join of two huge ranges ran for 15 minutes and more."""
     result = run_cli("analyze", episode_files, "--sql", HEAVY, "--time-limit", "1")
     assert result.code == 2
     (line,) = result.error_lines()
@@ -1169,7 +1169,7 @@ def test_analyze_stops_a_query_at_its_time_limit(episode_files):
     ],
 )
 def test_ctrl_c_or_sigterm_stops_a_running_query_with_one_line(episode_files, signal_name, code, says):
-    """M1: Ctrl-C did nothing, SIGTERM gave a traceback or was ignored."""
+    """Ctrl-C did nothing, SIGTERM gave a traceback or was ignored."""
     import signal
     import subprocess
     import sys
@@ -1208,7 +1208,7 @@ TYPES = (
 
 @pytest.mark.parametrize("fmt", ["json", "csv", "table"])
 def test_every_duckdb_type_is_written_in_every_format(episode_files, fmt):
-    """M2: `-f json` on an INTERVAL or a UUID ended in a TypeError traceback."""
+    """`-f json` on an INTERVAL or a UUID ended in a TypeError traceback."""
     import csv
     import io
 
@@ -1232,7 +1232,7 @@ def test_every_duckdb_type_is_written_in_every_format(episode_files, fmt):
 
 
 def test_a_dollar_word_inside_a_string_is_text_not_a_parameter(episode_files):
-    """L1: `--sql "SELECT '$x'"` asked for a parameter x."""
+    """`--sql "SELECT '$x'"` asked for a parameter x."""
     result = run_cli(
         "analyze",
         episode_files,
@@ -1269,7 +1269,7 @@ BAD_PARAMS = {
 @pytest.mark.parametrize("how", ["config check", "--override", "prompt --params"])
 @pytest.mark.parametrize("name", BAD_PARAMS)
 def test_a_hostile_settings_file_is_one_line(files, tmp_path, how, name):
-    """M3: a file nested 5,000 levels deep gave a RecursionError, a list as a key `TypeError: unhashable`,
+    """A file nested 5,000 levels deep gave a RecursionError, a list as a key `TypeError: unhashable`,
     in `spag config check`, through --override and through `spag prompt --params`."""
     text, says = BAD_PARAMS[name]
     bad = tmp_path / "bad.yaml"
@@ -1288,7 +1288,7 @@ def test_a_hostile_settings_file_is_one_line(files, tmp_path, how, name):
 
 @pytest.mark.parametrize("kind", ["FIFO", "device node", "folder"])
 def test_a_settings_file_that_is_no_regular_file_is_refused_at_once(tmp_path, kind):
-    """L9: `spag config check` waited forever on a FIFO and ran out of memory on /dev/zero."""
+    """`spag config check` waited forever on a FIFO and ran out of memory on /dev/zero."""
     path = tmp_path / "params.yaml"
     if kind == "folder":
         path.mkdir()
@@ -1302,7 +1302,7 @@ def test_a_settings_file_that_is_no_regular_file_is_refused_at_once(tmp_path, ki
 
 
 def test_yaml_merge_keys_are_allowed_and_explicit_keys_win(tmp_path):
-    """L2: `<<: *anchor` was refused, although the loader meant to allow it."""
+    """`<<: *anchor` was refused, although the loader meant to allow it."""
     from spag.config import load_settings
 
     params = tmp_path / "params.yaml"
@@ -1319,7 +1319,7 @@ def test_yaml_merge_keys_are_allowed_and_explicit_keys_win(tmp_path):
 
 @pytest.mark.slow
 def test_validating_many_epochs_takes_linear_time(tmp_path):
-    """L3: checking each epoch against all the others made 8,000 epochs take 20 s (and 32,000 five
+    """Checking each epoch against all the others made 8,000 epochs take 20 s (and 32,000 five
     minutes; 16,000 over a minute). As its own process with a time limit, so a regression fails here
     instead of stalling."""
     import subprocess
@@ -1341,7 +1341,7 @@ def test_validating_many_epochs_takes_linear_time(tmp_path):
 
 
 def test_an_override_error_names_the_override_file(tmp_path):
-    """L4: a bad value from an --override file was told as the params file's."""
+    """A bad value from an --override file was told as the params file's."""
     override = tmp_path / "toy.yaml"
     override.write_text("play.temperature: -1\n")
     result = run_cli("config", "show", PAPER, "--override", override)
@@ -1361,7 +1361,7 @@ def test_an_override_error_names_the_override_file(tmp_path):
 @pytest.mark.parametrize("null", ["null", "none"])
 @pytest.mark.parametrize("command", ["reward", "imitation-data"])
 def test_null_on_the_command_line_means_none(files, tmp_path, monkeypatch, command, null):
-    """L10: `--sft null` (the help's own word for none) was read as a file named null."""
+    """`--sft null` (the help's own word for none) was read as a file named null."""
     monkeypatch.chdir(tmp_path)
     result = run_cli(
         command, files["episodes"], "-o", tmp_path / "rows.jsonl", "--sft", null, "--templates", null
@@ -1390,7 +1390,7 @@ def _rows(tmp_path, completions=("hi",) * 4):
 @pytest.mark.slow
 @pytest.mark.parametrize("damaged", ["optimizer.pt", "model.safetensors"])
 def test_a_damaged_newest_checkpoint_is_passed_over_for_the_one_before(files, tmp_path, damaged):
-    """M5: `truncate -s 1000 checkpoint-4/optimizer.pt` (or the weights), then --resume: a traceback."""
+    """`truncate -s 1000 checkpoint-4/optimizer.pt` (or the weights), then --resume: a traceback."""
     out = tmp_path / "model"
     args = [
         "train",
@@ -1428,7 +1428,7 @@ def test_a_damaged_newest_checkpoint_is_passed_over_for_the_one_before(files, tm
 
 
 def test_a_launcher_that_writes_no_model_is_an_error(files, tmp_path):
-    """M6: `--launcher echo` exited 0 with no model and no summary."""
+    """`--launcher echo` exited 0 with no model and no summary."""
     out = tmp_path / "model"
     result = run_cli(
         *TRAIN.replace("{episodes}", str(_rows(tmp_path))).replace("{out}", str(out)).format(**files).split(),
@@ -1450,7 +1450,7 @@ def test_a_launcher_that_writes_no_model_is_an_error(files, tmp_path):
     ],
 )
 def test_a_bad_launcher_is_one_line_before_any_work(files, tmp_path, launcher, says):
-    """M7: `--launcher 'torchrun \"x'` crashed with `ValueError: No closing quotation`."""
+    """`--launcher 'torchrun \"x'` crashed with `ValueError: No closing quotation`."""
     _rows(tmp_path)
     result = run_cli(*TRAIN.replace("{episodes}", ROWS_FILE).format(**files).split(), "--launcher", launcher)
     assert result.code == 2
@@ -1469,7 +1469,7 @@ def test_a_bad_launcher_is_one_line_before_any_work(files, tmp_path, launcher, s
 )
 @pytest.mark.parametrize("launcher", [[], ["--launcher", "torchrun --nproc_per_node 1"]])
 def test_a_bad_deepspeed_file_is_one_line_before_any_work(files, tmp_path, content, says, launcher):
-    """M8: `--deepspeed bad.json` (invalid JSON, or a list) gave a 68-line traceback after 53 s."""
+    """`--deepspeed bad.json` (invalid JSON, or a list) gave a 68-line traceback after 53 s."""
     bad = tmp_path / "bad.json"
     bad.write_text(content)
     _rows(tmp_path)
@@ -1498,7 +1498,7 @@ def test_a_bad_launcher_in_a_params_file_is_refused_by_config_check(tmp_path, ke
 
 
 def test_training_rows_with_an_empty_completion_are_warned_of(files, tmp_path):
-    """L7: rows with an empty completion passed without a word."""
+    """Rows with an empty completion passed without a word."""
     rows = _rows(tmp_path, ("hi", "", "  ", "ok"))
     out = tmp_path / "model"
     result = run_cli(
@@ -1521,7 +1521,7 @@ def test_training_rows_with_an_empty_completion_are_warned_of(files, tmp_path):
 
 
 def test_compare_never_writes_over_a_samples_file_it_reads(tmp_path):
-    """M9: `spag compare B1.json B2.json -o B1.samples.jsonl` overwrote a file compare itself reads."""
+    """`spag compare B1.json B2.json -o B1.samples.jsonl` overwrote a file compare itself reads."""
     for name in ("b1", "b2"):
         (tmp_path / f"{name}.json").write_text(
             json.dumps({"tasks": {}, "samples_file": f"{name}.samples.jsonl"})
@@ -1542,7 +1542,7 @@ def test_compare_never_writes_over_a_samples_file_it_reads(tmp_path):
 
 
 def test_prompt_on_a_finished_game_is_one_line(tmp_path):
-    """L5: `spag prompt` on a finished game printed "round 2 of 1"."""
+    """`spag prompt` on a finished game printed "round 2 of 1"."""
     states = tmp_path / "states.jsonl"
     over = {
         "id": "g",
@@ -1563,7 +1563,7 @@ def test_prompt_on_a_finished_game_is_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_during_play_is_one_line(tmp_path):
-    """L6: Ctrl-C during `spag play` exited 130 without a word (typer turned it into a silent exit)."""
+    """Ctrl-C during `spag play` exited 130 without a word (typer turned it into a silent exit)."""
     import signal
     import subprocess
     import sys
@@ -1610,7 +1610,7 @@ def test_ctrl_c_during_play_is_one_line(tmp_path):
 
 
 def test_a_full_disk_names_the_file_not_its_temporary_copy(tmp_path):
-    """L8: "No space left on device" named no file. A file size limit fails the write the same way (EFBIG);
+    """A full disk ("No space left on device") was reported without the file. A file size limit fails the write the same way (EFBIG);
     the error names the output, and no temporary file is left."""
     import resource
     import subprocess
@@ -1632,7 +1632,7 @@ def test_a_full_disk_names_the_file_not_its_temporary_copy(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
 def test_a_read_only_folder_is_named_not_the_temporary_file(files, tmp_path):
-    """L8: writing into a read-only folder named the hidden temporary file."""
+    """Writing into a read-only folder named the hidden temporary file."""
     folder = tmp_path / "ro"
     folder.mkdir()
     folder.chmod(0o555)
@@ -1680,7 +1680,7 @@ def test_no_stage_depends_on_the_command_line():
 
 @pytest.mark.slow
 def test_dvc_status_names_the_stages_whose_code_changed(tmp_path):
-    """M10: editing spag/game/words.py (the held-out split) left every stage "up to date". Every stage's outputs
+    """Editing spag/game/words.py (the held-out split) left every stage "up to date". Every stage's outputs
     are committed as they are (no stage runs), then one source file changes: `dvc status` names exactly
     the stages that run it, and not those downstream of them only through their data."""
     import subprocess
@@ -1760,7 +1760,7 @@ def test_dvc_status_names_the_stages_whose_code_changed(tmp_path):
     assert changed_by("commands/reward.py") == set()  # the command line is no stage's code
 
 
-# ------------------------------------------------------------------ issue 47: Kuhn poker deals and games
+# -------------------------------------------------------------------------- Kuhn poker deals and games
 
 KUHN_HAND = {
     "target_word": "K-Q",
@@ -1772,7 +1772,7 @@ KUHN_HAND = {
 @pytest.mark.parametrize("deal", ["K-K", "k-q", "A-K"])
 @pytest.mark.parametrize("command", ["judge", "prompt"])
 def test_a_bad_kuhn_deal_is_one_line_naming_its_record(tmp_path, tiny, command, deal):
-    """M2: `spag judge --game kuhn-poker` and `spag prompt` ended in a traceback on a deal that is none."""
+    """`spag judge --game kuhn-poker` and `spag prompt` ended in a traceback on a deal that is none."""
     states = tmp_path / "hands.jsonl"
     hands = [{**KUHN_HAND, "history": []}, {**KUHN_HAND, "target_word": deal, "history": []}]
     states.write_text("".join(json.dumps(hand) + "\n" for hand in hands))
@@ -1792,7 +1792,7 @@ def test_a_bad_kuhn_deal_is_one_line_naming_its_record(tmp_path, tiny, command, 
 
 @pytest.mark.parametrize("fmt", ["parquet", "json"])
 def test_the_judge_refuses_episodes_of_another_game_naming_the_record(tmp_path, fmt):
-    """M2 and L1: spag's Kuhn poker episodes judged as Adversarial Taboo (the default) gave a traceback from
+    """Spag's Kuhn poker episodes judged as Adversarial Taboo (the default) gave a traceback from
     Parquet, and Taboo episodes under --game kuhn-poker were not judged as asked: both are refused."""
     from spag.game.episodes import write_episodes
     from spag.game.kuhn import KuhnPoker
@@ -1813,7 +1813,7 @@ def test_the_judge_refuses_episodes_of_another_game_naming_the_record(tmp_path, 
 
 
 def test_play_names_the_line_of_a_bad_deal_before_loading_a_model(files, tmp_path):
-    """L2: a bad deal in `spag play --words` was found by the first game, after the models loaded."""
+    """A bad deal in `spag play --words` was found by the first game, after the models loaded."""
     deals = tmp_path / "deals.txt"
     deals.write_text("K-Q\n# a comment\nK-K\n")
     result = run_cli(

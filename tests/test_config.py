@@ -573,11 +573,11 @@ def test_the_long_laptop_preset_restores_the_whole_evaluation_on_the_default():
     assert long.model_dump(exclude={"evaluate"}) == default.model_dump(exclude={"evaluate"})
 
 
-# ------------------------------------------------------------------------------------------ issue 47
+# ------------------------------------------------------------- a command writes only after reading its inputs
 
 
 def test_config_show_writes_its_output_after_reading_every_input(tmp_path):
-    """H1: `spag config show params.yaml --override configs/kuhn-poker.yaml > params.yaml` emptied
+    """`spag config show params.yaml --override configs/kuhn-poker.yaml > params.yaml` emptied
     params.yaml before spag read it; -o writes once every input is read, in place when it is one of them."""
     params = tmp_path / "params.yaml"
     shutil.copy(ROOT / "params.yaml", params)
@@ -601,7 +601,7 @@ def test_config_show_writes_its_output_after_reading_every_input(tmp_path):
 
 
 def test_an_empty_params_or_override_file_is_refused(tmp_path):
-    """H1: an emptied params.yaml read as "all defaults" (50,000 words, grad_accum 8, ...), exit 0."""
+    """An emptied params.yaml read as "all defaults" (50,000 words, grad_accum 8, ...), exit 0."""
     empty = tmp_path / "params.yaml"
     empty.write_text("# nothing but a comment\n")
     with pytest.raises(ParamsError, match=rf"^{empty}: is empty: a params file sets at least one section"):
@@ -625,7 +625,7 @@ def _online(tmp_path, *lines) -> Path:
 
 
 def test_a_conflict_names_each_key_and_the_file_that_set_it(tmp_path):
-    """M6: online.words: 1 in an override (words_per_step 2 in params.yaml) was told as params.yaml's
+    """Online.words: 1 in an override (words_per_step 2 in params.yaml) was told as params.yaml's
     spag.warmup_ratio, and with warmup_ratio 0 accepted, to fail at train@N: no optimiser step."""
     params = tmp_path / "params.yaml"
     params.write_text((ROOT / "params.yaml").read_text().replace("  method: offline-po", "  method: online"))
@@ -648,7 +648,7 @@ def test_a_conflict_names_each_key_and_the_file_that_set_it(tmp_path):
 
 
 def test_every_problem_of_a_game_switched_by_an_override_is_listed(tmp_path):
-    """M6: `game.name: kuhn-poker` over the Taboo settings said "(and 5 more problems)" and listed none."""
+    """`game.name: kuhn-poker` over the Taboo settings said "(and 5 more problems)" and listed none."""
     override = _online(tmp_path, "game.name: kuhn-poker")
     with pytest.raises(ParamsError) as caught:
         load_settings(ROOT / "params.yaml", [override])
@@ -665,7 +665,7 @@ def test_every_problem_of_a_game_switched_by_an_override_is_listed(tmp_path):
 
 
 def test_a_training_step_of_no_epochs_is_refused():
-    """M6: 0 epochs gave a training stage no optimiser step, found only when it ran."""
+    """0 epochs gave a training stage no optimiser step, found only when it ran."""
     for section, key in (("imitate", "epochs"), ("spag", "epochs_per_iteration")):
         p = load("params.yaml")
         p[section][key] = 0
@@ -673,7 +673,7 @@ def test_a_training_step_of_no_epochs_is_refused():
 
 
 def test_config_check_names_an_unknown_benchmark_task(tmp_path):
-    """M2: `spag config check` called a file with an unknown benchmark task valid."""
+    """`spag config check` called a file with an unknown benchmark task valid."""
     params = tmp_path / "params.yaml"
     params.write_text(
         (ROOT / "params.yaml")

@@ -298,7 +298,7 @@ class CutPlayer(ScriptedPlayer):
 
 @pytest.mark.slow
 def test_a_run_whose_every_utterance_is_left_out_says_so(tiny, tmp_path, capsys):
-    """issue 47 L4: every utterance cut at max_new_tokens (so masked): the run trained on placeholder
+    """Every utterance cut at max_new_tokens (so masked): the run trained on placeholder
     tokens without a word. It still runs, but says in one line that nothing was learned, and why."""
     from spag.train.online import run_online
 
@@ -319,7 +319,7 @@ def test_a_run_whose_every_utterance_is_left_out_says_so(tiny, tmp_path, capsys)
     ]
     summary = json.loads((trained / "training_summary.json").read_text())
     assert summary["utterances"] == {"trained": 0, "empty": 0, "truncated": 5, "too_long": 0}
-    assert summary["episodes"] == str(tmp_path / "episodes")  # L3: where the games are
+    assert summary["episodes"] == str(tmp_path / "episodes")  # where the games are
 
 
 # ------------------------------------------------------------------------------ the live policy, resumed

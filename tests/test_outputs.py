@@ -1,6 +1,6 @@
 """Nothing is deleted that the tool did not write: output directories carry a marker and are checked.
 
-Each failure from issue 11 has a test named after it: `spag train -o DIR`, `spag base-model -o DIR` and
+Each failure found in review has a test named after it: `spag train -o DIR`, `spag base-model -o DIR` and
 `--checkpoint-dir` deleted a user's files without a word.
 """
 
@@ -96,7 +96,7 @@ def test_overwrite_replaces_only_a_previous_output_of_the_same_kind(tmp_path):
     assert output_kind(own) == "evaluate"
 
 
-# ----------------------------------------------------------------------- the failures of issue 11
+# ------------------------------------------------------------ what a command may replace, and what not
 
 
 def test_train_output_dir_with_user_files_is_refused_not_deleted(tiny, rows, tmp_path):

@@ -303,7 +303,7 @@ def test_without_a_gpu_any_process_count_runs_and_a_missing_launcher_is_named(gp
 
 
 def test_only_a_python_older_than_spags_code_runs_on_is_refused():
-    """issue 48: the locks are resolved for 3.11, the code runs on any newer Python (a GPU image's 3.12)."""
+    """The locks are resolved for 3.11, the code runs on any newer Python (a GPU image's 3.12)."""
     assert [preflight.python_problem(v) for v in ((3, 11), (3, 12), (3, 13))] == [None] * 3
     assert str(preflight.python_problem((3, 10))) == (
         "this machine: python: Python 3.10 is older than spag's code needs (3.11 or newer: hashlib.file_digest "
@@ -437,7 +437,7 @@ def test_the_memory_table_of_docs_gpu_md_is_the_estimate():
     assert table(shape) in (ROOT / "docs" / "gpu.md").read_text()
 
 
-# ------------------------------------------------------------------------------------------ issue 47
+# ------------------------------------------------------------------------- benchmark data without a network
 
 
 def offline(monkeypatch, tmp_path):
@@ -450,7 +450,7 @@ def offline(monkeypatch, tmp_path):
 def test_auto_suite_offline_is_the_local_suite_for_the_preflight_the_stage_and_the_command(
     tmp_path, monkeypatch
 ):
-    """M3: `suite: auto` (the default) offline was refused by the preflight, though `spag benchmark` runs
+    """`suite: auto` (the default) offline was refused by the preflight, though `spag benchmark` runs
     the local suite then; the benchmark_data stage took auto for paper."""
     import datasets.config
 
@@ -469,7 +469,7 @@ def test_auto_suite_offline_is_the_local_suite_for_the_preflight_the_stage_and_t
 
 
 def test_an_unknown_benchmark_task_offline_is_one_line(tmp_path, monkeypatch):
-    """M2: an unknown task in the offline preflight raised BenchmarkError with a traceback."""
+    """An unknown task in the offline preflight raised BenchmarkError with a traceback."""
     offline(monkeypatch, tmp_path)
     problem = preflight.benchmark_data_problem(
         "evaluate.benchmark.suite", "paper", ["arc_easy", "no_such_task"]
@@ -478,7 +478,7 @@ def test_an_unknown_benchmark_task_offline_is_one_line(tmp_path, monkeypatch):
 
 
 def test_a_model_folder_without_tokenizer_files_is_named(tmp_path):
-    """M5: a model folder without tokenizer files got transformers' advice to install sentencepiece,
+    """A model folder without tokenizer files got transformers' advice to install sentencepiece,
     naming neither the option nor the folder; the preflight checked only config.json."""
     from spag.models.loading import check_model, load_tokenizer
     from spag.runtime.errors import DataError
@@ -500,7 +500,7 @@ def test_a_model_folder_without_tokenizer_files_is_named(tmp_path):
 
 
 def test_a_cache_that_is_a_file_is_named_with_spag_cache(tmp_path, monkeypatch):
-    """L10: SPAG_CACHE pointing at a file said only "File exists"."""
+    """SPAG_CACHE pointing at a file said only "File exists"."""
     from spag.evaluate.benchmark_data import DATASETS
     from spag.runtime.artifacts import fetch_artifact
     from spag.runtime.errors import ArtifactError

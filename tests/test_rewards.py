@@ -513,7 +513,7 @@ def test_a_truncated_or_empty_winning_utterance_does_not_become_a_row():
 
 
 def test_a_game_whose_every_row_was_cut_is_counted_apart_from_ties_and_fouls():
-    """issue 47 L5: such a game was counted among those that "gave no rows (tie/foul)"."""
+    """Such a game was counted among those that "gave no rows (tie/foul)"."""
     episode = _cut(DEFENDER_WIN_2, turns=[1, 3])
     rows, stats = imitation_rows([episode, TIE])
     assert rows == [] and stats.used == 0 and stats.dropped_truncated == 2

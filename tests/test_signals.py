@@ -253,7 +253,7 @@ run_stage(words, sys.argv[1], [])
 
 
 def test_a_pipeline_stage_stopped_by_sigterm_says_so_in_one_line(tmp_path):
-    """issue 47 M2: a stage script died silently on SIGTERM (or with a traceback inside a resumable output),
+    """A stage script died silently on SIGTERM (or with a traceback inside a resumable output),
     where the `spag` command says one line and exits 143."""
     (tmp_path / "params.yaml").write_bytes((ROOT / "params.yaml").read_bytes())
     done = subprocess.run(

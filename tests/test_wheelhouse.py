@@ -153,7 +153,7 @@ def test_a_requirements_file_the_script_did_not_write_is_kept(tmp_path, capsys):
 
 @pytest.mark.parametrize("case", ["a file", "fifo", "device", "corrupt wheel", "no metadata"])
 def test_bad_input_is_one_line_and_never_a_hang(tmp_path, capsys, case):
-    """M13: a corrupt wheel, a wheel without METADATA, DIR a file, --freeze /dev/zero or a FIFO ended in a
+    """A corrupt wheel, a wheel without METADATA, DIR a file, --freeze /dev/zero or a FIFO ended in a
     traceback, a memory blow-up or a hang."""
     import os
 
