@@ -99,10 +99,10 @@ def bf16_by_default(device: str) -> bool:
 
     On a CPU, even one with native bfloat16, the default is float32. At laptop scale a SPAG epoch moves most
     weights by less than bfloat16's resolution, so a trained model cast to bfloat16 for play and evaluation is
-    mostly the model it started from: measured on the default run, 2026-11-24 (docs/experiments.md). Float32 on
-    every CPU also gives an AVX2 machine and an AVX-512 machine the same computation. bfloat16 stays a choice
-    (``dtype: bfloat16``, ``bf16: true``): emulated without AVX512-BF16 or AMX, about 9x slower than float32
-    on a 2-core AVX2 machine; with AMX about 1.7x faster. Which of them a CPU has is in ``provenance``.
+    mostly the model it started from (docs/experiments.md). Float32 on every CPU also gives an AVX2 machine and
+    an AVX-512 machine the same computation. bfloat16 stays a choice (``dtype: bfloat16``, ``bf16: true``): it
+    is emulated, and much slower than float32, without AVX512-BF16 or AMX, and faster with AMX. Which of them
+    a CPU has is in ``provenance``.
     """
     import torch
 

@@ -4,9 +4,9 @@ PyTorch has no caching allocator on CPU: every tensor comes from malloc, and gli
 blocks with fresh ``mmap`` pages and gives freed memory back to the kernel (``munmap``, or trimming the
 top of the heap). The batched engine allocates and frees blocks of megabytes all the time (a group of
 prompts' activations, the decoding buffers, the stored prompt keys/values), so each block's pages were
-faulted in and zeroed by the kernel again. On the 2-core CPU of ``bench/play.py`` a batched run took
-3.4-3.6 million minor page faults and 10.6-10.9 s of system time; with the two thresholds below 0.89
-million and 3.0 s, and the run 6-9% shorter (the same games), its peak memory unchanged (4.0 GB).
+faulted in and zeroed by the kernel again. Keeping them cuts the page faults and the system time of a
+batched run by about three quarters, the same games, the peak memory unchanged (``bench/play.py``; the
+figures are in docs/benchmarks.md).
 
 The settings are glibc's documented ``mallopt`` parameters, set once per process: blocks up to 32 MiB
 (the largest value every glibc accepts) come from the heap, where freed ones are reused, and up to

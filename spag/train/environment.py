@@ -34,7 +34,7 @@ def environment_ninja_first() -> None:
     environment is activated, and a machine often has another one. Versions of ninja record a build's
     command differently, so each change of ninja counts as a new command and rebuilds every op: a process
     started with ``.venv/bin/python`` and one under an activated environment (``dvc repro``, ``torchrun``)
-    compiled cpu_adam and the shared-memory op again by turns, 80 to 90 s each time on 2 cores.
+    would compile cpu_adam and the shared-memory op again by turns, a minute or more each time.
     """
     folder = Path(sys.executable).parent
     if (folder / "ninja").is_file():
@@ -48,7 +48,7 @@ def cpu_info_read_once() -> None:
 
     DeepSpeed asks py-cpuinfo about the CPU each time it loads an op (its architecture, its SIMD width, and
     the CPU Adam once more: five times in a ZeRO-3 process on a CPU), and py-cpuinfo answers by starting
-    a new Python process, about a second of CPU each: 120 of them in the test suite. The CPU does not
+    a new Python process, about a second of CPU each time. The CPU does not
     change while a process runs; each caller gets its own copy of the answer."""
     import cpuinfo
 

@@ -112,9 +112,9 @@ class PackedWeights:
 def weight_first(model, packs: PackedWeights | None = None) -> Iterator[None]:
     """Route the model's plain ``nn.Linear`` layers through :func:`weight_first_linear` meanwhile.
 
-    On a 2-core AVX2 CPU in float32, SmolLM2's linear layers took 1.5x longer as ``x @ Wᵀ`` (what
-    ``nn.Linear`` asks of MKL) than as ``W @ xᵀ`` for 32 rows (one decoding step of a batch of 32); for
-    one row both are the same matrix-vector product. Where ``packs`` holds packed copies of the weights
+    On a CPU in float32 a small model's linear layers run slower as ``x @ Wᵀ`` (what ``nn.Linear`` asks of
+    MKL) than as ``W @ xᵀ`` for a decoding step's few rows (``bench/play.py`` measures it); for one row both
+    are the same matrix-vector product. Where ``packs`` holds packed copies of the weights
     (:class:`PackedWeights`), oneDNN's product over them is faster still for the largest layers on a
     decoding step and for every layer over a prompt's rows (:func:`weight_first_linear` says which rows
     take which product). Layers that already carry their own ``forward`` (hooks of accelerate, adapters)
