@@ -244,7 +244,7 @@ def test_a_seed_past_what_an_episode_file_holds_is_refused_before_any_work(tmp_p
 
 
 def test_config_check_names_a_launcher_that_is_not_installed(tmp_path):
-    """M3 (fourth attack): `spag.launcher: nosuchprog` was called valid, though docs/reliability.md says the
+    """`spag.launcher: nosuchprog` was called valid, though docs/reliability.md says the
     check reads the launcher's program."""
     p = load("params.yaml")
     p["spag"]["launcher"] = "nosuchprog --nproc_per_node 2"

@@ -373,7 +373,7 @@ def test_hf_backend_is_deterministic_with_a_seed(tiny, tmp_path):
 def test_a_games_replies_do_not_depend_on_the_batch_it_is_played_in(tiny):
     """A game depends on its word and seeds, not on the games beside it: in float32 the same words give
     the same games played two at a time, with refills, or all at once (the default's stages at batch 64
-    played the same games too: docs/benchmarks.md, 2026-11-28)."""
+    played the same games too: docs/log/benchmarks.md, 2026-11-28)."""
     words = ["apple", "river", "cloud", "horse", "table"]
     by_size = {
         size: run_games(

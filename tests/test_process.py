@@ -257,7 +257,7 @@ def group_exits(tmp_path: Path, mode: str, runs: int) -> list[int]:
 
 @pytest.mark.slow
 def test_launched_processes_that_leave_their_group_exit_cleanly(tmp_path):
-    """Without leaving, about every second pair aborted at exit (docs/benchmarks.md); six pairs in a row that
+    """Without leaving, about every second pair aborted at exit (docs/reliability.md); six pairs in a row that
     all end cleanly would happen about once in 64 tries by chance."""
     assert group_exits(tmp_path, "leave", 6) == [0] * 6
 
