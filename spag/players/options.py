@@ -43,6 +43,12 @@ class HFOptions(LocalModelOptions):
         None, "hf backend: replies decoded together (null: every prompt of a call).", ge=1
     )
     prefill_tokens: int = knob(4096, "hf backend: prompt tokens encoded in one forward pass.", ge=1)
+    sampler: Literal["auto", "per-row", "counter"] = knob(
+        "auto",
+        "hf backend: how rows are sampled, each with its own seed: per-row (a generator per row), counter "
+        "(every row in one call, noise hashed from the seed, the step and the token: no host sync) or auto "
+        "(counter on a GPU, per-row on a CPU). The two draw different episodes from the same seed.",
+    )
     prefix_cache_gb: float = knob(
         2.0, "hf backend: memory kept for prompt keys/values reused between calls (0: none kept).", ge=0
     )

@@ -21,7 +21,7 @@ from spag.players.hf.attention import DECODE_ATTENTION, register_decode_attentio
 from spag.players.hf.compat import fallback_reason, tell_fallback
 from spag.players.hf.linear import PackedWeights, weight_first
 from spag.players.hf.prefix_store import MIN_PREFIX, Entry, KVStore, buffer_layer_class, common_length
-from spag.players.hf.sampling import Sampler
+from spag.players.hf.sampling import make_sampler
 from spag.players.options import HFOptions
 from spag.runtime.errors import PlayerError
 
@@ -105,6 +105,7 @@ class HFPlayer:
         self.name = name or str(getattr(model, "name_or_path", "") or type(model).__name__)
         self.max_batch = options.max_batch
         self.prefill_tokens = options.prefill_tokens
+        self.sampler = options.sampler
         self.max_prompt_tokens = options.max_prompt_tokens
         self.fallback_reason = fallback_reason(model.config)  # None: the fast path serves the model here
         self.fast = self.fallback_reason is None
@@ -516,7 +517,8 @@ class HFPlayer:
     def _generate_fast(self, encoded, seeds, *, temperature, top_k, max_new_tokens, min_new_tokens, stop):
         plan = self._plan(encoded)
         layers, attention, logits = self._prefill(plan, max_new_tokens)
-        sampler = Sampler([seeds[i] for i in plan.order], temperature, top_k, self.device, self._end_ids)
+        order = [seeds[i] for i in plan.order]
+        sampler = make_sampler(self.sampler, order, temperature, top_k, self.device, self._end_ids)
         generated, finish = self._decode(
             plan,
             layers,
@@ -646,10 +648,9 @@ class HFPlayer:
         with shared_slots(plan.shared):
             for step in range(max_new_tokens):
                 tokens = sampler.sample(logits, active, suppress_end=step < min_new_tokens)
-                for b, r in enumerate(active):
+                for r, token in zip(active, tokens.tolist()):  # one copy to the host per step
                     if finish[r] is not None:
                         continue
-                    token = int(tokens[b])
                     if token in sampler.end_ids:
                         finish[r] = FINISH_STOP
                         continue

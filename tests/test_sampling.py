@@ -1,0 +1,131 @@
+"""The hf backend's samplers: each row's draw depends on its own seed and step, never on its batch-mates; the
+counter-based sampler draws every row in one call from the distribution the per-row sampler draws from; and a
+player decoding with it keeps its seeds, its batch independence and its stop strings."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from spag.players import close_player, load_player
+from spag.players.hf.sampling import COUNTER, PER_ROW, CounterSampler, Sampler, counter_uniform, sampler_for
+from spag.testing import make_tiny_checkpoint
+
+SAMPLERS = [Sampler, CounterSampler]
+
+
+def draws(kind, seeds, logits, steps, rows=None, top_k=0, temperature=1.0):
+    """``steps`` draws of every row (``rows``: which of ``seeds`` are in the batch, in that order)."""
+    rows = list(range(len(seeds))) if rows is None else rows
+    sampler = kind(seeds, temperature, top_k, "cpu", end_ids=[0])
+    return [sampler.sample(logits[rows], rows, suppress_end=False).tolist() for _ in range(steps)]
+
+
+@pytest.mark.parametrize("kind", SAMPLERS)
+def test_a_seed_gives_the_same_tokens_and_another_seed_others(kind):
+    logits = torch.zeros(4, 50)
+    first, again = draws(kind, [1, 2, 3, 4], logits, 20), draws(kind, [1, 2, 3, 4], logits, 20)
+    assert first == again
+    assert draws(kind, [5, 6, 7, 8], logits, 20) != first
+    assert len({tuple(step[0] for step in first), tuple(step[1] for step in first)}) == 2  # rows differ
+
+
+@pytest.mark.parametrize("kind", SAMPLERS)
+def test_a_rows_tokens_do_not_depend_on_its_batch_mates(kind):
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 40, generator=generator)
+    together = draws(kind, [11, 12, 13, 14, 15], logits, 12)
+    for row in range(5):
+        alone = draws(kind, [11, 12, 13, 14, 15], logits, 12, rows=[row])
+        assert [step[0] for step in alone] == [step[row] for step in together]
+    # the batch in another order, and a smaller batch: each row still draws its own tokens
+    reordered = draws(kind, [11, 12, 13, 14, 15], logits, 12, rows=[4, 2, 0])
+    assert [[s[0], s[1], s[2]] for s in reordered] == [[s[4], s[2], s[0]] for s in together]
+
+
+def test_the_counter_sampler_draws_the_softmax_distribution():
+    """20,000 rows of one call, each with its own seed, against softmax(logits / T) over 6 tokens, with and
+    without top-k: the chi-square statistic is within the 99.9% point of its distribution."""
+    logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -3.0]])
+    n = 20_000
+    for temperature, top_k in ((1.0, 0), (0.7, 0), (1.0, 3)):
+        sampler = CounterSampler(list(range(n)), temperature, top_k, "cpu", end_ids=[])
+        picks = sampler.sample(logits.expand(n, -1), list(range(n)), suppress_end=False)
+        expected_logits = logits[0] / temperature
+        if top_k:
+            expected_logits[top_k:] = -math.inf
+        expected = expected_logits.softmax(-1) * n
+        counts = torch.bincount(picks, minlength=6).double()
+        kept = expected > 0
+        assert (counts[~kept] == 0).all()  # never outside the top k
+        chi2 = (((counts - expected) ** 2)[kept] / expected[kept]).sum().item()
+        assert chi2 < 25.0, (temperature, top_k, counts.tolist(), expected.tolist())  # 99.9%: 20.5 (5 dof)
+
+
+def test_the_counter_sampler_moves_on_each_step_and_is_greedy_at_temperature_0():
+    logits = torch.zeros(1, 1000)
+    tokens = [step[0] for step in draws(CounterSampler, [3], logits, 50)]
+    assert len(set(tokens)) > 40  # a fresh draw each step, not the same one again
+    peaked = torch.randn(3, 30, generator=torch.Generator().manual_seed(1))
+    greedy = draws(CounterSampler, [1, 2, 3], peaked, 3, temperature=0.0)
+    assert greedy == [peaked.argmax(-1).tolist()] * 3
+
+
+def test_the_noise_is_uniform_and_a_function_of_seed_step_and_token_only():
+    seeds, steps = torch.tensor([[7], [7], [8]]), torch.tensor([[0], [1], [0]])
+    tokens = torch.arange(100_000)[None]
+    u = counter_uniform(seeds, steps, tokens)
+    assert u.shape == (3, 100_000) and 0 < u.min() and u.max() < 1
+    assert abs(u.mean().item() - 0.5) < 0.005 and abs(u.var().item() - 1 / 12) < 0.002
+    assert not torch.equal(u[0], u[1]) and not torch.equal(u[0], u[2])
+    assert torch.equal(u[0, 500:600], counter_uniform(seeds[:1], steps[:1], tokens[:, 500:600])[0])
+
+
+def test_auto_is_the_counter_sampler_on_a_gpu_and_per_row_on_a_cpu():
+    assert sampler_for("auto", "cuda:0") == COUNTER and sampler_for("auto", "cpu") == PER_ROW
+    assert sampler_for(COUNTER, "cpu") == COUNTER and sampler_for(PER_ROW, "cuda") == PER_ROW
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return str(make_tiny_checkpoint(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.mark.parametrize("sampler", [PER_ROW, COUNTER])
+def test_a_player_keeps_its_seeds_and_batch_independence_with_either_sampler(tiny, sampler):
+    player = load_player(tiny, "hf", dtype="float32", device="cpu", sampler=sampler)
+    try:
+        prompts = ["The cat", "A river runs", "Seven", "Hello there, friend"]
+        kwargs = dict(temperature=1.0, max_new_tokens=12)
+        together = player.generate(prompts, seed=[1, 2, 3, 4], **kwargs)
+        assert [r.text for r in player.generate(prompts, seed=[1, 2, 3, 4], **kwargs)] == [
+            r.text for r in together
+        ]
+        for i, prompt in enumerate(prompts):
+            alone = player.generate([prompt], seed=[i + 1], **kwargs)[0]
+            assert alone.text == together[i].text and alone.n_tokens == together[i].n_tokens
+        reply = together[0].text
+        assert len(reply) > 3  # a random model's 12 tokens
+        stop = reply[2:4]  # a stop string taken from the reply ends it there
+        cut = player.generate(prompts[:1], seed=[1], stop=[stop], **kwargs)[0]
+        assert stop not in cut.text and reply.startswith(cut.text)
+    finally:
+        close_player(player)
+
+
+def test_the_two_samplers_draw_different_episodes_from_one_seed(tiny):
+    texts = {}
+    for sampler in (PER_ROW, COUNTER):
+        player = load_player(tiny, "hf", dtype="float32", device="cpu", sampler=sampler)
+        try:
+            texts[sampler] = [
+                r.text
+                for r in player.generate(
+                    ["The cat"] * 4, seed=[1, 2, 3, 4], max_new_tokens=12, temperature=1.0
+                )
+            ]
+        finally:
+            close_player(player)
+    assert texts[PER_ROW] != texts[COUNTER]
