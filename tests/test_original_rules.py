@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from spag.game.taboo.card import ORIGINAL, WHOLE_WORD
 from spag.game.taboo.original import original_forms, plural
-from spag.game.taboo.rules import ORIGINAL, WHOLE_WORD, judge
+from spag.game.taboo.rules import judge
 
 SEED_WORDS = (
     Path(__file__).resolve().parents[2] / "shared" / "seed-data" / "all_target_words.txt"

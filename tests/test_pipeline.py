@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from spag.config import load_settings
+from spag.pipeline.dvcyaml import render
 from spag.testing import make_tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +51,8 @@ def make_project(work: Path, params: dict) -> dict:
     # The stages depend on the spag/ code they run (the stages themselves import the installed spag).
     shutil.copytree(ROOT / "spag", work / "spag", ignore=shutil.ignore_patterns("__pycache__"))
     (work / "params.yaml").write_text(yaml.safe_dump(params))
+    # dvc.yaml for these params' backends, as `spag config show -o params.yaml` rewrites it
+    (work / "dvc.yaml").write_text(render(load_settings(work / "params.yaml")))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     run(["git", "init", "-q"], work, env)
     run(["dvc", "init", "-q"], work, env)

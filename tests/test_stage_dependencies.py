@@ -5,6 +5,7 @@ choose are nobody's dependency."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import networkx as nx
@@ -12,6 +13,7 @@ import pytest
 import yaml
 from dvc.repo import Repo
 
+from spag.config import load_settings
 from spag.pipeline.dvcyaml import missing_dependencies, project_settings, render, stage_files
 from spag.pipeline.table import STAGES
 
@@ -129,3 +131,30 @@ def test_a_stage_depends_on_fewer_files_than_the_code_base():
     every = len(list((ROOT / "spag").rglob("*.py")))
     assert counts["words"] <= 25 and counts["base_model"] <= 25 and counts["benchmark_data"] <= 35, counts
     assert max(counts.values()) < every * 0.7, (counts, every)
+
+
+def test_config_show_into_params_yaml_rewrites_spags_dvc_yaml_for_its_backends(tmp_path):
+    """The documented way to use a preset, `spag config show ... -o params.yaml && dvc repro`, keeps dvc.yaml
+    current: the GPU presets' teacher plays on the openai backend, so teacher_play depends on it there."""
+    from spag.testing import run_cli
+
+    shutil.copy(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
+    done = run_cli(
+        "config",
+        "show",
+        ROOT / "configs" / "paper.yaml",
+        "--override",
+        ROOT / "configs" / "paper-toy.yaml",
+        "-o",
+        tmp_path / "params.yaml",
+    )
+    assert done.code == 0, done.stderr
+    assert "dvc.yaml rewritten for its backends" in done.stderr + done.stdout
+    written = yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]
+    assert "spag/players/openai.py" in written["teacher_play"]["deps"]
+    assert missing_dependencies(tmp_path, "teacher_play", load_settings(tmp_path / "params.yaml")) == []
+    # a dvc.yaml spag did not write is left alone
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "dvc.yaml").write_text("stages: {}\n")
+    done = run_cli("config", "show", ROOT / "configs" / "paper.yaml", "-o", tmp_path / "mine" / "params.yaml")
+    assert done.code == 0 and (tmp_path / "mine" / "dvc.yaml").read_text() == "stages: {}\n"

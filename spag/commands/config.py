@@ -10,6 +10,7 @@ import typer
 
 from spag.config import Settings, load_settings, to_yaml
 from spag.evaluate.benchmark import check_tasks
+from spag.pipeline.dvcyaml import HEADER, render
 from spag.pipeline.preflight import launcher_problems
 from spag.runtime.console import error, summary
 from spag.runtime.errors import BenchmarkError, ParamsError
@@ -35,6 +36,23 @@ def _check_launchers(settings: Settings, file: Path) -> None:
         )
         if problems:
             raise ParamsError(file, f"{section}.launcher", problems[0].message)
+
+
+def _rewrite_pipeline(root: Path, settings: Settings) -> bool:
+    """Rewrite ``root/dvc.yaml`` (only one spag wrote, by its header) where these settings' backends change
+    the stages' dependencies (:mod:`spag.pipeline.dvcyaml`); True if it was rewritten."""
+    path = root / "dvc.yaml"
+    try:
+        current = path.read_text(encoding="utf-8")
+    except OSError:
+        return False
+    if not current.startswith(HEADER):
+        return False
+    text = render(settings)
+    if text == current:
+        return False
+    write_text_atomic(path, text, replace="any")  # spag's own file (its header)
+    return True
 
 
 def register(app: typer.Typer) -> None:
@@ -118,4 +136,6 @@ def register(app: typer.Typer) -> None:
             sys.stdout.write(text)
         shown = f"settings of {file}" if file is not None else "the schema's defaults"
         written = f" -> {output}" if output is not None else ""
+        if output is not None and output.name == "params.yaml" and _rewrite_pipeline(output.parent, settings):
+            written += f", {output.parent / 'dvc.yaml'} rewritten for its backends"
         summary("config show", shown + "".join(f", {path} applied" for path in override or ()) + written)
