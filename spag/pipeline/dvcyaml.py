@@ -194,19 +194,22 @@ def project_settings():
 
 def missing_dependencies(root: Path, name: str, settings) -> list[str]:
     """The files stage ``name`` runs with ``settings`` that ``root/dvc.yaml`` does not list among its deps (a
-    backend the params chose after dvc.yaml was written); [] where there is no dvc.yaml (a stage run outside
-    DVC) or no entry for the stage."""
+    backend the params chose after dvc.yaml was written); [] where the stage plays on hf alone (every
+    dvc.yaml lists it), where there is no dvc.yaml (a stage run outside DVC) or no entry for the stage."""
+    stage = next(s for s in STAGES if s.name == name)
     path = root / "dvc.yaml"
-    if not path.exists():
+    if stage_backends(stage, settings) == {"hf"} or not path.exists():
         return []
     try:
-        entry = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stages", {}).get(name)
+        loaded = yaml.load(
+            path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        )
     except yaml.YAMLError:
         return []
+    entry = ((loaded or {}).get("stages") or {}).get(name)
     if not isinstance(entry, dict):
         return []
     listed = set((entry.get("do", entry) or {}).get("deps") or ())
-    stage = next(s for s in STAGES if s.name == name)
     return [f for f in stage_files(stage, settings) if f not in listed]
 
 
