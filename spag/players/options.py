@@ -18,6 +18,10 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 OPENAI_APIS = ("chat", "completions")
 
 
+# How the hf backend samples each row (spag.players.hf.sampling): "auto" picks one by the device.
+SAMPLERS = ("auto", "per-row", "counter")
+
+
 class LocalModelOptions(Section):
     """What the backends that run a model in this process share (hf, vllm)."""
 
@@ -43,7 +47,7 @@ class HFOptions(LocalModelOptions):
         None, "hf backend: replies decoded together (null: every prompt of a call).", ge=1
     )
     prefill_tokens: int = knob(4096, "hf backend: prompt tokens encoded in one forward pass.", ge=1)
-    sampler: Literal["auto", "per-row", "counter"] = knob(
+    sampler: Literal[SAMPLERS] = knob(
         "auto",
         "hf backend: how rows are sampled, each with its own seed: per-row (a generator per row), counter "
         "(every row in one call, noise hashed from the seed, the step and the token: no host sync) or auto "

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 
-PER_ROW, COUNTER = "per-row", "counter"
-SAMPLERS = ("auto", PER_ROW, COUNTER)
+from spag.players.options import SAMPLERS
+
+AUTO, PER_ROW, COUNTER = SAMPLERS
 
 # splitmix64's constants, as signed 64-bit integers (torch's int64 arithmetic wraps around).
 _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
@@ -25,7 +26,7 @@ _MIX2 = 0x94D049BB133111EB - (1 << 64)
 
 def sampler_for(choice: str, device) -> str:
     """The sampler ``choice`` names (``auto``: counter on a GPU, per-row elsewhere)."""
-    if choice == "auto":
+    if choice == AUTO:
         return COUNTER if str(device).startswith("cuda") else PER_ROW
     return choice
 
@@ -35,15 +36,37 @@ def make_sampler(choice: str, seeds, temperature: float, top_k: int, device, end
     return kind(seeds, temperature, top_k, device, end_ids)
 
 
-class Sampler:
-    """Temperature / top-k sampling with one seeded generator per row (greedy at temperature 0)."""
+class _RowSampler:
+    """What both samplers share: the settings, the end-of-turn ids, and the logits made ready for a draw
+    (float32, the end of turn suppressed before the minimum length, divided by the temperature)."""
 
-    def __init__(self, seeds, temperature: float, top_k: int, device, end_ids: list[int]):
+    def __init__(self, temperature: float, top_k: int, device, end_ids: list[int]):
         import torch
 
         self.temperature, self.top_k = temperature, top_k
         self.end_ids = set(end_ids)
         self._end_index = torch.tensor(end_ids, device=device, dtype=torch.long)
+
+    def _ready(self, logits, suppress_end: bool):
+        logits = logits.float()
+        if suppress_end and len(self._end_index):
+            logits = logits.index_fill(1, self._end_index, float("-inf"))
+        return logits
+
+    def _top_k(self, logits):
+        """(values, indices) of the top k logits of each row, or (logits, None) where top-k keeps them all."""
+        if self.top_k and self.top_k < logits.shape[-1]:
+            return logits.topk(self.top_k, dim=-1)
+        return logits, None
+
+
+class Sampler(_RowSampler):
+    """Temperature / top-k sampling with one seeded generator per row (greedy at temperature 0)."""
+
+    def __init__(self, seeds, temperature: float, top_k: int, device, end_ids: list[int]):
+        import torch
+
+        super().__init__(temperature, top_k, device, end_ids)
         self._generators = []
         for s in seeds:
             g = torch.Generator(device=device)
@@ -56,16 +79,10 @@ class Sampler:
     def sample(self, logits, rows: list[int], suppress_end: bool):
         import torch
 
-        logits = logits.float()
-        if suppress_end and len(self._end_index):
-            logits = logits.index_fill(1, self._end_index, float("-inf"))
+        logits = self._ready(logits, suppress_end)
         if self.temperature <= 0:
             return logits.argmax(dim=-1)
-        logits = logits / self.temperature
-        if self.top_k and self.top_k < logits.shape[-1]:
-            values, indices = logits.topk(self.top_k, dim=-1)
-        else:
-            values, indices = logits, None
+        values, indices = self._top_k(logits / self.temperature)
         probs = values.softmax(dim=-1)
         picks = torch.stack(
             [torch.multinomial(probs[b], 1, generator=self._generators[r])[0] for b, r in enumerate(rows)]
@@ -95,16 +112,14 @@ def counter_uniform(seeds, steps, tokens):
     return (bits.to(torch.float64) + 0.5) / float(1 << 53)
 
 
-class CounterSampler:
+class CounterSampler(_RowSampler):
     """Temperature / top-k sampling of every row in one call (Gumbel-max), with counter-based noise: a row's
     draw at its n-th step depends on its seed, n, the logits and nothing else (greedy at temperature 0)."""
 
     def __init__(self, seeds, temperature: float, top_k: int, device, end_ids: list[int]):
         import torch
 
-        self.temperature, self.top_k = temperature, top_k
-        self.end_ids = set(end_ids)
-        self._end_index = torch.tensor(end_ids, device=device, dtype=torch.long)
+        super().__init__(temperature, top_k, device, end_ids)
         drawn = [int(s) if s is not None else int.from_bytes(os.urandom(7), "little") for s in seeds]
         self._seeds = torch.tensor(drawn, dtype=torch.long, device=device)
         self._steps = torch.zeros(len(drawn), dtype=torch.long, device=device)
@@ -120,17 +135,13 @@ class CounterSampler:
     def sample(self, logits, rows: list[int], suppress_end: bool):
         import torch
 
-        logits = logits.float()
-        if suppress_end and len(self._end_index):
-            logits = logits.index_fill(1, self._end_index, float("-inf"))
+        logits = self._ready(logits, suppress_end)
         if self.temperature <= 0:
             return logits.argmax(dim=-1)
         index = self._index(rows)
-        logits = logits / self.temperature
-        if self.top_k and self.top_k < logits.shape[-1]:
-            values, tokens = logits.topk(self.top_k, dim=-1)
-        else:
-            values, tokens = logits, torch.arange(logits.shape[-1], device=logits.device)[None]
+        values, tokens = self._top_k(logits / self.temperature)
+        if tokens is None:
+            tokens = torch.arange(logits.shape[-1], device=logits.device)[None]
         noise = counter_uniform(self._seeds[index][:, None], self._steps[index][:, None], tokens)
         gumbel = -torch.log(-torch.log(noise))
         picks = (values.double() + gumbel).argmax(dim=-1)
