@@ -725,5 +725,8 @@ def test_every_game_card_says_what_its_game_class_does():
             game.skill is not None,
         )
         assert card.baselines == (tuple(game.skill.baselines) if game.skill is not None else ())
+    from spag.game.kuhn import TEACHERS
+
+    assert set(CARDS["kuhn-poker"].Strategies.model_fields) == set(TEACHERS)  # a knob per teacher's table
     kuhn = GAMES["kuhn-poker"]()
     assert TARGETS["kuhn-poker"](None) == kuhn.targets(None) == ["J-Q", "J-K", "Q-J", "Q-K", "K-J", "K-Q"]

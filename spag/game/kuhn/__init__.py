@@ -36,7 +36,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from spag.game.base import Game, History, Verdict
-from spag.game.kuhn.card import CARDS, DEALS, KUHN, TEACHER_NAMES, KuhnSettings, KuhnStrategies
+from spag.game.kuhn.card import CARDS, DEALS, KUHN, KuhnSettings, KuhnStrategies
 from spag.game.kuhn.card import targets as kuhn_targets
 from spag.players.base import Speaker, Turn
 
@@ -103,7 +103,7 @@ TEACHERS: dict[str, Strategy] = {"equilibrium": EQUILIBRIUM, "uniform": UNIFORM,
 
 def teacher_table(strategies: KuhnStrategies) -> Strategy | None:
     """The strategy table of the fixed strategy that is on, or None (the model plays)."""
-    return next((TEACHERS[name] for name in TEACHER_NAMES if getattr(strategies, name)), None)
+    return next((TEACHERS[name] for name in TEACHERS if getattr(strategies, name)), None)
 
 
 def cards(deal: str) -> tuple[str, str]:

@@ -13,7 +13,6 @@ from spag.schema import Section, knob
 
 CARDS = ("J", "Q", "K")  # in rank order
 DEALS = tuple(f"{a}-{b}" for a in CARDS for b in CARDS if a != b)
-TEACHER_NAMES = ("equilibrium", "uniform", "always_bet")  # KuhnStrategies' knobs; the tables: kuhn.TEACHERS
 
 
 class KuhnSettings(GameSettings):
@@ -49,7 +48,7 @@ class KuhnStrategies(Section):
 
     @model_validator(mode="after")
     def _one_teacher(self):
-        chosen = [name for name in TEACHER_NAMES if getattr(self, name)]
+        chosen = [name for name in type(self).model_fields if getattr(self, name)]
         if len(chosen) > 1:
             raise ValueError(f"{chosen[1]}: one fixed strategy at a time, and {chosen[0]} is on too")
         return self
