@@ -380,9 +380,14 @@ def run(design: dict, out: Path, only: list[str] | None, keep_models: bool) -> N
 # ------------------------------------------------------------------------------------------ summary
 
 
-def _probabilities(folder: Path, way: str) -> dict[str, float]:
-    """``{"player card history": probability of the aggressive action}`` of one way's rows."""
-    rows = [json.loads(line) for line in (folder / "strategy.jsonl").read_text().splitlines()]
+def _rows(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "strategy.jsonl").read_text().splitlines()]
+
+
+def _probabilities(folder: Path, way: str, rows: list[dict] | None = None) -> dict[str, float]:
+    """``{"player card history": probability of the aggressive action}`` of one way's rows (``rows``: the
+    folder's, read already)."""
+    rows = _rows(folder) if rows is None else rows
     return {
         f"{r['player']} {r['card']} {r['history'] or 'opening'}": r["probability"]
         for r in rows
@@ -508,10 +513,7 @@ def twin_of_cell(
     from spag.train.twin import TwinLoop, run_twin
 
     twin, criteria = design["twin"], design.get("criteria")
-    start_rows = [
-        json.loads(line)
-        for line in (out / "starts" / start / "metrics" / "start" / "strategy.jsonl").read_text().splitlines()
-    ]
+    start_rows = _rows(out / "starts" / start / "metrics" / "start")
     profile = {(r["card"], r["history"]): r["probability"] for r in start_rows if r["way"] == "exact"}
     rates = {"default": twin["learning_rate"]}
     if arm in twin.get("matched", {}):
@@ -643,7 +645,8 @@ def summarise(design: dict, out: Path, card_blind: bool = False, earlier: dict |
 
 def starts(design: dict, out: Path) -> dict:
     """Train every starting point of the design and read its exact strategy: ``{start: {"probabilities",
-    "figures", "rows", "seconds"}}``, where ``seconds`` is the training's (0 for a start trained before)."""
+    "figures", "rows", "seconds"}}``, where ``seconds`` is what this call spent on the start (its training
+    and reading; next to nothing for a start trained and read before)."""
     prepare_start(design, out, BASE)
     result = {}
     for start in design["starts"]:
@@ -655,9 +658,9 @@ def starts(design: dict, out: Path) -> dict:
                 folder,
                 read_strategy(start_checkpoint(root, start), root / "params.yaml", 0, design, played=False),
             )
-        rows = [json.loads(line) for line in (folder / "strategy.jsonl").read_text().splitlines()]
+        rows = _rows(folder)
         result[start] = {
-            "probabilities": _probabilities(folder, "exact"),
+            "probabilities": _probabilities(folder, "exact", rows),
             "figures": _figures(folder)["exact"],
             "rows": rows,
             "seconds": round(time.perf_counter() - began, 1),

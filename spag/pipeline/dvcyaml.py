@@ -164,7 +164,9 @@ def stage_backends(stage: Stage, settings) -> set[str]:
 def _followed(stage: Stage, module: str, imported: str, backends: set[str]) -> bool:
     if (module, imported) in NOT_RUN or stage.name not in ONLY_IN.get((module, imported), (stage.name,)):
         return False
-    return module != "spag.players" or BACKEND_MODULES.get(imported, "hf") in backends
+    if module == "spag.players" and imported in BACKEND_MODULES:  # load_player's import of a backend
+        return BACKEND_MODULES[imported] in backends
+    return True
 
 
 def stage_files(stage: Stage, settings=None) -> list[str]:
