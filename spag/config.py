@@ -31,7 +31,7 @@ from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, mode
 
 from spag.game.cards import CARDS, DEFAULT_GAME, game_card
 from spag.players.options import BACKEND_OPTIONS, HFOptions, OpenAIOptions, VLLMOptions
-from spag.runtime.errors import ParamsError
+from spag.runtime.errors import ParamsError, SettingError
 from spag.schema import DEVICE_PATTERN, SEED_MAX, CommandLine, PathStr, Section, knob, read_yaml, shown_url
 
 # The choices of settings, named once here: the code that acts on them (spag.train.losses,
@@ -67,16 +67,6 @@ LR_SCHEDULERS = (COSINE, LINEAR, WARMUP_DECAY, WARMUP_DECAY_DS013)
 # Online self-play, which the paper has not, takes SPAG's.
 PAPER_LEARNING_RATE = {"sft": 5e-6, "sft-kl": 5e-6, "offline-po": 2e-6, ONLINE: 2e-6}
 PAPER_KL_COEFF = {"sft": 0.0, "sft-kl": 0.1, "offline-po": 0.2, ONLINE: 0.2}
-
-
-class Conflict(ValueError):
-    """Settings that do not go together, raised by a validator that reads several keys: ``keys`` (dotted,
-    from the section that raises it), the one to change first, and the message. A loader names each key
-    with the file that set it (:func:`load_settings`)."""
-
-    def __init__(self, keys: Sequence[str], message: str):
-        self.keys, self.message = tuple(keys), message
-        super().__init__(f"{self.keys[0]}: {message}")
 
 
 # ------------------------------------------------------------------------------------------- sections
@@ -166,7 +156,7 @@ class Teacher(Sampling):
     @model_validator(mode="after")
     def _one_source(self):
         if self.episodes is not None and self.rows is not None:
-            raise Conflict(("episodes", "rows"), "give teacher.episodes or teacher.rows, not both")
+            raise SettingError(("episodes", "rows"), "give teacher.episodes or teacher.rows, not both")
         return self
 
 
@@ -233,7 +223,7 @@ class Reward(Section):
     @model_validator(mode="after")
     def _loser_paid_once(self):
         if self.payoff == CHIPS and self.loser_reward:
-            raise Conflict(
+            raise SettingError(
                 ("loser_reward", "payoff"),
                 "the loser's lines already pay its chips lost with payoff chips: set 0",
             )
@@ -309,7 +299,7 @@ class TrainKnobs(Section):
     @model_validator(mode="after")
     def _one_batch_order(self):
         if self.group_by_length and self.group_by_prompt:
-            raise Conflict(
+            raise SettingError(
                 ("group_by_length", "group_by_prompt"),
                 "each orders the batches its own way: set one of them false",
             )
@@ -386,7 +376,7 @@ class Spag(TrainStep):
             previous = self.epochs[key].previous
             if previous not in earlier:
                 shown = ", ".join(sorted(earlier)[:5]) + (" ..." if len(earlier) > 5 else "")
-                raise ValueError(f"epochs.{key}.previous: {previous!r} is not one of {shown}")
+                raise SettingError(f"epochs.{key}.previous", f"{previous!r} is not one of {shown}")
             earlier.add(f"epoch_{key}")
         return self
 
@@ -554,26 +544,26 @@ class Settings(Section):
             game.Strategies.model_validate(self.teacher.strategies)
         except ValidationError as exc:
             key, message = describe(exc.errors()[0], game.Strategies)
-            raise Conflict((f"teacher.strategies.{key}", "game.name"), message) from None
+            raise SettingError((f"teacher.strategies.{key}", "game.name"), message) from None
         if self.reward.payoff == CHIPS and not game.for_chips:
-            raise Conflict(
+            raise SettingError(
                 ("reward.payoff", "game.name"), f"the game {game.name} is not played for chips (use wins)"
             )
         e = self.evaluate
         if e.skill and not game.skill:
-            raise Conflict(
+            raise SettingError(
                 ("evaluate.skill", "game.name"),
                 f"the game {game.name} has no skill metrics (set false or null)",
             )
         offered = game.baselines
         unknown = [name for name in e.baselines or () if name not in offered]
         if unknown:
-            raise Conflict(
+            raise SettingError(
                 ("evaluate.baselines", "game.name"),
                 f"{unknown[0]!r} is not a baseline of {game.name} ({', '.join(offered) or 'it has none'})",
             )
         if e.vs_baseline and not (offered if e.baselines is None else e.baselines):
-            raise Conflict(
+            raise SettingError(
                 ("evaluate.vs_baseline", "evaluate.baselines"),
                 "needs at least one baseline in evaluate.baselines",
             )
@@ -593,14 +583,14 @@ class Settings(Section):
             return self
         steps = math.ceil(o.words // o.words_per_step * s.epochs_per_iteration)
         if steps == 0:
-            raise Conflict(
+            raise SettingError(
                 ("online.words", "online.words_per_step"),
                 f"{o.words} word(s) at online.words_per_step {o.words_per_step} give an online epoch no "
                 f"optimiser step: set online.words to at least {o.words_per_step}",
             )
         ratio = s.warmup_ratio
         if ratio and math.ceil(steps * ratio) >= steps:
-            raise Conflict(
+            raise SettingError(
                 ("spag.warmup_ratio", "online.words", "online.words_per_step", "spag.epochs_per_iteration"),
                 f"{ratio:g} warms up over all {steps} step(s) of an online epoch (online.words {o.words} "
                 f"/ online.words_per_step {o.words_per_step} x spag.epochs_per_iteration "
@@ -773,15 +763,12 @@ def describe(error: dict, model: type[BaseModel] = Settings) -> tuple[str, str]:
     if conflict is not None:
         return _key((*loc, *conflict.keys[0].split("."))), conflict.message
     message = str(error["msg"]).removeprefix("Value error, ")
-    if kind == "value_error" and ": " in message:  # a model validator naming its own key
-        inner, _, message = message.partition(": ")
-        return _key((*loc, inner)), message
     return _key(loc), f"{message[0].lower()}{message[1:]}, got {value}"
 
 
-def _conflict(error: dict) -> Conflict | None:
+def _conflict(error: dict) -> SettingError | None:
     found = (error.get("ctx") or {}).get("error")
-    return found if isinstance(found, Conflict) else None
+    return found if isinstance(found, SettingError) else None
 
 
 def involved_keys(error: dict) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ from typer._click.globals import get_current_context
 from spag.config import describe, load_settings
 from spag.game.registry import DEFAULT_GAME, GAME_CHOICES, GAMES
 from spag.runtime.console import error
-from spag.runtime.errors import ParamsError
+from spag.runtime.errors import ParamsError, SettingError
 from spag.runtime.outputs import claim_files, hold, release_held
 
 _UNSET_HELP = " Default: the game's."
@@ -249,9 +249,8 @@ def game_from(values: Mapping[str, Any], **fixed: Any):
     )
     try:
         return cls(settings)
-    except ValueError as exc:  # a setting the game refuses: a templates file that is not there
-        key, _, message = str(exc).partition(": ")
-        error(f"{flag(key)}: {message}")
+    except SettingError as exc:  # a setting the game refuses
+        error(f"{flag(exc.key)}: {exc.message}")
         raise typer.Exit(2) from None
 
 

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from spag.players.base import Player, Speaker
+from spag.runtime.errors import SettingError
 from spag.schema import Section, knob
 
 History = Sequence[Mapping[str, str]]
@@ -137,7 +138,7 @@ class Game(ABC):
     def __init__(self, settings: GameSettings | None = None):
         self.settings = settings if settings is not None else self.Settings()
         if self.settings.name != self.name:
-            raise ValueError(f"name: settings of {self.settings.name!r} given to the game {self.name!r}")
+            raise SettingError("name", f"settings of {self.settings.name!r} given to the game {self.name!r}")
 
     @property
     def max_turns(self) -> int:
@@ -229,7 +230,7 @@ class Game(ABC):
     def chips(self, target: str, history: History) -> dict[str, float]:
         """Each role's chips won (+) or lost (-) in a game played for chips (:attr:`for_chips`), judged from
         its first ``2 * max_turns`` utterances; zero-sum. A game that is not raises ValueError."""
-        raise ValueError(f"payoff: the game {self.name} is not played for chips")
+        raise SettingError("payoff", f"the game {self.name} is not played for chips")
 
     # ------------------------------------------------------------------------------------ training rows
 

@@ -57,6 +57,12 @@ class Declared:
         return self._get(str(key), self._value[key])
 
 
+def section_key(view: Declared) -> str:
+    """The dotted key of the section ``view`` shows (``"imitate"`` for ``settings.imitate``), for messages
+    that name its settings."""
+    return view._prefix.rstrip(".")
+
+
 def declared_params(stage: str, epoch: str | None = None) -> tuple[str, ...]:
     return tuple(key.format(epoch=epoch) for key in STAGE_PARAMS[stage])
 

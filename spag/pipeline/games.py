@@ -11,7 +11,7 @@ from spag.game.base import Game
 from spag.game.registry import make_game
 from spag.game.words import read_words, sample_targets
 from spag.pipeline.context import Declared
-from spag.runtime.errors import ParamsError
+from spag.runtime.errors import ParamsError, SettingError
 
 
 def stage_game(settings: Declared) -> Game:
@@ -19,9 +19,8 @@ def stage_game(settings: Declared) -> Game:
     a ParamsError naming its key."""
     try:
         return make_game(settings.game)
-    except ValueError as exc:
-        key, _, message = str(exc).partition(": ")
-        raise ParamsError("params.yaml", f"game.{key}", message) from None
+    except SettingError as exc:
+        raise ParamsError("params.yaml", f"game.{exc.key}", exc.message) from None
 
 
 def sample_words(path: Path, n: int, seed: str, game: Game) -> list[str]:

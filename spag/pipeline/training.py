@@ -7,7 +7,7 @@ from pathlib import Path
 
 from spag.config import TrainConfig, TrainKnobs, TrainStep
 from spag.models.devices import check_launch
-from spag.pipeline.context import Layout
+from spag.pipeline.context import Layout, section_key
 from spag.runtime.outputs import partial_path
 from spag.train.launch import launch
 from spag.train.trainer import run_training
@@ -24,7 +24,7 @@ def train_config(
     # The checkpoints live beside the output (DVC deletes the output before it re-runs the stage), so a
     # killed stage continues from its latest checkpoint; those of another run (changed settings, model or
     # rows: why DVC re-runs it) are dropped.
-    section = "imitate" if name == "imitate" else "spag"
+    section = section_key(step)
     check_launch(step.launcher, step.deepspeed, f"{section}.launcher", f"{section}.deepspeed")
     return TrainConfig(
         **knobs,

@@ -56,7 +56,7 @@ from spag.rewards.ready_made import ready_made_rows
 from spag.rewards.rows import SFT, check_output, episode_id, make_row, write_rows
 from spag.rewards.sft import load_sft
 from spag.runtime.console import progress
-from spag.runtime.errors import DataError, collect_or_raise
+from spag.runtime.errors import DataError, SettingError, collect_or_raise
 from spag.runtime.outputs import Replace
 from spag.runtime.records import read_records
 
@@ -339,7 +339,7 @@ def _game_rows(
     verdicts = [game.judge_episode(e) for e in progress(episodes, desc="judging", unit="ep", disable=None)]
     stats.outcomes.update(v.outcome for v in verdicts)
     if options.payoff == CHIPS and not game.for_chips:
-        raise ValueError(f"reward.payoff: the game {game.name} is not played for chips (use wins)")
+        raise SettingError("reward.payoff", f"the game {game.name} is not played for chips (use wins)")
     utterances = _utterances(episodes, verdicts, game, chips=options.payoff == CHIPS)
     moves = (
         _fair_moves(utterances) if moves == ALL_MOVES else _rewarded_moves(utterances, options, decayed, game)

@@ -6,6 +6,7 @@ Nothing here imports any other part of spag, so every layer can raise and catch 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 
 class DataError(ValueError):
@@ -34,6 +35,22 @@ def collect_or_raise(error: DataError, errors: list[DataError] | None) -> None:
     if errors is None:
         raise error
     errors.append(error)
+
+
+class SettingError(ValueError):
+    """A setting the code that reads it refuses: ``keys`` (dotted, from the settings it was given; the one
+    to change first leads) and the ``message``. The caller that knows where the settings came from names
+    them (:class:`ParamsError` with its file and section), so no caller parses the text."""
+
+    def __init__(self, keys: str | Sequence[str], message: str):
+        self.keys = (keys,) if isinstance(keys, str) else tuple(keys)
+        self.message = message
+        super().__init__(f"{self.keys[0]}: {message}")
+
+    @property
+    def key(self) -> str:
+        """The key to change first."""
+        return self.keys[0]
 
 
 class ParamsError(ValueError):

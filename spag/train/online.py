@@ -67,7 +67,7 @@ from spag.players.base import derive_seed
 from spag.players.hf import HFPlayer
 from spag.players.options import HFOptions
 from spag.players.vllm import VLLMPlayer, _cpu_node_memory, on_vllm_cpu
-from spag.runtime.errors import DataError
+from spag.runtime.errors import DataError, SettingError
 from spag.runtime.fingerprint import model_fingerprint
 from spag.train.bookkeeping import claimed_outputs
 from spag.train.callbacks import run_callbacks, show_postfix_progress
@@ -113,18 +113,19 @@ class OnlineGames:
 
     def __post_init__(self):
         if self.backend not in ("hf", "vllm"):
-            raise ValueError(
-                f"play.backend: online self-play plays with the policy it trains, on hf or vllm, "
-                f"not {self.backend!r}"
+            raise SettingError(
+                "play.backend",
+                f"online self-play plays with the policy it trains, on hf or vllm, not {self.backend!r}",
             )
         if self.reward.payoff == CHIPS and not self.play.game.for_chips:
-            raise ValueError(
-                f"reward.payoff: the game {self.play.game.name} is not played for chips (use wins)"
+            raise SettingError(
+                "reward.payoff", f"the game {self.play.game.name} is not played for chips (use wins)"
             )
         if not self.play.sampling.temperature > 0:
-            raise ValueError(
-                "play.temperature: online self-play needs sampled games (temperature > 0); greedy "
-                "games on one word are all alike and teach nothing"
+            raise SettingError(
+                "play.temperature",
+                "online self-play needs sampled games (temperature > 0); greedy "
+                "games on one word are all alike and teach nothing",
             )
 
     @property

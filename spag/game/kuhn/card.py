@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import model_validator
 
 from spag.game.base import GameCard, GameSettings
+from spag.runtime.errors import SettingError
 from spag.schema import Section, knob
 
 CARDS = ("J", "Q", "K")  # in rank order
@@ -50,7 +51,7 @@ class KuhnStrategies(Section):
     def _one_teacher(self):
         chosen = [name for name in type(self).model_fields if getattr(self, name)]
         if len(chosen) > 1:
-            raise ValueError(f"{chosen[1]}: one fixed strategy at a time, and {chosen[0]} is on too")
+            raise SettingError(chosen[1], f"one fixed strategy at a time, and {chosen[0]} is on too")
         return self
 
 

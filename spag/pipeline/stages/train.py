@@ -14,7 +14,7 @@ from spag.pipeline.context import Declared, Layout, previous_model
 from spag.pipeline.games import sample_words, stage_game
 from spag.pipeline.training import train_config, train_model
 from spag.play.engine import PlayConfig
-from spag.runtime.errors import ParamsError
+from spag.runtime.errors import ParamsError, SettingError
 from spag.runtime.outputs import mark_output_dir, resumable_output
 from spag.train.launch import launch_online
 from spag.train.online import OnlineGames, run_online
@@ -61,9 +61,8 @@ def _train_online(settings: Declared, layout: Layout, epoch: str) -> None:
             online=settings.online,
             reward=Reward(keep_truncated=settings.reward.keep_truncated, payoff=settings.reward.payoff),
         )
-    except ValueError as exc:
-        key, _, message = str(exc).partition(": ")
-        raise ParamsError("params.yaml", key, message) from None
+    except SettingError as exc:
+        raise ParamsError("params.yaml", exc.key, exc.message) from None
     output = layout.model(name)
     config = train_config(step, step.epochs_per_iteration, output, layout, name, seed)
     # The games go to a work folder beside the declared output, which DVC does not delete, as the
