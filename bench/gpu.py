@@ -418,7 +418,7 @@ def train(ctx: Context, shape: str, method: str, **knobs) -> tuple[dict, StepClo
     the device: its summary, its step clock and the model built."""
     from train import synthetic_rows  # bench/train.py
 
-    from spag.runtime.outputs import write_jsonl_atomic
+    from spag.runtime.atomic import write_jsonl_atomic
     from spag.train.bookkeeping import read_summary
     from spag.train.trainer import run_training
 
@@ -635,7 +635,7 @@ def forced_fault(part: str) -> None:
 
 def run_in_this_process(part: str, ctx: Context) -> int:
     """Run one part here and write its result (or its error) to ``result.json`` in its scratch folder."""
-    from spag.runtime.outputs import write_json_atomic
+    from spag.runtime.atomic import write_json_atomic
 
     try:
         forced_fault(part)
@@ -747,8 +747,8 @@ def owned_or_new(out: Path) -> bool:
 def check_arguments(args) -> tuple[Path, list[str], dict[str, float], float | None]:
     """The output, the parts, their limits and the budget of a check, each checked (CheckError naming the first
     that cannot run)."""
+    from spag.runtime.atomic import check_output_file
     from spag.runtime.errors import DataError
-    from spag.runtime.outputs import check_output_file
 
     out = Path(args.out)
     if not owned_or_new(out):
@@ -800,7 +800,7 @@ def headline(part: str, entry: dict) -> str:
 
 def run_check(args) -> int:
     from spag import __version__
-    from spag.runtime.outputs import write_json_atomic
+    from spag.runtime.atomic import write_json_atomic
 
     try:
         out, chosen, limit, budget = check_arguments(args)

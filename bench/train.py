@@ -180,7 +180,7 @@ def main() -> None:
                     "note: data/base/model not found (run `spag base-model` or `dvc repro base_model`); "
                     "measured on a tiny random Llama instead"
                 )
-        from spag.runtime.outputs import write_jsonl_atomic
+        from spag.runtime.atomic import write_jsonl_atomic
 
         data = Path(work) / "rows.jsonl"
         write_jsonl_atomic(data, synthetic_rows(args.rows))

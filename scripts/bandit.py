@@ -30,8 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 from spag.game.kuhn import FIRST, SECOND, KuhnPoker
 from spag.players import close_player, load_player
+from spag.runtime.atomic import write_json_atomic, write_jsonl_atomic
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import prepare_output_dir, write_json_atomic, write_jsonl_atomic
+from spag.runtime.folders import prepare_output_dir
 
 GAME = KuhnPoker()
 PROMPT = GAME.prompt(SECOND, "J-K", [{"role": FIRST, "content": "[bet]"}], GAME.Strategies())

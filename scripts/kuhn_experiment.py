@@ -77,8 +77,8 @@ from spag.pipeline.stages.teacher_play import teacher_play
 from spag.pipeline.stages.train import train
 from spag.pipeline.stages.words import words
 from spag.players import close_player, load_player
+from spag.runtime.atomic import write_json_atomic, write_text_atomic
 from spag.runtime.errors import OutputRefused, ParamsError
-from spag.runtime.outputs import write_json_atomic, write_text_atomic
 from spag.runtime.statistics import t_interval
 
 MODEL_VARIABLE = "SPAG_KUHN_MODEL"

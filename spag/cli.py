@@ -31,8 +31,8 @@ from spag.commands import (
     words,
 )
 from spag.players.allocator import keep_freed_memory
+from spag.runtime.claims import release_held
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import release_held
 from spag.runtime.process import end_process, leave_process_group_at_exit, short_lived_process
 from spag.runtime.signals import EXIT_INTERRUPTED, STOPS, command_signals, stopped
 

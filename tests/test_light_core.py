@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from spag.runtime.outputs import write_jsonl_atomic
+from spag.runtime.atomic import write_jsonl_atomic
 from spag.testing import make_tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent

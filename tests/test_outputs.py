@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from spag.runtime.outputs import MARKER, OutputRefused, claim_output_dir, output_kind, prepare_output_dir
+from spag.runtime.errors import OutputRefused
+from spag.runtime.folders import MARKER, claim_output_dir, output_kind, prepare_output_dir
 from spag.testing import make_tiny_checkpoint, run_cli
 
 ROW = {
@@ -86,7 +87,7 @@ def test_claim_accepts_new_empty_and_own_outputs_only(tmp_path):
 
 
 def test_overwrite_replaces_only_a_previous_output_of_the_same_kind(tmp_path):
-    from spag.runtime.outputs import write_text_atomic
+    from spag.runtime.atomic import write_text_atomic
 
     own = prepare_output_dir(tmp_path / "eval", "evaluate")
     write_text_atomic(own / "as_attacker.parquet", "old")  # spag's, recorded in the folder's manifest

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from spag.runtime.fingerprint import model_fingerprint
-from spag.runtime.outputs import MARKER
+from spag.runtime.folders import MARKER
 from spag.testing import make_tiny_checkpoint
 
 

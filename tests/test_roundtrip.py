@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from spag.game.episodes import EpisodeStore, read_episodes, write_episodes
 from spag.rewards.rows import read_rows, row_schema
-from spag.runtime.outputs import write_json_atomic, write_jsonl_atomic, write_table_atomic
+from spag.runtime.atomic import write_json_atomic, write_jsonl_atomic, write_table_atomic
 from spag.runtime.records import read_records
 from spag.testing import run_cli
 

@@ -9,9 +9,9 @@ import typer
 
 from spag.commands.options import hold_output
 from spag.models.embedded import MODEL_NAME, materialize_base_model
+from spag.runtime.claims import check_distinct_paths
 from spag.runtime.console import error, summary
 from spag.runtime.errors import BaseModelError
-from spag.runtime.outputs import check_distinct_paths
 
 
 def register(app: typer.Typer) -> None:

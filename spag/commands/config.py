@@ -12,9 +12,9 @@ from spag.config import Settings, load_settings, to_yaml
 from spag.evaluate.benchmark import check_tasks
 from spag.pipeline.dvcyaml import HEADER, render
 from spag.pipeline.preflight import launcher_problems
+from spag.runtime.atomic import check_output_file, write_text_atomic
 from spag.runtime.console import error, summary
 from spag.runtime.errors import BenchmarkError, ParamsError
-from spag.runtime.outputs import check_output_file, write_text_atomic
 
 
 def _is_one_of(path: Path, inputs: list[Path]) -> bool:

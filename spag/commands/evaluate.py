@@ -37,9 +37,11 @@ from spag.game.episodes import claim_episode_file
 from spag.game.words import read_words
 from spag.models.loading import check_model, pick_device
 from spag.play.engine import PlayConfig
+from spag.runtime.atomic import replace_mode, write_json_atomic
+from spag.runtime.claims import check_distinct_paths
 from spag.runtime.console import error, summary
 from spag.runtime.errors import BenchmarkError, DataError
-from spag.runtime.outputs import check_distinct_paths, prepare_output_dir, replace_mode, write_json_atomic
+from spag.runtime.folders import prepare_output_dir
 from spag.schema import SEED_MAX
 
 # The options `spag evaluate` and `spag tournament` share, declared once (typer reads each from the
@@ -84,7 +86,7 @@ def _held_out_words(game, words: Path, train_words: Path | None, limit: int | No
 
 
 def _claim_episodes_out(episodes_out: Path | None, kind: str, overwrite: bool, resume: bool) -> None:
-    """An --episodes-out folder must be new, empty or ours (spag.runtime.outputs); a .parquet file new, or spag's own
+    """An --episodes-out folder must be new, empty or ours (spag.runtime.folders); a .parquet file new, or spag's own
     episodes with --overwrite."""
     if episodes_out is None:
         return

@@ -11,9 +11,10 @@ import typer
 
 from spag.commands.options import claim_outputs, game_from, game_knobs, overwrite_option, with_knobs
 from spag.game.episodes import judged, read_episodes
+from spag.runtime.atomic import replace_mode, write_jsonl_atomic
+from spag.runtime.claims import check_distinct_paths
 from spag.runtime.console import summary
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import check_distinct_paths, replace_mode, write_jsonl_atomic
 
 
 def check_same_game(episodes: list[dict], game, source: Path) -> None:

@@ -27,9 +27,10 @@ from spag.models.loading import check_model
 from spag.pipeline.preflight import cuda_problem, refuse
 from spag.play.engine import PlayConfig, PlayStats, rank_and_world, run_games
 from spag.players import PlayerError
+from spag.runtime.atomic import replace_mode
+from spag.runtime.claims import check_distinct_paths
 from spag.runtime.console import error, summary
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import check_distinct_paths, replace_mode
 from spag.runtime.records import read_text
 
 # Play's sampling and player knobs (the words, launcher and held-out switch are the pipeline's).

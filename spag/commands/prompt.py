@@ -14,9 +14,10 @@ from spag.models.chat import to_model_input
 from spag.models.loading import load_tokenizer
 from spag.pipeline.context import Layout
 from spag.play.engine import PlayConfig
+from spag.runtime.atomic import replace_mode, write_jsonl_atomic
+from spag.runtime.claims import check_distinct_paths
 from spag.runtime.console import error, summary
 from spag.runtime.errors import DataError, ParamsError
-from spag.runtime.outputs import check_distinct_paths, replace_mode, write_jsonl_atomic
 from spag.runtime.records import read_records
 
 

@@ -18,9 +18,10 @@ from spag.commands.options import (
     with_knobs,
 )
 from spag.config import CHIPS, Imitate, Reward
+from spag.runtime.atomic import replace_mode
+from spag.runtime.claims import check_distinct_paths
 from spag.runtime.console import error, summary
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import check_distinct_paths, replace_mode
 from spag.schema import SEED_MAX
 
 PARAMS_HELP = (

@@ -36,9 +36,11 @@ from spag.game.kuhn.exploitability import all_figures
 from spag.models.loading import check_model
 from spag.play.engine import PlayConfig
 from spag.players import close_player, load_player
+from spag.runtime.atomic import replace_mode
+from spag.runtime.claims import check_distinct_paths
 from spag.runtime.console import error, summary
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import check_distinct_paths, claim_output_dir, mark_output_dir, replace_mode
+from spag.runtime.folders import claim_output_dir, mark_output_dir
 
 KIND = "strategy"
 PARAMS_HELP = (

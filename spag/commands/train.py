@@ -14,7 +14,7 @@ from spag.config import TrainConfig as C
 from spag.models.devices import check_launch
 from spag.models.loading import check_model
 from spag.pipeline.preflight import cuda_problem, deepspeed_problems, launcher_problems, refuse
-from spag.runtime.outputs import check_distinct_paths
+from spag.runtime.claims import check_distinct_paths
 from spag.train.bookkeeping import CHECKPOINTS
 from spag.train.launch import launch
 

@@ -9,9 +9,10 @@ import typer
 from spag.commands.options import checked, claim_outputs, given, knobs, overwrite_option, with_knobs
 from spag.config import Words
 from spag.game.words import split_words, top_words, words_from_file, write_words
+from spag.runtime.atomic import replace_mode
+from spag.runtime.claims import check_distinct_paths
 from spag.runtime.console import error, summary
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import check_distinct_paths, replace_mode
 
 _FLAGS = {
     "nouns_only": ("--nouns-only/--all-words",),

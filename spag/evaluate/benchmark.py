@@ -60,16 +60,11 @@ from spag.evaluate.benchmark_data import (
 )
 from spag.models.loading import pick_device
 from spag.runtime.artifacts import cache_dir, cached, fetch_artifact, index_reachable, reachable
+from spag.runtime.atomic import write_json_atomic, write_jsonl_atomic
 from spag.runtime.console import progress
 from spag.runtime.errors import ArtifactError, BenchmarkError
 from spag.runtime.fingerprint import differences, model_fingerprint
-from spag.runtime.outputs import (
-    mark_output_dir,
-    output_kind,
-    remove_output_dir,
-    write_json_atomic,
-    write_jsonl_atomic,
-)
+from spag.runtime.folders import mark_output_dir, output_kind, remove_output_dir
 
 LOCAL_TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 # The items `limit` samples from a task are drawn with this seed and the task's name: fixed, so that every
@@ -966,7 +961,7 @@ def run_benchmark(
     from the cached artifacts). The per-sample results go to ``samples_out`` (default
     ``samples_path(output)``); the metrics name that file (``samples_file``, relative to the metrics
     file's folder); ``replace`` says what an existing one of the two may be replaced by
-    (:func:`spag.runtime.outputs.atomic_path`). Returns ``{"suite", "model", "tasks": {name: {"label", "source", "metric", "score",
+    (:func:`spag.runtime.atomic.atomic_path`). Returns ``{"suite", "model", "tasks": {name: {"label", "source", "metric", "score",
     "stderr", "n", "of", "num_fewshot", "chance", "at_chance"}}, "geometric_mean", "skipped", ...}``.
     """
     output = Path(output) if output is not None else None

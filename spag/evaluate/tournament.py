@@ -33,7 +33,7 @@ from spag.game.episodes import write_episodes
 from spag.game.registry import episode_game
 from spag.play.engine import PlayConfig, play_games
 from spag.players import close_player, forget_prompts, load_player
-from spag.runtime.outputs import atomic_path
+from spag.runtime.atomic import atomic_path
 from spag.runtime.statistics import clustered_mean
 
 ELO_SCALE = 400.0
@@ -333,7 +333,7 @@ def run_tournament(
     ``.parquet`` file for all episodes, or a folder with one Parquet file per ordered pair and seed
     (``<attacker>__vs__<defender>[__seed<s>].parquet``; those files let an interrupted tournament resume),
     claimed by the caller. ``replace``: what an existing ``heatmap`` may be replaced by
-    (:func:`spag.runtime.outputs.atomic_path`).
+    (:func:`spag.runtime.atomic.atomic_path`).
     Returns the metrics of :func:`tournament_metrics`.
     """
     if not words:

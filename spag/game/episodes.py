@@ -23,19 +23,16 @@ from pathlib import Path
 
 from spag.game.base import Game, GameSettings
 from spag.game.registry import episode_game
-from spag.runtime.errors import DataError, OutputExists, OutputRefused
-from spag.runtime.outputs import (
+from spag.runtime.atomic import (
     Replace,
     check_output_file,
-    claim_output_dir,
-    clear_output_dir,
-    mark_output_dir,
-    output_kind,
-    read_manifest,
     write_json_atomic,
     write_jsonl_atomic,
     write_table_atomic,
 )
+from spag.runtime.errors import DataError, OutputExists, OutputRefused
+from spag.runtime.folders import claim_output_dir, clear_output_dir, mark_output_dir, output_kind
+from spag.runtime.manifest import read_manifest
 from spag.runtime.records import read_records
 
 
@@ -173,7 +170,7 @@ def import_episodes(
 
 # ------------------------------------------------------------------------------ a play run on disk
 
-PLAY_KIND = "play"  # the output-folder marker of a play run (spag.runtime.outputs)
+PLAY_KIND = "play"  # the output-folder marker of a play run (spag.runtime.folders)
 
 
 # A played episode, every field once: (name, type, part). The parts: "game" (what happened), "player" (who
@@ -290,7 +287,7 @@ def claim_episode_file(path: str | os.PathLike, *, overwrite: bool, resume: bool
     """Check that episodes may be written to the single file ``path``: it is new, or spag's own episodes
     (a Parquet file with spag's episode schema) with ``overwrite`` (replaced) or ``resume`` (continued).
     OutputRefused otherwise (a folder, a device, a FIFO, a read-only file ...: the output rule of
-    :func:`spag.runtime.outputs.check_output_file`); changes nothing. Returns the file to write (a symlink followed)."""
+    :func:`spag.runtime.atomic.check_output_file`); changes nothing. Returns the file to write (a symlink followed)."""
     target = check_output_file(path, "the episodes file", replace="any")
     if not target.exists():
         return target
@@ -324,7 +321,7 @@ class EpisodeStore:
         return "shard-" if self.world == 1 else f"shard-r{self.rank}-"
 
     def check(self, overwrite: bool, resume: bool) -> None:
-        """Refuse a file or directory that is not ours to write (:mod:`spag.runtime.outputs`); changes nothing.
+        """Refuse a file or directory that is not ours to write (:mod:`spag.runtime.atomic`, :mod:`spag.runtime.folders`); changes nothing.
         A symlink is followed: the store writes what it names."""
         if self.single_file:
             self.path = claim_episode_file(self.path, overwrite=overwrite, resume=resume)
@@ -335,7 +332,7 @@ class EpisodeStore:
             )
 
     def lock_part(self) -> str | None:
-        """The part of the output this process writes, for its lock (:func:`spag.runtime.outputs.writing`): one rank's
+        """The part of the output this process writes, for its lock (:func:`spag.runtime.locks.writing`): one rank's
         shards when several write into one folder, else the whole output."""
         return f"r{self.rank}" if self.world > 1 else None
 

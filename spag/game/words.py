@@ -10,8 +10,8 @@ import re
 import sys
 import unicodedata
 
+from spag.runtime.atomic import Replace, write_text_atomic
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import Replace, write_text_atomic
 from spag.runtime.records import read_text
 
 _ALPHA = re.compile(r"^[a-z]+$")

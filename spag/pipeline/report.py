@@ -48,7 +48,7 @@ from pathlib import Path
 
 from spag.evaluate import reasoning
 from spag.evaluate.games import strongest
-from spag.runtime.outputs import atomic_path, write_json_atomic
+from spag.runtime.atomic import atomic_path, write_json_atomic
 from spag.runtime.statistics import paired_difference
 
 PLOT_COLUMNS = ["epoch", "series", "value", "low", "high"]

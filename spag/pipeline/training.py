@@ -8,7 +8,7 @@ from pathlib import Path
 from spag.config import TrainConfig, TrainKnobs, TrainStep
 from spag.models.devices import check_launch
 from spag.pipeline.context import Layout, section_key
-from spag.runtime.outputs import partial_path
+from spag.runtime.partial import partial_path
 from spag.train.launch import launch
 from spag.train.trainer import run_training
 

@@ -48,10 +48,11 @@ from spag.models.devices import hf_rank_device, local_rank, pin_rank_to_gpus
 from spag.players import close_player, load_player
 from spag.players.base import Player, Reply, Speaker, Turn, derive_seed
 from spag.players.provenance import machine, player_provenance, record
+from spag.runtime.atomic import Replace, write_json_atomic
 from spag.runtime.console import progress
 from spag.runtime.errors import DataError, StaleEpisodes
 from spag.runtime.fingerprint import model_fingerprint, settings_fingerprint
-from spag.runtime.outputs import Replace, write_json_atomic, writing
+from spag.runtime.locks import writing
 from spag.runtime.signals import uninterrupted
 from spag.schema import Section
 
@@ -510,7 +511,7 @@ class OpeningLines:
 
     def write(self, path: str | os.PathLike, *, replace: Replace = "no") -> None:
         """Every kept reply, with the machine it was generated on, to the JSON file ``path`` (atomically; a
-        file already there only as ``replace`` allows: :func:`spag.runtime.outputs.atomic_path`)."""
+        file already there only as ``replace`` allows: :func:`spag.runtime.atomic.atomic_path`)."""
         records = [
             {
                 "player": who,
@@ -626,12 +627,12 @@ def play_games(
     ``resume``, episodes already there are kept and returned with the new ones, in word order.
     ``stats`` (optional) is filled in for a summary line. ``guess_words`` is the game's public vocabulary,
     for a strategy that chooses among the targets (Adversarial Taboo's dictionary guess). An output directory must be new, empty or a
-    previous ``spag play`` output (:mod:`spag.runtime.outputs`); ``overwrite`` replaces a previous one's episodes.
+    previous ``spag play`` output (:mod:`spag.runtime.atomic`, :mod:`spag.runtime.folders`); ``overwrite`` replaces a previous one's episodes.
     Episodes kept from a run with other words, settings or models are never reused: with ``stale="refuse"``
     (``spag play --resume``) the run stops and says why, so no game is thrown away unasked; with
     ``"restart"`` (a pipeline stage, re-run because something changed) every game is played again.
     One process writes an output (or its rank's part of it) at a time: a second is refused at once
-    (:func:`spag.runtime.outputs.writing`). ``openings``: the opening lines of an evaluation's other matches
+    (:func:`spag.runtime.locks.writing`). ``openings``: the opening lines of an evaluation's other matches
     (:class:`OpeningLines`), shared with them.
     """
     [episodes] = play_matches(

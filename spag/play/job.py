@@ -23,7 +23,7 @@ from pathlib import Path
 
 from spag.models.devices import launcher_command, resolve_launcher
 from spag.play.engine import PlayConfig, PlayStats, drop_stale_episodes, rank_and_world, run_games
-from spag.runtime.outputs import write_json_atomic
+from spag.runtime.atomic import write_json_atomic
 
 
 def _stats_file(job_file: Path, rank: int) -> Path:

@@ -55,9 +55,9 @@ from spag.game.registry import DEFAULT_GAME, game_class
 from spag.rewards.ready_made import ready_made_rows
 from spag.rewards.rows import SFT, check_output, episode_id, make_row, write_rows
 from spag.rewards.sft import load_sft
+from spag.runtime.atomic import Replace
 from spag.runtime.console import progress
 from spag.runtime.errors import DataError, SettingError, collect_or_raise
-from spag.runtime.outputs import Replace
 from spag.runtime.records import read_records
 
 DEFAULT_DECAY = Reward.model_fields["decay"].default
@@ -514,7 +514,7 @@ def build_reward_set(
     ``reward`` (a ``reward`` section): the decay, the rows beyond the winners' (foul penalty, losers'
     rewards), the per-role baseline, the credit, and the general SFT rows to mix in. ``control`` keeps the
     general SFT rows only: the ablation arm that trains without game rows. ``replace``: what an existing
-    ``output`` may be replaced by (:func:`spag.runtime.outputs.atomic_path`).
+    ``output`` may be replaced by (:func:`spag.runtime.atomic.atomic_path`).
     """
     reward, game = reward or Reward(), game or default_game()
     check_output(output)

@@ -20,8 +20,8 @@ from spag.game.base import Game
 from spag.models.chat import RawPrompt
 from spag.rewards.rows import episode_id, make_row
 from spag.rewards.sft import prompt_completion
+from spag.runtime.atomic import write_table_atomic
 from spag.runtime.errors import DataError, collect_or_raise
-from spag.runtime.outputs import write_table_atomic
 from spag.runtime.records import read_records
 
 

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from spag.models.chat import RawPrompt
+from spag.runtime.atomic import Replace, write_table_atomic
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import Replace, write_table_atomic
 from spag.runtime.records import read_records
 
 GAME = "game"
@@ -123,7 +123,7 @@ def check_output(output: str | os.PathLike) -> None:
 
 def write_rows(rows: list[dict], output: str | os.PathLike, *, replace: Replace = "no") -> None:
     """Write rows atomically: Parquet for ``.parquet``, JSON lines for ``.jsonl`` (``replace``: what an
-    existing file may be replaced by, :func:`spag.runtime.outputs.atomic_path`)."""
+    existing file may be replaced by, :func:`spag.runtime.atomic.atomic_path`)."""
     check_output(output)
     raw = any(row.get(RAW_PROMPT) for row in rows)
     if raw:

@@ -18,8 +18,8 @@ import re
 from pathlib import Path
 
 from spag.runtime.artifacts import cache_dir
+from spag.runtime.atomic import write_text_atomic
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import write_text_atomic
 
 # Files that describe a run rather than the model: they change with every run of identical weights.
 _NOT_THE_MODEL = {

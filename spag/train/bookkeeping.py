@@ -17,7 +17,8 @@ from pathlib import Path
 from spag.config import TrainConfig
 from spag.runtime.errors import DataError
 from spag.runtime.fingerprint import differences, file_digest, model_fingerprint
-from spag.runtime.outputs import publish_dir, remove_output_dir, writing
+from spag.runtime.folders import publish_dir, remove_output_dir
+from spag.runtime.locks import writing
 
 SUMMARY_FILE = "training_summary.json"
 CHECKPOINTS = "checkpoints"

@@ -12,7 +12,8 @@ from typing import ClassVar
 from transformers.trainer_callback import ProgressCallback
 
 from spag.models.loading import usual_modes
-from spag.runtime.outputs import mark_output_dir, record_written
+from spag.runtime.folders import mark_output_dir
+from spag.runtime.manifest import record_written
 from spag.train.bookkeeping import LIVE_KIND, live_dir_of
 
 

@@ -32,10 +32,10 @@ import numpy as np
 
 from spag.models.batching import length_groups, shared_prefix_length
 from spag.players.hf.linear import packed_linears
+from spag.runtime.atomic import atomic_path
 from spag.runtime.console import progress
 from spag.runtime.errors import DataError
 from spag.runtime.fingerprint import model_fingerprint
-from spag.runtime.outputs import atomic_path
 from spag.train.data import RowDataset, collate
 from spag.train.losses import completion_logprobs
 

@@ -52,14 +52,10 @@ from spag.models.loading import (
 )
 from spag.players.provenance import machine
 from spag.rewards.rows import read_rows
+from spag.runtime.atomic import write_json_atomic
 from spag.runtime.console import summary
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import (
-    claim_output_dir,
-    clear_output_dir,
-    mark_output_dir,
-    write_json_atomic,
-)
+from spag.runtime.folders import claim_output_dir, clear_output_dir, mark_output_dir
 from spag.train.bookkeeping import (
     CHECKPOINTS_KIND,
     IDENTITY_FILE,

@@ -13,7 +13,7 @@ from spag.models.embedded import materialize_base_model
 from spag.models.loading import load_tokenizer, save_checkpoint
 from spag.pipeline.context import Layout
 from spag.runtime.console import summary
-from spag.runtime.outputs import MARKER, claim_output_dir, publish_dir
+from spag.runtime.folders import MARKER, claim_output_dir, publish_dir
 
 
 def base_model(settings: Settings, layout: Layout) -> None:

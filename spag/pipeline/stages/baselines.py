@@ -21,8 +21,10 @@ from spag.pipeline.evaluation import (
 )
 from spag.play.engine import OpeningLines
 from spag.players import close_player, load_player
+from spag.runtime.atomic import write_json_atomic
 from spag.runtime.console import summary
-from spag.runtime.outputs import mark_output_dir, resumable_output, write_json_atomic
+from spag.runtime.folders import mark_output_dir
+from spag.runtime.partial import resumable_output
 
 
 def baselines(settings: Settings, layout: Layout) -> None:

@@ -27,8 +27,9 @@ from spag.pipeline.evaluation import (
 )
 from spag.play.engine import OpeningLines
 from spag.players import close_player, load_player
+from spag.runtime.atomic import write_json_atomic
 from spag.runtime.console import summary
-from spag.runtime.outputs import resumable_output, write_json_atomic
+from spag.runtime.partial import resumable_output
 
 
 def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
@@ -78,7 +79,7 @@ def _games_against_opponents(
     """The epoch's games against each opponent (the imitation model; the previous epoch; the strongest
     baseline), each with its bootstrap intervals. Episodes go to a work folder beside the declared output,
     which DVC does not delete: a killed stage continues from its finished games on the next `dvc repro` (see
-    spag.runtime.outputs). Each opponent is loaded for its match and closed after it (evaluate_models closes
+    spag.runtime.folders). Each opponent is loaded for its match and closed after it (evaluate_models closes
     what it loads)."""
     e, game = settings.evaluate, config.game
     opponents: dict[str, Any] = {"vs_imitation": layout.model("imitation")}

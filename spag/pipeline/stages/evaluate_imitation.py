@@ -19,8 +19,8 @@ from spag.pipeline.evaluation import (
 )
 from spag.play.engine import OpeningLines
 from spag.players import close_player, load_player
+from spag.runtime.atomic import write_json_atomic
 from spag.runtime.console import summary
-from spag.runtime.outputs import write_json_atomic
 
 
 def evaluate_imitation(settings: Settings, layout: Layout) -> None:

@@ -15,8 +15,9 @@ from spag.pipeline.context import OWN, Layout, previous_model
 from spag.pipeline.games import sample_words, stage_game
 from spag.play.engine import PlayConfig, PlayStats, run_games
 from spag.play.job import play_under_launcher
+from spag.runtime.atomic import write_json_atomic
 from spag.runtime.console import summary
-from spag.runtime.outputs import resumable_output, write_json_atomic
+from spag.runtime.partial import resumable_output
 
 
 def play(settings: Settings, layout: Layout, epoch: str) -> None:
@@ -30,7 +31,7 @@ def play(settings: Settings, layout: Layout, epoch: str) -> None:
     stats = PlayStats()
     episodes = layout.epoch(epoch) / "episodes"
     # Shards go to a work folder beside the declared output, which DVC does not delete: a killed stage
-    # continues from its finished games on the next `dvc repro` (see spag.runtime.outputs).
+    # continues from its finished games on the next `dvc repro` (see spag.runtime.folders).
     config = PlayConfig(stage_game(settings), p, seed + int(epoch))
     with resumable_output(episodes, PLAY_KIND) as work:
         if p.launcher:  # one rank per GPU (or per tensor-parallel group), the words shared by rank

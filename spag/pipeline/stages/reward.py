@@ -9,8 +9,8 @@ from spag.config import Settings
 from spag.pipeline.context import OWN, Layout
 from spag.pipeline.games import stage_game
 from spag.rewards.build import build_reward_set
+from spag.runtime.atomic import write_json_atomic
 from spag.runtime.console import summary
-from spag.runtime.outputs import write_json_atomic
 
 
 def reward(settings: Settings, layout: Layout, epoch: str) -> None:

@@ -13,8 +13,8 @@ from spag.pipeline.context import OWN, Layout
 from spag.pipeline.evaluation import base_openings, evaluation_games, measures_skill
 from spag.play.engine import OpeningLines
 from spag.players import close_player, load_player
+from spag.runtime.atomic import write_text_atomic
 from spag.runtime.console import summary
-from spag.runtime.outputs import write_text_atomic
 
 
 def skill_clues(settings: Settings, layout: Layout) -> None:

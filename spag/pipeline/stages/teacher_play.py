@@ -17,7 +17,7 @@ from spag.play.engine import PlayConfig, PlayStats, run_games
 from spag.rewards.ready_made import import_ready_made_rows
 from spag.runtime.console import summary
 from spag.runtime.errors import DataError
-from spag.runtime.outputs import resumable_output
+from spag.runtime.partial import resumable_output
 
 
 def teacher_play(settings: Settings, layout: Layout) -> None:

@@ -15,7 +15,8 @@ from spag.pipeline.games import sample_words, stage_game
 from spag.pipeline.training import train_config, train_model
 from spag.play.engine import PlayConfig
 from spag.runtime.errors import ParamsError, SettingError
-from spag.runtime.outputs import mark_output_dir, resumable_output
+from spag.runtime.folders import mark_output_dir
+from spag.runtime.partial import resumable_output
 from spag.train.launch import launch_online
 from spag.train.online import OnlineGames, run_online
 

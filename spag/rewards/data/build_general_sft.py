@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from spag.runtime.outputs import write_jsonl_atomic
+from spag.runtime.atomic import write_jsonl_atomic
 
 SEED = 20240501
 OUTPUT = Path(__file__).with_name("general_sft.jsonl")
