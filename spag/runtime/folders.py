@@ -17,8 +17,14 @@ from pathlib import Path
 from spag import __version__
 from spag.runtime.atomic import check_output_file, followed, odd_file
 from spag.runtime.errors import OutputRefused
-from spag.runtime.locks import LOCK_SUFFIX
-from spag.runtime.manifest import MANIFEST, read_manifest, record_written, recorded_files, update_manifest
+from spag.runtime.manifest import (
+    LOCK_SUFFIX,
+    MANIFEST,
+    read_manifest,
+    record_written,
+    recorded_files,
+    update_manifest,
+)
 
 MARKER = MANIFEST  # the manifest of a folder that is a command's output names the command ("kind")
 

@@ -19,8 +19,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from spag.runtime.errors import OutputRefused
-
-LOCK_SUFFIX = ".spag-lock"
+from spag.runtime.manifest import LOCK_SUFFIX
 
 
 @dataclass

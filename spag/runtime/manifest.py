@@ -15,6 +15,7 @@ from pathlib import Path
 from filelock import FileLock
 
 MANIFEST = ".spag-output.json"
+LOCK_SUFFIX = ".spag-lock"  # the lock file beside an output (spag.runtime.locks): spag's, not an entry
 
 
 def _stamp(st: os.stat_result) -> list[int]:
