@@ -29,7 +29,7 @@ lora-llama-7b     ``offline-po`` with LoRA (rank 16, all linear layers) on the 7
                   weights with the adapters off
 online            one online step (spag's online trainer on TRL's GRPOTrainer), the hf engine playing, embedded
 
-Training parts run spag's own trainers (``spag.train.trainer.run_training``, ``spag.train.online.run_online``)
+Training parts run spag's own trainers (``spag.train.job.run_training``, ``spag.train.online.run_online``)
 as ``spag train`` runs them: the policy in float32 under bfloat16 autocast, or in DeepSpeed's bfloat16 mode.
 
 Figures: tokens/s and episodes/s; model FLOPs utilisation (MFU) of training over the GPU's dense bfloat16 peak,
@@ -420,7 +420,7 @@ def train(ctx: Context, shape: str, method: str, **knobs) -> tuple[dict, StepClo
 
     from spag.runtime.atomic import write_jsonl_atomic
     from spag.train.bookkeeping import read_summary
-    from spag.train.trainer import run_training
+    from spag.train.job import run_training
 
     sizes = TRAIN[ctx.cpu]
     rows = ctx.work / "rows.jsonl"

@@ -87,7 +87,7 @@ def child(args) -> None:
     import torch
 
     from spag.train.bookkeeping import read_summary
-    from spag.train.trainer import run_training
+    from spag.train.job import run_training
 
     on_the_fly = args.child == "on-the-fly"
     if args.child == "padded":  # the trainer as it runs on a GPU: one padded forward per step

@@ -76,7 +76,7 @@ def _train(
     first of what an earlier bandit run wrote there (a folder of anyone else's files is refused,
     :class:`OutputRefused`). ``train``: other ``spag train`` settings (the pipeline's by default). Returns the
     folder of the checkpoints."""
-    from spag.train.trainer import run_training
+    from spag.train.job import run_training
 
     prepare_output_dir(out, "bandit", overwrite=True)
     data = out / "rows.jsonl"

@@ -15,7 +15,7 @@ from test_train import game_rows, write_rows
 
 from spag.testing import launcher_failure, make_tiny_checkpoint
 from spag.train.bookkeeping import read_summary
-from spag.train.trainer import run_training
+from spag.train.job import run_training
 
 ROOT = Path(__file__).resolve().parent.parent
 ZERO3 = ROOT / "configs" / "deepspeed_zero3.json"

@@ -15,8 +15,8 @@ from spag.rewards.build import imitation_rows, reward_rows
 from spag.rewards.rows import validate_row, write_rows
 from spag.testing import make_tiny_checkpoint
 from spag.train.data import encode_rows
+from spag.train.job import run_training
 from spag.train.reference import compute_reference_logprobs
-from spag.train.trainer import run_training
 
 A, D = ATTACKER, DEFENDER
 

@@ -277,7 +277,7 @@ def test_auto_means_float32_on_any_cpu_and_a_player_says_so(tiny_dir):
     resolved to."""
     from spag.models.loading import resolve_dtype
     from spag.players.provenance import player_provenance
-    from spag.train.trainer import TrainConfig, _precision
+    from spag.train.job import TrainConfig, _precision
 
     assert resolve_dtype("auto", "cpu") == "float32"
     assert resolve_dtype("bfloat16", "cpu") == "bfloat16"  # an explicit choice stays

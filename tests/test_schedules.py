@@ -6,8 +6,8 @@ import math
 import pytest
 
 from spag.testing import make_tiny_checkpoint
+from spag.train.job import TrainConfig, run_training
 from spag.train.schedules import step_factor, warmup_decay_factor
-from spag.train.trainer import TrainConfig, run_training
 
 
 def test_warmup_decay_by_hand():

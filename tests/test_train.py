@@ -12,8 +12,8 @@ from spag.runtime.errors import DataError
 from spag.testing import make_tiny_checkpoint
 from spag.train.bookkeeping import read_summary
 from spag.train.data import collate, encode_rows
+from spag.train.job import run_training
 from spag.train.reference import compute_reference_logprobs, read_cache
-from spag.train.trainer import run_training
 
 GAME_UTTERANCES = [
     "Think of the hot drink people have first thing in the morning.",
@@ -619,7 +619,7 @@ def test_tf32_is_set_in_one_place_and_every_reader_agrees(fp32_precision):
 
 def test_the_trainer_is_never_asked_to_set_tf32(tmp_path):
     from spag.config import TrainConfig
-    from spag.train.trainer import _training_arguments
+    from spag.train.job import _training_arguments
 
     args = _training_arguments(TrainConfig(live=False), tmp_path, "cpu")
     assert args.tf32 is None
@@ -636,7 +636,7 @@ def test_rows_of_similar_length_are_batched_together_unless_asked_for_random_bat
 
     from spag.config import TrainConfig
     from spag.train.data import RowDataset
-    from spag.train.trainer import _training_arguments
+    from spag.train.job import _training_arguments
 
     class Rows:  # what RowDataset reads: short and long rows, interleaved
         lengths = (3, 40) * 32
@@ -675,7 +675,8 @@ def test_rows_whose_prompts_begin_alike_are_batched_together_in_a_seeded_order(t
 
     from spag.config import TrainConfig
     from spag.train.data import RowDataset
-    from spag.train.trainer import SpagTrainer, _training_arguments
+    from spag.train.job import _training_arguments
+    from spag.train.trainer import SpagTrainer
 
     rng = random.Random(0)
     layouts = [[1] * 30, [2] * 30, [3] * 5]  # three sets of rules, two long and one short
@@ -823,7 +824,7 @@ def test_the_trainer_reports_to_the_trackers_a_run_names(tmp_path):
 
     from spag.config import TrainConfig
     from spag.pipeline.preflight import tracker_problems
-    from spag.train.trainer import _training_arguments
+    from spag.train.job import _training_arguments
 
     assert _training_arguments(TrainConfig(), tmp_path, "cpu").report_to == []  # "none": no integration
     chosen = _training_arguments(TrainConfig(report_to=["tensorboard", "mlflow"]), tmp_path, "cpu")

@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         **settings,
     ) -> None:
         """Train a policy on training rows; write a plain HF directory with training_summary.json."""
-        from spag.train.trainer import run_training
+        from spag.train.job import run_training
 
         if method not in METHODS:
             raise typer.BadParameter(f"expected one of {', '.join(METHODS)}", param_hint="--method")

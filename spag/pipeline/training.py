@@ -9,8 +9,8 @@ from spag.config import TrainConfig, TrainKnobs, TrainStep
 from spag.models.devices import check_launch
 from spag.pipeline.context import Layout, section_key
 from spag.runtime.partial import partial_path
+from spag.train.job import run_training
 from spag.train.launch import launch
-from spag.train.trainer import run_training
 
 
 def train_config(

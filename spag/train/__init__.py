@@ -4,7 +4,8 @@ self-play on TRL.
 - :mod:`spag.train.losses`     the objectives, pure tensor functions
 - :mod:`spag.train.data`       rows (:mod:`spag.rewards.rows`) -> token ids (prompt cut from the left) -> left-padded batches
 - :mod:`spag.train.reference`  reference log-probs, computed once and cached beside the data
-- :mod:`spag.train.trainer`    the HF Trainer subclass, its steps and :func:`run_training`
+- :mod:`spag.train.trainer`    the HF Trainer subclass: its loss, its reference model, its logged statistics
+- :mod:`spag.train.job`        one training job around it, :func:`run_training`: data, reference pass, build, train, save
 - :mod:`spag.train.callbacks`  the Trainer's callbacks: checkpoint modes, dvclive's curves, the progress bar
 - :mod:`spag.train.environment` the process around a DeepSpeed run (ninja on PATH, py-cpuinfo, gloo on a CPU)
 - :mod:`spag.train.launch`     a run under torchrun / accelerate launch, its settings passed as a file

@@ -1,7 +1,7 @@
 """The bookkeeping of a training run: its output and checkpoint folders, the identity a checkpoint must
 match to be continued, the resume point, publishing the finished model and reading its summary.
 
-Every training run (:mod:`spag.train.trainer`'s offline methods, :mod:`spag.train.online`) goes through
+Every training run (:mod:`spag.train.job`'s offline methods, :mod:`spag.train.online`) goes through
 these; none of them trains.
 """
 

@@ -95,7 +95,7 @@ def _open_live(live_dir: Path, resume: bool, params: dict):
 
 
 def run_callbacks(run) -> tuple[list, object]:
-    """The callbacks of a run of :mod:`spag.train.trainer` (checkpoint file modes, no checkpoint at the last
+    """The callbacks of a run of :mod:`spag.train.job` (checkpoint file modes, no checkpoint at the last
     step unless checkpoints are kept, dvclive curves when ``live``) and its dvclive Live."""
     config = run.config
     live = None

@@ -1,6 +1,6 @@
 """The process around a DeepSpeed run: fixes of its environment that change nothing it computes.
 
-:func:`prepare_deepspeed` runs before the Trainer's arguments are built (:mod:`spag.train.trainer`): this
+:func:`prepare_deepspeed` runs before the Trainer's arguments are built (:mod:`spag.train.job`): this
 environment's ninja first on PATH, py-cpuinfo asked once, DeepSpeed's deprecation warnings quieted, and on a
 CPU the processes joined over gloo.
 """

@@ -2,7 +2,7 @@
 
 The pipeline writes the run (method, paths and every :class:`spag.config.TrainConfig` knob) to a JSON
 file and starts ``LAUNCHER -m spag.train.launch FILE``; each launched process reads the file back,
-validated by the same schema, and calls :func:`spag.train.trainer.run_training`, or, for online self-play
+validated by the same schema, and calls :func:`spag.train.job.run_training`, or, for online self-play
 (:func:`launch_online`: the words and the games' settings travel too), :func:`spag.train.online.run_online`.
 """
 
@@ -33,7 +33,7 @@ def launch(
     other_checkpoints: str = "refuse",
 ) -> None:
     """Run one training job under ``launcher`` (the arguments of
-    :func:`spag.train.trainer.run_training`); raise CalledProcessError when it fails, DataError when it
+    :func:`spag.train.job.run_training`); raise CalledProcessError when it fails, DataError when it
     ends without writing a model (a launcher that is no Python launcher: ``echo``, ``true``)."""
     _run_job(
         launcher,
@@ -137,7 +137,7 @@ def main(argv: list[str]) -> None:
             published=job["published"],
         )
         return
-    from spag.train.trainer import run_training
+    from spag.train.job import run_training
 
     run_training(
         job["method"],

@@ -71,7 +71,8 @@ from spag.runtime.errors import DataError, SettingError
 from spag.runtime.fingerprint import model_fingerprint
 from spag.train.bookkeeping import claimed_outputs
 from spag.train.callbacks import run_callbacks, show_postfix_progress
-from spag.train.trainer import DeepSpeedSchedules, finish_run, load_policy, start_run
+from spag.train.job import finish_run, load_policy, start_run
+from spag.train.trainer import DeepSpeedSchedules
 
 REWARD_FIELD = "outcome_reward"  # the rollout's per-sample reward, read by the reward function `outcome`
 
@@ -410,7 +411,7 @@ class OnlineRun:
 
     trainer: object
     rollout: GameRollout
-    run: object  # spag.train.trainer._Run
+    run: object  # spag.train.job._Run
     live: object
     words: list
 

@@ -1,4 +1,4 @@
-"""Imitation learning and SPAG offline policy optimisation on the HF Trainer.
+"""The HF Trainer subclass of imitation learning and SPAG offline policy optimisation.
 
 :class:`SpagTrainer` is a thin subclass of ``transformers.Trainer`` (TRL style): ``compute_loss`` runs the
 model once, takes the completion log-likelihoods and hands them to the pure loss functions of
@@ -7,95 +7,33 @@ DeepSpeed's ``warmup_decay``, :mod:`spag.train.schedules`), gradient accumulatio
 gradient checkpointing, bf16, DeepSpeed, checkpoints and resuming) is the HF Trainer's; TF32 is set by
 :func:`spag.models.loading.set_tf32` alone.
 
-:func:`run_training` is the whole step as one call, used by ``spag train`` and the DVC stages, in steps:
-
-1. data (:func:`_read_data`, :func:`_encode`): read and check the rows, tokenise them (a row longer than
-   ``max_length`` is shortened by ``truncation``: it gives up its oldest history lines or is left out, or,
-   the original's way, loses its first tokens); :func:`start_run` claims the output and sets up the processes
-   in between;
-2. reference (:func:`_reference_step`): log-probs from the cache beside the data, or one pass of the
-   reference model before training (so training holds one model), or on the fly (two models; under
-   DeepSpeed the reference is a frozen part of the engine, in the policy's precision, as in the original);
-3. build (:func:`_build_step`): the policy (LoRA when asked), the callbacks and dvclive
-   (:mod:`spag.train.callbacks`) and the :class:`SpagTrainer`; a DeepSpeed run's process is prepared first
-   (:mod:`spag.train.environment`);
-4. train: ``Trainer.train``, logging loss, KL, clip fraction, mean ratio and per-term losses to dvclive;
-5. save (:func:`_save_step`): a plain HF directory (LoRA merged unless asked otherwise) with
-   ``training_summary.json``, then the intermediate checkpoints removed unless ``keep_checkpoints``.
-
-The output directory only becomes a model directory at the very end, by a rename, so a killed run never
-leaves something that looks finished; ``resume=True`` continues from the latest checkpoint.
+The reference model runs one of three ways: its log-probs come with the batch (computed before training,
+:mod:`spag.train.reference`), it is a second model, or, under DeepSpeed, it is a frozen submodule of the
+policy (:func:`attach_reference`), as in the original. The job around the trainer (data, reference pass,
+building, saving) is :mod:`spag.train.job`.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-import shutil
-import sys
-import time
-from dataclasses import dataclass, fields
-from pathlib import Path
 
 import torch
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer
 
 from spag.config import TrainConfig
-from spag.models.devices import check_launch
-from spag.models.loading import (
-    bf16_by_default,
-    load_tokenizer,
-    pick_device,
-    save_checkpoint,
-    set_tf32,
-    setup_special_tokens,
-)
-from spag.players.provenance import machine
-from spag.rewards.rows import read_rows
-from spag.runtime.atomic import write_json_atomic
-from spag.runtime.console import summary
-from spag.runtime.errors import DataError
-from spag.runtime.folders import claim_output_dir, clear_output_dir, mark_output_dir
-from spag.train.bookkeeping import (
-    CHECKPOINTS_KIND,
-    IDENTITY_FILE,
-    LIVE_KIND,
-    SUMMARY_FILE,
-    TRAIN_KIND,
-    checkpoint_dir_of,
-    checkpoints_in,
-    claimed_outputs,
-    live_dir_of,
-    mean_loss,
-    publish,
-    resume_point,
-    run_identity,
-)
-from spag.train.callbacks import run_callbacks, show_postfix_progress
-from spag.train.data import (
-    Collator,
-    PromptGroupedSampler,
-    RowDataset,
-    check_rows_for_method,
-    empty_completions,
-    encode_rows,
-)
-from spag.train.environment import prepare_deepspeed
-from spag.train.losses import METHODS, SFT
+from spag.train.data import PromptGroupedSampler
+from spag.train.losses import SFT
 from spag.train.losses import compute_loss as method_loss
-from spag.train.reference import _accepts, load_reference_model, model_forward_logprobs, reference_logprobs
+from spag.train.reference import _accepts, model_forward_logprobs
 from spag.train.schedules import DEEPSPEED_SCHEDULES, warmup_decay_schedule
 
-__all__ = ["SpagTrainer", "TrainConfig", "run_training"]
+__all__ = ["DeepSpeedSchedules", "SpagTrainer", "attach_reference", "detach_reference"]
 
 
-# ------------------------------------------------------------------------------------------ trainer
+REFERENCE_SUBMODULE = "spag_reference"  # the on-the-fly reference under DeepSpeed (see attach_reference)
 
 
-REFERENCE_SUBMODULE = "spag_reference"  # the on-the-fly reference under DeepSpeed (see _attach_reference)
-
-
-def _attach_reference(policy, ref_path, config: TrainConfig) -> None:
+def attach_reference(policy, ref_path, config: TrainConfig) -> None:
     """Load the frozen reference as a submodule of the policy, as the original code did: DeepSpeed then
     partitions it (ZeRO-3) and casts it (bf16) with the policy, so the reference runs in the policy's own
     precision and the importance ratio is exactly 1 before the first update. Removed before saving.
@@ -121,7 +59,7 @@ def _reference_not_in_checkpoints(module, incompatible_keys) -> None:
     ]
 
 
-def _detach_reference(model) -> None:
+def detach_reference(model) -> None:
     if hasattr(model, REFERENCE_SUBMODULE):
         delattr(model, REFERENCE_SUBMODULE)
 
@@ -194,7 +132,7 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
             not self.is_deepspeed_enabled and self.args.world_size == 1 and self.args.device.type == "cpu"
         )
         self._shared_prefix = self._unpadded and group_by_prompt  # see model_forward_logprobs
-        self._stat_sums: dict[str, float] = {}
+        self._stat_sums: dict[str, torch.Tensor] = {}
         self._stat_counts: dict[str, int] = {}
         self.last_logged_loss: float | None = None
 
@@ -296,488 +234,19 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
         return (loss, {"logp": logp.detach()}) if return_outputs else loss
 
     def _record(self, stats: dict) -> None:
+        """Add a micro-batch's statistics to the sums, on the device: no host sync until they are logged.
+        Summed in float64, the precision of the Python floats they were summed in before."""
         for key, value in stats.items():
-            self._stat_sums[key] = self._stat_sums.get(key, 0.0) + float(value)
+            value = torch.as_tensor(value).detach().to(torch.float64)
+            total = self._stat_sums.get(key)
+            self._stat_sums[key] = value if total is None else total + value
             self._stat_counts[key] = self._stat_counts.get(key, 0) + 1
 
     def log(self, logs: dict, start_time: float | None = None) -> None:
-        if "loss" in logs:
-            for key, total in self._stat_sums.items():
+        if "loss" in logs and self._stat_sums:
+            keys = list(self._stat_sums)
+            totals = torch.stack([self._stat_sums[key] for key in keys]).tolist()  # one sync per logging step
+            for key, total in zip(keys, totals, strict=True):
                 logs[key] = total / self._stat_counts[key]
             self._stat_sums, self._stat_counts = {}, {}
         super().log(logs, start_time)
-
-
-# ------------------------------------------------------------------------------------------ helpers
-
-
-def _precision(config: TrainConfig, device: str) -> tuple[bool, bool]:
-    """(bf16, tf32); bf16 None means bfloat16 autocast on a GPU that has it, float32 on a CPU
-    (:func:`spag.models.loading.bf16_by_default`)."""
-    on_cuda = device.startswith("cuda")
-    bf16 = config.bf16 if config.bf16 is not None else bf16_by_default(device)
-    tf32 = (
-        config.tf32 if config.tf32 is not None else (on_cuda and torch.cuda.get_device_capability()[0] >= 8)
-    )
-    return bool(bf16), bool(tf32)
-
-
-def _checkpointing_arguments(enabled: bool) -> dict:
-    """Gradient checkpointing under the name this transformers version uses (renamed in v5)."""
-    from transformers import TrainingArguments
-
-    names = {f.name for f in fields(TrainingArguments)}
-    prefix = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
-    return {prefix: enabled, f"{prefix}_kwargs": {"use_reentrant": False} if enabled else None}
-
-
-def _warmup_arguments(ratio: float) -> dict:
-    """Warm-up as a ratio of the training steps: ``warmup_ratio`` before v5, a float ``warmup_steps`` after."""
-    from transformers import TrainingArguments
-
-    names = {f.name for f in fields(TrainingArguments)}
-    return {"warmup_ratio": ratio} if "warmup_ratio" in names else {"warmup_steps": ratio}
-
-
-def _same_model(a, b) -> bool:
-    pa, pb = Path(str(a)), Path(str(b))
-    if pa.exists() and pb.exists():
-        return pa.resolve() == pb.resolve()
-    return str(a) == str(b)
-
-
-def load_policy(model_path, config: TrainConfig, tokenizer):
-    import torch
-    from transformers import AutoModelForCausalLM, set_seed
-
-    # float32 master weights; bf16 runs under autocast (or DeepSpeed's bf16 mode).
-    model = AutoModelForCausalLM.from_pretrained(
-        str(model_path), dtype=torch.float32, trust_remote_code=config.trust_remote_code
-    )
-    setup_special_tokens(tokenizer, model)
-    if config.lora_r > 0:
-        from peft import LoraConfig, get_peft_model
-
-        set_seed(config.seed)
-        targets = config.lora_target_modules
-        lora = LoraConfig(
-            r=config.lora_r,
-            lora_alpha=config.lora_alpha,
-            lora_dropout=config.lora_dropout,
-            target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",")],
-            task_type="CAUSAL_LM",
-        )
-        model = get_peft_model(model, lora)
-        if config.gradient_checkpointing:
-            model.enable_input_require_grads()
-    return model
-
-
-def _save_final(trainer, tokenizer, staging: Path, config: TrainConfig, zero3: bool) -> None:
-    """Write the trained model as a plain HF directory at ``staging`` (main process writes)."""
-    main = trainer.is_world_process_zero()
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    _detach_reference(model)  # the saved model is the policy alone
-    is_peft = hasattr(model, "merge_and_unload")
-    if zero3:
-        # Parameters are partitioned: the Trainer gathers them (needs
-        # stage3_gather_16bit_weights_on_model_save, set in configs/deepspeed_zero3.json).
-        raw = staging.parent / f".{staging.name}.raw"
-        trainer.save_model(str(raw))
-        if main:
-            setup_special_tokens(tokenizer)
-            tokenizer.save_pretrained(raw)
-            (raw / "training_args.bin").unlink(missing_ok=True)
-            if staging.exists():
-                shutil.rmtree(staging)
-            os.replace(raw, staging)
-        return
-    if not main:
-        return
-    if is_peft and config.merge_lora:
-        model = model.merge_and_unload()
-    if is_peft and not config.merge_lora:
-        tmp = staging.parent / f".{staging.name}.tmp"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        model.save_pretrained(tmp)
-        setup_special_tokens(tokenizer)
-        tokenizer.save_pretrained(tmp)
-        if staging.exists():
-            shutil.rmtree(staging)
-        os.replace(tmp, staging)
-        return
-    save_checkpoint(model, tokenizer, staging, kind=TRAIN_KIND)
-
-
-# ------------------------------------------------------------------------------------------ the step
-
-
-@dataclass
-class _Run:
-    """What the steps of one training run share."""
-
-    method: str
-    model: str
-    ref: str
-    data: Path | None
-    output_dir: Path
-    checkpoint_dir: Path
-    config: TrainConfig
-    args: TrainingArguments
-    resume_from: str | None
-    started: float
-
-    @property
-    def main(self) -> bool:
-        return self.args.process_index == 0
-
-    @property
-    def needs_ref(self) -> bool:
-        return self.method != SFT
-
-    def wait_for_everyone(self) -> None:
-        state = self.args.distributed_state
-        if state is not None and state.num_processes > 1:
-            state.wait_for_everyone()
-
-
-def run_training(
-    method: str,
-    model,
-    data,
-    output_dir,
-    ref=None,
-    config: TrainConfig | None = None,
-    other_checkpoints: str = "refuse",
-    **knobs,
-) -> Path:
-    """Train ``model`` on the rows in ``data`` with ``method`` and save the result to ``output_dir``.
-
-    ``method`` is ``sft``, ``sft-kl`` (imitation learning) or ``offline-po`` (SPAG); ``ref`` is the
-    reference model (default: ``model`` itself). Knobs are the fields of :class:`spag.config.TrainConfig`,
-    given as keywords or as ``config``. ``other_checkpoints`` says what ``resume`` does with checkpoints of
-    another run: ``refuse`` or ``restart`` (see :func:`resume_point`). Returns ``output_dir``.
-    """
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
-    unknown = set(knobs) - set(TrainConfig.model_fields)
-    if unknown:
-        raise TypeError(f"unknown training option(s): {', '.join(sorted(unknown))}")
-    config = TrainConfig(**{**(config or TrainConfig()).model_dump(), **knobs}).resolved(method)
-    check_launch(None, config.deepspeed, deepspeed_key="deepspeed")  # before the data: a bad file is one line
-    rows, tokenizer = _read_data(
-        method, model, data, config
-    )  # bad rows stop the run before anything is written
-    with claimed_outputs(output_dir, config):
-        run = start_run(method, model, data, output_dir, ref, config, other_checkpoints)
-        encoded = _encode(run, rows, tokenizer)
-        ref_info = _reference_step(run, encoded, tokenizer)
-        trainer, live = _build_step(run, encoded, tokenizer, ref_info)
-        result = trainer.train(resume_from_checkpoint=run.resume_from)
-        _save_step(run, trainer, tokenizer, encoded, result, ref_info, live)
-        run.wait_for_everyone()
-    return run.output_dir
-
-
-def start_run(
-    method: str,
-    model,
-    data,
-    output_dir,
-    ref,
-    config: TrainConfig,
-    other_checkpoints: str,
-    *,
-    arguments: dict | None = None,
-    identity: dict | None = None,
-) -> _Run:
-    """Check the run, claim its directories and set up the processes (the Trainer's arguments).
-
-    ``arguments`` replaces or adds Trainer arguments (``arguments["class"]``: another TrainingArguments
-    class, TRL's GRPOConfig for online self-play); ``identity`` adds what else a checkpoint must match.
-    """
-    ref = ref if ref is not None else model
-    started = time.time()
-    # Before any work: refuse an output or checkpoint directory that is not ours to replace.
-    output_dir = claim_output_dir(output_dir, TRAIN_KIND, overwrite=config.overwrite, resume=config.resume)
-    checkpoint_dir = claim_output_dir(checkpoint_dir_of(config, output_dir), CHECKPOINTS_KIND, overwrite=True)
-    if config.live:  # dvclive rewrites its folder's dvc.yaml, params.yaml, metrics.json and plots/
-        claim_output_dir(live_dir_of(config, output_dir), LIVE_KIND, overwrite=True, resume=config.resume)
-    # The Trainer's arguments come first: they set up the processes (and DeepSpeed's ZeRO-3 loading).
-    args = _training_arguments(config, checkpoint_dir, pick_device(config.device), **(arguments or {}))
-    identity = {**run_identity(method, model, ref, data, config, args.world_size), **(identity or {})}
-    resume_from = resume_point(
-        checkpoint_dir,
-        identity,
-        config.resume,
-        other_checkpoints,
-        say=print if args.process_index == 0 else lambda *a, **k: None,
-    )
-    run = _Run(
-        method,
-        model,
-        ref,
-        Path(data) if data is not None else None,
-        output_dir,
-        checkpoint_dir,
-        config,
-        args,
-        resume_from,
-        started,
-    )
-    if run.main:
-        # Marked at once, so a killed run's leftovers (checkpoints) are known as ours to --resume them. The
-        # output folder itself only when the checkpoints are inside it: a failed run leaves no empty model.
-        if checkpoint_dir.resolve().is_relative_to(output_dir.resolve()):
-            mark_output_dir(output_dir, TRAIN_KIND)
-        mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
-    if run.main and resume_from is None:
-        if checkpoints_in(checkpoint_dir):
-            clear_output_dir(checkpoint_dir)
-            if not config.resume:
-                print(
-                    f"note: removed old checkpoints in {checkpoint_dir} (pass --resume to continue from them)"
-                )
-        write_json_atomic(checkpoint_dir / IDENTITY_FILE, identity, replace="any")
-    if run.main and resume_from is not None:
-        print(f"note: resuming from {resume_from}", flush=True)
-    run.wait_for_everyone()
-    return run
-
-
-def _training_arguments(
-    config: TrainConfig, checkpoint_dir: Path, device: str, **overrides
-) -> TrainingArguments:
-    """The Trainer's arguments of a run; ``overrides`` replace or add some (``class``: the arguments' class)."""
-    use_cpu = device == "cpu"
-    configured = bool(config.deepspeed and use_cpu)
-    if config.deepspeed:
-        prepare_deepspeed(on_cpu=configured)
-    bf16, tf32 = _precision(config, device)
-    if device.startswith("cuda"):
-        set_tf32(tf32)  # here only: the Trainer's own tf32 switch stays unset (see set_tf32)
-    elif config.tf32:
-        raise DataError(
-            "--tf32", None, "TF32 is a mode of NVIDIA GPUs (Ampere or newer); this run is on the CPU"
-        )
-    arguments = overrides.pop("class", TrainingArguments)
-    return arguments(
-        **{
-            **dict(
-                output_dir=str(checkpoint_dir),
-                per_device_train_batch_size=config.batch_size,
-                gradient_accumulation_steps=config.grad_accum,
-                num_train_epochs=config.epochs,
-                max_steps=config.max_steps,
-                learning_rate=config.learning_rate,
-                # DeepSpeed's schedules are built by SpagTrainer.create_scheduler; "linear" only fills the argument.
-                lr_scheduler_type="linear"
-                if config.lr_scheduler in DEEPSPEED_SCHEDULES
-                else config.lr_scheduler,
-                **_warmup_arguments(config.warmup_ratio),
-                weight_decay=config.weight_decay,
-                max_grad_norm=config.max_grad_norm,
-                **_checkpointing_arguments(config.gradient_checkpointing),
-                train_sampling_strategy="group_by_length" if config.group_by_length else "random",
-                bf16=bf16,
-                tf32=None,
-                use_cpu=use_cpu,
-                seed=config.seed,
-                deepspeed=config.deepspeed,
-                logging_steps=config.logging_steps,
-                logging_first_step=True,
-                save_strategy="steps",
-                save_steps=config.save_steps,
-                save_total_limit=config.save_total_limit,
-                report_to=list(config.report_to) or "none",  # dvclive by its own callback (run_callbacks)
-                remove_unused_columns=False,
-                label_names=[],
-                include_num_input_tokens_seen="non_padding",
-                dataloader_num_workers=config.dataloader_num_workers,
-                dataloader_pin_memory=not use_cpu,
-                disable_tqdm=not config.show_progress,
-                ddp_find_unused_parameters=False,
-                accelerator_config={"use_configured_state": configured},
-            ),
-            **overrides,
-        }
-    )
-
-
-def _read_data(method: str, model, data, config: TrainConfig):
-    """The checked training rows and the policy's tokenizer."""
-    rows = read_rows(data)
-    check_rows_for_method(rows, method, data)
-    warning = empty_completions(rows, data)
-    if warning and int(os.environ.get("RANK", "0")) == 0:
-        print(warning, file=sys.stderr, flush=True)
-    return rows, load_tokenizer(model, trust_remote_code=config.trust_remote_code)
-
-
-def _encode(run: _Run, rows, tokenizer):
-    """Rows -> token ids; a row too long for max_length is shortened by ``truncation``
-    (:mod:`spag.train.data`)."""
-    config = run.config
-    encoded = encode_rows(
-        rows,
-        tokenizer,
-        config.max_length,
-        show_progress=config.show_progress and run.main,
-        truncation=config.truncation,
-    )
-    if not len(encoded):
-        raise DataError(run.data, None, f"no row fits max_length {config.max_length} tokens")
-    if run.main and encoded.rows_cut_left:
-        print(f"note: max length {config.max_length}: {encoded.rows_cut_left} row(s) cut from the left")
-    if run.main and (encoded.rows_too_long or encoded.prompts_shortened):
-        print(
-            f"note: max length {config.max_length}: {encoded.prompts_shortened} prompt(s) gave up "
-            f"{encoded.history_lines_dropped} oldest history line(s); {encoded.rows_too_long} row(s) too long "
-            "even so were left out"
-        )
-    return encoded
-
-
-def _reference_step(run: _Run, encoded, tokenizer) -> dict:
-    """Reference log-probs before the policy is loaded, so only one model is in memory at a time.
-
-    Stored on ``encoded``; returns how they were had (for the summary).
-    """
-    config = run.config
-    if not run.needs_ref:
-        return {"mode": "none"}
-    if config.ref_on_the_fly:
-        return {"mode": "on-the-fly"}
-    started = time.time()
-    logprobs, cache_file, reused = reference_logprobs(
-        run.data,
-        encoded,
-        run.ref,
-        tokenizer.pad_token_id,
-        batch_size=config.ref_batch_size,
-        cache_dir=config.ref_cache_dir,
-        autocast_dtype=torch.bfloat16 if run.args.bf16 else None,
-        trust_remote_code=config.trust_remote_code,
-        state=run.args.distributed_state,
-        show_progress=config.show_progress,
-    )
-    encoded.ref_logprobs = logprobs
-    if run.main:
-        print(f"reference log-probs {'reused from' if reused else 'cached in'} {cache_file}")
-    return {
-        "mode": "precomputed",
-        "cache": str(cache_file),
-        "reused": reused,
-        "seconds": round(time.time() - started, 3),
-    }
-
-
-def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
-    """The policy (and the reference model when it runs on the fly), dvclive and the trainer."""
-    config = run.config
-    policy = load_policy(run.model, config, tokenizer)
-    ref_model, ref_without_adapter = None, False
-    if ref_info["mode"] == "on-the-fly":
-        if config.lora_r > 0 and _same_model(run.ref, run.model):
-            ref_without_adapter = True
-        elif run.args.deepspeed:
-            _attach_reference(policy, run.ref, config)
-        else:
-            ref_model = load_reference_model(
-                run.ref, run.args.device, trust_remote_code=config.trust_remote_code
-            )
-    callbacks, live = run_callbacks(run)
-    trainer = SpagTrainer(
-        model=policy,
-        args=run.args,
-        data_collator=Collator(tokenizer.pad_token_id),
-        train_dataset=RowDataset(encoded),
-        processing_class=tokenizer,
-        callbacks=callbacks,
-        method=run.method,
-        kl_coeff=config.kl_coeff,
-        clip_range=config.clip_range,
-        sft_coeff=config.sft_coeff,
-        lr_scheduler=config.lr_scheduler,
-        detach_advantage=config.detach_advantage,
-        reduction=config.reduction,
-        ref_model=ref_model,
-        ref_is_base_without_adapter=ref_without_adapter,
-        group_by_prompt=config.group_by_prompt,
-    )
-    show_postfix_progress(trainer)
-    return trainer, live
-
-
-def _provenance(run: _Run) -> dict:
-    """How the run computed (device, bfloat16 autocast as resolved, processes) and on what machine."""
-    args = run.args
-    return {
-        "device": str(args.device),
-        "bf16": bool(args.bf16),
-        "processes": int(args.world_size),
-        "deepspeed": bool(args.deepspeed),
-        **machine(),
-    }
-
-
-def _save_step(run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_info: dict, live) -> None:
-    """Save the model, write its summary, swap it into place and close dvclive."""
-    details = {
-        "rows": len(encoded),
-        "prompts_shortened": encoded.prompts_shortened,
-        "history_lines_dropped": encoded.history_lines_dropped,
-        "rows_too_long": encoded.rows_too_long,
-        "reference": ref_info,
-    }
-    finish_run(run, trainer, tokenizer, result, live, details, f"{len(encoded)} rows")
-
-
-def finish_run(run: _Run, trainer, tokenizer, result, live, details: dict, trained_on: str) -> None:
-    """Save the model of any run on the HF Trainer (SpagTrainer, TRL's GRPOTrainer), write its summary
-    (the common figures plus the method's ``details``), swap it into place and close dvclive."""
-    from transformers.integrations import is_deepspeed_zero3_enabled
-
-    config = run.config
-    trainer.ref_model = None  # the reference model (on the fly) is not needed for saving
-    staging = run.output_dir.parent / f".{run.output_dir.name}.final"
-    _save_final(trainer, tokenizer, staging, config, is_deepspeed_zero3_enabled())
-    elapsed = time.time() - run.started
-    tokens = int(trainer.state.num_input_tokens_seen)
-    train_seconds = float(result.metrics.get("train_runtime", elapsed))
-    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    record = {
-        "method": run.method,
-        "model": str(run.model),
-        "ref": str(run.ref) if run.needs_ref else None,
-        "data": str(run.data),
-        **details,
-        "steps": int(trainer.state.global_step),
-        "epochs": float(trainer.state.epoch or 0.0),
-        "final_loss": float(losses[-1]) if losses else None,
-        "mean_loss": mean_loss(trainer.state.log_history) if run.resume_from else float(result.training_loss),
-        "tokens": tokens,
-        "train_seconds": round(train_seconds, 3),
-        "total_seconds": round(elapsed, 3),
-        "tokens_per_second": round(tokens / train_seconds, 1) if train_seconds > 0 else None,
-        "resumed_from": str(run.resume_from) if run.resume_from else None,
-        "lora": {"r": config.lora_r, "merged": config.merge_lora} if config.lora_r > 0 else None,
-        "config": config.model_dump(),
-        "provenance": _provenance(run),
-    }
-    if not run.main:
-        return
-    write_json_atomic(staging / SUMMARY_FILE, record, replace="any")
-    publish(staging, run.output_dir, run.checkpoint_dir, config.keep_checkpoints)
-    if live is not None:
-        for key in ("steps", "final_loss", "mean_loss", "tokens", "tokens_per_second"):
-            if record[key] is not None:
-                live.log_metric(f"summary/{key}", record[key], plot=False)
-        live.end()
-    loss_text = f"{record['final_loss']:.4f}" if record["final_loss"] is not None else "n/a"
-    summary(
-        "train",
-        f"{run.method}: {record['steps']} steps on {trained_on}, final loss "
-        f"{loss_text}, {tokens} tokens in {train_seconds:.1f}s -> {run.output_dir}",
-    )
