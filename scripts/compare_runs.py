@@ -11,6 +11,7 @@ line; exit 0 when every output is the same, 1 otherwise (2 for a folder that is 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -28,11 +29,19 @@ def _outputs(run: Path) -> dict[str, dict[str, dict]]:
     return {name: {o["path"]: o for o in stage.get("outs", [])} for name, stage in stages.items()}
 
 
-def _listing(run: Path, md5: str) -> dict[str, str]:
-    """relpath -> md5 of a folder output, from its ``.dir`` object in the run's cache."""
+def _listing(run: Path, path: str, md5: str) -> dict[str, str]:
+    """relpath -> md5 of a folder output: from its ``.dir`` object in the run's cache, or, for an output DVC
+    does not cache (``cache: false``, as metrics folders are), from the files in the run's folder."""
     digest = md5.removesuffix(".dir")
     entry = run / ".dvc" / "cache" / "files" / "md5" / digest[:2] / f"{digest[2:]}.dir"
-    return {item["relpath"]: item["md5"] for item in json.loads(entry.read_text())}
+    if entry.is_file():
+        return {item["relpath"]: item["md5"] for item in json.loads(entry.read_text())}
+    folder = run / path
+    return {
+        f.relative_to(folder).as_posix(): hashlib.md5(f.read_bytes()).hexdigest()
+        for f in sorted(folder.rglob("*"))
+        if f.is_file()
+    }
 
 
 def compare(a: Path, b: Path) -> dict[str, list[str]]:
@@ -52,7 +61,7 @@ def compare(a: Path, b: Path) -> dict[str, list[str]]:
             if not (md5_a.endswith(".dir") and md5_b.endswith(".dir")):
                 differ.append(path)
                 continue
-            files_a, files_b = _listing(a, md5_a), _listing(b, md5_b)
+            files_a, files_b = _listing(a, path, md5_a), _listing(b, path, md5_b)
             differ += [
                 f"{path}/{rel}"
                 for rel in sorted(set(files_a) | set(files_b))
