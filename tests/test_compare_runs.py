@@ -42,7 +42,10 @@ def test_identical_runs_compare_the_same(tmp_path):
     b = _run(tmp_path / "b", "0" * 32, "2" * 32)
     result = _compare(a, b)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-1] == "[compare_runs] 2 of 2 stages with every output the same"
+    assert (
+        result.stdout.splitlines()[-1]
+        == "[compare_runs] 2 of 2 stages with every output the same (paths, times, manifests aside)"
+    )
 
 
 def test_a_differing_file_and_folder_entry_are_named(tmp_path):
@@ -61,3 +64,24 @@ def test_a_folder_without_a_run_is_refused(tmp_path):
     assert (
         result.stderr.strip() == f"error: {tmp_path / 'dvc.lock'}: no dvc.lock (run `dvc repro` there first)"
     )
+
+
+def test_files_equal_but_for_their_run_folder_or_times_count_as_the_same(tmp_path):
+    runs = []
+    for name, seconds in (("a", 1.5), ("b", 2.5)):
+        root = tmp_path / name
+        (root / "out").mkdir(parents=True)
+        summary = {"model": str(root.resolve() / "model"), "loss": 0.25, "train_seconds": seconds}
+        (root / "out" / "summary.json").write_text(json.dumps(summary))
+        md5 = hashlib.md5((root / "out" / "summary.json").read_bytes()).hexdigest()
+        lock = {"schema": "2.0", "stages": {"train": {"outs": [{"path": "out/summary.json", "md5": md5}]}}}
+        (root / "dvc.lock").write_text(yaml.safe_dump(lock))
+        runs.append(root)
+    result = _compare(*runs)
+    assert result.returncode == 0, result.stdout
+    assert "train: same; 1 times only" in result.stdout.splitlines()
+    summary = {"model": str(runs[1].resolve() / "model"), "loss": 0.5, "train_seconds": 2.5}
+    (runs[1] / "out" / "summary.json").write_text(json.dumps(summary))
+    result = _compare(*runs)
+    assert result.returncode == 1
+    assert "train: 1 differ: out/summary.json" in result.stdout.splitlines()
