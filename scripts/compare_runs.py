@@ -86,14 +86,18 @@ def _keys_that_differ(x, y, key: str = "") -> set[str]:
     if type(x) is not type(y):
         return {key}
     if isinstance(x, dict):
-        return set().union(
-            *(_keys_that_differ(x.get(k), y.get(k), f"{key}.{k}") for k in set(x) | set(y)),
-        )
+        return set().union(*(_keys_that_differ(x.get(k), y.get(k), f"{key}.{k}") for k in set(x) | set(y)))
     if isinstance(x, list):
         if len(x) != len(y):
             return {key}
-        return set().union(set(), *(_keys_that_differ(u, v, f"{key}[]") for u, v in zip(x, y)))
+        return set().union(*(_keys_that_differ(u, v, f"{key}[]") for u, v in zip(x, y)))
     return set() if x == y else {key}
+
+
+def _names_a_time(key: str, file: Path) -> bool:
+    """A differing key is a wall-clock field; a line of a text file (no field name) by its file's name."""
+    field = key.replace("[]", "").strip(".")
+    return bool(_TIMING.search(field or file.stem))
 
 
 def _kind_of_difference(a: Path, b: Path, rel: str) -> str | None:
@@ -108,8 +112,7 @@ def _kind_of_difference(a: Path, b: Path, rel: str) -> str | None:
         return "differs"
     if not keys:
         return None
-    path_like = Path(rel).stem if all(k.startswith("[]") or k == "" for k in keys) else ""
-    return "times" if all(_TIMING.search(k) or _TIMING.search(path_like) for k in keys) else "differs"
+    return "times" if all(_names_a_time(k, Path(rel)) for k in keys) else "differs"
 
 
 def compare(a: Path, b: Path) -> dict[str, list[str]]:
@@ -146,7 +149,7 @@ def classify(a: Path, b: Path, report: dict[str, list[str]]) -> dict[str, dict[s
     for stage, files in report.items():
         kinds[stage] = {"differs": [], "times": [], "manifest": []}
         for rel in files:
-            kind = "differs" if " (only in " in rel else _kind_of_difference(a, b, rel)
+            kind = _kind_of_difference(a, b, rel)  # an output only one run has is a file neither has
             if kind:
                 kinds[stage][kind].append(rel)
     return kinds

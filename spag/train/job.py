@@ -91,8 +91,6 @@ def _precision(config: TrainConfig, device: str) -> tuple[bool, bool]:
 
 def _checkpointing_arguments(enabled: bool) -> dict:
     """Gradient checkpointing under the name this transformers version uses (renamed in v5)."""
-    from transformers import TrainingArguments
-
     names = {f.name for f in fields(TrainingArguments)}
     prefix = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
     return {prefix: enabled, f"{prefix}_kwargs": {"use_reentrant": False} if enabled else None}
@@ -100,8 +98,6 @@ def _checkpointing_arguments(enabled: bool) -> dict:
 
 def _warmup_arguments(ratio: float) -> dict:
     """Warm-up as a ratio of the training steps: ``warmup_ratio`` before v5, a float ``warmup_steps`` after."""
-    from transformers import TrainingArguments
-
     names = {f.name for f in fields(TrainingArguments)}
     return {"warmup_ratio": ratio} if "warmup_ratio" in names else {"warmup_steps": ratio}
 
@@ -114,7 +110,6 @@ def _same_model(a, b) -> bool:
 
 
 def load_policy(model_path, config: TrainConfig, tokenizer):
-    import torch
     from transformers import AutoModelForCausalLM, set_seed
 
     # float32 master weights; bf16 runs under autocast (or DeepSpeed's bf16 mode).
