@@ -20,7 +20,9 @@ collector at exit instead (``gc.freeze``) loses such a buffer, and saves less.
 **The process group.** The processes a launcher starts (``torchrun``) join a torch.distributed group; two
 gloo processes that exit at the same moment with their group still open abort about every second time
 ("terminate called without an active exception", SIGABRT) in torch 2.13, after all their work is done.
-:func:`leave_process_group_at_exit` closes the group first.
+:func:`leave_process_group_at_exit` closes the group first. Closing it is not enough where other C++
+objects (DeepSpeed's, gloo's) outlive it: their destructors, run by the C library's exit, abort the same way
+now and then. A launched process therefore also ends through :func:`end_process`, which never runs them.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ validated by the same schema, and calls :func:`spag.train.job.run_training`, or,
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 from spag.config import ONLINE, TrainConfig
 from spag.models.devices import check_launch, launcher_command, resolve_launcher
 from spag.runtime.errors import DataError
-from spag.runtime.process import leave_process_group_at_exit
+from spag.runtime.process import end_process, leave_process_group_at_exit
 from spag.train.bookkeeping import SUMMARY_FILE
 
 
@@ -151,4 +152,6 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    # Ended without the interpreter's teardown: the C++ objects of gloo and DeepSpeed that a finished
+    # process still holds are never destroyed, where their destructors abort now and then at exit.
+    end_process(functools.partial(main, sys.argv[1:]))
