@@ -424,7 +424,7 @@ def train(ctx: Context, shape: str, method: str, **knobs) -> tuple[dict, StepClo
 
     sizes = TRAIN[ctx.cpu]
     rows = ctx.work / "rows.jsonl"
-    write_jsonl_atomic(rows, synthetic_rows(sizes["rows"]), replace="any")
+    write_jsonl_atomic(rows, synthetic_rows(sizes["rows"]))
     out = ctx.work / f"out-{method}"
     settings = {
         "max_steps": sizes["max_steps"],
@@ -648,7 +648,7 @@ def run_in_this_process(part: str, ctx: Context) -> int:
         }
         code = 1
     result["heavy_modules"] = heavy_modules()
-    write_json_atomic(ctx.work / "result.json", result, replace="any")
+    write_json_atomic(ctx.work / "result.json", result)
     return code
 
 
@@ -747,7 +747,7 @@ def owned_or_new(out: Path) -> bool:
 def check_arguments(args) -> tuple[Path, list[str], dict[str, float], float | None]:
     """The output, the parts, their limits and the budget of a check, each checked (CheckError naming the first
     that cannot run)."""
-    from spag.runtime.atomic import check_output_file
+    from spag.harness.rule import check_output_file
     from spag.runtime.errors import DataError
 
     out = Path(args.out)
@@ -756,7 +756,7 @@ def check_arguments(args) -> tuple[Path, list[str], dict[str, float], float | No
             f"--out {out}: something is there that is not this check's JSON; choose another path"
         )
     try:
-        check_output_file(out, "--out", replace="any")
+        check_output_file(out, "--out")
     except DataError as exc:
         raise CheckError(str(exc)) from None
     chosen = [p for p in args.parts.split(",") if p.strip()]
@@ -819,7 +819,7 @@ def run_check(args) -> int:
         "finished": False,
     }
     results.update(budget_s=budget, limits_s={part: limit[part] for part in chosen})
-    write_json_atomic(out, results, replace="any")
+    write_json_atomic(out, results)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="spag-gpu-check-") as scratch:
         for part in chosen:
@@ -842,11 +842,11 @@ def run_check(args) -> int:
                     k: entry["result"].get(k) for k in ("name", "peak_bf16_tflops", "peak_bandwidth_tbs")
                 }
             results["seconds"] = round(time.perf_counter() - started, 1)
-            write_json_atomic(out, results, replace="any")
+            write_json_atomic(out, results)
             print(f"{part}: {entry['status']} in {entry['seconds']} s: {headline(part, entry)}", flush=True)
     results["finished"] = True
     results["seconds"] = round(time.perf_counter() - started, 1)
-    write_json_atomic(out, results, replace="any")
+    write_json_atomic(out, results)
     failed = [p for p, e in results["parts"].items() if e["status"] != "ok"]
     print(
         f"{len(chosen) - len(failed)} of {len(chosen)} parts ran in {results['seconds']} s"

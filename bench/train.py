@@ -86,8 +86,8 @@ def child(args) -> None:
 
     import torch
 
+    from spag.harness.training import train
     from spag.train.bookkeeping import read_summary
-    from spag.train.job import run_training
 
     on_the_fly = args.child == "on-the-fly"
     if args.child == "padded":  # the trainer as it runs on a GPU: one padded forward per step
@@ -102,7 +102,7 @@ def child(args) -> None:
         spag_trainer.SpagTrainer.__init__ = padded_init
     out = Path(args.work) / f"out-{args.child}"
     live_dir = Path(args.work) / f"live-{args.child}"
-    run_training(
+    train(
         "offline-po",
         args.model,
         args.data,

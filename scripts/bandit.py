@@ -29,10 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from spag.game.kuhn import FIRST, SECOND, KuhnPoker
+from spag.harness.claims import prepare_output_dir
+from spag.harness.rule import claim_file
 from spag.players import close_player, load_player
 from spag.runtime.atomic import write_json_atomic, write_jsonl_atomic
 from spag.runtime.errors import DataError
-from spag.runtime.folders import prepare_output_dir
 
 GAME = KuhnPoker()
 PROMPT = GAME.prompt(SECOND, "J-K", [{"role": FIRST, "content": "[bet]"}], GAME.Strategies())
@@ -76,7 +77,7 @@ def _train(
     first of what an earlier bandit run wrote there (a folder of anyone else's files is refused,
     :class:`OutputRefused`). ``train``: other ``spag train`` settings (the pipeline's by default). Returns the
     folder of the checkpoints."""
-    from spag.train.job import run_training
+    from spag.harness.training import train as train_model
 
     prepare_output_dir(out, "bandit", overwrite=True)
     data = out / "rows.jsonl"
@@ -92,7 +93,7 @@ def _train(
         "seed": 0,
         **train,
     }
-    run_training(
+    train_model(
         "offline-po",
         str(model),
         data,
@@ -281,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.output:  # a new file only, checked before any training
+        claim_file(args.output, "-o")
     model = args.model
     if model == "embedded":
         from spag.models.embedded import materialize_base_model

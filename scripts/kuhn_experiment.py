@@ -65,6 +65,7 @@ from spag.evaluate.strategy import (
 from spag.evaluate.strategy import write_strategy as write_rows_and_report
 from spag.game.kuhn.cfr import cfr_curve
 from spag.game.kuhn.exploitability import all_figures, constant, equilibrium
+from spag.harness.rule import claim_file, replace_mode
 from spag.pipeline.context import Layout
 from spag.pipeline.evaluation import evaluation_config
 from spag.pipeline.run import run_stage
@@ -221,7 +222,7 @@ def read_strategy(model: Path, params: Path, seed: int, design: dict, played: bo
 
 def write_strategy(folder: Path, measured: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    write_rows_and_report(folder, measured["rows"], measured["figures"], replace="any")
+    write_rows_and_report(folder, measured["rows"], measured["figures"])
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -248,14 +249,14 @@ def _progress(root: Path) -> dict:
 def _mark(root: Path, step: str, **extra) -> None:
     progress = _progress(root)
     progress[step] = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra}
-    write_json_atomic(root / "progress.json", progress, replace="any")
+    write_json_atomic(root / "progress.json", progress)
 
 
 def prepare_start(design: dict, out: Path, start: str) -> Path:
     """The starting point's folder: the base model, the deals and (but for ``base``) the imitation model."""
     root = out / "starts" / start
     root.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(root / "params.yaml", params_for(design, start, None, 0), replace="any")
+    write_text_atomic(root / "params.yaml", params_for(design, start, None, 0))
     shared = Layout(out / "starts" / BASE).model(BASE).parent  # data/base, the base model's folder
     steps = [("base_model", base_model), ("words", words)]
     if start != BASE:
@@ -296,7 +297,7 @@ def run_one(design: dict, out: Path, name: str, keep_models: bool) -> None:
         return
     began = time.perf_counter()
     (root / "data").mkdir(parents=True, exist_ok=True)
-    write_text_atomic(root / "params.yaml", params_for(design, start, arm, seed), replace="any")
+    write_text_atomic(root / "params.yaml", params_for(design, start, arm, seed))
     layout, start_layout = Layout(root), Layout(start_root)
     shared = [BASE] + ([] if start == BASE else ["imitation"])
     for kept in shared:  # data/base, data/imitation: each checkpoint's folder
@@ -563,7 +564,7 @@ def _params_file(out: Path, start: str, arm: str, seed: int, design: dict) -> Pa
     if not path.exists():
         path = out / "twin-params" / f"{start}-{arm}-{seed}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, params_for(design, start, arm, seed), replace="any")
+        write_text_atomic(path, params_for(design, start, arm, seed))
     return path
 
 
@@ -806,7 +807,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "starts":
             result = starts(design, out)
             if args.output:
-                write_json_atomic(args.output, result, replace="ours" if args.overwrite else "no")
+                claim_file(args.output, "-o", replace_mode(args.overwrite))
+                write_json_atomic(args.output, result)
             print(
                 f"[kuhn_experiment] {len(result)} starts in {out}"
                 + (f" -> {args.output}" if args.output else "")
@@ -815,7 +817,8 @@ def main(argv: list[str] | None = None) -> int:
         earlier = _read_earlier(args.merge) if args.merge else None
         result = summarise(design, out, args.card_blind, earlier)
         if args.output:
-            write_json_atomic(args.output, result, replace="ours" if args.overwrite else "no")
+            claim_file(args.output, "-o", replace_mode(args.overwrite))
+            write_json_atomic(args.output, result)
     except (DesignError, OutputRefused) as exc:
         return fail(str(exc))
     print(markdown(result))

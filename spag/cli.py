@@ -30,10 +30,11 @@ from spag.commands import (
     train,
     words,
 )
+from spag.harness.claims import release_held
+from spag.harness.process import end_process, leave_process_group_at_exit, short_lived_process
+from spag.harness.rule import enforce
 from spag.players.allocator import keep_freed_memory
-from spag.runtime.claims import release_held
 from spag.runtime.errors import DataError
-from spag.runtime.process import end_process, leave_process_group_at_exit, short_lived_process
 from spag.runtime.signals import EXIT_INTERRUPTED, STOPS, command_signals, stopped
 
 # The subcommand modules, in the order `spag --help` lists them.
@@ -71,7 +72,8 @@ def _one_line(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     keep_freed_memory()  # the command owns its process: freed memory is kept for reuse (CPU inference)
-    short_lived_process()  # and collects garbage after 50,000 new objects, not 700 (spag.runtime.process)
+    short_lived_process()  # and collects garbage after 50,000 new objects, not 700 (spag.harness.process)
+    enforce()  # the output rule watches every write (spag.harness.rule)
     try:
         # A scheduler's (or `timeout`'s) SIGTERM unwinds like Ctrl-C: finished work is written first.
         with command_signals():
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run() -> None:
-    """The ``spag`` program: :func:`main`, then the process ends (:func:`spag.runtime.process.end_process`)."""
+    """The ``spag`` program: :func:`main`, then the process ends (:func:`spag.harness.process.end_process`)."""
     end_process(main)
 
 

@@ -5,9 +5,9 @@ The stage validates params.yaml and runs spag.pipeline.stages.report.report on t
 
 from pathlib import Path
 
-from spag.runtime.process import short_lived_process
+from spag.harness.process import short_lived_process
 
-short_lived_process()  # first, before the stage's imports and its work (spag.runtime.process)
+short_lived_process()  # first, before the stage's imports and its work (spag.harness.process)
 
 from spag.pipeline.run import stage_script
 from spag.pipeline.stages.report import report

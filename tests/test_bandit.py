@@ -54,7 +54,7 @@ def test_a_rewarded_reply_at_one_in_a_hundred_thousand_barely_moves(tiny, tmp_pa
     0.49. In self-play it is worse: a reply at 1e-5 is sampled about once in 100,000 replies, so in an epoch
     of a few hundred it gets no row at all, and no reward can reach it."""
     bandit = load_script()
-    from spag.train.job import run_training
+    from spag.harness import training
 
     sft = tmp_path / "sft.jsonl"
     sft.write_text(
@@ -64,7 +64,7 @@ def test_a_rewarded_reply_at_one_in_a_hundred_thousand_barely_moves(tiny, tmp_pa
         )
     )
     saturated = tmp_path / "saturated"
-    run_training(
+    training.train(
         "sft",
         str(tiny),
         sft,

@@ -257,7 +257,6 @@ def test_resume_reuses_finished_tasks_only_with_the_same_settings(tiny, tmp_path
         output=out,
         show_progress=False,
         say=lambda _: None,
-        replace="ours",
     )
     samples = bm.samples_path(out).read_text().splitlines()
     recomputed = np.mean([json.loads(s)["correct"] for s in samples])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from spag.cli import COMMAND_MODULES, app
-from spag.runtime.manifest import MANIFEST
+from spag.harness.manifest import MANIFEST
 from spag.testing import make_tiny_checkpoint, run_cli
 
 EPISODE = {
@@ -792,8 +792,8 @@ def test_the_output_table_covers_every_command_with_an_output():
 def _spags(target: Path, what: str) -> None:
     """A previous output of spag's at ``target`` (what --overwrite may replace)."""
     from spag.game.episodes import write_episodes
+    from spag.harness.claims import prepare_output_dir
     from spag.runtime.atomic import write_text_atomic
-    from spag.runtime.folders import prepare_output_dir
 
     if what == "episodes":
         write_episodes([EPISODE], target)
@@ -969,7 +969,7 @@ def test_overwrite_of_a_folder_removes_only_what_spag_wrote(files, tmp_path, com
     ).read_text() == "1,2\n"
     assert sorted(p.name for p in out.iterdir()) == sorted([*spags, "NOTES.md", "mine"])
     if kind == "train":  # the new model moved in beside the user's files, and is what spag records there
-        from spag.runtime.manifest import written_by_spag
+        from spag.harness.manifest import written_by_spag
 
         assert written_by_spag(out / "training_summary.json") and not written_by_spag(out / "NOTES.md")
 
@@ -979,7 +979,7 @@ def test_overwrite_of_a_folder_removes_only_what_spag_wrote(files, tmp_path, com
 
 HOLDER = """
 import sys, time
-from spag.runtime.locks import writing
+from spag.harness.locks import writing
 with writing(sys.argv[1]):
     print("holding", flush=True)
     time.sleep(120)
@@ -1045,13 +1045,13 @@ def test_the_lock_goes_with_its_writer(files, tmp_path):
 
 
 def test_a_new_file_that_appears_meanwhile_is_not_replaced(tmp_path):
-    """A new file is checked again when it is published (by a hard link, which never replaces a file): a
-    file another writer put there meanwhile stays."""
+    """A new file (a shard) is checked again when it is published (by a hard link, which never replaces a
+    file): a file another writer put there meanwhile stays."""
     from spag.runtime.atomic import atomic_path
     from spag.runtime.errors import OutputExists
 
     target = tmp_path / "shard-00000.parquet"
-    with pytest.raises(OutputExists), atomic_path(target) as tmp:
+    with pytest.raises(OutputExists), atomic_path(target, new=True) as tmp:
         tmp.write_text("ours")
         target.write_text("theirs")
     assert target.read_text() == "theirs" and [p.name for p in tmp_path.iterdir()] == [target.name]

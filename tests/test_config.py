@@ -534,9 +534,9 @@ def test_a_stage_started_on_a_params_file_with_a_typo_exits_2_naming_the_key(tmp
 def test_under_a_launcher_the_training_settings_travel_as_a_file(tmp_path):
     import json
 
+    from spag.harness.launch import launch
     from spag.testing import make_tiny_checkpoint
     from spag.train.bookkeeping import read_summary
-    from spag.train.launch import launch
 
     tiny = make_tiny_checkpoint(tmp_path / "tiny")
     data = tmp_path / "rows.jsonl"
@@ -556,7 +556,9 @@ def test_under_a_launcher_the_training_settings_travel_as_a_file(tmp_path):
         show_progress=False,
         sft_coeff=0.25,
     )
-    launch(sys.executable, "sft", tiny, data, tmp_path / "out", config)  # `python -m spag.train.launch FILE`
+    launch(
+        sys.executable, "sft", tiny, data, tmp_path / "out", config
+    )  # `python -m spag.harness.launch FILE`
     summary = read_summary(tmp_path / "out")
     assert summary["steps"] == 1 and summary["config"]["sft_coeff"] == 0.25
     assert not list(tmp_path.glob(".*train-job.json"))  # the job file is gone

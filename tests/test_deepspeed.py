@@ -13,9 +13,9 @@ import pytest
 import torch
 from test_train import game_rows, write_rows
 
+from spag.harness import training
 from spag.testing import launcher_failure, make_tiny_checkpoint
 from spag.train.bookkeeping import read_summary
-from spag.train.job import run_training
 
 ROOT = Path(__file__).resolve().parent.parent
 ZERO3 = ROOT / "configs" / "deepspeed_zero3.json"
@@ -103,7 +103,7 @@ def test_zero3_under_two_processes_trains_like_one_process(method, tiny, rows, t
     assert summary["provenance"]["processes"] == 2 and summary["provenance"]["deepspeed"] is True
     assert summary["steps"] == STEPS
 
-    run_training(
+    training.train(
         method,
         tiny,
         rows,
@@ -173,20 +173,20 @@ def test_resume_never_continues_checkpoints_of_another_run(tiny, rows, tmp_path)
         checkpoint_dir=checkpoints,
         keep_checkpoints=True,
     )
-    run_training("sft-kl", tiny, rows, tmp_path / "out", **first)
+    training.train("sft-kl", tiny, rows, tmp_path / "out", **first)
     assert sorted(p.name for p in checkpoints.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
 
     changed = {**first, "learning_rate": 1e-3, "resume": True, "overwrite": True}
     with pytest.raises(DataError, match=r"another run \(learning_rate: 5e-06 -> 0.001\)"):
-        run_training("sft-kl", tiny, rows, tmp_path / "out", **changed)
+        training.train("sft-kl", tiny, rows, tmp_path / "out", **changed)
     assert (checkpoints / "checkpoint-2").is_dir()  # refused: nothing removed
 
-    run_training("sft-kl", tiny, rows, tmp_path / "out", other_checkpoints="restart", **changed)
+    training.train("sft-kl", tiny, rows, tmp_path / "out", other_checkpoints="restart", **changed)
     summary = read_summary(tmp_path / "out")
     assert summary["resumed_from"] is None and summary["config"]["learning_rate"] == 1e-3
 
     same = {**changed, "max_steps": 2}
-    run_training("sft-kl", tiny, rows, tmp_path / "out", **same)
+    training.train("sft-kl", tiny, rows, tmp_path / "out", **same)
     assert read_summary(tmp_path / "out")["resumed_from"] == str(checkpoints / "checkpoint-2")
 
 

@@ -224,8 +224,8 @@ def test_self_play_under_a_launcher_shares_the_words_by_rank(tmp_path, capfd):
     import dataclasses
 
     from spag.game.episodes import read_episodes
+    from spag.harness.play_job import play_under_launcher
     from spag.play.engine import PlayConfig, run_games
-    from spag.play.job import play_under_launcher
     from spag.testing import make_tiny_checkpoint
 
     model = str(make_tiny_checkpoint(tmp_path / "model"))

@@ -11,11 +11,11 @@ import pytest
 from spag.config import Reward
 from spag.game.taboo.outcomes import ATTACKER, ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER, DEFENDER_WINS
 from spag.game.taboo.rules import judge_episode
+from spag.harness import training
 from spag.rewards.build import imitation_rows, reward_rows
 from spag.rewards.rows import validate_row, write_rows
 from spag.testing import make_tiny_checkpoint
 from spag.train.data import encode_rows
-from spag.train.job import run_training
 from spag.train.reference import compute_reference_logprobs
 
 A, D = ATTACKER, DEFENDER
@@ -78,7 +78,7 @@ def sequence_logprobs(model_dir, rows):
 def train(tiny, rows, tmp_path, name, method="offline-po", **knobs):
     data = tmp_path / f"{name}.parquet"
     write_rows(rows, data)
-    return run_training(method, tiny, data, tmp_path / name, **{**TRAIN, **knobs})
+    return training.train(method, tiny, data, tmp_path / name, **{**TRAIN, **knobs})
 
 
 def shifts(tiny, trained, rows):

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
+from spag.harness.claims import claim_output_dir, prepare_output_dir
+from spag.harness.folders import MARKER, output_kind
 from spag.runtime.errors import OutputRefused
-from spag.runtime.folders import MARKER, claim_output_dir, output_kind, prepare_output_dir
 from spag.testing import make_tiny_checkpoint, run_cli
 
 ROW = {

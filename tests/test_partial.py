@@ -10,9 +10,9 @@ import time
 import pytest
 
 from spag.game.episodes import read_episodes
+from spag.harness.folders import output_kind
+from spag.harness.partial import partial_path, resumable_output
 from spag.runtime.errors import OutputRefused
-from spag.runtime.folders import output_kind
-from spag.runtime.partial import partial_path, resumable_output
 from spag.testing import make_tiny_checkpoint
 
 WORDS = ["apple", "river", "coffee", "garden", "window", "lemon", "planet", "bridge"] * 2
@@ -20,8 +20,8 @@ WORDS = ["apple", "river", "coffee", "garden", "window", "lemon", "planet", "bri
 # What stages/play.py does, with the model, output and words from the command line.
 STAGE = textwrap.dedent("""
     import sys
-    from spag.runtime.partial import resumable_output
-    from spag.game.episodes import PLAY_KIND
+    from spag.harness.partial import resumable_output
+    from spag.harness.folders import PLAY_KIND
     from spag.play.engine import PlayConfig, PlayStats, run_games
 
     model, output, words = sys.argv[1], sys.argv[2], sys.argv[3].split(",")

@@ -78,7 +78,7 @@ def pipeline(tmp_path_factory, tiny_model):
 def test_repro_runs_every_stage_and_records_metrics(pipeline):
     from spag.game.episodes import read_episodes
     from spag.game.taboo.outcomes import OUTCOMES
-    from spag.runtime.folders import output_kind
+    from spag.harness.folders import output_kind
     from spag.train.bookkeeping import read_summary
 
     work, result, _ = pipeline

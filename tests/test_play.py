@@ -10,6 +10,7 @@ import pytest
 
 from spag.game.episodes import read_episodes
 from spag.game.taboo.outcomes import ATTACKER_BREAKS_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
+from spag.harness.rule import claim_file
 from spag.play.engine import Match, PlayConfig, PlayStats, play_games, play_matches, run_games
 from spag.players import Reply
 from spag.runtime.errors import DataError, OutputExists
@@ -657,12 +658,12 @@ def test_opening_lines_kept_in_a_file_are_read_by_a_later_load_of_the_same_model
     said.write(path)
     assert len(OpeningLines.read(path)) == len(said) >= len(words)
     kept = path.read_bytes()
-    with pytest.raises(OutputExists):  # a file already there is replaced only when the caller says so
-        OpeningLines().write(path)
+    with pytest.raises(OutputExists):  # a file already there is replaced only when the claim says so
+        claim_file(path, "opening lines")
     assert path.read_bytes() == kept
-    OpeningLines().write(path, replace="any")
+    OpeningLines().write(path)  # a stage's own output: replaced
     assert len(OpeningLines.read(path)) == 0
-    said.write(path, replace="any")
+    said.write(path)
 
     player, rival = Counted(load_player(tiny, "hf", **options)), load_player(other, "hf", **options)
     alone = play_games(player, rival, words, config, show_progress=False)

@@ -1,4 +1,4 @@
-"""spag.runtime.process: a stage or command collects garbage rarely while it imports torch and transformers,
+"""spag.harness.process: a stage or command collects garbage rarely while it imports torch and transformers,
 and every stage script says so before its imports; it ends without tearing its modules down, its files
 written; a launched process leaves its process group before it exits."""
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 IMPORT_COLLECTIONS = """
 import gc, sys
 if sys.argv[1] == "policy":
-    from spag.runtime.process import short_lived_process
+    from spag.harness.process import short_lived_process
     short_lived_process()
 runs = [0, 0, 0]
 gc.callbacks.append(lambda phase, info: phase == "stop" and runs.__setitem__(info["generation"],
@@ -83,7 +83,7 @@ ENDED = """
 import atexit, ctypes, gc, gzip, sys, threading, time
 from pathlib import Path
 gc.disable()  # the cycle below is collected at the end alone (any collection can lose it: see _finish)
-from spag.runtime.process import end_process
+from spag.harness.process import end_process
 out = Path(sys.argv[2])
 class Cycle:
     pass
@@ -198,7 +198,7 @@ def test_every_stage_script_applies_the_policy_before_its_other_imports(script):
         for i, node in enumerate(body)
         if isinstance(node, ast.ImportFrom)
         and (node.module or "").startswith("spag.")
-        and node.module != "spag.runtime.process"
+        and node.module != "spag.harness.process"
     ]
     calls = [
         i
@@ -220,7 +220,7 @@ def test_every_stage_script_ends_its_process_without_the_teardown(script):
 # Two gloo processes under torchrun exchange tensors, then both exit at once.
 GROUP_EXIT = """
 import sys, torch, torch.distributed as dist
-from spag.runtime.process import end_process, leave_process_group_at_exit
+from spag.harness.process import end_process, leave_process_group_at_exit
 def work():
     dist.init_process_group("gloo")
     x = torch.ones(1000)
@@ -276,9 +276,9 @@ def test_launched_processes_ended_without_the_teardown_exit_cleanly(tmp_path):
 
 
 def test_the_launched_entry_points_leave_their_group():
-    """The training job under a launcher (spag.train.launch) and `torchrun -m spag.cli` register it; the job
+    """The training job under a launcher (spag.harness.launch) and `torchrun -m spag.cli` register it; the job
     also ends without the teardown."""
-    launch = ast.parse((ROOT / "spag/train/launch.py").read_text(encoding="utf-8"))
+    launch = ast.parse((ROOT / "spag/harness/launch.py").read_text(encoding="utf-8"))
     main = next(f for f in launch.body if isinstance(f, ast.FunctionDef) and f.name == "main")
     assert ast.unparse(main.body[0]) == "leave_process_group_at_exit()"
     entry = next(s for s in launch.body if isinstance(s, ast.If) and "__main__" in ast.unparse(s.test))

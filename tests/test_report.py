@@ -182,7 +182,6 @@ def fake_strategy(folder, profile, mass, broken):
         folder,
         rows,
         exploitability_report(rows, {w: all_figures(profile) for w in ("exact", "played")}),
-        replace="any",
     )
 
 

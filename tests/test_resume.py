@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from spag.harness.folders import MARKER
 from spag.runtime.fingerprint import model_fingerprint
-from spag.runtime.folders import MARKER
 from spag.testing import make_tiny_checkpoint
 
 

@@ -83,7 +83,7 @@ PROPERTY = settings(
 @given(st.lists(episodes(), min_size=1, max_size=4), st.sampled_from([".json", ".jsonl", ".parquet"]))
 def test_episodes_read_back_identically(tmp_path, batch, suffix):
     path = tmp_path / f"episodes{suffix}"
-    write_episodes(batch, path, replace="ours")  # the examples share tmp_path: spag's own file
+    write_episodes(batch, path)  # the examples share tmp_path: spag's own file
     assert read_episodes(path) == batch
 
 
@@ -104,7 +104,7 @@ def test_play_shards_read_back_identically(tmp_path, batch):
 @given(st.lists(rows, min_size=1, max_size=4), st.sampled_from([".jsonl", ".parquet"]))
 def test_training_rows_read_back_identically(tmp_path, batch, suffix):
     path = tmp_path / f"rows{suffix}"
-    write_table_atomic(path, batch, schema=row_schema() if suffix == ".parquet" else None, replace="ours")
+    write_table_atomic(path, batch, schema=row_schema() if suffix == ".parquet" else None)
     assert read_records(path) == batch
     # what training takes from each row is the row's own text, unchanged
     assert [(r["prompt"], r["completion"], r["reward"]) for r in read_rows(path)] == [
@@ -115,9 +115,9 @@ def test_training_rows_read_back_identically(tmp_path, batch, suffix):
 @PROPERTY
 @given(st.dictionaries(word, text, max_size=5))
 def test_json_and_jsonl_records_read_back_identically(tmp_path, record):
-    write_jsonl_atomic(tmp_path / "r.jsonl", [record, record], replace="ours")
+    write_jsonl_atomic(tmp_path / "r.jsonl", [record, record])
     assert read_records(tmp_path / "r.jsonl") == [record, record]
-    write_json_atomic(tmp_path / "r.json", [record], replace="ours")
+    write_json_atomic(tmp_path / "r.json", [record])
     assert read_records(tmp_path / "r.json") == [record]
 
 

@@ -5,8 +5,9 @@ import math
 
 import pytest
 
+from spag.harness import training
 from spag.testing import make_tiny_checkpoint
-from spag.train.job import TrainConfig, run_training
+from spag.train.job import TrainConfig
 from spag.train.schedules import step_factor, warmup_decay_factor
 
 
@@ -51,7 +52,7 @@ def test_a_training_run_follows_the_deepspeed_schedule(tmp_path, schedule):
     rows = [{"prompt": f"Say {w}.", "completion": w, "kind": "sft"} for w in ("one", "two", "three", "four")]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     lr, steps = 1e-3, 10
-    run_training(
+    training.train(
         "sft",
         tiny,
         data,

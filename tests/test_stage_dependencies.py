@@ -94,6 +94,15 @@ INERT = [
     "spag/players/allocator.py",
     "spag/cli.py",
     "spag/commands/train.py",
+    "spag/harness/rule.py",
+    "spag/harness/folders.py",
+    "spag/harness/manifest.py",
+    "spag/harness/locks.py",
+    "spag/harness/partial.py",
+    "spag/harness/plays.py",
+    "spag/harness/training.py",
+    "spag/harness/tracking.py",
+    "spag/harness/process.py",
 ]
 
 

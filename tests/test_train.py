@@ -6,13 +6,13 @@ import random
 import pytest
 
 from spag.game.taboo.prompts import training_prompt_with_bounds
+from spag.harness import training
 from spag.models.chat import to_model_input
 from spag.rewards.rows import drop_history_lines, read_rows, validate_row
 from spag.runtime.errors import DataError
 from spag.testing import make_tiny_checkpoint
 from spag.train.bookkeeping import read_summary
 from spag.train.data import collate, encode_rows
-from spag.train.job import run_training
 from spag.train.reference import compute_reference_logprobs, read_cache
 
 GAME_UTTERANCES = [
@@ -177,7 +177,7 @@ def test_bad_rows_name_the_record(tmp_path):
     rows = game_rows()
     rows[3]["reward"] = None
     with pytest.raises(DataError, match=r"record 3: game row without a reward"):
-        run_training("offline-po", "unused", write_rows(tmp_path / "c.jsonl", rows), tmp_path / "out")
+        training.train("offline-po", "unused", write_rows(tmp_path / "c.jsonl", rows), tmp_path / "out")
 
 
 # ------------------------------------------------------------------------------------- training runs
@@ -198,7 +198,7 @@ def test_sft_training_lowers_the_loss_and_saves_a_plain_hf_directory(tiny, token
 
     rows = game_rows()
     data = write_rows(tmp_path / "rows.jsonl", rows)
-    out = run_training(
+    out = training.train(
         "sft",
         tiny,
         data,
@@ -236,7 +236,7 @@ def test_offline_po_reference_cache_is_reused_and_keyed_by_the_data(tiny, tmp_pa
     data = write_rows(tmp_path / "rows.jsonl", rows)
     live = tmp_path / "live"
     first = read_summary(
-        run_training(
+        training.train(
             "offline-po", tiny, data, tmp_path / "po1", learning_rate=1e-3, max_steps=2, live_dir=live, **FAST
         )
     )
@@ -254,7 +254,7 @@ def test_offline_po_reference_cache_is_reused_and_keyed_by_the_data(tiny, tmp_pa
         assert (metrics / f"{name}.tsv").exists()
 
     second = read_summary(
-        run_training("offline-po", tiny, data, tmp_path / "po2", max_steps=1, **FAST, live=False)
+        training.train("offline-po", tiny, data, tmp_path / "po2", max_steps=1, **FAST, live=False)
     )
     assert second["reference"]["cache"] == cache and second["reference"]["reused"] is True
 
@@ -262,7 +262,7 @@ def test_offline_po_reference_cache_is_reused_and_keyed_by_the_data(tiny, tmp_pa
     reweighted = [dict(r, weight=2.0) for r in rows]
     write_rows(data, reweighted)
     third = read_summary(
-        run_training("offline-po", tiny, data, tmp_path / "po3", max_steps=1, **FAST, live=False)
+        training.train("offline-po", tiny, data, tmp_path / "po3", max_steps=1, **FAST, live=False)
     )
     assert third["reference"]["reused"] is True
 
@@ -271,7 +271,7 @@ def test_offline_po_reference_cache_is_reused_and_keyed_by_the_data(tiny, tmp_pa
     changed[0]["completion"] = "Something hot and dark that people drink with breakfast."
     write_rows(data, changed)
     fourth = read_summary(
-        run_training("offline-po", tiny, data, tmp_path / "po4", max_steps=1, **FAST, live=False)
+        training.train("offline-po", tiny, data, tmp_path / "po4", max_steps=1, **FAST, live=False)
     )
     assert fourth["reference"]["reused"] is False and fourth["reference"]["cache"] != cache
     from pathlib import Path
@@ -284,10 +284,10 @@ def test_resume_continues_from_the_latest_checkpoint(tiny, tmp_path):
     data = write_rows(tmp_path / "rows.jsonl", game_rows())
     out = tmp_path / "imitation"
     common = dict(learning_rate=1e-3, save_steps=2, live_dir=tmp_path / "live", **FAST)
-    run_training("sft-kl", tiny, data, out, max_steps=2, keep_checkpoints=True, **common)
+    training.train("sft-kl", tiny, data, out, max_steps=2, keep_checkpoints=True, **common)
     assert (out / "checkpoints" / "checkpoint-2").is_dir()
 
-    run_training("sft-kl", tiny, data, out, max_steps=4, resume=True, **common)
+    training.train("sft-kl", tiny, data, out, max_steps=4, resume=True, **common)
     summary = read_summary(out)
     assert summary["steps"] == 4
     assert summary["resumed_from"].endswith("checkpoint-2")
@@ -315,7 +315,7 @@ def test_lora_on_the_fly_reference_is_merged_on_save(tiny, tmp_path):
     from transformers import AutoModelForCausalLM
 
     data = write_rows(tmp_path / "rows.jsonl", game_rows())
-    out = run_training(
+    out = training.train(
         "sft-kl",
         tiny,
         data,
@@ -533,7 +533,7 @@ def test_every_file_training_writes_has_the_usual_mode(tiny, tmp_path):
     try:
         (tmp_path / "data").mkdir()
         data = write_rows(tmp_path / "data" / "rows.jsonl", game_rows())
-        run_training(
+        training.train(
             "offline-po",
             tiny,
             data,
@@ -799,10 +799,10 @@ def test_a_finished_run_writes_no_checkpoint_at_its_last_step(tiny, tmp_path, mo
 
     monkeypatch.setattr(Trainer, "_save_checkpoint", recording)
     data = write_rows(tmp_path / "rows.jsonl", game_rows())
-    run_training("sft-kl", tiny, data, tmp_path / "plain", max_steps=3, save_steps=2, live=False, **FAST)
+    training.train("sft-kl", tiny, data, tmp_path / "plain", max_steps=3, save_steps=2, live=False, **FAST)
     assert saved == [2]  # the intermediate one only
     saved.clear()
-    run_training(
+    training.train(
         "sft-kl",
         tiny,
         data,

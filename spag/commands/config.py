@@ -10,9 +10,10 @@ import typer
 
 from spag.config import Settings, load_settings, to_yaml
 from spag.evaluate.benchmark import check_tasks
+from spag.harness.rule import claim_file
 from spag.pipeline.dvcyaml import HEADER, render
 from spag.pipeline.preflight import launcher_problems
-from spag.runtime.atomic import check_output_file, write_text_atomic
+from spag.runtime.atomic import write_text_atomic
 from spag.runtime.console import error, summary
 from spag.runtime.errors import BenchmarkError, ParamsError
 
@@ -51,7 +52,7 @@ def _rewrite_pipeline(root: Path, settings: Settings) -> bool:
     text = render(settings)
     if text == current:
         return False
-    write_text_atomic(path, text, replace="any")  # spag's own file (its header)
+    write_text_atomic(path, text)  # spag's own file (its header)
     return True
 
 
@@ -124,11 +125,11 @@ def register(app: typer.Typer) -> None:
             replace = "no"
             if output is not None:
                 replace = "any" if overwrite or _is_one_of(output, inputs) else "no"
-                check_output_file(output, "-o", replace=replace)
+                claim_file(output, "-o", replace)
             settings = Settings() if not (file or override) else load_settings(file, override or ())
             text = to_yaml(settings, comments=comments)
             if output is not None:
-                write_text_atomic(output, text, replace=replace)
+                write_text_atomic(output, text)
         except ValueError as exc:
             error(str(exc))
             raise typer.Exit(2)

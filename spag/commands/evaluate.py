@@ -28,20 +28,20 @@ from spag.commands.options import (
 )
 from spag.config import Benchmark, Evaluate, Sampling
 from spag.evaluate.benchmark import datasets_by_task, run_benchmark, samples_path
+from spag.evaluate.benchmark_data import OUTPUT_KIND as BENCHMARK_DATA_KIND
 from spag.evaluate.benchmark_data import build_benchmark_data
 from spag.evaluate.compare import compare_benchmarks, format_table, samples_files
 from spag.evaluate.games import check_held_out, evaluate_models
 from spag.evaluate.seeds import format_effects, pool_runs
 from spag.evaluate.tournament import run_tournament, unique_names
-from spag.game.episodes import claim_episode_file
 from spag.game.words import read_words
+from spag.harness.claims import check_distinct_paths, claim_output_dir, prepare_output_dir
+from spag.harness.plays import claim_episode_file
 from spag.models.loading import check_model, pick_device
 from spag.play.engine import PlayConfig
-from spag.runtime.atomic import replace_mode, write_json_atomic
-from spag.runtime.claims import check_distinct_paths
+from spag.runtime.atomic import write_json_atomic
 from spag.runtime.console import error, summary
 from spag.runtime.errors import BenchmarkError, DataError
-from spag.runtime.folders import prepare_output_dir
 from spag.schema import SEED_MAX
 
 # The options `spag evaluate` and `spag tournament` share, declared once (typer reads each from the
@@ -86,7 +86,7 @@ def _held_out_words(game, words: Path, train_words: Path | None, limit: int | No
 
 
 def _claim_episodes_out(episodes_out: Path | None, kind: str, overwrite: bool, resume: bool) -> None:
-    """An --episodes-out folder must be new, empty or ours (spag.runtime.folders); a .parquet file new, or spag's own
+    """An --episodes-out folder must be new, empty or ours (spag.harness.folders); a .parquet file new, or spag's own
     episodes with --overwrite."""
     if episodes_out is None:
         return
@@ -149,7 +149,7 @@ def register(app: typer.Typer) -> None:
             seeds=seeds,
             **players,
         )
-        write_json_atomic(output, metrics, replace=replace_mode(overwrite))
+        write_json_atomic(output, metrics)
         points = metrics["bootstrap"]["score"]
         roles = ", ".join(f"as {role} {_interval(metrics[role], 'win')}" for role in config.game.roles)
         summary(
@@ -220,7 +220,6 @@ def register(app: typer.Typer) -> None:
                 seed=seed,
                 samples_out=samples_out,
                 data=data,
-                replace=replace_mode(overwrite),
                 say=lambda text: print(text, file=sys.stderr, flush=True),
             )
         except BenchmarkError as exc:
@@ -277,8 +276,9 @@ def register(app: typer.Typer) -> None:
                 file=sys.stderr,
             )
         wanted = sorted({d for hub_ids in found.values() for d in hub_ids}) if found else None
+        claim_output_dir(output, BENCHMARK_DATA_KIND, overwrite=overwrite)
         manifest = build_benchmark_data(
-            output, wanted, overwrite=overwrite, say=lambda text: print(text, file=sys.stderr, flush=True)
+            output, wanted, say=lambda text: print(text, file=sys.stderr, flush=True)
         )
         counts = ", ".join(
             f"{name} {sum(s['items'] for c in d['configs'].values() for s in c.values())}"
@@ -307,7 +307,7 @@ def register(app: typer.Typer) -> None:
         )
         print(format_table(result))
         if output is not None:
-            write_json_atomic(output, result, replace=replace_mode(overwrite))
+            write_json_atomic(output, result)
         pooled = result["pooled"]
         verdict = (
             "the interval excludes 0" if pooled["excludes_zero"] else "within noise (the interval contains 0)"
@@ -350,7 +350,7 @@ def register(app: typer.Typer) -> None:
             print(format_effects(result["against"]["effects"], f"--against: {len(against)} runs"))
             print(format_effects(result["against"]["a_minus_b"], "A - B, paired per seed and word"))
         if output is not None:
-            write_json_atomic(output, result, replace=replace_mode(overwrite))
+            write_json_atomic(output, result)
         score = result["effects"]["score_vs_imitation"]
         line = (
             f"{len(runs)} runs: score vs imitation {score['value']:.3f} [{score['low']:.3f}, {score['high']:.3f}] "
@@ -493,10 +493,9 @@ def register(app: typer.Typer) -> None:
                 "imitation": str(imitation) if imitation else None,
                 "base": str(base) if base else None,
             },
-            replace=replace_mode(overwrite),
             **players,
         )
-        write_json_atomic(output, metrics, replace=replace_mode(overwrite))
+        write_json_atomic(output, metrics)
         ranking = sorted(metrics["elo"].items(), key=lambda kv: -kv[1]["rating"])
         table = ", ".join(
             f"{name} {r['rating']:.0f} [{r['low']:.0f}, {r['high']:.0f}]" for name, r in ranking

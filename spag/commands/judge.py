@@ -11,8 +11,8 @@ import typer
 
 from spag.commands.options import claim_outputs, game_from, game_knobs, overwrite_option, with_knobs
 from spag.game.episodes import judged, read_episodes
-from spag.runtime.atomic import replace_mode, write_jsonl_atomic
-from spag.runtime.claims import check_distinct_paths
+from spag.harness.claims import check_distinct_paths
+from spag.runtime.atomic import write_jsonl_atomic
 from spag.runtime.console import summary
 from spag.runtime.errors import DataError
 
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
             for record in results:
                 sys.stdout.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
         else:
-            write_jsonl_atomic(output, results, replace=replace_mode(overwrite))
+            write_jsonl_atomic(output, results)
         counts = Counter(r["outcome"] for r in results)
         summary(
             "judge", f"{len(results)} episodes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))

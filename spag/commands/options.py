@@ -22,7 +22,7 @@ from typer._click.globals import get_current_context
 
 from spag.config import describe, load_settings
 from spag.game.registry import DEFAULT_GAME, GAME_CHOICES, GAMES
-from spag.runtime.claims import claim_files, hold, release_held
+from spag.harness.claims import claim_files, hold, release_held
 from spag.runtime.console import error
 from spag.runtime.errors import ParamsError, SettingError
 
@@ -138,14 +138,14 @@ def overwrite_option() -> Any:
 
 
 def claim_outputs(outputs: dict[str, Any], *, overwrite: bool = False) -> dict:
-    """:func:`spag.runtime.claims.claim_files` for the running command: each file output checked by the output
+    """:func:`spag.harness.claims.claim_files` for the running command: each file output checked by the output
     rule and locked until the command ends."""
     _release_when_the_command_ends()
     return claim_files(outputs, overwrite=overwrite)
 
 
 def hold_output(path, part: str | None = None) -> None:
-    """Lock the output ``path`` (or a part of it: :func:`spag.runtime.claims.hold`) until the command ends."""
+    """Lock the output ``path`` (or a part of it: :func:`spag.harness.claims.hold`) until the command ends."""
     _release_when_the_command_ends()
     hold(path, part)
 

@@ -22,13 +22,13 @@ from spag.commands.options import (
 from spag.config import Play, Sampling, Settings
 from spag.game.episodes import export_json as write_json
 from spag.game.words import read_words
+from spag.harness.claims import check_distinct_paths
+from spag.harness.plays import claim_episodes
 from spag.models.devices import pin_rank_to_gpus
 from spag.models.loading import check_model
 from spag.pipeline.preflight import cuda_problem, refuse
 from spag.play.engine import PlayConfig, PlayStats, rank_and_world, run_games
 from spag.players import PlayerError
-from spag.runtime.atomic import replace_mode
-from spag.runtime.claims import check_distinct_paths
 from spag.runtime.console import error, summary
 from spag.runtime.errors import DataError
 from spag.runtime.records import read_text
@@ -123,6 +123,7 @@ def register(app: typer.Typer) -> None:
             export_json = export_json.with_name(f"{export_json.stem}.r{rank}{export_json.suffix}")
         claim_outputs({"--export-json": export_json}, overwrite=overwrite)  # written after the last game
         hold_output(output, f"r{rank}" if world > 1 else None)  # a second writer stops before loading a model
+        claim_episodes(output, overwrite=overwrite and not resume, resume=resume, rank=rank, world=world)
         words = read_words(words_file, repeats=game.few_targets)  # a deal listed twice is dealt twice
         check_targets(words, words_file, game)  # before any model loads
         if limit is not None:
@@ -156,6 +157,6 @@ def register(app: typer.Typer) -> None:
             error(str(exc))
             raise typer.Exit(2)
         if export_json is not None:
-            write_json(episodes, export_json, replace=replace_mode(overwrite))
+            write_json(episodes, export_json)
         where = f"rank {rank}/{world}: " if world > 1 else ""
         summary("play", f"{where}{stats.line()} -> {output}")

@@ -10,12 +10,12 @@ from spag.commands.options import claim_outputs, overwrite_option
 from spag.config import load_settings
 from spag.game.episodes import validate_episode
 from spag.game.registry import make_game
+from spag.harness.claims import check_distinct_paths
 from spag.models.chat import to_model_input
 from spag.models.loading import load_tokenizer
 from spag.pipeline.context import Layout
 from spag.play.engine import PlayConfig
-from spag.runtime.atomic import replace_mode, write_jsonl_atomic
-from spag.runtime.claims import check_distinct_paths
+from spag.runtime.atomic import write_jsonl_atomic
 from spag.runtime.console import error, summary
 from spag.runtime.errors import DataError, ParamsError
 from spag.runtime.records import read_records
@@ -100,6 +100,5 @@ def register(app: typer.Typer) -> None:
         written = write_jsonl_atomic(
             output,
             prompt_records(records, states, settings, _tokenizer(settings, model)),
-            replace=replace_mode(overwrite),
         )
         summary("prompt", f"{written} prompts of {settings.game.name} -> {output}")

@@ -18,8 +18,7 @@ from spag.commands.options import (
     with_knobs,
 )
 from spag.config import CHIPS, Imitate, Reward
-from spag.runtime.atomic import replace_mode
-from spag.runtime.claims import check_distinct_paths
+from spag.harness.claims import check_distinct_paths
 from spag.runtime.console import error, summary
 from spag.runtime.errors import DataError
 from spag.schema import SEED_MAX
@@ -69,9 +68,7 @@ def register(app: typer.Typer) -> None:
             game = game_from(settings)
             if reward.payoff == CHIPS and not game.for_chips:
                 _fail(f"--payoff: the game {game.name} is not played for chips (use wins)")
-            stats = build_reward_set(
-                episodes, output, reward, game, seed=seed, strict=strict, replace=replace_mode(overwrite)
-            )
+            stats = build_reward_set(episodes, output, reward, game, seed=seed, strict=strict)
         except DataError as exc:
             _fail(str(exc))
         summary("reward", f"{stats.line()} -> {output}")
@@ -116,7 +113,6 @@ def register(app: typer.Typer) -> None:
                 seed=seed,
                 strict=strict,
                 keep_truncated=settings["keep_truncated"],
-                replace=replace_mode(overwrite),
             )
         except DataError as exc:
             _fail(str(exc))

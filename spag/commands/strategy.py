@@ -22,8 +22,8 @@ from spag.config import Evaluate, Sampling, load_settings
 from spag.evaluate.strategy import (
     FIGURES,
     ROWS,
+    STRATEGY_FILES,
     WAYS,
-    check_strategy_outputs,
     exploitability_report,
     profile_of,
     read_strategy_rows,
@@ -33,14 +33,14 @@ from spag.evaluate.strategy import (
     write_strategy,
 )
 from spag.game.kuhn.exploitability import all_figures
+from spag.harness.claims import check_distinct_paths, claim_output_dir
+from spag.harness.folders import mark_output_dir
+from spag.harness.rule import claim_file, replace_mode
 from spag.models.loading import check_model
 from spag.play.engine import PlayConfig
 from spag.players import close_player, load_player
-from spag.runtime.atomic import replace_mode
-from spag.runtime.claims import check_distinct_paths
 from spag.runtime.console import error, summary
 from spag.runtime.errors import DataError
-from spag.runtime.folders import claim_output_dir, mark_output_dir
 
 KIND = "strategy"
 PARAMS_HELP = (
@@ -119,7 +119,8 @@ def register(app: typer.Typer) -> None:
         check_model(model, "MODEL", trust_remote_code=None)
         hold_output(output)  # one writer at a time
         target = claim_output_dir(output, KIND, overwrite=overwrite)
-        check_strategy_outputs(target, replace=replace_mode(overwrite))  # before any sampling
+        for name in STRATEGY_FILES:  # both, before any sampling: new rows never stand beside old figures
+            claim_file(target / name, name, replace_mode(overwrite))
         player = load_player(model, "hf", **options)
         try:
             rows, figures = strategy_of(player, config, samples, show_progress=True)
@@ -127,7 +128,7 @@ def register(app: typer.Typer) -> None:
             close_player(player)
         mark_output_dir(target, KIND)
         report = exploitability_report(rows, figures)
-        write_strategy(target, rows, report, replace=replace_mode(overwrite))
+        write_strategy(target, rows, report)
         print(strategy_table(rows))
         summary("strategy", f"{model}: {strategy_line(report)} -> {output}")
 

@@ -11,12 +11,12 @@ import typer
 from spag.commands.options import checked, knobs, with_knobs
 from spag.config import METHOD_HELP, METHODS, TrainStep
 from spag.config import TrainConfig as C
+from spag.harness.claims import check_distinct_paths
+from spag.harness.launch import launch
 from spag.models.devices import check_launch
 from spag.models.loading import check_model
 from spag.pipeline.preflight import cuda_problem, deepspeed_problems, launcher_problems, refuse
-from spag.runtime.claims import check_distinct_paths
 from spag.train.bookkeeping import CHECKPOINTS
-from spag.train.launch import launch
 
 # Every knob of a training run, with these flags where the option has another spelling or a second form.
 _FLAGS = {
@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         **settings,
     ) -> None:
         """Train a policy on training rows; write a plain HF directory with training_summary.json."""
-        from spag.train.job import run_training
+        from spag.harness.training import train
 
         if method not in METHODS:
             raise typer.BadParameter(f"expected one of {', '.join(METHODS)}", param_hint="--method")
@@ -93,4 +93,4 @@ def register(app: typer.Typer) -> None:
                 )
                 raise SystemExit(exc.returncode or 1) from None
             return
-        run_training(method, model, data, output, ref=ref, config=config)
+        train(method, model, data, output, ref=ref, config=config)

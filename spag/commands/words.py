@@ -9,8 +9,7 @@ import typer
 from spag.commands.options import checked, claim_outputs, given, knobs, overwrite_option, with_knobs
 from spag.config import Words
 from spag.game.words import split_words, top_words, words_from_file, write_words
-from spag.runtime.atomic import replace_mode
-from spag.runtime.claims import check_distinct_paths
+from spag.harness.claims import check_distinct_paths
 from spag.runtime.console import error, summary
 from spag.runtime.errors import DataError
 
@@ -40,7 +39,6 @@ def register(app: typer.Typer) -> None:
         except DataError as exc:
             error(str(exc))
             raise typer.Exit(2)
-        replace = replace_mode(overwrite)
         if source is not None:
             try:
                 words = words_from_file(
@@ -51,10 +49,10 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(2)
         else:
             words = top_words(w.top, nouns_only=w.nouns_only, skip_stop_words=w.skip_stop_words)
-        write_words(words, output, replace=replace)
+        write_words(words, output)
         train, held = split_words(words, w.eval_fraction)
         if train_out:
-            write_words(train, train_out, replace=replace)
+            write_words(train, train_out)
         if eval_out:
-            write_words(held, eval_out, replace=replace)
+            write_words(held, eval_out)
         summary("words", f"{len(words)} words -> {output} ({len(train)} training, {len(held)} held out)")

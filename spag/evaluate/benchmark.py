@@ -64,7 +64,6 @@ from spag.runtime.atomic import write_json_atomic, write_jsonl_atomic
 from spag.runtime.console import progress
 from spag.runtime.errors import ArtifactError, BenchmarkError
 from spag.runtime.fingerprint import differences, model_fingerprint
-from spag.runtime.folders import mark_output_dir, output_kind, remove_output_dir
 
 LOCAL_TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 # The items `limit` samples from a task are drawn with this seed and the task's name: fixed, so that every
@@ -950,7 +949,6 @@ def run_benchmark(
     data: str | os.PathLike | None = None,
     say=print,
     show_progress: bool = True,
-    replace: str = "no",
 ) -> dict:
     """Score ``model`` on the chosen suite and return the metrics (written to ``output`` when given).
 
@@ -1008,7 +1006,7 @@ def run_benchmark(
         bar.close()
     metrics = _suite_metrics(chosen, model, results, limit)
     if output is not None:
-        _write_benchmark(output, samples_out, metrics, results, parts, replace)
+        _write_benchmark(output, samples_out, metrics, results, parts)
     return metrics
 
 
@@ -1067,15 +1065,18 @@ def _suite_metrics(chosen, model: str, results: dict[str, dict], limit: int | No
 
 
 def _write_benchmark(
-    output: Path, samples_out, metrics: dict, results: dict[str, dict], parts: Path | None, replace: str
+    output: Path, samples_out, metrics: dict, results: dict[str, dict], parts: Path | None
 ) -> None:
     """The per-sample results, then the metrics naming their file; the finished tasks' parts removed."""
     samples_out = Path(samples_out) if samples_out is not None else samples_path(output)
     metrics["samples_file"] = os.path.relpath(samples_out.resolve(), output.resolve().parent)
-    write_jsonl_atomic(samples_out, (s for r in results.values() for s in r["samples"]), replace=replace)
-    write_json_atomic(output, metrics, replace=replace)
+    write_jsonl_atomic(samples_out, (s for r in results.values() for s in r["samples"]))
+    write_json_atomic(output, metrics)
     if parts is not None and parts.exists():
-        remove_output_dir(parts)
+        for name in results:  # the parts this run kept or wrote, then the folder if nothing else is left
+            _part_file(parts, name).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            parts.rmdir()
 
 
 def _part_file(parts: Path, name: str) -> Path:
@@ -1102,7 +1103,5 @@ def _read_part(parts: Path | None, name: str, stamp: dict, say=print) -> dict | 
 
 
 def _write_part(parts: Path | None, name: str, stamp: dict, result: dict) -> None:
-    if parts is not None:
-        if output_kind(parts) is None:  # spag's own: removed, what it wrote there, when the run is written
-            mark_output_dir(parts, "benchmark")
-        write_json_atomic(_part_file(parts, name), {"fingerprint": stamp, "result": result}, replace="any")
+    if parts is not None:  # removed, each part this run wrote, when the run is written
+        write_json_atomic(_part_file(parts, name), {"fingerprint": stamp, "result": result})

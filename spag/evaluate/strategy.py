@@ -34,7 +34,7 @@ from spag.evaluate.games import wilson_interval
 from spag.game.kuhn import CARDS, ROLES, action_of, legal, reply
 from spag.game.kuhn.exploitability import INFOSETS, InfoSet, all_figures
 from spag.play.engine import PlayConfig
-from spag.runtime.atomic import check_output_file, write_json_atomic, write_jsonl_atomic
+from spag.runtime.atomic import write_json_atomic, write_jsonl_atomic
 from spag.runtime.errors import DataError
 from spag.runtime.records import read_records
 
@@ -176,20 +176,15 @@ def exploitability_report(rows: Sequence[dict], figures: dict) -> dict:
     return report
 
 
-def check_strategy_outputs(folder, *, replace: str) -> None:
-    """Both of a strategy's files may be written to ``folder`` (OutputRefused naming the first that may not):
-    checked before either is written, so that new rows never stand beside old figures."""
-    for name in (ROWS, FIGURES):
-        check_output_file(Path(folder) / name, name, replace=replace)
+STRATEGY_FILES = (ROWS, FIGURES)  # what write_strategy writes, both claimed before either is written
 
 
-def write_strategy(folder, rows: Sequence[dict], report: dict, *, replace: str) -> None:
+def write_strategy(folder, rows: Sequence[dict], report: dict) -> None:
     """Write ``folder/strategy.jsonl`` (the rows) and ``folder/exploitability.json`` (``report``, from
-    :func:`exploitability_report`), each atomically, both checked first (:func:`check_strategy_outputs`);
-    ``replace``: what either may replace (:func:`spag.runtime.atomic.write_json_atomic`)."""
-    check_strategy_outputs(folder, replace=replace)
-    write_jsonl_atomic(folder / ROWS, rows, replace=replace)
-    write_json_atomic(folder / FIGURES, report, replace=replace)
+    :func:`exploitability_report`), each atomically."""
+    folder = Path(folder)
+    write_jsonl_atomic(folder / ROWS, rows)
+    write_json_atomic(folder / FIGURES, report)
 
 
 SITUATIONS = {"": "no action yet", "check,bet": "check, then a bet", "check": "a check", "bet": "a bet"}

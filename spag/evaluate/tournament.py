@@ -237,8 +237,6 @@ def save_heatmap(
     names: Sequence[str],
     path,
     title: str = "Win rate of row model against column model (both roles)",
-    *,
-    replace: str = "no",
 ) -> None:
     """A PNG heatmap of a row-vs-column matrix, values written in the cells; written atomically."""
     import matplotlib
@@ -266,7 +264,7 @@ def save_heatmap(
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    with atomic_path(path, replace=replace) as tmp:
+    with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
     plt.close(fig)
 
@@ -316,7 +314,6 @@ def run_tournament(
     seeds: int = 1,
     guess_words: Sequence[str] | None = None,
     filtered: Sequence[str] = (),
-    replace: str = "no",
     **player_options,
 ) -> dict:
     """Every ordered pair of distinct players plays all ``words`` (so each pair meets in both roles),
@@ -366,11 +363,11 @@ def run_tournament(
     finally:
         close_player(*loaded.values())
     if episodes_out is not None and folder is None:
-        write_episodes(episodes, episodes_out, replace="any")  # claimed by the caller
+        write_episodes(episodes, episodes_out)  # claimed by the caller
     metrics = tournament_metrics(episodes, names, resamples=resamples, seed=seed)
     if heatmap is not None:
         title = "Score of row player against column player (both roles, ties 1/2)"
-        save_heatmap(metrics["score"], names, heatmap, title=title, replace=replace)
+        save_heatmap(metrics["score"], names, heatmap, title=title)
     return metrics
 
 

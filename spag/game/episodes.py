@@ -24,15 +24,11 @@ from pathlib import Path
 from spag.game.base import Game, GameSettings
 from spag.game.registry import episode_game
 from spag.runtime.atomic import (
-    Replace,
-    check_output_file,
     write_json_atomic,
     write_jsonl_atomic,
     write_table_atomic,
 )
-from spag.runtime.errors import DataError, OutputExists, OutputRefused
-from spag.runtime.folders import claim_output_dir, clear_output_dir, mark_output_dir, output_kind
-from spag.runtime.manifest import read_manifest
+from spag.runtime.errors import DataError, OutputExists
 from spag.runtime.records import read_records
 
 
@@ -115,15 +111,15 @@ def judged(episodes: Iterable[Mapping], game: Game) -> list[dict]:
     return out
 
 
-def write_episodes(episodes: list[Mapping], path: str | os.PathLike, *, replace: Replace = "no") -> None:
+def write_episodes(episodes: list[Mapping], path: str | os.PathLike) -> None:
     """Write episodes atomically: Parquet for ``.parquet``, a JSON list for ``.json``, else JSON lines."""
     path = Path(path)
     if path.suffix == ".json":
-        write_json_atomic(path, list(episodes), replace=replace)
+        write_json_atomic(path, list(episodes))
     elif path.suffix == ".parquet":
-        write_table_atomic(path, list(episodes), replace=replace)
+        write_table_atomic(path, list(episodes))
     else:
-        write_jsonl_atomic(path, episodes, replace=replace)
+        write_jsonl_atomic(path, episodes)
 
 
 IMPORTED = "imported.parquet"
@@ -164,13 +160,11 @@ def import_episodes(
         raise DataError(
             source, None, "no episodes to import" + (f" ({dropped} on held-out words)" if dropped else "")
         )
-    write_table_atomic(Path(output_dir) / IMPORTED, kept, replace="any")  # a pipeline stage's output
+    write_table_atomic(Path(output_dir) / IMPORTED, kept)  # a pipeline stage's output
     return kept, dropped
 
 
 # ------------------------------------------------------------------------------ a play run on disk
-
-PLAY_KIND = "play"  # the output-folder marker of a play run (spag.runtime.folders)
 
 
 # A played episode, every field once: (name, type, part). The parts: "game" (what happened), "player" (who
@@ -267,7 +261,7 @@ def holds_spag_episodes(path: str | os.PathLike) -> bool:
     return set(episode_schema().names) - newer <= set(schema.names)
 
 
-def _what_is_in(path: Path) -> str:
+def what_is_in(path: Path) -> str:
     """What a file that is not spag's episodes holds, as a refusal says it."""
     import pyarrow.parquet as pq
 
@@ -281,29 +275,6 @@ def _what_is_in(path: Path) -> str:
         if names
         else "holds a Parquet table of no columns,"
     )
-
-
-def claim_episode_file(path: str | os.PathLike, *, overwrite: bool, resume: bool) -> Path:
-    """Check that episodes may be written to the single file ``path``: it is new, or spag's own episodes
-    (a Parquet file with spag's episode schema) with ``overwrite`` (replaced) or ``resume`` (continued).
-    OutputRefused otherwise (a folder, a device, a FIFO, a read-only file ...: the output rule of
-    :func:`spag.runtime.atomic.check_output_file`); changes nothing. Returns the file to write (a symlink followed)."""
-    target = check_output_file(path, "the episodes file", replace="any")
-    if not target.exists():
-        return target
-    if not holds_spag_episodes(target):
-        raise OutputRefused(
-            path,
-            f"{_what_is_in(target)} not episodes spag wrote: move it away or choose "
-            "another path (--overwrite replaces only spag's own episodes)",
-        )
-    if not (overwrite or resume):
-        raise OutputRefused(
-            path,
-            "already holds episodes: pass --resume to continue, --overwrite to "
-            "replace them, or choose a new output",
-        )
-    return target
 
 
 class EpisodeStore:
@@ -320,32 +291,16 @@ class EpisodeStore:
     def _shard_prefix(self) -> str:
         return "shard-" if self.world == 1 else f"shard-r{self.rank}-"
 
-    def check(self, overwrite: bool, resume: bool) -> None:
-        """Refuse a file or directory that is not ours to write (:mod:`spag.runtime.atomic`, :mod:`spag.runtime.folders`); changes nothing.
-        A symlink is followed: the store writes what it names."""
+    def drop_own(self) -> None:
+        """Remove the episodes this process wrote before (its rank's shards, or the single file), so that
+        every game is played again: only files named as its shards that hold spag's episodes."""
         if self.single_file:
-            self.path = claim_episode_file(self.path, overwrite=overwrite, resume=resume)
-        else:
-            # Under several ranks the others' shards are expected here: only a foreign folder is refused.
-            self.path = claim_output_dir(
-                self.path, PLAY_KIND, overwrite=overwrite, resume=resume or self.world > 1
-            )
-
-    def lock_part(self) -> str | None:
-        """The part of the output this process writes, for its lock (:func:`spag.runtime.locks.writing`): one rank's
-        shards when several write into one folder, else the whole output."""
-        return f"r{self.rank}" if self.world > 1 else None
-
-    def claim(self, overwrite: bool, resume: bool) -> None:
-        """:meth:`check`, then with ``overwrite`` drop our own episodes (this rank's shards, or the file):
-        only what spag recorded writing, so a user's notes in the folder stay."""
-        self.check(overwrite, resume)
-        if overwrite and self.single_file:
-            self.path.unlink(missing_ok=True)
-        elif overwrite and self.path.is_dir():
-            recorded = read_manifest(self.path).get("files") or {}
-            others = [name for name in recorded if not name.startswith(self._shard_prefix())]
-            clear_output_dir(self.path, keep=others)
+            if self.path.is_file() and holds_spag_episodes(self.path):
+                self.path.unlink()
+            return
+        for shard in self.path.glob(self._shard_prefix() + "*.parquet"):  # a single process's: every rank's
+            if holds_spag_episodes(shard):
+                shard.unlink()
 
     def read(self) -> list[dict]:
         """Every episode already written (all ranks' shards, so a run may change its world size)."""
@@ -377,22 +332,22 @@ class EpisodeStore:
         if not episodes:
             return
         schema = episode_schema()
-        if self.single_file:  # claimed as spag's episodes (or new) by check(): rewritten whole each time
+        if self.single_file:  # spag's episodes (or new): rewritten whole each time
             self._kept.extend(episodes)
-            write_table_atomic(self.path, self._kept, schema=schema, replace="any")
+            write_table_atomic(self.path, self._kept, schema=schema)
             return
-        if output_kind(self.path) is None:  # marked with its first shard: a failed start leaves nothing
-            mark_output_dir(self.path, PLAY_KIND)
         prefix = self._shard_prefix()
         if (
             number is not None
         ):  # a step's shard, numbered by the caller (a resumed run dropped the later ones)
-            write_table_atomic(self.path / f"{prefix}{number:05d}.parquet", episodes, schema=schema)
+            write_table_atomic(self.path / f"{prefix}{number:05d}.parquet", episodes, schema=schema, new=True)
             return
         number = max(self.shards(), default=-1) + 1
         while True:  # a new shard never replaces one: a name taken meanwhile is passed over
             try:
-                write_table_atomic(self.path / f"{prefix}{number:05d}.parquet", episodes, schema=schema)
+                write_table_atomic(
+                    self.path / f"{prefix}{number:05d}.parquet", episodes, schema=schema, new=True
+                )
                 return
             except OutputExists:
                 number += 1
@@ -411,6 +366,6 @@ def to_original_format(episode: Mapping) -> dict:
     }
 
 
-def export_json(episodes: Sequence[Mapping], path: str | os.PathLike, *, replace: Replace = "no") -> None:
+def export_json(episodes: Sequence[Mapping], path: str | os.PathLike) -> None:
     """Episodes as the original project's results file: a JSON list of :func:`to_original_format`."""
-    write_json_atomic(path, [to_original_format(e) for e in episodes], replace=replace)
+    write_json_atomic(path, [to_original_format(e) for e in episodes])

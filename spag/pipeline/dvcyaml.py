@@ -13,6 +13,10 @@ is read from the imports (:func:`stage_files`), by this rule:
   :mod:`spag.pipeline.run`, which validates the params, runs the preflight and tunes the process, none of
   which changes what the stage writes (the params it reads are tracked as params); no stage's module
   imports the harness (a test holds it), so editing the preflight re-runs nothing;
+- the output harness a stage calls around its work (:mod:`spag.harness`: the output rule, claims, locks,
+  manifests, the process, experiment tracking) is not a dependency either, though the core code it calls is
+  followed: editing the output rule re-runs nothing, editing the trainer that :mod:`spag.harness.training`
+  calls re-runs the training stages;
 - a module a stage reaches by name is *used*: any of its functions may run, so every import it makes, at
   its top or inside a function, is followed, except the few lazy imports in :data:`NOT_RUN`, which no stage
   can get to, and those of :data:`ONLY_IN`, which only the stages named there get to;
@@ -52,11 +56,11 @@ NOT_RUN = {
     "players call it, and they reach the backend through spag.players",
 }
 # Lazy imports that only some stages get to, whatever the params: (module, import) -> those stages.
-ONLY_IN = {
-    ("spag.train.launch", "spag.train.online"): (
-        "train",
-    ),  # spag.method: online; imitate.method has no online
+ONLY_IN = {  # spag.method: online; imitate.method has no online
+    ("spag.harness.launch", "spag.train.online"): ("train",),
+    ("spag.harness.training", "spag.train.online"): ("train",),
 }
+HARNESS = "spag.harness"  # walked through for the core it calls, never a dependency itself
 # The player backends spag.players.load_player imports where one is chosen: a stage follows the import of
 # each backend its params choose (:func:`stage_backends`), and of no other.
 BACKEND_MODULES = {
@@ -169,6 +173,10 @@ def _followed(stage: Stage, module: str, imported: str, backends: set[str]) -> b
     return True
 
 
+def _in_harness(module: str) -> bool:
+    return module == HARNESS or module.startswith(HARNESS + ".")
+
+
 def stage_files(stage: Stage, settings=None) -> list[str]:
     """The files under ``spag/`` that ``stage`` runs or reads with ``settings`` (None: the params file's, read
     from ``params.yaml``) (see the module docstring), sorted."""
@@ -183,8 +191,9 @@ def stage_files(stage: Stage, settings=None) -> list[str]:
         parsed = read_module(module)
         lazy = {m for ms in parsed.inside.values() for m in ms}
         todo.extend(m for m in parsed.top | lazy if _followed(stage, module, m, backends))
-    files = {MODULES[m].relative_to(ROOT).as_posix() for m in used}
+    files = {MODULES[m].relative_to(ROOT).as_posix() for m in used if not _in_harness(m)}
     files |= {data for m in used for data in DATA.get(m, ())}
+    files.add("spag/__init__.py")  # spag's version: a new version re-runs every stage
     return sorted(files)
 
 

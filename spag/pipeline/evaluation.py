@@ -12,7 +12,7 @@ from spag.evaluate.games import check_held_out, opening_lines_played
 from spag.evaluate.strategy import exploitability_report, strategy_line, strategy_of, write_strategy
 from spag.game.kuhn import KuhnPoker
 from spag.game.words import read_words, sample_targets
-from spag.pipeline.context import OWN, Declared, Layout
+from spag.pipeline.context import Declared, Layout
 from spag.pipeline.games import sample_words, stage_game
 from spag.play.engine import OpeningLines, PlayConfig
 from spag.players import close_player, load_player
@@ -153,7 +153,7 @@ def write_checkpoint_strategy(settings: Declared, model: Path, folder: Path) -> 
     (the stage's declared outputs exist either way); returns None."""
     game = settings.game.name
     if game != STRATEGY_GAME:
-        write_strategy(folder, [], {"strategy": "off", "game": game}, replace=OWN)
+        write_strategy(folder, [], {"strategy": "off", "game": game})
         return None
     player = load_player(str(model), "hf", **settings.evaluate.player_options("hf"))
     try:
@@ -161,5 +161,5 @@ def write_checkpoint_strategy(settings: Declared, model: Path, folder: Path) -> 
     finally:
         close_player(player)
     report = exploitability_report(rows, figures)
-    write_strategy(folder, rows, report, replace=OWN)
+    write_strategy(folder, rows, report)
     return "strategy: " + strategy_line(report)

@@ -365,7 +365,7 @@ def _reasoning_plot_rows(report: dict) -> list[dict]:
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    with atomic_path(path, replace="any") as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=PLOT_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
@@ -461,7 +461,7 @@ def draw_png(plots: dict[str, list[dict]], path: Path) -> None:
     for ax in list(axes.flat)[len(plots) :]:
         ax.axis("off")
     fig.tight_layout()
-    with atomic_path(path, replace="any") as tmp:
+    with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)
 
@@ -471,9 +471,9 @@ def write_report(metrics: Path, epochs: list[int], references: dict | None = Non
     stage's outputs: replaced whatever is there, as DVC would); return the report. ``references``: Kuhn
     poker's curves to draw beside the model's exploitability, ``{series: [{step, value, low, high}]}``."""
     report = build_report(metrics, epochs, references)
-    write_json_atomic(metrics / "report.json", report, replace="any")
-    write_json_atomic(metrics / "summary.json", headline(report), replace="any")
-    write_json_atomic(metrics / "details.json", details(report), replace="any")
+    write_json_atomic(metrics / "report.json", report)
+    write_json_atomic(metrics / "summary.json", headline(report))
+    write_json_atomic(metrics / "details.json", details(report))
     plots = plot_rows(report)
     for stem, rows in plots.items():
         write_csv(metrics / "plots" / f"{stem}.csv", rows)

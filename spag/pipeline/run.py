@@ -17,19 +17,20 @@ from pathlib import Path
 from typing import NoReturn
 
 from spag.config import load_settings
+from spag.harness.process import end_process
+from spag.harness.rule import enforce
 from spag.pipeline.context import Declared, Layout, declared_params
 from spag.pipeline.dvcyaml import missing_dependencies
 from spag.pipeline.preflight import check_stage
 from spag.pipeline.table import EPOCH_STAGES
 from spag.players.allocator import keep_freed_memory
 from spag.runtime.errors import DataError, ParamsError
-from spag.runtime.process import end_process
 from spag.runtime.signals import STOPS, command_signals, stopped
 
 
 def stage_script(stage: Callable, root: str | Path) -> NoReturn:
     """A stage script's one call: :func:`run_stage` on the script's arguments, then the process ends
-    (:func:`spag.runtime.process.end_process`)."""
+    (:func:`spag.harness.process.end_process`)."""
     end_process(functools.partial(run_stage, stage, root))
 
 
@@ -41,6 +42,7 @@ def run_stage(stage: Callable, root: str | Path, argv: list[str] | None = None) 
     finished work is written.
     """
     keep_freed_memory()  # a stage owns its process: freed memory is kept for reuse (CPU inference)
+    enforce()  # the output rule watches every write (spag.harness.rule)
     name = stage.__name__
     argv = sys.argv[1:] if argv is None else argv
     epoch = None

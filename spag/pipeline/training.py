@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from spag.config import TrainConfig, TrainKnobs, TrainStep
+from spag.harness.launch import launch
+from spag.harness.partial import partial_path
+from spag.harness.training import train
 from spag.models.devices import check_launch
 from spag.pipeline.context import Layout, section_key
-from spag.runtime.partial import partial_path
-from spag.train.job import run_training
-from spag.train.launch import launch
 
 
 def train_config(
@@ -52,7 +52,7 @@ def train_model(
     """One training run in this process, or under ``step.launcher`` with its settings in a file."""
     config = train_config(step, epochs, output, layout, name, seed)
     if not step.launcher:
-        run_training(step.method, model, data, output, config=config, other_checkpoints="restart")
+        train(step.method, model, data, output, config=config, other_checkpoints="restart")
         return
 
     launch(step.launcher, step.method, model, data, output, config, other_checkpoints="restart")

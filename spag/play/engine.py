@@ -34,7 +34,6 @@ import sys
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,11 +47,10 @@ from spag.models.devices import hf_rank_device, local_rank, pin_rank_to_gpus
 from spag.players import close_player, load_player
 from spag.players.base import Player, Reply, Speaker, Turn, derive_seed
 from spag.players.provenance import machine, player_provenance, record
-from spag.runtime.atomic import Replace, write_json_atomic
+from spag.runtime.atomic import write_json_atomic
 from spag.runtime.console import progress
 from spag.runtime.errors import DataError, StaleEpisodes
 from spag.runtime.fingerprint import model_fingerprint, settings_fingerprint
-from spag.runtime.locks import writing
 from spag.runtime.signals import uninterrupted
 from spag.schema import Section
 
@@ -285,7 +283,7 @@ def drop_stale_episodes(
         _existing_for(words, store.read(), output, config, models)
     except StaleEpisodes as exc:
         print(f"note: {exc}; playing every game again", file=sys.stderr, flush=True)
-        store.claim(overwrite=True, resume=False)
+        store.drop_own()
 
 
 def _fingerprint_of(player: Player) -> str:
@@ -509,7 +507,7 @@ class OpeningLines:
                 self._said[keys[i]] = reply
         return [asked[i] if i in asked else self._said[keys[i]] for i in range(len(prompts))]
 
-    def write(self, path: str | os.PathLike, *, replace: Replace = "no") -> None:
+    def write(self, path: str | os.PathLike) -> None:
         """Every kept reply, with the machine it was generated on, to the JSON file ``path`` (atomically; a
         file already there only as ``replace`` allows: :func:`spag.runtime.atomic.atomic_path`)."""
         records = [
@@ -524,7 +522,7 @@ class OpeningLines:
             }
             for (who, prompt, seed, settings), reply in self._said.items()
         ]
-        write_json_atomic(path, {"machine": machine(), "replies": records}, replace=replace)
+        write_json_atomic(path, {"machine": machine(), "replies": records})
 
     @classmethod
     def read(cls, *paths: str | os.PathLike) -> OpeningLines:
@@ -626,13 +624,13 @@ def play_games(
     With ``output``, episodes are written incrementally (see the module docstring) and, with
     ``resume``, episodes already there are kept and returned with the new ones, in word order.
     ``stats`` (optional) is filled in for a summary line. ``guess_words`` is the game's public vocabulary,
-    for a strategy that chooses among the targets (Adversarial Taboo's dictionary guess). An output directory must be new, empty or a
-    previous ``spag play`` output (:mod:`spag.runtime.atomic`, :mod:`spag.runtime.folders`); ``overwrite`` replaces a previous one's episodes.
+    for a strategy that chooses among the targets (Adversarial Taboo's dictionary guess). The output is the
+    caller's to claim (:func:`spag.harness.plays.claimed_episodes`); ``overwrite`` replaces the episodes a
+    previous run of this process wrote there.
     Episodes kept from a run with other words, settings or models are never reused: with ``stale="refuse"``
     (``spag play --resume``) the run stops and says why, so no game is thrown away unasked; with
     ``"restart"`` (a pipeline stage, re-run because something changed) every game is played again.
-    One process writes an output (or its rank's part of it) at a time: a second is refused at once
-    (:func:`spag.runtime.locks.writing`). ``openings``: the opening lines of an evaluation's other matches
+    ``openings``: the opening lines of an evaluation's other matches
     (:class:`OpeningLines`), shared with them.
     """
     [episodes] = play_matches(
@@ -684,29 +682,26 @@ def play_matches(
     Up to ``batch_size`` games of each match are live at once.
     """
     rank, world = rank_and_world() if shard_by_rank else (0, 1)
-    with ExitStack() as held:
-        tables = []
-        for match in matches:
-            store = None if match.output is None else EpisodeStore(match.output, rank, world)
-            if store is not None:
-                held.enter_context(writing(match.output, store.lock_part()))
-            tables.append(
-                _Table.start(
-                    match,
-                    store,
-                    words,
-                    config,
-                    rank,
-                    world,
-                    resume=resume,
-                    overwrite=overwrite,
-                    stale=stale,
-                    guess_words=guess_words,
-                )
+    tables = []
+    for match in matches:
+        store = None if match.output is None else EpisodeStore(match.output, rank, world)
+        tables.append(
+            _Table.start(
+                match,
+                store,
+                words,
+                config,
+                rank,
+                world,
+                resume=resume,
+                overwrite=overwrite,
+                stale=stale,
+                guess_words=guess_words,
             )
-        return _play_tables(
-            tables, words, config, f"play r{rank}" if world > 1 else "play", show_progress, openings
         )
+    return _play_tables(
+        tables, words, config, f"play r{rank}" if world > 1 else "play", show_progress, openings
+    )
 
 
 @dataclass
@@ -893,11 +888,13 @@ def _claim_and_resume(
     overwrite: bool,
     stale: str,
 ) -> dict[int, dict]:
-    """Claim the output and return the episodes it already holds that this run may keep, by word index
-    (none unless ``resume``); episodes from other words, settings or models are refused or, with
-    ``stale="restart"`` on one process, dropped so every game is played again."""
+    """The episodes the output already holds that this run may keep, by word index (none unless
+    ``resume``; with ``overwrite`` and no ``resume`` this process's earlier ones are removed); episodes from
+    other words, settings or models are refused or, with ``stale="restart"`` on one process, dropped so
+    every game is played again."""
     output = store.path
-    store.claim(overwrite=overwrite and not resume, resume=resume)
+    if overwrite and not resume:
+        store.drop_own()
     if not resume and store.has_own_shards():
         raise DataError(
             output, None, "already holds episodes: pass resume (--resume) to continue, or choose a new output"
@@ -911,7 +908,7 @@ def _claim_and_resume(
                 output, None, f"{exc}: resume with the same settings, or --overwrite to play every game again"
             ) from None
         print(f"note: {exc}; playing every game again", file=sys.stderr, flush=True)
-        store.claim(overwrite=True, resume=False)
+        store.drop_own()
         existing, done = [], {}
     if store.single_file:
         store.keep(existing)
@@ -966,10 +963,8 @@ def run_games(
     stale: str = "refuse",
     **player_options,
 ) -> list[dict]:
-    """Load the players (once when both sides are the same model) and play."""
-    rank, world = rank_and_world()
-    if output is not None:  # before minutes of model loading
-        EpisodeStore(output, rank, world).check(overwrite=overwrite and not resume, resume=resume)
+    """Load the players (once when both sides are the same model) and play (``output`` claimed by the
+    caller before: :func:`spag.harness.plays.claimed_episodes`)."""
     place_rank(backend, player_options)
     attacker = load_player(attacker_model, backend, **player_options)
     try:

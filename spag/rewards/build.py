@@ -55,7 +55,6 @@ from spag.game.registry import DEFAULT_GAME, game_class
 from spag.rewards.ready_made import ready_made_rows
 from spag.rewards.rows import SFT, check_output, episode_id, make_row, write_rows
 from spag.rewards.sft import load_sft
-from spag.runtime.atomic import Replace
 from spag.runtime.console import progress
 from spag.runtime.errors import DataError, SettingError, collect_or_raise
 from spag.runtime.records import read_records
@@ -507,7 +506,6 @@ def build_reward_set(
     seed: int = 0,
     strict: bool = False,
     control: bool = False,
-    replace: Replace = "no",
 ) -> RowStats:
     """``spag reward``: episodes file -> SPAG training rows (+ general SFT rows) written to ``output``.
 
@@ -528,7 +526,7 @@ def build_reward_set(
         stats.rows.clear()
     stats.records, stats.bad, stats.duplicates = count, len(errors), len(duplicates)
     general = _mix_sft(stats, reward.sft, reward.sft_limit, seed, strict, reward.sft_format)
-    write_rows(rows + general, output, replace=replace)
+    write_rows(rows + general, output)
     return stats
 
 
@@ -556,7 +554,6 @@ def build_imitation_set(
     seed: int = 0,
     strict: bool = False,
     keep_truncated: bool = False,
-    replace: Replace = "no",
 ) -> RowStats:
     """``spag imitation-data``: a teacher's episodes (or ready-made query/target rows) -> imitation rows.
 
@@ -579,5 +576,5 @@ def build_imitation_set(
     for row in made:
         stats.rows[row["role"] or "unknown"] += 1
     general = _mix_sft(stats, imitate.sft, imitate.sft_limit, seed, strict, imitate.sft_format)
-    write_rows(rows + made + general, output, replace=replace)
+    write_rows(rows + made + general, output)
     return stats

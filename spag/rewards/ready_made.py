@@ -120,6 +120,6 @@ def import_ready_made_rows(source: str | os.PathLike, output_dir: str | os.PathL
             raise errors[0]
         clean.append({name: record.get(name) for name, _ in columns})
     write_table_atomic(
-        Path(output_dir) / READY_MADE_FILE, clean, schema=pa.schema(columns), replace="any"
+        Path(output_dir) / READY_MADE_FILE, clean, schema=pa.schema(columns)
     )  # a pipeline stage's output
     return len(clean)

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from spag.models.chat import RawPrompt
-from spag.runtime.atomic import Replace, write_table_atomic
+from spag.runtime.atomic import write_table_atomic
 from spag.runtime.errors import DataError
 from spag.runtime.records import read_records
 
@@ -121,16 +121,14 @@ def check_output(output: str | os.PathLike) -> None:
         raise DataError(output, None, "the output must end in .parquet or .jsonl")
 
 
-def write_rows(rows: list[dict], output: str | os.PathLike, *, replace: Replace = "no") -> None:
+def write_rows(rows: list[dict], output: str | os.PathLike) -> None:
     """Write rows atomically: Parquet for ``.parquet``, JSON lines for ``.jsonl`` (``replace``: what an
     existing file may be replaced by, :func:`spag.runtime.atomic.atomic_path`)."""
     check_output(output)
     raw = any(row.get(RAW_PROMPT) for row in rows)
     if raw:
         rows = [{**row, RAW_PROMPT: bool(row.get(RAW_PROMPT))} for row in rows]
-    write_table_atomic(
-        output, rows, schema=row_schema(raw) if Path(output).suffix == ".parquet" else None, replace=replace
-    )
+    write_table_atomic(output, rows, schema=row_schema(raw) if Path(output).suffix == ".parquet" else None)
 
 
 # ------------------------------------------------------------------------------------------ reading

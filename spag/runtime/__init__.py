@@ -1,15 +1,9 @@
 """The runtime: plumbing that every layer uses and that knows nothing of games, models or training.
 
 - :mod:`spag.runtime.errors`      every error type a user sees as one line
-- :mod:`spag.runtime.atomic`      the atomic-write helper every file goes through, and the output rule it applies
-- :mod:`spag.runtime.manifest`    what spag wrote in a folder (inode, size, mtime per entry)
-- :mod:`spag.runtime.folders`     folders that are a command's output: claimed, cleared, published
-- :mod:`spag.runtime.locks`       one writer per output (filelock)
-- :mod:`spag.runtime.claims`      a command's claim on its outputs before any work
-- :mod:`spag.runtime.partial`     work beside a DVC output, renamed onto it when finished
+- :mod:`spag.runtime.atomic`      the atomic-write helper every file and output folder goes through
 - :mod:`spag.runtime.records`     reading JSON, JSON lines and Parquet records
 - :mod:`spag.runtime.signals`     SIGTERM handled like Ctrl-C, so finished work is written
-- :mod:`spag.runtime.process`     a process spag owns: its garbage collector, its torch.distributed group at exit
 - :mod:`spag.runtime.console`     progress bars and summary lines
 - :mod:`spag.runtime.fingerprint` content hashes of models and data, so that a resume cannot lie
 - :mod:`spag.runtime.artifacts`   pinned registry files (sha256-checked, cached)

@@ -1,12 +1,14 @@
-"""The atomic-write helper every module writes its files through, and the output rule it applies.
+"""The atomic-write helper every file and output folder of spag goes through.
 
-A killed step must never leave a file that looks finished: every write goes to a temporary file beside
-the target and is renamed into place (:func:`atomic_path`, and ``write_*_atomic`` on top of it). A path
-that exists is replaced only as the caller's :data:`Replace` allows: by default never; with
-``--overwrite`` only a regular file spag wrote (its folder's manifest says so). A device node, FIFO or
-socket is never replaced, nor is a read-only file; a symlink is followed (the file it names is written,
-the link kept), a dangling one refused (:func:`check_output_file`). A refusal is one line
-(:class:`~spag.runtime.errors.OutputRefused`).
+A killed step must never leave a file that looks finished: a file is written to a temporary file beside its
+target and renamed into place (:func:`atomic_path`, and ``write_*_atomic`` on top of it); a folder is built
+under another name and moved into place whole (:func:`publish_folder`). A symlink is followed (the file it
+names is written, the link kept); a dangling one is refused. ``new=True`` writes a file that must not exist
+yet: it fails rather than replace one that appeared meanwhile (another writer's).
+
+Which outputs a command may replace is not decided here: the harness (:mod:`spag.harness.rule`) claims a
+command's outputs before its work and watches the writes (:func:`watch`), to check them again and record
+what spag wrote. Without a watcher (a library call, a test) a write simply lands, as ``open`` would.
 """
 
 from __future__ import annotations
@@ -15,43 +17,41 @@ import contextlib
 import errno
 import json
 import os
-import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Protocol
 
 from spag.runtime.errors import DataError, OutputExists, OutputRefused
-from spag.runtime.manifest import read_manifest, record_written, usual_mode, written_by_spag
-
-# What an existing target may be replaced by a write: "no" (a new file only: the default), "ours" (a file
-# spag wrote, by its record in the manifest: what --overwrite allows) or "any" (a regular file at a path
-# spag owns outright: its own working files, a DVC stage's declared output, which DVC deletes and restores).
-Replace = Literal["no", "ours", "any"]
 
 
-def replace_mode(overwrite: bool) -> Replace:
-    """The :data:`Replace` mode of a command's ``--overwrite``."""
-    return "ours" if overwrite else "no"
+class Watcher(Protocol):
+    """What the harness does around a write (:mod:`spag.harness.rule`)."""
+
+    def check(self, target: Path) -> None:
+        """Raise OutputRefused when ``target`` may not be written (again, just before it is replaced)."""
+
+    def written(self, target: Path) -> None:
+        """``target`` was just written."""
+
+    def publish(self, staging: Path, output: Path, last: str | None) -> Path | None:
+        """Move the finished folder ``staging`` into place as ``output``; None to leave it to the helper."""
 
 
-_ODD_FILES = (
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
+_WATCHERS: list[Watcher] = []
 
 
-def odd_file(mode: int) -> str | None:
-    """What a file that is neither a regular file nor a folder is ("a FIFO", ...), or None."""
-    return next((name for test, name in _ODD_FILES if test(mode)), None)
+def watch(watcher: Watcher) -> None:
+    """Have ``watcher`` see every write of this process from now on (once, however often it is called)."""
+    if all(w is not watcher for w in _WATCHERS):
+        _WATCHERS.append(watcher)
 
 
-def read_only(path: Path, st: os.stat_result) -> bool:
-    """No write permission for us, or none for anyone (root may write anywhere, but a file whose owner
-    took every write bit away says "keep this")."""
-    return not (st.st_mode & 0o222) or not os.access(path, os.W_OK)
+def usual_mode() -> int:
+    """The mode a new file gets here (0o666 less the umask): mkstemp makes its files 0600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def followed(path: str | os.PathLike, option: str = "the output") -> Path:
@@ -67,63 +67,6 @@ def followed(path: str | os.PathLike, option: str = "the output") -> Path:
             f"is a symlink to {real}, which does not exist: refusing to create a file through it ({option})",
         )
     return real
-
-
-def check_output_file(path: str | os.PathLike, option: str = "the output", replace: Replace = "no") -> Path:
-    """Apply the output rule to a file to be written at ``path``; return the path to write (a symlink
-    followed). OutputRefused (one line, naming ``option``) when it may not be written:
-
-    - a folder, a device node, a FIFO or a socket is there;
-    - a read-only file is there, or the folder it would go into cannot be written;
-    - a file is there and ``replace`` is "no", or "ours" and spag did not write it (or it changed since);
-    - a parent of it is a file.
-
-    Commands call it for each output before any work, and every write calls it again.
-    """
-    given = Path(path)
-    target = followed(given, option)
-    try:
-        st = target.stat()
-    except (FileNotFoundError, NotADirectoryError):
-        st = None
-    except OSError as exc:
-        raise OutputRefused(given, f"cannot be checked ({exc.strerror or exc}) ({option})") from None
-    if st is None:
-        _check_new_file(target, option)
-    elif stat.S_ISDIR(st.st_mode):
-        raise OutputRefused(given, f"is a directory; {option} names the file to write")
-    elif odd_file(st.st_mode):
-        raise OutputRefused(
-            given,
-            f"is {odd_file(st.st_mode)}, not a regular file: spag writes a file by renaming "
-            f"a finished one into place and never replaces one of these ({option})",
-        )
-    elif read_only(target, st):
-        raise OutputRefused(given, f"is read-only: refusing to replace it ({option})")
-    elif replace == "no":
-        raise OutputExists(
-            given, f"exists: pass --overwrite to replace a file spag wrote, or choose a new path ({option})"
-        )
-    elif replace == "ours" and not written_by_spag(target):
-        raise OutputRefused(
-            given,
-            f"was not written by spag (or was changed since): refusing to replace it; move "
-            f"it away or choose another path ({option})",
-        )
-    return target
-
-
-def _check_new_file(target: Path, option: str) -> None:
-    """A file can be created at ``target``: its nearest existing parent is a folder we may write into."""
-    for parent in target.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise OutputRefused(target, f"cannot be written: {parent} is a file, not a folder ({option})")
-            if not os.access(parent, os.W_OK | os.X_OK):
-                raise OutputRefused(
-                    target, f"cannot be written: the folder {parent} is not writable ({option})"
-                )
-            return
 
 
 # Errors of the file system itself (a write names no file), told as "cannot be written" naming the target.
@@ -145,16 +88,19 @@ def _write_error(exc: OSError, target: Path, tmp: Path) -> DataError | None:
     return DataError(target, None, f"cannot be written: {os.strerror(code)}")
 
 
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, *, replace: Replace = "no") -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; move it onto ``path`` only if the block succeeds.
+def _check(target: Path) -> None:
+    for watcher in _WATCHERS:
+        watcher.check(target)
 
-    The output rule (:func:`check_output_file`) is applied before and again at the end; ``replace`` says
-    what an existing file may be replaced by. A file written to a new path or with ``replace="ours"`` is
-    recorded in its folder's manifest, so a later ``--overwrite`` knows it as spag's; so is every file
-    written into a folder that is itself a spag output.
-    """
-    target = check_output_file(path, replace=replace)
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, *, new: bool = False) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; move it onto ``path`` only if the block succeeds (with
+    ``new``, only if no file is there by then: OutputExists otherwise)."""
+    target = followed(path)
+    if new and (target.exists() or target.is_symlink()):
+        raise OutputExists(target, "exists: a new file is not written over another")
+    _check(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -173,19 +119,20 @@ def atomic_path(path: str | os.PathLike, *, replace: Replace = "no") -> Iterator
             if error is None:
                 raise
             raise error from None
-        target = check_output_file(path, replace=replace)  # something may have appeared meanwhile
-        _publish_file(tmp_path, target, replace)
-        if replace != "any" or read_manifest(target.parent).get("kind"):
-            record_written(target)
+        target = followed(path)
+        _check(target)  # something may have appeared meanwhile
+        _publish_file(tmp_path, target, new)
+        for watcher in _WATCHERS:
+            watcher.written(target)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
 
 
-def _publish_file(tmp: Path, target: Path, replace: Replace) -> None:
-    """Rename ``tmp`` onto ``target``; a new file (``replace="no"``) by a hard link, which fails rather than
-    replace a file that appeared since the check (a second writer's)."""
-    if replace != "no":
+def _publish_file(tmp: Path, target: Path, new: bool) -> None:
+    """Rename ``tmp`` onto ``target``; a ``new`` file by a hard link, which fails rather than replace a file
+    that appeared since (a second writer's)."""
+    if not new:
         os.replace(tmp, target)
         return
     try:
@@ -194,26 +141,43 @@ def _publish_file(tmp: Path, target: Path, replace: Replace) -> None:
         raise OutputExists(
             target, "appeared while spag was writing it (another writer?): left as it is"
         ) from None
-    except OSError:  # a file system without hard links: the check above has to do
+    except OSError:  # a file system without hard links
+        if target.exists():
+            raise OutputExists(target, "appeared while spag was writing it (another writer?): left as it is")
         os.replace(tmp, target)
         return
     tmp.unlink()
 
 
-def write_text_atomic(path: str | os.PathLike, text: str, *, replace: Replace = "no") -> None:
-    with atomic_path(path, replace=replace) as tmp:
+def publish_folder(staging: str | os.PathLike, output: str | os.PathLike, last: str | None = None) -> Path:
+    """Move the finished folder ``staging`` into place as ``output``; return where it went. A watcher that
+    owns ``output`` moves it (beside a user's files, ``last`` the last entry: the one that says the output
+    is finished); otherwise ``output`` must be absent or an empty folder, and one rename does it."""
+    staging, output = Path(staging), followed(output)
+    for watcher in _WATCHERS:
+        placed = watcher.publish(staging, output, last)
+        if placed is not None:
+            return placed
+    if output.is_dir() and not any(output.iterdir()):
+        output.rmdir()
+    elif output.exists():
+        raise OutputExists(output, f"exists: the finished output is left in {staging}")
+    os.replace(staging, output)
+    return output
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, *, new: bool = False) -> None:
+    with atomic_path(path, new=new) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any, *, replace: Replace = "no") -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n", replace=replace)
+def write_json_atomic(path: str | os.PathLike, obj: Any, *, new: bool = False) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n", new=new)
 
 
-def write_jsonl_atomic(
-    path: str | os.PathLike, records: Iterable[Mapping], *, replace: Replace = "no"
-) -> int:
+def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[Mapping], *, new: bool = False) -> int:
     count = 0
-    with atomic_path(path, replace=replace) as tmp, open(tmp, "w", encoding="utf-8") as f:
+    with atomic_path(path, new=new) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for record in records:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
             count += 1
@@ -221,7 +185,7 @@ def write_jsonl_atomic(
 
 
 def write_table_atomic(
-    path: str | os.PathLike, records: list[Mapping], schema=None, *, replace: Replace = "no"
+    path: str | os.PathLike, records: list[Mapping], schema=None, *, new: bool = False
 ) -> None:
     """Write records as Parquet (``.parquet``) or JSON lines (anything else), atomically."""
     path = Path(path)
@@ -230,7 +194,7 @@ def write_table_atomic(
         import pyarrow.parquet as pq
 
         table = pa.Table.from_pylist(list(records), schema=schema)
-        with atomic_path(path, replace=replace) as tmp:
+        with atomic_path(path, new=new) as tmp:
             pq.write_table(table, tmp)
     else:
-        write_jsonl_atomic(path, records, replace=replace)
+        write_jsonl_atomic(path, records, new=new)

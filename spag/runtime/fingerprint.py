@@ -69,7 +69,7 @@ def _keep(path: Path, digest: str) -> None:
     """Write ``digest`` to ``path`` atomically (a reader sees the whole digest or none); an unwritable cache
     is passed over."""
     try:
-        write_text_atomic(path, digest + "\n", replace="any")  # spag's own cache
+        write_text_atomic(path, digest + "\n")  # spag's own cache
     except (OSError, DataError):
         pass
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import struct
 import zipfile
 from pathlib import Path
 
 from spag.config import TrainConfig
+from spag.runtime.atomic import publish_folder
 from spag.runtime.errors import DataError
 from spag.runtime.fingerprint import differences, file_digest, model_fingerprint
-from spag.runtime.folders import publish_dir, remove_output_dir
-from spag.runtime.locks import writing
 
 SUMMARY_FILE = "training_summary.json"
 CHECKPOINTS = "checkpoints"
@@ -53,16 +53,29 @@ def live_dir_of(config: TrainConfig, output_dir: Path) -> Path:
 
 
 def publish(staging: Path, output_dir: Path, checkpoint_dir: Path, keep_checkpoints: bool) -> None:
-    """Swap the finished model into place (replacing what spag wrote there before, nothing else); keep or
-    drop the intermediate checkpoints."""
+    """Swap the finished model into place (:func:`spag.runtime.atomic.publish_folder`); keep or drop the
+    intermediate checkpoints (a checkpoint folder inside the output goes with the model, or first)."""
     inside = checkpoint_dir.resolve().is_relative_to(output_dir.resolve())
-    if keep_checkpoints and inside and checkpoint_dir.exists():
-        target = staging / checkpoint_dir.resolve().relative_to(output_dir.resolve())
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(checkpoint_dir, target)
-    publish_dir(staging, output_dir, TRAIN_KIND, last=SUMMARY_FILE)
+    if inside and checkpoint_dir.exists():
+        if keep_checkpoints:
+            target = staging / checkpoint_dir.resolve().relative_to(output_dir.resolve())
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(checkpoint_dir, target)
+        else:
+            remove_checkpoints(checkpoint_dir)
+    publish_folder(staging, output_dir, last=SUMMARY_FILE)
     if not keep_checkpoints and not inside and checkpoint_dir.exists():
-        remove_output_dir(checkpoint_dir)
+        remove_checkpoints(checkpoint_dir)
+
+
+def remove_checkpoints(checkpoint_dir: Path) -> None:
+    """Remove the checkpoints of the run in ``checkpoint_dir`` (each ``checkpoint-N`` and the run's identity
+    file): what a run writes there, and nothing else."""
+    for checkpoint in checkpoints_in(checkpoint_dir):
+        shutil.rmtree(checkpoint)
+    (checkpoint_dir / IDENTITY_FILE).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # the folder too, when that left it empty
+        checkpoint_dir.rmdir()
 
 
 def last_complete_checkpoint(folder: Path, say=print) -> str | None:
@@ -120,19 +133,6 @@ def checkpoints_in(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     return [p for p in folder.iterdir() if p.is_dir() and p.name.startswith("checkpoint-")]
-
-
-@contextlib.contextmanager
-def claimed_outputs(output_dir, config: TrainConfig):
-    """One run writes an output and its checkpoints at a time: the first process holds their locks while
-    the run lasts (a second run on them is refused at once)."""
-    with contextlib.ExitStack() as locks:
-        if int(os.environ.get("RANK", "0")) == 0:
-            locks.enter_context(writing(output_dir))
-            checkpoint_dir = checkpoint_dir_of(config, Path(output_dir))
-            if not checkpoint_dir.absolute().is_relative_to(Path(output_dir).absolute()):
-                locks.enter_context(writing(checkpoint_dir))
-        yield
 
 
 def checkpoint_dir_of(config: TrainConfig, output_dir: Path) -> Path:

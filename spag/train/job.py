@@ -3,20 +3,20 @@ and the DVC stages, in steps:
 
 1. data (:func:`_read_data`, :func:`_encode`): read and check the rows, tokenise them (a row longer than
    ``max_length`` is shortened by ``truncation``: it gives up its oldest history lines or is left out, or,
-   the original's way, loses its first tokens); :func:`start_run` claims the output and sets up the processes
-   in between;
+   the original's way, loses its first tokens); :func:`start_run` sets up the processes in between;
 2. reference (:func:`_reference_step`): log-probs from the cache beside the data, or one pass of the
    reference model before training (so training holds one model), or on the fly (two models; under
    DeepSpeed the reference is a frozen part of the engine, in the policy's precision, as in the original);
-3. build (:func:`_build_step`): the policy (LoRA when asked), the callbacks and dvclive
-   (:mod:`spag.train.callbacks`) and the :class:`SpagTrainer`; a DeepSpeed run's process is prepared first
-   (:mod:`spag.train.environment`);
-4. train: ``Trainer.train``, logging loss, KL, clip fraction, mean ratio and per-term losses to dvclive;
+3. build (:func:`_build_step`): the policy (LoRA when asked), the callbacks (:mod:`spag.train.callbacks`,
+   with the harness's experiment tracking when given) and the :class:`SpagTrainer`; a DeepSpeed run's
+   process is prepared first (:mod:`spag.train.environment`);
+4. train: ``Trainer.train``, logging loss, KL, clip fraction, mean ratio and per-term losses;
 5. save (:func:`_save_step`): a plain HF directory (LoRA merged unless asked otherwise) with
    ``training_summary.json``, then the intermediate checkpoints removed unless ``keep_checkpoints``.
 
 The output directory only becomes a model directory at the very end, by a rename, so a killed run never
-leaves something that looks finished; ``resume=True`` continues from the latest checkpoint.
+leaves something that looks finished; ``resume=True`` continues from the latest checkpoint. Which folders a
+run may write is the harness's to check before it starts (:mod:`spag.harness.training`).
 :func:`start_run`, :func:`load_policy` and :func:`finish_run` serve online self-play too
 (:mod:`spag.train.online`).
 """
@@ -45,26 +45,21 @@ from spag.models.loading import (
 )
 from spag.players.provenance import machine
 from spag.rewards.rows import read_rows
-from spag.runtime.atomic import write_json_atomic
+from spag.runtime.atomic import followed, write_json_atomic
 from spag.runtime.console import summary
 from spag.runtime.errors import DataError
-from spag.runtime.folders import claim_output_dir, clear_output_dir, mark_output_dir
 from spag.train.bookkeeping import (
-    CHECKPOINTS_KIND,
     IDENTITY_FILE,
-    LIVE_KIND,
     SUMMARY_FILE,
-    TRAIN_KIND,
     checkpoint_dir_of,
     checkpoints_in,
-    claimed_outputs,
-    live_dir_of,
     mean_loss,
     publish,
+    remove_checkpoints,
     resume_point,
     run_identity,
 )
-from spag.train.callbacks import run_callbacks, show_postfix_progress
+from spag.train.callbacks import Tracking, run_callbacks, show_postfix_progress
 from spag.train.data import Collator, RowDataset, check_rows_for_method, empty_completions, encode_rows
 from spag.train.environment import prepare_deepspeed
 from spag.train.losses import METHODS, SFT
@@ -169,7 +164,9 @@ def _save_final(trainer, tokenizer, staging: Path, config: TrainConfig, zero3: b
             shutil.rmtree(staging)
         os.replace(tmp, staging)
         return
-    save_checkpoint(model, tokenizer, staging, kind=TRAIN_KIND)
+    if staging.exists():  # a killed run's finished model, never published: this run's replaces it
+        shutil.rmtree(staging)
+    save_checkpoint(model, tokenizer, staging)
 
 
 # ------------------------------------------------------------------------------------------ the step
@@ -212,6 +209,7 @@ def run_training(
     ref=None,
     config: TrainConfig | None = None,
     other_checkpoints: str = "refuse",
+    tracking: Tracking | None = None,
     **knobs,
 ) -> Path:
     """Train ``model`` on the rows in ``data`` with ``method`` and save the result to ``output_dir``.
@@ -219,7 +217,8 @@ def run_training(
     ``method`` is ``sft``, ``sft-kl`` (imitation learning) or ``offline-po`` (SPAG); ``ref`` is the
     reference model (default: ``model`` itself). Knobs are the fields of :class:`spag.config.TrainConfig`,
     given as keywords or as ``config``. ``other_checkpoints`` says what ``resume`` does with checkpoints of
-    another run: ``refuse`` or ``restart`` (see :func:`resume_point`). Returns ``output_dir``.
+    another run: ``refuse`` or ``restart`` (see :func:`resume_point`). ``tracking`` adds experiment
+    tracking (:class:`spag.train.callbacks.Tracking`). Returns ``output_dir``.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
@@ -231,14 +230,13 @@ def run_training(
     rows, tokenizer = _read_data(
         method, model, data, config
     )  # bad rows stop the run before anything is written
-    with claimed_outputs(output_dir, config):
-        run = start_run(method, model, data, output_dir, ref, config, other_checkpoints)
-        encoded = _encode(run, rows, tokenizer)
-        ref_info = _reference_step(run, encoded, tokenizer)
-        trainer, live = _build_step(run, encoded, tokenizer, ref_info)
-        result = trainer.train(resume_from_checkpoint=run.resume_from)
-        _save_step(run, trainer, tokenizer, encoded, result, ref_info, live)
-        run.wait_for_everyone()
+    run = start_run(method, model, data, output_dir, ref, config, other_checkpoints)
+    encoded = _encode(run, rows, tokenizer)
+    ref_info = _reference_step(run, encoded, tokenizer)
+    trainer = _build_step(run, encoded, tokenizer, ref_info, tracking)
+    result = trainer.train(resume_from_checkpoint=run.resume_from)
+    _save_step(run, trainer, tokenizer, encoded, result, ref_info, tracking)
+    run.wait_for_everyone()
     return run.output_dir
 
 
@@ -254,18 +252,15 @@ def start_run(
     arguments: dict | None = None,
     identity: dict | None = None,
 ) -> _Run:
-    """Check the run, claim its directories and set up the processes (the Trainer's arguments).
+    """Check the run and set up the processes (the Trainer's arguments).
 
     ``arguments`` replaces or adds Trainer arguments (``arguments["class"]``: another TrainingArguments
     class, TRL's GRPOConfig for online self-play); ``identity`` adds what else a checkpoint must match.
     """
     ref = ref if ref is not None else model
     started = time.time()
-    # Before any work: refuse an output or checkpoint directory that is not ours to replace.
-    output_dir = claim_output_dir(output_dir, TRAIN_KIND, overwrite=config.overwrite, resume=config.resume)
-    checkpoint_dir = claim_output_dir(checkpoint_dir_of(config, output_dir), CHECKPOINTS_KIND, overwrite=True)
-    if config.live:  # dvclive rewrites its folder's dvc.yaml, params.yaml, metrics.json and plots/
-        claim_output_dir(live_dir_of(config, output_dir), LIVE_KIND, overwrite=True, resume=config.resume)
+    output_dir = followed(output_dir)
+    checkpoint_dir = followed(checkpoint_dir_of(config, output_dir))
     # The Trainer's arguments come first: they set up the processes (and DeepSpeed's ZeRO-3 loading).
     args = _training_arguments(config, checkpoint_dir, pick_device(config.device), **(arguments or {}))
     identity = {**run_identity(method, model, ref, data, config, args.world_size), **(identity or {})}
@@ -288,20 +283,14 @@ def start_run(
         resume_from,
         started,
     )
-    if run.main:
-        # Marked at once, so a killed run's leftovers (checkpoints) are known as ours to --resume them. The
-        # output folder itself only when the checkpoints are inside it: a failed run leaves no empty model.
-        if checkpoint_dir.resolve().is_relative_to(output_dir.resolve()):
-            mark_output_dir(output_dir, TRAIN_KIND)
-        mark_output_dir(checkpoint_dir, CHECKPOINTS_KIND)
     if run.main and resume_from is None:
         if checkpoints_in(checkpoint_dir):
-            clear_output_dir(checkpoint_dir)
+            remove_checkpoints(checkpoint_dir)
             if not config.resume:
                 print(
                     f"note: removed old checkpoints in {checkpoint_dir} (pass --resume to continue from them)"
                 )
-        write_json_atomic(checkpoint_dir / IDENTITY_FILE, identity, replace="any")
+        write_json_atomic(checkpoint_dir / IDENTITY_FILE, identity)
     if run.main and resume_from is not None:
         print(f"note: resuming from {resume_from}", flush=True)
     run.wait_for_everyone()
@@ -435,8 +424,8 @@ def _reference_step(run: _Run, encoded, tokenizer) -> dict:
     }
 
 
-def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
-    """The policy (and the reference model when it runs on the fly), dvclive and the trainer."""
+def _build_step(run: _Run, encoded, tokenizer, ref_info: dict, tracking: Tracking | None):
+    """The policy (and the reference model when it runs on the fly), the callbacks and the trainer."""
     config = run.config
     policy = load_policy(run.model, config, tokenizer)
     ref_model, ref_without_adapter = None, False
@@ -449,7 +438,7 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
             ref_model = load_reference_model(
                 run.ref, run.args.device, trust_remote_code=config.trust_remote_code
             )
-    callbacks, live = run_callbacks(run)
+    callbacks = run_callbacks(run, tracking)
     trainer = SpagTrainer(
         model=policy,
         args=run.args,
@@ -469,7 +458,7 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict):
         group_by_prompt=config.group_by_prompt,
     )
     show_postfix_progress(trainer)
-    return trainer, live
+    return trainer
 
 
 def _provenance(run: _Run) -> dict:
@@ -484,8 +473,10 @@ def _provenance(run: _Run) -> dict:
     }
 
 
-def _save_step(run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_info: dict, live) -> None:
-    """Save the model, write its summary, swap it into place and close dvclive."""
+def _save_step(
+    run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_info: dict, tracking: Tracking | None
+) -> None:
+    """Save the model, write its summary, swap it into place and tell the tracking."""
     details = {
         "rows": len(encoded),
         "prompts_shortened": encoded.prompts_shortened,
@@ -493,12 +484,14 @@ def _save_step(run: _Run, trainer: SpagTrainer, tokenizer, encoded, result, ref_
         "rows_too_long": encoded.rows_too_long,
         "reference": ref_info,
     }
-    finish_run(run, trainer, tokenizer, result, live, details, f"{len(encoded)} rows")
+    finish_run(run, trainer, tokenizer, result, tracking, details, f"{len(encoded)} rows")
 
 
-def finish_run(run: _Run, trainer, tokenizer, result, live, details: dict, trained_on: str) -> None:
+def finish_run(
+    run: _Run, trainer, tokenizer, result, tracking: Tracking | None, details: dict, trained_on: str
+) -> None:
     """Save the model of any run on the HF Trainer (SpagTrainer, TRL's GRPOTrainer), write its summary
-    (the common figures plus the method's ``details``), swap it into place and close dvclive."""
+    (the common figures plus the method's ``details``), swap it into place and tell the tracking."""
     from transformers.integrations import is_deepspeed_zero3_enabled
 
     config = run.config
@@ -530,13 +523,10 @@ def finish_run(run: _Run, trainer, tokenizer, result, live, details: dict, train
     }
     if not run.main:
         return
-    write_json_atomic(staging / SUMMARY_FILE, record, replace="any")
+    write_json_atomic(staging / SUMMARY_FILE, record)
     publish(staging, run.output_dir, run.checkpoint_dir, config.keep_checkpoints)
-    if live is not None:
-        for key in ("steps", "final_loss", "mean_loss", "tokens", "tokens_per_second"):
-            if record[key] is not None:
-                live.log_metric(f"summary/{key}", record[key], plot=False)
-        live.end()
+    if tracking is not None:
+        tracking.finish(record)
     loss_text = f"{record['final_loss']:.4f}" if record["final_loss"] is not None else "n/a"
     summary(
         "train",

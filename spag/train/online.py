@@ -69,8 +69,7 @@ from spag.players.options import HFOptions
 from spag.players.vllm import VLLMPlayer, _cpu_node_memory, on_vllm_cpu
 from spag.runtime.errors import DataError, SettingError
 from spag.runtime.fingerprint import model_fingerprint
-from spag.train.bookkeeping import claimed_outputs
-from spag.train.callbacks import run_callbacks, show_postfix_progress
+from spag.train.callbacks import Tracking, run_callbacks, show_postfix_progress
 from spag.train.job import finish_run, load_policy, start_run
 from spag.train.trainer import DeepSpeedSchedules
 
@@ -407,12 +406,12 @@ def online_arguments(games: OnlineGames, config: TrainConfig, world: int) -> dic
 
 @dataclass
 class OnlineRun:
-    """An online run ready to train: TRL's trainer, its rollout, the run's directories and dvclive."""
+    """An online run ready to train: TRL's trainer, its rollout, the run's directories and its tracking."""
 
     trainer: object
     rollout: GameRollout
     run: object  # spag.train.job._Run
-    live: object
+    tracking: Tracking | None
     words: list
 
 
@@ -427,6 +426,7 @@ def online_trainer(
     data=None,
     other_checkpoints: str = "refuse",
     player=None,
+    tracking: Tracking | None = None,
 ) -> OnlineRun:
     """Set up the online run of :func:`run_online` (same arguments) without training yet."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental: TRL is pinned
@@ -461,7 +461,6 @@ def online_trainer(
     )
     tokenizer = load_tokenizer(model, trust_remote_code=config.trust_remote_code)
     store = EpisodeStore(episodes_dir, rank, world)
-    store.check(overwrite=True, resume=True)
     _keep_episodes_before(store, _checkpoint_step(run.resume_from))
     rollout = GameRollout(
         games,
@@ -476,7 +475,7 @@ def online_trainer(
     dataset = Dataset.from_list(
         [{"prompt": group_prompt(word, role)} for word in words for role in games.play.game.roles]
     )
-    callbacks, live = run_callbacks(run)
+    callbacks = run_callbacks(run, tracking)
     _quiet_empty_slots()
     trainer = OnlineTrainer(
         model=load_policy(model, config, tokenizer),
@@ -488,7 +487,7 @@ def online_trainer(
         callbacks=callbacks,
     )
     show_postfix_progress(trainer)
-    return OnlineRun(trainer, rollout, run, live, words)
+    return OnlineRun(trainer, rollout, run, tracking, words)
 
 
 def run_online(
@@ -503,30 +502,15 @@ def run_online(
     other_checkpoints: str = "refuse",
     player=None,
     published=None,
+    tracking: Tracking | None = None,
 ) -> Path:
     """Train ``model`` by online self-play on ``words`` and save it to ``output_dir``; the games go to
     ``episodes_dir`` (episode shards), and the summary names ``published`` (default: ``episodes_dir``), where
     a caller that plays into a work folder moves them after. ``data`` names the file the words came from
     (checked on resume with the words themselves); ``config`` holds the training knobs (:class:`TrainConfig`),
-    ``player`` replaces the live policy as the player of every game (tests). Returns ``output_dir``."""
-    with claimed_outputs(output_dir, config):
-        return _run_online(
-            model,
-            words,
-            output_dir,
-            games=games,
-            config=config,
-            episodes_dir=episodes_dir,
-            data=data,
-            other_checkpoints=other_checkpoints,
-            player=player,
-            published=episodes_dir if published is None else published,
-        )
-
-
-def _run_online(
-    model, words, output_dir, *, games, config, episodes_dir, data, other_checkpoints, player, published
-) -> Path:
+    ``player`` replaces the live policy as the player of every game (tests); ``tracking`` adds experiment
+    tracking (:class:`spag.train.callbacks.Tracking`). Returns ``output_dir``."""
+    published = episodes_dir if published is None else published
     online = online_trainer(
         model,
         words,
@@ -537,6 +521,7 @@ def _run_online(
         data=data,
         other_checkpoints=other_checkpoints,
         player=player,
+        tracking=tracking,
     )
     trainer, run = online.trainer, online.run
     started = time.perf_counter()
@@ -563,7 +548,7 @@ def _run_online(
         trainer,
         online.rollout.tokenizer,
         result,
-        online.live,
+        online.tracking,
         details,
         f"{len(episodes)} games on {len(online.words)} words",
     )

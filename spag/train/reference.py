@@ -88,7 +88,7 @@ def write_cache(path: Path, key: str, logprobs: list[float], info: dict) -> None
     )
     metadata = {b"spag_ref_key": key.encode(), b"spag_ref_info": json.dumps(info).encode()}
     table = table.replace_schema_metadata(metadata)
-    with atomic_path(path, replace="any") as tmp:  # spag's own cache
+    with atomic_path(path) as tmp:  # spag's own cache
         pq.write_table(table, tmp)
 
 

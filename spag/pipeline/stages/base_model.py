@@ -9,11 +9,13 @@ import shutil
 from pathlib import Path
 
 from spag.config import Settings
-from spag.models.embedded import materialize_base_model
+from spag.harness.claims import claim_output_dir
+from spag.harness.folders import MARKER
+from spag.models.embedded import BASE_MODEL_KIND, materialize_base_model
 from spag.models.loading import load_tokenizer, save_checkpoint
 from spag.pipeline.context import Layout
+from spag.runtime.atomic import publish_folder
 from spag.runtime.console import summary
-from spag.runtime.folders import MARKER, claim_output_dir, publish_dir
 
 
 def base_model(settings: Settings, layout: Layout) -> None:
@@ -24,10 +26,10 @@ def base_model(settings: Settings, layout: Layout) -> None:
     """
     source = settings.model.base
     target = layout.base_model
+    claim_output_dir(target, BASE_MODEL_KIND, overwrite=True)
     if source == "embedded":
-        materialize_base_model(target, overwrite=True)
+        materialize_base_model(target)
     elif Path(source).is_dir():
-        claim_output_dir(target, "base-model", overwrite=True)
         tmp = target.parent / ".base_model.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(
@@ -35,11 +37,11 @@ def base_model(settings: Settings, layout: Layout) -> None:
             tmp,
             ignore=shutil.ignore_patterns("checkpoint-*", "optimizer.pt", "*.bin.index.json.tmp", MARKER),
         )
-        publish_dir(tmp, target, "base-model")
+        publish_folder(tmp, target)
     else:
         from transformers import AutoModelForCausalLM
 
         trust = settings.model.trust_remote_code
         model = AutoModelForCausalLM.from_pretrained(source, dtype="auto", trust_remote_code=trust)
-        save_checkpoint(model, load_tokenizer(source, trust_remote_code=trust), target, kind="base-model")
+        save_checkpoint(model, load_tokenizer(source, trust_remote_code=trust), target)
     summary("base_model", f"{source} -> {target}")

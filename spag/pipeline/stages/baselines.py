@@ -9,7 +9,9 @@ import json
 
 from spag.config import Settings
 from spag.evaluate.games import evaluate_models, strongest
-from spag.pipeline.context import OWN, Layout
+from spag.harness.folders import mark_output_dir
+from spag.harness.partial import resumable_output
+from spag.pipeline.context import Layout
 from spag.pipeline.evaluation import (
     base_openings,
     baseline_names,
@@ -23,8 +25,6 @@ from spag.play.engine import OpeningLines
 from spag.players import close_player, load_player
 from spag.runtime.atomic import write_json_atomic
 from spag.runtime.console import summary
-from spag.runtime.folders import mark_output_dir
-from spag.runtime.partial import resumable_output
 
 
 def baselines(settings: Settings, layout: Layout) -> None:
@@ -81,7 +81,7 @@ def baselines(settings: Settings, layout: Layout) -> None:
                             model_skill=same,
                         )
                     results[name] = entry
-                    write_json_atomic(layout.metrics / "baselines" / f"{name}.json", entry, replace=OWN)
+                    write_json_atomic(layout.metrics / "baselines" / f"{name}.json", entry)
         finally:
             close_player(*players.values())
     else:

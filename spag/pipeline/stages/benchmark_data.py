@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from spag.config import Settings
 from spag.evaluate.benchmark import datasets_here
-from spag.evaluate.benchmark_data import build_benchmark_data
+from spag.evaluate.benchmark_data import OUTPUT_KIND, build_benchmark_data
+from spag.harness.claims import claim_output_dir
 from spag.pipeline.context import Layout
 from spag.runtime.console import summary
 from spag.runtime.errors import BenchmarkError, ParamsError
@@ -25,7 +26,8 @@ def benchmark_data(settings: Settings, layout: Layout) -> None:
         wanted = datasets_here(bench.suite, bench.tasks)
     except BenchmarkError as exc:
         raise ParamsError("params.yaml", "evaluate.benchmark.tasks", str(exc)) from None
-    manifest = build_benchmark_data(layout.benchmark_data, wanted, overwrite=True)
+    claim_output_dir(layout.benchmark_data, OUTPUT_KIND, overwrite=True)
+    manifest = build_benchmark_data(layout.benchmark_data, wanted)
     summary(
         "benchmark_data",
         f"{len(manifest['datasets'])} datasets ({', '.join(manifest['datasets']) or 'none'}) "

@@ -13,8 +13,9 @@ from typing import Any
 
 from spag.config import Settings
 from spag.evaluate.games import evaluate_models, strongest
+from spag.harness.partial import resumable_output
 from spag.pipeline.benchmarking import benchmark_model, benchmark_passed_over, reasoning_line
-from spag.pipeline.context import OWN, Declared, Layout, previous_model
+from spag.pipeline.context import Declared, Layout, previous_model
 from spag.pipeline.evaluation import (
     baseline_names,
     evaluation_games,
@@ -29,7 +30,6 @@ from spag.play.engine import OpeningLines
 from spag.players import close_player, load_player
 from spag.runtime.atomic import write_json_atomic
 from spag.runtime.console import summary
-from spag.runtime.partial import resumable_output
 
 
 def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
@@ -49,7 +49,7 @@ def evaluate(settings: Settings, layout: Layout, epoch: str) -> None:
             if skill_on
             else None
         )
-    write_json_atomic(folder / "games.json", games, replace=OWN)
+    write_json_atomic(folder / "games.json", games)
     _write_skill(settings, layout, folder, skill, config.game)
     strategy = write_checkpoint_strategy(settings, model, folder)
     scores = _benchmark_epoch(settings, layout, model, epoch)
@@ -79,7 +79,7 @@ def _games_against_opponents(
     """The epoch's games against each opponent (the imitation model; the previous epoch; the strongest
     baseline), each with its bootstrap intervals. Episodes go to a work folder beside the declared output,
     which DVC does not delete: a killed stage continues from its finished games on the next `dvc repro` (see
-    spag.runtime.folders). Each opponent is loaded for its match and closed after it (evaluate_models closes
+    spag.harness.folders). Each opponent is loaded for its match and closed after it (evaluate_models closes
     what it loads)."""
     e, game = settings.evaluate, config.game
     opponents: dict[str, Any] = {"vs_imitation": layout.model("imitation")}
@@ -137,7 +137,7 @@ def _write_skill(settings: Declared, layout: Layout, folder: Path, skill: dict |
         imitation_skill = json.loads((layout.metrics / "imitation" / "skill.json").read_text())
         skill["vs_imitation"] = game.skill.compare(skill, imitation_skill, seed=e.seed)
     skipped = {"skill": "off", **({"every": e.skill_every} if measures_skill(settings) else {})}
-    write_json_atomic(folder / "skill.json", skill or skipped, replace=OWN)
+    write_json_atomic(folder / "skill.json", skill or skipped)
 
 
 def _summary_text(

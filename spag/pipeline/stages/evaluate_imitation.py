@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from spag.config import Settings
 from spag.pipeline.benchmarking import benchmark_model, reasoning_line
-from spag.pipeline.context import OWN, Layout
+from spag.pipeline.context import Layout
 from spag.pipeline.evaluation import (
     evaluation_games,
     imitation_openings,
@@ -41,8 +41,8 @@ def evaluate_imitation(settings: Settings, layout: Layout) -> None:
         line += "; " + skill_line(skill)
     else:
         skill = {"skill": "off"}
-    write_json_atomic(layout.metrics / "imitation" / "skill.json", skill, replace=OWN)
-    said.write(imitation_openings(layout), replace=OWN)
+    write_json_atomic(layout.metrics / "imitation" / "skill.json", skill)
+    said.write(imitation_openings(layout))
     strategy = write_checkpoint_strategy(settings, layout.model("imitation"), layout.metrics / "imitation")
     if strategy:
         line += "; " + strategy

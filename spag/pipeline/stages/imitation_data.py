@@ -7,7 +7,7 @@ Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
 from __future__ import annotations
 
 from spag.config import Settings
-from spag.pipeline.context import OWN, Layout
+from spag.pipeline.context import Layout
 from spag.pipeline.games import stage_game
 from spag.rewards.build import build_imitation_set
 from spag.runtime.atomic import write_json_atomic
@@ -24,9 +24,8 @@ def imitation_data(settings: Settings, layout: Layout) -> None:
         stage_game(settings),
         seed=settings.seed,
         keep_truncated=settings.reward.keep_truncated,
-        replace=OWN,
     )
-    write_json_atomic(layout.metrics / "imitation" / "data.json", stats.as_dict(), replace=OWN)
+    write_json_atomic(layout.metrics / "imitation" / "data.json", stats.as_dict())
     if not all(stats.role_games.values()):
         print(
             "warning: the imitation set lacks wins of one role; give the teacher more words or a stronger model"

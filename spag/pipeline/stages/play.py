@@ -10,14 +10,16 @@ from pathlib import Path
 from spag.analyze import run_query
 from spag.config import Settings
 from spag.game.base import Game
-from spag.game.episodes import PLAY_KIND, read_episodes
-from spag.pipeline.context import OWN, Layout, previous_model
+from spag.game.episodes import read_episodes
+from spag.harness.folders import PLAY_KIND
+from spag.harness.partial import resumable_output
+from spag.harness.play_job import play_under_launcher
+from spag.harness.plays import claim_episodes, claimed_episodes
+from spag.pipeline.context import Layout, previous_model
 from spag.pipeline.games import sample_words, stage_game
 from spag.play.engine import PlayConfig, PlayStats, run_games
-from spag.play.job import play_under_launcher
 from spag.runtime.atomic import write_json_atomic
 from spag.runtime.console import summary
-from spag.runtime.partial import resumable_output
 
 
 def play(settings: Settings, layout: Layout, epoch: str) -> None:
@@ -31,31 +33,32 @@ def play(settings: Settings, layout: Layout, epoch: str) -> None:
     stats = PlayStats()
     episodes = layout.epoch(epoch) / "episodes"
     # Shards go to a work folder beside the declared output, which DVC does not delete: a killed stage
-    # continues from its finished games on the next `dvc repro` (see spag.runtime.folders).
+    # continues from its finished games on the next `dvc repro` (see spag.harness.folders).
     config = PlayConfig(stage_game(settings), p, seed + int(epoch))
     with resumable_output(episodes, PLAY_KIND) as work:
         if p.launcher:  # one rank per GPU (or per tensor-parallel group), the words shared by rank
+            claim_episodes(work, overwrite=False, resume=True)  # each rank locks its own shards
             stats = play_under_launcher(
                 p.launcher, model, chosen, config, p.backend, p.player_options(), work
             )
         else:
-            run_games(
-                model,
-                model,
-                chosen,
-                config,
-                backend=p.backend,
-                output=work,
-                resume=True,
-                stale="restart",
-                stats=stats,
-                **p.player_options(),
-            )
+            with claimed_episodes(work, overwrite=False, resume=True):
+                run_games(
+                    model,
+                    model,
+                    chosen,
+                    config,
+                    backend=p.backend,
+                    output=work,
+                    resume=True,
+                    stale="restart",
+                    stats=stats,
+                    **p.player_options(),
+                )
     selfplay = selfplay_figures(stage_game(settings), episodes)
     write_json_atomic(
         layout.metrics / "epochs" / epoch / "selfplay.json",
         {**selfplay, "provenance": stats.provenance},
-        replace=OWN,
     )
     summary(
         f"play@{epoch}",

@@ -6,7 +6,7 @@ Its params, data and outputs are declared once, in :mod:`spag.pipeline.table`.
 from __future__ import annotations
 
 from spag.config import Settings
-from spag.pipeline.context import OWN, Layout
+from spag.pipeline.context import Layout
 from spag.pipeline.games import stage_game
 from spag.rewards.build import build_reward_set
 from spag.runtime.atomic import write_json_atomic
@@ -25,7 +25,6 @@ def reward(settings: Settings, layout: Layout, epoch: str) -> None:
         stage_game(settings),
         seed=settings.seed + int(epoch),
         control=settings.spag.control,
-        replace=OWN,
     )
-    write_json_atomic(layout.metrics / "epochs" / epoch / "reward.json", stats.as_dict(), replace=OWN)
+    write_json_atomic(layout.metrics / "epochs" / epoch / "reward.json", stats.as_dict())
     summary(f"reward@{epoch}", stats.line())

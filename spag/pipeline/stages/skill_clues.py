@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from spag.config import Settings
-from spag.pipeline.context import OWN, Layout
+from spag.pipeline.context import Layout
 from spag.pipeline.evaluation import base_openings, evaluation_games, measures_skill
 from spag.play.engine import OpeningLines
 from spag.players import close_player, load_player
@@ -31,10 +31,8 @@ def skill_clues(settings: Settings, layout: Layout) -> None:
             material = config.game.skill.material(config.game, base, words, config, e.clue_lines, said=said)
         finally:
             close_player(base)
-    write_text_atomic(
-        layout.data / "skill" / "clues.jsonl", "".join(json.dumps(c) + "\n" for c in material), replace=OWN
-    )
-    said.write(base_openings(layout), replace=OWN)
+    write_text_atomic(layout.data / "skill" / "clues.jsonl", "".join(json.dumps(c) + "\n" for c in material))
+    said.write(base_openings(layout))
     summary(
         "skill_clues",
         f"{len(material)} fixed inputs of the skill metrics on {len(words)} targets "

@@ -9,15 +9,17 @@ from collections import Counter
 
 from spag.config import Settings
 from spag.game.base import Game
-from spag.game.episodes import PLAY_KIND, import_episodes
+from spag.game.episodes import import_episodes
 from spag.game.words import read_words
+from spag.harness.folders import PLAY_KIND
+from spag.harness.partial import resumable_output
+from spag.harness.plays import claimed_episodes
 from spag.pipeline.context import Layout, setting_file
 from spag.pipeline.games import sample_words, stage_game
 from spag.play.engine import PlayConfig, PlayStats, run_games
 from spag.rewards.ready_made import import_ready_made_rows
 from spag.runtime.console import summary
 from spag.runtime.errors import DataError
-from spag.runtime.partial import resumable_output
 
 
 def teacher_play(settings: Settings, layout: Layout) -> None:
@@ -57,7 +59,7 @@ def teacher_play(settings: Settings, layout: Layout) -> None:
     config = PlayConfig(game, t, seed, settings.strategies())
     stats = PlayStats()
     # Resumable under `dvc repro`: the shards live beside the declared output until the stage finishes.
-    with resumable_output(out, PLAY_KIND) as work:
+    with resumable_output(out, PLAY_KIND) as work, claimed_episodes(work, overwrite=False, resume=True):
         episodes = run_games(
             model,
             model,

@@ -9,16 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from spag.config import ONLINE, Reward, Settings
-from spag.game.episodes import PLAY_KIND
+from spag.harness.folders import PLAY_KIND, mark_output_dir
+from spag.harness.launch import launch_online
+from spag.harness.partial import resumable_output
+from spag.harness.training import train_online
 from spag.pipeline.context import Declared, Layout, previous_model
 from spag.pipeline.games import sample_words, stage_game
 from spag.pipeline.training import train_config, train_model
 from spag.play.engine import PlayConfig
 from spag.runtime.errors import ParamsError, SettingError
-from spag.runtime.folders import mark_output_dir
-from spag.runtime.partial import resumable_output
-from spag.train.launch import launch_online
-from spag.train.online import OnlineGames, run_online
+from spag.train.online import OnlineGames
 
 
 def train(settings: Settings, layout: Layout, epoch: str) -> None:
@@ -80,6 +80,6 @@ def _train_online(settings: Declared, layout: Layout, epoch: str) -> None:
         )
         model = previous_model(settings, layout, epoch)
         if not step.launcher:
-            run_online(model, words, output, **job)
+            train_online(model, words, output, **job)
         else:
             launch_online(step.launcher, model, words, output, **job)

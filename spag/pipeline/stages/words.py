@@ -9,7 +9,7 @@ from spag.config import Settings
 from spag.game.cards import game_card
 from spag.game.targets import TARGETS
 from spag.game.words import split_words, write_words
-from spag.pipeline.context import OWN, Layout, setting_file
+from spag.pipeline.context import Layout, setting_file
 from spag.runtime.console import summary
 from spag.runtime.errors import DataError
 
@@ -25,9 +25,9 @@ def words(settings: Settings, layout: Layout) -> None:
     except DataError as exc:
         raise DataError("words.source", None, str(exc)) from None
     train, held = (chosen, chosen) if game.few_targets else split_words(chosen, w.eval_fraction)
-    write_words(chosen, layout.words / "all.txt", replace=OWN)
-    write_words(train, layout.words / "train.txt", replace=OWN)
-    write_words(held, layout.words / "eval.txt", replace=OWN)
+    write_words(chosen, layout.words / "all.txt")
+    write_words(train, layout.words / "train.txt")
+    write_words(held, layout.words / "eval.txt")
     summary(
         "words",
         f"{len(chosen)} {game.name} targets{' from ' + w.source if w.source else ''}: "

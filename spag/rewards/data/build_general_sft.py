@@ -340,7 +340,7 @@ def generate(seed: int = SEED) -> list[dict]:
 
 def main() -> None:
     rows = generate()
-    write_jsonl_atomic(OUTPUT, rows, replace="any")
+    write_jsonl_atomic(OUTPUT, rows)
     print(f"{len(rows)} rows -> {OUTPUT}")
 
 

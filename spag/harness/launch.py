@@ -1,7 +1,7 @@
 """A training run under a launcher (``torchrun``, ``accelerate launch``): its settings travel as a file.
 
 The pipeline writes the run (method, paths and every :class:`spag.config.TrainConfig` knob) to a JSON
-file and starts ``LAUNCHER -m spag.train.launch FILE``; each launched process reads the file back,
+file and starts ``LAUNCHER -m spag.harness.launch FILE``; each launched process reads the file back,
 validated by the same schema, and calls :func:`spag.train.job.run_training`, or, for online self-play
 (:func:`launch_online`: the words and the games' settings travel too), :func:`spag.train.online.run_online`.
 """
@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 from spag.config import ONLINE, TrainConfig
+from spag.harness.process import end_process, leave_process_group_at_exit
+from spag.harness.rule import enforce
 from spag.models.devices import check_launch, launcher_command, resolve_launcher
 from spag.runtime.errors import DataError
-from spag.runtime.process import end_process, leave_process_group_at_exit
 from spag.train.bookkeeping import SUMMARY_FILE
 
 
@@ -97,7 +98,8 @@ def _run_job(launcher: str, config: TrainConfig, output, job: dict) -> None:
     path.write_text(json.dumps(job, indent=1), encoding="utf-8")
     try:
         subprocess.run(
-            [*launcher_command(resolve_launcher(launcher)), "-m", "spag.train.launch", str(path)], check=True
+            [*launcher_command(resolve_launcher(launcher)), "-m", "spag.harness.launch", str(path)],
+            check=True,
         )
     finally:
         path.unlink(missing_ok=True)
@@ -120,13 +122,15 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 
 def main(argv: list[str]) -> None:
     leave_process_group_at_exit()  # the group the Trainer (or DeepSpeed) joins, closed before the process ends
+    enforce()  # the output rule watches every write (spag.harness.rule)
     (job_file,) = argv
     job = json.loads(Path(job_file).read_text(encoding="utf-8"))
     config = TrainConfig.model_validate(job["config"])
     if job["method"] == ONLINE:
-        from spag.train.online import OnlineGames, run_online
+        from spag.harness.training import train_online
+        from spag.train.online import OnlineGames
 
-        run_online(
+        train_online(
             job["model"],
             job["words"],
             job["output"],
@@ -138,9 +142,9 @@ def main(argv: list[str]) -> None:
             published=job["published"],
         )
         return
-    from spag.train.job import run_training
+    from spag.harness.training import train
 
-    run_training(
+    train(
         job["method"],
         job["model"],
         job["data"],

@@ -1,6 +1,6 @@
 """What spag wrote: the manifest of a folder (:data:`MANIFEST`, ``files``: each name with its inode, size and
 modification time, so a file changed or replaced since is no longer spag's). The same file marks a folder
-that is itself the output of a command (its ``kind``: :mod:`spag.runtime.folders`)."""
+that is itself the output of a command (its ``kind``: :mod:`spag.harness.folders`)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from spag.runtime.atomic import usual_mode
+
 MANIFEST = ".spag-output.json"
-LOCK_SUFFIX = ".spag-lock"  # the lock file beside an output (spag.runtime.locks): spag's, not an entry
+LOCK_SUFFIX = ".spag-lock"  # the lock file beside an output (spag.harness.locks): spag's, not an entry
 
 
 def _stamp(st: os.stat_result) -> list[int]:
@@ -60,13 +62,6 @@ def update_manifest(folder: str | os.PathLike, change: Callable[[dict], None]) -
             f.write(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
         os.chmod(tmp, usual_mode())
         os.replace(tmp, path)
-
-
-def usual_mode() -> int:
-    """The mode a new file gets here (0o666 less the umask): mkstemp makes its files 0600."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def recorded_files(data: dict) -> dict:

@@ -1,10 +1,9 @@
 """Folders that are a command's output (a trained model, the base model, episode shards, checkpoints).
 
-Every command that writes a directory marks it with its kind and records each entry it writes.
-:func:`claim_output_dir` accepts a target that is absent or empty, or a previous output of the same kind
-when the caller passed ``--overwrite`` (or ``--resume``, to continue it). ``--overwrite`` then removes only
-the entries spag recorded (:func:`clear_output_dir`): a user's notes or subfolders stay, and the new
-output moves in beside them (:func:`publish_dir`).
+Every command that writes a directory marks it with its kind and records each entry it writes (claimed
+first: :func:`spag.harness.claims.claim_output_dir`). ``--overwrite`` removes only the entries spag recorded
+(:func:`clear_output_dir`): a user's notes or subfolders stay, and the new output moves in beside them
+(:func:`publish_dir`).
 """
 
 from __future__ import annotations
@@ -15,9 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from spag import __version__
-from spag.runtime.atomic import check_output_file, followed, odd_file
-from spag.runtime.errors import OutputRefused
-from spag.runtime.manifest import (
+from spag.harness.manifest import (
     LOCK_SUFFIX,
     MANIFEST,
     read_manifest,
@@ -25,8 +22,11 @@ from spag.runtime.manifest import (
     recorded_files,
     update_manifest,
 )
+from spag.runtime.atomic import followed
+from spag.runtime.errors import OutputRefused
 
 MARKER = MANIFEST  # the manifest of a folder that is a command's output names the command ("kind")
+PLAY_KIND = "play"  # the kind of a play run's folder of episode shards
 
 
 def output_kind(path: str | os.PathLike) -> str | None:
@@ -64,61 +64,9 @@ def writer(kind: str) -> str:
     return _WRITERS.get(kind, f"`spag {kind}`")
 
 
-def _others(folder: Path) -> list[Path]:
+def others(folder: Path) -> list[Path]:
     """The entries of ``folder`` apart from spag's manifest and lock files."""
     return [p for p in folder.iterdir() if not p.name.startswith(MARKER) and not p.name.endswith(LOCK_SUFFIX)]
-
-
-def claim_output_dir(
-    path: str | os.PathLike, kind: str, *, overwrite: bool = False, resume: bool = False
-) -> Path:
-    """Check that ``spag <kind>`` may write the directory ``path``; raise OutputRefused if not. Returns the
-    directory to write (a symlink to a folder is followed).
-
-    Allowed: a missing or empty directory; a previous output of the same kind with ``overwrite`` (its
-    entries will be replaced) or ``resume`` (it will be continued). A file, a device node, a read-only
-    folder, a folder of someone else's files, or the output of another command is never allowed.
-    """
-    given = Path(path)
-    target = followed(given)
-    if not target.exists():
-        check_output_file(target, f"{writer(kind)} writes a folder here")
-        return target
-    if not target.is_dir():
-        odd = odd_file(target.stat().st_mode)
-        raise OutputRefused(
-            given,
-            f"is {odd}, not a directory: spag never replaces it"
-            if odd
-            else f"exists and is not a directory; {writer(kind)} needs a directory here",
-        )
-    if not os.access(target, os.W_OK | os.X_OK) or not target.stat().st_mode & 0o222:
-        raise OutputRefused(given, "is a read-only folder: refusing to write into it")
-    if not _others(target):
-        return target
-    found = output_kind(target)
-    if found is None:
-        raise OutputRefused(
-            given,
-            f"is not empty and was not written by {writer(kind)}: refusing to "
-            "replace it (choose a new or empty directory)",
-        )
-    if found != kind:
-        raise OutputRefused(
-            given,
-            f"holds the output of {writer(found)}, not {writer(kind)}: refusing to "
-            "replace it (choose a new or empty directory)",
-        )
-    if not (overwrite or resume):
-        raise OutputRefused(
-            given,
-            f"holds a previous {writer(kind)} output: pass --overwrite to replace it"
-            + (" or --resume to continue it" if kind in RESUMABLE else ""),
-        )
-    return target
-
-
-RESUMABLE = frozenset({"play", "train", "evaluate", "tournament"})
 
 
 def clear_output_dir(path: str | os.PathLike, keep: Iterable[str] = ()) -> None:
@@ -145,7 +93,7 @@ def clear_output_dir(path: str | os.PathLike, keep: Iterable[str] = ()) -> None:
         if entry.is_dir() and not entry.is_symlink():
             if output_kind(entry):
                 clear_output_dir(entry)
-                if _others(entry):
+                if others(entry):
                     continue  # the user's files in it stay, and so does the folder
                 shutil.rmtree(entry)
             else:
@@ -169,20 +117,15 @@ def remove_output_dir(path: str | os.PathLike) -> None:
     nothing else is left in it."""
     folder = Path(path)
     clear_output_dir(folder)
-    if not _others(folder):
+    if not others(folder):
         shutil.rmtree(folder)
 
 
-def prepare_output_dir(
-    path: str | os.PathLike, kind: str, *, overwrite: bool = False, resume: bool = False
-) -> Path:
-    """Claim ``path`` for ``spag <kind>`` (see :func:`claim_output_dir`), remove what a previous output of
-    the same kind left there if it is overwritten (not resumed), create and mark it. Returns the path."""
-    target = claim_output_dir(path, kind, overwrite=overwrite, resume=resume)
-    if overwrite and not resume and target.is_dir() and output_kind(target) == kind:
-        clear_output_dir(target)
-    mark_output_dir(target, kind)
-    return target
+def remove_if_bare(path: str | os.PathLike) -> None:
+    """Remove the output folder ``path`` when nothing but spag's own bookkeeping is left in it."""
+    folder = Path(path)
+    if folder.is_dir() and not others(folder):
+        shutil.rmtree(folder)
 
 
 def publish_dir(
@@ -198,11 +141,11 @@ def publish_dir(
     """
     staging, output = Path(staging), followed(output)
     mark_output_dir(staging, kind)
-    entries = _others(staging)
+    entries = others(staging)
     record_written(*entries)
     if output.exists():
         clear_output_dir(output)
-        if _others(output):
+        if others(output):
             return _move_in(staging, output, kind, entries, last)
         (output / MARKER).unlink(missing_ok=True)
         output.rmdir()

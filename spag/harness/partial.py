@@ -13,9 +13,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from spag.runtime.atomic import check_output_file
+from spag.harness.folders import output_kind, publish_dir
+from spag.harness.rule import check_output_file
 from spag.runtime.errors import OutputRefused
-from spag.runtime.folders import output_kind, publish_dir
 from spag.runtime.signals import graceful_termination
 
 SUFFIX = ".partial"
@@ -32,7 +32,7 @@ def resumable_output(output: str | os.PathLike, kind: str) -> Iterator[Path]:
     """Yield the work path for ``output`` (a directory or a file written by ``spag <kind>``); move it onto
     ``output`` when the block succeeds. SIGTERM unwinds the block (finished work is flushed) and leaves
     the work path in place. An existing ``output`` is replaced only if it is empty or ours of ``kind``
-    (and then only what spag recorded in it: see :func:`spag.runtime.folders.publish_dir`).
+    (and then only what spag recorded in it: see :func:`spag.harness.folders.publish_dir`).
     """
     output = Path(output)
     work = partial_path(output)

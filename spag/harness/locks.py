@@ -18,8 +18,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from spag.harness.manifest import LOCK_SUFFIX
 from spag.runtime.errors import OutputRefused
-from spag.runtime.manifest import LOCK_SUFFIX
 
 
 @dataclass

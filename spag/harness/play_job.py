@@ -2,7 +2,7 @@
 share of the words on its own GPU(s).
 
 The stage writes the job (models, words, :class:`spag.play.engine.PlayConfig`, backend and player options, the
-episode folder) to a JSON file and starts ``LAUNCHER -m spag.play.job FILE``. Each launched process is one
+episode folder) to a JSON file and starts ``LAUNCHER -m spag.harness.play_job FILE``. Each launched process is one
 rank: :func:`spag.play.engine.run_games` puts its engine on its GPU(s) (:func:`spag.play.engine.place_rank`), plays the
 words whose index modulo the world size is its rank, writes its own shards (``shard-rN-*.parquet``) and its
 counts (``.stats-rN.json`` beside the job file), which the stage adds up for its summary line.
@@ -21,6 +21,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from spag.harness.plays import claimed_episodes
+from spag.harness.rule import enforce
 from spag.models.devices import launcher_command, resolve_launcher
 from spag.play.engine import PlayConfig, PlayStats, drop_stale_episodes, rank_and_world, run_games
 from spag.runtime.atomic import write_json_atomic
@@ -63,7 +65,7 @@ def play_under_launcher(
             [
                 *launcher_command(resolve_launcher(launcher, per_process=per_process)),
                 "-m",
-                "spag.play.job",
+                "spag.harness.play_job",
                 str(job_file),
             ],
             check=True,
@@ -101,21 +103,23 @@ def main(argv: list[str]) -> None:
     (job_file,) = argv
     job_file = Path(job_file)
     job = json.loads(job_file.read_text(encoding="utf-8"))
+    enforce()  # the output rule watches every write (spag.harness.rule)
     stats = PlayStats()
-    run_games(
-        job["model"],
-        job["model"],
-        job["words"],
-        PlayConfig.from_json(job["config"]),
-        backend=job["backend"],
-        output=job["output"],
-        resume=True,
-        stale="refuse",
-        stats=stats,
-        show_progress=os.environ.get("LOCAL_RANK", "0") == "0",
-        **job["player_options"],
-    )
-    rank, _ = rank_and_world()
+    rank, world = rank_and_world()
+    with claimed_episodes(job["output"], overwrite=False, resume=True, rank=rank, world=world):
+        run_games(
+            job["model"],
+            job["model"],
+            job["words"],
+            PlayConfig.from_json(job["config"]),
+            backend=job["backend"],
+            output=job["output"],
+            resume=True,
+            stale="refuse",
+            stats=stats,
+            show_progress=os.environ.get("LOCAL_RANK", "0") == "0",
+            **job["player_options"],
+        )
     write_json_atomic(
         _stats_file(job_file, rank), {**dataclasses.asdict(stats), "outcomes": dict(stats.outcomes)}
     )

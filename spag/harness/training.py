@@ -1,0 +1,71 @@
+"""A training run's folders, claimed by the harness around the core's run (:mod:`spag.train.job`,
+:mod:`spag.train.online`): the model's output folder, its checkpoints and dvclive's folder pass the output
+rule before any work, the first process holds their locks while the run lasts, and the run is tracked
+(:class:`spag.harness.tracking.RunTracking`). :func:`train` and :func:`train_online` are what the commands,
+the stages and a launched job call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from spag.config import TrainConfig
+from spag.harness.claims import claim_output_dir
+from spag.harness.folders import PLAY_KIND, remove_if_bare
+from spag.harness.locks import writing
+from spag.harness.tracking import RunTracking
+from spag.train.bookkeeping import CHECKPOINTS_KIND, LIVE_KIND, TRAIN_KIND, checkpoint_dir_of, live_dir_of
+from spag.train.job import run_training
+
+
+@contextlib.contextmanager
+def training_outputs(output_dir, config: TrainConfig) -> Iterator[Path]:
+    """Claim a run's folders (refusing one that is not ours to write), lock them on the first process for
+    the block, and yield the output folder to write (a symlink followed). A checkpoint folder outside the
+    output that the run emptied is removed after it."""
+    output_dir = claim_output_dir(output_dir, TRAIN_KIND, overwrite=config.overwrite, resume=config.resume)
+    checkpoint_dir = claim_output_dir(checkpoint_dir_of(config, output_dir), CHECKPOINTS_KIND, overwrite=True)
+    if config.live:  # dvclive rewrites its folder's dvc.yaml, params.yaml, metrics.json and plots/
+        claim_output_dir(live_dir_of(config, output_dir), LIVE_KIND, overwrite=True, resume=config.resume)
+    inside = checkpoint_dir.absolute().is_relative_to(output_dir.absolute())
+    with contextlib.ExitStack() as locks:
+        if int(os.environ.get("RANK", "0")) == 0:
+            locks.enter_context(writing(output_dir))
+            if not inside:
+                locks.enter_context(writing(checkpoint_dir))
+        yield output_dir
+    if not inside and int(os.environ.get("RANK", "0")) == 0:
+        remove_if_bare(checkpoint_dir)
+
+
+def _settings(config: TrainConfig | None, knobs: dict) -> TrainConfig:
+    return TrainConfig(**{**(config or TrainConfig()).model_dump(), **knobs})
+
+
+def train(method: str, model, data, output_dir, ref=None, config: TrainConfig | None = None, **knobs) -> Path:
+    """:func:`spag.train.job.run_training` (the same arguments) with its folders claimed and its run
+    tracked."""
+    whole = _settings(config, {k: v for k, v in knobs.items() if k in TrainConfig.model_fields})
+    with training_outputs(output_dir, whole) as output:
+        return run_training(method, model, data, output, ref, config, tracking=RunTracking(whole), **knobs)
+
+
+def train_online(model, words, output_dir, *, config: TrainConfig, episodes_dir, **options) -> Path:
+    """:func:`spag.train.online.run_online` (the same arguments) with its folders claimed (the episode
+    folder too) and its run tracked."""
+    from spag.train.online import run_online
+
+    with training_outputs(output_dir, config) as output:
+        claim_output_dir(episodes_dir, PLAY_KIND, overwrite=True, resume=True)
+        return run_online(
+            model,
+            words,
+            output,
+            config=config,
+            episodes_dir=episodes_dir,
+            tracking=RunTracking(config),
+            **options,
+        )
