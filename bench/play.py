@@ -3,11 +3,14 @@
     python bench/play.py [--model DIR] [--words 32] [--max-turns 3] [--max-new-tokens 32]
                          [--batch-size 32] [--temperature 1.2] [--top-k 50] [--seed 0]
                          [--dtype float32|bfloat16|auto] [--threads N] [--baseline-words 8] [--rounds 2]
-                         [--sides batched,baseline,generate,generate_batch,vllm] [--cb-attention sdpa|'paged|eager']
+                         [--sides batched,counter,baseline,generate,generate_batch,vllm] [--cb-attention sdpa|'paged|eager']
                          [--isa native|avx2] [--device cpu] [--json] [--toy]
 
 The sides, each a player that ``spag play``'s loop (:func:`spag.play.engine.play_games`) drives:
   batched         the project's hf engine (spag.players.hf), as ``spag play`` runs it;
+  counter         the same engine with the GPU's sampler (``sampler: counter``): every row drawn in one call,
+                  the tokens kept on the device and read back every few steps (spag.players.hf.ledger);
+                  other draws than batched's from the same seeds, so other games;
   baseline        how the original project collected episodes: one game at a time (the loop at batch size
                   1), and at every turn the whole prompt encoded again and handed to ``model.generate``;
   generate        the plain transformers way to batch: every prompt of a step, left-padded, in one
@@ -71,7 +74,7 @@ from transformers import StoppingCriteria
 
 from spag.models.embedded import cached_embedded_model
 
-SIDES = ("batched", "baseline", "generate", "generate_batch", "vllm")
+SIDES = ("batched", "counter", "baseline", "generate", "generate_batch", "vllm")
 LIBRARY_SIDES = ("generate", "generate_batch", "vllm")  # library paths that could stand in for the engine
 LIBRARY_WITHIN = 1.25  # ... if they come this close to its episodes/s and keep what spag play relies on
 
@@ -87,6 +90,7 @@ _RESUME_REPLAYS = (
 # and vLLM 0.32). tests/test_bench.py tries each claim on what is installed, so a release that lifts one fails.
 CANNOT_KEEP: dict[str, dict[str, str]] = {
     "batched": {},
+    "counter": {},  # the engine, with the counter sampler: each game keeps its own seed
     "baseline": {},  # one game per call: the call's one seed is the game's own
     "generate": {
         "per_game_seeds": _SEEDS_BY_CALL.format(
@@ -426,7 +430,8 @@ def side_player(args):
 
     if args.side == "vllm":
         return load_player(args.model, "vllm", dtype=args.dtype, gpu_memory_utilization=args.vllm_memory)
-    player = load_player(args.model, "hf", dtype=args.dtype, device=args.device)
+    sampler = "counter" if args.side == "counter" else "auto"
+    player = load_player(args.model, "hf", dtype=args.dtype, device=args.device, sampler=sampler)
     if args.side in ("baseline", "generate"):
         return GeneratePlayer(player)
     if args.side == "generate_batch":
@@ -451,7 +456,7 @@ def run_side(args) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.side == "batched":
+    if args.side in ("batched", "counter"):
         from spag.players.allocator import keep_freed_memory
 
         keep_freed_memory()  # as `spag play` runs the engine (the command opts its process in)
@@ -468,7 +473,11 @@ def run_side(args) -> dict:
     episodes = play_games(player, player, words, config, show_progress=False, stats=stats)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     extra = {"tokens_past_stop": player.tokens_past_stop()} if isinstance(player, GenerateBatchPlayer) else {}
-    if args.side in ("batched", "vllm"):  # which engine path ran (hf: fast or fallback, and transformers')
+    if args.side in (
+        "batched",
+        "counter",
+        "vllm",
+    ):  # which engine path ran (hf: fast or fallback, and transformers')
         from spag.players.provenance import player_provenance
 
         extra["engine"] = player_provenance(player)
@@ -602,7 +611,13 @@ def ratios(totals: dict) -> tuple[dict, dict]:
     if "batched" not in totals:
         return found, library
     engine = totals["batched"]["episodes_per_s"]
-    for other, target in (("baseline", 10.0), ("generate", None), ("generate_batch", None), ("vllm", 1.5)):
+    for other, target in (
+        ("counter", None),
+        ("baseline", 10.0),
+        ("generate", None),
+        ("generate_batch", None),
+        ("vllm", 1.5),
+    ):
         if other in totals:
             value = engine / totals[other]["episodes_per_s"]
             found[f"batched_vs_{other}"] = {

@@ -129,3 +129,69 @@ def test_the_two_samplers_draw_different_episodes_from_one_seed(tiny):
         finally:
             close_player(player)
     assert texts[PER_ROW] != texts[COUNTER]
+
+
+def replies(player, prompts, seeds, **kwargs):
+    return [(r.text, r.n_tokens, r.finish_reason) for r in player.generate(prompts, seed=seeds, **kwargs)]
+
+
+def test_the_counter_loop_gives_the_same_replies_however_often_it_reads_its_tokens_back(tiny, tmp_path):
+    """The counter sampler's decode loop keeps the tokens on the device and reads them back every few steps
+    (spag.players.hf.ledger): a stop string, the length limit and an end of turn found in a window end each
+    reply where the step-by-step loop would, the tokens drawn after it dropped."""
+    from spag.testing import make_scripted_checkpoint
+
+    player = load_player(tiny, "hf", dtype="float32", device="cpu", sampler=COUNTER)
+    scripted = load_player(
+        str(make_scripted_checkpoint(tmp_path / "scripted", "brown fig")),
+        "hf",
+        dtype="float32",
+        device="cpu",
+        sampler=COUNTER,
+    )
+    try:
+        prompts = ["The cat", "A river runs", "Seven", "Hello there, friend", "Up", "Down the road we go"]
+        seeds = [11, 12, 13, 14, 15, 16]
+        kwargs = dict(temperature=1.0, max_new_tokens=17, min_new_tokens=2)
+        player.read_every = 1
+        free = replies(player, prompts, seeds, **kwargs)
+        stops = sorted({text[3:5] for text, _, _ in free if len(text) > 6})[:3]  # they end some rows early
+        for player_, settings in (
+            (player, {**kwargs, "stop": stops}),
+            (scripted, dict(kwargs, temperature=0.7)),
+        ):
+            player_.read_every = 1
+            each_step = replies(player_, prompts, seeds, **settings)
+            for every in (3, 8, 64):
+                player_.read_every = every
+                assert replies(player_, prompts, seeds, **settings) == each_step, every
+        assert any(finish == "stop" for _, _, finish in replies(player, prompts, seeds, **kwargs, stop=stops))
+        ended = replies(scripted, prompts, seeds, **dict(kwargs, temperature=0.7))
+        assert all(text == "brown fig" and finish == "stop" for text, _, finish in ended)
+    finally:
+        close_player(player, scripted)
+
+
+def test_the_counter_loop_reads_its_tokens_back_once_every_few_steps(tiny, monkeypatch):
+    """One copy to the host every ``read_every`` steps (and at the last), not one a step: 24 steps read
+    every 8 are 3 reads, where the per-row sampler's loop copies every step."""
+    from spag.players.hf.ledger import DeviceLedger
+
+    reads = []
+    original = DeviceLedger.read
+
+    def counted(self, active, index, step, stopped):
+        reads.append(step)
+        return original(self, active, index, step, stopped)
+
+    monkeypatch.setattr(DeviceLedger, "read", counted)
+    player = load_player(tiny, "hf", dtype="float32", device="cpu", sampler=COUNTER)
+    try:
+        player.read_every = 8
+        out = player.generate(["The cat", "Seven"], seed=[1, 2], temperature=1.0, max_new_tokens=24)
+    finally:
+        close_player(player)
+    if all(r.n_tokens == 24 for r in out):  # a random model's replies run to the limit
+        assert reads == [7, 15, 23]
+    else:
+        assert len(reads) <= 3 and reads == sorted(reads)

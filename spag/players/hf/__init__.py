@@ -19,8 +19,10 @@ again, padding, and decoding rows that already finished. This backend runs its o
   product, which MKL runs much faster when x has a few rows (see :func:`~spag.players.hf.linear.weight_first`);
 * a row stops costing compute once it ends its turn: finished rows are dropped from the batch and
   from the buffers as they accumulate;
-* each row samples from its own seeded generator, so a game's reply does not depend on which other
-  games share its batch.
+* each row samples from its own seed, so a game's reply does not depend on which other games share its
+  batch: a generator per row (``sampler: per-row``, a CPU's default), or every row in one call with
+  counter-based noise (``sampler: counter``, a GPU's), whose loop keeps the tokens on the device and reads
+  them back once every few steps for the stop strings and the finished rows, not once a step.
 
 Models whose attention is not plain causal self-attention in every layer (sliding windows, state
 space layers) go through ``model.generate`` one prompt at a time instead: correct, slower. So does
@@ -29,7 +31,8 @@ every model under a transformers release that lacks a piece the loop builds on
 
 The package by concern: :mod:`.player` (the player and its decoding loop), :mod:`.prefix_store` (kept
 prompt keys/values and the in-place cache layer), :mod:`.attention` (decode attention), :mod:`.linear`
-(CPU linear layers for decoding steps), :mod:`.sampling` (seeded per-row sampling) and :mod:`.compat`
+(CPU linear layers for decoding steps), :mod:`.sampling` (seeded per-row sampling), :mod:`.ledger` (the
+counter sampler's tokens on the device, read back every few steps) and :mod:`.compat`
 (which models and transformers releases the loop serves).
 """
 

@@ -19,9 +19,10 @@ from spag.models.loading import load_model, setup_special_tokens
 from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at, per_prompt_seeds, turn_end_ids
 from spag.players.hf.attention import DECODE_ATTENTION, register_decode_attention, shared_slots
 from spag.players.hf.compat import fallback_reason, tell_fallback
+from spag.players.hf.ledger import DeviceLedger
 from spag.players.hf.linear import PackedWeights, weight_first
 from spag.players.hf.prefix_store import MIN_PREFIX, Entry, KVStore, buffer_layer_class, common_length
-from spag.players.hf.sampling import make_sampler
+from spag.players.hf.sampling import CounterSampler, make_sampler
 from spag.players.options import HFOptions
 from spag.runtime.errors import PlayerError
 
@@ -97,6 +98,9 @@ class HFPlayer:
     (``prefill_tokens``), the memory kept for reusable prompt keys/values (``prefix_cache_gb``), and how much
     of a long prompt is kept (``max_prompt_tokens``).
     """
+
+    # With the counter sampler, the steps a decode loop runs between two reads of its tokens to the host.
+    read_every = 8
 
     def __init__(self, model, tokenizer, name: str | None = None, options: HFOptions | None = None):
         options = options or HFOptions()
@@ -519,7 +523,8 @@ class HFPlayer:
         layers, attention, logits = self._prefill(plan, max_new_tokens)
         order = [seeds[i] for i in plan.order]
         sampler = make_sampler(self.sampler, order, temperature, top_k, self.device, self._end_ids)
-        generated, finish = self._decode(
+        decode = self._decode_on_device if isinstance(sampler, CounterSampler) else self._decode
+        generated, finish = decode(
             plan,
             layers,
             attention,
@@ -670,18 +675,58 @@ class HFPlayer:
                         layer.keep_rows(index)
                     attention, next_position, tokens = attention[index], next_position[index], tokens[index]
                     active = [active[b] for b in keep]
-                attention[:, length] = 1
-                out = self.model(
-                    input_ids=tokens[:, None],
-                    attention_mask=attention[:, : length + 1],
-                    position_ids=next_position[:, None],
-                    past_key_values=cache,
-                    use_cache=True,
-                )
-                logits = out.logits[:, -1]
+                logits = self._step(cache, tokens, attention, length, next_position)
                 length += 1
                 next_position = next_position + 1
         return generated, finish
+
+    def _step(self, cache, tokens, attention, length: int, next_position):
+        """One decoding step of every row in the batch: its next-token logits. ``attention``'s slot
+        ``length`` (the new token's) is set."""
+        attention[:, length] = 1
+        out = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=attention[:, : length + 1],
+            position_ids=next_position[:, None],
+            past_key_values=cache,
+            use_cache=True,
+        )
+        return out.logits[:, -1]
+
+    def _decode_on_device(
+        self, plan: _Plan, layers, attention, logits, sampler, *, max_new_tokens, min_new_tokens, stop
+    ):
+        """4. Decode all rows together, the tokens kept on the device (:class:`DeviceLedger`): read back
+        every :attr:`read_every` steps, when the finished rows leave the batch; nothing else is copied to
+        the host. Returns what :meth:`_decode` returns, the same replies for the same draws."""
+        import torch
+        from transformers.cache_utils import Cache
+
+        n, device = len(plan.arrays), self.device
+        cache = Cache(layers=layers)
+        next_position = torch.tensor([len(plan.arrays[i]) for i in plan.order], device=device)
+        ledger = DeviceLedger(n, max_new_tokens, sampler.end_index, device, self.read_every)
+        active, index = list(range(n)), torch.arange(n, device=device)  # batch row -> decode position
+        length = plan.width
+        with shared_slots(plan.shared):
+            for step in range(max_new_tokens):
+                tokens = sampler.sample(logits, active, suppress_end=step < min_new_tokens)
+                ledger.record(tokens, index, step)
+                if ledger.due(step):
+                    ledger.read(active, index, step, lambda ids: self._stopped_by_text(ids, stop))
+                    keep = [b for b, r in enumerate(active) if ledger.finish[r] is None]
+                    if not keep or step == max_new_tokens - 1:
+                        break
+                    if len(keep) < len(active):
+                        rows = torch.tensor(keep, dtype=torch.long, device=device)
+                        for layer in layers:
+                            layer.keep_rows(rows)
+                        attention, next_position, tokens = attention[rows], next_position[rows], tokens[rows]
+                        active, index = [active[b] for b in keep], index[rows]
+                logits = self._step(cache, tokens, attention, length, next_position)
+                length += 1
+                next_position = next_position + 1
+        return ledger.generated, ledger.finish
 
     def _keep_prompts(self, arrays, order, spans, past, todo, buffers, width, shared) -> None:
         """Store each prompt's keys/values so the game's next prompt can reuse them (once: a prompt the

@@ -8,6 +8,8 @@ batch, so a game says what it would have said alone:
 - :class:`CounterSampler` (``sampler: counter``): every row at once, by the Gumbel-max rule, with noise that
   is a hash of the row's seed, the row's step and the token id (a counter-based generator): one call for the
   whole batch and nothing read back to the host, for a GPU. Its draws differ from the per-row sampler's.
+  The player decodes with it in the loop that keeps the tokens on the device
+  (:mod:`spag.players.hf.ledger`), reading them back every few steps.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def sampler_for(choice: str, device) -> str:
 
 
 def make_sampler(choice: str, seeds, temperature: float, top_k: int, device, end_ids: list[int]):
+    """The sampler ``choice`` names, for rows with these ``seeds``."""
     kind = Sampler if sampler_for(choice, device) == PER_ROW else CounterSampler
     return kind(seeds, temperature, top_k, device, end_ids)
 
@@ -45,12 +48,12 @@ class _RowSampler:
 
         self.temperature, self.top_k = temperature, top_k
         self.end_ids = set(end_ids)
-        self._end_index = torch.tensor(end_ids, device=device, dtype=torch.long)
+        self.end_index = torch.tensor(end_ids, device=device, dtype=torch.long)
 
     def _ready(self, logits, suppress_end: bool):
         logits = logits.float()
-        if suppress_end and len(self._end_index):
-            logits = logits.index_fill(1, self._end_index, float("-inf"))
+        if suppress_end and len(self.end_index):
+            logits = logits.index_fill(1, self.end_index, float("-inf"))
         return logits
 
     def _top_k(self, logits):
