@@ -841,3 +841,26 @@ def test_the_trainer_reports_to_the_trackers_a_run_names(tmp_path):
         ]
     else:
         assert problems == []
+
+
+def test_lora_under_bf16_holds_the_frozen_base_in_bfloat16_and_the_adapters_in_float32(tiny):
+    """A LoRA run in bfloat16 reads its frozen base at half the bytes; what learns stays float32. Without
+    LoRA, or without bf16, every weight is a float32 master weight."""
+    import torch
+
+    from spag.config import TrainConfig
+    from spag.models.loading import load_tokenizer
+    from spag.train.job import load_policy
+
+    tokenizer = load_tokenizer(tiny)
+
+    def dtypes(config, bf16):
+        model = load_policy(tiny, config, tokenizer, bf16=bf16)
+        params = list(model.named_parameters())
+        return {p.dtype for _, p in params if not p.requires_grad}, {
+            p.dtype for _, p in params if p.requires_grad
+        }
+
+    assert dtypes(TrainConfig(lora_r=4, live=False), bf16=True) == ({torch.bfloat16}, {torch.float32})
+    assert dtypes(TrainConfig(lora_r=4, live=False), bf16=False) == ({torch.float32}, {torch.float32})
+    assert dtypes(TrainConfig(live=False), bf16=True) == (set(), {torch.float32})

@@ -104,12 +104,17 @@ def _same_model(a, b) -> bool:
     return str(a) == str(b)
 
 
-def load_policy(model_path, config: TrainConfig, tokenizer):
+def load_policy(model_path, config: TrainConfig, tokenizer, bf16: bool = False):
+    """The model to train: float32 master weights, bf16 runs under autocast (or DeepSpeed's bf16 mode). With
+    LoRA under bf16 the frozen base is held in bfloat16, half the memory and the bandwidth of each step;
+    the adapters, the weights that learn, stay float32 (PEFT's own upcast)."""
     from transformers import AutoModelForCausalLM, set_seed
 
-    # float32 master weights; bf16 runs under autocast (or DeepSpeed's bf16 mode).
+    frozen_in_bf16 = bf16 and config.lora_r > 0
     model = AutoModelForCausalLM.from_pretrained(
-        str(model_path), dtype=torch.float32, trust_remote_code=config.trust_remote_code
+        str(model_path),
+        dtype=torch.bfloat16 if frozen_in_bf16 else torch.float32,
+        trust_remote_code=config.trust_remote_code,
     )
     setup_special_tokens(tokenizer, model)
     if config.lora_r > 0:
@@ -427,7 +432,7 @@ def _reference_step(run: _Run, encoded, tokenizer) -> dict:
 def _build_step(run: _Run, encoded, tokenizer, ref_info: dict, tracking: Tracking | None):
     """The policy (and the reference model when it runs on the fly), the callbacks and the trainer."""
     config = run.config
-    policy = load_policy(run.model, config, tokenizer)
+    policy = load_policy(run.model, config, tokenizer, bf16=bool(run.args.bf16))
     ref_model, ref_without_adapter = None, False
     if ref_info["mode"] == "on-the-fly":
         if config.lora_r > 0 and _same_model(run.ref, run.model):

@@ -478,7 +478,7 @@ def online_trainer(
     callbacks = run_callbacks(run, tracking)
     _quiet_empty_slots()
     trainer = OnlineTrainer(
-        model=load_policy(model, config, tokenizer),
+        model=load_policy(model, config, tokenizer, bf16=bool(run.args.bf16)),
         reward_funcs=outcome,
         args=run.args,
         train_dataset=dataset,
