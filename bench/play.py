@@ -457,7 +457,7 @@ def run_side(args) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.side in ("batched", "counter"):
-        from spag.players.allocator import keep_freed_memory
+        from spag.harness.allocator import keep_freed_memory
 
         keep_freed_memory()  # as `spag play` runs the engine (the command opts its process in)
     words = bench_words(args.words)

@@ -30,10 +30,10 @@ from spag.commands import (
     train,
     words,
 )
+from spag.harness.allocator import keep_freed_memory
 from spag.harness.claims import release_held
 from spag.harness.process import end_process, leave_process_group_at_exit, short_lived_process
 from spag.harness.rule import enforce
-from spag.players.allocator import keep_freed_memory
 from spag.runtime.errors import DataError
 from spag.runtime.signals import EXIT_INTERRUPTED, STOPS, command_signals, stopped
 

@@ -1,4 +1,4 @@
-"""spag.players.allocator: freed blocks are reused inside the process instead of faulted in again."""
+"""spag.harness.allocator: freed blocks are reused inside the process instead of faulted in again."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class MallInfo2(ctypes.Structure):
 libc = ctypes.CDLL("libc.so.6")
 libc.mallinfo2.restype = MallInfo2
 if sys.argv[1] == "keep":
-    from spag.players.allocator import keep_freed_memory
+    from spag.harness.allocator import keep_freed_memory
     assert keep_freed_memory()
 before = libc.mallinfo2()
 block = torch.ones(30 * 2**20 // 4)
@@ -53,7 +53,7 @@ def test_the_library_leaves_the_process_alone_and_the_spag_command_opts_in(tmp_p
     (checked in a fresh process), while the `spag` command and the pipeline's stages, which own their
     process, set them when they start."""
     code = f"""
-import spag.players.allocator as a
+import spag.harness.allocator as a
 from spag.players import load_player
 from spag.testing import make_tiny_checkpoint
 player = load_player(str(make_tiny_checkpoint({str(tmp_path / "ckpt")!r})), "hf", device="cpu")

@@ -91,7 +91,7 @@ INERT = [
     "spag/pipeline/preflight.py",
     "spag/pipeline/run.py",
     "spag/pipeline/dvcyaml.py",
-    "spag/players/allocator.py",
+    "spag/harness/allocator.py",
     "spag/cli.py",
     "spag/commands/train.py",
     "spag/harness/rule.py",

@@ -10,6 +10,7 @@ process.
 - :mod:`spag.harness.claims`     a command's claim on its outputs before any work
 - :mod:`spag.harness.partial`    work beside a DVC output, renamed onto it when finished
 - :mod:`spag.harness.process`    a process spag owns: its garbage collector, its end, its torch.distributed group
+- :mod:`spag.harness.allocator`  the C library's allocator of a process spag owns: freed memory kept for reuse
 - :mod:`spag.harness.callbacks`  the Trainer's experiment tracking: dvclive's curves, checkpoint modes, the progress bar
 - :mod:`spag.harness.launch`     a training run under torchrun / accelerate launch, its settings passed as a file
 

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import NoReturn
 
 from spag.config import load_settings
+from spag.harness.allocator import keep_freed_memory
 from spag.harness.process import end_process
 from spag.harness.rule import enforce
 from spag.pipeline.context import Declared, Layout, declared_params
 from spag.pipeline.dvcyaml import missing_dependencies
 from spag.pipeline.preflight import check_stage
 from spag.pipeline.table import EPOCH_STAGES
-from spag.players.allocator import keep_freed_memory
 from spag.runtime.errors import DataError, ParamsError
 from spag.runtime.signals import STOPS, command_signals, stopped
 
