@@ -48,11 +48,19 @@ class Endpoint:
                     endpoint.in_flight += 1
                     endpoint.max_in_flight = max(endpoint.max_in_flight, endpoint.in_flight)
                     endpoint.arrived.notify_all()
+                self._counted = True
                 try:
                     self._answer(step, body)
                 finally:
+                    self._leave()
+
+            def _leave(self):
+                """No longer in flight: before the reply goes out, so a client that sends its next request
+                as soon as it has this reply is never counted beside it."""
+                if self._counted:
                     with endpoint.lock:
                         endpoint.in_flight -= 1
+                    self._counted = False
 
             def _answer(self, step, body):
                 kind = step[0]
@@ -99,6 +107,7 @@ class Endpoint:
 
             def _send(self, status, payload):
                 data = json.dumps(payload).encode()
+                self._leave()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
