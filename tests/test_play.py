@@ -689,3 +689,17 @@ def test_opening_lines_kept_in_a_file_are_read_by_a_later_load_of_the_same_model
     path.write_text(json.dumps(data))
     with pytest.raises(DataError, match=r"opening_lines\.json: record 1: not an opening-line record"):
         OpeningLines.read(path)
+
+
+def test_a_single_episodes_file_behind_a_symlink_is_replaced_and_the_link_kept(tmp_path):
+    """``-o LINK.parquet --overwrite``: the file the link names gets the new episodes (the old ones dropped
+    first), and the link stays a link."""
+    from spag.game.episodes import read_episodes
+
+    player = ScriptedPlayer()
+    target, link = tmp_path / "kept" / "games.parquet", tmp_path / "games.parquet"
+    play_games(player, player, ["fig"], _config(), output=target, show_progress=False)
+    link.symlink_to(target)
+    play_games(player, player, ["apple", "plum"], _config(), output=link, overwrite=True, show_progress=False)
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert [e["target_word"] for e in read_episodes(target)] == ["apple", "plum"]

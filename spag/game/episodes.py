@@ -23,11 +23,7 @@ from pathlib import Path
 
 from spag.game.base import Game, GameSettings
 from spag.game.registry import episode_game
-from spag.runtime.atomic import (
-    write_json_atomic,
-    write_jsonl_atomic,
-    write_table_atomic,
-)
+from spag.runtime.atomic import followed, write_json_atomic, write_jsonl_atomic, write_table_atomic
 from spag.runtime.errors import DataError, OutputExists
 from spag.runtime.records import read_records
 
@@ -281,8 +277,8 @@ class EpisodeStore:
     """Episodes on disk: a directory of Parquet shards, or one Parquet file rewritten atomically."""
 
     def __init__(self, output: str | os.PathLike, rank: int = 0, world: int = 1):
-        self.path = Path(output)
-        self.single_file = self.path.suffix == ".parquet"
+        self.single_file = Path(output).suffix == ".parquet"
+        self.path = followed(output) if self.single_file else Path(output)  # a link's file, the link kept
         self.rank, self.world = rank, world
         if self.single_file and world > 1:
             raise ValueError("several ranks need a directory output, not one .parquet file")

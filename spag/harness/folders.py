@@ -112,15 +112,6 @@ def clear_output_dir(path: str | os.PathLike, keep: Iterable[str] = ()) -> None:
         update_manifest(folder, forget)
 
 
-def remove_output_dir(path: str | os.PathLike) -> None:
-    """Remove what spag wrote in the folder ``path`` (:func:`clear_output_dir`), and the folder itself when
-    nothing else is left in it."""
-    folder = Path(path)
-    clear_output_dir(folder)
-    if not others(folder):
-        shutil.rmtree(folder)
-
-
 def remove_if_bare(path: str | os.PathLike) -> None:
     """Remove the output folder ``path`` when nothing but spag's own bookkeeping is left in it."""
     folder = Path(path)

@@ -18,7 +18,7 @@ from spag.harness.folders import PLAY_KIND, remove_if_bare
 from spag.harness.locks import writing
 from spag.harness.tracking import RunTracking
 from spag.train.bookkeeping import CHECKPOINTS_KIND, LIVE_KIND, TRAIN_KIND, checkpoint_dir_of, live_dir_of
-from spag.train.job import run_training
+from spag.train.job import run_training, with_knobs
 
 
 @contextlib.contextmanager
@@ -41,16 +41,16 @@ def training_outputs(output_dir, config: TrainConfig) -> Iterator[Path]:
         remove_if_bare(checkpoint_dir)
 
 
-def _settings(config: TrainConfig | None, knobs: dict) -> TrainConfig:
-    return TrainConfig(**{**(config or TrainConfig()).model_dump(), **knobs})
-
-
-def train(method: str, model, data, output_dir, ref=None, config: TrainConfig | None = None, **knobs) -> Path:
+def train(
+    method, model, data, output_dir, ref=None, config=None, other_checkpoints="refuse", **knobs
+) -> Path:
     """:func:`spag.train.job.run_training` (the same arguments) with its folders claimed and its run
     tracked."""
-    whole = _settings(config, {k: v for k, v in knobs.items() if k in TrainConfig.model_fields})
+    whole = with_knobs(config, knobs)
     with training_outputs(output_dir, whole) as output:
-        return run_training(method, model, data, output, ref, config, tracking=RunTracking(whole), **knobs)
+        return run_training(
+            method, model, data, output, ref, whole, other_checkpoints, tracking=RunTracking(whole)
+        )
 
 
 def train_online(model, words, output_dir, *, config: TrainConfig, episodes_dir, **options) -> Path:

@@ -206,6 +206,14 @@ class _Run:
             state.wait_for_everyone()
 
 
+def with_knobs(config: TrainConfig | None, knobs: dict) -> TrainConfig:
+    """``config`` (the defaults when None) with the fields ``knobs`` names set; TypeError for any other."""
+    unknown = set(knobs) - set(TrainConfig.model_fields)
+    if unknown:
+        raise TypeError(f"unknown training option(s): {', '.join(sorted(unknown))}")
+    return TrainConfig(**{**(config or TrainConfig()).model_dump(), **knobs})
+
+
 def run_training(
     method: str,
     model,
@@ -227,10 +235,7 @@ def run_training(
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
-    unknown = set(knobs) - set(TrainConfig.model_fields)
-    if unknown:
-        raise TypeError(f"unknown training option(s): {', '.join(sorted(unknown))}")
-    config = TrainConfig(**{**(config or TrainConfig()).model_dump(), **knobs}).resolved(method)
+    config = with_knobs(config, knobs).resolved(method)
     check_launch(None, config.deepspeed, deepspeed_key="deepspeed")  # before the data: a bad file is one line
     rows, tokenizer = _read_data(
         method, model, data, config
