@@ -225,3 +225,20 @@ def test_evaluate_episodes_folder_with_user_files_is_refused(tiny, tmp_path):
     assert_refused(result, target)
     assert sorted(p.name for p in target.iterdir()) == ["thesis.tex"]
     assert not (tmp_path / "m.json").exists()
+
+
+def test_a_commands_claims_end_with_it(tmp_path):
+    """A claimed file is checked at every write while the command lasts (here: a new file only, so a second
+    write is refused); once the command ends (release_held), the path is no claim of anyone's."""
+    from spag.harness.claims import claim_files, release_held
+    from spag.runtime.atomic import write_text_atomic
+    from spag.runtime.errors import OutputExists
+
+    path = tmp_path / "out.txt"
+    claim_files({"-o": path})
+    write_text_atomic(path, "first")
+    with pytest.raises(OutputExists):
+        write_text_atomic(path, "second")
+    release_held()
+    write_text_atomic(path, "third")  # a library write, no claim: it lands
+    assert path.read_text() == "third"

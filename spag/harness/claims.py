@@ -11,7 +11,7 @@ from pathlib import Path
 
 from spag.harness.folders import clear_output_dir, mark_output_dir, others, output_kind, writer
 from spag.harness.locks import acquire, release
-from spag.harness.rule import check_output_file, claim_file, claim_folder, odd_file, replace_mode
+from spag.harness.rule import RULE, check_output_file, claim_file, claim_folder, odd_file, replace_mode
 from spag.runtime.atomic import followed
 from spag.runtime.errors import DataError, OutputRefused
 
@@ -41,9 +41,11 @@ def hold(output: str | os.PathLike, part: str | None = None) -> None:
 
 
 def release_held() -> None:
-    """Release the locks :func:`claim_files` and :func:`hold` took (the end of a command)."""
+    """Release the locks :func:`claim_files` and :func:`hold` took, and forget the command's claims (the end
+    of a command)."""
     while _CLAIMED:
         release(_CLAIMED.pop())
+    RULE.forget()
 
 
 def check_distinct_paths(inputs: Mapping[str, object], outputs: Mapping[str, object]) -> None:

@@ -138,6 +138,11 @@ class _Rule:
         if self.files.get(_key(target), "any") != "any" or read_manifest(folder).get("kind"):
             record_written(target)
 
+    def forget(self) -> None:
+        """The claims of a command that has ended."""
+        self.files.clear()
+        self.folders.clear()
+
     def publish(self, staging: Path, output: Path, last: str | None) -> Path | None:
         kind = self.folders.get(_key(output))
         return None if kind is None else publish_dir(staging, output, kind, last=last)
