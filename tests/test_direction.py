@@ -251,6 +251,49 @@ def test_rows_run_without_padding_give_the_padded_batchs_numbers(tiny, rows):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+def test_the_padded_forward_of_a_gpu_step_reads_nothing_back_to_the_host(tiny, rows, monkeypatch):
+    """spag's code around the padded batch's forward (a GPU's, the policy's and the reference's each step)
+    makes no Python value of a tensor: no ``tolist``, ``item``, ``int``, ``float`` or truth of one, each a wait
+    for the device. (transformers' own mask building tests its mask once a forward; that one is its.)"""
+    import os
+    import sys
+
+    import torch
+
+    from spag.models.loading import load_model
+    from spag.train.data import RowDataset, collate
+    from spag.train.reference import model_forward_logprobs
+
+    model, tok = load_model(tiny, device="cpu", dtype="float32")
+    encoded = encode_rows([validate_row(r, i) for i, r in enumerate(rows)], tok, 1024, show_progress=False)
+    batch = collate([RowDataset(encoded)[i] for i in range(len(rows))], tok.pad_token_id)
+    expected = model_forward_logprobs(model, batch, unpadded=True)
+    read = []
+
+    def spy(name):
+        original = getattr(torch.Tensor, name)
+
+        def reading(self, *args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if f"{os.sep}spag{os.sep}" in caller and f"{os.sep}tests{os.sep}" not in caller:
+                read.append(f"{name} in {caller}:{sys._getframe(1).f_lineno}")
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, reading)
+
+    for name in ("tolist", "item", "__int__", "__float__", "__bool__"):
+        spy(name)
+    logp = model_forward_logprobs(model, batch)
+    monkeypatch.undo()
+    assert read == []
+    torch.testing.assert_close(logp, expected, rtol=1e-5, atol=1e-5)
+    # the check sees spag's reads: the unpadded path (a CPU's) reads the rows' lengths
+    spy("tolist")
+    model_forward_logprobs(model, batch, unpadded=True)
+    monkeypatch.undo()
+    assert any("reference.py" in r for r in read)
+
+
 def test_the_beginning_a_batchs_rows_share_runs_once_with_the_padded_batchs_numbers(tiny, rows):
     """Rows that begin alike (the same rules, another word or history) in one CPU step: their shared
     beginning is encoded once and serves every row, so the step computes fewer positions, and the

@@ -121,18 +121,17 @@ def model_forward_logprobs(
 
     if supports_logits_to_keep is None:
         supports_logits_to_keep = _accepts(model, "logits_to_keep")
+    if not unpadded:  # one call on the padded batch, nothing read back to the host (a GPU's way)
+        return _group_logprobs(model, batch, supports_logits_to_keep)
     lengths = batch["attention_mask"].sum(dim=1).tolist()
     # Recomputed activations (gradient checkpointing) turn the keys-and-values cache off: no shared beginning.
     reuse = (
-        unpadded
-        and shared_prefix
-        and supports_logits_to_keep
-        and not getattr(model, "is_gradient_checkpointing", False)
+        shared_prefix and supports_logits_to_keep and not getattr(model, "is_gradient_checkpointing", False)
     )
     shared = batch_shared_prefix(batch, lengths) if reuse else 0
     if shared:
         return _shared_prefix_logprobs(model, batch, lengths, shared)
-    groups = length_groups(lengths) if unpadded else [list(range(len(lengths)))]
+    groups = length_groups(lengths)
     if len(groups) == 1:
         return _group_logprobs(model, batch, supports_logits_to_keep)
     width = batch["input_ids"].shape[1]
