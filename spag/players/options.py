@@ -20,6 +20,9 @@ OPENAI_APIS = ("chat", "completions")
 
 # How the hf backend samples each row (spag.players.hf.sampling): "auto" picks one by the device.
 SAMPLERS = ("auto", "per-row", "counter")
+# What decodes the hf backend's replies: spag's engine (spag.players.hf.player) or transformers' generate
+# with a static cache (spag.players.hf.generate).
+DECODERS = ("engine", "generate")
 
 
 class LocalModelOptions(Section):
@@ -55,6 +58,12 @@ class HFOptions(LocalModelOptions):
     )
     prefix_cache_gb: float = knob(
         2.0, "hf backend: memory kept for prompt keys/values reused between calls (0: none kept).", ge=0
+    )
+    decoder: Literal[DECODERS] = knob(
+        "engine",
+        "hf backend: engine (spag's batched decoder, prompts' keys/values reused between calls) or generate "
+        "(transformers' model.generate with a static cache, its decode step compiled into a CUDA graph on a "
+        "GPU; the counter sampler's draws, so not with sampler: per-row).",
     )
 
 

@@ -80,9 +80,10 @@ def player_provenance(player) -> dict:
     if model is not None and hasattr(model, "parameters"):  # the hf backend
         weights = next(model.parameters())
         fast = getattr(player, "fast", False)
+        static = getattr(player, "decoder", "engine") == "generate"
         return {
             "backend": "hf",
-            "engine": "batched" if fast else "model.generate",
+            "engine": "model.generate, static cache" if static else "batched" if fast else "model.generate",
             "path": "fast" if fast else "fallback",
             "transformers": importlib.metadata.version("transformers"),
             "fallback_reason": None if fast else getattr(player, "fallback_reason", None),

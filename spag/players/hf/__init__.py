@@ -24,6 +24,10 @@ again, padding, and decoding rows that already finished. This backend runs its o
   counter-based noise (``sampler: counter``, a GPU's), whose loop keeps the tokens on the device and reads
   them back once every few steps for the stop strings and the finished rows, not once a step.
 
+``decoder: generate`` leaves the loop to transformers' own ``model.generate`` with a static cache, which
+transformers compiles on a GPU (each decode step a CUDA graph), with the counter sampler's noise as a logits
+processor: the same games as the loop with the counter sampler, without its prefix reuse (:mod:`.generate`).
+
 Models whose attention is not plain causal self-attention in every layer (sliding windows, state
 space layers) go through ``model.generate`` one prompt at a time instead: correct, slower. So does
 every model under a transformers release that lacks a piece the loop builds on
@@ -32,7 +36,8 @@ every model under a transformers release that lacks a piece the loop builds on
 The package by concern: :mod:`.player` (the player and its decoding loop), :mod:`.prefix_store` (kept
 prompt keys/values and the in-place cache layer), :mod:`.attention` (decode attention), :mod:`.linear`
 (CPU linear layers for decoding steps), :mod:`.sampling` (seeded per-row sampling), :mod:`.ledger` (the
-counter sampler's tokens on the device, read back every few steps) and :mod:`.compat`
+counter sampler's tokens on the device, read back every few steps), :mod:`.generate` (``decoder: generate``)
+and :mod:`.compat`
 (which models and transformers releases the loop serves).
 """
 

@@ -1,5 +1,6 @@
 """The transformers player: prompts in, replies out, through the decoding loop described in
-:mod:`spag.players.hf` (or ``model.generate`` where that loop cannot serve the model)."""
+:mod:`spag.players.hf` (or ``model.generate`` where that loop cannot serve the model, and with ``decoder:
+generate``)."""
 
 from __future__ import annotations
 
@@ -19,14 +20,17 @@ from spag.models.loading import load_model, setup_special_tokens
 from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at, per_prompt_seeds, turn_end_ids
 from spag.players.hf.attention import DECODE_ATTENTION, register_decode_attention, shared_slots
 from spag.players.hf.compat import fallback_reason, tell_fallback
+from spag.players.hf.generate import generate_replies
 from spag.players.hf.ledger import DeviceLedger
 from spag.players.hf.linear import PackedWeights, weight_first
 from spag.players.hf.prefix_store import MIN_PREFIX, Entry, KVStore, buffer_layer_class, common_length
 from spag.players.hf.sampling import CounterSampler, make_sampler
-from spag.players.options import HFOptions
+from spag.players.options import DECODERS, SAMPLERS, HFOptions
 from spag.runtime.errors import PlayerError
 
 _TAIL_TOKENS = 12  # tokens decoded each step to look for a stop string
+GENERATE = DECODERS[1]
+PER_ROW = SAMPLERS[1]
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,14 @@ class HFPlayer:
         self.max_batch = options.max_batch
         self.prefill_tokens = options.prefill_tokens
         self.sampler = options.sampler
+        self.decoder = options.decoder
+        if self.decoder == GENERATE and self.sampler == PER_ROW:
+            raise PlayerError(
+                "hf backend: decoder generate draws with the counter sampler's noise; "
+                "set sampler: counter (or auto) with it, or decoder: engine for per-row"
+            )
+        self._static = None  # decoder generate: the static cache of the last call's shape
+        self._stops: dict = {}  # decoder generate: stopping criteria by stop strings
         self.max_prompt_tokens = options.max_prompt_tokens
         self.fallback_reason = fallback_reason(model.config)  # None: the fast path serves the model here
         self.fast = self.fallback_reason is None
@@ -260,21 +272,28 @@ class HFPlayer:
             min_new_tokens=min(min_new_tokens, max_new_tokens),
             stop=_Ends(tuple(stop), stop_pattern),
         )
-        swap = self._use_decode_attention()
-        on_cpu = self.fast and self.device.type == "cpu"
+        by_generate = self.decoder == GENERATE
+        swap = None if by_generate else self._use_decode_attention()
+        on_cpu = self.fast and self.device.type == "cpu" and not by_generate
         linears = weight_first(self.model, self._packs) if on_cpu else nullcontext()
         try:
             with torch.inference_mode(), linears:
                 start = 0
                 while start < len(prompts):
                     end = min(start + size, len(prompts))
-                    if self.fast:  # as many rows as the device has memory for (a row's result is its own)
+                    if self.fast and not by_generate:  # as many rows as the device has memory for
                         longest = max(len(encoded[i]) for i in range(start, end))
                         end = start + min(
                             end - start, self._rows_that_fit(longest + max_new_tokens, end - start)
                         )
                     chunk = list(range(start, end))
-                    run = self._generate_fast if self.fast else self._generate_fallback
+                    run = (
+                        self._generate_by_transformers
+                        if by_generate
+                        else self._generate_fast
+                        if self.fast
+                        else self._generate_fallback
+                    )
                     outs = run([encoded[i] for i in chunk], [seeds[i] for i in chunk], **settings)
                     for i, reply in zip(chunk, outs):
                         replies[i] = reply
@@ -771,6 +790,31 @@ class HFPlayer:
         return groups
 
     # -------------------------------------------------------------------------------- fallback path
+
+    def _generate_by_transformers(self, encoded, seeds, **settings):
+        """``decoder: generate``: the rows by ``model.generate`` with a static cache (:mod:`.generate`)."""
+        return generate_replies(self, encoded, seeds, **settings)
+
+    def _stop_criteria(self, strings: tuple[str, ...]):
+        """transformers' stopping criterion for ``strings`` (``decoder: generate``), built once for them."""
+        if strings not in self._stops:
+            from transformers import StopStringCriteria
+
+            self._stops[strings] = StopStringCriteria(self.tokenizer, list(strings))
+        return self._stops[strings]
+
+    def _static_cache(self, rows: int, length: int):
+        """A static cache for ``rows`` rows of ``length`` tokens: the last call's, emptied, where the shape is
+        the same (its compiled step then serves again), else a new one."""
+        from transformers import StaticCache
+
+        if self._static is not None and self._static[0] == (rows, length):
+            self._static[1].reset()
+            return self._static[1]
+        self._static = None  # the old cache's memory goes before the new one takes its own
+        cache = StaticCache(config=self.model.config, max_cache_len=length)
+        self._static = ((rows, length), cache)
+        return cache
 
     def _generate_fallback(self, encoded, seeds, *, temperature, top_k, max_new_tokens, min_new_tokens, stop):
         """``model.generate`` one prompt at a time: slow, but correct for any architecture."""
