@@ -1,5 +1,5 @@
 """The memory plan's training step on one GPU (spag.models.memory): LoRA's trained parameters as peft counts
-them, and the step's bytes by hand."""
+them, and the step's bytes by hand; and the decision it makes for a run of one process (spag.harness.zero)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 from spag.models.memory import (
     CUDA_OVERHEAD,
     ModelShape,
+    gib,
     lora_parameters,
     model_shape,
     training_bytes,
@@ -71,7 +72,8 @@ def test_a_full_training_step_holds_float32_weights_gradients_and_adam():
 def test_a_lora_step_trains_the_adapters_alone():
     # q 8->8, k and v 8->8, o 8->8, gate and up 8->16, down 16->8: rank x (in + out) each, in 2 layers
     assert lora_parameters(SHAPE, 4) == 4 * (16 + 2 * 16 + 16 + 2 * 24 + 24) * 2 == 1088
-    assert training_bytes(SHAPE, 2, 10, lora_rank=4) == CUDA_OVERHEAD + 1000 * 4 + 1088 * 16 + ACTIVATIONS
+    # the frozen weights in bfloat16 (spag train's LoRA under bf16), the adapters in float32 with Adam
+    assert training_bytes(SHAPE, 2, 10, lora_rank=4) == CUDA_OVERHEAD + 1000 * 2 + 1088 * 16 + ACTIVATIONS
 
 
 def test_zero3_without_offload_keeps_the_optimiser_share_on_each_gpu():
@@ -109,7 +111,7 @@ def test_the_one_gpu_table_of_docs_gpu_md_is_the_plan():
     """docs/gpu.md's "One GPU" table: configs/one-gpu.yaml's LoRA step and vLLM's cache, as the plan gives them."""
     from pathlib import Path
 
-    from spag.models.memory import gib, vllm_kv_tokens
+    from spag.models.memory import vllm_kv_tokens
 
     shapes = [model_shape(QWEN25[size]) for size in ("0.5B", "1.5B")]
     assert [s.parameters for s in shapes] == [494_032_768, 1_543_714_304]  # the published counts
@@ -132,3 +134,73 @@ def test_the_one_gpu_table_of_docs_gpu_md_is_the_plan():
     doc = (Path(__file__).resolve().parent.parent / "docs" / "gpu.md").read_text()
     for label, cell in rows:
         assert f"| {label} | {cell(shapes[0])} | {cell(shapes[1])} |" in doc, label
+
+
+# ------------------------------------------------------------- ZeRO only where it pays (spag.harness.zero)
+
+
+def _qwen_folder(tmp_path):
+    import json
+
+    folder = tmp_path / "qwen2.5-1.5b"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(QWEN25["1.5B"]))
+    return folder
+
+
+def test_one_process_on_a_gpu_that_holds_plain_training_leaves_deepspeed_out(tmp_path):
+    from spag.config import TrainConfig
+    from spag.harness.zero import zero_where_it_pays
+
+    model = _qwen_folder(tmp_path)
+    config = TrainConfig(deepspeed="configs/deepspeed_zero3.json", batch_size=4, max_length=2048)
+    needed = training_bytes(model_shape(QWEN25["1.5B"]), 4, 2048)
+    plain, note = zero_where_it_pays(config, "sft-kl", model, "cuda:0", 1, 80 * 2**30)
+    assert plain.deepspeed is None and plain.batch_size == 4 and config.deepspeed  # a copy, the rest kept
+    assert note.startswith("note: DeepSpeed (configs/deepspeed_zero3.json) left out at world size 1")
+    assert f"{gib(needed)} planned of 80.0 GiB" in note
+    # a device the plan does not fit within 90% of: ZeRO (its offloading) is what lets the model train
+    kept, note = zero_where_it_pays(config, "sft-kl", model, "cuda", 1, int(needed / 0.9) - 1)
+    assert kept is config and "kept at world size 1: plain training needs" in note
+    assert zero_where_it_pays(config, "sft-kl", model, "cuda", 1, int(needed / 0.9) + 1)[0].deepspeed is None
+
+
+def test_zero_stays_with_more_processes_on_a_cpu_and_where_the_model_cannot_be_planned(tmp_path):
+    from spag.config import TrainConfig
+    from spag.harness.zero import zero_where_it_pays
+
+    model = _qwen_folder(tmp_path)
+    config = TrainConfig(deepspeed="configs/deepspeed_zero3.json")
+    assert zero_where_it_pays(config, "sft-kl", model, "cuda:0", 2, 80 * 2**30) == (config, None)
+    assert zero_where_it_pays(config, "sft-kl", model, "cpu", 1, None) == (config, None)
+    assert zero_where_it_pays(TrainConfig(), "sft-kl", model, "cuda:0", 1, 80 * 2**30) == (
+        TrainConfig(),
+        None,
+    )
+    kept, note = zero_where_it_pays(config, "sft-kl", tmp_path / "no-model", "cuda:0", 1, 80 * 2**30)
+    assert kept is config and "no config.json of" in note
+
+
+def test_the_plan_that_decides_counts_a_reference_on_the_fly_and_lora():
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from spag.config import TrainConfig
+    from spag.harness.zero import zero_where_it_pays
+
+    shape = model_shape(QWEN25["1.5B"])
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "config.json").write_text(json.dumps(QWEN25["1.5B"]))
+        zero3 = {"deepspeed": "configs/deepspeed_zero3.json", "batch_size": 4, "max_length": 2048}
+        alone = training_bytes(shape, 4, 2048)
+        with_reference = training_bytes(shape, 4, 2048, reference_model=True)
+        between = int((alone + with_reference) / 2 / 0.9)  # holds the policy alone, not a second model
+        on_the_fly = TrainConfig(**zero3, ref_on_the_fly=True)
+        assert zero_where_it_pays(on_the_fly, "offline-po", folder, "cuda", 1, between)[0].deepspeed
+        assert zero_where_it_pays(on_the_fly, "sft-kl", folder, "cuda", 1, between)[0].deepspeed is None
+        precomputed = TrainConfig(**zero3, ref_on_the_fly=False)
+        assert zero_where_it_pays(precomputed, "offline-po", folder, "cuda", 1, between)[0].deepspeed is None
+        lora = TrainConfig(**zero3, ref_on_the_fly=True, lora_r=16)  # the reference is the adapters off
+        small = int(training_bytes(shape, 4, 2048, lora_rank=16) / 0.9) + 1
+        assert zero_where_it_pays(lora, "offline-po", folder, "cuda", 1, small)[0].deepspeed is None

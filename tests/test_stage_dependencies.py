@@ -103,6 +103,7 @@ INERT = [
     "spag/harness/training.py",
     "spag/harness/tracking.py",
     "spag/harness/process.py",
+    "spag/harness/zero.py",
 ]
 
 

@@ -13,6 +13,7 @@ process.
 - :mod:`spag.harness.allocator`  the C library's allocator of a process spag owns: freed memory kept for reuse
 - :mod:`spag.harness.callbacks`  the Trainer's experiment tracking: dvclive's curves, checkpoint modes, the progress bar
 - :mod:`spag.harness.launch`     a training run under torchrun / accelerate launch, its settings passed as a file
+- :mod:`spag.harness.zero`       ZeRO only where it pays: DeepSpeed left out of one process that plain training fits
 
 Above the core and below the entry points (:mod:`spag.commands`, :mod:`spag.pipeline`): the layers are
 listed once, in pyproject.toml's import-linter contract.

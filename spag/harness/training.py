@@ -17,6 +17,8 @@ from spag.harness.claims import claim_output_dir
 from spag.harness.folders import PLAY_KIND, remove_if_bare
 from spag.harness.locks import writing
 from spag.harness.tracking import RunTracking
+from spag.harness.zero import cuda_bytes, world_size, zero_where_it_pays
+from spag.models.loading import pick_device
 from spag.train.bookkeeping import CHECKPOINTS_KIND, LIVE_KIND, TRAIN_KIND, checkpoint_dir_of, live_dir_of
 from spag.train.job import run_training, with_knobs
 
@@ -45,8 +47,12 @@ def train(
     method, model, data, output_dir, ref=None, config=None, other_checkpoints="refuse", **knobs
 ) -> Path:
     """:func:`spag.train.job.run_training` (the same arguments) with its folders claimed and its run
-    tracked."""
+    tracked, and DeepSpeed left out of one process where ZeRO does not pay (:mod:`spag.harness.zero`)."""
     whole = with_knobs(config, knobs)
+    device = pick_device(whole.device)
+    whole, note = zero_where_it_pays(whole, method, model, device, world_size(), cuda_bytes(device))
+    if note and int(os.environ.get("RANK", "0")) == 0:
+        print(note, flush=True)
     with training_outputs(output_dir, whole) as output:
         return run_training(
             method, model, data, output, ref, whole, other_checkpoints, tracking=RunTracking(whole)

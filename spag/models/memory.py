@@ -210,14 +210,14 @@ def training_bytes(
     shape: ModelShape, micro_batch: int, tokens: int, *, lora_rank: int = 0, reference_model: bool = False
 ) -> int:
     """One GPU's memory in a training step of ``spag train`` without DeepSpeed (one process, bfloat16 autocast,
-    gradient checkpointing): the policy's float32 weights; float32 gradients and Adam's two moments of every
-    weight (12 bytes each), or with LoRA (``lora_rank``) the adapters' weights, gradients and moments (16 bytes
-    each) and nothing more for the frozen weights, which autocast casts one product at a time; a float32
+    gradient checkpointing): the policy's float32 weights and float32 gradients and Adam's two moments of every
+    weight (12 bytes each), or with LoRA (``lora_rank``) the frozen weights in bfloat16 (as ``spag train``
+    loads them under bf16) and the adapters' float32 weights, gradients and moments (16 bytes each); a float32
     reference model when ``reference_model`` (on the fly without LoRA: with LoRA the reference is the same
     weights with the adapters off); and the activations of :func:`zero3_bytes`, the hidden states in float32.
     autocast's bfloat16 copies of the trained weights live during the forward pass only, before the gradients
     exist, so the backward pass is the peak."""
-    weights = shape.weight_bytes("float32")
+    weights = shape.weight_bytes("bfloat16" if lora_rank else "float32")
     trained = 16 * lora_parameters(shape, lora_rank) if lora_rank else 12 * shape.parameters
     reference = shape.weight_bytes("float32") if reference_model else 0
     return CUDA_OVERHEAD + weights + trained + reference + _activation_bytes(shape, micro_batch, tokens, 4)

@@ -19,7 +19,9 @@ is read from the imports (:func:`stage_files`), by this rule:
   calls re-runs the training stages;
 - a module a stage reaches by name is *used*: any of its functions may run, so every import it makes, at
   its top or inside a function, is followed, except the few lazy imports in :data:`NOT_RUN`, which no stage
-  can get to, and those of :data:`ONLY_IN`, which only the stages named there get to;
+  can get to, those of :data:`ONLY_IN`, which only the stages named there get to, and the harness's imports
+  in :data:`PROCESS_TUNING`, which tune the process (the memory plan that says whether one process runs
+  DeepSpeed);
 - a player backend (:data:`BACKEND_MODULES`) is followed where the stage's params choose it
   (:func:`stage_backends`): ``dvc.yaml`` is written for ``params.yaml``'s backends, and a stage started on a
   backend its entry does not list is refused until ``make dvc.yaml`` has been run
@@ -54,6 +56,14 @@ NOT_RUN = {
         "spag.players.vllm",
     ): "player_provenance of a vllm player: only stages that load "
     "players call it, and they reach the backend through spag.players",
+}
+# Imports of the harness that tune the process, not what a stage computes: not followed. (module, import) -> why.
+PROCESS_TUNING = {
+    (
+        "spag.harness.zero",
+        "spag.models.memory",
+    ): "the memory plan decides whether one process on a GPU runs DeepSpeed, as the preflight's plan decides "
+    "nothing a stage writes",
 }
 # Lazy imports that only some stages get to, whatever the params: (module, import) -> those stages.
 ONLY_IN = {  # spag.method: online; imitate.method has no online
@@ -166,7 +176,9 @@ def stage_backends(stage: Stage, settings) -> set[str]:
 
 
 def _followed(stage: Stage, module: str, imported: str, backends: set[str]) -> bool:
-    if (module, imported) in NOT_RUN or stage.name not in ONLY_IN.get((module, imported), (stage.name,)):
+    if (module, imported) in NOT_RUN or (module, imported) in PROCESS_TUNING:
+        return False
+    if stage.name not in ONLY_IN.get((module, imported), (stage.name,)):
         return False
     if module == "spag.players" and imported in BACKEND_MODULES:  # load_player's import of a backend
         return BACKEND_MODULES[imported] in backends
