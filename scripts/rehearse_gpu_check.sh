@@ -63,7 +63,9 @@ if [ "$(cat "$image/.rehearsal" 2>/dev/null)" != "$stamp" ]; then
   # What those pins pulled in that the image does not hold (e.g. pydantic, which the lock's typer asks for)
   # goes again: the wheelhouse must carry it, as it must for the image.
   "$image/bin/python" -m pip freeze --all > "$work/image-freeze.txt"
-  extra=$(comm -23 <(names "$work/image-freeze.txt") <(names scripts/gpu-image-freeze.txt))
+  # (pip itself stays: the image's own freeze, without --all, does not list it)
+  extra=$(comm -23 <(names "$work/image-freeze.txt") <(names scripts/gpu-image-freeze.txt) \
+    | grep -vxE 'pip|setuptools|wheel' || true)
   if [ -n "$extra" ]; then
     echo "[rehearse] removing what the image does not hold:" $extra
     # shellcheck disable=SC2086

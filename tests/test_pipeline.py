@@ -570,9 +570,11 @@ def test_the_one_gpu_preset_runs_end_to_end_at_toy_size(tmp_path):
     model = make_tiny_checkpoint(
         tmp_path / "model", heads=2, family="qwen2"
     )  # head size 32 for vLLM's CPU build
+    # The preset evaluates on vLLM; here on hf, as test_repro_with_vllm_for_self_play_and_evaluation covers
+    # vLLM's evaluation games, and two more engines per evaluation stage would add minutes on a CPU.
     (tmp_path / "tiny.yaml").write_text(
         f'model.base: {model}\nspag.epochs: {{"1": {{previous: imitation}}}}\nevaluate.baselines: []\n'
-        "evaluate.skill: false\nevaluate.benchmark.base: false\n"
+        "evaluate.skill: false\nevaluate.benchmark.base: false\nevaluate.backend: hf\n"
     )
     shown = run(
         [

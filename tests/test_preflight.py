@@ -407,7 +407,9 @@ def test_every_shipped_override_applies_to_the_paper_preset():
     one_gpu = load_settings(PAPER, overrides=[ROOT / "configs" / "one-gpu.yaml"])
     for step in (one_gpu.imitate, one_gpu.spag):  # LoRA in the stage's process: no DeepSpeed, no launcher
         assert step.lora_r > 0 and step.deepspeed is None and step.launcher is None
-    assert one_gpu.game.max_turns == 5 and one_gpu.play.backend == "vllm"
+    assert (
+        one_gpu.game.max_turns == 5 and one_gpu.play.backend == "vllm" and one_gpu.evaluate.backend == "vllm"
+    )
 
 
 def test_the_laptop_default_is_checked_without_torch_or_the_network(tmp_path):
