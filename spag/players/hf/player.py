@@ -611,48 +611,54 @@ class HFPlayer:
             )
             for heads, dim, dtype in self._layout()
         ]
-        attention = torch.zeros((n, capacity), dtype=torch.long, device=device)
-        first_logits = [None] * n
+        # The mask, the ids and the positions are laid out on the host and copied over once (per group for
+        # the ids and positions), not row by row.
+        mask = np.zeros((n, capacity), dtype=np.int64)
+        mask[:, :shared] = 1
+        for b, i in enumerate(plan.order):
+            c, s = plan.sources[i][1], plan.todo[i]
+            s_width = next(sw for start, end, _, sw in plan.spans if start <= b < end)
+            if c > shared:
+                mask[b, width - s_width - (c - shared) : width - s_width] = 1
+            mask[b, width - s : width] = 1
+        attention = torch.from_numpy(mask).to(device)
+        first_logits = []
         BufferLayer = buffer_layer_class()
         for start, end, c_width, s_width in plan.spans:
-            ids = torch.zeros((end - start, s_width), dtype=torch.long, device=device)
-            positions = torch.zeros((end - start, s_width), dtype=torch.long, device=device)
+            ids = np.zeros((end - start, s_width), dtype=np.int64)
+            positions = np.zeros((end - start, s_width), dtype=np.int64)
+            if shared:  # the prefix every row shares: one copy per layer for the group's rows
+                for (kb, vb), (k, v) in zip(buffers, plan.shared_entry.kv):
+                    kb[start:end, :, :shared], vb[start:end, :, :shared] = k[0, :, :shared], v[0, :, :shared]
             for b in range(start, end):
                 i = plan.order[b]
                 entry, c = plan.sources[i]
-                if shared:
-                    for (kb, vb), (k, v) in zip(buffers, plan.shared_entry.kv):
-                        kb[b, :, :shared], vb[b, :, :shared] = k[0, :, :shared], v[0, :, :shared]
-                    attention[b, :shared] = 1
-                if c > shared:
+                if c > shared:  # the row's own kept prefix, from its entry of the store
                     past_slots = slice(width - s_width - (c - shared), width - s_width)
                     for (kb, vb), (k, v) in zip(buffers, entry.kv):
                         kb[b, :, past_slots], vb[b, :, past_slots] = k[0, :, shared:c], v[0, :, shared:c]
-                    attention[b, past_slots] = 1
                 s = plan.todo[i]
-                ids[b - start, s_width - s :] = torch.as_tensor(plan.arrays[i][c:], device=device)
-                positions[b - start, s_width - s :] = torch.arange(c, c + s, device=device)
-                attention[b, width - s : width] = 1
+                ids[b - start, s_width - s :] = plan.arrays[i][c:]
+                positions[b - start, s_width - s :] = np.arange(c, c + s)
             # The group writes straight into its rows of the decode buffers (views, no copies).
             cache = Cache(
                 layers=[BufferLayer(kb[start:end], vb[start:end], width - s_width) for kb, vb in buffers]
             )
             out = self.model(
-                input_ids=ids,
+                input_ids=torch.from_numpy(ids).to(device),
                 attention_mask=attention[start:end, :width],
-                position_ids=positions,
+                position_ids=torch.from_numpy(positions).to(device),
                 past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
             )
-            for b in range(start, end):
-                first_logits[b] = out.logits[b - start, -1]
+            first_logits.append(out.logits[:, -1])
             del cache, out
         if keep and self._keep_between_calls:
             self._keep_prompts(
                 plan.arrays, plan.order, plan.spans, plan.past, plan.todo, buffers, width, shared
             )
-        return [BufferLayer(kb, vb, width) for kb, vb in buffers], attention, torch.stack(first_logits)
+        return [BufferLayer(kb, vb, width) for kb, vb in buffers], attention, torch.cat(first_logits)
 
     def _decode(
         self, plan: _Plan, layers, attention, logits, sampler, *, max_new_tokens, min_new_tokens, stop
