@@ -281,7 +281,7 @@ class HFPlayer:
                 start = 0
                 while start < len(prompts):
                     end = min(start + size, len(prompts))
-                    if self.fast and not by_generate:  # as many rows as the device has memory for
+                    if self.fast:  # as many rows as the device has memory for (a row's result is its own)
                         longest = max(len(encoded[i]) for i in range(start, end))
                         end = start + min(
                             end - start, self._rows_that_fit(longest + max_new_tokens, end - start)
