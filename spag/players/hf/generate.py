@@ -18,6 +18,9 @@ it tabulates the whole vocabulary), never before the engine would.
 
 from __future__ import annotations
 
+import os
+
+from spag.players.base import FINISH_LENGTH, FINISH_STOP
 from spag.players.hf.sampling import counter_uniform
 
 ROW_STEP = 8
@@ -69,12 +72,8 @@ def _logits_processor_class():
 def generate_replies(player, encoded, seeds, *, temperature, top_k, max_new_tokens, min_new_tokens, stop):
     """The replies of ``player`` (an :class:`~spag.players.hf.player.HFPlayer`) to the token ids ``encoded``,
     by ``model.generate`` with a static cache; ``seeds`` as the engine takes them (None: drawn)."""
-    import os
-
     import torch
     from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
-
-    from spag.players.base import FINISH_LENGTH, FINISH_STOP
 
     device, pad = player.device, player.tokenizer.pad_token_id
     rows = rounded_up(len(encoded), ROW_STEP)
