@@ -2,7 +2,8 @@
 
     python bench/gpu.py [--out gpu-check.json] [--parts device,ceilings,...] [--timeout SECONDS|PART=SECONDS,...]
                         [--budget SECONDS]
-    python bench/gpu.py --cpu      # every part at toy size on the CPU: checks that the check runs (CI's slow tier)
+    python bench/gpu.py --cpu [--spawn]  # every part at toy size on the CPU: checks that the check runs (CI's slow
+                                         # tier); each part in a fork of the check (--spawn: a new process each)
 
 It runs from the source tree (nothing to install but what the parts import: torch, transformers, accelerate,
 peft, and for their parts DeepSpeed and TRL) and reaches no network: the models are built from configs with
@@ -65,8 +66,9 @@ less its 1 GiB for the CUDA context). Each part's result also lists the heavy mo
 Time: not yet measured with these parts. The check of 2026-11-27 (docs/gpu.md: 8 parts, the play parts at
 batch 32, training steps of 4 short rows) took 435 s on an NVIDIA H200. Each part's limit and the 480-s budget
 bound this one: with the default budget, the parts after the training parts (preflight, play-embedded,
-online) run only while time is left, and ``--parts`` picks any of them. ``--cpu`` takes about 3 minutes on
-two cores. The JSON: see docs/gpu.md, "The GPU check".
+online) run only while time is left, and ``--parts`` picks any of them. ``--cpu`` takes about 70 s on two
+cores, each part a fork of the check (its imports done once); ``--cpu --spawn`` starts a new Python process for
+each, as on a GPU (about 2.5 minutes). The JSON: see docs/gpu.md, "The GPU check".
 """
 
 from __future__ import annotations
@@ -434,9 +436,11 @@ def part_play_batch(ctx: Context, batch: int) -> dict:
     """The engine (the counter sampler, a GPU's default) against padded ``model.generate`` at 1.5B with
     ``batch`` games at once (:func:`batch_sizes`), then the hf backend's ``decoder: generate`` (bench/play.py's
     ``static`` side: the same games as the engine's, its compiling included in its time)."""
+    # --cpu: the static side at the first batch only (the same code at every batch; eager on a CPU, it is slow)
+    static = ("static",) if not ctx.cpu or batch == PLAY_BATCHES[0] else ()
     return {
         "batch": batch,
-        **part_play(ctx, "qwen2.5-1.5b", ("counter", "generate", "static"), batch_sizes(batch, ctx.cpu)),
+        **part_play(ctx, "qwen2.5-1.5b", ("counter", "generate", *static), batch_sizes(batch, ctx.cpu)),
     }
 
 
@@ -906,31 +910,88 @@ def child_environment(cpu: bool) -> dict:
     return env
 
 
-def run_part(part: str, cpu: bool, scratch: Path, limit_s: float) -> dict:
-    """One part in a child process (its own session, killed whole at ``limit_s``): its entry of the JSON."""
+# --cpu: what every part's process imports, loaded once by the check and inherited by each part's process (a
+# fork): a toy part runs in a second or two, its imports took five. On a GPU each part is a new Python process
+# (CUDA does not survive a fork), as --cpu --spawn runs them.
+PRELOAD = ("torch", "transformers", "transformers.trainer", "deepspeed")
+
+
+def preload() -> None:
+    import importlib
+
+    os.environ.update(child_environment(True))
+    for module in PRELOAD:
+        importlib.import_module(module)
+
+
+def forked_part(part: str, work: Path, output) -> int:
+    """--cpu: the part run in a fork of this process (its own session, its output to ``output``); its pid."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        os.setsid()
+        os.dup2(output.fileno(), 1)
+        os.dup2(output.fileno(), 2)
+        os.chdir(ROOT)
+        code = run_in_this_process(part, Context(True, work))
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def wait_for(pid: int, limit_s: float) -> tuple[int | None, bool]:
+    """A forked part's exit code (None where it ran past ``limit_s``) and whether it did."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), False
+        time.sleep(0.05)
+    return None, True
+
+
+def run_part(part: str, cpu: bool, scratch: Path, limit_s: float, fork: bool = False) -> dict:
+    """One part in a child process (its own session, killed whole at ``limit_s``): its entry of the JSON.
+    ``fork``: a fork of this process (``--cpu`` with every part), else a new Python process."""
     work = scratch / part
     work.mkdir(parents=True)
     log = work / "output.log"
     command = [sys.executable, str(Path(__file__).resolve()), "--part", part, "--work", str(work)]
     started = time.perf_counter()
     with open(log, "wb") as output:
-        child = subprocess.Popen(
-            command + (["--cpu"] if cpu else []),
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            env=child_environment(cpu),
-            start_new_session=True,
-            cwd=ROOT,
-        )
-        try:
-            code, timed_out = child.wait(timeout=limit_s), False
-        except subprocess.TimeoutExpired:
-            code, timed_out = None, True
+        if fork:
+            pid = forked_part(part, work, output)
+            code, timed_out = wait_for(pid, limit_s)
+        else:
+            child = subprocess.Popen(
+                command + (["--cpu"] if cpu else []),
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                env=child_environment(cpu),
+                start_new_session=True,
+                cwd=ROOT,
+            )
+            pid = child.pid
+            try:
+                code, timed_out = child.wait(timeout=limit_s), False
+            except subprocess.TimeoutExpired:
+                code, timed_out = None, True
         try:  # the part's process and whatever it started (DeepSpeed's, a data loader's)
-            os.killpg(child.pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        child.wait()
+        if fork:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:  # reaped above
+                pass
+        else:
+            child.wait()
     entry: dict = {
         "status": "timeout" if timed_out else "ok" if code == 0 else "failed",
         "seconds": round(time.perf_counter() - started, 1),
@@ -1079,6 +1140,9 @@ def run_check(args) -> int:
     results.update(budget_s=budget, limits_s={part: limit[part] for part in chosen})
     write_json_atomic(out, results)
     started = time.perf_counter()
+    fork = args.cpu and not args.spawn
+    if fork:
+        preload()
     with tempfile.TemporaryDirectory(prefix="spag-gpu-check-") as scratch:
         for part in chosen:
             left = None if budget is None else budget - (time.perf_counter() - started)
@@ -1091,7 +1155,11 @@ def run_check(args) -> int:
                 continue
             print(f"{part} ...", flush=True)
             entry = run_part(
-                part, args.cpu, Path(scratch), limit[part] if left is None else min(limit[part], left)
+                part,
+                args.cpu,
+                Path(scratch),
+                limit[part] if left is None else min(limit[part], left),
+                fork=fork,
             )
             results["parts"][part] = entry
             results["shapes"].update(entry.get("result", {}).get("shapes", {}))
@@ -1126,6 +1194,12 @@ def main() -> None:
         f"(default {BUDGET_S} on a GPU, none with --cpu)",
     )
     parser.add_argument("--cpu", action="store_true", help="toy sizes on the CPU: check that every part runs")
+    parser.add_argument(
+        "--spawn",
+        action="store_true",
+        help="with --cpu: each part in a new Python process, as on a GPU (else a fork of the check's, its "
+        "imports done once)",
+    )
     parser.add_argument("--part", choices=list(PARTS), help=argparse.SUPPRESS)  # in a part's own process
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -5,7 +5,8 @@
 #   2. the check's wheelhouse for that venv's `pip freeze` (scripts/wheelhouse.py build, from PyPI);
 #   3. a fresh venv on top of the image venv (its packages seen through a .pth file, so the image venv stays as the
 #      image is), the wheelhouse installed into it with pip --no-index (scripts/wheelhouse.py install);
-#   4. `python bench/gpu.py --cpu` there, from the source tree (PYTHONPATH; spag itself is not installed).
+#   4. `python bench/gpu.py --cpu --spawn` there, from the source tree (PYTHONPATH; spag itself is not installed),
+#      each part a new Python process as on a GPU.
 # torch: the image's 2.11.0. PyPI's only Linux build of it is CUDA's (a few GB, once), which runs on a CPU; the
 # CPU-only builds live on download.pytorch.org (TORCH_INDEX=https://download.pytorch.org/whl/cpu takes it there).
 # Settings: PYTHON (a Python 3.12; default pyenv's 3.12, else python3.12 on PATH), SPAG_CACHE (default
@@ -97,6 +98,6 @@ if "$run/bin/python" -m pip show spag >/dev/null 2>&1; then
   echo "[rehearse] error: spag is installed in $run; the check must run from the source tree" >&2
   exit 2
 fi
-echo "[rehearse] python bench/gpu.py --cpu, from $root"
-PYTHONPATH=$root "$run/bin/python" bench/gpu.py --cpu --out "$work/gpu-cpu.json"
+echo "[rehearse] python bench/gpu.py --cpu --spawn, from $root"
+PYTHONPATH=$root "$run/bin/python" bench/gpu.py --cpu --spawn --out "$work/gpu-cpu.json"  # processes as on a GPU
 echo "[rehearse] passed: $work/gpu-cpu.json"

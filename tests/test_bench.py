@@ -222,6 +222,8 @@ def test_every_part_of_the_gpu_check_runs_at_toy_size(tmp_path):
             ["batched", "generate", "generate_batch"]
             if part == "play-embedded"
             else ["counter", "generate", "static"]
+            if part == "play-b32"  # --cpu: the static side at the first batch only
+            else ["counter", "generate"]
         )
         assert list(result["sides"]) == sides
         games = 2 if part == "play-embedded" else batch // 16
@@ -229,7 +231,7 @@ def test_every_part_of_the_gpu_check_runs_at_toy_size(tmp_path):
             assert side["episodes"] == games and side["generated_tokens"] > 0 and side["forward_passes"] > 0
             assert side["episodes_per_s"] > 0 and "bandwidth_utilisation" in side
         assert result["sides"][sides[0]]["memory"]["planned_gib"] > 0 and result["engine_over_generate"] > 0
-        if part != "play-embedded":  # decoder: generate plays the counter engine's games
+        if part == "play-b32":  # decoder: generate plays the counter engine's games
             assert result["sides"]["static"]["games_sha256"] == result["sides"]["counter"]["games_sha256"]
         assert "partial" not in result
     for part in parts[6:12]:
@@ -255,6 +257,7 @@ def test_a_failing_part_keeps_the_parts_before_it_and_the_next_part_runs(tmp_pat
         "--cpu",
         "--parts",
         "device,sft-kl-8x2048,online",
+        "--spawn",  # each part a new Python process, as on a GPU
         "--timeout",
         "online=1",
         SPAG_GPU_CHECK_FAULT="sft-kl-8x2048=crash,online=hang",
@@ -280,6 +283,27 @@ def test_a_failing_part_keeps_the_parts_before_it_and_the_next_part_runs(tmp_pat
     assert any("forced failure" in line for line in crashed["output_tail"] + crashed["result"]["traceback"])
     assert hung["status"] == "timeout" and hung["limit_s"] == 1 and "result" not in hung
     assert check["finished"] and "failed: sft-kl-8x2048, online" in said
+
+
+def test_a_forked_part_that_fails_or_hangs_is_recorded_as_a_spawned_one_is(tmp_path):
+    """--cpu runs each part in a fork of the check (its imports done once): a part that raises is failed,
+    one that hangs is killed at its limit with whatever it started, and the check goes on."""
+    out = tmp_path / "check.json"
+    said, _ = _gpu_check(
+        out,
+        "--cpu",
+        "--parts",
+        "device,ceilings,online",
+        "--timeout",
+        "online=2",
+        SPAG_GPU_CHECK_FAULT="device=crash,online=hang",
+    ).communicate(timeout=120)
+    check = json.loads(out.read_text())
+    crashed, ran, hung = (check["parts"][p] for p in ("device", "ceilings", "online"))
+    assert crashed["status"] == "failed" and "forced failure of part device" in crashed["error"], said
+    assert ran["status"] == "ok" and ran["result"]["matmul"]["tflops"] > 0
+    assert hung["status"] == "timeout" and hung["exit_code"] is None and hung["seconds"] < 10
+    assert check["finished"] and "failed: device, online" in said
 
 
 def test_parts_past_the_checks_budget_are_skipped_and_said(tmp_path):
