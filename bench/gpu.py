@@ -1140,9 +1140,7 @@ def run_check(args) -> int:
     results.update(budget_s=budget, limits_s={part: limit[part] for part in chosen})
     write_json_atomic(out, results)
     started = time.perf_counter()
-    fork = args.cpu and not args.spawn
-    if fork:
-        preload()
+    fork, preloaded = args.cpu and not args.spawn, False
     with tempfile.TemporaryDirectory(prefix="spag-gpu-check-") as scratch:
         for part in chosen:
             left = None if budget is None else budget - (time.perf_counter() - started)
@@ -1154,6 +1152,9 @@ def run_check(args) -> int:
                 print(f"{part}: skipped (the budget of {budget:g} s is spent)", flush=True)
                 continue
             print(f"{part} ...", flush=True)
+            if fork and not preloaded:  # before the first part that runs (none may: the budget)
+                preload()
+                preloaded = True
             entry = run_part(
                 part,
                 args.cpu,
