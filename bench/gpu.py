@@ -961,13 +961,13 @@ def run_part(part: str, cpu: bool, scratch: Path, limit_s: float, fork: bool = F
     work = scratch / part
     work.mkdir(parents=True)
     log = work / "output.log"
-    command = [sys.executable, str(Path(__file__).resolve()), "--part", part, "--work", str(work)]
     started = time.perf_counter()
     with open(log, "wb") as output:
         if fork:
             pid = forked_part(part, work, output)
             code, timed_out = wait_for(pid, limit_s)
         else:
+            command = [sys.executable, str(Path(__file__).resolve()), "--part", part, "--work", str(work)]
             child = subprocess.Popen(
                 command + (["--cpu"] if cpu else []),
                 stdout=output,

@@ -3,10 +3,10 @@ key/value cache, for a GPU.
 
 With a static cache transformers compiles the decode step (torch.compile's "reduce-overhead" mode), so on a
 GPU each step is replayed as a CUDA graph; on a CPU it runs eagerly. A game keeps its own seed: the counter
-sampler's noise (:func:`spag.players.hf.sampling.counter_uniform`, a hash of the row's seed, its step and the
-token id) is added to the logits by a logits processor (:class:`CounterNoise`) and ``generate`` picks greedily,
-which is the Gumbel-max rule the counter sampler draws by. So from the same logits a row draws what the engine
-with the counter sampler draws, whatever rows share its batch.
+sampler (:class:`spag.players.hf.sampling.CounterSampler`, whose noise is a hash of the row's seed, its step
+and the token id) draws each row's token inside a logits processor, which leaves that token alone for
+``generate``'s greedy pick. So from the same logits a row draws what the engine with the counter sampler draws,
+whatever rows share its batch.
 
 Shapes are rounded up, so that the compiled step serves many calls: the rows to a multiple of
 :data:`ROW_STEP` (the extra rows repeat the first and are dropped), the cache to a multiple of
@@ -18,10 +18,8 @@ it tabulates the whole vocabulary), never before the engine would.
 
 from __future__ import annotations
 
-import os
-
 from spag.players.base import FINISH_LENGTH, FINISH_STOP
-from spag.players.hf.sampling import counter_uniform
+from spag.players.hf.sampling import CounterSampler
 
 ROW_STEP = 8
 CACHE_STEP = 256
@@ -32,41 +30,26 @@ def rounded_up(n: int, step: int) -> int:
 
 
 def _logits_processor_class():
+    import torch
     from transformers import LogitsProcessor
 
-    class CounterNoise(LogitsProcessor):
-        """The counter sampler as a logits processor: the end of turn suppressed before ``min_new_tokens``,
-        the logits over the temperature, the top k kept, and each kept token's Gumbel noise added (float64),
-        so that a greedy pick is the counter sampler's draw. At temperature 0 the logits stay as they are
-        (greedy). ``prompt_width``: the length of the padded prompts (the step is what comes after)."""
+    class CounterDraws(LogitsProcessor):
+        """The counter sampler (:class:`~spag.players.hf.sampling.CounterSampler`) as a logits processor: each
+        step it draws every row's token from the logits given (the end of turn suppressed before
+        ``min_new_tokens``) and leaves that token alone finite, so that ``generate``'s greedy pick is the
+        sampler's draw. Every row draws at every step, so a row's n-th draw is its n-th token, as in the
+        engine's loop. ``prompt_width``: the length of the padded prompts (the step is what comes after)."""
 
-        def __init__(
-            self, seeds, prompt_width: int, temperature: float, top_k: int, end_index, min_new_tokens
-        ):
-            self.seeds, self.prompt_width = seeds[:, None], prompt_width
-            self.temperature, self.top_k = temperature, top_k
-            self.end_index, self.min_new_tokens = end_index, min_new_tokens
+        def __init__(self, sampler, rows: int, prompt_width: int, min_new_tokens: int):
+            self.sampler, self.rows = sampler, list(range(rows))
+            self.prompt_width, self.min_new_tokens = prompt_width, min_new_tokens
 
         def __call__(self, input_ids, scores):
-            import torch
-
             step = input_ids.shape[1] - self.prompt_width
-            logits = scores.float()
-            if step < self.min_new_tokens and len(self.end_index):
-                logits = logits.index_fill(1, self.end_index, float("-inf"))
-            if self.temperature <= 0:
-                return logits
-            logits = logits / self.temperature
-            if self.top_k and self.top_k < logits.shape[-1]:
-                values, tokens = logits.topk(self.top_k, dim=-1)
-            else:
-                values, tokens = logits, torch.arange(logits.shape[-1], device=logits.device)[None]
-            noise = counter_uniform(self.seeds, torch.full_like(self.seeds, step), tokens)
-            drawn = values.double() - torch.log(-torch.log(noise))
-            out = torch.full(logits.shape, float("-inf"), dtype=torch.float64, device=logits.device)
-            return out.scatter(1, tokens.expand_as(values), drawn)
+            picks = self.sampler.sample(scores, self.rows, suppress_end=step < self.min_new_tokens)
+            return torch.full_like(scores, float("-inf")).scatter_(1, picks[:, None], 0.0)
 
-    return CounterNoise
+    return CounterDraws
 
 
 def generate_replies(player, encoded, seeds, *, temperature, top_k, max_new_tokens, min_new_tokens, stop):
@@ -78,20 +61,13 @@ def generate_replies(player, encoded, seeds, *, temperature, top_k, max_new_toke
     device, pad = player.device, player.tokenizer.pad_token_id
     rows = rounded_up(len(encoded), ROW_STEP)
     padded = list(encoded) + [encoded[0]] * (rows - len(encoded))
-    drawn = [int(s) if s is not None else int.from_bytes(os.urandom(7), "little") for s in seeds]
-    drawn += [0] * (rows - len(drawn))
     width = max(map(len, padded))
     ids = torch.tensor([[pad] * (width - len(e)) + list(e) for e in padded], device=device)
     mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in padded], device=device)
-    end_index = torch.tensor(player._end_ids, dtype=torch.long, device=device)
-    noise = _logits_processor_class()(
-        torch.tensor(drawn, dtype=torch.long, device=device),
-        width,
-        temperature,
-        top_k,
-        end_index,
-        min_new_tokens,
+    sampler = CounterSampler(
+        list(seeds) + [0] * (rows - len(seeds)), temperature, top_k, device, player._end_ids
     )
+    draws = _logits_processor_class()(sampler, rows, width, min_new_tokens)
     cache = player._static_cache(rows, rounded_up(width + max_new_tokens, CACHE_STEP))
     kwargs = {}
     if stop.strings:
@@ -112,7 +88,7 @@ def generate_replies(player, encoded, seeds, *, temperature, top_k, max_new_toke
         attention_mask=mask,
         past_key_values=cache,
         generation_config=settings,
-        logits_processor=LogitsProcessorList([noise]),
+        logits_processor=LogitsProcessorList([draws]),
         **kwargs,
     )
     generated = out[: len(encoded), width:].tolist()  # the one read of the call

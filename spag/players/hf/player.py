@@ -24,13 +24,12 @@ from spag.players.hf.generate import generate_replies
 from spag.players.hf.ledger import DeviceLedger
 from spag.players.hf.linear import PackedWeights, weight_first
 from spag.players.hf.prefix_store import MIN_PREFIX, Entry, KVStore, buffer_layer_class, common_length
-from spag.players.hf.sampling import CounterSampler, make_sampler
-from spag.players.options import DECODERS, SAMPLERS, HFOptions
+from spag.players.hf.sampling import PER_ROW, CounterSampler, make_sampler
+from spag.players.options import DECODERS, HFOptions
 from spag.runtime.errors import PlayerError
 
 _TAIL_TOKENS = 12  # tokens decoded each step to look for a stop string
 GENERATE = DECODERS[1]
-PER_ROW = SAMPLERS[1]
 
 
 @dataclass(frozen=True)
@@ -615,12 +614,13 @@ class HFPlayer:
         # the ids and positions), not row by row.
         mask = np.zeros((n, capacity), dtype=np.int64)
         mask[:, :shared] = 1
-        for b, i in enumerate(plan.order):
-            c, s = plan.sources[i][1], plan.todo[i]
-            s_width = next(sw for start, end, _, sw in plan.spans if start <= b < end)
-            if c > shared:
-                mask[b, width - s_width - (c - shared) : width - s_width] = 1
-            mask[b, width - s : width] = 1
+        for start, end, _, s_width in plan.spans:
+            for b in range(start, end):
+                i = plan.order[b]
+                c, s = plan.sources[i][1], plan.todo[i]
+                if c > shared:
+                    mask[b, width - s_width - (c - shared) : width - s_width] = 1
+                mask[b, width - s : width] = 1
         attention = torch.from_numpy(mask).to(device)
         first_logits = []
         BufferLayer = buffer_layer_class()
