@@ -330,21 +330,21 @@ def test_changing_how_training_runs_makes_train_stale(pipeline, key, value):
 
 
 def test_repro_with_vllm_for_self_play_and_evaluation(tmp_path):
-    """teacher, play and evaluate on the vllm backend (vLLM's CPU build): the toy loop runs through. What
-    reads log-probabilities with the hf backend (skill metrics, the base model's panel) and the head-to-head
-    games are left to the tests above, so that only the stages under test start engines."""
+    """teacher, play and evaluate on the vllm backend (vLLM's CPU build): the toy loop runs through, the
+    teacher's dictionary guess, the skill metrics and the baselines reading log-probabilities from vLLM. The
+    base model's panel and the head-to-head games are left to the tests above, so that only the stages under
+    test start engines."""
     from spag.game.episodes import read_episodes
+    from spag.game.taboo.rules import PREDICTION_PHRASE
 
     model = make_tiny_checkpoint(tmp_path / "model", heads=2)  # vLLM's CPU attention: head size >= 32
     params = small_params(model)
     params["spag"]["epochs"] = {"1": {"previous": "base"}}  # no imitation in the chain
     for section in ("teacher", "play", "evaluate"):
         params[section].update(backend="vllm", dtype="float32", gpu_memory_utilization=0.05)
-    params["teacher"]["strategies"]["final_guess"] = (
-        False  # the dictionary guess scores words with the hf backend
-    )
+    assert params["teacher"]["strategies"]["final_guess"]  # the dictionary guess, on vLLM
     params["evaluate"].update(
-        skill=False, vs_baseline=False, vs_previous=False, baselines=["imitation-filter"]
+        skill=True, skill_every=1, vs_baseline=False, vs_previous=False, baselines=["imitation-filter"]
     )
     params["evaluate"]["benchmark"]["base"] = False
     work = tmp_path / "project"
@@ -361,6 +361,22 @@ def test_repro_with_vllm_for_self_play_and_evaluation(tmp_path):
     assert {p["engine"] for p in players.values()} == {"vllm-cpu"} and players["model"]["dtype"] == "float32"
     selfplay = json.loads((work / "metrics/epochs/1/selfplay.json").read_text())
     assert selfplay["provenance"]["players"]["attacker"]["backend"] == "vllm"
+    # the teacher's final guesses (the defender's last turn), read off vLLM's log-probabilities
+    last = [
+        e["history"][1]["content"]
+        for e in read_episodes(work / "data/teacher/episodes")
+        if len(e["history"]) == 2
+    ]
+    assert last and all(line.startswith(PREDICTION_PHRASE) for line in last), last
+    # the skill metrics of the epoch and of the baseline, on vLLM: ranks among the 3 evaluation words
+    epoch_skill = json.loads((work / "metrics/epochs/1/skill.json").read_text())
+    baseline_skill = json.loads((work / "metrics/baselines/imitation-filter.json").read_text())["skill"]
+    for skill in (epoch_skill, baseline_skill):
+        assert skill["candidates"] == 3 and 1 <= skill["guess_rank"]["value"] <= 3, skill
+        assert 1 <= skill["clue_rank"]["value"] <= 3, skill
+    assert set(epoch_skill["vs_imitation"]) == {"clue_rank", "guess_rank", "opening_foul_rate"}
+    baseline = json.loads((work / "metrics/baselines/imitation-filter.json").read_text())["games"]
+    assert {p["engine"] for p in baseline["provenance"]["players"].values()} == {"vllm-cpu"}
     report = json.loads((work / "metrics/report.json").read_text())
     assert report["final"]["epoch"] == 1
     assert "final score vs imitation" in result.stdout + result.stderr

@@ -173,7 +173,12 @@ def test_vllm_engine_options_on_this_machine(random_model):
         trust_remote_code=False,
         cpu=False,
     )
-    assert gpu == {"dtype": "float16", "enforce_eager": False, "gpu_memory_utilization": 0.4}
+    assert gpu == {
+        "dtype": "float16",
+        "enforce_eager": False,
+        "logprobs_mode": "raw_logprobs",
+        "gpu_memory_utilization": 0.4,
+    }
 
 
 def test_two_vllm_engines_play_one_game_in_one_process(scripted, monkeypatch):
@@ -379,3 +384,39 @@ def test_provenance_names_the_kernels_torch_runs_when_they_are_capped():
     code = "import json; from spag.players.provenance import machine; print(json.dumps(machine()['cpu']['kernels']))"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == {"torch": "DEFAULT", "onednn_max_isa": "AVX2"}
+
+
+def test_vllm_scores_tokens_and_continuations_as_hf_does(random_model):
+    """The vllm player's log-probabilities (named tokens of a position; continuations of several tokens,
+    scored through a tree of shared prefixes) are the hf player's on the same float32 model, to float32's
+    noise between two engines' kernels; and the dictionary guess picks the same words on both."""
+    from spag.game.taboo.prompts import PLAY_TEMPLATE
+    from spag.game.taboo.rules import PREDICTION_PHRASE
+    from spag.game.taboo.strategies import DictionaryGuesser
+
+    words = ["coffee", "tea", "photosynthesis", "apple", "applesauce", "kaleidoscope", "sun"]
+    vocabulary = ["coffee", "tea", "apple", "sun", "moon", "river", "bread", "cloud"]
+    histories = [HISTORY[:1], HISTORY, []]
+    got = {}
+    for backend in BACKENDS:
+        with opened(random_model, backend) as player:
+            pieces = [player.tokenizer(" " + w, add_special_tokens=False)["input_ids"] for w in words]
+            ids = sorted({t for p in pieces for t in p})
+            guesser = DictionaryGuesser(player, vocabulary, 3, PLAY_TEMPLATE)
+            got[backend] = (
+                player.next_token_logprobs(PROMPTS, PREDICTION_PHRASE, token_ids=ids),
+                player.continuation_logprobs(PROMPTS, PREDICTION_PHRASE, words),
+                player.continuation_logprobs(PROMPTS, "", ["Hot tea", "Cold"], lead=""),
+                guesser.guess(histories),
+            )
+    assert max(len(p) for p in pieces) >= 3 and len({p[0] for p in pieces}) < len(pieces)  # a real tree
+    hf, vllm = got["hf"], got["vllm"]
+    assert hf[0].shape == vllm[0].shape == (len(PROMPTS), len(ids))
+    assert hf[1].shape == vllm[1].shape == (len(PROMPTS), len(words))
+    for mine, theirs in zip(vllm[:3], hf[:3]):
+        assert (mine <= 0).all() and (mine - theirs).abs().max() < 1e-3
+    # a continuation of several tokens is its tokens' sum, not its first token's alone
+    first = {w: p[0] for w, p in zip(words, pieces)}
+    column = ids.index(first["photosynthesis"])
+    assert (vllm[1][:, words.index("photosynthesis")] < vllm[0][:, column] - 1e-3).all()
+    assert vllm[3] == hf[3] and len(vllm[3]) == len(histories)

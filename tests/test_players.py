@@ -524,12 +524,26 @@ def test_load_player_rejects_unknown_backend():
 # The vLLM backend runs for real in tests/test_player_contract.py (vLLM's CPU build is in the CPU lock).
 
 
-def test_vllm_backend_without_vllm_is_a_clear_error(monkeypatch):
+def test_vllm_backend_without_vllm_plays_on_hf_and_says_so(monkeypatch, tiny_dir, capsys):
     import sys
 
+    import torch
+
+    from spag.players.hf import HFPlayer
+    from spag.players.vllm import VLLMPlayer
+
     monkeypatch.setitem(sys.modules, "vllm", None)  # what an install without vLLM looks like to import
-    with pytest.raises(PlayerError, match="vLLM"):
-        load_player("some-model", "vllm")
+    player = load_player(
+        str(tiny_dir), "vllm", dtype="float32", gpu_memory_utilization=0.5, max_prompt_tokens=99
+    )
+    assert isinstance(player, HFPlayer) and player.max_prompt_tokens == 99
+    assert next(player.model.parameters()).dtype == torch.float32 and player.name == str(tiny_dir)
+    assert "vLLM is not installed here" in capsys.readouterr().err
+    assert player.generate(["Hello"], max_new_tokens=2, seed=1)[0].n_tokens >= 1
+    with pytest.raises(ValueError, match="no option device"):  # still the vllm backend's options
+        load_player(str(tiny_dir), "vllm", device="cpu")
+    with pytest.raises(PlayerError, match="needs vLLM"):  # the backend itself, asked for directly
+        VLLMPlayer.from_pretrained(str(tiny_dir))
 
 
 # ------------------------------------------------------------------------------------------- human

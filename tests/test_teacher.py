@@ -134,7 +134,7 @@ def test_strategies_wrap_only_the_role_they_change():
 
 
 def test_final_guess_needs_a_model_backend():
-    with pytest.raises(ValueError, match="hf backend"):
+    with pytest.raises(ValueError, match="hf or vllm backend"):
         play_games(
             FoulOnce(),
             FoulOnce(),
@@ -273,4 +273,4 @@ def test_play_command_with_teacher_strategies(player, tmp_path):
     refused = CliRunner().invoke(
         app, base + ["-o", str(tmp_path / "other"), "--backend", "openai", "--base-url", "http://127.0.0.1:9"]
     )
-    assert refused.exit_code == 2 and "hf backend" in refused.output
+    assert refused.exit_code == 2 and "hf or vllm backend" in refused.output

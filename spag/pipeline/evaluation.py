@@ -20,6 +20,22 @@ from spag.runtime.errors import ParamsError
 
 # The one game whose strategy the evaluation reads (spag.evaluate.strategy).
 STRATEGY_GAME = KuhnPoker.name
+# The backends whose players give log-probabilities (next_token_logprobs, continuation_logprobs).
+SCORING_BACKENDS = ("hf", "vllm")
+
+
+def scoring_backend(settings: Declared) -> str:
+    """The backend the skill metrics, the baselines (the dictionary guess reads log-probabilities) and the
+    opening lines they share run on: ``evaluate.backend`` where it scores, else hf. One backend for all of
+    them keeps every epoch's skill comparable with the imitation model's and the baselines'."""
+    backend = settings.evaluate.backend
+    return backend if backend in SCORING_BACKENDS else "hf"
+
+
+def load_scorer(settings: Declared, model: str | Path):
+    """``model`` on :func:`scoring_backend`, with ``evaluate``'s options for that backend."""
+    backend = scoring_backend(settings)
+    return load_player(str(model), backend, **settings.evaluate.player_options(backend))
 
 
 def evaluation_games(settings: Declared, layout: Layout):

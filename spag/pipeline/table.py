@@ -10,19 +10,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spag.config import Generation, TrainStep
-from spag.players.options import HFOptions
+from spag.players.options import HFOptions, VLLMOptions
 
 _TRAINING = tuple(TrainStep.model_fields)
 # What running the benchmark on one checkpoint reads (spag.pipeline._benchmark).
 _BENCHMARK = ("evaluate.benchmark.suite", "evaluate.benchmark.tasks", "evaluate.benchmark.limit")
-# What playing evaluation games reads: the words, seeds and sampling (spag.pipeline.evaluation), and the hf
-# backend's options (the skill metrics and the baselines run on it).
+# What playing evaluation games reads: the words, seeds and sampling (spag.pipeline.evaluation), the backend
+# and the options of the two that score (the skill metrics and the baselines run on evaluate.backend where it
+# is hf or vllm, else on hf: spag.pipeline.evaluation.scoring_backend).
 _EVALUATION_PLAY = (
     "game",
     "play.temperature",
     *(
         f"evaluate.{k}"
-        for k in ("seed", "word_set", "words", "seeds", *Generation.model_fields, *HFOptions.model_fields)
+        for k in (
+            "seed",
+            "word_set",
+            "words",
+            "seeds",
+            "backend",
+            *Generation.model_fields,
+            *dict.fromkeys([*HFOptions.model_fields, *VLLMOptions.model_fields]),
+        )
     ),
 )
 # What reading a checkpoint's Kuhn poker strategy reads (spag.pipeline.evaluation.write_checkpoint_strategy):

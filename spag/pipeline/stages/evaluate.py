@@ -21,8 +21,10 @@ from spag.pipeline.evaluation import (
     evaluation_games,
     guess_vocabulary,
     imitation_openings,
+    load_scorer,
     measure_skill,
     measures_skill,
+    scoring_backend,
     skill_line,
     write_checkpoint_strategy,
 )
@@ -68,7 +70,7 @@ def _epoch_players(settings: Declared, layout: Layout, model: Path, skill_on: bo
     players.callback(close_player, player)
     base = None
     if e.vs_baseline or skill_on:
-        base = load_player(str(layout.base_model), "hf", **e.player_options("hf"))
+        base = load_scorer(settings, layout.base_model)
         players.callback(close_player, base)
     return player, base
 
@@ -88,9 +90,13 @@ def _games_against_opponents(
         opponents["vs_previous"] = previous
     if e.vs_baseline:
         name = _strongest_baseline(layout, baseline_names(settings))
-        imitation = load_player(str(layout.model("imitation")), "hf", **e.player_options("hf"))
+        imitation = load_scorer(settings, layout.model("imitation"))
         players.callback(close_player, imitation)
         opponents["vs_baseline"] = game.skill.baseline(name, {"imitation": imitation, "base": base})
+        if (
+            e.backend == "vllm"
+        ):  # each engine takes its share of the GPU: one imitation engine for both matches
+            opponents["vs_imitation"] = imitation
     # The model's opening lines, the same in every match, are generated once; the imitation model's were said
     # in evaluate_imitation.
     openings = OpeningLines.read(imitation_openings(layout))
@@ -118,10 +124,10 @@ def _games_against_opponents(
 def _skill_of_epoch(
     settings: Declared, layout: Layout, epoch: str, model: Path, player, base, chosen, config
 ) -> dict:
-    """The epoch's skill metrics, on the hf backend (log-probabilities), from the opening lines of its games
-    against the imitation model where those were played on hf."""
+    """The epoch's skill metrics, on the scoring backend (log-probabilities: hf or vllm), from the opening
+    lines of its games against the imitation model where those were played on it."""
     e = settings.evaluate
-    scorer = player if e.backend == "hf" else load_player(str(model), "hf", **e.player_options("hf"))
+    scorer = player if e.backend == scoring_backend(settings) else load_scorer(settings, model)
     try:
         played = layout.epoch(epoch) / "eval_episodes" / "vs_imitation" if scorer is player else None
         return measure_skill(settings, layout, scorer, base, chosen, config, played=played)

@@ -12,13 +12,14 @@ from spag.pipeline.context import Layout
 from spag.pipeline.evaluation import (
     evaluation_games,
     imitation_openings,
+    load_scorer,
     measure_skill,
     measures_skill,
     skill_line,
     write_checkpoint_strategy,
 )
 from spag.play.engine import OpeningLines
-from spag.players import close_player, load_player
+from spag.players import close_player
 from spag.runtime.atomic import write_json_atomic
 from spag.runtime.console import summary
 
@@ -31,9 +32,8 @@ def evaluate_imitation(settings: Settings, layout: Layout) -> None:
     said = OpeningLines()  # its opening lines, which the games of later stages read
     if measures_skill(settings):
         words, config = evaluation_games(settings, layout)
-        options = settings.evaluate.player_options("hf")
-        model = load_player(str(layout.model("imitation")), "hf", **options)
-        judge_player = load_player(str(layout.base_model), "hf", **options)
+        model = load_scorer(settings, layout.model("imitation"))
+        judge_player = load_scorer(settings, layout.base_model)
         try:
             skill = measure_skill(settings, layout, model, judge_player, words, config, said=said)
         finally:

@@ -10,9 +10,9 @@ import json
 
 from spag.config import Settings
 from spag.pipeline.context import Layout
-from spag.pipeline.evaluation import base_openings, evaluation_games, measures_skill
+from spag.pipeline.evaluation import base_openings, evaluation_games, load_scorer, measures_skill
 from spag.play.engine import OpeningLines
-from spag.players import close_player, load_player
+from spag.players import close_player
 from spag.runtime.atomic import write_text_atomic
 from spag.runtime.console import summary
 
@@ -26,7 +26,7 @@ def skill_clues(settings: Settings, layout: Layout) -> None:
     words, config = evaluation_games(settings, layout)
     e = settings.evaluate
     if measures_skill(settings):
-        base = load_player(str(layout.base_model), "hf", **e.player_options("hf"))
+        base = load_scorer(settings, layout.base_model)
         try:
             material = config.game.skill.material(config.game, base, words, config, e.clue_lines, said=said)
         finally:

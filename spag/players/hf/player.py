@@ -306,10 +306,11 @@ class HFPlayer:
         self.counters["generated_tokens"] += sum(r.n_tokens for r in replies if r is not None)
         return replies  # type: ignore[return-value]
 
-    def next_token_logprobs(self, prompts: Sequence[str], opening: str = ""):
+    def next_token_logprobs(self, prompts: Sequence[str], opening: str = "", *, token_ids=None):
         """log p(next token) after each prompt's model input plus ``opening`` (the start of the reply).
 
-        A (len(prompts), vocab) float32 tensor. The prompts are encoded as :meth:`generate` encodes them
+        A (len(prompts), vocab) float32 tensor; with ``token_ids``, its columns of those tokens only (what
+        the vllm backend gives). The prompts are encoded as :meth:`generate` encodes them
         (their common beginning once, kept prompts reused, rows of similar length together), as many at a
         time as fit; without the fast path, one plain forward pass per prompt.
         """
@@ -342,7 +343,10 @@ class HFPlayer:
                 start = end
             if not self._keep_between_calls:
                 self._store.clear()
-        return torch.stack(rows) if rows else torch.empty(0)
+        if not rows:
+            return torch.empty(0, len(token_ids) if token_ids is not None else 0)
+        stacked = torch.stack(rows)
+        return stacked if token_ids is None else stacked[:, torch.as_tensor(token_ids, dtype=torch.long)]
 
     def continuation_logprobs(
         self, prompts: Sequence[str], opening: str, continuations: Sequence[str], *, lead: str = " "
