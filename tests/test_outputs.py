@@ -227,6 +227,29 @@ def test_evaluate_episodes_folder_with_user_files_is_refused(tiny, tmp_path):
     assert not (tmp_path / "m.json").exists()
 
 
+def test_a_claimed_folder_says_whose_it_is_before_its_first_file_lands(tmp_path, monkeypatch):
+    """A command killed right after its first write into a claimed folder (before any bookkeeping that
+    follows the write) leaves a folder marked as its output: a resume accepts it, where an unmarked folder
+    with a file in it would be refused as someone else's."""
+    from spag.harness.claims import release_held
+    from spag.harness.rule import RULE
+    from spag.runtime.atomic import write_text_atomic
+
+    folder = claim_output_dir(tmp_path / "episodes", "play")
+
+    def killed(target):
+        raise KeyboardInterrupt  # the process ends between the file's arrival and what follows it
+
+    monkeypatch.setattr(RULE, "written", killed)
+    with pytest.raises(KeyboardInterrupt):
+        write_text_atomic(folder / "shard-0.jsonl", "{}\n")
+    monkeypatch.undo()
+    release_held()
+    assert (folder / "shard-0.jsonl").exists() and output_kind(folder) == "play"
+    assert claim_output_dir(folder, "play", resume=True) == folder
+    release_held()
+
+
 def test_a_commands_claims_end_with_it(tmp_path):
     """A claimed file is checked at every write while the command lasts (here: a new file only, so a second
     write is refused); once the command ends (release_held), the path is no claim of anyone's."""

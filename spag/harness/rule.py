@@ -126,8 +126,8 @@ class _Rule:
 
     def check(self, target: Path) -> None:
         check_output_file(target, replace=self.files.get(_key(target), "any"))
-
-    def written(self, target: Path) -> None:
+        # A claimed folder is marked before anything lands in it (the write's temporary file included): a
+        # process killed just after a write leaves a folder that says whose it is, which a resume accepts.
         folder = target.parent
         for claimed in [*reversed(folder.parents), folder] if self.folders else ():  # the outer first
             kind = self.folders.get(_key(claimed))
@@ -135,7 +135,9 @@ class _Rule:
                 mark_output_dir(claimed, kind)
                 if output_kind(claimed.parent):  # an output folder inside another: one of its entries
                     record_written(claimed)
-        if self.files.get(_key(target), "any") != "any" or read_manifest(folder).get("kind"):
+
+    def written(self, target: Path) -> None:
+        if self.files.get(_key(target), "any") != "any" or read_manifest(target.parent).get("kind"):
             record_written(target)
 
     def forget(self) -> None:
@@ -167,7 +169,7 @@ def claim_file(path: str | os.PathLike, option: str = "the output", replace: Rep
 
 def claim_folder(path: str | os.PathLike, kind: str) -> None:
     """Claim the output folder ``path`` for ``spag <kind>`` (checked by :mod:`spag.harness.folders`): it is
-    marked with the first file written into it, and a finished folder published there is moved in as
-    that command's output."""
+    marked just before the first file is written into it, and a finished folder published there is moved
+    in as that command's output."""
     enforce()
     RULE.folders[_key(path)] = kind
