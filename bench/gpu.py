@@ -41,6 +41,8 @@ offline-po-zero3-8x2048
 lora-llama-7b-8x2048
                   ``offline-po`` with LoRA (rank 16, all linear layers, the base in bfloat16) on the 7B, the
                   reference being the same weights with the adapters off
+sft-kl-rows-32    ``sft-kl`` at 1.5B on 32 game rows of their own lengths a step (a few hundred tokens each),
+                  padded and then ``padding_free``: tokens/s of each, the padding's share, their ratio
 preflight         what spag sees of the GPUs (spag.models.devices) and the preflight of configs/paper.yaml and
                   its toy and A100-40G versions in this checkout
 play-embedded     self-play with the hf engine (and which path ran: fast or fallback, with the transformers
@@ -645,10 +647,13 @@ def train_rows(ctx: Context, rows: int) -> int:
     return rows // 4 if ctx.cpu else rows
 
 
-def train(ctx: Context, shape: str, method: str, rows: int, **knobs) -> tuple[dict, StepClock, object]:
+def train(
+    ctx: Context, shape: str, method: str, rows: int, *, fill: bool = True, name: str = "", **knobs
+) -> tuple[dict, StepClock, object]:
     """One run of spag's trainer with a model of ``shape`` built on the device, on synthetic game rows
-    (bench/train.py's) long enough to fill ``max_length`` once cut from the left, ``rows`` of them a step (one
-    micro-batch): its summary, its step clock and the model built."""
+    (bench/train.py's) long enough to fill ``max_length`` once cut from the left (``fill`` false: of their
+    own lengths, a few hundred tokens), ``rows`` of them a step (one micro-batch): its summary, its step clock
+    and the model built. ``name`` tells apart the runs of one part."""
     from train import synthetic_rows  # bench/train.py
 
     from spag.runtime.atomic import write_jsonl_atomic
@@ -657,8 +662,9 @@ def train(ctx: Context, shape: str, method: str, rows: int, **knobs) -> tuple[di
 
     sizes = TRAIN[ctx.cpu]
     data = ctx.work / "rows.jsonl"
-    write_jsonl_atomic(data, synthetic_rows(rows * sizes["max_steps"], min_chars=6 * sizes["max_length"]))
-    out = ctx.work / f"out-{method}"
+    filled = 6 * sizes["max_length"] if fill else 0
+    write_jsonl_atomic(data, synthetic_rows(rows * sizes["max_steps"], min_chars=filled))
+    out = ctx.work / f"out-{method}{name}"
     settings = {
         "max_steps": sizes["max_steps"],
         "batch_size": rows,
@@ -786,6 +792,28 @@ def part_training(ctx: Context, method: str, rows: int, *, zero3: bool = False, 
     return result
 
 
+def part_padding_free(ctx: Context, rows: int) -> dict:
+    """``sft-kl`` at 1.5B on game rows of their own lengths (bench/train.py's: a few hundred tokens each),
+    ``rows`` of them a step, twice: in padded micro-batches, then ``padding_free`` (the rows end to end, no
+    padding computed). Both count the rows' own tokens; ``padding_share`` is the share of the padded batches'
+    positions that were padding. Each side is kept as it finishes."""
+    rows = train_rows(ctx, rows)
+    shape, result = "qwen2.5-1.5b", {"method": "sft-kl", "sides": {}}
+    for side, knobs in (("padded", {}), ("padding_free", {"padding_free": True})):
+        summary, clock, model = train(ctx, shape, "sft-kl", rows, fill=False, name=side, **knobs)
+        figures = training_figures(ctx, shape, summary, clock, model, 6, None)
+        del model
+        gc.collect()
+        if side == "padded":
+            positions = sum(r * w for r, w in zip(clock.rows, clock.widths))
+            figures["padding_share"] = round(1 - sum(clock.tokens) / positions, 4) if positions else None
+        result["sides"][side] = figures
+        partial(ctx, result)
+    rates = [result["sides"][side]["steady_tokens_per_s"] for side in ("padded", "padding_free")]
+    result["padding_free_over_padded"] = round(rates[1] / rates[0], 3) if all(rates) else None
+    return result
+
+
 def part_online(ctx: Context) -> dict:
     """One online step: spag's online trainer (TRL's GRPOTrainer) with the hf engine playing the games."""
     from spag.config import Online, Reward, TrainConfig
@@ -862,6 +890,7 @@ PARTS = {  # in the order they run; with the default budget the last ones are sk
     "lora-llama-7b-8x2048": Part(
         functools.partial(part_training, method="offline-po", rows=8, lora=True), 120
     ),
+    "sft-kl-rows-32": Part(functools.partial(part_padding_free, rows=32), 120),
     "preflight": Part(part_preflight, 60),
     "play-embedded": Part(lambda ctx: part_play(ctx, "embedded"), 150),
     "online": Part(part_online, 120),

@@ -286,6 +286,12 @@ class TrainKnobs(Section):
         "one CPU process the beginning a batch shares is encoded once per step; "
         "another order of rows. Not with group_by_length.",
     )
+    padding_free: bool = knob(
+        False,
+        "Lay each micro-batch's rows end to end as one sequence, so that no padding is computed: positions "
+        "restart at each row and the attention keeps rows apart (flash-attention's variable lengths, or a "
+        "block mask with sdpa). For a GPU, where a padded batch computes its padding; the same numbers.",
+    )
     lora_r: int = knob(0, "LoRA rank; 0 trains every weight.", ge=0)
     bf16: bool | None = knob(None, "bfloat16 autocast; null: on a GPU that has it (float32 on a CPU).")
     save_steps: int = knob(500, "Checkpoint every N optimiser steps (what --resume continues from).", ge=1)

@@ -193,6 +193,7 @@ def test_every_part_of_the_gpu_check_runs_at_toy_size(tmp_path):
         "offline-po-16x2048",
         "offline-po-zero3-8x2048",
         "lora-llama-7b-8x2048",
+        "sft-kl-rows-32",
         "preflight",
         "play-embedded",
         "online",
@@ -246,6 +247,12 @@ def test_every_part_of_the_gpu_check_runs_at_toy_size(tmp_path):
     for part in parts[6:12]:  # DeepSpeed in the ZeRO-3 part alone
         assert check["parts"][part]["result"]["deepspeed"] is ("zero3" in part), part
     assert check["parts"]["lora-llama-7b-8x2048"]["result"]["lora"]["parameters"] > 0
+    rows = check["parts"]["sft-kl-rows-32"]["result"]
+    assert list(rows["sides"]) == ["padded", "padding_free"] and rows["padding_free_over_padded"] > 0
+    padded, packed = rows["sides"]["padded"], rows["sides"]["padding_free"]
+    # the same rows, steps and tokens either way; the padded batches computed some padding
+    assert (padded["steps"], padded["tokens"]) == (packed["steps"], packed["tokens"]) and packed["tokens"] > 0
+    assert 0 < padded["padding_share"] < 1 and padded["rows_per_step"] == 8
     online = check["parts"]["online"]["result"]
     assert online["steps"] == 1 and online["games"] > 0 and online["generated_tokens"] > 0
 

@@ -400,3 +400,84 @@ def test_reference_rows_that_begin_alike_reuse_the_row_befores_beginning(tiny, r
     torch.testing.assert_close(
         torch.tensor([logp[i] for i in range(len(items))]), padded, rtol=1e-5, atol=1e-5
     )
+
+
+def test_packed_rows_give_the_padded_batchs_numbers_without_padding_or_host_reads(tiny, rows, monkeypatch):
+    """A batch collated padding_free runs as one sequence of its rows' own tokens (positions restart at each
+    row, so the attention keeps rows apart): no padded position is computed, spag's code reads nothing back
+    to the host, and the log-probabilities and gradients are the padded batch's, up to float rounding."""
+    import os
+    import sys
+
+    import torch
+
+    from spag.models.loading import load_model
+    from spag.train.data import RowDataset, collate
+    from spag.train.reference import model_forward_logprobs
+
+    model, tok = load_model(tiny, device="cpu", dtype="float32")
+    long_row = {**rows[0], "prompt": rows[0]["prompt"] + " Think of every drink you know. " * 12}
+    batch_rows = [*rows, long_row]
+    encoded = encode_rows(
+        [validate_row(r, i) for i, r in enumerate(batch_rows)], tok, 1024, show_progress=False
+    )
+    items = [RowDataset(encoded)[i] for i in range(len(batch_rows))]
+    padded_batch, packed_batch = collate(items, tok.pad_token_id), collate(items, tok.pad_token_id, True)
+    lengths = padded_batch["attention_mask"].sum(dim=1)
+    assert lengths.max() > 1.5 * lengths.min()  # the padded batch holds real padding
+    positions = []
+    handle = model.get_input_embeddings().register_forward_hook(
+        lambda module, args, out: positions.append(args[0].numel())
+    )
+    read = []
+
+    def spy(name):
+        original = getattr(torch.Tensor, name)
+
+        def reading(self, *args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if f"{os.sep}spag{os.sep}" in caller and f"{os.sep}tests{os.sep}" not in caller:
+                read.append(f"{name} in {caller}:{sys._getframe(1).f_lineno}")
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, reading)
+
+    model.train()
+    results = []
+    for batch in (padded_batch, packed_batch):
+        model.zero_grad()
+        positions.clear()
+        if batch is packed_batch:
+            for name in ("tolist", "item", "__int__", "__float__", "__bool__"):
+                spy(name)
+        logp = model_forward_logprobs(model, batch, unpadded=True)  # packed wins over the CPU's groups
+        monkeypatch.undo()
+        (logp * torch.arange(1.0, len(batch_rows) + 1)).sum().backward()
+        results.append((logp.detach(), [p.grad.clone() for p in model.parameters()], sum(positions)))
+    handle.remove()
+    (padded, padded_grads, _), (packed, packed_grads, packed_positions) = results
+    assert read == []
+    assert packed_positions == int(lengths.sum()) < padded_batch["input_ids"].numel()
+    torch.testing.assert_close(packed, padded, rtol=1e-5, atol=1e-5)
+    for a, b in zip(packed_grads, padded_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_training_padding_free_moves_the_policy_as_padded_training_does(tiny, rows, tmp_path):
+    """offline-po with padding_free: the same steps on the same rows give the same model, to float rounding
+    (the reference pass on the fly too, as each step's forward takes the packed rows)."""
+    padded = train(tiny, rows, tmp_path, "padded", learning_rate=2e-3, max_steps=3, ref_on_the_fly=True)
+    packed = train(
+        tiny,
+        rows,
+        tmp_path,
+        "packed",
+        learning_rate=2e-3,
+        max_steps=3,
+        ref_on_the_fly=True,
+        padding_free=True,
+    )
+    moved = shifts(tiny, padded, rows)
+    assert max(abs(m) for m in moved) > 0.02  # the steps changed the model
+    assert shifts(padded, packed, rows) == pytest.approx([0.0] * len(rows), abs=1e-4)

@@ -204,12 +204,15 @@ class RowDataset:
         return item
 
 
-def collate(items: Sequence[Mapping], pad_token_id: int) -> dict:
+def collate(items: Sequence[Mapping], pad_token_id: int, padding_free: bool = False) -> dict:
     """Left-pad a list of rows into tensors.
 
     ``attention_mask`` and ``completion_mask`` are built from lengths, never by comparing ids with the pad
     id (pad may equal eos). ``logits_to_keep`` is the number of trailing positions whose logits the loss
     needs: the longest completion plus the position just before it.
+
+    ``padding_free`` adds the same rows laid end to end (:func:`pack_rows`), which the forward pass then
+    takes instead (:func:`spag.train.reference.model_forward_logprobs`).
     """
     import torch
 
@@ -236,17 +239,49 @@ def collate(items: Sequence[Mapping], pad_token_id: int) -> dict:
     }
     if all("ref_logp" in item for item in items):
         out["ref_logp"] = torch.tensor([float(item["ref_logp"]) for item in items], dtype=torch.float32)
+    if padding_free:
+        out.update(pack_rows(items))
     return out
 
 
-class Collator:
-    """Picklable collate function bound to a pad id (for DataLoader workers)."""
+def pack_rows(items: Sequence[Mapping]) -> dict:
+    """A batch's rows as one sequence without padding, laid out on the host (the forward pass reads
+    nothing back from the device):
 
-    def __init__(self, pad_token_id: int):
-        self.pad_token_id = pad_token_id
+    - ``packed_ids``, ``packed_positions``: ``[1, T]``, the rows end to end, each row's positions from 0
+      (how transformers tells packed rows apart: its attention then keeps each row to itself);
+    - ``packed_keep``: the positions whose logits predict a completion token (each completion token but
+      none of the prompts');
+    - ``packed_rows``: the row of each kept position, and ``packed_counts`` each row's completion tokens.
+    """
+    import torch
+
+    ids, positions, keep, rows, counts = [], [], [], [], []
+    for row, item in enumerate(items):
+        start, n = len(ids), len(item["input_ids"])
+        predicted = min(item["completion_length"], n - 1)  # a row's first token has nothing before it
+        ids += item["input_ids"]
+        positions += range(n)
+        keep += range(start + n - predicted - 1, start + n - 1)
+        rows += [row] * predicted
+        counts.append(predicted)
+    return {
+        "packed_ids": torch.tensor([ids], dtype=torch.long),
+        "packed_positions": torch.tensor([positions], dtype=torch.long),
+        "packed_keep": torch.tensor(keep, dtype=torch.long),
+        "packed_rows": torch.tensor(rows, dtype=torch.long),
+        "packed_counts": torch.tensor(counts, dtype=torch.float32),
+    }
+
+
+class Collator:
+    """Picklable collate function bound to a pad id and the layout (for DataLoader workers)."""
+
+    def __init__(self, pad_token_id: int, padding_free: bool = False):
+        self.pad_token_id, self.padding_free = pad_token_id, padding_free
 
     def __call__(self, items: Sequence[Mapping]) -> dict:
-        return collate(items, self.pad_token_id)
+        return collate(items, self.pad_token_id, self.padding_free)
 
 
 class PromptGroupedSampler:

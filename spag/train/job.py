@@ -452,7 +452,7 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict, tracking: Trackin
     trainer = SpagTrainer(
         model=policy,
         args=run.args,
-        data_collator=Collator(tokenizer.pad_token_id),
+        data_collator=Collator(tokenizer.pad_token_id, padding_free=config.padding_free),
         train_dataset=RowDataset(encoded),
         processing_class=tokenizer,
         callbacks=callbacks,

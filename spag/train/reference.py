@@ -116,11 +116,16 @@ def model_forward_logprobs(
     numbers up to float rounding, and one graph for the backward pass: the shared beginning's gradient is
     the sum of what each row sends it. For a single process on a CPU, where a position costs the same
     whether it is padding, a repeat or new: under DDP or DeepSpeed one forward call per step is what their
-    hooks expect."""
+    hooks expect.
+
+    A batch collated ``padding_free`` (:func:`spag.train.data.pack_rows`) runs as its one packed sequence
+    instead, whatever the other two say."""
     import torch
 
     if supports_logits_to_keep is None:
         supports_logits_to_keep = _accepts(model, "logits_to_keep")
+    if "packed_ids" in batch:
+        return _packed_logprobs(model, batch, supports_logits_to_keep)
     if not unpadded:  # one call on the padded batch, nothing read back to the host (a GPU's way)
         return _group_logprobs(model, batch, supports_logits_to_keep)
     lengths = batch["attention_mask"].sum(dim=1).tolist()
@@ -216,6 +221,27 @@ def _shared_prefix_logprobs(model, batch: dict, lengths: list[int], shared: int)
         order += rows
     logp = torch.cat(parts)
     return logp[torch.argsort(torch.tensor(order, device=logp.device))]
+
+
+def _packed_logprobs(model, batch: dict, supports_logits_to_keep: bool):
+    """:func:`model_forward_logprobs` of a batch's packed rows: one sequence, no attention mask (transformers
+    reads where each row starts from the positions), logits only where a completion token is predicted
+    (``logits_to_keep`` as indices), each row's mean log-probability from its tokens'."""
+    import torch
+    import torch.nn.functional as F
+
+    keep = batch["packed_keep"]
+    kwargs = {"logits_to_keep": keep} if supports_logits_to_keep else {}
+    logits = model(
+        input_ids=batch["packed_ids"], position_ids=batch["packed_positions"], use_cache=False, **kwargs
+    ).logits[0]
+    if not supports_logits_to_keep:
+        logits = logits[keep]
+    targets = batch["packed_ids"][0, keep + 1]
+    token_logprobs = -F.cross_entropy(logits.float(), targets, reduction="none")
+    counts = batch["packed_counts"]
+    sums = torch.zeros(counts.shape[0], dtype=token_logprobs.dtype, device=token_logprobs.device)
+    return sums.index_add(0, batch["packed_rows"], token_logprobs) / counts.clamp(min=1).to(sums.dtype)
 
 
 def _group_logprobs(model, batch: dict, supports_logits_to_keep: bool):
