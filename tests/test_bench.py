@@ -30,6 +30,19 @@ HISTORY = [{"role": "attacker", "content": "What do you drink in the morning to 
 PROMPTS = [build_prompt("attacker", "coffee", [], 3), build_prompt("defender", "coffee", HISTORY, 3)]
 
 
+def run_bench(script: str, *arguments) -> subprocess.CompletedProcess:
+    """``bench/SCRIPT ARGUMENTS`` run to its end; it must succeed."""
+    done = subprocess.run(
+        [sys.executable, str(PLAY.parent / script), *map(str, arguments)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 @pytest.fixture(scope="module")
 def bench():
     """bench/play.py as a module (imported when a test needs it, not when the tests are collected)."""
@@ -41,13 +54,19 @@ def bench():
 
 @pytest.mark.slow
 def test_every_side_of_the_play_bench_plays_its_games_at_toy_size(bench):
+    # decoder generate's side (static) plays at toy size in the GPU check's play-b32 part, its games the
+    # counter side's: left out here for CI's minutes
+    sides = [side for side in bench.SIDES if side != "static"]
     done = subprocess.run(
-        [sys.executable, str(PLAY), "--toy", "--json"], capture_output=True, text=True, timeout=900
+        [sys.executable, str(PLAY), "--toy", "--json", "--sides", ",".join(sides)],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["toy"] and figures["dtype"] == "float32"
-    assert list(figures["sides"]) == list(bench.SIDES)
+    assert list(figures["sides"]) == sides
     for side, total in figures["sides"].items():
         assert total["episodes"] > 0 and total["utterances"] >= total["episodes"], side
         assert total["generated_tokens"] > 0 and total["prompt_tokens"] > 0, side
@@ -55,8 +74,8 @@ def test_every_side_of_the_play_bench_plays_its_games_at_toy_size(bench):
         assert total["cannot_keep"] == bench.CANNOT_KEEP[side], side
     assert figures["sides"]["baseline"]["episodes"] == bench.TOY["baseline_words"]
     assert "tokens_past_stop" in figures["sides"]["generate_batch"]
-    assert set(figures["library_paths"]) == set(bench.LIBRARY_SIDES)
-    assert set(figures["ratios"]) == {f"batched_vs_{side}" for side in bench.SIDES if side != "batched"}
+    assert set(figures["library_paths"]) == set(bench.LIBRARY_SIDES) - {"static"}
+    assert set(figures["ratios"]) == {f"batched_vs_{side}" for side in sides if side != "batched"}
 
 
 # ----------------------------------------------------------------------- what each library side keeps
@@ -397,25 +416,7 @@ def test_the_training_bench_runs_every_setting_at_toy_size(tmp_path):
     """bench/train.py on a tiny model: each setting in its own process, the padded batches beside the rows
     grouped by length that a CPU run uses."""
     model = make_tiny_checkpoint(tmp_path / "tiny")
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(PLAY.parent / "train.py"),
-            "--model",
-            str(model),
-            "--rows",
-            "12",
-            "--steps",
-            "3",
-            "--repeats",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_bench("train.py", "--model", model, "--rows", 12, "--steps", 3, "--repeats", 1)
     table = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.split()}
     for setting in ("precomputed-cold", "precomputed-warm", "padded", "on-the-fly"):
         assert setting in table and float(table[setting][2]) > 0, done.stdout  # step tokens/s
@@ -464,3 +465,20 @@ def test_the_linear_bench_measures_every_product_at_toy_size():
         rates = [float(value) for value in row[4:7]]
         assert all(rate > 0 for rate in rates) and row[-1].endswith("x"), row
     assert done.stdout.strip().splitlines()[-1] == "bench/linear: 4 products measured"
+
+
+# ------------------------------------------------------------------ bench/skill.py at toy size
+
+
+@pytest.mark.slow
+def test_the_skill_bench_scores_alike_on_every_side_at_toy_size(tmp_path):
+    """bench/skill.py on a tiny model: each prompt run whole, the shared beginning, and the vllm player
+    (vLLM's CPU build) score the same candidates to 1e-3 (the script exits otherwise), each side timed."""
+    model = make_tiny_checkpoint(tmp_path / "tiny", heads=2)  # vLLM's CPU attention: head size >= 32
+    done = run_bench("skill.py", "--model", model, "--words", 3, "--rounds", 1, "--vllm", "--json")
+    figures = json.loads(done.stdout[done.stdout.index("{") : done.stdout.rindex("}") + 1])
+    assert figures["prompts"] == figures["candidates"] == 3 and figures["max_logprob_difference"] < 1e-3
+    assert min(figures[f"{side}_s_per_prompt"] for side in ("plain", "shared", "vllm")) > 0
+    assert figures["vllm_over_shared"] > 0 and done.stdout.strip().splitlines()[-1].startswith(
+        "[bench/skill]"
+    )

@@ -389,14 +389,18 @@ def test_provenance_names_the_kernels_torch_runs_when_they_are_capped():
 def test_vllm_scores_tokens_and_continuations_as_hf_does(random_model):
     """The vllm player's log-probabilities (named tokens of a position; continuations of several tokens,
     scored through a tree of shared prefixes) are the hf player's on the same float32 model, to float32's
-    noise between two engines' kernels; and the dictionary guess picks the same words on both."""
+    noise between two engines' kernels; the dictionary guess picks the same words and the skill metrics
+    give the same ranks on both."""
     from spag.game.taboo.prompts import PLAY_TEMPLATE
     from spag.game.taboo.rules import PREDICTION_PHRASE
+    from spag.game.taboo.skill import clue_ranks, guess_ranks
     from spag.game.taboo.strategies import DictionaryGuesser
+    from spag.play.engine import PlayConfig
 
     words = ["coffee", "tea", "photosynthesis", "apple", "applesauce", "kaleidoscope", "sun"]
     vocabulary = ["coffee", "tea", "apple", "sun", "moon", "river", "bread", "cloud"]
     histories = [HISTORY[:1], HISTORY, []]
+    clues = [(w, f"You drink {w} hot in the morning, a {w} a day") for w in words[:4]]
     got = {}
     for backend in BACKENDS:
         with opened(random_model, backend) as player:
@@ -408,6 +412,8 @@ def test_vllm_scores_tokens_and_continuations_as_hf_does(random_model):
                 player.continuation_logprobs(PROMPTS, PREDICTION_PHRASE, words),
                 player.continuation_logprobs(PROMPTS, "", ["Hot tea", "Cold"], lead=""),
                 guesser.guess(histories),
+                clue_ranks(player, clues, words),
+                guess_ranks(player, clues, words, PlayConfig.of(max_turns=3)),
             )
     assert max(len(p) for p in pieces) >= 3 and len({p[0] for p in pieces}) < len(pieces)  # a real tree
     hf, vllm = got["hf"], got["vllm"]
@@ -420,3 +426,5 @@ def test_vllm_scores_tokens_and_continuations_as_hf_does(random_model):
     column = ids.index(first["photosynthesis"])
     assert (vllm[1][:, words.index("photosynthesis")] < vllm[0][:, column] - 1e-3).all()
     assert vllm[3] == hf[3] and len(vllm[3]) == len(histories)
+    # the skill metrics' ranks (the judge's clue rank, the defender's guess rank) are the same on both
+    assert vllm[4] == hf[4] and vllm[5] == hf[5] and len(vllm[5]) == len(clues)
