@@ -93,9 +93,8 @@ def _games_against_opponents(
         imitation = load_scorer(settings, layout.model("imitation"))
         players.callback(close_player, imitation)
         opponents["vs_baseline"] = game.skill.baseline(name, {"imitation": imitation, "base": base})
-        if (
-            e.backend == "vllm"
-        ):  # each engine takes its share of the GPU: one imitation engine for both matches
+        if e.backend == "vllm":
+            # each engine takes its share of the GPU: one imitation engine for both matches
             opponents["vs_imitation"] = imitation
     # The model's opening lines, the same in every match, are generated once; the imitation model's were said
     # in evaluate_imitation.
