@@ -251,12 +251,36 @@ def test_rows_run_without_padding_give_the_padded_batchs_numbers(tiny, rows):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+# A tensor turned into a Python value: each of these waits for the device.
+HOST_READS = ("tolist", "item", "__int__", "__float__", "__bool__")
+
+
+def spy_on_host_reads(monkeypatch, names=HOST_READS) -> list[str]:
+    """Record each of ``names`` that spag's own code (not a test's, not a library's) calls on a tensor, until
+    ``monkeypatch.undo()``: the list the calls are appended to, as "NAME in FILE:LINE"."""
+    import os
+    import sys
+
+    import torch
+
+    read: list[str] = []
+    for name in names:
+        original = getattr(torch.Tensor, name)
+
+        def reading(self, *args, _name=name, _original=original, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if f"{os.sep}spag{os.sep}" in caller and f"{os.sep}tests{os.sep}" not in caller:
+                read.append(f"{_name} in {caller}:{sys._getframe(1).f_lineno}")
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, reading)
+    return read
+
+
 def test_the_padded_forward_of_a_gpu_step_reads_nothing_back_to_the_host(tiny, rows, monkeypatch):
     """spag's code around the padded batch's forward (a GPU's, the policy's and the reference's each step)
     makes no Python value of a tensor: no ``tolist``, ``item``, ``int``, ``float`` or truth of one, each a wait
     for the device. (transformers' own mask building tests its mask once a forward; that one is its.)"""
-    import os
-    import sys
 
     import torch
 
@@ -268,27 +292,13 @@ def test_the_padded_forward_of_a_gpu_step_reads_nothing_back_to_the_host(tiny, r
     encoded = encode_rows([validate_row(r, i) for i, r in enumerate(rows)], tok, 1024, show_progress=False)
     batch = collate([RowDataset(encoded)[i] for i in range(len(rows))], tok.pad_token_id)
     expected = model_forward_logprobs(model, batch, unpadded=True)
-    read = []
-
-    def spy(name):
-        original = getattr(torch.Tensor, name)
-
-        def reading(self, *args, **kwargs):
-            caller = sys._getframe(1).f_code.co_filename
-            if f"{os.sep}spag{os.sep}" in caller and f"{os.sep}tests{os.sep}" not in caller:
-                read.append(f"{name} in {caller}:{sys._getframe(1).f_lineno}")
-            return original(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, reading)
-
-    for name in ("tolist", "item", "__int__", "__float__", "__bool__"):
-        spy(name)
+    read = spy_on_host_reads(monkeypatch)
     logp = model_forward_logprobs(model, batch)
     monkeypatch.undo()
     assert read == []
     torch.testing.assert_close(logp, expected, rtol=1e-5, atol=1e-5)
     # the check sees spag's reads: the unpadded path (a CPU's) reads the rows' lengths
-    spy("tolist")
+    read = spy_on_host_reads(monkeypatch, ("tolist",))
     model_forward_logprobs(model, batch, unpadded=True)
     monkeypatch.undo()
     assert any("reference.py" in r for r in read)
@@ -406,8 +416,6 @@ def test_packed_rows_give_the_padded_batchs_numbers_without_padding_or_host_read
     """A batch collated padding_free runs as one sequence of its rows' own tokens (positions restart at each
     row, so the attention keeps rows apart): no padded position is computed, spag's code reads nothing back
     to the host, and the log-probabilities and gradients are the padded batch's, up to float rounding."""
-    import os
-    import sys
 
     import torch
 
@@ -429,27 +437,14 @@ def test_packed_rows_give_the_padded_batchs_numbers_without_padding_or_host_read
     handle = model.get_input_embeddings().register_forward_hook(
         lambda module, args, out: positions.append(args[0].numel())
     )
-    read = []
-
-    def spy(name):
-        original = getattr(torch.Tensor, name)
-
-        def reading(self, *args, **kwargs):
-            caller = sys._getframe(1).f_code.co_filename
-            if f"{os.sep}spag{os.sep}" in caller and f"{os.sep}tests{os.sep}" not in caller:
-                read.append(f"{name} in {caller}:{sys._getframe(1).f_lineno}")
-            return original(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, reading)
-
+    read: list[str] = []
     model.train()
     results = []
     for batch in (padded_batch, packed_batch):
         model.zero_grad()
         positions.clear()
         if batch is packed_batch:
-            for name in ("tolist", "item", "__int__", "__float__", "__bool__"):
-                spy(name)
+            read = spy_on_host_reads(monkeypatch)
         logp = model_forward_logprobs(model, batch, unpadded=True)  # packed wins over the CPU's groups
         monkeypatch.undo()
         (logp * torch.arange(1.0, len(batch_rows) + 1)).sum().backward()
