@@ -31,7 +31,9 @@ def plain_continuation_logprobs(player, prompts, opening, continuations):
     import torch
     from transformers import DynamicCache
 
-    opening_ids = player.tokenizer(opening, add_special_tokens=False)["input_ids"] if opening else []
+    from spag.players.base import text_ids
+
+    opening_ids = text_ids(player.tokenizer, opening)
     pieces = [player.tokenizer(" " + c, add_special_tokens=False)["input_ids"] for c in continuations]
     width = max(len(p) for p in pieces)
     pad = player._end_ids[0]

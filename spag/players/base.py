@@ -84,6 +84,12 @@ def derive_seed(*keys: object) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
+def text_ids(tokenizer, text: str) -> list[int]:
+    """Token ids of ``text`` alone, no special tokens (``[]`` for no text): what follows a prompt's model
+    input, such as the opening of a reply."""
+    return tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+
+
 def turn_end_ids(tokenizer, eos_ids: Sequence[int] = (), vocab_size: int | None = None) -> list[int]:
     """Token ids that end a turn: eos (the chat template's end-of-turn) and every other special token.
 

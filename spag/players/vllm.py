@@ -39,7 +39,15 @@ from unittest.mock import patch
 
 from spag.models.chat import model_input_ids
 from spag.models.loading import resolve_dtype, setup_special_tokens
-from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at, per_prompt_seeds, turn_end_ids
+from spag.players.base import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Reply,
+    cut_at,
+    per_prompt_seeds,
+    text_ids,
+    turn_end_ids,
+)
 from spag.players.options import VLLMOptions
 from spag.runtime.console import first_line
 from spag.runtime.errors import PlayerError
@@ -284,7 +292,7 @@ class VLLMPlayer:
         import torch
 
         ids = [int(t) for t in token_ids]
-        opening_ids = self._opening_ids(opening)
+        opening_ids = text_ids(self.tokenizer, opening)
         prefixes = [model_input_ids(self.tokenizer, p, self.max_prompt_tokens) + opening_ids for p in prompts]
         scored = self._scored(prefixes, [ids] * len(prefixes))
         return torch.tensor([[row[t] for t in ids] for row in scored], dtype=torch.float32).reshape(
@@ -312,7 +320,7 @@ class VLLMPlayer:
                 after = following.setdefault(tuple(piece[:k]), [])
                 if token not in after:
                     after.append(token)
-        opening_ids = self._opening_ids(opening)
+        opening_ids = text_ids(self.tokenizer, opening)
         nodes = list(following)
         prefixes, wanted = [], []
         for prompt in prompts:
@@ -325,9 +333,6 @@ class VLLMPlayer:
             at = dict(zip(nodes, scored[i * len(nodes) : (i + 1) * len(nodes)]))
             rows.append([sum(at[tuple(p[:k])][t] for k, t in enumerate(p)) for p in pieces])
         return torch.tensor(rows, dtype=torch.float32).reshape(len(prompts), len(pieces))
-
-    def _opening_ids(self, opening: str) -> list[int]:
-        return self.tokenizer(opening, add_special_tokens=False)["input_ids"] if opening else []
 
     def _scored(
         self, prefixes: Sequence[list[int]], token_ids: Sequence[list[int]]

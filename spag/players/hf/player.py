@@ -17,7 +17,15 @@ import numpy as np
 from spag.models.batching import shared_prefix_length
 from spag.models.chat import model_input_ids
 from spag.models.loading import load_model, setup_special_tokens
-from spag.players.base import FINISH_LENGTH, FINISH_STOP, Reply, cut_at, per_prompt_seeds, turn_end_ids
+from spag.players.base import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Reply,
+    cut_at,
+    per_prompt_seeds,
+    text_ids,
+    turn_end_ids,
+)
 from spag.players.hf.attention import DECODE_ATTENTION, register_decode_attention, shared_slots
 from spag.players.hf.compat import fallback_reason, tell_fallback
 from spag.players.hf.generate import generate_replies
@@ -316,8 +324,11 @@ class HFPlayer:
         """
         import torch
 
-        opening_ids = self.tokenizer(opening, add_special_tokens=False)["input_ids"] if opening else []
+        opening_ids = text_ids(self.tokenizer, opening)
         encoded = [self.encode(prompt) + opening_ids for prompt in prompts]
+        columns = (
+            None if token_ids is None else torch.as_tensor(token_ids, dtype=torch.long, device=self.device)
+        )
         rows: list = [None] * len(encoded)
         linears = (
             weight_first(self.model, self._packs)
@@ -339,14 +350,14 @@ class HFPlayer:
                     _, _, logits = self._prefill(plan, max_new_tokens=1, keep=False)
                     order = plan.order
                 for b, i in enumerate(order):
-                    rows[start + i] = torch.log_softmax(logits[b].float(), dim=-1).cpu()
+                    logp = torch.log_softmax(logits[b].float(), dim=-1)
+                    rows[start + i] = (logp if columns is None else logp[columns]).cpu()  # named ones only
                 start = end
             if not self._keep_between_calls:
                 self._store.clear()
         if not rows:
-            return torch.empty(0, len(token_ids) if token_ids is not None else 0)
-        stacked = torch.stack(rows)
-        return stacked if token_ids is None else stacked[:, torch.as_tensor(token_ids, dtype=torch.long)]
+            return torch.empty(0, len(columns) if columns is not None else 0)
+        return torch.stack(rows)
 
     def continuation_logprobs(
         self, prompts: Sequence[str], opening: str, continuations: Sequence[str], *, lead: str = " "
@@ -362,7 +373,7 @@ class HFPlayer:
         """
         import torch
 
-        opening_ids = self.tokenizer(opening, add_special_tokens=False)["input_ids"] if opening else []
+        opening_ids = text_ids(self.tokenizer, opening)
         pieces = [self.tokenizer(lead + c, add_special_tokens=False)["input_ids"] for c in continuations]
         if not pieces or any(not p for p in pieces):
             raise ValueError("every continuation needs at least one token")
