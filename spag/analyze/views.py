@@ -34,6 +34,7 @@ episodes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import re
@@ -114,20 +115,37 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _judge_udf(game: str, settings_json: str, target_word: str, history_json: str, max_turns: int):
-    """The verdict of ``game``'s judge, its settings those of ``settings_json`` over its defaults."""
+@functools.lru_cache(maxsize=256)
+def _judge(game: str, settings_json: str, max_turns: int):
+    """``game``'s judge with the settings of ``settings_json`` over its defaults (one per kind of episode)."""
+    cls = game_class(game or DEFAULT_GAME)
+    settings = cls.Settings.model_validate(
+        {**json.loads(settings_json or "{}"), "max_turns": max_turns, "name": cls.name}
+    )
+    return cls(settings).judge
+
+
+def _verdict(game, settings_json, target_word, history_json, max_turns) -> dict | None:
+    """One episode's verdict; None where an argument is NULL or does not make an episode."""
+    if None in (game, settings_json, target_word, history_json, max_turns):
+        return None  # what DuckDB gives a scalar function's NULL argument
     try:
-        cls = game_class(game or DEFAULT_GAME)
-        settings = cls.Settings.model_validate(
-            {**json.loads(settings_json or "{}"), "max_turns": int(max_turns), "name": cls.name}
-        )
         history = json.loads(history_json)
         if isinstance(history, str):  # a history column that already held JSON text, encoded once more
             history = json.loads(history)
-        verdict = cls(settings).judge(target_word, history)
+        verdict = _judge(game, settings_json, int(max_turns))(target_word, history)
     except (ValueError, KeyError, TypeError):
         return None
     return {"outcome": verdict.outcome, "turns": verdict.turns}
+
+
+def _judge_udf(game, settings_json, target_word, history_json, max_turns):
+    """``spag_judge_by`` over a vector of episodes (Arrow arrays in and out)."""
+    import pyarrow as pa
+
+    columns = (game, settings_json, target_word, history_json, max_turns)
+    verdicts = [_verdict(*row) for row in zip(*(column.to_pylist() for column in columns))]
+    return pa.array(verdicts, type=pa.struct([("outcome", pa.string()), ("turns", pa.int32())]))
 
 
 def _sides_sql(column: str, side: int) -> str:
@@ -206,7 +224,7 @@ def register_episodes(con, glob: str = DEFAULT_GLOB, rules: str | None = None) -
     """Create the ``episodes`` view (and ``spag_files``) on ``con``; returns the files it reads.
 
     With ``rules`` (whole-word or original) every episode is judged again by those rules, whatever
-    outcome its file stores. The UDF ``spag_judge_by(target_word, history_json, max_turns, rules)`` is
+    outcome its file stores. The UDF ``spag_judge_by(game, settings, target_word, history_json, max_turns)`` is
     always there, for queries that compare rule sets (``rules_diff``).
     """
     import duckdb
@@ -218,6 +236,7 @@ def register_episodes(con, glob: str = DEFAULT_GLOB, rules: str | None = None) -
         _judge_udf,
         [duckdb.sqltype(t) for t in ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "INTEGER")],
         duckdb.sqltype("STRUCT(outcome VARCHAR, turns INTEGER)"),
+        type="arrow",
     )
     needs_judge = [
         f for f, cols in zip(files, per_file) if rules is not None or not {"outcome", "turns"} <= cols
