@@ -482,3 +482,83 @@ def test_the_skill_bench_scores_alike_on_every_side_at_toy_size(tmp_path):
     assert figures["vllm_over_shared"] > 0 and done.stdout.strip().splitlines()[-1].startswith(
         "[bench/skill]"
     )
+
+
+# ------------------------- bench/judge.py, reward.py, analyze.py, online.py and bf16_rounding.py at toy size
+
+
+def test_the_judge_bench_judges_every_outcome_at_toy_size():
+    """bench/judge.py on a small corpus: every outcome is in it, and the judge's rate is measured."""
+    done = run_bench("judge.py", "--episodes", 400, "--words", 40)
+    outcomes = next(line for line in done.stdout.splitlines() if line.startswith("outcomes: "))
+    for outcome in ("attacker_wins", "defender_wins", "tie", "attacker_breaks_rules"):
+        assert f"'{outcome}'" in outcomes, done.stdout
+    rate = next(line for line in done.stdout.splitlines() if line.startswith("judge: "))
+    assert float(rate.split()[1].replace(",", "")) > 0, done.stdout
+
+
+def test_the_reward_bench_runs_spag_reward_on_its_corpus_at_toy_size(tmp_path):
+    """bench/reward.py: `spag reward` on the judge bench's corpus, its rows kept where --keep says."""
+    done = run_bench("reward.py", "--episodes", 300, "--words", 30, "--repeats", 1, "--keep", tmp_path)
+    assert (tmp_path / "episodes.parquet").is_file() and (tmp_path / "rows.parquet").is_file()
+    summary = done.stdout.strip().splitlines()[-1]
+    assert summary.startswith("its summary: [spag reward] 300 records"), done.stdout
+
+
+def test_the_analyze_bench_runs_every_named_query_at_toy_size(tmp_path):
+    """bench/analyze.py on a few thousand episodes: every named query runs and is timed against its limit;
+    rules_diff, which judges every episode by both rule sets, gets the judge's time for them."""
+    from spag.analyze import named_queries
+
+    done = run_bench("analyze.py", "--episodes", 3000, "--shards", 3, "--repeat", 1, "--limit", 60)
+    table = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.split()}
+    for name in named_queries():
+        assert table[name][-1] == "PASS" and float(table[name][-2]) == 60.0, done.stdout
+    assert done.stdout.strip().splitlines()[-1] == (
+        f"[bench/analyze] {len(named_queries())} of {len(named_queries())} queries within their limits"
+    )
+    # A query that judges gets 2 judgements an episode at the judge's 20,000 episodes/s; one over it fails.
+    done = subprocess.run(
+        [sys.executable, str(PLAY.parent / "analyze.py"), "--episodes", "3000", "--shards", "1", "--repeat", "1",
+         "--limit", "0.1", "--query", "rules_diff"],
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    row = next(line.split() for line in done.stdout.splitlines() if line.startswith("rules_diff"))
+    assert (done.returncode, row[-2], row[-1]) == (1, "0.3", "FAIL"), done.stdout + done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[bench/analyze] 0 of 1 queries within their limits"
+
+
+@pytest.mark.slow
+def test_the_online_bench_times_its_steps_at_toy_size(tmp_path):
+    """bench/online.py on a tiny model: two optimiser steps of online self-play, each timed, their games
+    played, and an epoch's time estimated from them."""
+    model = make_tiny_checkpoint(tmp_path / "tiny")
+    out = tmp_path / "online.json"
+    run_bench("online.py", "--model", model, "--steps", 2, "--words-per-step", 2, "--games-per-word", 1,
+              "--json", out)  # fmt: skip
+    figures = json.loads(out.read_text())
+    assert (figures["steps"], figures["games_per_step"]) == (2, 2), figures
+    assert figures["step_seconds"] > 0 and figures["play_seconds"] > 0 and figures["epoch_minutes"] > 0
+
+
+def test_the_bf16_rounding_bench_tells_updates_below_bfloat16s_step_from_those_above(tmp_path):
+    """bench/bf16_rounding.py on a checkpoint and two updates of it: one far below bfloat16's relative step
+    of 2^-8 (almost every weight changes in float32, few once cast), one far above (most stay changed)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    before = make_tiny_checkpoint(tmp_path / "before")
+    weights = load_file(before / "model.safetensors")
+    shares = {}
+    for name, step in (("small", 2.0**-14), ("large", 2.0**-4)):
+        after = tmp_path / name
+        after.mkdir()
+        save_file(
+            {k: (v.float() * (1 + step)).to(v.dtype) for k, v in weights.items()}, after / "model.safetensors"
+        )
+        done = run_bench("bf16_rounding.py", before, after)
+        line = next(line for line in done.stdout.splitlines() if line.startswith("changed in float32: "))
+        shares[name] = [float(part.rstrip("%;")) for part in line.split() if part.rstrip("%;")[-1:].isdigit()]
+    assert weights and all(t.dtype == torch.float32 for t in weights.values())
+    assert shares["small"][0] > 90 and shares["small"][1] < 5, shares
+    assert shares["large"][0] > 90 and shares["large"][1] > 90, shares
