@@ -286,6 +286,14 @@ class TrainKnobs(Section):
         "one CPU process the beginning a batch shares is encoded once per step; "
         "another order of rows. Not with group_by_length.",
     )
+    batch_rebalance: bool = knob(
+        False,
+        "Micro-batches of balanced cost (transformers' BatchRebalanceSampler): each optimiser step takes "
+        "batch_size x grad_accum rows per process as ever, dealt into micro-batches of similar tokens, many "
+        "short rows or a few long ones; each row's loss is divided by the rows of the whole step (per kind "
+        "for offline-po), so a row weighs the same whatever its micro-batch. Not with group_by_length or "
+        "group_by_prompt.",
+    )
     padding_free: bool = knob(
         False,
         "Lay each micro-batch's rows end to end as one sequence, so that no padding is computed: positions "
@@ -304,10 +312,12 @@ class TrainKnobs(Section):
 
     @model_validator(mode="after")
     def _one_batch_order(self):
-        if self.group_by_length and self.group_by_prompt:
+        orders = [
+            name for name in ("group_by_length", "group_by_prompt", "batch_rebalance") if getattr(self, name)
+        ]
+        if len(orders) > 1:
             raise SettingError(
-                ("group_by_length", "group_by_prompt"),
-                "each orders the batches its own way: set one of them false",
+                tuple(orders), "each orders the batches its own way: set all but one of them false"
             )
         return self
 

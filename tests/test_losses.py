@@ -397,3 +397,46 @@ def test_six_to_one_weights_reduction_loses_the_role_balance_on_single_role_batc
     # With one row per batch the role weight cancels: the defender's share falls to its share of reward, 1/7.
     mass = expected_gradient_mass(six_to_one_game_rows(), 1, "weights")
     assert mass["defender"] / (mass["attacker"] + mass["defender"]) == pytest.approx(1 / 7, rel=1e-9)
+
+
+# --------------------------------------------------- micro-batches of varying size (batch_rebalance)
+
+
+@pytest.mark.parametrize(
+    ("method", "reduction"), [(SFT, "rows"), (SFT_KL, "rows"), (OFFLINE_PO, "rows"), (OFFLINE_PO, "weights")]
+)
+def test_a_steps_uneven_micro_batches_with_its_rows_give_the_loss_and_gradient_of_one_batch(
+    method, reduction
+):
+    """Seven rows of both kinds dealt into micro-batches of 1, 2 and 4 rows (one without sft rows, as
+    batch_rebalance may deal them): each divided by the step's rows (step_rows) and averaged over the three,
+    as the Trainer does, they give the loss and gradient of one batch of the seven. Each micro-batch's
+    own counts give another loss: the rows of the small batches would weigh more."""
+    from spag.train.losses import step_rows
+
+    generator = torch.Generator().manual_seed(0)
+    logp = (-torch.rand(7, generator=generator) * 3).requires_grad_()
+    batch = {
+        "weight": torch.tensor([1.0, 0.5, 2.0, 1.0, 1.5, 0.25, 1.0]),
+        "reward": torch.tensor([1.0, -1.0, 0.5, 0.0, 1.0, -0.5, 0.0]),
+        "is_game": torch.tensor([True, True, False, True, False, True, False]),
+    }
+    ref_logp = logp.detach() + 0.1 * torch.randn(7, generator=generator)
+
+    def loss_of(rows, step=None):
+        part = {key: value[rows] for key, value in batch.items()}
+        return compute_loss(
+            method, logp[rows], part, ref_logp[rows], BETA, EPS, ALPHA, reduction=reduction, step_rows=step
+        )[0]
+
+    whole = loss_of(list(range(7)))
+    (whole_grad,) = torch.autograd.grad(whole, logp)
+    parts = [[3], [0, 5], [1, 2, 4, 6]]
+    assert not batch["is_game"][[0, 5]].logical_not().any()  # the middle one has no sft row
+    shares = step_rows([{key: value[rows] for key, value in batch.items()} for rows in parts]) / len(parts)
+    split = sum(loss_of(rows, shares) for rows in parts) / len(parts)
+    (split_grad,) = torch.autograd.grad(split, logp)
+    assert split.item() == pytest.approx(whole.item(), abs=1e-6)
+    assert torch.allclose(split_grad, whole_grad, atol=1e-6)
+    own = sum(loss_of(rows) for rows in parts) / len(parts)
+    assert abs(own.item() - whole.item()) > 1e-3

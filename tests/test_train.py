@@ -1,7 +1,11 @@
 """Tokenisation, the reference cache and whole training runs on a tiny real Llama (no download)."""
 
 import json
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -730,6 +734,54 @@ def test_rows_whose_prompts_begin_alike_are_batched_together_in_a_seeded_order(t
         TrainConfig.model_validate({"group_by_length": True, "group_by_prompt": True})
 
 
+def test_rebalanced_micro_batches_hold_a_steps_rows_in_groups_of_like_cost_in_a_seeded_order(tmp_path):
+    """batch_rebalance: transformers' sampler deals each step's batch_size x grad_accum rows into grad_accum
+    micro-batches of similar cost (many short rows or a few long ones), every row once an epoch, in an order
+    the run's seed decides; with group_by_length it is refused, naming both keys."""
+    import random
+
+    from pydantic import ValidationError
+
+    from spag.config import TrainConfig
+    from spag.train.data import RowDataset
+    from spag.train.job import _training_arguments
+    from spag.train.trainer import SpagTrainer
+
+    rng = random.Random(0)
+    lengths = [rng.choice([40, 60, 400, 600]) for _ in range(64)]
+
+    class Rows:  # what RowDataset reads: rows of short and long prompts
+        input_ids = tuple([7] * n for n in lengths)
+        completion_lengths = (2,) * 64
+        weights = rewards = is_game = (1,) * 64
+        ref_logprobs = None
+
+        def __len__(self):
+            return 64
+
+    def micro_batches(seed):
+        config = TrainConfig(live=False, batch_size=4, grad_accum=4, seed=seed, batch_rebalance=True)
+        trainer = SpagTrainer.__new__(SpagTrainer)  # only what the sampler reads
+        trainer.args = _training_arguments(config, tmp_path, "cpu")
+        trainer.train_dataset, trainer.batch_rebalance = RowDataset(Rows()), True
+        return list(trainer._get_train_sampler())
+
+    batches = micro_batches(0)
+    assert len(batches) == 16 and sorted(i for b in batches for i in b) == list(range(64))
+    steps = [batches[s : s + 4] for s in range(0, 16, 4)]
+    assert all(sum(map(len, step)) == 16 for step in steps)  # each step: batch_size x grad_accum rows
+    assert len({len(b) for b in batches}) > 1  # of varying size
+
+    def padded_tokens(groups):
+        return sum(len(b) * max(lengths[i] for i in b) for b in groups)
+
+    shuffled = random.Random(1).sample(range(64), 64)
+    assert padded_tokens(batches) < 0.75 * padded_tokens([shuffled[b : b + 4] for b in range(0, 64, 4)])
+    assert micro_batches(0) == batches and micro_batches(1) != batches
+    with pytest.raises(ValidationError, match="group_by_length: each orders the batches its own way"):
+        TrainConfig.model_validate({"group_by_length": True, "batch_rebalance": True})
+
+
 def test_a_deepspeed_run_asks_pycpuinfo_about_the_cpu_once(monkeypatch):
     """DeepSpeed asks py-cpuinfo at each op it loads and py-cpuinfo starts a Python process per question;
     a DeepSpeed run (its training arguments) keeps the first answer for the process, every caller gets its
@@ -864,3 +916,41 @@ def test_lora_under_bf16_holds_the_frozen_base_in_bfloat16_and_the_adapters_in_f
     assert dtypes(TrainConfig(lora_r=4, live=False), bf16=True) == ({torch.bfloat16}, {torch.float32})
     assert dtypes(TrainConfig(lora_r=4, live=False), bf16=False) == ({torch.float32}, {torch.float32})
     assert dtypes(TrainConfig(live=False), bf16=True) == (set(), {torch.float32})
+
+
+# Each of two gloo processes under torchrun has its own micro-batches of a step and writes its shares.
+STEP_SHARES = """
+import json, sys, torch, torch.distributed as dist
+from spag.train.trainer import step_shares
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+mine = [[(True, 1.0)], [(True, 0.5), (False, 2.0)]] if rank == 0 else [[(True, 1.5), (True, 1.0), (False, 1.0)], [(False, 0.25)]]
+batches = [
+    {"is_game": torch.tensor([g for g, _ in rows]), "weight": torch.tensor([w for _, w in rows])} for rows in mine
+]
+shares = step_shares(batches, dist.get_world_size())
+with open(f"shares-{rank}.json", "w") as out:
+    json.dump(shares.tolist(), out)
+dist.destroy_process_group()
+"""
+
+
+def test_a_steps_rows_are_summed_over_its_processes_for_each_micro_batchs_share(tmp_path):
+    """batch_rebalance under two processes: each process's micro-batches divide by the rows of the whole
+    step, both processes' (summed by a real all_reduce over gloo), shared by 2 processes x 2 micro-batches."""
+    script = tmp_path / "step_shares.py"
+    script.write_text(STEP_SHARES, encoding="utf-8")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    # rows, game rows, sft rows, Σ w of game rows, Σ w of sft rows: 7, 4, 3, 4.0, 3.25 over 4 micro-batches
+    expected = [7 / 4, 4 / 4, 3 / 4, 4.0 / 4, 3.25 / 4]
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"shares-{rank}.json").read_text()) == pytest.approx(expected)

@@ -35,6 +35,12 @@ Reductions (why they differ):
 
   In both, a batch without rows of one kind contributes 0 for that term.
 
+With micro-batches of varying size (``batch_rebalance``) a micro-batch's own counts would weigh its rows by
+how many share it. There each loss is given ``step_rows`` (:func:`step_rows`: the rows and weights of each
+kind over the whole optimiser step, divided by its micro-batches and processes), and every division above
+takes the step's number instead of the batch's: averaged over the step's micro-batches, as the Trainer
+does, the loss is the one of a single batch of all the step's rows.
+
 Every function returns ``(loss, stats)``: a scalar tensor with gradient, and a dict of detached scalar
 tensors for logging (KL, clip fraction, mean ratio, per-term losses). A statistic about game rows is only
 present when the batch has game rows, and likewise for sft rows, so averaging it over batches is not
@@ -77,35 +83,68 @@ def completion_logprobs(
     return sums / counts
 
 
-def _reduce(values: torch.Tensor, weights: torch.Tensor, reduction: str) -> torch.Tensor:
-    """Σ w·v divided by the number of rows (``rows``) or by Σ w (``weights``).
+def step_rows(batches) -> torch.Tensor:
+    """The rows of an optimiser step's collated micro-batches: ``[rows, game rows, sft rows, Σ w of game
+    rows, Σ w of sft rows]``, on the batches' device (summed there: nothing is read back to the host)."""
+    game = torch.cat([batch["is_game"] for batch in batches]).to(torch.bool)
+    weight = torch.cat([batch["weight"] for batch in batches]).to(torch.float64)
+    return torch.stack(
+        [
+            torch.ones_like(weight).sum(),
+            game.to(torch.float64).sum(),
+            (~game).to(torch.float64).sum(),
+            weight[game].sum(),
+            weight[~game].sum(),
+        ]
+    )
+
+
+def _reduce(
+    values: torch.Tensor, weights: torch.Tensor, reduction: str, step: tuple | None = None
+) -> torch.Tensor:
+    """Σ w·v divided by the number of rows (``rows``) or by Σ w (``weights``): the batch's own, or where
+    ``step`` is given, its (rows, Σ w) of this kind from the whole step (:func:`step_rows`).
 
     0 (still attached to the graph) when there is nothing to average.
     """
     weighted = (values * weights).sum()
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"unknown reduction {reduction!r}; expected one of {', '.join(REDUCTIONS)}")
+    if step is not None:
+        total = (step[0] if reduction == ROWS else step[1]).to(weighted.dtype)
+        return weighted / total.clamp(min=torch.finfo(weighted.dtype).tiny)  # no rows of the kind: Σ is 0
     if reduction == ROWS:
         return weighted / values.numel() if values.numel() else weighted * 0.0
-    if reduction == WEIGHTS:
-        total = weights.sum()
-        return weighted / total if values.numel() and total > 0 else weighted * 0.0
-    raise ValueError(f"unknown reduction {reduction!r}; expected one of {', '.join(REDUCTIONS)}")
+    total = weights.sum()
+    return weighted / total if values.numel() and total > 0 else weighted * 0.0
 
 
-def sft_loss(logp: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def _rows(logp: torch.Tensor, step: torch.Tensor | None):
+    """What a per-row sum divides by: the batch's rows, or the step's (:func:`step_rows`)."""
+    return logp.numel() if step is None else step[0].to(logp.dtype)
+
+
+def sft_loss(
+    logp: torch.Tensor, weights: torch.Tensor, step_rows: torch.Tensor | None = None
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Weighted negative log-likelihood: Σ w·(−log π) / number of rows."""
-    loss = (weights * -logp).sum() / logp.numel()
+    loss = (weights * -logp).sum() / _rows(logp, step_rows)
     stats = {"nll": (-logp).mean().detach()}
     return loss, stats
 
 
 def sft_kl_loss(
-    logp: torch.Tensor, ref_logp: torch.Tensor, weights: torch.Tensor, kl_coeff: float
+    logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    weights: torch.Tensor,
+    kl_coeff: float,
+    step_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Imitation learning: Σ w·[−log π + β · π · (log π − log π_ref)] / number of rows."""
     log_ratio = logp - ref_logp
     kl_term = logp.exp() * log_ratio
     per_row = -logp + kl_coeff * kl_term
-    loss = (weights * per_row).sum() / logp.numel()
+    loss = (weights * per_row).sum() / _rows(logp, step_rows)
     stats = {
         "nll": (-logp).mean().detach(),
         "kl": log_ratio.mean().detach(),
@@ -125,6 +164,7 @@ def offline_po_loss(
     sft_coeff: float,
     detach_advantage: bool = True,
     reduction: str = ROWS,
+    step_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """SPAG's offline policy optimisation with the SFT term on general instruction rows.
 
@@ -149,10 +189,13 @@ def offline_po_loss(
         advantage = advantage.detach()
     clipped = ratio.clamp(1.0 - clip_range, 1.0 + clip_range)
     po_per_row = -torch.minimum(ratio * advantage, clipped * advantage)
-    po_term = _reduce(po_per_row, g_w, reduction)
+    game_step = sft_step = None
+    if step_rows is not None:
+        game_step, sft_step = (step_rows[1], step_rows[3]), (step_rows[2], step_rows[4])
+    po_term = _reduce(po_per_row, g_w, reduction, game_step)
 
     s_nll = -logp[sft]
-    sft_term = _reduce(s_nll, weights[sft], reduction)
+    sft_term = _reduce(s_nll, weights[sft], reduction, sft_step)
 
     loss = po_term + sft_coeff * sft_term
 
@@ -177,16 +220,18 @@ def compute_loss(
     sft_coeff: float,
     detach_advantage: bool = True,
     reduction: str = ROWS,
+    step_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Dispatch on ``method`` with the per-row tensors of a collated batch (weight, reward, is_game)."""
+    """Dispatch on ``method`` with the per-row tensors of a collated batch (weight, reward, is_game);
+    ``step_rows``: divide by the whole step's rows (:func:`step_rows`), not the batch's."""
     weights = batch["weight"].to(logp.dtype)
     if method == SFT:
-        return sft_loss(logp, weights)
+        return sft_loss(logp, weights, step_rows)
     if ref_logp is None:
         raise ValueError(f"method {method!r} needs reference log-probs")
     ref_logp = ref_logp.to(logp.dtype)
     if method == SFT_KL:
-        return sft_kl_loss(logp, ref_logp, weights, kl_coeff)
+        return sft_kl_loss(logp, ref_logp, weights, kl_coeff, step_rows)
     if method == OFFLINE_PO:
         return offline_po_loss(
             logp,
@@ -199,5 +244,6 @@ def compute_loss(
             sft_coeff,
             detach_advantage=detach_advantage,
             reduction=reduction,
+            step_rows=step_rows,
         )
     raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")

@@ -19,15 +19,16 @@ import functools
 
 import torch
 from transformers import Trainer
+from transformers.trainer_pt_utils import BatchRebalanceSampler
 
 from spag.config import TrainConfig
 from spag.train.data import PromptGroupedSampler
-from spag.train.losses import SFT
+from spag.train.losses import SFT, step_rows
 from spag.train.losses import compute_loss as method_loss
 from spag.train.reference import _accepts, model_forward_logprobs
 from spag.train.schedules import DEEPSPEED_SCHEDULES, warmup_decay_schedule
 
-__all__ = ["DeepSpeedSchedules", "SpagTrainer", "attach_reference", "detach_reference"]
+__all__ = ["DeepSpeedSchedules", "SpagTrainer", "attach_reference", "detach_reference", "step_shares"]
 
 
 REFERENCE_SUBMODULE = "spag_reference"  # the on-the-fly reference under DeepSpeed (see attach_reference)
@@ -73,6 +74,17 @@ def _base_model(model):
     return model
 
 
+def step_shares(batches, world_size: int, device=None) -> torch.Tensor:
+    """A micro-batch's share of its optimiser step's rows: :func:`spag.train.losses.step_rows` over the step's
+    micro-batches on every process, divided by their number, since the Trainer divides each micro-batch's
+    loss by its micro-batches and the processes average their gradients. Summed over the processes on the
+    device (``device``, where the process group's collectives run): nothing is read back to the host."""
+    shares = (step_rows(batches) / (max(1, world_size) * len(batches))).to(device)
+    if world_size > 1:
+        torch.distributed.all_reduce(shares)
+    return shares
+
+
 class DeepSpeedSchedules:
     """A Trainer mixin: the HF Trainer's schedules, plus DeepSpeed's ``warmup_decay`` ones
     (:mod:`spag.train.schedules`), named by ``self.schedule`` (the ``lr_scheduler`` setting)."""
@@ -98,6 +110,8 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
 
     # compute_loss returns a per-micro-batch mean: the Trainer divides it for gradient accumulation.
     loss_is_scaled_for_ga = False
+    group_by_prompt = batch_rebalance = False  # how the batches are made (see _get_train_sampler)
+    _step_rows: torch.Tensor | None = None  # batch_rebalance: the step's rows (see get_batch_samples)
 
     def __init__(
         self,
@@ -112,10 +126,12 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
         ref_is_base_without_adapter: bool = False,
         lr_scheduler: str = "cosine",
         group_by_prompt: bool = False,
+        batch_rebalance: bool = False,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.group_by_prompt = group_by_prompt
+        self.batch_rebalance = batch_rebalance
         self.schedule = lr_scheduler
         self.method = method
         self.kl_coeff = kl_coeff
@@ -137,11 +153,36 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
         self.last_logged_loss: float | None = None
 
     def _get_train_sampler(self, train_dataset=None):
-        """The HF Trainer's sampler (random or by length), or batches of rows whose prompts begin alike."""
-        if not self.group_by_prompt:
-            return super()._get_train_sampler(train_dataset)
+        """The HF Trainer's sampler (random or by length), batches of rows whose prompts begin alike, or
+        transformers' micro-batches of balanced cost (seeded by the run's seed, which the Trainer's own
+        ``batch_rebalance`` strategy leaves at 42)."""
         dataset = train_dataset if train_dataset is not None else self.train_dataset
-        return PromptGroupedSampler(dataset.encoded, self.args.train_batch_size, self.args.seed)
+        if self.batch_rebalance:
+            args = self.args
+            world = max(1, args.world_size)
+            return BatchRebalanceSampler(
+                lengths=[len(ids) for ids in dataset.encoded.input_ids],
+                effective_batch_size=args.train_batch_size * args.gradient_accumulation_steps * world,
+                dp_size=world,
+                grad_accum=args.gradient_accumulation_steps,
+                seed=args.seed,
+                rank=args.process_index if world > 1 else 0,
+                drop_last=args.dataloader_drop_last,
+            )
+        if self.group_by_prompt:
+            return PromptGroupedSampler(dataset.encoded, self.args.train_batch_size, self.args.seed)
+        return super()._get_train_sampler(train_dataset)
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        """The micro-batches of one optimiser step; with ``batch_rebalance`` the rows of the whole step (their
+        counts and weights by kind, over its processes and micro-batches) are kept for the step's losses to
+        divide by (:func:`spag.train.losses.compute_loss`). Kept beside the batches, not in them: the Trainer
+        would cast them to bfloat16 under DeepSpeed."""
+        batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        self._step_rows = None
+        if self.batch_rebalance and batches:
+            self._step_rows = step_shares(batches, self.args.world_size, device)
+        return batches, num_items
 
     def _holds_reference(self) -> bool:
         return self.is_deepspeed_enabled and hasattr(
@@ -229,6 +270,7 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
             self.sft_coeff,
             detach_advantage=self.detach_advantage,
             reduction=self.reduction,
+            step_rows=self._step_rows,
         )
         self._record(stats)
         return (loss, {"logp": logp.detach()}) if return_outputs else loss
