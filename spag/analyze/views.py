@@ -148,6 +148,19 @@ def _judge_udf(game, settings_json, target_word, history_json, max_turns):
     return pa.array(verdicts, type=pa.struct([("outcome", pa.string()), ("turns", pa.int32())]))
 
 
+def _register_judge(con) -> None:
+    """``spag_judge_by`` on ``con``: :func:`_judge_udf`, a vector of episodes at a time."""
+    import duckdb
+
+    con.create_function(
+        "spag_judge_by",
+        _judge_udf,
+        [duckdb.sqltype(t) for t in ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "INTEGER")],
+        duckdb.sqltype("STRUCT(outcome VARCHAR, turns INTEGER)"),
+        type="arrow",
+    )
+
+
 def _sides_sql(column: str, side: int) -> str:
     """A CASE over the outcome naming its winner (``side`` 0) or offender (1), from every game's table."""
     cases = [
@@ -227,17 +240,9 @@ def register_episodes(con, glob: str = DEFAULT_GLOB, rules: str | None = None) -
     outcome its file stores. The UDF ``spag_judge_by(game, settings, target_word, history_json, max_turns)`` is
     always there, for queries that compare rule sets (``rules_diff``).
     """
-    import duckdb
-
     files = find_files(con, glob)
     per_file = _file_columns(files)
-    con.create_function(
-        "spag_judge_by",
-        _judge_udf,
-        [duckdb.sqltype(t) for t in ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "INTEGER")],
-        duckdb.sqltype("STRUCT(outcome VARCHAR, turns INTEGER)"),
-        type="arrow",
-    )
+    _register_judge(con)
     needs_judge = [
         f for f, cols in zip(files, per_file) if rules is not None or not {"outcome", "turns"} <= cols
     ]
