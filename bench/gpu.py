@@ -42,7 +42,8 @@ lora-llama-7b-8x2048
                   ``offline-po`` with LoRA (rank 16, all linear layers, the base in bfloat16) on the 7B, the
                   reference being the same weights with the adapters off
 sft-kl-rows-32    ``sft-kl`` at 1.5B on 32 game rows of their own lengths a step (a few hundred tokens each),
-                  padded and then ``padding_free``: tokens/s of each, the padding's share, their ratio
+                  padded, then ``padding_free``, then ``padding_free`` with ``batch_rebalance`` (4 micro-batches
+                  of balanced cost a step): tokens/s and peak memory of each, the padding's share, the ratios
 preflight         what spag sees of the GPUs (spag.models.devices) and the preflight of configs/paper.yaml and
                   its toy and A100-40G versions in this checkout
 play-embedded     self-play with the hf engine (and which path ran: fast or fallback, with the transformers
@@ -794,12 +795,14 @@ def part_training(ctx: Context, method: str, rows: int, *, zero3: bool = False, 
 
 def part_padding_free(ctx: Context, rows: int) -> dict:
     """``sft-kl`` at 1.5B on game rows of their own lengths (bench/train.py's: a few hundred tokens each),
-    ``rows`` of them a step, twice: in padded micro-batches, then ``padding_free`` (the rows end to end, no
-    padding computed). Both count the rows' own tokens; ``padding_share`` is the share of the padded batches'
-    positions that were padding. Each side is kept as it finishes."""
+    ``rows`` of them a step, three times: in one padded micro-batch, then ``padding_free`` (the rows end to
+    end, no padding computed), then ``padding_free`` in 4 micro-batches of balanced cost (``batch_rebalance``:
+    the same rows a step, each micro-batch's own figures). All count the rows' own tokens; ``padding_share`` is
+    the share of the padded batches' positions that were padding. Each side is kept as it finishes."""
     rows = train_rows(ctx, rows)
     shape, result = "qwen2.5-1.5b", {"method": "sft-kl", "sides": {}}
-    for side, knobs in (("padded", {}), ("padding_free", {"padding_free": True})):
+    rebalanced = {"padding_free": True, "batch_rebalance": True, "batch_size": rows // 4, "grad_accum": 4}
+    for side, knobs in (("padded", {}), ("padding_free", {"padding_free": True}), ("rebalanced", rebalanced)):
         # rows of their own lengths: not cut to --cpu's toy max_length, which would make them all alike
         summary, clock, model = train(
             ctx, shape, "sft-kl", rows, fill=False, name=side, max_length=2048, **knobs
@@ -812,8 +815,11 @@ def part_padding_free(ctx: Context, rows: int) -> dict:
             figures["padding_share"] = round(1 - sum(clock.tokens) / positions, 4) if positions else None
         result["sides"][side] = figures
         partial(ctx, result)
-    rates = [result["sides"][side]["steady_tokens_per_s"] for side in ("padded", "padding_free")]
-    result["padding_free_over_padded"] = round(rates[1] / rates[0], 3) if all(rates) else None
+    rates = [
+        result["sides"][side]["steady_tokens_per_s"] for side in ("padded", "padding_free", "rebalanced")
+    ]
+    result["padding_free_over_padded"] = round(rates[1] / rates[0], 3) if all(rates[:2]) else None
+    result["rebalanced_over_padding_free"] = round(rates[2] / rates[1], 3) if all(rates[1:]) else None
     return result
 
 
@@ -893,7 +899,7 @@ PARTS = {  # in the order they run; with the default budget the last ones are sk
     "lora-llama-7b-8x2048": Part(
         functools.partial(part_training, method="offline-po", rows=8, lora=True), 120
     ),
-    "sft-kl-rows-32": Part(functools.partial(part_padding_free, rows=32), 120),
+    "sft-kl-rows-32": Part(functools.partial(part_padding_free, rows=32), 160),
     "preflight": Part(part_preflight, 60),
     "play-embedded": Part(lambda ctx: part_play(ctx, "embedded"), 150),
     "online": Part(part_online, 120),
@@ -1126,7 +1132,8 @@ def headline(part: str, entry: dict) -> str:
                 f"{side} {f['steady_tokens_per_s']} tok/s steady, MFU {f['mfu']}"
                 for side, f in result["sides"].items()
             )
-            + f"; padding {result['sides'].get('padded', {}).get('padding_share')}; ratio {result['padding_free_over_padded']}"
+            + f"; padding {result['sides'].get('padded', {}).get('padding_share')}; ratios "
+            f"{result['padding_free_over_padded']}, {result.get('rebalanced_over_padding_free')}"
         )
     if "sides" in result:
         return (

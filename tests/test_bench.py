@@ -267,7 +267,13 @@ def test_every_part_of_the_gpu_check_runs_at_toy_size(tmp_path):
         assert check["parts"][part]["result"]["deepspeed"] is ("zero3" in part), part
     assert check["parts"]["lora-llama-7b-8x2048"]["result"]["lora"]["parameters"] > 0
     rows = check["parts"]["sft-kl-rows-32"]["result"]
-    assert list(rows["sides"]) == ["padded", "padding_free"] and rows["padding_free_over_padded"] > 0
+    assert (
+        list(rows["sides"]) == ["padded", "padding_free", "rebalanced"]
+        and rows["padding_free_over_padded"] > 0
+    )
+    assert rows["rebalanced_over_padding_free"] > 0
+    rebalanced = rows["sides"]["rebalanced"]  # the step's 8 rows in 4 micro-batches of balanced cost
+    assert rebalanced["rows_per_step"] < 8 and rebalanced["steps"] == rows["sides"]["padding_free"]["steps"]
     padded, packed = rows["sides"]["padded"], rows["sides"]["padding_free"]
     # the same rows, steps and tokens either way; the padded batches computed some padding
     assert (padded["steps"], padded["tokens"]) == (packed["steps"], packed["tokens"]) and packed["tokens"] > 0
