@@ -317,7 +317,8 @@ class TrainKnobs(Section):
         ]
         if len(orders) > 1:
             raise SettingError(
-                tuple(orders), "each orders the batches its own way: set all but one of them false"
+                tuple(orders),
+                f"each of {', '.join(orders)} orders the batches its own way: set all but one of them false",
             )
         return self
 

@@ -41,7 +41,10 @@ PROCESSES = {
     "test_play": {"test_two_ranks_under_torchrun_play_the_games_of_one_process_and_resume_a_killed_rank"},
     "test_devices": {"test_self_play_under_a_launcher_shares_the_words_by_rank"},
     "test_online": {"test_the_gpu_preset_trains_an_online_epoch_at_toy_size_under_zero3"},
-    "test_train": {"test_two_processes_share_the_reference_pass_and_train_together"},
+    "test_train": {
+        "test_two_processes_share_the_reference_pass_and_train_together",
+        "test_a_steps_rows_are_summed_over_its_processes_for_each_micro_batchs_share",
+    },
     "test_pipeline": {
         "test_training_stages_under_a_launcher_with_zero3_resume_when_killed",
         "test_the_paper_preset_runs_end_to_end_at_toy_size",
