@@ -143,6 +143,11 @@ def main() -> int:
 
     from spag.analyze import execute, named_queries
 
+    queries = named_queries()
+    chosen = args.query or list(queries)
+    for name in chosen:
+        if name not in queries:
+            parser.error(f"--query {name}: not a named query (one of {', '.join(queries)})")
     root = args.dir or Path(tempfile.mkdtemp(prefix="spag-bench-analyze-"))
     glob = str(root / "data" / "**" / "episodes" / "*.parquet")
     try:
@@ -159,11 +164,7 @@ def main() -> int:
 
         print(f"{'query':<15} {'rows':>6} {'first s':>8} {'median s':>9} {'max s':>7} {'limit s':>8}  result")
         failed = 0
-        queries = named_queries()
-        chosen = args.query or list(queries)
         for name in chosen:
-            if name not in queries:
-                parser.error(f"--query {name}: not a named query (one of {', '.join(queries)})")
             judgements = queries[name].sql.count("spag_judge_by(")
             limit = max(args.limit, judgements * counted / JUDGE_RATE)
             times, rows = [], 0
