@@ -79,7 +79,7 @@ def step_shares(batches, world_size: int, device=None) -> torch.Tensor:
     micro-batches on every process, divided by their number, since the Trainer divides each micro-batch's
     loss by its micro-batches and the processes average their gradients. Summed over the processes on the
     device (``device``, where the process group's collectives run): nothing is read back to the host."""
-    shares = (step_rows(batches) / (max(1, world_size) * len(batches))).to(device)
+    shares = (step_rows(batches) / (world_size * len(batches))).to(device)
     if world_size > 1:
         torch.distributed.all_reduce(shares)
     return shares
@@ -159,14 +159,15 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
         dataset = train_dataset if train_dataset is not None else self.train_dataset
         if self.batch_rebalance:
             args = self.args
-            world = max(1, args.world_size)
             return BatchRebalanceSampler(
                 lengths=[len(ids) for ids in dataset.encoded.input_ids],
-                effective_batch_size=args.train_batch_size * args.gradient_accumulation_steps * world,
-                dp_size=world,
+                effective_batch_size=args.train_batch_size
+                * args.gradient_accumulation_steps
+                * args.world_size,
+                dp_size=args.world_size,
                 grad_accum=args.gradient_accumulation_steps,
                 seed=args.seed,
-                rank=args.process_index if world > 1 else 0,
+                rank=args.process_index,
                 drop_last=args.dataloader_drop_last,
             )
         if self.group_by_prompt:
