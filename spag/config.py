@@ -289,10 +289,18 @@ class TrainKnobs(Section):
     batch_rebalance: bool = knob(
         False,
         "Micro-batches of balanced cost (transformers' BatchRebalanceSampler): each optimiser step takes "
-        "batch_size x grad_accum rows per process as ever, dealt into micro-batches of similar tokens, many "
+        "batch_size x grad_accum rows per process as ever (or about step_tokens tokens), dealt into micro-batches of similar tokens, many "
         "short rows or a few long ones; each row's loss is divided by the rows of the whole step (per kind "
         "for offline-po), so a row weighs the same whatever its micro-batch. Not with group_by_length or "
         "group_by_prompt.",
+    )
+    step_tokens: int | None = knob(
+        None,
+        "With batch_rebalance: each optimiser step takes rows up to about this many tokens (all processes "
+        "together), not batch_size x grad_accum rows: many short rows or a few long ones, in an epoch of "
+        "ceil(tokens / step_tokens) steps, each dealt into grad_accum micro-batches of similar tokens per "
+        "process (batch_size unused). null: steps of fixed rows.",
+        ge=1,
     )
     padding_free: bool = knob(
         False,
@@ -319,6 +327,11 @@ class TrainKnobs(Section):
             raise SettingError(
                 tuple(orders),
                 f"each of {', '.join(orders)} orders the batches its own way: set all but one of them false",
+            )
+        if self.step_tokens is not None and not self.batch_rebalance:
+            raise SettingError(
+                ("step_tokens", "batch_rebalance"),
+                "steps of a number of tokens are dealt by batch_rebalance: set it true, or step_tokens null",
             )
         return self
 

@@ -484,20 +484,14 @@ def test_training_in_rebalanced_micro_batches_moves_the_policy_as_one_batch_of_t
     """batch_rebalance: a step of four rows, one of them long, dealt into two micro-batches of 1 and 3 rows,
     gives the model that one batch of the four gives, step after step: each row's loss divides by the
     step's rows of its kind, not by its micro-batch's. (Divided by the micro-batch's, the long row would
-    weigh three times the others and the models would part.)"""
+    weigh three times the others and the models would part.) The same with step_tokens: a budget that holds
+    the four rows makes each step of them, whatever batch_size says."""
     long = {**rows[0], "completion": " ".join(["Think of what you pour into a cup in the morning."] * 40)}
     four = [*rows, long]
     whole = train(tiny, four, tmp_path, "whole", learning_rate=2e-3, max_steps=3, batch_size=4)
-    dealt = train(
-        tiny,
-        four,
-        tmp_path,
-        "dealt",
-        learning_rate=2e-3,
-        max_steps=3,
-        batch_size=2,
-        grad_accum=2,
-        batch_rebalance=True,
-    )
+    rebalanced = {"learning_rate": 2e-3, "max_steps": 3, "grad_accum": 2, "batch_rebalance": True}
+    dealt = train(tiny, four, tmp_path, "dealt", batch_size=2, **rebalanced)
+    budget = train(tiny, four, tmp_path, "budget", batch_size=1, step_tokens=100_000, **rebalanced)
     assert max(abs(m) for m in shifts(tiny, whole, four)) > 0.02  # the steps changed the model
     assert shifts(whole, dealt, four) == pytest.approx([0.0] * len(four), abs=1e-4)
+    assert shifts(whole, budget, four) == pytest.approx([0.0] * len(four), abs=1e-4)

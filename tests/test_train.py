@@ -737,24 +737,23 @@ def test_rows_whose_prompts_begin_alike_are_batched_together_in_a_seeded_order(t
         TrainConfig.model_validate({"group_by_length": True, "group_by_prompt": True})
 
 
-def test_rebalanced_micro_batches_hold_a_steps_rows_in_groups_of_like_cost_in_a_seeded_order(tmp_path):
-    """batch_rebalance: transformers' sampler deals each step's batch_size x grad_accum rows into grad_accum
-    micro-batches of similar cost (many short rows or a few long ones), every row once an epoch, in an order
-    the run's seed decides; with group_by_length it is refused, naming both keys."""
-    import random
+def _mixed_lengths(count: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.choice([40, 60, 400, 600]) for _ in range(count)]
 
-    from pydantic import ValidationError
 
+MIXED_LENGTHS = _mixed_lengths(64, seed=0)  # rows of short and long prompts
+
+
+def rebalancing_sampler(tmp_path, seed, **knobs):
+    """The sampler SpagTrainer builds for 64 rows of MIXED_LENGTHS under these knobs (batch_rebalance on)."""
     from spag.config import TrainConfig
     from spag.train.data import RowDataset
     from spag.train.job import _training_arguments
     from spag.train.trainer import SpagTrainer
 
-    rng = random.Random(0)
-    lengths = [rng.choice([40, 60, 400, 600]) for _ in range(64)]
-
     class Rows:  # what RowDataset reads: rows of short and long prompts
-        input_ids = tuple([7] * n for n in lengths)
+        input_ids = tuple([7] * n for n in MIXED_LENGTHS)
         completion_lengths = (2,) * 64
         weights = rewards = is_game = (1,) * 64
         ref_logprobs = None
@@ -762,12 +761,26 @@ def test_rebalanced_micro_batches_hold_a_steps_rows_in_groups_of_like_cost_in_a_
         def __len__(self):
             return 64
 
+    config = TrainConfig(live=False, seed=seed, batch_rebalance=True, **knobs)
+    trainer = SpagTrainer.__new__(SpagTrainer)  # only what the sampler reads
+    trainer.args = _training_arguments(config, tmp_path, "cpu")
+    trainer.train_dataset, trainer.batch_rebalance = RowDataset(Rows()), True
+    trainer.step_tokens = config.step_tokens
+    return trainer._get_train_sampler()
+
+
+def test_rebalanced_micro_batches_hold_a_steps_rows_in_groups_of_like_cost_in_a_seeded_order(tmp_path):
+    """batch_rebalance: transformers' sampler deals each step's batch_size x grad_accum rows into grad_accum
+    micro-batches of similar cost (many short rows or a few long ones), every row once an epoch, in an order
+    the run's seed decides; with group_by_length it is refused, naming both keys."""
+    from pydantic import ValidationError
+
+    from spag.config import TrainConfig
+
+    lengths = MIXED_LENGTHS
+
     def micro_batches(seed):
-        config = TrainConfig(live=False, batch_size=4, grad_accum=4, seed=seed, batch_rebalance=True)
-        trainer = SpagTrainer.__new__(SpagTrainer)  # only what the sampler reads
-        trainer.args = _training_arguments(config, tmp_path, "cpu")
-        trainer.train_dataset, trainer.batch_rebalance = RowDataset(Rows()), True
-        return list(trainer._get_train_sampler())
+        return list(rebalancing_sampler(tmp_path, seed, batch_size=4, grad_accum=4))
 
     batches = micro_batches(0)
     assert len(batches) == 16 and sorted(i for b in batches for i in b) == list(range(64))
@@ -786,6 +799,65 @@ def test_rebalanced_micro_batches_hold_a_steps_rows_in_groups_of_like_cost_in_a_
         match="group_by_length: each of group_by_length, batch_rebalance orders the batches its own way",
     ):
         TrainConfig.model_validate({"group_by_length": True, "batch_rebalance": True})
+
+
+def test_steps_of_a_token_budget_hold_about_the_budget_in_rows_that_vary_and_every_row_once(tmp_path):
+    """step_tokens (with batch_rebalance): an epoch of ceil(tokens / step_tokens) steps, each holding about
+    the budget (the epoch's mean, give or take a row) in as many rows as their lengths allow, every row once
+    an epoch, each step dealt into grad_accum micro-batches; every process deals the same steps and takes
+    its own share of each; the order follows the seed and the epoch; without batch_rebalance it is refused,
+    naming both keys."""
+    import math
+
+    from pydantic import ValidationError
+
+    from spag.config import TrainConfig
+    from spag.train.sampling import TokenBudgetSampler
+
+    lengths = MIXED_LENGTHS
+
+    def sampler(seed):
+        return rebalancing_sampler(tmp_path, seed, batch_size=4, grad_accum=2, step_tokens=2000)
+
+    def tokens(rows):
+        return sum(lengths[i] for i in rows)
+
+    batches = list(sampler(0))
+    steps = [batches[s] + batches[s + 1] for s in range(0, len(batches), 2)]
+    assert len(steps) == math.ceil(sum(lengths) / 2000) == 10
+    assert sorted(i for step in steps for i in step) == list(range(64))
+    assert all(tokens(step) <= 2000 + max(lengths) for step in steps)
+    assert max(map(tokens, steps)) - min(map(tokens, steps)) <= max(lengths)
+    assert len({len(step) for step in steps}) > 2  # the rows of a step vary with their lengths
+    shuffled = random.Random(1).sample(range(64), 64)
+    fixed = [tokens(shuffled[s : s + 6]) for s in range(0, 60, 6)]  # steps of fixed rows, as many
+    assert max(map(tokens, steps)) - min(map(tokens, steps)) < 0.75 * (max(fixed) - min(fixed))
+
+    epoch = sampler(0)
+    epoch.set_epoch(1)
+    again = list(epoch)
+    assert (
+        len(again) == len(batches)
+        and again != batches
+        and sorted(i for b in again for i in b) == list(range(64))
+    )
+    assert list(sampler(0)) == batches and list(sampler(1)) != batches
+
+    ranks = [list(TokenBudgetSampler(lengths, 2000, 2, 2, seed=0, rank=r)) for r in (0, 1)]
+    assert all(
+        len(batch) > 0 for batch in ranks[0] + ranks[1]
+    )  # each process has rows for each of its micro-batches
+    steps = [ranks[0][s] + ranks[0][s + 1] + ranks[1][s] + ranks[1][s + 1] for s in range(0, 20, 2)]
+    assert sorted(i for step in steps for i in step) == list(range(64))  # the same steps, shared out
+    assert max(map(tokens, steps)) - min(map(tokens, steps)) <= max(lengths)
+    few = [list(TokenBudgetSampler([10, 20, 30], 5, 2, 2, seed=0, rank=r)) for r in (0, 1)]
+    assert all(
+        len(share) == 2 and all(len(batch) > 0 for batch in share) for share in few
+    )  # rows repeat to fill 4 micro-batches
+    with pytest.raises(
+        ValidationError, match="step_tokens: steps of a number of tokens are dealt by batch_rebalance"
+    ):
+        TrainConfig.model_validate({"step_tokens": 2000})
 
 
 def test_a_deepspeed_run_asks_pycpuinfo_about_the_cpu_once(monkeypatch):

@@ -282,35 +282,3 @@ class Collator:
 
     def __call__(self, items: Sequence[Mapping]) -> dict:
         return collate(items, self.pad_token_id, self.padding_free)
-
-
-class PromptGroupedSampler:
-    """Training batches of rows whose prompts begin alike (``group_by_prompt``), in a seeded random order.
-
-    The rows are put in the order of their prompts' token ids, so that rows of one prompt layout (the
-    attacker's rules, the defender's, a general instruction), and within it the turns of one game, lie side
-    by side; that order is cut into batches of ``batch_size`` rows, and the batches (never the rows inside
-    them) are shuffled by a generator seeded with ``seed``, a new order each pass. In one CPU process the
-    beginning a batch's rows share is then encoded once per step
-    (:func:`spag.train.reference.model_forward_logprobs`). Under several processes each batch still goes
-    whole to one of them."""
-
-    def __init__(self, encoded: EncodedRows, batch_size: int, seed: int):
-        import torch
-
-        prompts = [
-            ids[: len(ids) - n] for ids, n in zip(encoded.input_ids, encoded.completion_lengths, strict=True)
-        ]
-        order = sorted(range(len(prompts)), key=prompts.__getitem__)
-        self.batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-        self.generator = torch.Generator()
-        self.generator.manual_seed(seed)
-
-    def __len__(self) -> int:
-        return sum(len(batch) for batch in self.batches)
-
-    def __iter__(self):
-        import torch
-
-        for b in torch.randperm(len(self.batches), generator=self.generator).tolist():
-            yield from self.batches[b]

@@ -467,6 +467,7 @@ def _build_step(run: _Run, encoded, tokenizer, ref_info: dict, tracking: Trackin
         ref_is_base_without_adapter=ref_without_adapter,
         group_by_prompt=config.group_by_prompt,
         batch_rebalance=config.batch_rebalance,
+        step_tokens=config.step_tokens,
     )
     show_postfix_progress(trainer)
     return trainer

@@ -22,10 +22,10 @@ from transformers import Trainer
 from transformers.trainer_pt_utils import BatchRebalanceSampler
 
 from spag.config import TrainConfig
-from spag.train.data import PromptGroupedSampler
 from spag.train.losses import SFT, step_rows
 from spag.train.losses import compute_loss as method_loss
 from spag.train.reference import _accepts, model_forward_logprobs
+from spag.train.sampling import PromptGroupedSampler, TokenBudgetSampler
 from spag.train.schedules import DEEPSPEED_SCHEDULES, warmup_decay_schedule
 
 __all__ = ["DeepSpeedSchedules", "SpagTrainer", "attach_reference", "detach_reference", "step_shares"]
@@ -111,6 +111,7 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
     # compute_loss returns a per-micro-batch mean: the Trainer divides it for gradient accumulation.
     loss_is_scaled_for_ga = False
     group_by_prompt = batch_rebalance = False  # how the batches are made (see _get_train_sampler)
+    step_tokens: int | None = None  # batch_rebalance: steps of about this many tokens, not of fixed rows
     _step_rows: torch.Tensor | None = None  # batch_rebalance: the step's rows (see get_batch_samples)
 
     def __init__(
@@ -127,11 +128,13 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
         lr_scheduler: str = "cosine",
         group_by_prompt: bool = False,
         batch_rebalance: bool = False,
+        step_tokens: int | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.group_by_prompt = group_by_prompt
         self.batch_rebalance = batch_rebalance
+        self.step_tokens = step_tokens
         self.schedule = lr_scheduler
         self.method = method
         self.kl_coeff = kl_coeff
@@ -155,10 +158,19 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
     def _get_train_sampler(self, train_dataset=None):
         """The HF Trainer's sampler (random or by length), batches of rows whose prompts begin alike, or
         transformers' micro-batches of balanced cost (seeded by the run's seed, which the Trainer's own
-        ``batch_rebalance`` strategy leaves at 42)."""
+        ``batch_rebalance`` strategy leaves at 42), in steps of fixed rows or of about ``step_tokens``."""
         dataset = train_dataset if train_dataset is not None else self.train_dataset
+        args = self.args
+        if self.batch_rebalance and self.step_tokens:
+            return TokenBudgetSampler(
+                [len(ids) for ids in dataset.encoded.input_ids],
+                self.step_tokens,
+                dp_size=args.world_size,
+                grad_accum=args.gradient_accumulation_steps,
+                seed=args.seed,
+                rank=args.process_index,
+            )
         if self.batch_rebalance:
-            args = self.args
             return BatchRebalanceSampler(
                 lengths=[len(ids) for ids in dataset.encoded.input_ids],
                 effective_batch_size=args.train_batch_size
