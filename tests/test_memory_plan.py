@@ -165,6 +165,24 @@ def test_one_process_on_a_gpu_that_holds_plain_training_leaves_deepspeed_out(tmp
     assert zero_where_it_pays(config, "sft-kl", model, "cuda", 1, int(needed / 0.9) + 1)[0].deepspeed is None
 
 
+def test_with_a_token_budget_the_plan_counts_a_micro_batchs_share_of_the_step_not_batch_size(tmp_path):
+    """step_tokens: the plan that decides ZeRO counts a step's tokens over grad_accum plus one longest row,
+    whatever batch_size says; 32k tokens a step in 4 micro-batches plan less than 16 rows of 2048 do."""
+    from spag.config import TrainConfig
+    from spag.harness.zero import planned_micro_batch, zero_where_it_pays
+
+    model, shape = _qwen_folder(tmp_path), model_shape(QWEN25["1.5B"])
+    budget = {"batch_rebalance": True, "step_tokens": 32768, "grad_accum": 4, "max_length": 2048}
+    config = TrainConfig(deepspeed="configs/deepspeed_zero3.json", batch_size=16, **budget)
+    assert planned_micro_batch(config) == (1, 8192 + 2048)
+    assert planned_micro_batch(config.model_copy(update={"step_tokens": None})) == (16, 2048)
+    needed = training_bytes(shape, 1, 10240)
+    assert needed < training_bytes(shape, 16, 2048)
+    plain, note = zero_where_it_pays(config, "sft-kl", model, "cuda", 1, int(needed / 0.9) + 1)
+    assert plain.deepspeed is None and f"{gib(needed)} planned" in note
+    assert zero_where_it_pays(config, "sft-kl", model, "cuda", 1, int(needed / 0.9) - 1)[0] is config
+
+
 def test_zero_stays_with_more_processes_on_a_cpu_and_where_the_model_cannot_be_planned(tmp_path):
     from spag.config import TrainConfig
     from spag.harness.zero import zero_where_it_pays

@@ -6,7 +6,7 @@ ZeRO shards a model's weights, gradients and optimiser state over processes. Wit
 to shard over, and its gathers, partitioning and (in the paper's configs) offloading cost time for nothing: on an
 H200, a ZeRO-3 step of one process took 3.9 times the plain step (docs/gpu.md, 2026-11-27). So a run whose world
 size is 1, on a CUDA device, trains without DeepSpeed when spag's memory plan
-(:func:`spag.models.memory.training_bytes`, with ``max_length`` tokens a row, the longest a row can be) fits
+(:func:`spag.models.memory.training_bytes`, of the largest micro-batch :func:`planned_micro_batch` counts) fits
 within :data:`SHARE` of the device's memory. It keeps its DeepSpeed config where there is more than one
 process, on a CPU (DeepSpeed there is a rehearsal of the paper's setting), where the plan does not fit (ZeRO's
 offloading is what lets such a model train), and where the model's config cannot be read to plan it.
@@ -18,6 +18,7 @@ float32 under the same autocast instead of in the engine's bfloat16.
 
 from __future__ import annotations
 
+import math
 import os
 
 from spag.config import TrainConfig
@@ -41,8 +42,7 @@ def zero_where_it_pays(
     lora = config.lora_r or 0
     planned = training_bytes(
         model_shape(found),
-        config.batch_size,
-        config.max_length,
+        *planned_micro_batch(config),
         lora_rank=lora,
         reference_model=method == "offline-po" and config.ref_on_the_fly and not lora,
     )
@@ -56,6 +56,16 @@ def zero_where_it_pays(
         f"note: DeepSpeed ({config.deepspeed}) left out at world size 1: one process has nothing to shard, "
         f"and plain training fits ({sizes})"
     )
+
+
+def planned_micro_batch(config: TrainConfig) -> tuple[int, int]:
+    """Rows and tokens a row of the largest micro-batch of one process the memory plan counts: ``batch_size``
+    rows of ``max_length`` tokens (the longest a row can be), or with ``step_tokens`` a step's tokens over its
+    ``grad_accum`` micro-batches plus one row of ``max_length`` (a step holds its share give or take a row),
+    as one row: the plan's activations grow with a micro-batch's tokens, however they are cut into rows."""
+    if config.batch_rebalance and config.step_tokens:
+        return 1, math.ceil(config.step_tokens / config.grad_accum) + config.max_length
+    return config.batch_size, config.max_length
 
 
 def world_size() -> int:
