@@ -289,10 +289,10 @@ class TrainKnobs(Section):
     batch_rebalance: bool = knob(
         False,
         "Micro-batches of balanced cost (transformers' BatchRebalanceSampler): each optimiser step takes "
-        "batch_size x grad_accum rows per process as ever (or about step_tokens tokens), dealt into micro-batches of similar tokens, many "
-        "short rows or a few long ones; each row's loss is divided by the rows of the whole step (per kind "
-        "for offline-po), so a row weighs the same whatever its micro-batch. Not with group_by_length or "
-        "group_by_prompt.",
+        "batch_size x grad_accum rows per process as ever (or about step_tokens tokens), dealt into "
+        "micro-batches of similar tokens, many short rows or a few long ones; each row's loss is divided by "
+        "the rows of the whole step (per kind for offline-po), so a row weighs the same whatever its "
+        "micro-batch. Not with group_by_length or group_by_prompt.",
     )
     step_tokens: int | None = knob(
         None,
