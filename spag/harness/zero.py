@@ -6,7 +6,7 @@ ZeRO shards a model's weights, gradients and optimiser state over processes. Wit
 to shard over, and its gathers, partitioning and (in the paper's configs) offloading cost time for nothing: on an
 H200, a ZeRO-3 step of one process took 3.9 times the plain step (docs/gpu.md, 2026-11-27). So a run whose world
 size is 1, on a CUDA device, trains without DeepSpeed when spag's memory plan
-(:func:`spag.models.memory.training_bytes`, of the largest micro-batch :func:`planned_micro_batch` counts) fits
+(:func:`spag.models.memory.training_bytes` of the micro-batch :func:`planned_micro_batch` counts) fits
 within :data:`SHARE` of the device's memory. It keeps its DeepSpeed config where there is more than one
 process, on a CPU (DeepSpeed there is a rehearsal of the paper's setting), where the plan does not fit (ZeRO's
 offloading is what lets such a model train), and where the model's config cannot be read to plan it.

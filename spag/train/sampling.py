@@ -1,4 +1,4 @@
-"""The order of the training rows and how they are cut into micro-batches, where it is not the HF Trainer's own.
+"""The order of the training rows and their cut into micro-batches, where it is not the HF Trainer's.
 
 - :class:`PromptGroupedSampler` (``group_by_prompt``): batches of rows whose prompts begin alike.
 - :class:`TokenBudgetSampler` (``batch_rebalance`` with ``step_tokens``): optimiser steps of about a number of
