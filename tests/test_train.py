@@ -860,6 +860,72 @@ def test_steps_of_a_token_budget_hold_about_the_budget_in_rows_that_vary_and_eve
         TrainConfig.model_validate({"step_tokens": 2000})
 
 
+class KilledAfter:
+    """A run's tracking hook whose callback stops the run with an error once ``step`` has trained, before
+    anything of that step is saved: a run killed there."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def callbacks(self, run) -> list:
+        from transformers import TrainerCallback
+
+        step = self.step
+
+        class Kill(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                if state.global_step == step:
+                    raise RuntimeError(f"killed after step {step}")
+
+        return [Kill()]
+
+    def finish(self, record: dict) -> None:
+        pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["random", "rebalanced", "token-budget"])
+def test_a_run_killed_in_its_second_epoch_resumes_to_the_model_of_an_unbroken_run(
+    tiny, tokenizer, tmp_path, order
+):
+    """Steps of 3 an epoch, a checkpoint every 2, killed after step 5 and resumed from step 4 (one step into
+    the second epoch) to step 6: the resumed epoch skips the step it had trained and deals its rows as the
+    unbroken run did, so both end at the same weights. The HF Trainer's random batches, transformers'
+    rebalanced micro-batches (fixed rows a step) and steps of a token budget (rows varying) alike."""
+    import torch
+    from safetensors.torch import load_file
+
+    from spag.train.job import run_training
+
+    rows = game_rows()
+    lengths = [
+        len(ids)
+        for ids in encode_rows(
+            [validate_row(r, i) for i, r in enumerate(rows)], tokenizer, 1024, show_progress=False
+        ).input_ids
+    ]
+    knobs = {
+        "random": {"batch_size": 2},
+        "rebalanced": {"batch_size": 2, "batch_rebalance": True},
+        "token-budget": {"batch_size": 1, "batch_rebalance": True, "step_tokens": sum(lengths) // 3 + 1},
+    }[order]
+    data = write_rows(tmp_path / "rows.jsonl", rows)
+    common = {**FAST, **knobs, "learning_rate": 1e-3, "max_steps": 6, "save_steps": 2, "live": False}
+
+    unbroken = run_training("sft-kl", tiny, data, tmp_path / "unbroken", **common)
+    out = tmp_path / "resumed"
+    with pytest.raises(RuntimeError, match="killed after step 5"):
+        run_training("sft-kl", tiny, data, out, tracking=KilledAfter(5), **common)
+    run_training("sft-kl", tiny, data, out, resume=True, **common)
+    assert read_summary(out)["resumed_from"].endswith("checkpoint-4")
+    assert read_summary(unbroken)["steps"] == read_summary(out)["steps"] == 6
+    ended, resumed = load_file(unbroken / "model.safetensors"), load_file(out / "model.safetensors")
+    moved = load_file(tiny / "model.safetensors")
+    assert any(not torch.equal(ended[name], moved[name]) for name in ended)  # the steps trained
+    for name, weights in ended.items():
+        torch.testing.assert_close(resumed[name], weights, rtol=0, atol=1e-6, msg=name)
+
+
 def test_a_deepspeed_run_asks_pycpuinfo_about_the_cpu_once(monkeypatch):
     """DeepSpeed asks py-cpuinfo at each op it loads and py-cpuinfo starts a Python process per question;
     a DeepSpeed run (its training arguments) keeps the first answer for the process, every caller gets its
