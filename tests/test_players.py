@@ -515,6 +515,37 @@ def test_prompt_store_keeps_within_its_budget():
     assert store.match(np.array([0, 1, 2, 9]))[1] == 3
 
 
+def test_kept_prefixes_copied_at_once_fill_the_buffers_as_a_copy_per_row_and_layer_does():
+    """The GPU's way (one gather and scatter per layer) and the CPU's (a copy per row and layer) put each
+    row's own kept prefix, tokens shared to c of its entry, in the same slots, an entry of another dtype
+    cast to the buffers'; the other slots are left alone."""
+    from spag.players.hf.prefix_store import Entry, copy_kept_prefixes
+
+    generator = torch.Generator().manual_seed(0)
+    layers, heads, dim, width, shared, end = 3, 2, 4, 40, 5, 30
+
+    def entry(length, dtype):
+        kv = [tuple(torch.randn(1, heads, length, dim, generator=generator).to(dtype) for _ in "kv")]
+        return Entry(None, kv * layers, 0)
+
+    rows = [
+        (0, entry(20, torch.float32), 20),
+        (2, entry(12, torch.bfloat16), 9),
+        (3, entry(30, torch.float32), 25),
+    ]
+    filled = []
+    for at_once in (False, True):
+        buffers = [tuple(torch.full((4, heads, width, dim), -1.0) for _ in "kv") for _ in range(layers)]
+        copy_kept_prefixes(buffers, rows, shared, end, at_once=at_once)
+        filled.append(buffers)
+    for one, other in zip(*filled):
+        for a, b in zip(one, other):
+            assert torch.equal(a, b)
+    keys = filled[1][2][0]  # the last layer's keys
+    assert torch.equal(keys[2, :, end - 4 : end], rows[1][1].kv[2][0][0, :, shared:9].float())
+    assert (keys[1] == -1).all() and (keys[2, :, : end - 4] == -1).all() and (keys[:, :, end:] == -1).all()
+
+
 def test_load_player_rejects_unknown_backend():
     with pytest.raises(ValueError, match="unknown backend"):
         load_player("x", "tgi")

@@ -31,7 +31,14 @@ from spag.players.hf.compat import fallback_reason, tell_fallback
 from spag.players.hf.generate import generate_replies
 from spag.players.hf.ledger import DeviceLedger
 from spag.players.hf.linear import PackedWeights, weight_first
-from spag.players.hf.prefix_store import MIN_PREFIX, Entry, KVStore, buffer_layer_class, common_length
+from spag.players.hf.prefix_store import (
+    MIN_PREFIX,
+    Entry,
+    KVStore,
+    buffer_layer_class,
+    common_length,
+    copy_kept_prefixes,
+)
 from spag.players.hf.sampling import PER_ROW, CounterSampler, make_sampler
 from spag.players.options import DECODERS, HFOptions
 from spag.runtime.errors import PlayerError
@@ -646,9 +653,8 @@ class HFPlayer:
                 for (kb, vb), (k, v) in zip(buffers, plan.shared_entry.kv):
                     kb[start:end, :, :shared], vb[start:end, :, :shared] = k[0, :, :shared], v[0, :, :shared]
             kept = [(b, *plan.sources[plan.order[b]]) for b in range(start, end)]
-            self._copy_kept_prefixes(
-                buffers, [row for row in kept if row[2] > shared], shared, width - s_width
-            )
+            own = [row for row in kept if row[2] > shared]
+            copy_kept_prefixes(buffers, own, shared, width - s_width, at_once=device.type == "cuda")
             for b in range(start, end):
                 i = plan.order[b]
                 c, s = plan.sources[i][1], plan.todo[i]
@@ -673,24 +679,6 @@ class HFPlayer:
                 plan.arrays, plan.order, plan.spans, plan.past, plan.todo, buffers, width, shared
             )
         return [BufferLayer(kb, vb, width) for kb, vb in buffers], attention, torch.cat(first_logits)
-
-    def _copy_kept_prefixes(self, buffers, rows, shared: int, end: int) -> None:
-        """Each row's own kept prefix (tokens ``shared`` to ``c`` of its entry of the store) into the row's
-        slots that end at ``end``; ``rows`` are (row, entry, c). One gather and one scatter per layer for the
-        keys and one for the values, whatever the rows: on a GPU a copy per row and layer was thousands of
-        kernel launches a prefill."""
-        import torch
-
-        if not rows:
-            return
-        lengths = [c - shared for _, _, c in rows]
-        row_index = torch.tensor(np.repeat([b for b, _, _ in rows], lengths), device=self.device)
-        slots = np.concatenate([np.arange(end - n, end) for n in lengths])
-        slot_index = torch.from_numpy(slots).to(self.device)
-        for layer, pair in enumerate(buffers):
-            for part, buffer in enumerate(pair):  # keys, then values
-                kept = torch.cat([entry.kv[layer][part][0, :, shared:c] for _, entry, c in rows], dim=1)
-                buffer[row_index, :, slot_index] = kept.transpose(0, 1).to(buffer.dtype)
 
     def _decode(
         self, plan: _Plan, layers, attention, logits, sampler, *, max_new_tokens, min_new_tokens, stop

@@ -3,7 +3,8 @@
 :class:`KVStore` keeps the keys and values of recent prompts within a memory budget (least recently used
 out first) and finds the longest common token prefix of a new prompt with a kept one, so only what follows
 it is encoded (what vLLM calls automatic prefix caching). :func:`buffer_layer_class` is a transformers
-cache layer over a preallocated buffer, written in place while decoding.
+cache layer over a preallocated buffer, written in place while decoding, and :func:`copy_kept_prefixes` fills
+such buffers from kept entries.
 """
 
 from __future__ import annotations
@@ -65,6 +66,35 @@ class KVStore:
 
     def clear(self) -> None:
         self.entries.clear()
+
+
+def copy_kept_prefixes(buffers, rows, shared: int, end: int, *, at_once: bool) -> None:
+    """Each row's own kept prefix, tokens ``shared`` to ``c`` of its entry, into the row's slots of the
+    decode buffers that end at ``end``. ``rows`` are (row, :class:`Entry`, c); ``buffers`` are per layer
+    (keys, values), each (rows, heads, capacity, head_dim).
+
+    ``at_once`` (on a GPU): one gather and one scatter per layer for the keys and one for the values,
+    whatever the rows, where a copy per row and layer is thousands of kernel launches a prefill. Otherwise
+    a copy per row and layer, one pass over the bytes where the gather and scatter take two: on a CPU, where
+    no launch costs, that measured faster (docs/gpu.md)."""
+    import torch
+
+    if not rows:
+        return
+    if not at_once:
+        for b, entry, c in rows:
+            slots = slice(end - (c - shared), end)
+            for (kb, vb), (k, v) in zip(buffers, entry.kv):
+                kb[b, :, slots], vb[b, :, slots] = k[0, :, shared:c], v[0, :, shared:c]
+        return
+    device = buffers[0][0].device
+    lengths = [c - shared for _, _, c in rows]
+    row_index = torch.from_numpy(np.repeat([b for b, _, _ in rows], lengths)).to(device)
+    slot_index = torch.from_numpy(np.concatenate([np.arange(end - n, end) for n in lengths])).to(device)
+    for layer, pair in enumerate(buffers):
+        for part, buffer in enumerate(pair):  # keys, then values
+            kept = torch.cat([entry.kv[layer][part][0, :, shared:c] for _, entry, c in rows], dim=1)
+            buffer[row_index, :, slot_index] = kept.transpose(0, 1).to(buffer.dtype)
 
 
 def buffer_layer_class():
