@@ -54,9 +54,9 @@ class TokenBudgetSampler(BatchRebalanceSampler):
     rows // (processes x ``grad_accum``), so that each process has a row for each of its micro-batches. Each
     epoch the rows are shuffled by ``seed`` + epoch (the same order in every process) and dealt: the first
     processes x ``grad_accum`` rows of each step in turn, then each next row to the step that holds the
-    fewest tokens so far. A step then holds the epoch's mean (at most ``step_tokens``), give or take a row:
-    many short rows or a few long ones. With fewer rows than one step's micro-batches, rows repeat, as the
-    parent's last step does."""
+    fewest tokens so far. A step then holds the epoch's mean (at most ``step_tokens`` unless the cap on
+    steps bound), give or take a row: many short rows or a few long ones. With fewer rows than one step's
+    micro-batches, rows repeat, as the parent's last step does."""
 
     def __init__(
         self, lengths: Sequence[int], step_tokens: int, dp_size: int, grad_accum: int, seed: int, rank: int
