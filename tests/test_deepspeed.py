@@ -70,8 +70,24 @@ def weights(model_dir: Path) -> dict:
     return {name: tensor.detach() for name, tensor in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("method", ["sft-kl", "offline-po"])
-def test_zero3_under_two_processes_trains_like_one_process(method, tiny, rows, tmp_path):
+# Each case: the method, how the two processes batch the rows, and the one process that computes the same steps.
+# With step_tokens, a budget that holds all 20 rows makes each step of them: the token-budget sampler deals
+# them between the processes (accelerate must not deal them again), and each process's losses divide by the
+# step's rows of each kind summed over both, as one batch of the 20 rows does.
+CASES = {
+    "sft-kl": ("sft-kl", ["--batch-size", "2"], {"batch_size": 2, "grad_accum": 2}),
+    "offline-po": ("offline-po", ["--batch-size", "2"], {"batch_size": 2, "grad_accum": 2}),
+    "offline-po-token-budget": (
+        "offline-po",
+        ["--batch-rebalance", "--step-tokens", "1000000"],
+        {"batch_size": 20, "grad_accum": 1},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_zero3_under_two_processes_trains_like_one_process(case, tiny, rows, tmp_path):
+    method, batching, plain_batching = CASES[case]
     done = subprocess.run(
         spag_command(
             "train",
@@ -83,8 +99,7 @@ def test_zero3_under_two_processes_trains_like_one_process(method, tiny, rows, t
             rows,
             "-o",
             tmp_path / "zero3",
-            "--batch-size",
-            "2",
+            *batching,
             *SETTINGS,
             "--live-dir",
             tmp_path / "zero3-live",
@@ -108,8 +123,7 @@ def test_zero3_under_two_processes_trains_like_one_process(method, tiny, rows, t
         tiny,
         rows,
         tmp_path / "plain",
-        batch_size=2,
-        grad_accum=2,
+        **plain_batching,
         learning_rate=1e-3,
         warmup_ratio=0.0,
         max_steps=STEPS,
@@ -126,66 +140,6 @@ def test_zero3_under_two_processes_trains_like_one_process(method, tiny, rows, t
 
     trained, plain, start = weights(tmp_path / "zero3"), weights(tmp_path / "plain"), weights(tiny)
     assert trained.keys() == plain.keys()
-    for name, tensor in trained.items():
-        assert torch.allclose(tensor, plain[name], atol=WEIGHT_TOLERANCE), name
-    assert any(not torch.equal(trained[name], start[name]) for name in trained)
-
-
-def test_a_token_budget_step_shared_by_two_zero3_processes_trains_like_one_batch(tiny, rows, tmp_path):
-    """step_tokens under two processes: a budget that holds all 20 rows makes each step of them, dealt by the
-    token-budget sampler between the processes (not dealt again by accelerate), each process's losses
-    divided by the step's rows of each kind summed over both: offline-po's curve and weights are one
-    process's with one batch of the 20 rows."""
-    done = subprocess.run(
-        spag_command(
-            "train",
-            "--method",
-            "offline-po",
-            "--model",
-            tiny,
-            "--data",
-            rows,
-            "-o",
-            tmp_path / "zero3",
-            "--batch-rebalance",
-            "--step-tokens",
-            "1000000",
-            *SETTINGS,
-            "--live-dir",
-            tmp_path / "zero3-live",
-            "--deepspeed",
-            ZERO3,
-            "--launcher",
-            TWO_PROCESSES,
-        ),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + launcher_failure(done.stderr)
-    summary = read_summary(tmp_path / "zero3")
-    assert summary["provenance"]["processes"] == 2 and summary["steps"] == STEPS
-
-    training.train(
-        "offline-po",
-        tiny,
-        rows,
-        tmp_path / "plain",
-        batch_size=20,
-        grad_accum=1,
-        learning_rate=1e-3,
-        warmup_ratio=0.0,
-        max_steps=STEPS,
-        logging_steps=1,
-        device="cpu",
-        bf16=False,
-        live_dir=tmp_path / "plain-live",
-        show_progress=False,
-    )
-    zero3_loss, plain_loss = curve(tmp_path / "zero3-live"), curve(tmp_path / "plain-live")
-    assert zero3_loss == pytest.approx(plain_loss, abs=LOSS_TOLERANCE) and len(plain_loss) == STEPS
-    trained, plain, start = weights(tmp_path / "zero3"), weights(tmp_path / "plain"), weights(tiny)
     for name, tensor in trained.items():
         assert torch.allclose(tensor, plain[name], atol=WEIGHT_TOLERANCE), name
     assert any(not torch.equal(trained[name], start[name]) for name in trained)

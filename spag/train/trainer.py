@@ -160,27 +160,24 @@ class SpagTrainer(DeepSpeedSchedules, Trainer):
         transformers' micro-batches of balanced cost (seeded by the run's seed, which the Trainer's own
         ``batch_rebalance`` strategy leaves at 42), in steps of fixed rows or of about ``step_tokens``."""
         dataset = train_dataset if train_dataset is not None else self.train_dataset
-        args = self.args
-        if self.batch_rebalance and self.step_tokens:
-            return TokenBudgetSampler(
-                [len(ids) for ids in dataset.encoded.input_ids],
-                self.step_tokens,
-                dp_size=args.world_size,
-                grad_accum=args.gradient_accumulation_steps,
-                seed=args.seed,
-                rank=args.process_index,
-            )
         if self.batch_rebalance:
+            args = self.args
+            lengths = [len(ids) for ids in dataset.encoded.input_ids]
+            processes = {
+                "dp_size": args.world_size,
+                "grad_accum": args.gradient_accumulation_steps,
+                "seed": args.seed,
+                "rank": args.process_index,
+            }
+            if self.step_tokens:
+                return TokenBudgetSampler(lengths, self.step_tokens, **processes)
             return BatchRebalanceSampler(
-                lengths=[len(ids) for ids in dataset.encoded.input_ids],
+                lengths=lengths,
                 effective_batch_size=args.train_batch_size
                 * args.gradient_accumulation_steps
                 * args.world_size,
-                dp_size=args.world_size,
-                grad_accum=args.gradient_accumulation_steps,
-                seed=args.seed,
-                rank=args.process_index,
                 drop_last=args.dataloader_drop_last,
+                **processes,
             )
         if self.group_by_prompt:
             return PromptGroupedSampler(dataset.encoded, self.args.train_batch_size, self.args.seed)

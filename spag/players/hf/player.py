@@ -653,7 +653,7 @@ class HFPlayer:
                 for (kb, vb), (k, v) in zip(buffers, plan.shared_entry.kv):
                     kb[start:end, :, :shared], vb[start:end, :, :shared] = k[0, :, :shared], v[0, :, :shared]
             kept = [(b, *plan.sources[plan.order[b]]) for b in range(start, end)]
-            own = [row for row in kept if row[2] > shared]
+            own = [(b, entry, c) for b, entry, c in kept if c > shared]  # beyond what the batch shares
             copy_kept_prefixes(buffers, own, shared, width - s_width, at_once=device.type == "cuda")
             for b in range(start, end):
                 i = plan.order[b]
