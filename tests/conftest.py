@@ -15,11 +15,23 @@ settings.load_profile("spag")
 
 
 @pytest.fixture(scope="session")
-def embedded_model(tmp_path_factory):
-    """SmolLM2-135M-Instruct from its PyPI wheel as a plain HF directory (materialised once per run)."""
+def embedded_model(tmp_path_factory, worker_id):
+    """SmolLM2-135M-Instruct from its PyPI wheel as a plain HF directory, materialised once per run: the
+    workers of `make test` share one copy (20 s of a core each), which the first to ask writes under a lock
+    (atomically: a folder that is there is whole)."""
+    from filelock import FileLock
+
     from spag.models.embedded import materialize_base_model
 
-    return materialize_base_model(tmp_path_factory.mktemp("base") / "smollm2")
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":  # each worker's base folder sits in the run's
+        shared = shared.parent
+    path = shared / "embedded" / "smollm2"
+    path.parent.mkdir(exist_ok=True)
+    with FileLock(shared / "embedded.lock"):
+        if not path.exists():
+            materialize_base_model(path)
+    return path
 
 
 # The fast tier, `pytest -m "not slow"` (the edit-test loop), leaves out what loads the embedded model,
@@ -53,7 +65,7 @@ PROCESSES = {
 FIRST = (
     "processes",
     "test_pipeline",
-    "test_pipeline::test_repro_with_vllm_for_self_play_and_evaluation",
+    "test_pipeline::test_the_one_gpu_preset_runs_end_to_end_at_toy_size",
     "test_benchmark_data",
     "test_player_contract",
     "test_online",

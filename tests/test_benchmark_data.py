@@ -488,9 +488,10 @@ def test_spag_benchmark_equals_plain_lm_eval_on_the_stock_tasks(
     per item what plain lm-eval gives with its stock tasks, its HF model and the same items: prompts,
     choices, few-shot examples and metrics are lm-eval's."""
     import lm_eval
+    from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
-    limit = 10
+    limit = 6
     mine, scores = {}, {}
     for tasks, shots in ((["arc_easy", "piqa", "hellaswag", "winogrande"], None), (["mmlu_anatomy"], 5)):
         out = tmp_path / f"ours-{shots}.json"
@@ -512,6 +513,7 @@ def test_spag_benchmark_equals_plain_lm_eval_on_the_stock_tasks(
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     manager = TaskManager()
+    plain_model = HFLM(pretrained=str(embedded_model), dtype="float32", batch_size=4, device="cpu")
     folders = {
         "arc_easy": "allenai__ai2_arc",
         "piqa": "baber__piqa",
@@ -528,13 +530,10 @@ def test_spag_benchmark_equals_plain_lm_eval_on_the_stock_tasks(
         reference = manager.load([{"group": f"reference_{task}", "task": [member]}])["tasks"][task]
         picked = bm.sample_indices(task, len(reference.eval_docs), limit)
         plain = lm_eval.simple_evaluate(
-            model="hf",
-            model_args={"pretrained": str(embedded_model), "dtype": "float32"},
+            model=plain_model,
             tasks=[reference],
             num_fewshot=5 if task == "mmlu_anatomy" else 0,
             samples={task: picked},
-            batch_size=4,
-            device="cpu",
             task_manager=manager,
             log_samples=True,
             bootstrap_iters=0,
