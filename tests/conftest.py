@@ -15,7 +15,7 @@ settings.load_profile("spag")
 
 
 @pytest.fixture(scope="session")
-def embedded_model(tmp_path_factory, worker_id):
+def embedded_model(tmp_path_factory):
     """SmolLM2-135M-Instruct from its PyPI wheel as a plain HF directory, materialised once per run: the
     workers of `make test` share one copy (20 s of a core each), which the first to ask writes under a lock
     (atomically: a folder that is there is whole)."""
@@ -24,7 +24,7 @@ def embedded_model(tmp_path_factory, worker_id):
     from spag.models.embedded import materialize_base_model
 
     shared = tmp_path_factory.getbasetemp()
-    if worker_id != "master":  # each worker's base folder sits in the run's
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's base folder sits in the run's
         shared = shared.parent
     path = shared / "embedded" / "smollm2"
     path.parent.mkdir(exist_ok=True)
