@@ -755,8 +755,11 @@ def part_training(ctx: Context, method: str, rows: int, *, zero3: bool = False, 
     if method == "offline-po":
         knobs["ref_on_the_fly"] = True
     if zero3:  # the core's run_training keeps it (spag.harness.zero, which would leave it out, is above)
+        from spag.harness.environment import prepare_deepspeed
+
         if not ctx.cpu:
             one_process_world()
+        prepare_deepspeed(on_cpu=ctx.cpu)  # as the harness does before a DeepSpeed run (on a CPU: gloo)
         knobs["deepspeed"] = str(ZERO3_CONFIG)
     if lora:
         knobs.update(lora_r=LORA_RANK, lora_alpha=2 * LORA_RANK, merge_lora=False)

@@ -104,6 +104,7 @@ INERT = [
     "spag/harness/tracking.py",
     "spag/harness/process.py",
     "spag/harness/zero.py",
+    "spag/harness/environment.py",
 ]
 
 

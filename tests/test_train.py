@@ -928,13 +928,13 @@ def test_a_run_killed_in_its_second_epoch_resumes_to_the_model_of_an_unbroken_ru
 
 def test_a_deepspeed_run_asks_pycpuinfo_about_the_cpu_once(monkeypatch):
     """DeepSpeed asks py-cpuinfo at each op it loads and py-cpuinfo starts a Python process per question;
-    a DeepSpeed run (its training arguments) keeps the first answer for the process, every caller gets its
+    a DeepSpeed run (prepared by the harness) keeps the first answer for the process, every caller gets its
     own copy."""
     import subprocess
 
     import cpuinfo
 
-    from spag.train.environment import cpu_info_read_once
+    from spag.harness.environment import cpu_info_read_once
 
     started = []
 
@@ -964,7 +964,7 @@ def test_deepspeed_runs_build_their_ops_with_the_environments_ninja(monkeypatch)
     import sys
     from pathlib import Path
 
-    from spag.train.environment import environment_ninja_first
+    from spag.harness.environment import environment_ninja_first
 
     ours = Path(sys.executable).parent / "ninja"
     if not ours.is_file():

@@ -14,6 +14,7 @@ process.
 - :mod:`spag.harness.callbacks`  the Trainer's experiment tracking: dvclive's curves, checkpoint modes, the progress bar
 - :mod:`spag.harness.launch`     a training run under torchrun / accelerate launch, its settings passed as a file
 - :mod:`spag.harness.zero`       ZeRO only where it pays: DeepSpeed left out of one process that plain training fits
+- :mod:`spag.harness.environment` the process around a DeepSpeed run: ninja on PATH, py-cpuinfo, gloo on a CPU
 
 Above the core and below the entry points (:mod:`spag.commands`, :mod:`spag.pipeline`): the layers are
 listed once, in pyproject.toml's import-linter contract.

@@ -1,8 +1,9 @@
 """A training run's folders, claimed by the harness around the core's run (:mod:`spag.train.job`,
 :mod:`spag.train.online`): the model's output folder, its checkpoints and dvclive's folder pass the output
 rule before any work, the first process holds their locks while the run lasts, and the run is tracked
-(:class:`spag.harness.tracking.RunTracking`). :func:`train` and :func:`train_online` are what the commands,
-the stages and a launched job call.
+(:class:`spag.harness.tracking.RunTracking`), and a DeepSpeed run's process is prepared before it
+(:mod:`spag.harness.environment`). :func:`train` and :func:`train_online` are what the commands, the stages
+and a launched job call.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from pathlib import Path
 
 from spag.config import TrainConfig
 from spag.harness.claims import claim_output_dir
+from spag.harness.environment import prepare_deepspeed
 from spag.harness.folders import PLAY_KIND, remove_if_bare
 from spag.harness.locks import writing
 from spag.harness.tracking import RunTracking
 from spag.harness.zero import cuda_bytes, world_size, zero_where_it_pays
+from spag.models.devices import check_launch
 from spag.models.loading import pick_device
 from spag.train.bookkeeping import CHECKPOINTS_KIND, LIVE_KIND, TRAIN_KIND, checkpoint_dir_of, live_dir_of
 from spag.train.job import run_training, with_knobs
@@ -43,6 +46,14 @@ def training_outputs(output_dir, config: TrainConfig) -> Iterator[Path]:
         remove_if_bare(checkpoint_dir)
 
 
+def deepspeed_process(config: TrainConfig, device: str) -> None:
+    """A DeepSpeed run's process prepared (:func:`spag.harness.environment.prepare_deepspeed`; on a CPU its
+    processes joined over gloo) once its DeepSpeed file is known to be a JSON object; nothing without one."""
+    if config.deepspeed:
+        check_launch(None, config.deepspeed, deepspeed_key="deepspeed")
+        prepare_deepspeed(on_cpu=device == "cpu")
+
+
 def train(
     method, model, data, output_dir, ref=None, config=None, other_checkpoints="refuse", **knobs
 ) -> Path:
@@ -53,6 +64,7 @@ def train(
     whole, note = zero_where_it_pays(whole, method, model, device, world_size(), cuda_bytes(device))
     if note and int(os.environ.get("RANK", "0")) == 0:
         print(note, flush=True)
+    deepspeed_process(whole, device)
     with training_outputs(output_dir, whole) as output:
         return run_training(
             method, model, data, output, ref, whole, other_checkpoints, tracking=RunTracking(whole)
@@ -64,6 +76,7 @@ def train_online(model, words, output_dir, *, config: TrainConfig, episodes_dir,
     folder too) and its run tracked."""
     from spag.train.online import run_online
 
+    deepspeed_process(config, pick_device(config.device))
     with training_outputs(output_dir, config) as output:
         claim_output_dir(episodes_dir, PLAY_KIND, overwrite=True, resume=True)
         return run_online(

@@ -7,7 +7,6 @@ self-play on TRL.
 - :mod:`spag.train.trainer`    the HF Trainer subclass: its loss, its reference model, its logged statistics
 - :mod:`spag.train.job`        one training job around it, :func:`run_training`: data, reference pass, build, train, save
 - :mod:`spag.harness.callbacks`  the Trainer's callbacks: checkpoint modes, dvclive's curves, the progress bar
-- :mod:`spag.train.environment` the process around a DeepSpeed run (ninja on PATH, py-cpuinfo, gloo on a CPU)
 - :mod:`spag.harness.launch`     a run under torchrun / accelerate launch, its settings passed as a file
 - :mod:`spag.train.online`     online self-play (``spag.method: online``) on TRL's GRPOTrainer
 

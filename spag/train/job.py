@@ -8,8 +8,8 @@ and the DVC stages, in steps:
    reference model before training (so training holds one model), or on the fly (two models; under
    DeepSpeed the reference is a frozen part of the engine, in the policy's precision, as in the original);
 3. build (:func:`_build_step`): the policy (LoRA when asked), the callbacks (:mod:`spag.train.callbacks`,
-   with the harness's experiment tracking when given) and the :class:`SpagTrainer`; a DeepSpeed run's
-   process is prepared first (:mod:`spag.train.environment`);
+   with the harness's experiment tracking when given) and the :class:`SpagTrainer` (a DeepSpeed run's
+   process is the harness's to prepare first: :mod:`spag.harness.environment`);
 4. train: ``Trainer.train``, logging loss, KL, clip fraction, mean ratio and per-term losses;
 5. save (:func:`_save_step`): a plain HF directory (LoRA merged unless asked otherwise) with
    ``training_summary.json``, then the intermediate checkpoints removed unless ``keep_checkpoints``.
@@ -61,7 +61,6 @@ from spag.train.bookkeeping import (
 )
 from spag.train.callbacks import Tracking, run_callbacks, show_postfix_progress
 from spag.train.data import Collator, RowDataset, check_rows_for_method, empty_completions, encode_rows
-from spag.train.environment import prepare_deepspeed
 from spag.train.losses import METHODS, SFT
 from spag.train.reference import load_reference_model, reference_logprobs
 from spag.train.schedules import DEEPSPEED_SCHEDULES
@@ -312,9 +311,7 @@ def _training_arguments(
 ) -> TrainingArguments:
     """The Trainer's arguments of a run; ``overrides`` replace or add some (``class``: the arguments' class)."""
     use_cpu = device == "cpu"
-    configured = bool(config.deepspeed and use_cpu)
-    if config.deepspeed:
-        prepare_deepspeed(on_cpu=configured)
+    configured = bool(config.deepspeed and use_cpu)  # joined over gloo by spag.harness.environment
     bf16, tf32 = _precision(config, device)
     if device.startswith("cuda"):
         set_tf32(tf32)  # here only: the Trainer's own tf32 switch stays unset (see set_tf32)

@@ -1,8 +1,9 @@
 """The process around a DeepSpeed run: fixes of its environment that change nothing it computes.
 
-:func:`prepare_deepspeed` runs before the Trainer's arguments are built (:mod:`spag.train.job`): this
-environment's ninja first on PATH, py-cpuinfo asked once, DeepSpeed's deprecation warnings quieted, and on a
-CPU the processes joined over gloo.
+:func:`prepare_deepspeed` runs before the core's run builds its Trainer (:mod:`spag.harness.training`, which
+every command, stage and launched job calls): this environment's ninja first on PATH, py-cpuinfo asked once,
+DeepSpeed's deprecation warnings quieted, and on a CPU the processes joined over gloo. It is harness, not
+core: editing it re-runs no training stage.
 """
 
 from __future__ import annotations
