@@ -71,7 +71,8 @@ batch 32, training steps of 4 short rows) took 435 s on an NVIDIA H200. Each par
 bound this one: with the default budget, the parts after the training parts (preflight, play-embedded,
 online) run only while time is left, and ``--parts`` picks any of them. ``--cpu`` takes about 70 s on two
 cores, each part a fork of the check (its imports done once); ``--cpu --spawn`` starts a new Python process for
-each, as on a GPU (about 2.5 minutes). The JSON: see docs/gpu.md, "The GPU check".
+each, as on a GPU (about 2.5 minutes). The JSON: see docs/gpu.md, "The GPU check"; ``python bench/epoch.py
+JSON`` turns its play and training rates into configs/one-gpu.yaml's time per SPAG epoch.
 """
 
 from __future__ import annotations

@@ -280,6 +280,14 @@ def test_every_part_of_the_gpu_check_runs_at_toy_size(tmp_path):
     assert 0 < padded["padding_share"] < 1 and padded["rows_per_step"] == 8
     online = check["parts"]["online"]["result"]
     assert online["steps"] == 1 and online["games"] > 0 and online["generated_tokens"] > 0
+    # bench/epoch.py reads the check it wrote: the one-GPU preset's epoch from these (toy) rates
+    said = run_bench("epoch.py", out, "--json", tmp_path / "epoch.json").stdout
+    figures = json.loads((tmp_path / "epoch.json").read_text())
+    assert "a --cpu check" in said and figures["check"]["device"] == "cpu"
+    counter = check["parts"]["play-b512"]["result"]["sides"]["counter"]["generated_tokens_per_s"]
+    trained = check["parts"]["offline-po-8x2048"]["result"]["steady_tokens_per_s"]
+    assert figures["stages"]["play@N"]["tokens_per_s"] == round(counter, 1)
+    assert figures["stages"]["train@N"]["tokens_per_s"] == round(trained, 1)
 
 
 def test_a_failing_part_keeps_the_parts_before_it_and_the_next_part_runs(tmp_path):
@@ -568,3 +576,115 @@ def test_the_bf16_rounding_bench_tells_updates_below_bfloat16s_step_from_those_a
     assert weights and all(t.dtype == torch.float32 for t in weights.values())
     assert shares["small"][0] > 90 and shares["small"][1] < 5, shares
     assert shares["large"][0] > 90 and shares["large"][1] > 90, shares
+
+
+# ----------------------------------------------------------------------- bench/epoch.py, an epoch's time
+
+
+@pytest.fixture(scope="module")
+def epoch():
+    """bench/epoch.py as a module."""
+    spec = importlib.util.spec_from_file_location("bench_epoch", PLAY.parent / "epoch.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _check(tmp_path, play=None, train=None) -> Path:
+    """A GPU check's JSON with the play-bN and offline-po-Rx2048 rates given (generated or steady tokens/s)."""
+    play = {32: 100.0, 128: 400.0, 512: 1000.0} if play is None else play
+    train = {8: 5000.0, 16: 6000.0} if train is None else train
+    parts = {"device": {"status": "ok", "result": {"name": "NVIDIA H100 80GB HBM3"}}}
+    for n, rate in play.items():
+        sides = {"counter": {"generated_tokens_per_s": rate}, "static": {"generated_tokens_per_s": 3 * rate}}
+        parts[f"play-b{n}"] = {"status": "ok", "result": {"sides": sides}}
+    for rows, rate in train.items():
+        parts[f"offline-po-{rows}x2048"] = {
+            "status": "ok",
+            "result": {"steady_tokens_per_s": rate, "mfu": 0.3},
+        }
+    # neither is the stage's setting: ZeRO-3, and a part that failed
+    parts["offline-po-zero3-8x2048"] = {"status": "ok", "result": {"steady_tokens_per_s": 1.0, "mfu": 0.01}}
+    parts["play-b1024"] = {
+        "status": "failed",
+        "result": {"sides": {"counter": {"generated_tokens_per_s": 1.0}}},
+    }
+    path = tmp_path / "check.json"
+    path.write_text(
+        json.dumps(
+            {
+                "check": "bench/gpu.py",
+                "date": "2026-12-06",
+                "cpu_mode": False,
+                "spag": "0.1.0",
+                "parts": parts,
+            }
+        )
+    )
+    return path
+
+
+def test_an_epochs_time_is_the_presets_work_over_the_checks_rates(epoch, tmp_path, capsys):
+    check = _check(tmp_path)
+    assert epoch.main([str(check), "--json", str(tmp_path / "e.json")]) == 0
+    said = capsys.readouterr().out
+    figures = json.loads((tmp_path / "e.json").read_text())
+    play, train, evaluate = (figures["stages"][s] for s in ("play@N", "train@N", "evaluate@N"))
+    # one-gpu.yaml: 12,000 words of 5 turns, 1,024 games at once (the b512 part: the largest it reaches)
+    assert play["tokens"] == 12000 * 10 * 120 and play["tokens_per_s"] == 1000.0
+    assert play["hours"] == pytest.approx(12000 * 10 * 120 / 1000 / 3600)
+    assert play["source"].startswith("play-b512") and "vllm" in play["notes"][0]
+    # 4 rows a micro-batch: the 8-row part, not ZeRO-3's; LoRA makes it an upper bound
+    assert train["tokens"] == 12000 * 2.5 * 600 + 12000 * 250 and train["tokens_per_s"] == 5000.0
+    assert train["source"] == "offline-po-8x2048, MFU 0.3" and "LoRA" in train["notes"][0]
+    # 250 words, both roles, against imitation and the previous epoch, 32 at once: the b32 part
+    assert evaluate["tokens"] == 250 * 2 * 2 * 10 * 120 and evaluate["source"].startswith("play-b32")
+    assert figures["epoch_hours"] == pytest.approx(play["hours"] + train["hours"])
+    assert "H100" in said and said.splitlines()[-1].startswith("figures written to")
+    # half the assumed reply length: half the playing time, the training's unchanged
+    assert epoch.main([str(check), "--reply-tokens", "60", "--json", str(tmp_path / "half.json")]) == 0
+    half = json.loads((tmp_path / "half.json").read_text())["stages"]
+    assert half["play@N"]["hours"] == pytest.approx(play["hours"] / 2)
+    assert half["train@N"]["hours"] == train["hours"]
+
+
+def test_an_epoch_on_the_hf_backends_decoder_generate_takes_the_static_sides_rate(epoch, tmp_path, capsys):
+    override = tmp_path / "hf.yaml"
+    override.write_text("play.backend: hf\nplay.decoder: generate\nplay.batch_size: 100\n")
+    one_gpu = Path(epoch.ROOT) / "configs" / "one-gpu.yaml"
+    args = [str(_check(tmp_path)), "--override", str(one_gpu), "--override", str(override)]
+    assert epoch.main([*args, "--json", str(tmp_path / "e.json")]) == 0
+    play = json.loads((tmp_path / "e.json").read_text())["stages"]["play@N"]
+    assert play["source"] == "play-b32, the hf engine's 'static' side" and play["tokens_per_s"] == 300.0
+    assert play["notes"] == []  # the hf backend: its own rate
+    assert "hf.yaml" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("no-play", "play@N: no play-bN part of the check measured the 'counter' side"),
+        ("no-train", "train@N: no offline-po-Rx2048 part of the check finished with a rate"),
+        ("not-a-check", "not a GPU check's JSON"),
+        ("kuhn", "game.name: kuhn-poker"),
+        ("online", "spag.method: online"),
+        ("assumption", "--rows-per-game: must be above 0"),
+        ("bad-override", "bad.yaml"),
+    ],
+)
+def test_an_estimate_without_a_figure_is_one_line_and_exit_2(epoch, tmp_path, capsys, case, message):
+    check = _check(tmp_path, play={} if case == "no-play" else None, train={} if case == "no-train" else None)
+    args = [str(check)]
+    configs = Path(epoch.ROOT) / "configs"
+    if case == "not-a-check":
+        check.write_text('{"parts": {}}')
+    elif case in ("kuhn", "online"):
+        args += ["--override", str(configs / ("kuhn-poker.yaml" if case == "kuhn" else "online.yaml"))]
+    elif case == "assumption":
+        args += ["--rows-per-game", "0"]
+    elif case == "bad-override":
+        (tmp_path / "bad.yaml").write_text("play.wordz: 3\n")
+        args += ["--override", str(tmp_path / "bad.yaml")]
+    assert epoch.main(args) == 2
+    out, err = capsys.readouterr()
+    assert message in err and len(err.strip().splitlines()) == 1 and out == ""
