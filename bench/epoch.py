@@ -28,7 +28,9 @@ The rates, from the check:
 What it leaves out, named in the output: reward@N (CPU work of a minute or so), evaluate@N's skill metrics and
 benchmarks, the baselines and imitation stages (once per run, not per epoch).
 
-Exit code 2 with one line naming the file, part or key when the check or the settings cannot give a figure.
+``--json`` writes the figures too (atomically), to a new file or over an earlier one of this script's; any
+other file there, the check's JSON among them, is left as it is. Exit code 2 with one line naming the file,
+part or key when the check or the settings cannot give a figure, or the JSON cannot be written.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ ASSUMED = {  # what nothing has measured for a 1.5B model playing Adversarial Ta
     "sft_row_tokens": 250,
 }
 TRAIN_LENGTH = 2048  # the training parts' rows: offline-po-Rx2048
+OUTPUT_MARK = "bench/epoch.py"  # the --json file's "estimate": what it may replace
 
 
 class EstimateError(Exception):
@@ -207,6 +210,17 @@ def report(figures: dict, preset: str) -> None:
     )
 
 
+def replaceable(path: Path) -> None:
+    """``--json`` may name a new file or replace an earlier one of this script's, never another file (the
+    check's JSON among them)."""
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        earlier = {}
+    if path.exists() and not (isinstance(earlier, dict) and earlier.get("estimate") == OUTPUT_MARK):
+        raise EstimateError(f"--json {path}: exists and is not this script's figures; not replaced")
+
+
 def shown(path: Path) -> str:
     """``path`` as the repository names it, where it lies in it."""
     path = path.resolve()
@@ -232,7 +246,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     from spag.config import load_settings
     from spag.runtime.atomic import write_json_atomic
-    from spag.runtime.errors import ParamsError
+    from spag.runtime.errors import DataError, ParamsError
 
     args = parse_args(argv)
     overrides = args.override if args.override is not None else [ROOT / "configs" / "one-gpu.yaml"]
@@ -247,16 +261,18 @@ def main(argv=None) -> int:
             raise EstimateError(f"{args.check}: not a GPU check's JSON ({exc})") from None
         if not isinstance(check, dict) or check.get("check") != "bench/gpu.py":
             raise EstimateError(f'{args.check}: not a GPU check\'s JSON (no "check": "bench/gpu.py")')
+        if args.json:
+            replaceable(args.json)
         settings = load_settings(args.params, overrides)
         figures = estimate(settings, check, assumed)
-    except (EstimateError, ParamsError) as exc:
+        preset = " + ".join(shown(p) for p in [args.params, *overrides])
+        report(figures, preset)
+        if args.json:
+            write_json_atomic(args.json, {"estimate": OUTPUT_MARK, "preset": preset, **figures})
+            print(f"figures written to {args.json}")
+    except (EstimateError, ParamsError, DataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    preset = " + ".join(shown(p) for p in [args.params, *overrides])
-    report(figures, preset)
-    if args.json:
-        write_json_atomic(args.json, {**figures, "preset": preset})
-        print(f"figures written to {args.json}")
     return 0
 
 

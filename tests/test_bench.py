@@ -688,3 +688,21 @@ def test_an_estimate_without_a_figure_is_one_line_and_exit_2(epoch, tmp_path, ca
     assert epoch.main(args) == 2
     out, err = capsys.readouterr()
     assert message in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_an_estimate_replaces_only_its_own_earlier_figures(epoch, tmp_path, capsys):
+    check = _check(tmp_path)
+    before = check.read_bytes()
+    assert epoch.main([str(check), "--json", str(check)]) == 2  # the check it reads: kept as it was
+    assert check.read_bytes() == before and "not replaced" in capsys.readouterr().err
+    other = tmp_path / "notes.json"
+    other.write_text('{"mine": 1}')
+    assert epoch.main([str(check), "--json", str(other)]) == 2 and other.read_text() == '{"mine": 1}'
+    ours = tmp_path / "epoch.json"
+    assert epoch.main([str(check), "--json", str(ours)]) == 0
+    assert epoch.main([str(check), "--reply-tokens", "60", "--json", str(ours)]) == 0  # its own: replaced
+    assert json.loads(ours.read_text())["assumed"]["reply_tokens"] == 60
+    capsys.readouterr()
+    assert epoch.main([str(check), "--json", str(other / "inside.json")]) == 2  # a file is no folder
+    err = capsys.readouterr().err
+    assert "inside.json" in err and len(err.strip().splitlines()) == 1
