@@ -13,14 +13,16 @@ The work, from the settings:
 - train@N (offline-po): ``--rows-per-game`` winning lines a game of ``--row-tokens`` tokens (ASSUMED), and
   ``reward.sft_limit`` general rows of ``--sft-row-tokens`` (ASSUMED), ``spag.epochs_per_iteration`` passes;
 - evaluate@N's games: ``evaluate.words`` x ``evaluate.seeds`` x 2 roles, against the imitation model and, with
-  ``evaluate.vs_previous``, the previous epoch, at the same reply length.
+  ``evaluate.vs_previous``, the previous epoch (with ``evaluate.vs_baseline``, the strongest baseline too), at the
+  same reply length.
 
 The rates, from the check:
 
 - playing: the generated tokens/s of the hf engine (the ``counter`` side; with ``decoder: generate`` the
-  ``static`` side) in the largest ``play-bN`` part whose N the stage's ``batch_size`` reaches. The part's time
-  includes its prompts' prefill, over one round of replies of up to 32 tokens. No part runs vLLM (the lent GPU
-  image has none): where the preset plays on vLLM, the hf engine's rate stands in, and the line says so;
+  ``static`` side) in the largest ``play-bN`` part whose N the stage's ``batch_size`` reaches (the smallest
+  where it reaches none). The part's time includes its prompts' prefill, over one round of replies of up to
+  32 tokens. No part runs vLLM (the lent GPU image has none): where the preset plays on vLLM, the hf engine's
+  rate stands in, and the line says so;
 - training: the steady tokens/s of ``offline-po-Rx2048`` (the reference on the fly, no DeepSpeed, every
   weight trained) whose R is nearest the stage's ``batch_size``. With LoRA (``spag.lora_r``) the step does
   less (no weight gradients of the frozen weights), so the time is an upper bound, and the line says so.
