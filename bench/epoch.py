@@ -44,8 +44,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "bench"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from outputs import owned_or_new
 
 ASSUMED = {  # what nothing has measured for a 1.5B model playing Adversarial Taboo (one-gpu.yaml's header)
     "reply_tokens": 120,
@@ -109,7 +112,6 @@ def trained_rate(check: dict, method: str, rows: int) -> tuple[float, str, float
 
 def estimate(settings, check: dict, assumed: dict) -> dict:
     """Each stage's work, rate, hours and the rate's source; the epoch's total; what is left out."""
-    max_turns = settings.game.max_turns
     # another game's replies are counted otherwise (Kuhn poker's: a word each)
     if settings.game.name != "taboo":
         raise EstimateError(
@@ -117,7 +119,7 @@ def estimate(settings, check: dict, assumed: dict) -> dict:
         )
     if settings.spag.method != "offline-po":
         raise EstimateError(f"spag.method: {settings.spag.method}: the estimate covers offline-po epochs")
-    replies = 2 * max_turns * assumed["reply_tokens"]
+    replies = 2 * settings.game.max_turns  # a game played to its end
     stages = {}
 
     def playing(stage: str, section, games: int) -> dict:
@@ -128,9 +130,9 @@ def estimate(settings, check: dict, assumed: dict) -> dict:
             notes.append(
                 f"plays on {section.backend}, which no part of the check runs: the hf engine's rate stands in"
             )
-        tokens = games * replies
+        tokens = games * replies * assumed["reply_tokens"]
         return {
-            "work": f"{games:,} games x {2 * max_turns} replies x {assumed['reply_tokens']} tokens (assumed)",
+            "work": f"{games:,} games x {replies} replies x {assumed['reply_tokens']} tokens (assumed)",
             "tokens": tokens,
             "tokens_per_s": round(rate, 1),
             "source": source,
@@ -212,15 +214,16 @@ def report(figures: dict, preset: str) -> None:
     )
 
 
-def replaceable(path: Path) -> None:
-    """``--json`` may name a new file or replace an earlier one of this script's, never another file (the
-    check's JSON among them)."""
-    try:
-        earlier = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        earlier = {}
-    if path.exists() and not (isinstance(earlier, dict) and earlier.get("estimate") == OUTPUT_MARK):
-        raise EstimateError(f"--json {path}: exists and is not this script's figures; not replaced")
+def check_json_out(path: Path) -> None:
+    """``--json`` may name a new file or an earlier one of this script's, never another file (the check's
+    JSON among them): EstimateError or spag's OutputRefused, one line, otherwise."""
+    from spag.harness.rule import check_output_file
+
+    if not owned_or_new(path, "estimate", OUTPUT_MARK):
+        raise EstimateError(
+            f"--json {path}: something is there that is not this script's figures; not replaced"
+        )
+    check_output_file(path, "--json", replace="any")
 
 
 def shown(path: Path) -> str:
@@ -264,7 +267,7 @@ def main(argv=None) -> int:
         if not isinstance(check, dict) or check.get("check") != "bench/gpu.py":
             raise EstimateError(f'{args.check}: not a GPU check\'s JSON (no "check": "bench/gpu.py")')
         if args.json:
-            replaceable(args.json)
+            check_json_out(args.json)
         settings = load_settings(args.params, overrides)
         figures = estimate(settings, check, assumed)
         preset = " + ".join(shown(p) for p in [args.params, *overrides])

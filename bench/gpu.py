@@ -97,6 +97,7 @@ for _path in (ROOT, ROOT / "bench"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+from outputs import owned_or_new
 from shapes import model_folder, random_weights, shape_config
 
 HEAVY = ("polars", "duckdb", "dvc", "dvclive", "lm_eval", "wordfreq", "openai")
@@ -1073,22 +1074,6 @@ def limits(value: str | None, cpu: bool) -> dict[str, float]:
     return chosen
 
 
-OUT_LIMIT = 16 * 1024 * 1024  # this check's JSON is a few KiB; a larger file at --out is someone else's
-
-
-def owned_or_new(out: Path) -> bool:
-    """Whether ``out`` may be written: a new file, or an earlier JSON of this check (a regular file, read
-    only if it is small: a FIFO would wait for a writer, a device never end)."""
-    if not out.exists() and not out.is_symlink():
-        return True
-    if not out.is_file() or out.stat().st_size > OUT_LIMIT:
-        return False
-    try:
-        return json.loads(out.read_text(encoding="utf-8")).get("check") == "bench/gpu.py"
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def check_arguments(args) -> tuple[Path, list[str], dict[str, float], float | None]:
     """The output, the parts, their limits and the budget of a check, each checked (CheckError naming the first
     that cannot run)."""
@@ -1096,7 +1081,7 @@ def check_arguments(args) -> tuple[Path, list[str], dict[str, float], float | No
     from spag.runtime.errors import DataError
 
     out = Path(args.out)
-    if not owned_or_new(out):
+    if not owned_or_new(out, "check", "bench/gpu.py"):
         raise CheckError(
             f"--out {out}: something is there that is not this check's JSON; choose another path"
         )

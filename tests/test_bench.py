@@ -703,6 +703,10 @@ def test_an_estimate_replaces_only_its_own_earlier_figures(epoch, tmp_path, caps
     assert epoch.main([str(check), "--reply-tokens", "60", "--json", str(ours)]) == 0  # its own: replaced
     assert json.loads(ours.read_text())["assumed"]["reply_tokens"] == 60
     capsys.readouterr()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert epoch.main([str(check), "--json", str(fifo)]) == 2 and fifo.is_fifo()  # not read: no hang
+    assert "not replaced" in capsys.readouterr().err
     assert epoch.main([str(check), "--json", str(other / "inside.json")]) == 2  # a file is no folder
     err = capsys.readouterr().err
     assert "inside.json" in err and len(err.strip().splitlines()) == 1
