@@ -99,12 +99,11 @@ def tiny(tmp_path_factory):
 
 
 def light_environment(reports: Path, cache: Path, plant: str = "") -> dict[str, str]:
-    """The environment of a process run as on the GPU image: the source tree and the shim on PYTHONPATH,
-    spag's installed copy hidden, :data:`ABSENT` absent, no GPU, nothing from the hub or an index; each
-    process writes the modules it loaded into ``reports`` (``plant``: see the shim)."""
+    """What a process run as on the GPU image sets over this environment: the source tree and the shim on
+    PYTHONPATH, spag's installed copy hidden, :data:`ABSENT` absent, no GPU, nothing from the hub or an index;
+    each process writes the modules it loaded into ``reports`` (``plant``: see the shim)."""
     reports.mkdir(parents=True, exist_ok=True)
     return {
-        **os.environ,
         "PYTHONPATH": f"{SHIM}{os.pathsep}{ROOT}",
         "SPAG_LIGHT_REPORT": str(reports),
         "SPAG_LIGHT_ABSENT": ",".join(ABSENT),
@@ -145,7 +144,7 @@ def run_part(part: str, work: Path, model: Path | None = None, plant: str = "") 
     ):
         command = [c.replace(placeholder, str(value)) for c in command]
     reports = work / "reports"
-    env = light_environment(reports, work / "cache", plant)
+    env = {**os.environ, **light_environment(reports, work / "cache", plant)}
     done = subprocess.run(command, capture_output=True, text=True, cwd=work, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout, heavy_loaded(reports)
