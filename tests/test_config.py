@@ -728,7 +728,9 @@ def test_every_game_card_says_what_its_game_class_does():
         )
         assert card.baselines == (tuple(game.skill.baselines) if game.skill is not None else ())
     from spag.game.kuhn import TEACHERS
+    from spag.game.kuhn.card import TABLES
 
-    assert set(CARDS["kuhn-poker"].Strategies.model_fields) == set(TEACHERS)  # a knob per teacher's table
+    assert set(TABLES) == set(TEACHERS)  # a knob per teacher's table
+    assert set(CARDS["kuhn-poker"].Strategies.model_fields) == {*TEACHERS, "explore"}
     kuhn = GAMES["kuhn-poker"]()
     assert TARGETS["kuhn-poker"](None) == kuhn.targets(None) == ["J-Q", "J-K", "Q-J", "Q-K", "K-J", "K-Q"]

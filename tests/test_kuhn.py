@@ -128,6 +128,7 @@ def test_a_teacher_with_the_equilibrium_wins_every_hand_by_a_legal_line():
         "equilibrium": True,
         "uniform": False,
         "always_bet": False,
+        "explore": 0.0,
     }
     # the game's value is -1/18 for the first player: its average winnings are below zero
     chips = [
@@ -202,6 +203,30 @@ def test_one_teacher_at_a_time_chosen_like_the_equilibrium(tmp_path):
     config = PlayConfig.of("kuhn-poker", always_bet=True, seed=0)
     episodes = play_games(Silent(), Silent(), list(DEALS), config, show_progress=False)
     assert all([u["content"] for u in e["history"]] == ["[bet]", "[call]"] for e in episodes)
+
+
+def test_explore_mixes_the_teacher_with_the_uniform_strategy_at_every_decision(tmp_path):
+    from pydantic import ValidationError
+
+    strategies = KuhnStrategies(equilibrium=True, explore=0.5)
+    table = teacher_table(strategies)
+    for history, row in TEACHERS["equilibrium"].items():
+        for card, p in row.items():
+            assert table[history][card] == pytest.approx(0.5 * p + 0.25)  # every action now played
+    assert teacher_table(KuhnStrategies(equilibrium=True, explore=1.0)) == TEACHERS["uniform"]
+    assert teacher_table(KuhnStrategies(equilibrium=True)) is TEACHERS["equilibrium"]
+    # Played as mixed: J facing a bet, never called by the equilibrium, is called a quarter of the time.
+    speaker = KUHN.speaker(object(), (FIRST, SECOND), strategies, seed=2)
+    facing = Counter(speaker.action(Turn(SECOND, "Q-J", hand("Q-J", "bet"), "")) for _ in range(2000))
+    assert facing["call"] / 2000 == pytest.approx(0.25, abs=0.04)
+    with pytest.raises(ValidationError, match="explore: mixes a fixed strategy .* and none is on"):
+        KuhnStrategies(explore=0.5)
+    with pytest.raises(ValidationError, match="less than or equal to 1"):
+        KuhnStrategies(equilibrium=True, explore=1.5)
+    override = tmp_path / "mixed.yaml"
+    override.write_text("teacher.strategies: {equilibrium: true, explore: 0.5}\n")
+    settings = load_settings(ROOT / "params.yaml", [ROOT / "configs" / "kuhn-poker.yaml", override])
+    assert settings.strategies() == strategies
 
 
 # ------------------------------------------------------------------------------------ rewards, results

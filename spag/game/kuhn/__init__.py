@@ -102,8 +102,21 @@ TEACHERS: dict[str, Strategy] = {"equilibrium": EQUILIBRIUM, "uniform": UNIFORM,
 
 
 def teacher_table(strategies: KuhnStrategies) -> Strategy | None:
-    """The strategy table of the fixed strategy that is on, or None (the model plays)."""
-    return next((TEACHERS[name] for name in TEACHERS if getattr(strategies, name)), None)
+    """The strategy table of the fixed strategy that is on, mixed with the uniform one by ``explore``, or
+    None (the model plays)."""
+    table = next((TEACHERS[name] for name in TEACHERS if getattr(strategies, name)), None)
+    if table is None or not strategies.explore:
+        return table
+    return mixed(table, UNIFORM, strategies.explore)
+
+
+def mixed(table: Strategy, other: Strategy, weight: float) -> Strategy:
+    """At every decision, ``other``'s probability with weight ``weight`` and ``table``'s with the rest: the
+    strategy that follows ``other`` at a decision with probability ``weight``, each decision drawn anew."""
+    return {
+        history: {card: (1 - weight) * p + weight * other[history][card] for card, p in row.items()}
+        for history, row in table.items()
+    }
 
 
 def cards(deal: str) -> tuple[str, str]:

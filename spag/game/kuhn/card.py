@@ -29,7 +29,7 @@ class KuhnSettings(GameSettings):
 
 class KuhnStrategies(Section):
     """Kuhn poker's strategies (``teacher.strategies``): at most one fixed strategy that plays instead of the
-    model (:data:`spag.game.kuhn.TEACHERS`)."""
+    model (:data:`spag.game.kuhn.TEACHERS`), and how much of the uniform strategy is mixed into it."""
 
     equilibrium: bool = knob(
         False,
@@ -46,13 +46,28 @@ class KuhnStrategies(Section):
         "Always bet and call instead of the model: a weak teacher that never folds "
         "(exploitable by 1/3 chip a hand).",
     )
+    explore: float = knob(
+        0.0,
+        "Mix the fixed strategy that is on with the uniform one: each probability p becomes "
+        "(1 - explore) p + explore/2, so that every action is played (0: the strategy alone).",
+        ge=0.0,
+        le=1.0,
+    )
 
     @model_validator(mode="after")
     def _one_teacher(self):
-        chosen = [name for name in type(self).model_fields if getattr(self, name)]
+        chosen = [name for name in TABLES if getattr(self, name)]
         if len(chosen) > 1:
             raise SettingError(chosen[1], f"one fixed strategy at a time, and {chosen[0]} is on too")
+        if self.explore and not chosen:
+            raise SettingError(
+                "explore",
+                f"mixes a fixed strategy ({', '.join(TABLES)}) with the uniform one, and none is on",
+            )
         return self
+
+
+TABLES = ("equilibrium", "uniform", "always_bet")  # the knobs that turn on a fixed strategy
 
 
 def targets(words) -> list[str]:
