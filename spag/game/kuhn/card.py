@@ -27,6 +27,9 @@ class KuhnSettings(GameSettings):
     )
 
 
+TABLES = ("equilibrium", "uniform", "always_bet")  # the knobs that turn on a fixed strategy
+
+
 class KuhnStrategies(Section):
     """Kuhn poker's strategies (``teacher.strategies``): at most one fixed strategy that plays instead of the
     model (:data:`spag.game.kuhn.TEACHERS`), and how much of the uniform strategy is mixed into it."""
@@ -65,9 +68,6 @@ class KuhnStrategies(Section):
                 f"mixes a fixed strategy ({', '.join(TABLES)}) with the uniform one, and none is on",
             )
         return self
-
-
-TABLES = ("equilibrium", "uniform", "always_bet")  # the knobs that turn on a fixed strategy
 
 
 def targets(words) -> list[str]:
