@@ -88,6 +88,32 @@ def test_each_player_sees_its_own_card_and_the_legal_actions():
     assert KUHN.row_prompt(SECOND, "K-Q", hand("K-Q", "bet"), random.Random(0)) == (second, None)
 
 
+def test_with_say_card_the_prompt_asks_for_the_card_and_the_teacher_names_it_before_acting():
+    game = KuhnPoker(KuhnSettings(say_card=True))
+    prompt = game.prompt(SECOND, "K-Q", hand("K-Q", "bet"), KuhnStrategies())
+    assert prompt.endswith('reply with "My card: Q." and then [call] or [fold].')
+    assert (
+        prompt.split("\nYour move")[0]
+        == KUHN.prompt(SECOND, "K-Q", hand("K-Q", "bet"), KuhnStrategies()).split("\nYour move")[0]
+    )  # the rest of the prompt is the plain game's
+    config = PlayConfig.of(game, equilibrium=True, seed=3)
+    episodes = play_games(Silent(), Silent(), list(DEALS) * 4, config, show_progress=False)
+    for episode in episodes:
+        dealt = dict(zip((FIRST, SECOND), episode["target_word"].split("-")))
+        for utterance in episode["history"]:
+            card = dealt[utterance["role"]]
+            assert utterance["content"] == f"My card: {card}. [{action_of(utterance['content'])}]"
+        # judged by its actions alone, as the plain game judges the same line
+        plain = [{**u, "content": f"[{action_of(u['content'])}]"} for u in episode["history"]]
+        assert game.judge(episode["target_word"], episode["history"]) == KUHN.judge(
+            episode["target_word"], plain
+        )
+        assert episode["outcome"] in (FIRST_WINS, SECOND_WINS)
+    # the other player sees the actions only, never the card a reply named
+    later = game.prompt(SECOND, "J-K", [{"role": FIRST, "content": "My card: J. [bet]"}], KuhnStrategies())
+    assert "Player 0: [bet]" in later and "card: J" not in later
+
+
 def test_a_kuhn_episode_names_its_game_and_its_roles_are_checked():
     episode = {"target_word": "K-Q", "history": hand("K-Q", "bet", "fold"), **KUHN.record()}
     assert episode_game(episode).name == "kuhn-poker"

@@ -173,7 +173,8 @@ def tiny(tmp_path_factory):
     return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "model")
 
 
-def test_the_exact_way_is_the_canonical_replies_probability_from_a_plain_forward_pass(tiny):
+@pytest.mark.parametrize("say_card", [False, True], ids=["plain", "say_card"])
+def test_the_exact_way_is_the_canonical_replies_probability_from_a_plain_forward_pass(tiny, say_card):
     import torch
 
     from spag.evaluate.strategy import exact_rows, state
@@ -181,15 +182,18 @@ def test_the_exact_way_is_the_canonical_replies_probability_from_a_plain_forward
     from spag.players import load_player
 
     player = load_player(str(tiny), "hf", device="cpu", dtype="float32")
-    config = PlayConfig.of("kuhn-poker")
+    config = PlayConfig.of("kuhn-poker", say_card=say_card)
     rows = exact_rows(player, config)
     assert [(r["player"], r["card"], r["history"], r["action"]) for r in rows] == [tuple(i) for i in INFOSETS]
     for row, infoset in zip(rows, INFOSETS):
         prompt = config.prompt(infoset.player, *state(infoset))
         passive = {"bet": "check", "call": "fold"}[infoset.action]
-        prefix = player.encode(prompt)
+        # with say_card: the action's reply after the opening that names the card, given that opening
+        opening = f"My card: {infoset.card}." if say_card else ""
+        prefix = player.encode(prompt) + player.tokenizer(opening, add_special_tokens=False)["input_ids"]
+        lead = " " if say_card else ""
         logps = []
-        for text in (f"[{infoset.action}]", f"[{passive}]"):
+        for text in (f"{lead}[{infoset.action}]", f"{lead}[{passive}]"):
             ids = player.tokenizer(text, add_special_tokens=False)["input_ids"]
             with torch.no_grad():
                 logits = player.model(input_ids=torch.tensor([prefix + ids])).logits[0].float()

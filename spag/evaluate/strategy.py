@@ -8,7 +8,8 @@ action (``bet``, or ``call`` facing a bet):
 - **exact**: the probability that its reply begins with each legal action's canonical reply (the
   teacher's text, ``[bet]``/``[check]`` or ``[call]``/``[fold]``, in its own tokens) under the prompt and the
   chat template at temperature 1, normalised over the two; ``mass`` is what the two hold together (a model
-  that answers in sentences puts little there);
+  that answers in sentences puts little there). Where replies name the card first (``game.say_card``),
+  it is the probability of each action's reply after the opening ``My card: K.``, given that opening;
 - **played**: the replies it samples at the evaluation settings (temperature, top-k, lengths, empty replies
   resampled), each read by the game's parser: the aggressive action's share of the legal replies, with a
   95% Wilson interval, and the shares of replies that play each action or break the rules (no bracketed
@@ -31,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from spag.evaluate.games import wilson_interval
-from spag.game.kuhn import CARDS, ROLES, action_of, legal, reply
+from spag.game.kuhn import CARDS, ROLES, action_of, legal, reply, say
 from spag.game.kuhn.exploitability import INFOSETS, InfoSet, all_figures
 from spag.play.engine import PlayConfig
 from spag.runtime.atomic import write_json_atomic, write_jsonl_atomic
@@ -72,15 +73,20 @@ def exact_rows(player, config: PlayConfig) -> list[dict]:
     """One ``exact`` row per information set (see the module docstring); ``player`` scores continuations
     (the hf backend's ``continuation_logprobs``), one call for the states of each pair of legal actions."""
     _check_game(config)
-    pairs: dict[tuple[str, str], list[int]] = {}
+    say_card = config.game.settings.say_card
+    # one call per pair of legal actions (and, where replies name the card first, per card: its opening)
+    calls: dict[tuple[str, str, str], list[int]] = {}
     for n, infoset in enumerate(INFOSETS):
         history = state(infoset)[1]
         passive = next(a for a in legal([action_of(u["content"]) for u in history]) if a != infoset.action)
-        pairs.setdefault((infoset.action, passive), []).append(n)
+        opening = say(infoset.card) if say_card else ""
+        calls.setdefault((infoset.action, passive, opening), []).append(n)
     scores: dict[int, list[float]] = {}
-    for (aggressive, passive), members in pairs.items():
+    for (aggressive, passive, opening), members in calls.items():
         prompts = [config.prompt(INFOSETS[n].player, *state(INFOSETS[n])) for n in members]
-        logprobs = player.continuation_logprobs(prompts, "", [reply(aggressive), reply(passive)], lead="")
+        logprobs = player.continuation_logprobs(
+            prompts, opening, [reply(aggressive), reply(passive)], lead=" " if opening else ""
+        )
         scores.update(zip(members, logprobs.tolist()))
     rows = []
     for n, infoset in enumerate(INFOSETS):

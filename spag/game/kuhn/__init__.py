@@ -133,9 +133,15 @@ def action_of(text: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
-def reply(action: str) -> str:
-    """The canonical reply that plays ``action``: the teacher's whole reply, ``[bet]``."""
-    return f"[{action}]"
+def say(card: str) -> str:
+    """The opening of a reply that names the player's card (``game.say_card``): ``My card: K.``"""
+    return f"My card: {card}."
+
+
+def reply(action: str, card: str | None = None) -> str:
+    """The canonical reply that plays ``action``, the teacher's whole reply: ``[bet]``, or with ``card``
+    named first (``game.say_card``) ``My card: K. [bet]``."""
+    return f"[{action}]" if card is None else f"{say(card)} [{action}]"
 
 
 def legal(actions: Sequence[str]) -> tuple[str, str]:
@@ -276,6 +282,11 @@ class KuhnPoker(Game):
             or "none yet"
         )
         first, second = legal(actions)
+        move = (
+            f'Your move: reply with "{say(mine)}" and then [{first}] or [{second}].'
+            if self.settings.say_card
+            else f"Your move: reply with [{first}] or [{second}]."
+        )
         return (
             f"You are playing Kuhn poker. The deck has three cards: J, Q and K (K is highest). Each player "
             f"puts 1 chip in the pot and is dealt one card, which the other player does not see. Player 0 acts "
@@ -283,8 +294,7 @@ class KuhnPoker(Game):
             f"[call] (add 1 chip) or [fold] (the bettor takes the pot). After check-check or a call, the "
             f"higher card wins the pot.\n"
             f"You are Player {ROLES.index(role)}. Your card: {mine}.\n"
-            f"Actions so far: {done}.\n"
-            f"Your move: reply with [{first}] or [{second}]."
+            f"Actions so far: {done}.\n" + move
         )
 
     def speaker(
@@ -298,7 +308,9 @@ class KuhnPoker(Game):
     ) -> Speaker:
         plain = Speaker(player)
         table = teacher_table(strategies)
-        return TableStrategy(plain, table, seed) if table is not None else plain
+        if table is None:
+            return plain
+        return TableStrategy(plain, table, seed, say_card=self.settings.say_card)
 
     def chips(self, target: str, history: History) -> dict[str, float]:
         """Each player's chips won (+) or lost (-) in the hand, within the rounds it is judged in: the pot's
@@ -331,18 +343,23 @@ class TableStrategy(Speaker):
     with the table's probability for the player's card and the actions so far, the other legal action
     otherwise. Each draw comes from the turn's own seed (its game's and utterance's), so a hand is the same
     whatever hands share its batch and after a resume; a turn without one draws from a stream of the
-    strategy's seed, in the order asked."""
+    strategy's seed, in the order asked. With ``say_card`` each reply names the player's card first."""
 
-    def __init__(self, inner: Speaker, table: Strategy, seed: int):
+    def __init__(self, inner: Speaker, table: Strategy, seed: int, *, say_card: bool = False):
         super().__init__(inner.player)
         self.table = table
         self.rng = random.Random(seed)
+        self.say_card = say_card
 
     def given(self, turns: Sequence[Turn]) -> list[str | None]:
-        return [reply(self.action(turn)) for turn in turns]
+        return [reply(self.action(turn), self._card(turn) if self.say_card else None) for turn in turns]
+
+    @staticmethod
+    def _card(turn: Turn) -> str:
+        return cards(turn.word)[ROLES.index(turn.role)]
 
     def action(self, turn: Turn) -> str:
-        card = cards(turn.word)[ROLES.index(turn.role)]
+        card = self._card(turn)
         actions = [action_of(u["content"]) for u in turn.history]
         bold = aggressive(actions)
         draw = self.rng.random() if turn.seed is None else random.Random(f"table-{turn.seed}").random()

@@ -25,6 +25,12 @@ class KuhnSettings(GameSettings):
         "Rounds, an action of each player each: a hand takes at most 3 actions, so 2 finishes every hand.",
         ge=1,
     )
+    say_card: bool = knob(
+        False,
+        'Every reply names the player\'s card before its action ("My card: K. [bet]"): the prompt asks for '
+        "it and the teacher's replies do it, so that a model's action follows its card in its own reply "
+        "(such a reply takes 8 tokens: max_new_tokens of at least 12).",
+    )
 
 
 TABLES = ("equilibrium", "uniform", "always_bet")  # the knobs that turn on a fixed strategy
