@@ -229,3 +229,17 @@ def launcher_failure(stderr: str, limit: int = 6000) -> str:
             said.append(line)
     told = "\n".join(said)
     return f"{told[-limit:]}\n--- the launcher's end ---\n{stderr[-3000:]}"
+
+
+def load_script(path: str | os.PathLike):
+    """A script outside the package (``scripts/bandit.py``) imported as a module named after its file, and
+    registered in ``sys.modules`` so that its dataclasses and pickles resolve."""
+    import importlib.util
+    import sys
+
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module

@@ -3,15 +3,14 @@ rewarded +1 and one -1, trained with offline-po at the pipeline's learning rate 
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from spag.testing import load_script as load_script_file
 from spag.testing import make_tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,11 +20,7 @@ REWARDED, OTHER = "[call]", "[bet]"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("bandit", ROOT / "scripts" / "bandit.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bandit"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script_file(ROOT / "scripts" / "bandit.py")
 
 
 @pytest.fixture(scope="module")

@@ -3,24 +3,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from spag.testing import load_script as load_script_file
 from spag.testing import make_tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("card_rule", ROOT / "scripts" / "card_rule.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["card_rule"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script_file(ROOT / "scripts" / "card_rule.py")
 
 
 @pytest.fixture(scope="module")
