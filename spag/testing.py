@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import os
+import sys
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -234,9 +236,6 @@ def launcher_failure(stderr: str, limit: int = 6000) -> str:
 def load_script(path: str | os.PathLike):
     """A script outside the package (``scripts/bandit.py``) imported as a module named after its file, and
     registered in ``sys.modules`` so that its dataclasses and pickles resolve."""
-    import importlib.util
-    import sys
-
     path = Path(path)
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
