@@ -597,6 +597,14 @@ class Settings(Section):
                 ("evaluate.vs_baseline", "evaluate.baselines"),
                 "needs at least one baseline in evaluate.baselines",
             )
+        fewest = self.game.fewest_reply_tokens()
+        for name in ("teacher", "play", "evaluate"):
+            if getattr(self, name).max_new_tokens < fewest:
+                raise SettingError(
+                    (f"{name}.max_new_tokens", "game"),
+                    f"{getattr(self, name).max_new_tokens} cuts every reply short: the game's settings "
+                    f"need at least {fewest} new tokens a reply",
+                )
         return self
 
     def strategies(self) -> Section:

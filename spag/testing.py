@@ -233,12 +233,13 @@ def launcher_failure(stderr: str, limit: int = 6000) -> str:
     return f"{told[-limit:]}\n--- the launcher's end ---\n{stderr[-3000:]}"
 
 
-def load_script(path: str | os.PathLike):
-    """A script outside the package (``scripts/bandit.py``) imported as a module named after its file, and
-    registered in ``sys.modules`` so that its dataclasses and pickles resolve."""
+def load_script(path: str | os.PathLike, name: str | None = None):
+    """A script outside the package (``scripts/bandit.py``) imported as a module named ``name`` (the file's
+    stem unless given), and registered in ``sys.modules`` so that its dataclasses and pickles resolve."""
     path = Path(path)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
+    name = name or path.stem
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module

@@ -9,7 +9,6 @@ engine among them), and the other tests build scripted models and run transforme
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -22,7 +21,7 @@ import pytest
 from spag.game.taboo.prompts import build_prompt
 from spag.game.taboo.replies import STOPS
 from spag.players import load_player
-from spag.testing import make_scripted_checkpoint, make_tiny_checkpoint
+from spag.testing import load_script, make_scripted_checkpoint, make_tiny_checkpoint
 
 PLAY = Path(__file__).resolve().parent.parent / "bench" / "play.py"
 GPU_CHECK = PLAY.parent / "gpu.py"
@@ -46,10 +45,7 @@ def run_bench(script: str, *arguments) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def bench():
     """bench/play.py as a module (imported when a test needs it, not when the tests are collected)."""
-    spec = importlib.util.spec_from_file_location("bench_play", PLAY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(PLAY, "bench_play")
 
 
 # The sides the GPU check plays itself, through bench/play.py's run_side, in its play-embedded part (batched,
@@ -597,10 +593,7 @@ def test_the_bf16_rounding_bench_tells_updates_below_bfloat16s_step_from_those_a
 @pytest.fixture(scope="module")
 def epoch():
     """bench/epoch.py as a module."""
-    spec = importlib.util.spec_from_file_location("bench_epoch", PLAY.parent / "epoch.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(PLAY.parent / "epoch.py", "bench_epoch")
 
 
 def _check(tmp_path, play=None, train=None) -> Path:

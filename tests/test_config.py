@@ -649,6 +649,28 @@ def test_a_conflict_names_each_key_and_the_file_that_set_it(tmp_path):
     )
 
 
+def test_a_reply_that_names_the_card_needs_room_in_every_section_that_samples(tmp_path):
+    """`game.say_card: true` over the Kuhn preset's max_new_tokens 8 cut every reply before its action, so
+    every move was a rule break; now the first section short of room is named, with the file that set it."""
+    preset = ROOT / "configs" / "kuhn-poker.yaml"
+    say_card = _online(tmp_path, "game.say_card: true")
+    load_settings(ROOT / "params.yaml", [preset])  # plain replies fit in 8 tokens
+    with pytest.raises(ParamsError) as caught:
+        load_settings(ROOT / "params.yaml", [preset, say_card])
+    assert "teacher.max_new_tokens: 8 cuts every reply short" in str(caught.value)
+    assert "need at least 12 new tokens a reply" in str(caught.value)
+    assert str(preset) in str(caught.value)
+    roomy = tmp_path / "roomy.yaml"
+    roomy.write_text("".join(f"{s}.max_new_tokens: 12\n" for s in ("teacher", "play", "evaluate")))
+    settings = load_settings(ROOT / "params.yaml", [preset, say_card, roomy])
+    assert settings.game.say_card and settings.play.max_new_tokens == 12
+    for short in ("play", "evaluate"):
+        one_short = tmp_path / f"{short}.yaml"
+        one_short.write_text(f"{short}.max_new_tokens: 11\n")
+        with pytest.raises(ParamsError, match=rf"{short}.max_new_tokens: 11 cuts every reply short"):
+            load_settings(ROOT / "params.yaml", [preset, say_card, roomy, one_short])
+
+
 def test_every_problem_of_a_game_switched_by_an_override_is_listed(tmp_path):
     """`game.name: kuhn-poker` over the Taboo settings said "(and 5 more problems)" and listed none."""
     override = _online(tmp_path, "game.name: kuhn-poker")

@@ -4,15 +4,14 @@ summary's statistics."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from spag.testing import load_script as load_script_file
 from spag.testing import make_tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,11 +19,7 @@ SCRIPT = ROOT / "scripts" / "kuhn_experiment.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("kuhn_experiment", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kuhn_experiment"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script_file(SCRIPT)
 
 
 def test_the_registered_designs_name_every_arm_start_and_seed():

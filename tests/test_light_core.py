@@ -14,7 +14,6 @@ under torchrun, the command a node runs and the check does not (its ZeRO-3 part 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -24,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from spag.runtime.atomic import write_jsonl_atomic
-from spag.testing import make_tiny_checkpoint
+from spag.testing import load_script, make_tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIM = Path(__file__).resolve().parent / "light_core"
@@ -132,9 +131,7 @@ def run_part(part: str, work: Path, model: Path | None = None, plant: str = "") 
     """Run one part; its stdout and, per process (its command line), the heavy packages it loaded."""
     command = PARTS[part]
     if "{rows}" in " ".join(command):  # bench/train.py's synthetic game rows, as the check trains on
-        spec = importlib.util.spec_from_file_location("bench_train", ROOT / "bench" / "train.py")
-        bench_train = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(bench_train)
+        bench_train = load_script(ROOT / "bench" / "train.py", "bench_train")
         write_jsonl_atomic(work / "rows.jsonl", bench_train.synthetic_rows(4))
     for placeholder, value in (
         ("{model}", model),

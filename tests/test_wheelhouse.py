@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import zipfile
 from pathlib import Path
 
@@ -11,11 +9,10 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from spag.testing import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("wheelhouse", ROOT / "scripts" / "wheelhouse.py")
-wheelhouse = importlib.util.module_from_spec(spec)
-sys.modules["wheelhouse"] = wheelhouse  # dataclasses look their module up
-spec.loader.exec_module(wheelhouse)
+wheelhouse = load_script(ROOT / "scripts" / "wheelhouse.py")
 
 
 def make_wheel(folder: Path, name: str, version: str, requires: list[str], tag: str = "py3-none-any") -> Path:

@@ -81,6 +81,11 @@ class GameSettings(Section):
     name: str = knob(..., "The game (spag.game.GAMES).")
     max_turns: int = knob(5, "Rounds per game, an utterance of each role each (the paper: 5).", ge=1)
 
+    def fewest_reply_tokens(self) -> int:
+        """The fewest new tokens a sound reply takes under these settings: every section that samples
+        replies (teacher, play, evaluate) must allow at least as many in its ``max_new_tokens``."""
+        return 1
+
 
 class NoStrategies(Section):
     """A game without teacher strategies: ``teacher.strategies`` must be empty."""

@@ -14,6 +14,7 @@ from spag.schema import Section, knob
 
 CARDS = ("J", "Q", "K")  # in rank order
 DEALS = tuple(f"{a}-{b}" for a in CARDS for b in CARDS if a != b)
+SAY_CARD_TOKENS = 12  # max_new_tokens a reply that names the card needs at least
 
 
 class KuhnSettings(GameSettings):
@@ -31,6 +32,10 @@ class KuhnSettings(GameSettings):
         "it and the teacher's replies do it, so that a model's action follows its card in its own reply "
         "(such a reply takes 8 tokens: max_new_tokens of at least 12).",
     )
+
+    def fewest_reply_tokens(self) -> int:
+        # "My card: K. [bet]" is 8 tokens for SmolLM2's tokenizer; 12 leaves room for one that splits finer
+        return SAY_CARD_TOKENS if self.say_card else 1
 
 
 TABLES = ("equilibrium", "uniform", "always_bet")  # the knobs that turn on a fixed strategy
