@@ -2,7 +2,7 @@
 
     python scripts/bandit.py [--model embedded] [--learning-rate 2e-5 ...] [--steps 8] [--out runs/bandit]
                              [--rewarded "[call]"] [--other "[fold]"] [--cards [--card-last]]
-                             [--clip-range C] [--kl-coeff K] [--overlap]
+                             [--clip-range C] [--kl-coeff K] [--overlap [--say-card]]
 
 One prompt (Kuhn poker's second player holding J, facing a bet) and two replies: the rewarded one (+1) and
 the other (-1), each row twice (a batch of 4, the pipeline's). ``spag train --method offline-po`` runs
@@ -180,12 +180,14 @@ def _history(name: str) -> str:
     return f"{player} {history}"
 
 
-def information_set_prompts() -> dict[str, tuple[str, str, str]]:
-    """Each of the 12 information sets' prompt and its two replies (aggressive, passive), by
-    ``spag.evaluate.strategy``'s label ("second K bet")."""
-    from spag.game.kuhn import CARDS
+def information_set_prompts(say_card: bool = False) -> dict[str, tuple[str, str, str, str]]:
+    """Each of the 12 information sets' prompt, the reply's opening (``My card: K.`` with ``say_card``, else
+    empty) and its two actions' replies (aggressive, passive), by ``spag.evaluate.strategy``'s label
+    ("second K bet")."""
+    from spag.game.kuhn import CARDS, KuhnSettings, say
     from spag.game.kuhn.exploitability import INFOSETS, label, moves
 
+    game = KuhnPoker(KuhnSettings(say_card=say_card))
     out = {}
     for info in INFOSETS:
         other = next(c for c in CARDS if c != info.card)
@@ -195,29 +197,35 @@ def information_set_prompts() -> dict[str, tuple[str, str, str]]:
         history = [{"role": (FIRST, SECOND)[k % 2], "content": f"[{a}]"} for k, a in enumerate(actions)]
         aggressive, passive = moves(actions)
         out[label(info)] = (
-            GAME.prompt(FIRST if first else SECOND, deal, history, GAME.Strategies()),
+            game.prompt(FIRST if first else SECOND, deal, history, game.Strategies()),
+            say(info.card) if say_card else "",
             f"[{aggressive}]",
             f"[{passive}]",
         )
     return out
 
 
-def gradient_overlap(model: str | Path) -> dict:
+def gradient_overlap(model: str | Path, say_card: bool = False) -> dict:
     """How much one update moves the other information sets: the gradient, over every weight, of each
     information set's log-odds of its aggressive reply over its passive one, and the cosine of every pair
-    (1: an update for one moves the other alike; the twin's 12 logits: 0 between different sets)."""
+    (1: an update for one moves the other alike; the twin's 12 logits: 0 between different sets). With
+    ``say_card`` the prompts are ``game.say_card``'s and the actions follow the reply's opening, as
+    ``spag strategy``'s exact way scores them (the opening encoded alone, each action after a space)."""
     import torch
+
+    from spag.players.base import text_ids
 
     player = load_player(str(model), "hf", dtype="float32")
     try:
         net, tokenizer = player.model, player.tokenizer
         weights = [p for p in net.parameters() if p.requires_grad]
         gradients = {}
-        for name, (prompt, aggressive, passive) in information_set_prompts().items():
-            ids = player.encode(prompt)
+        for name, (prompt, opening, aggressive, passive) in information_set_prompts(say_card).items():
+            ids = player.encode(prompt) + text_ids(tokenizer, opening)
+            lead = " " if opening else ""
             odds = 0.0
             for reply_text, sign in ((aggressive, 1.0), (passive, -1.0)):
-                reply_ids = tokenizer(reply_text, add_special_tokens=False)["input_ids"]
+                reply_ids = tokenizer(lead + reply_text, add_special_tokens=False)["input_ids"]
                 tokens = torch.tensor([ids + reply_ids])
                 logits = net(input_ids=tokens).logits[0, len(ids) - 1 : -1].float()
                 odds = (
@@ -243,7 +251,7 @@ def gradient_overlap(model: str | Path) -> dict:
         ]
         for a in names
     ]
-    return {"information_sets": names, "cosine": cosine}
+    return {"information_sets": names, "say_card": say_card, "cosine": cosine}
 
 
 def _dot(a, b, chunk: int = 1 << 22) -> float:
@@ -271,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--card-last", action="store_true", help="--cards: the card said again at the prompt's end"
     )
+    parser.add_argument(
+        "--say-card",
+        action="store_true",
+        help="--overlap: game.say_card's prompts, each action after the reply's opening (My card: K.)",
+    )
     parser.add_argument("--clip-range", type=float, help="spag.clip_range (default the pipeline's 0.2)")
     parser.add_argument("--kl-coeff", type=float, help="spag.kl_coeff (default the pipeline's 0.2)")
     args = parser.parse_args(argv)
@@ -292,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
         if not (model / "config.json").exists():
             materialize_base_model(model)
     if args.overlap:
-        overlap = gradient_overlap(model)
+        overlap = gradient_overlap(model, say_card=args.say_card)
         names, cosine = overlap["information_sets"], overlap["cosine"]
         same = [cosine[i][j] for i in range(12) for j in range(i) if _history(names[i]) == _history(names[j])]
         other = [

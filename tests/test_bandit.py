@@ -157,6 +157,27 @@ def test_the_overlap_names_twelve_information_sets_and_a_symmetric_cosine(tiny, 
     assert capsys.readouterr().out.splitlines()[-1].startswith("[bandit] gradient cosine")
 
 
+def test_the_overlap_with_say_card_scores_each_action_after_the_cards_opening(tiny, tmp_path):
+    bandit = load_script()
+    plain, named = bandit.information_set_prompts(), bandit.information_set_prompts(say_card=True)
+    assert list(plain) == list(named)
+    for name, (prompt, opening, aggressive, passive) in named.items():
+        card = name.split()[1]
+        assert opening == f"My card: {card}." and plain[name][1] == ""
+        assert (aggressive, passive) == plain[name][2:]
+        assert prompt != plain[name][0] and f'reply with "{opening}"' in prompt
+    figures = {}
+    for form, extra in (("plain", []), ("say_card", ["--say-card"])):
+        output = tmp_path / f"{form}.json"
+        assert bandit.main(["--model", str(tiny), "--overlap", *extra, "-o", str(output)]) == 0
+        figures[form] = json.loads(output.read_text())
+    assert (figures["plain"]["say_card"], figures["say_card"]["say_card"]) == (False, True)
+    cosine = figures["say_card"]["cosine"]
+    assert all(cosine[i][i] == pytest.approx(1.0) for i in range(12))
+    # other prompts and an opening before the action: other gradients, so other cosines
+    assert cosine[0][1] != pytest.approx(figures["plain"]["cosine"][0][1], abs=1e-6)
+
+
 def test_the_bandit_replaces_only_its_own_earlier_output(tiny, tmp_path, capsys):
     bandit = load_script()
     runs = tmp_path / "runs"
