@@ -184,23 +184,20 @@ def information_set_prompts(say_card: bool = False) -> dict[str, tuple[str, str,
     """Each of the 12 information sets' prompt, the reply's opening (``My card: K.`` with ``say_card``, else
     empty) and its two actions' replies (aggressive, passive), by ``spag.evaluate.strategy``'s label
     ("second K bet")."""
-    from spag.game.kuhn import CARDS, KuhnSettings, say
+    from spag.evaluate.strategy import state
+    from spag.game.kuhn import KuhnSettings, reply, say
     from spag.game.kuhn.exploitability import INFOSETS, label, moves
 
     game = KuhnPoker(KuhnSettings(say_card=say_card))
     out = {}
     for info in INFOSETS:
-        other = next(c for c in CARDS if c != info.card)
-        first = info.player == FIRST
-        deal = f"{info.card}-{other}" if first else f"{other}-{info.card}"
-        actions = tuple(a for a in info.history.split(",") if a)
-        history = [{"role": (FIRST, SECOND)[k % 2], "content": f"[{a}]"} for k, a in enumerate(actions)]
-        aggressive, passive = moves(actions)
+        deal, history = state(info)
+        aggressive, passive = moves(tuple(a for a in info.history.split(",") if a))
         out[label(info)] = (
-            game.prompt(FIRST if first else SECOND, deal, history, game.Strategies()),
+            game.prompt(info.player, deal, history, game.Strategies()),
             say(info.card) if say_card else "",
-            f"[{aggressive}]",
-            f"[{passive}]",
+            reply(aggressive),
+            reply(passive),
         )
     return out
 
