@@ -30,7 +30,7 @@ class KuhnSettings(GameSettings):
         False,
         'Every reply names the player\'s card before its action ("My card: K. [bet]"): the prompt asks for '
         "it and the teacher's replies do it, so that a model's action follows its card in its own reply "
-        "(such a reply takes 8 tokens: max_new_tokens of at least 12).",
+        f"(such a reply takes 8 tokens: max_new_tokens of at least {SAY_CARD_TOKENS}).",
     )
 
     def fewest_reply_tokens(self) -> int:
