@@ -265,3 +265,33 @@ def test_a_commands_claims_end_with_it(tmp_path):
     release_held()
     write_text_atomic(path, "third")  # a library write, no claim: it lands
     assert path.read_text() == "third"
+
+
+def test_a_later_process_of_a_launched_run_claims_the_folder_the_first_one_checked(tmp_path, monkeypatch):
+    """Under a launcher every process claims the run's folders, and the first may have written its first
+    files before another one starts: only the first process refuses a previous output (asks for
+    --overwrite); a later one claims the folder the first one checked. A folder of someone else's files is
+    refused by every process."""
+    from spag.config import TrainConfig
+    from spag.harness.claims import release_held
+    from spag.harness.training import training_outputs
+    from spag.runtime.atomic import write_text_atomic
+
+    out = claim_output_dir(tmp_path / "out", "train")
+    write_text_atomic(out / "training_args.json", "{}")  # the first process's first file
+    release_held()
+    config = TrainConfig(live=False)
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(OutputRefused, match="--overwrite"), training_outputs(out, config):
+        pass
+    release_held()
+    monkeypatch.setenv("RANK", "1")
+    with training_outputs(out, config) as claimed:
+        assert claimed == out
+    release_held()
+    assert (out / "training_args.json").read_text() == "{}"
+    foreign = users_folder(tmp_path / "foreign")
+    with pytest.raises(OutputRefused, match="not written by"), training_outputs(foreign, config):
+        pass
+    release_held()
+    assert sorted(p.name for p in foreign.iterdir()) == ["thesis.tex"]

@@ -31,19 +31,29 @@ def training_outputs(output_dir, config: TrainConfig) -> Iterator[Path]:
     """Claim a run's folders (refusing one that is not ours to write), lock them on the first process for
     the block, and yield the output folder to write (a symlink followed). A checkpoint folder outside the
     output that the run emptied is removed after it."""
-    output_dir = claim_output_dir(output_dir, TRAIN_KIND, overwrite=config.overwrite, resume=config.resume)
+    first = _first_process()
+    # Only the first process decides whether the folder may be written: another process that starts later
+    # finds the first one's files there already, and claims the folder the first one checked.
+    output_dir = claim_output_dir(
+        output_dir, TRAIN_KIND, overwrite=config.overwrite or not first, resume=config.resume
+    )
     checkpoint_dir = claim_output_dir(checkpoint_dir_of(config, output_dir), CHECKPOINTS_KIND, overwrite=True)
     if config.live:  # dvclive rewrites its folder's dvc.yaml, params.yaml, metrics.json and plots/
         claim_output_dir(live_dir_of(config, output_dir), LIVE_KIND, overwrite=True, resume=config.resume)
     inside = checkpoint_dir.absolute().is_relative_to(output_dir.absolute())
     with contextlib.ExitStack() as locks:
-        if int(os.environ.get("RANK", "0")) == 0:
+        if first:
             locks.enter_context(writing(output_dir))
             if not inside:
                 locks.enter_context(writing(checkpoint_dir))
         yield output_dir
-    if not inside and int(os.environ.get("RANK", "0")) == 0:
+    if not inside and first:
         remove_if_bare(checkpoint_dir)
+
+
+def _first_process() -> bool:
+    """Whether this is the first (or only) process of a launched run."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def deepspeed_process(config: TrainConfig, device: str) -> None:
@@ -62,7 +72,7 @@ def train(
     whole = with_knobs(config, knobs)
     device = pick_device(whole.device)
     whole, note = zero_where_it_pays(whole, method, model, device, world_size(), cuda_bytes(device))
-    if note and int(os.environ.get("RANK", "0")) == 0:
+    if note and _first_process():
         print(note, flush=True)
     deepspeed_process(whole, device)
     with training_outputs(output_dir, whole) as output:
