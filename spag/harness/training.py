@@ -9,7 +9,6 @@ and a launched job call.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from spag.harness.environment import prepare_deepspeed
 from spag.harness.folders import PLAY_KIND, remove_if_bare
 from spag.harness.locks import writing
 from spag.harness.tracking import RunTracking
-from spag.harness.zero import cuda_bytes, world_size, zero_where_it_pays
+from spag.harness.zero import cuda_bytes, first_process, world_size, zero_where_it_pays
 from spag.models.devices import check_launch
 from spag.models.loading import pick_device
 from spag.train.bookkeeping import CHECKPOINTS_KIND, LIVE_KIND, TRAIN_KIND, checkpoint_dir_of, live_dir_of
@@ -31,7 +30,7 @@ def training_outputs(output_dir, config: TrainConfig) -> Iterator[Path]:
     """Claim a run's folders (refusing one that is not ours to write), lock them on the first process for
     the block, and yield the output folder to write (a symlink followed). A checkpoint folder outside the
     output that the run emptied is removed after it."""
-    first = _first_process()
+    first = first_process()
     # Only the first process decides whether the folder may be written: another process that starts later
     # finds the first one's files there already, and claims the folder the first one checked.
     output_dir = claim_output_dir(
@@ -51,11 +50,6 @@ def training_outputs(output_dir, config: TrainConfig) -> Iterator[Path]:
         remove_if_bare(checkpoint_dir)
 
 
-def _first_process() -> bool:
-    """Whether this is the first (or only) process of a launched run."""
-    return int(os.environ.get("RANK", "0")) == 0
-
-
 def deepspeed_process(config: TrainConfig, device: str) -> None:
     """A DeepSpeed run's process prepared (:func:`spag.harness.environment.prepare_deepspeed`; on a CPU its
     processes joined over gloo) once its DeepSpeed file is known to be a JSON object; nothing without one."""
@@ -72,7 +66,7 @@ def train(
     whole = with_knobs(config, knobs)
     device = pick_device(whole.device)
     whole, note = zero_where_it_pays(whole, method, model, device, world_size(), cuda_bytes(device))
-    if note and _first_process():
+    if note and first_process():
         print(note, flush=True)
     deepspeed_process(whole, device)
     with training_outputs(output_dir, whole) as output:

@@ -73,6 +73,11 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def first_process() -> bool:
+    """Whether this is the first (or only) process of the run, as the launcher numbered them."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def cuda_bytes(device: str) -> int | None:
     """The memory of a CUDA device (None for any other)."""
     if not device.startswith("cuda"):
